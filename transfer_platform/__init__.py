@@ -1,0 +1,1 @@
+"""transfer_platform: per-tenant data transfers on Dagster and PySpark."""

@@ -1,0 +1,124 @@
+"""Checks across the configuration (references between entries, one-of rules, sizes).
+
+Each returns problems with a path and a fix; nothing here raises.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+from transfer_platform.config.models import PlatformConfig
+from transfer_platform.core.timeutil import from_epoch_seconds
+from transfer_platform.core.windows import grid_for_window
+from transfer_platform.errors import Problem
+
+#: Dagster advises at most 100,000 partitions per asset
+MAX_PARTITIONS_PER_ASSET = 100_000
+
+
+def _duplicates(names: list[str]) -> list[str]:
+    return [name for name, count in Counter(names).items() if count > 1]
+
+
+def _known(names: list[str]) -> str:
+    return ", ".join(repr(n) for n in names) if names else "(none configured)"
+
+
+def check_config(config: PlatformConfig, now: datetime) -> list[Problem]:
+    problems: list[Problem] = []
+    for kind, names in (
+        ("sources", [s.name for s in config.sources]),
+        ("models", [m.model_name for m in config.models]),
+        ("recipients", [r.name for r in config.recipients]),
+        ("destinations", [d.name for d in config.destinations]),
+    ):
+        for name in _duplicates(names):
+            problems.append(Problem(kind, f"the name {name!r} is used more than once",
+                                    "give each entry its own name"))
+    problems += _check_models(config, now)
+    problems += _check_destinations(config)
+    return problems
+
+
+def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
+    problems: list[Problem] = []
+    source_names = [s.name for s in config.sources]
+    for i, model in enumerate(config.models):
+        path = f"models[{i}] ({model.model_name})"
+        if model.source_name not in source_names:
+            problems.append(Problem(f"{path}.source_name", f"unknown source {model.source_name!r}",
+                                    f"use one of the configured sources: {_known(source_names)}"))
+        if (model.source_table is None) == (model.source_query is None):
+            problems.append(Problem(path, "exactly one of source_table and source_query must be set",
+                                    "set source_table: schema.table, or source_query: SELECT ..."))
+        last_modified = [c for c in model.columns if c.is_last_modified]
+        if len(last_modified) != 1:
+            found = ", ".join(c.name_in_source for c in last_modified) or "none"
+            problems.append(Problem(f"{path}.columns",
+                                    f"needs exactly one last-modified column, found {found}",
+                                    "mark the column that holds the row's update time with "
+                                    "is_last_modified: true (and only that one)"))
+        elif last_modified[0].data_type != "timestamp":
+            problems.append(Problem(f"{path}.columns ({last_modified[0].name_in_source})",
+                                    f"the last-modified column has data_type "
+                                    f"{last_modified[0].data_type!r}",
+                                    "give it data_type: timestamp"))
+        if not model.primary_key:
+            problems.append(Problem(f"{path}.columns", "no primary key column",
+                                    "mark the unique id column(s) with is_primary_key: true"))
+        for name in _duplicates([c.destination_name for c in model.columns]):
+            problems.append(Problem(f"{path}.columns", f"two columns land in destination column {name!r}",
+                                    "give each column its own name_in_destination"))
+        if model.source_name in source_names:
+            source = config.source(model.source_name)
+            if source.tenancy == "multi_tenant" and not model.organization_column:
+                problems.append(Problem(f"{path}.organization_column",
+                                        f"source {source.name!r} is multi-tenant but the model has no "
+                                        "organization_column, so every recipient would get every row",
+                                        "set organization_column to the column holding the tenant id"))
+        problems += _check_partition_count(config, model, path, now)
+    return problems
+
+
+def _check_partition_count(config: PlatformConfig, model, path: str, now: datetime) -> list[Problem]:
+    if model.max_transfer_time_window_seconds is None:
+        return []
+    grid = grid_for_window(model.max_transfer_time_window_seconds)
+    starts = [model.min_start_time_epoch] + [
+        r.default_full_refresh_min_start_time_epoch for r in config.recipients
+        if r.default_full_refresh_min_start_time_epoch is not None
+    ]
+    earliest = from_epoch_seconds(min(starts))
+    count = int((now - earliest).total_seconds() // grid.seconds) + 1
+    if count <= MAX_PARTITIONS_PER_ASSET:
+        return []
+    return [Problem(f"{path}.max_transfer_time_window_seconds",
+                    f"windows of {grid.seconds} s from {earliest:%Y-%m-%d %H:%M:%S} UTC give {count:,} "
+                    f"partitions; Dagster supports at most {MAX_PARTITIONS_PER_ASSET:,} per asset",
+                    "set min_start_time_epoch closer to your oldest rows, or a larger window")]
+
+
+def _check_destinations(config: PlatformConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    recipient_names = [r.name for r in config.recipients]
+    model_names = [m.model_name for m in config.models]
+    for i, destination in enumerate(config.destinations):
+        path = f"destinations[{i}] ({destination.name})"
+        if destination.recipient not in recipient_names:
+            problems.append(Problem(f"{path}.recipient", f"unknown recipient {destination.recipient!r}",
+                                    f"use one of the configured recipients: {_known(recipient_names)}"))
+        for model_name in destination.enabled_models:
+            if model_name not in model_names:
+                problems.append(Problem(f"{path}.enabled_models", f"unknown model {model_name!r}",
+                                        f"use configured models: {_known(model_names)} "
+                                        "(or leave the list empty for all)"))
+    per_recipient = Counter(d.recipient for d in config.destinations)
+    for recipient, count in per_recipient.items():
+        if count > 1:
+            names = [d.name for d in config.destinations if d.recipient == recipient]
+            problems.append(Problem("destinations",
+                                    f"recipient {recipient!r} has {count} destinations ({', '.join(names)}); "
+                                    "this version delivers each recipient to one destination",
+                                    "keep one destination per recipient"))
+    return problems

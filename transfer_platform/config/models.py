@@ -1,0 +1,219 @@
+"""The configuration file's schema: sources, models, recipients and destinations.
+
+Field names follow the reference system (Prequel) so that its users feel at home.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from transfer_platform.config.secrets import EnvRef
+from transfer_platform.core.durations import parse_duration_seconds
+from transfer_platform.core.types import canonical_type
+
+Name = Annotated[
+    str,
+    Field(pattern=r"^[A-Za-z0-9_]+$", min_length=1, max_length=120,
+          description="letters, digits and underscores"),
+]
+
+#: lookback by source vendor (the reference system's table); anything else gets 5 minutes
+DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {"postgres": 30, "mysql": 5, "parquet": 300}
+OTHER_VENDOR_LOOKBACK_SECONDS = 300
+FREQUENCIES_MINUTES = (0, 15, 60, 360, 720, 1440)
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- connections -----------------------------------------------------------------------------
+
+
+class DatabaseConnection(StrictModel):
+    host: str
+    port: int = Field(gt=0, lt=65536)
+    database: str
+    username: str
+    password: EnvRef | None = None
+    schema_: str | None = Field(default=None, alias="schema")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class PathConnection(StrictModel):
+    path: Path
+
+
+# -- sources ---------------------------------------------------------------------------------
+
+
+class _SourceBase(StrictModel):
+    name: Name
+    max_concurrent_transfers: int = Field(default=10, ge=1)
+    max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
+    lookback_window: int | None = Field(
+        default=None, ge=0, description="seconds or ISO-8601 duration; default by vendor"
+    )
+    tenancy: Literal["multi_tenant", "schema_tenanted"] = "multi_tenant"
+
+    @field_validator("lookback_window", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return None if value is None else parse_duration_seconds(value)  # type: ignore[arg-type]
+
+    @property
+    def lookback_seconds(self) -> int:
+        if self.lookback_window is not None:
+            return self.lookback_window
+        return DEFAULT_LOOKBACK_SECONDS.get(self.vendor, OTHER_VENDOR_LOOKBACK_SECONDS)  # type: ignore[attr-defined]
+
+
+class PostgresSource(_SourceBase):
+    vendor: Literal["postgres"]
+    connection: DatabaseConnection
+
+
+class MysqlSource(_SourceBase):
+    vendor: Literal["mysql"]
+    connection: DatabaseConnection
+
+
+class ParquetSource(_SourceBase):
+    """A Parquet "lake" on a file system: one folder of Parquet files per ``source_table``."""
+
+    vendor: Literal["parquet"]
+    connection: PathConnection
+
+
+SourceConfig = Annotated[PostgresSource | MysqlSource | ParquetSource, Field(discriminator="vendor")]
+SOURCE_VENDORS = ("postgres", "mysql", "parquet")
+
+# -- models ----------------------------------------------------------------------------------
+
+
+class ColumnConfig(StrictModel):
+    name_in_source: str = Field(min_length=1)
+    name_in_destination: str | None = Field(default=None, min_length=1)
+    data_type: str
+    is_primary_key: bool = False
+    is_last_modified: bool = False
+
+    @field_validator("data_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        return canonical_type(value)
+
+    @property
+    def destination_name(self) -> str:
+        return self.name_in_destination or self.name_in_source
+
+
+class ModelConfig(StrictModel):
+    model_name: Name
+    description: str = ""
+    columns: list[ColumnConfig] = Field(min_length=1)
+    source_name: str
+    source_table: str | None = None
+    source_query: str | None = None
+    organization_column: str | None = None
+    max_transfer_time_window_seconds: int | None = Field(
+        default=None, description="seconds or ISO-8601 duration; unset = one window per transfer"
+    )
+    min_start_time_epoch: int = Field(default=0, ge=0)
+    is_append_only: bool = False
+
+    @field_validator("max_transfer_time_window_seconds", mode="before")
+    @classmethod
+    def _window(cls, value: object) -> object:
+        if value is None:
+            return None
+        seconds = parse_duration_seconds(value)  # type: ignore[arg-type]
+        if seconds <= 0:
+            raise ValueError(f"a window must be at least 1 second, got {seconds}")
+        return seconds
+
+    @property
+    def primary_key(self) -> list[ColumnConfig]:
+        return [c for c in self.columns if c.is_primary_key]
+
+    @property
+    def last_modified(self) -> ColumnConfig:
+        return next(c for c in self.columns if c.is_last_modified)
+
+
+# -- recipients and destinations -------------------------------------------------------------
+
+
+class RecipientConfig(StrictModel):
+    name: Name
+    id_in_provider_system: str = Field(min_length=1)
+    default_full_refresh_min_start_time_epoch: int | None = Field(default=None, ge=0)
+
+
+class _DestinationBase(StrictModel):
+    name: Name
+    recipient: str
+    is_enabled: bool = True
+    frequency_minutes: Literal[0, 15, 60, 360, 720, 1440] = 0
+    enabled_models: list[str] = Field(default_factory=list)
+    max_concurrent_transfers: int = Field(default=1, ge=1)
+    max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
+
+
+class PostgresDestination(_DestinationBase):
+    vendor: Literal["postgres"]
+    connection: DatabaseConnection
+
+
+class DeltaDestination(_DestinationBase):
+    """Delta Lake tables under ``path`` (one table per model), written with delta-rs."""
+
+    vendor: Literal["delta"]
+    connection: PathConnection
+
+
+DestinationConfig = Annotated[PostgresDestination | DeltaDestination, Field(discriminator="vendor")]
+DESTINATION_VENDORS = ("postgres", "delta")
+
+
+class SparkSettings(StrictModel):
+    master: str = "local[2]"
+    driver_memory: str = "2g"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PlatformConfig(StrictModel):
+    sources: list[SourceConfig] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(default_factory=list)
+    recipients: list[RecipientConfig] = Field(default_factory=list)
+    destinations: list[DestinationConfig] = Field(default_factory=list)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+    # -- look-ups (the file is validated first, so these names exist) --------------------------
+
+    def source(self, name: str) -> PostgresSource | MysqlSource | ParquetSource:
+        return next(s for s in self.sources if s.name == name)
+
+    def model(self, name: str) -> ModelConfig:
+        return next(m for m in self.models if m.model_name == name)
+
+    def recipient(self, name: str) -> RecipientConfig:
+        return next(r for r in self.recipients if r.name == name)
+
+    def destination(self, name: str) -> PostgresDestination | DeltaDestination:
+        for destination in self.destinations:
+            if destination.name == name:
+                return destination
+        known = ", ".join(d.name for d in self.destinations) or "(none)"
+        from transfer_platform.errors import ConfigError
+
+        raise ConfigError(f"unknown destination {name!r}; configured destinations: {known}")
+
+    def models_for(self, destination: PostgresDestination | DeltaDestination) -> list[ModelConfig]:
+        """The models a destination receives (``enabled_models`` empty = all)."""
+        wanted = destination.enabled_models
+        return [m for m in self.models if not wanted or m.model_name in wanted]

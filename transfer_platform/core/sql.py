@@ -1,0 +1,123 @@
+"""SQL text planning: literals, identifiers, the source predicates and the staged upsert.
+
+Functions here return text; running it is the job of ``sources/`` and ``destinations/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from transfer_platform.core.timeutil import utc
+
+
+def quote_ident(name: str, dialect: str = "postgres") -> str:
+    """Quote an identifier: ``"a""b"`` for PostgreSQL, ```a``b``` for MySQL."""
+    if "\x00" in name:
+        raise ValueError("identifiers cannot contain NUL characters")
+    if dialect == "mysql":
+        return "`" + name.replace("`", "``") + "`"
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(*parts: str | None, dialect: str = "postgres") -> str:
+    return ".".join(quote_ident(p, dialect) for p in parts if p)
+
+
+def quote_literal(value: str, dialect: str = "postgres") -> str:
+    """A string literal that selects exactly ``value``, quotes and backslashes included.
+
+    PostgreSQL (standard_conforming_strings on, the default since 9.1) only needs quotes doubled;
+    to be safe whatever that setting is, the value is written as an ``E''`` literal with
+    backslashes doubled too. MySQL/MariaDB treat backslash as an escape by default.
+    """
+    if "\x00" in value:
+        raise ValueError("a tenant id or literal cannot contain a NUL character")
+    escaped = value.replace("\\", "\\\\").replace("'", "''")
+    if dialect == "mysql":
+        return f"'{escaped}'"
+    return f"E'{escaped}'"
+
+
+def timestamp_literal(moment: datetime, dialect: str = "postgres") -> str:
+    """A UTC timestamp literal with microseconds (the session time zone is pinned to UTC)."""
+    text = utc(moment).strftime("%Y-%m-%d %H:%M:%S.%f")
+    if dialect == "mysql":
+        return f"TIMESTAMP'{text}'"
+    return f"TIMESTAMPTZ '{text}+00'"
+
+
+def change_predicate(
+    last_modified: str,
+    lower: datetime,
+    upper: datetime,
+    *,
+    dialect: str = "postgres",
+) -> str:
+    """``lower <= lm < upper``, or ``lm IS NULL`` so that NULLs are seen and refused, not dropped."""
+    col = quote_ident(last_modified, dialect)
+    return (
+        f"(({col} >= {timestamp_literal(lower, dialect)} AND {col} < {timestamp_literal(upper, dialect)})"
+        f" OR {col} IS NULL)"
+    )
+
+
+def tenant_predicate(organization_column: str, tenant_id: str, dialect: str = "postgres") -> str:
+    return f"{quote_ident(organization_column, dialect)} = {quote_literal(tenant_id, dialect)}"
+
+
+def source_select(
+    relation_sql: str,
+    columns: Sequence[str],
+    predicates: Sequence[str],
+    *,
+    dialect: str = "postgres",
+) -> str:
+    """``SELECT cols FROM relation WHERE p1 AND p2``; a ``source_query`` comes in as a subquery."""
+    cols = ", ".join(quote_ident(c, dialect) for c in columns)
+    where = " AND ".join(predicates) if predicates else "TRUE"
+    return f"SELECT {cols} FROM {relation_sql} WHERE {where}"
+
+
+def wrap_source_query(query: str, alias: str = "tp_source_query") -> str:
+    """A custom ``source_query`` as a derived table: our predicates apply outside it."""
+    body = query.strip().rstrip(";")
+    return f"({body}) AS {quote_ident(alias)}"
+
+
+def plan_upsert(
+    *,
+    target: str,
+    staging: str,
+    columns: Sequence[str],
+    primary_key: Sequence[str],
+    last_modified: str,
+) -> str:
+    """Merge a staging table into ``target`` on the primary key, in one statement.
+
+    A row is replaced only by a newer one, or by an equally new one that differs (two updates in
+    one second of a second-precision column must both land, yet re-reading the lookback overlap
+    must not rewrite identical rows). ``target`` and ``staging`` are already-quoted names.
+    """
+    q = quote_ident
+    cols = ", ".join(q(c) for c in columns)
+    updatable = [c for c in columns if c not in primary_key]
+    compared = [c for c in updatable if c != last_modified]
+    lm = q(last_modified)
+    newer = f"EXCLUDED.{lm} > t.{lm}"
+    if compared:
+        before = ", ".join(f"t.{q(c)}" for c in compared)
+        after = ", ".join(f"EXCLUDED.{q(c)}" for c in compared)
+        # ROW(...) so that a single compared column is still a row comparison
+        condition = f"{newer} OR (EXCLUDED.{lm} = t.{lm} AND ROW({before}) IS DISTINCT FROM ROW({after}))"
+    else:
+        condition = newer
+    conflict = ", ".join(q(c) for c in primary_key)
+    if not updatable:
+        return f"INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {staging} ON CONFLICT ({conflict}) DO NOTHING"
+    assignments = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in updatable)
+    return (
+        f"INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {staging} "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {assignments} "
+        f"WHERE {condition}"
+    )

@@ -1,0 +1,84 @@
+"""Every error the platform raises on purpose.
+
+Three families, so callers (the CLI, Dagster, later the lifecycle) can tell who must act:
+
+- ``ConfigError``: the user must change the configuration (or the environment it references).
+- ``DataError``: the source data breaks a rule (duplicate primary key, NULL last-modified value,
+  a query whose columns do not match the model); the provider must fix the data or the model.
+- ``ConnectionFailure``: a database or path cannot be reached; retrying may help.
+
+Messages name the model, destination and value involved and say how to fix the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TransferPlatformError(Exception):
+    """Base class: anything raised on purpose by transfer_platform."""
+
+    #: who is to blame, in the reference system's words (provider / recipient / platform)
+    blame: str = "platform"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem found in a configuration file: where, what, and how to fix it."""
+
+    path: str
+    message: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.message}"
+        return f"{text}\n    fix: {self.fix}" if self.fix else text
+
+
+class ConfigError(TransferPlatformError):
+    """The configuration (or an environment variable it references) is wrong."""
+
+    blame = "provider"
+
+    def __init__(self, problems: list[Problem] | str, *, source: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [Problem(path=source or "configuration", message=problems)]
+        self.problems = list(problems)
+        self.source = source
+        header = f"invalid configuration{f' in {source}' if source else ''}"
+        body = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{body}")
+
+
+class DataError(TransferPlatformError):
+    """The source rows of a model break a rule; nothing was written."""
+
+    blame = "provider"
+
+    def __init__(self, message: str, *, model: str, destination: str, fix: str) -> None:
+        self.model = model
+        self.destination = destination
+        self.fix = fix
+        super().__init__(f"model '{model}' -> destination '{destination}': {message}. Fix: {fix}")
+
+
+class ConnectionFailure(TransferPlatformError):
+    """A database or storage location cannot be reached. Retrying may help."""
+
+    def __init__(self, what: str, *, host: str | None = None, port: int | None = None,
+                 reason: str = "", fix: str = "") -> None:
+        where = f" at {host}:{port}" if host is not None else ""
+        text = f"cannot reach {what}{where}"
+        if reason:
+            text += f": {reason}"
+        if fix:
+            text += f". Fix: {fix}"
+        self.host = host
+        self.port = port
+        super().__init__(text)
+
+
+class SchemaMismatch(TransferPlatformError):
+    """The destination table's schema cannot take the model as configured."""
+
+    blame = "provider"
