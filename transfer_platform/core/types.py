@@ -20,7 +20,7 @@ TYPES: dict[str, ColumnType] = {
         ColumnType("integer", "bigint", "bigint", "int64"),
         ColumnType("float", "double", "double precision", "float64"),
         ColumnType("boolean", "boolean", "boolean", "bool"),
-        ColumnType("timestamp", "timestamp", "timestamp(6) with time zone", "timestamp_us_utc"),
+        ColumnType("timestamp", "timestamp", "timestamp with time zone", "timestamp_us_utc"),
         ColumnType("date", "date", "date", "date32"),
         ColumnType("decimal", "decimal(38,9)", "numeric(38,9)", "decimal_38_9"),
         ColumnType("json", "string", "jsonb", "string"),

@@ -1,0 +1,86 @@
+"""Which windows a transfer of one model moves, and what each reads.
+
+Two ways in:
+
+- explicit partitions (a Dagster partition or range chosen in the UI, a backfill): each partition
+  window is moved, in chunks when the model's window is below the one-minute grid;
+- incremental (the CLI, sensors): from the stored watermark (or the configured start on the first
+  transfer and on a full refresh) up to "now", on the model's grid, the window in progress included.
+
+A model without ``max_transfer_time_window_seconds`` moves everything in one window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from transfer_platform.core.windows import Grid, ReadBounds, Window, chunk, grid_for_window, read_bounds
+
+
+@dataclass(frozen=True)
+class ModelWindowing:
+    """The time settings of one recipient/model pair."""
+
+    configured_start: datetime
+    lookback_seconds: int
+    max_window_seconds: int | None
+
+    @property
+    def grid(self) -> Grid | None:
+        return None if self.max_window_seconds is None else grid_for_window(self.max_window_seconds)
+
+    def partition_key(self, partition: Window) -> str | None:
+        grid = self.grid
+        return None if grid is None else partition.start.strftime(grid.fmt)
+
+
+@dataclass(frozen=True)
+class PlannedWindow:
+    partition: Window | None  # the Dagster partition this read belongs to (None: unpartitioned)
+    bounds: ReadBounds
+    last_of_partition: bool  # the partition is complete once this read commits
+
+
+def plan_windows(
+    windowing: ModelWindowing,
+    *,
+    now: datetime,
+    watermark: datetime | None,
+    full_refresh: bool = False,
+    partitions: list[Window] | None = None,
+) -> list[PlannedWindow]:
+    resume = None if full_refresh else watermark
+    grid = windowing.grid
+    if grid is None:
+        if now <= windowing.configured_start or (resume is not None and resume >= now):
+            return []
+        whole = Window(windowing.configured_start, now)
+        return _reads(windowing, None, [whole], now=now, resume=resume, skip_done=False)
+    incremental = partitions is None
+    if incremental:
+        start = windowing.configured_start if resume is None else max(resume, windowing.configured_start)
+        partitions = grid.windows(start, now) if start < now else []
+    planned: list[PlannedWindow] = []
+    for partition in partitions:
+        pieces = [partition]
+        if windowing.max_window_seconds < grid.seconds:
+            pieces = chunk(partition, windowing.max_window_seconds)
+        planned += _reads(windowing, partition, pieces, now=now, resume=resume, skip_done=incremental)
+    return planned
+
+
+def _reads(windowing: ModelWindowing, partition: Window | None, pieces: list[Window], *,
+           now: datetime, resume: datetime | None, skip_done: bool) -> list[PlannedWindow]:
+    bounds = [
+        b for b in (
+            read_bounds(piece, configured_start=windowing.configured_start,
+                        lookback_seconds=windowing.lookback_seconds, now=now, resume_from=resume)
+            for piece in pieces
+        ) if b is not None
+    ]
+    if skip_done and resume is not None:
+        # an incremental transfer skips the pieces of its first partition that end before the
+        # watermark (the partition itself is re-materialized when its last piece commits)
+        bounds = [b for b in bounds if b.progress.end > resume] or bounds[-1:]
+    return [PlannedWindow(partition, b, i == len(bounds) - 1) for i, b in enumerate(bounds)]

@@ -1,0 +1,37 @@
+"""``defs``: the Dagster definitions built from the configuration file.
+
+The file is found as the CLI finds it: ``$TRANSFER_PLATFORM_CONFIG``, else
+``transfer_platform.yaml`` in the working directory. Loading is lazy (``@dg.definitions``):
+nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from transfer_platform.config import find_config_path, load_config
+from transfer_platform.orchestration.assets import source_specs, transfer_assets
+from transfer_platform.orchestration.io_manager import DestinationIOManager
+from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
+
+
+def build_definitions(config_path: str | None = None) -> dg.Definitions:
+    path = str(find_config_path(config_path).resolve())
+    config = load_config(path)
+    platform = TransferPlatformResource(config_path=path)
+    pyspark = spark_resource(config)
+    return dg.Definitions(
+        assets=[*source_specs(config), *transfer_assets(config)],
+        resources={
+            "platform": platform,
+            "pyspark": pyspark,
+            "io_manager": DestinationIOManager(platform=platform, pyspark=pyspark),
+        },
+        # one process per run: one SparkSession shared by every model and window of the run
+        executor=dg.in_process_executor,
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()

@@ -1,0 +1,1 @@
+"""The embedded demo: a Parquet lake, three recipients, Delta destinations, no server."""

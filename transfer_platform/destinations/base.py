@@ -1,0 +1,80 @@
+"""What every destination writer does, and the choice of writer by vendor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.core.windows import Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class WindowLoad:
+    """One window's batch and what its commit must record."""
+
+    model: ModelConfig
+    transfer_id: str
+    progress: Window  # the part of the configured range this batch completes
+    configured_start: datetime
+    reset_first: bool = False  # full refresh: empty the table and forget progress, same commit
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    rows_transferred: int
+    delta_rows_transferred: int
+    volume_bytes: int
+    max_last_modified: datetime | None
+    state: ModelState  # the state committed with the data
+
+
+class DestinationWriter(Protocol):
+    name: str
+
+    def check(self) -> None:
+        """Raise ``ConnectionFailure`` if the destination cannot be reached."""
+
+    def prepare(self, model: ModelConfig, transfer_id: str) -> ModelState:
+        """Create the model's table if needed, remove what dead transfers left in staging, and
+        return the model's committed state."""
+
+    def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
+        """Stage ``frame``, refuse it if it breaks a rule (duplicate key, NULL last-modified),
+        then merge it and record the new state in one commit; clean up staging either way."""
+
+    def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
+        """The delivered table as a Spark DataFrame."""
+
+
+def writer_for(destination) -> DestinationWriter:  # noqa: ANN001 - any configured destination
+    if destination.vendor == "postgres":
+        from transfer_platform.destinations.postgres import PostgresWriter
+
+        return PostgresWriter(destination)
+    if destination.vendor == "delta":
+        from transfer_platform.destinations.delta import DeltaWriter
+
+        return DeltaWriter(destination)
+    from transfer_platform.errors import ConfigError
+
+    raise ConfigError(f"destination {destination.name!r}: vendor {destination.vendor!r} is not "
+                      "supported yet (supported: postgres, delta)")
+
+
+def staging_suffix(model_name: str, transfer_id: str) -> str:
+    """A short, stable suffix for a model's staging objects: ``<model hash>_<transfer>``."""
+    import hashlib
+
+    model_hash = hashlib.sha1(model_name.encode()).hexdigest()[:10]
+    safe_id = "".join(ch for ch in transfer_id if ch.isalnum())[:12].lower()
+    return f"{model_hash}_{safe_id}"
+
+
+def offending_key(model: ModelConfig, values: dict) -> str:
+    return ", ".join(f"{c.destination_name}={values.get(c.destination_name)!r}" for c in model.primary_key)

@@ -1,0 +1,1 @@
+"""The Dagster side: assets built from the configuration, resources, the IO manager."""

@@ -1,0 +1,429 @@
+"""parse_config / load_config: a valid file passes, each mistake is reported with its path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from transfer_platform.config import (
+    DeltaDestination,
+    ParquetSource,
+    PostgresSource,
+    find_config_path,
+    load_config,
+    parse_config,
+)
+from transfer_platform.config.loading import ENV_VAR
+from transfer_platform.config.secrets import EnvRef
+from transfer_platform.errors import ConfigError
+
+NOW = datetime(2025, 6, 1, tzinfo=UTC)
+SECRET = "s3cr3t-hunter2-value"
+
+
+def valid_raw() -> dict[str, Any]:
+    """A small valid configuration (a fresh copy each call)."""
+    return {
+        "sources": [
+            {
+                "name": "app_db",
+                "vendor": "postgres",
+                "connection": {"host": "localhost", "port": 5432, "database": "app",
+                               "username": "reader", "password": "${PG_PASSWORD}"},
+            },
+            {"name": "lake", "vendor": "parquet", "connection": {"path": "lake"}},
+        ],
+        "models": [
+            {
+                "model_name": "orders",
+                "source_name": "app_db",
+                "source_table": "public.orders",
+                "organization_column": "organization_id",
+                "max_transfer_time_window_seconds": 86_400,
+                "min_start_time_epoch": 1_700_000_000,
+                "columns": [
+                    {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+                    {"name_in_source": "organization_id", "data_type": "string"},
+                    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+                ],
+            },
+        ],
+        "recipients": [{"name": "acme", "id_in_provider_system": "org_1"}],
+        "destinations": [
+            {"name": "acme_lake", "vendor": "delta", "recipient": "acme", "connection": {"path": "out"}},
+        ],
+    }
+
+
+def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, now=NOW)
+    problems = info.value.problems
+    assert problems, "a ConfigError must list its problems"
+    for problem in problems:
+        assert problem.message.strip(), problem
+    return [(p.path, p.message) for p in problems]
+
+
+# -- the valid file ----------------------------------------------------------------------------
+
+
+def test_valid_config_parses():
+    config = parse_config(valid_raw(), now=NOW)
+    assert [type(s) for s in config.sources] == [PostgresSource, ParquetSource]
+    assert isinstance(config.destinations[0], DeltaDestination)
+    model = config.model("orders")
+    assert [c.name_in_source for c in model.primary_key] == ["id"]
+    assert model.last_modified.name_in_source == "updated_at"
+    assert model.max_transfer_time_window_seconds == 86_400
+    password = config.source("app_db").connection.password
+    assert isinstance(password, EnvRef)
+    assert password.env == "PG_PASSWORD"
+    assert config.models_for(config.destinations[0]) == [model]
+    # parse_config without base_dir leaves relative paths alone
+    assert config.source("lake").connection.path == Path("lake")
+
+
+def test_password_as_env_mapping():
+    raw = valid_raw()
+    raw["sources"][0]["connection"]["password"] = {"env": "PG_PASSWORD"}
+    config = parse_config(raw, now=NOW)
+    assert config.source("app_db").connection.password.env == "PG_PASSWORD"
+
+
+def test_top_level_must_be_a_mapping():
+    with pytest.raises(ConfigError) as info:
+        parse_config(["not", "a", "mapping"], now=NOW)
+    assert info.value.problems[0].path == "(top level)"
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+def _set(*path: Any, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(raw: dict[str, Any]) -> None:
+        target = raw
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return mutate
+
+
+def _unknown_source(raw):
+    raw["models"][0]["source_name"] = "no_such_db"
+
+
+def _no_last_modified(raw):
+    raw["models"][0]["columns"][2]["is_last_modified"] = False
+
+
+def _two_last_modified(raw):
+    raw["models"][0]["columns"].append(
+        {"name_in_source": "created_at", "data_type": "timestamp", "is_last_modified": True})
+
+
+def _last_modified_not_timestamp(raw):
+    raw["models"][0]["columns"][2]["data_type"] = "string"
+
+
+def _no_primary_key(raw):
+    raw["models"][0]["columns"][0]["is_primary_key"] = False
+
+
+def _no_organization_column(raw):
+    del raw["models"][0]["organization_column"]
+
+
+def _typo(raw):
+    raw["models"][0]["max_transfer_time_windows_seconds"] = 60
+
+
+def _unknown_vendor(raw):
+    raw["sources"][0]["vendor"] = "oracle"
+
+
+def _plaintext_password(raw):
+    raw["sources"][0]["connection"]["password"] = SECRET
+
+
+def _unknown_recipient(raw):
+    raw["destinations"][0]["recipient"] = "globex"
+
+
+def _unknown_enabled_model(raw):
+    raw["destinations"][0]["enabled_models"] = ["orders", "invoices"]
+
+
+def _duplicate_source(raw):
+    raw["sources"].append({"name": "lake", "vendor": "parquet", "connection": {"path": "other"}})
+
+
+def _duplicate_model(raw):
+    raw["models"].append(dict(raw["models"][0]))
+
+
+def _duplicate_recipient(raw):
+    raw["recipients"].append({"name": "acme", "id_in_provider_system": "org_2"})
+
+
+def _too_many_partitions(raw):
+    raw["models"][0]["max_transfer_time_window_seconds"] = 60
+    raw["models"][0]["min_start_time_epoch"] = 0
+
+
+def _both_table_and_query(raw):
+    raw["models"][0]["source_query"] = "SELECT 1"
+
+
+def _unknown_data_type(raw):
+    raw["models"][0]["columns"][1]["data_type"] = "varchar2"
+
+
+def _bad_name(raw):
+    raw["recipients"][0]["name"] = "acme corp"
+
+
+REFUSALS = [
+    ("unknown-source", _unknown_source, "models[0] (orders).source_name", "unknown source 'no_such_db'"),
+    ("no-last-modified", _no_last_modified, "models[0] (orders).columns", "found none"),
+    ("two-last-modified", _two_last_modified, "models[0] (orders).columns", "found updated_at, created_at"),
+    ("last-modified-not-timestamp", _last_modified_not_timestamp,
+     "models[0] (orders).columns (updated_at)", "data_type 'string'"),
+    ("no-primary-key", _no_primary_key, "models[0] (orders).columns", "no primary key"),
+    ("no-organization-column", _no_organization_column, "models[0] (orders).organization_column",
+     "multi-tenant"),
+    ("window-zero", _set("models", 0, "max_transfer_time_window_seconds", value=0),
+     "models[0].max_transfer_time_window_seconds", "at least 1 second"),
+    ("window-negative", _set("models", 0, "max_transfer_time_window_seconds", value=-60),
+     "models[0].max_transfer_time_window_seconds", "at least 1 second"),
+    ("window-months", _set("models", 0, "max_transfer_time_window_seconds", value="P1M"),
+     "models[0].max_transfer_time_window_seconds", "years and months are not allowed"),
+    ("typo", _typo, "models[0].max_transfer_time_windows_seconds", "unknown field"),
+    ("unknown-vendor", _unknown_vendor, "sources[0]", "'oracle'"),
+    ("plaintext-password", _plaintext_password, "sources[0].connection.password",
+     "secrets cannot be written in the configuration file"),
+    ("negative-lookback", _set("sources", 0, "lookback_window", value=-1), "sources[0].lookback_window",
+     "greater than or equal to 0"),
+    ("unknown-recipient", _unknown_recipient, "destinations[0] (acme_lake).recipient",
+     "unknown recipient 'globex'"),
+    ("unknown-enabled-model", _unknown_enabled_model, "destinations[0] (acme_lake).enabled_models",
+     "unknown model 'invoices'"),
+    ("duplicate-source", _duplicate_source, "sources", "'lake' is used more than once"),
+    ("duplicate-model", _duplicate_model, "models", "'orders' is used more than once"),
+    ("duplicate-recipient", _duplicate_recipient, "recipients", "'acme' is used more than once"),
+    ("too-many-partitions", _too_many_partitions, "models[0] (orders).max_transfer_time_window_seconds",
+     "partitions"),
+    ("table-and-query", _both_table_and_query, "models[0] (orders)", "exactly one of source_table"),
+    ("unknown-data-type", _unknown_data_type, "models[0].columns[1].data_type", "unknown data_type"),
+    ("bad-name", _bad_name, "recipients[0].name", "pattern"),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"),
+    [(m, p, msg) for _, m, p, msg in REFUSALS],
+    ids=[case_id for case_id, *_ in REFUSALS],
+)
+def test_refused(mutate, path, message):
+    raw = valid_raw()
+    mutate(raw)
+    problems = problems_of(raw)
+    matching = [m for p, m in problems if p == path]
+    assert matching, f"no problem at {path!r}; got {problems}"
+    assert any(message in m for m in matching), problems
+
+
+def test_plaintext_password_never_appears_in_the_error():
+    raw = valid_raw()
+    _plaintext_password(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, now=NOW)
+    assert SECRET not in str(info.value)
+    assert all(SECRET not in p.message and SECRET not in p.fix for p in info.value.problems)
+
+
+def test_too_many_partitions_counts_from_the_recipients_start_too():
+    raw = valid_raw()
+    raw["models"][0]["max_transfer_time_window_seconds"] = 60
+    raw["models"][0]["min_start_time_epoch"] = int(NOW.timestamp()) - 3_600  # an hour: fine alone
+    parse_config(raw, now=NOW)
+    raw["recipients"][0]["default_full_refresh_min_start_time_epoch"] = 0
+    assert any(p == "models[0] (orders).max_transfer_time_window_seconds" for p, _ in problems_of(raw))
+
+
+def test_every_problem_is_reported_at_once():
+    raw = valid_raw()
+    _unknown_source(raw)
+    _unknown_recipient(raw)
+    paths = [p for p, _ in problems_of(raw)]
+    assert "models[0] (orders).source_name" in paths
+    assert "destinations[0] (acme_lake).recipient" in paths
+
+
+# -- durations in the file -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("P1D", 86_400), ("PT1H", 3_600), ("3600", 3_600), (None, None)],
+    ids=["P1D", "PT1H", "numeric-string", "unset"],
+)
+def test_window_durations(value, seconds):
+    raw = valid_raw()
+    raw["models"][0]["max_transfer_time_window_seconds"] = value
+    assert parse_config(raw, now=NOW).model("orders").max_transfer_time_window_seconds == seconds
+
+
+def test_lookback_defaults_by_vendor():
+    config = parse_config(valid_raw(), now=NOW)
+    assert config.source("app_db").lookback_seconds == 30
+    assert config.source("lake").lookback_seconds == 300
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("PT1M", 60), (0, 0), ("PT2H", 7_200), (45, 45)],
+    ids=["PT1M", "zero", "PT2H", "int"],
+)
+def test_lookback_override(value, seconds):
+    raw = valid_raw()
+    raw["sources"][0]["lookback_window"] = value
+    raw["sources"][1]["lookback_window"] = value
+    config = parse_config(raw, now=NOW)
+    assert config.source("app_db").lookback_seconds == seconds
+    assert config.source("lake").lookback_seconds == seconds
+
+
+# -- finding and loading the file ----------------------------------------------------------------
+
+
+def test_find_config_path_explicit_wins(monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "from_env.yaml"))
+    monkeypatch.chdir(tmp_path)
+    assert find_config_path(tmp_path / "explicit.yaml") == tmp_path / "explicit.yaml"
+    assert find_config_path("explicit.yaml") == Path("explicit.yaml")
+
+
+def test_find_config_path_env_before_working_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "from_env.yaml"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "transfer_platform.yaml").write_text("{}")
+    assert find_config_path() == tmp_path / "from_env.yaml"
+    assert find_config_path(None) == tmp_path / "from_env.yaml"
+
+
+def test_find_config_path_falls_back_to_working_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert find_config_path() == tmp_path / "transfer_platform.yaml"
+    monkeypatch.setenv(ENV_VAR, "")  # empty counts as unset
+    assert find_config_path() == tmp_path / "transfer_platform.yaml"
+
+
+def test_load_config_resolves_relative_paths_against_the_file(monkeypatch, tmp_path):
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    raw = valid_raw()
+    absolute = tmp_path / "elsewhere"
+    raw["destinations"][0]["connection"]["path"] = str(absolute)
+    config_file = folder / "platform.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
+    monkeypatch.chdir(tmp_path)  # a different working directory must not matter
+    config = load_config(config_file, now=NOW)
+    assert config.source("lake").connection.path == (folder / "lake").resolve()
+    assert config.destination("acme_lake").connection.path == absolute
+
+
+def test_load_config_relative_destination_path(tmp_path):
+    raw = valid_raw()
+    raw["sources"][1]["connection"]["path"] = "../data/lake"
+    (tmp_path / "conf").mkdir()
+    config_file = tmp_path / "conf" / "platform.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
+    config = load_config(str(config_file), now=NOW)
+    assert config.destination("acme_lake").connection.path == (tmp_path / "conf" / "out").resolve()
+    assert config.source("lake").connection.path == (tmp_path / "data" / "lake").resolve()
+
+
+def test_load_config_relative_config_path(monkeypatch, tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "platform.yaml").write_text(yaml.safe_dump(valid_raw()))
+    monkeypatch.chdir(tmp_path)
+    config = load_config("conf/platform.yaml", now=NOW)
+    assert config.source("lake").connection.path == (tmp_path / "conf" / "lake").resolve()
+    assert config.source("lake").connection.path.is_absolute()
+
+
+def test_load_config_uses_the_environment_variable(monkeypatch, tmp_path):
+    config_file = tmp_path / "via_env.yaml"
+    config_file.write_text(yaml.safe_dump(valid_raw()))
+    monkeypatch.setenv(ENV_VAR, str(config_file))
+    monkeypatch.chdir(tmp_path)
+    assert load_config(now=NOW).source("lake").connection.path == (tmp_path / "lake").resolve()
+
+
+def test_load_config_missing_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(missing, now=NOW)
+    assert info.value.problems[0].path == str(missing)
+    assert "not found" in info.value.problems[0].message
+
+
+def test_load_config_invalid_yaml(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources: [\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad, now=NOW)
+    assert "not valid YAML" in info.value.problems[0].message
+    assert info.value.source == str(bad)
+
+
+def test_load_config_errors_name_the_file(tmp_path):
+    raw = valid_raw()
+    _unknown_recipient(raw)
+    config_file = tmp_path / "platform.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as info:
+        load_config(config_file, now=NOW)
+    assert info.value.source == str(config_file)
+    assert str(config_file) in str(info.value)
+
+
+# -- secrets -----------------------------------------------------------------------------------
+
+
+def test_env_ref_resolves_from_the_environment_without_showing_it(monkeypatch):
+    monkeypatch.setenv("PG_PASSWORD", SECRET)
+    config = parse_config(valid_raw(), now=NOW)
+    ref = config.source("app_db").connection.password
+    secret = ref.resolve("sources[0].connection.password")
+    assert secret.get_secret_value() == SECRET
+    for text in (str(ref), repr(ref), str(secret), repr(secret), str(config), repr(config),
+                 config.model_dump_json()):
+        assert SECRET not in text
+    assert str(ref) == "${PG_PASSWORD}"
+
+
+def test_env_ref_unset_variable_is_a_config_error(monkeypatch):
+    monkeypatch.delenv("PG_PASSWORD", raising=False)
+    ref = EnvRef.model_validate("${PG_PASSWORD}")
+    with pytest.raises(ConfigError) as info:
+        ref.resolve("sources[0].connection.password")
+    assert info.value.problems[0].path == "sources[0].connection.password"
+    assert "PG_PASSWORD is not set" in info.value.problems[0].message
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["hunter2", "$PG_PASSWORD", "${PG PASSWORD}", "${1ABC}", "prefix${PG_PASSWORD}"],
+    ids=["plain", "no-braces", "space", "leading-digit", "prefix"],
+)
+def test_env_ref_refuses_anything_but_a_reference(text):
+    with pytest.raises(ValueError, match="secrets cannot be written"):
+        EnvRef.model_validate(text)
