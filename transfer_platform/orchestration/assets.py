@@ -8,7 +8,6 @@ window k keeps the windows before k. An IO manager cannot do this: Dagster calls
 (see the README's design section).
 """
 
-from __future__ import annotations
 
 from datetime import UTC, datetime
 
@@ -17,6 +16,7 @@ from dagster import (
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
+    Failure,
     asset,
 )
 from dagster_pyspark import LazyPySparkResource
@@ -26,7 +26,13 @@ from transfer_platform.orchestration.keys import SOURCE_GROUP, source_asset_key,
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.transfers.runner import TransferRequest, transfer_model, windowing_for
+from transfer_platform.errors import TransferPlatformError
+from transfer_platform.transfers.runner import (
+    TransferRequest,
+    WindowOutcome,
+    transfer_model,
+    windowing_for,
+)
 
 #: run tag that makes a materialization a full refresh (also settable from the UI's launchpad)
 FULL_REFRESH_TAG = "transfer_platform/full_refresh"
@@ -94,8 +100,14 @@ def build_transfer_asset(config: PlatformConfig, destination_name: str, model: M
         )
         try:
             for item in transfer_model(request, model_now, partitions=partitions):
-                if getattr(item, "planned", None) is not None and item.planned.last_of_partition:
+                if isinstance(item, WindowOutcome) and item.planned.last_of_partition:
                     yield materialization(key, item, context.run.run_id)
+        except TransferPlatformError as exc:
+            # a clear, one-paragraph failure in the UI instead of a traceback
+            raise Failure(description=str(exc), metadata={
+                "destination": destination_name, "model": model.model_name,
+                "error_type": type(exc).__name__, "blame": exc.blame,
+            }) from None
         finally:
             writer.close()
 

@@ -10,7 +10,6 @@
 Asset metadata ``destination`` and ``model`` say where an asset's table lives.
 """
 
-from __future__ import annotations
 
 from datetime import UTC, datetime
 

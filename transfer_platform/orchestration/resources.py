@@ -1,6 +1,5 @@
 """Resources: the platform configuration with its destination writers, and the Spark session."""
 
-from __future__ import annotations
 
 import os
 from functools import lru_cache

@@ -1,0 +1,162 @@
+"""Parquet lake -> Delta Lake transfers end to end on ``tmp_path``: backfill, incremental, tie-break,
+bad rows, with the state read back from the Delta commit metadata."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from transfer_platform.config import parse_config
+from transfer_platform.destinations.delta import STAGING_DIR, read_state
+from transfer_platform_tests.integration.helpers import (
+    DESTINATION,
+    MODEL,
+    day,
+    events_model,
+    make_rows,
+    normalize,
+    transfer,
+)
+
+pytestmark = pytest.mark.integration
+
+MIN_START = day(2, 28)
+DATA_DAYS = [day(3, 1), day(3, 2), day(3, 3)]
+NOW1 = day(3, 4) + timedelta(hours=12)
+NOW2 = day(3, 5) + timedelta(hours=6)
+TENANT = "org-o'reilly\\x"
+LOOKBACK_ROW_AT = NOW1 - timedelta(seconds=100, microseconds=3)  # inside the 300 s parquet lookback
+
+SCHEMA = pa.schema([("id", pa.int64()), ("organization_id", pa.string()),
+                    ("updated_at", pa.timestamp("us", tz="UTC")), ("payload", pa.string())])
+
+
+def write_lake(lake: Path, rows: list) -> None:
+    """Replace the lake's ``events`` folder by one Parquet file holding ``rows``."""
+    folder = lake / "events"
+    for old in folder.glob("*.parquet"):
+        old.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(
+        [dict(zip(SCHEMA.names, r, strict=True)) for r in rows], schema=SCHEMA)
+    pq.write_table(table, folder / f"part-{datetime.now(UTC).timestamp():.6f}.parquet")
+
+
+def delivered(delta_root: Path) -> list:
+    table = DeltaTable(str(delta_root / MODEL)).to_pyarrow_table()
+    return normalize(tuple(r[c] for c in SCHEMA.names) for r in table.to_pylist())
+
+
+def tenant_rows(rows: list, tenant: str = TENANT) -> list:
+    return normalize(r for r in rows if r[1] == tenant)
+
+
+@pytest.fixture
+def lake_config(tmp_path):
+    lake, delta_root = tmp_path / "lake", tmp_path / "delta"
+    config = parse_config({
+        "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
+        "models": [events_model("events", min_start=MIN_START)],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
+                          "connection": {"path": str(delta_root)}}],
+    }, now=datetime(2024, 6, 1, tzinfo=UTC))
+    return config, lake, delta_root
+
+
+def test_parquet_lake_to_delta_backfill_then_incremental(spark, lake_config):
+    config, lake, delta_root = lake_config
+    rows = make_rows([TENANT, "org-o'reilly", "globex"], 30, DATA_DAYS, seed=8)
+    rows.append((9001, TENANT, LOOKBACK_ROW_AT, "near now"))
+    write_lake(lake, rows)
+    expected = tenant_rows(rows)
+
+    first = transfer(spark, config, NOW1)
+
+    assert first.status == "SUCCESS", first.error
+    assert first.windows == 6
+    assert delivered(delta_root) == expected
+    assert (first.rows_transferred, first.delta_rows_transferred) == (31, 31)
+    state = read_state(DeltaTable(str(delta_root / MODEL)))
+    assert state.watermark == NOW1
+    assert state.high_watermark == LOOKBACK_ROW_AT
+    assert not list((delta_root / STAGING_DIR).glob("*"))  # staging cleaned up
+
+    ids = [r[0] for r in expected if r[0] < 9000]
+    changes = {key: NOW1 + timedelta(hours=1, minutes=k, microseconds=k + 1) for k, key in enumerate(ids[:4])}
+    rows = [(r[0], r[1], changes[r[0]], f"v2 {r[0]}") if r[0] in changes else r for r in rows]
+    inserted = [(8001 + k, TENANT, day(3, 5) + timedelta(hours=2, microseconds=500_000 + k), f"new {k}")
+                for k in range(2)]
+    rows += inserted
+    rows = [(r[0], r[1], NOW1 + timedelta(hours=3), "other v2") if r[1] == "globex" and r[0] % 5 == 0
+            else r for r in rows]
+    write_lake(lake, rows)
+
+    second = transfer(spark, config, NOW2, transfer_id="t2")
+
+    assert second.status == "SUCCESS", second.error
+    assert second.windows == 2
+    assert delivered(delta_root) == tenant_rows(rows)
+    # the row 100 s before NOW1 is re-read (300 s lookback) but is not new
+    assert (second.rows_transferred, second.delta_rows_transferred) == (4 + 2 + 1, 4 + 2)
+    state = read_state(DeltaTable(str(delta_root / MODEL)))
+    assert state.watermark == NOW2
+    assert state.high_watermark == inserted[-1][2]
+
+    # a transfer with nothing new still records its progress
+    third = transfer(spark, config, NOW2 + timedelta(hours=1), transfer_id="t3")
+    assert third.status == "SUCCESS", third.error
+    assert read_state(DeltaTable(str(delta_root / MODEL))).watermark == NOW2 + timedelta(hours=1)
+    assert delivered(delta_root) == tenant_rows(rows)
+
+
+def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
+    config, lake, delta_root = lake_config
+    rows = make_rows([TENANT, "globex"], 10, DATA_DAYS, seed=9)
+    write_lake(lake, rows)
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+    keep, tie = [r for r in tenant_rows(rows)][:2]
+
+    # the destination gets a newer version of `keep` and a same-time version of `tie` from elsewhere
+    table = DeltaTable(str(delta_root / MODEL))
+    dst_newer = NOW1 + timedelta(hours=5, microseconds=654321)
+    tie_at = NOW1 + timedelta(hours=2, microseconds=5)
+    table.update(predicate=f"id = {keep[0]}",
+                 updates={"updated_at": f"'{dst_newer.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'",
+                          "payload": "'destination newer'"})
+    table = DeltaTable(str(delta_root / MODEL))
+    table.update(predicate=f"id = {tie[0]}",
+                 updates={"updated_at": f"'{tie_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'",
+                          "payload": "'destination, same time'"})
+    source_older = NOW1 + timedelta(hours=1, microseconds=111111)
+    rows = [(r[0], r[1], source_older, "source older") if r[0] == keep[0]
+            else (r[0], r[1], tie_at, "source, same time") if r[0] == tie[0] else r for r in rows]
+    write_lake(lake, rows)
+
+    summary = transfer(spark, config, NOW2, transfer_id="t2")
+
+    assert summary.status == "SUCCESS", summary.error
+    got = {r[0]: r for r in delivered(delta_root)}
+    assert got[keep[0]][2:] == (dst_newer, "destination newer")
+    assert got[tie[0]][2:] == (tie_at, "source, same time")
+
+    # a duplicate key in a batch: refused, nothing committed
+    version = DeltaTable(str(delta_root / MODEL)).version()
+    before = delivered(delta_root)
+    rows += [(tie[0], TENANT, NOW2 + timedelta(minutes=10), "dup a"),
+             (tie[0], TENANT, NOW2 + timedelta(minutes=20), "dup b")]
+    write_lake(lake, rows)
+
+    failed = transfer(spark, config, NOW2 + timedelta(hours=1), transfer_id="t3")
+
+    assert failed.status == "ERROR"
+    assert f"model '{MODEL}'" in failed.error and f"destination '{DESTINATION}'" in failed.error
+    assert f"id={tie[0]}" in failed.error
+    assert DeltaTable(str(delta_root / MODEL)).version() == version
+    assert delivered(delta_root) == before
+    assert read_state(DeltaTable(str(delta_root / MODEL))).watermark == NOW2
