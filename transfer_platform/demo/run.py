@@ -87,16 +87,16 @@ def _print_table(title: str, config: PlatformConfig, results: dict, check: bool)
     return all_equal
 
 
-def run_demo(workdir: Path) -> bool:
+def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0) -> bool:
     workdir = workdir.resolve()
     if workdir.exists():
         shutil.rmtree(workdir)
     (workdir).mkdir(parents=True)
     started = datetime.now(UTC)
     lake = workdir / "lake"
-    counts = sample_data.generate_lake(lake, started)
+    counts = sample_data.generate_lake(lake, started, days=days, scale=scale)
     config_path = workdir / "transfer_platform.yaml"
-    min_start = int(started.timestamp()) - sample_data.DAYS * 86_400 - 3_599  # any second works
+    min_start = int(started.timestamp()) - days * 86_400 - 3_599  # any second works
     sample_data.write_config(config_path, lake="lake", destinations="destinations", min_start_epoch=min_start)
     config = load_config(config_path)
     print(f"sample lake: {lake} ({json.dumps(counts)} rows across {len(sample_data.TENANTS)} tenants)")

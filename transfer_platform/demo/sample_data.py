@@ -48,15 +48,15 @@ def _row(table: str, rng: random.Random, key: int, tenant_id: str, updated_at: d
     return row
 
 
-def generate_lake(root: Path, now: datetime, seed: int = 7) -> dict[str, int]:
+def generate_lake(root: Path, now: datetime, seed: int = 7, days: int = DAYS, scale: float = 1.0) -> dict[str, int]:
     """Write every table under ``root/<table>/`` and return row counts per table."""
     rng = random.Random(seed)
-    start = now - timedelta(days=DAYS)
+    start = now - timedelta(days=days)
     counts = {}
     for table, spec in TABLES.items():
         rows, key = [], 0
         for tenant_id in TENANTS.values():
-            for _ in range(spec["rows_per_tenant"]):
+            for _ in range(max(1, int(spec["rows_per_tenant"] * scale))):
                 key += 1
                 offset = rng.random() * (now - start - timedelta(minutes=10)).total_seconds()
                 rows.append(_row(table, rng, key, tenant_id, start + timedelta(seconds=offset)))
