@@ -80,21 +80,25 @@ def test_transfer_prints_a_json_summary_per_model(tmp_path: Path, spark, capsys)
     summary = json.loads(capsys.readouterr().out)
     assert summary["status"] == "SUCCESS"
     (model,) = summary["models"]
-    assert model["model"] == "items" and model["status"] == "SUCCESS"
-    assert model["rows_transferred"] == 2 and model["delta_rows_transferred"] == 2
+    assert model["model"] == "items"
+    assert model["status"] == "SUCCESS"
+    assert model["rows_transferred"] == 2
+    assert model["delta_rows_transferred"] == 2
     assert model["windows"] == 4  # three days back, the window in progress included
     assert model["most_recent_last_updated_at"] == stamps[1].isoformat(timespec="microseconds")
 
     # again: nothing new, the lookback re-reads the recent row, no delta rows
     assert main(["--config", str(_config(tmp_path)), "transfer", "acme_delta"]) == 0
     (model,) = json.loads(capsys.readouterr().out)["models"]
-    assert model["delta_rows_transferred"] == 0 and model["windows"] == 1
+    assert model["delta_rows_transferred"] == 0
+    assert model["windows"] == 1
 
 
 def test_transfer_unknown_destination_is_one_clear_line(tmp_path: Path, capsys) -> None:
     assert main(["--config", str(_config(tmp_path)), "transfer", "nowhere"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "unknown destination 'nowhere'" in err and "acme_delta" in err
+    assert "unknown destination 'nowhere'" in err
+    assert "acme_delta" in err
 
 
 @pytest.mark.integration

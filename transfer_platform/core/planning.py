@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from transfer_platform.core.windows import Grid, ReadBounds, Window, chunk, grid_for_window, read_bounds
+from transfer_platform.core.windows import (
+    Grid,
+    ReadBounds,
+    Window,
+    chunk,
+    grid_for_window,
+    read_bounds,
+)
 
 
 @dataclass(frozen=True)

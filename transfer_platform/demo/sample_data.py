@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -40,7 +41,7 @@ def _row(table: str, rng: random.Random, key: int, tenant_id: str, updated_at: d
                 "seats": rng.randint(1, 500)}
     elif table == "events":
         row |= {"kind": rng.choice(["click", "view", "signup"]),
-                "payload": '{"path": "/p/%d", "ok": true}' % rng.randint(1, 999),
+                "payload": json.dumps({"path": f"/p/{rng.randint(1, 999)}", "ok": True}),
                 "value": round(rng.random() * 100, 3)}
     else:
         row |= {"amount": round(rng.random() * 5000, 2), "currency": rng.choice(["USD", "EUR"]),

@@ -1,5 +1,10 @@
 """Destinations: stage a batch, merge it with its watermark in one commit, clean up."""
 
-from transfer_platform.destinations.base import DestinationWriter, WindowLoad, WindowResult, writer_for
+from transfer_platform.destinations.base import (
+    DestinationWriter,
+    WindowLoad,
+    WindowResult,
+    writer_for,
+)
 
 __all__ = ["DestinationWriter", "WindowLoad", "WindowResult", "writer_for"]

@@ -22,7 +22,12 @@ from transfer_platform.config.models import DeltaDestination, ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import WindowLoad, WindowResult, offending_key, staging_suffix
+from transfer_platform.destinations.base import (
+    WindowLoad,
+    WindowResult,
+    offending_key,
+    staging_suffix,
+)
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
 
 if TYPE_CHECKING:

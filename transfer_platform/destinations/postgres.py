@@ -22,7 +22,12 @@ from transfer_platform.connections import (
 from transfer_platform.core.sql import plan_upsert, qualified, quote_ident
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import WindowLoad, WindowResult, offending_key, staging_suffix
+from transfer_platform.destinations.base import (
+    WindowLoad,
+    WindowResult,
+    offending_key,
+    staging_suffix,
+)
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
 
 if TYPE_CHECKING:
@@ -126,8 +131,8 @@ class PostgresWriter:
     # -- steps --------------------------------------------------------------------------------
 
     def _stage(self, frame: DataFrame, staging: str) -> None:
-        from pyspark.errors import PySparkException
         from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
 
         connection = self.destination.connection
         url = postgres_jdbc_url(connection) + "?reWriteBatchedInserts=true&stringtype=unspecified"

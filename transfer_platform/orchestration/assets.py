@@ -22,11 +22,11 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
+from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.keys import SOURCE_GROUP, source_asset_key, transfer_asset_key
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.errors import TransferPlatformError
 from transfer_platform.transfers.runner import (
     TransferRequest,
     WindowOutcome,

@@ -56,8 +56,8 @@ class PostgresReader:
         return source_select(relation, [c.name_in_source for c in model.columns], predicates)
 
     def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
-        from pyspark.errors import PySparkException
         from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
 
         connection = self.source.connection
         options = {

@@ -147,7 +147,9 @@ def test_failure_in_window_three_keeps_windows_one_and_two(tmp_path: Path, spark
         assert instance.get_materialized_partitions(KEY) == set(keys[:2])
         failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
         message = failure.event_specific_data.user_failure_data.description
-        assert "duplicate primary key" in message and "id=1000" in message and "acme_delta" in message
+        assert "duplicate primary key" in message
+        assert "id=1000" in message
+        assert "acme_delta" in message
         assert _delivered(tmp_path) == _expected(rows, until=DAY0 + timedelta(days=2))
         state = read_state(DeltaTable(str(tmp_path / "dest" / "items")))
         assert state.watermark == DAY0 + timedelta(days=2)
@@ -169,7 +171,8 @@ def test_model_without_window_is_an_unpartitioned_asset(tmp_path: Path, spark) -
         result = _materialize(defs, instance)
         assert result.success
         events = result.asset_materializations_for_node("acme__items")
-        assert len(events) == 1 and events[0].partition is None
+        assert len(events) == 1
+        assert events[0].partition is None
         assert events[0].metadata["rows_transferred"].value == len(_expected(rows))
     assert _delivered(tmp_path) == _expected(rows)
 
