@@ -210,6 +210,16 @@ def read_state(table: DeltaTable) -> ModelState:
 def refuse_bad_rows(batch: pa.Table, model: ModelConfig, destination: str) -> None:
     keys = [c.destination_name for c in model.primary_key]
     lm_name = model.last_modified.destination_name
+    for key in keys:  # a NULL key never matches in the MERGE: each re-read would add a copy
+        null_keys = batch.filter(pc.is_null(batch.column(key)))
+        if null_keys.num_rows:
+            values = {k: null_keys.column(k)[0].as_py() for k in keys}
+            raise DataError(
+                f"a row has a NULL primary key value ({key}) at key {offending_key(model, values)}",
+                model=model.model_name, destination=destination,
+                fix=f"give {key} a value in every source row, or mark the right columns with "
+                    "is_primary_key",
+            )
     nulls = batch.filter(pc.is_null(batch.column(lm_name)))
     if nulls.num_rows:
         values = {k: nulls.column(k)[0].as_py() for k in keys}

@@ -13,12 +13,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
+from transfer_platform.connections import spark_error_reason
 from transfer_platform.core.planning import ModelWindowing, PlannedWindow, plan_windows
 from transfer_platform.core.timeutil import from_epoch_seconds, isoformat
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
 from transfer_platform.destinations.base import DestinationWriter, WindowLoad, WindowResult
-from transfer_platform.errors import TransferPlatformError
+from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.sources.base import ReadRequest, reader_for
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ def transfer_model(
     Yields the model's committed state first, then one outcome per window, each already
     committed. A failure in window k raises after windows before k have been yielded.
     """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
     config = request.config
     destination = config.destination(request.destination)
     recipient = config.recipient(destination.recipient)
@@ -91,7 +95,18 @@ def transfer_model(
         frame = reader.read(request.spark, ReadRequest(model, recipient.id_in_provider_system, bounds))
         load = WindowLoad(model=model, transfer_id=request.transfer_id, progress=bounds.progress,
                           configured_start=windowing.configured_start, reset_first=reset)
-        result = request.writer.write_window(frame, load)
+        try:
+            result = request.writer.write_window(frame, load)
+        except (Py4JJavaError, PySparkException) as exc:
+            # Spark reads lazily: a bad value (a failed cast, a NULL key) surfaces while staging.
+            # As a DataError it names the model and does not stop the transfer's other models.
+            raise DataError(
+                f"reading or staging the window {isoformat(bounds.lower)} <= last_modified < "
+                f"{isoformat(bounds.upper)} failed: {spark_error_reason(exc)}",
+                model=model.model_name, destination=destination.name,
+                fix="check that each column's data_type matches the source values, that the "
+                    "primary key columns hold no NULLs and that source_query runs",
+            ) from None
         reset = False
         request.log.info(f"load {tags}: {result.rows_transferred} row(s), watermark -> "
                          f"{isoformat(result.state.watermark)}")

@@ -10,7 +10,7 @@ import psycopg
 
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.core.timeutil import utc
+from transfer_platform.core.timeutil import EPOCH, utc
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
 from transfer_platform_tests.conftest import pg_connection_config
@@ -65,8 +65,14 @@ def insert_rows(conn: psycopg.Connection, schema: str, rows: list[Row], table: s
                         "VALUES (%s, %s, %s, %s)", rows)
 
 
+def _order(row: Row) -> tuple:
+    key, tenant, when, payload = row
+    return (key is None, key or 0, tenant, when is None, when or EPOCH, payload is None, payload or "")
+
+
 def normalize(rows) -> list[Row]:
-    return sorted((r[0], r[1], None if r[2] is None else utc(r[2]), r[3]) for r in rows)
+    """Rows as sorted tuples with UTC timestamps (NULL keys and values sort last)."""
+    return sorted(((r[0], r[1], None if r[2] is None else utc(r[2]), r[3]) for r in rows), key=_order)
 
 
 def source_rows(conn: psycopg.Connection, schema: str, tenant: str, table: str = "events") -> list[Row]:

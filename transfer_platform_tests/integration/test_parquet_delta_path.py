@@ -155,8 +155,30 @@ def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
     failed = transfer(spark, config, NOW2 + timedelta(hours=1), transfer_id="t3")
 
     assert failed.status == "ERROR"
-    assert f"model '{MODEL}'" in failed.error and f"destination '{DESTINATION}'" in failed.error
+    assert f"model '{MODEL}'" in failed.error
+    assert f"destination '{DESTINATION}'" in failed.error
     assert f"id={tie[0]}" in failed.error
     assert DeltaTable(str(delta_root / MODEL)).version() == version
     assert delivered(delta_root) == before
     assert read_state(DeltaTable(str(delta_root / MODEL))).watermark == NOW2
+
+
+def test_delta_refuses_a_null_primary_key(spark, lake_config):
+    """A NULL key never matches in the MERGE: accepted, every re-read would add another copy."""
+    config, lake, delta_root = lake_config
+    rows = make_rows([TENANT, "globex"], 6, DATA_DAYS, seed=10)
+    write_lake(lake, rows)
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+    version = DeltaTable(str(delta_root / MODEL)).version()
+    write_lake(lake, [*rows, (None, TENANT, NOW1 + timedelta(minutes=5), "no key")])
+
+    for attempt in ("t2", "t3"):
+        failed = transfer(spark, config, NOW2, transfer_id=attempt)
+
+        assert failed.status == "ERROR"
+        assert failed.error_type == "DataError"
+        assert "NULL primary key value (id)" in failed.error
+        assert f"model '{MODEL}'" in failed.error
+        assert DeltaTable(str(delta_root / MODEL)).version() == version
+        assert delivered(delta_root) == tenant_rows(rows)
+        assert read_state(DeltaTable(str(delta_root / MODEL))).watermark == NOW1

@@ -13,21 +13,27 @@ from datetime import timedelta
 
 import pytest
 
+from transfer_platform.config import parse_config
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import staging_suffix
+from transfer_platform.core.windows import ReadBounds, Window
+from transfer_platform.destinations.base import staging_suffix, writer_for
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
-from transfer_platform.destinations.base import writer_for
-from transfer_platform.core.windows import ReadBounds, Window
-
+from transfer_platform.transfers.runner import (
+    TransferRequest,
+    WindowOutcome,
+    run_transfer,
+    transfer_model,
+)
+from transfer_platform_tests.conftest import pg_connection_config
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
     MODEL,
     create_events,
     day,
     destination_rows,
+    events_model,
     insert_rows,
     make_rows,
     normalize,
@@ -77,7 +83,7 @@ def source(pg_conn, pg_schema):
 
 
 def tenant_ids(pg_conn, schema, tenant=TENANT, table="events") -> list[int]:
-    return [r[0] for r in source_rows(pg_conn, schema, tenant, table) if r[0] < 9000]
+    return [r[0] for r in source_rows(pg_conn, schema, tenant, table) if r[0] is not None and r[0] < 9000]
 
 
 # -- 1 and 10: backfill (serial and parallel reads) ---------------------------------------------
@@ -89,7 +95,8 @@ def test_backfill_delivers_exactly_the_tenants_rows(spark, pg_conn, source, dst_
                        min_start=MIN_START, parallel=parallel)
     expected = source_rows(pg_conn, source, TENANT)
     n = len(expected)
-    assert n == 43 and all(r[2].microsecond for r in expected)
+    assert n == 43
+    assert all(r[2].microsecond for r in expected)
 
     summary = transfer(spark, config, NOW1)
 
@@ -223,7 +230,8 @@ def test_tenant_ids_with_quotes_and_backslashes_select_exactly_that_tenant(
 # -- 5: bad rows are refused and change nothing ----------------------------------------------------
 
 
-@pytest.mark.parametrize(("problem", "parallel"), [("duplicate", 1), ("null", 1), ("null", 3)])
+@pytest.mark.parametrize(("problem", "parallel"),
+                         [("duplicate", 1), ("null", 1), ("null", 3), ("null_key", 1)])
 def test_a_bad_batch_is_refused_and_changes_nothing(spark, pg_conn, pg_schema, dst_schema, problem, parallel):
     create_events(pg_conn, pg_schema, "events_nopk", primary_key=False)
     insert_rows(pg_conn, pg_schema, make_rows([TENANT, "globex"], 15, DATA_DAYS, seed=5), "events_nopk")
@@ -241,10 +249,13 @@ def test_a_bad_batch_is_refused_and_changes_nothing(spark, pg_conn, pg_schema, d
             (key, TENANT, NOW1 + timedelta(hours=2, microseconds=2), "dup b"),
         ], "events_nopk")
         expected_words = ["duplicate primary key", f"id={key}", "appears 2 times"]
-    else:
+    elif problem == "null":
         key = 7777
         insert_rows(pg_conn, pg_schema, [(key, TENANT, None, "no time")], "events_nopk")
         expected_words = ["NULL last-modified value (updated_at)", f"id={key}"]
+    else:
+        insert_rows(pg_conn, pg_schema, [(None, TENANT, NOW1 + timedelta(hours=1), "no key")], "events_nopk")
+        expected_words = ['null value in column "id"']
     # an innocent change in the same window: it must not land either
     innocent = tenant_ids(pg_conn, pg_schema, table="events_nopk")[0]
     pg_conn.execute(f'UPDATE "{pg_schema}".events_nopk SET updated_at = %s, payload = %s WHERE id = %s',
@@ -262,6 +273,41 @@ def test_a_bad_batch_is_refused_and_changes_nothing(spark, pg_conn, pg_schema, d
     after = (destination_rows(pg_conn, dst_schema), status_row(pg_conn, dst_schema),
              tables_in(pg_conn, dst_schema))
     assert after == before  # rows, watermark, state and updated_at untouched; no staging left
+
+
+def test_a_failing_model_does_not_stop_the_others(spark, pg_conn, source, dst_schema):
+    """A value the model's type cannot take fails while Spark stages the batch: that model gets a
+    DataError naming it, the next model is still transferred."""
+    good = events_model(f"{source}.events", min_start=day(3, 3))
+    bad = {**good, "model_name": "events_bad",
+           "columns": [{**c, "data_type": "integer"} if c["name_in_source"] == "payload" else c
+                       for c in good["columns"]]}
+    config = parse_config({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [bad, good],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
+                          "connection": pg_connection_config(dst_schema)}],
+    }, now=NOW1)
+    writer = writer_for(config.destination(DESTINATION))
+    try:
+        summaries = run_transfer(TransferRequest(spark=spark, config=config, destination=DESTINATION,
+                                                 writer=writer, transfer_id="t1", now=NOW1), config.models)
+    finally:
+        writer.close()
+
+    failed, succeeded = summaries
+    assert failed.status == "ERROR"
+    assert failed.error_type == "DataError"
+    assert "model 'events_bad'" in failed.error
+    assert f"destination '{DESTINATION}'" in failed.error
+    assert "Traceback" not in failed.error
+    assert pg_conn.execute(f'SELECT count(*) FROM "{dst_schema}".events_bad').fetchone()[0] == 0
+    assert status_row(pg_conn, dst_schema, "events_bad") is None
+    assert succeeded.status == "SUCCESS", succeeded.error
+    assert destination_rows(pg_conn, dst_schema) == [
+        r for r in source_rows(pg_conn, source, TENANT) if r[2] >= day(3, 3)]
+    assert sorted(tables_in(pg_conn, dst_schema)) == ["_transfer_status", "events", "events_bad"]
 
 
 # -- 6: unreachable databases ------------------------------------------------------------------
