@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
+from transfer_platform.errors import DataError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,3 +79,21 @@ def staging_suffix(model_name: str, transfer_id: str) -> str:
 
 def offending_key(model: ModelConfig, values: dict) -> str:
     return ", ".join(f"{c.destination_name}={values.get(c.destination_name)!r}" for c in model.primary_key)
+
+
+def null_last_modified_error(model: ModelConfig, destination: str, key_values: dict) -> DataError:
+    lm_name = model.last_modified.destination_name
+    return DataError(
+        f"a row has a NULL last-modified value ({lm_name}) at key {offending_key(model, key_values)}",
+        model=model.model_name, destination=destination,
+        fix=f"give every row a {lm_name} value in the source (NULLs cannot be transferred incrementally)",
+    )
+
+
+def duplicate_key_error(model: ModelConfig, destination: str, key_values: dict, count: int) -> DataError:
+    return DataError(
+        f"duplicate primary key in one batch: {offending_key(model, key_values)} appears {count} times",
+        model=model.model_name, destination=destination,
+        fix="make the primary key unique per tenant in the source, or mark the right columns "
+            "with is_primary_key",
+    )

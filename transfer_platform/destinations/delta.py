@@ -25,6 +25,8 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
+    duplicate_key_error,
+    null_last_modified_error,
     offending_key,
     staging_suffix,
 )
@@ -222,22 +224,12 @@ def refuse_bad_rows(batch: pa.Table, model: ModelConfig, destination: str) -> No
             )
     nulls = batch.filter(pc.is_null(batch.column(lm_name)))
     if nulls.num_rows:
-        values = {k: nulls.column(k)[0].as_py() for k in keys}
-        raise DataError(
-            f"a row has a NULL last-modified value ({lm_name}) at key {offending_key(model, values)}",
-            model=model.model_name, destination=destination,
-            fix=f"give every row a {lm_name} value in the source (NULLs cannot be transferred incrementally)",
-        )
+        raise null_last_modified_error(model, destination, {k: nulls.column(k)[0].as_py() for k in keys})
     if not batch.num_rows:
         return
     counts = batch.group_by(keys).aggregate([(keys[0], "count")])
     repeated = counts.filter(pc.greater(counts.column(f"{keys[0]}_count"), 1))
     if repeated.num_rows:
         values = {k: repeated.column(k)[0].as_py() for k in keys}
-        raise DataError(
-            f"duplicate primary key in one batch: {offending_key(model, values)} appears "
-            f"{repeated.column(f'{keys[0]}_count')[0].as_py()} times",
-            model=model.model_name, destination=destination,
-            fix="make the primary key unique per tenant in the source, or mark the right columns "
-                "with is_primary_key",
-        )
+        count = repeated.column(f"{keys[0]}_count")[0].as_py()
+        raise duplicate_key_error(model, destination, values, count)

@@ -25,10 +25,11 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
-    offending_key,
+    duplicate_key_error,
+    null_last_modified_error,
     staging_suffix,
 )
-from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
+from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 
 if TYPE_CHECKING:
     import psycopg
@@ -208,22 +209,12 @@ class PostgresWriter:
             f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(lm_name)} IS NULL LIMIT 1"
         ).fetchone()
         if row is not None:
-            raise DataError(
-                f"a row has a NULL last-modified value ({lm_name}) at key {offending_key(model, dict(zip(keys, row, strict=True)))}",
-                model=model.model_name, destination=self.name,
-                fix=f"give every row a {lm_name} value in the source (NULLs cannot be transferred incrementally)",
-            )
+            raise null_last_modified_error(model, self.name, dict(zip(keys, row, strict=True)))
         row = self.conn.execute(
             f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
         ).fetchone()
         if row is not None:
-            raise DataError(
-                f"duplicate primary key in one batch: {offending_key(model, dict(zip(keys, row, strict=False)))} "
-                f"appears {row[-1]} times",
-                model=model.model_name, destination=self.name,
-                fix="make the primary key unique per tenant in the source, or mark the right columns "
-                    "with is_primary_key",
-            )
+            raise duplicate_key_error(model, self.name, dict(zip(keys, row, strict=False)), row[-1])
 
     def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         self.conn.execute(
