@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -41,6 +42,9 @@ class DestinationWriter(Protocol):
     def check(self) -> None:
         """Raise ``ConnectionFailure`` if the destination cannot be reached."""
 
+    def close(self) -> None:
+        """Release connections held for the transfer."""
+
     def prepare(self, model: ModelConfig, transfer_id: str) -> ModelState:
         """Create the model's table if needed, remove what dead transfers left in staging, and
         return the model's committed state."""
@@ -70,8 +74,6 @@ def writer_for(destination) -> DestinationWriter:  # noqa: ANN001 - any configur
 
 def staging_suffix(model_name: str, transfer_id: str) -> str:
     """A short, stable suffix for a model's staging objects: ``<model hash>_<transfer>``."""
-    import hashlib
-
     model_hash = hashlib.sha1(model_name.encode()).hexdigest()[:10]
     safe_id = "".join(ch for ch in transfer_id if ch.isalnum())[:12].lower()
     return f"{model_hash}_{safe_id}"

@@ -42,7 +42,7 @@ class DestinationIOManager(ConfigurableIOManager):
         try:
             return writer.read_table(self.pyspark.spark_session, self.platform.config.model(model_name))
         finally:
-            getattr(writer, "close", lambda: None)()
+            writer.close()
 
     def handle_output(self, context: OutputContext, obj) -> None:
         if obj is None:
@@ -64,6 +64,6 @@ class DestinationIOManager(ConfigurableIOManager):
                                                          progress=progress,
                                                          configured_start=windowing.configured_start))
         finally:
-            getattr(writer, "close", lambda: None)()
+            writer.close()
         context.add_output_metadata({"rows_transferred": result.rows_transferred,
                                      "delta_rows_transferred": result.delta_rows_transferred})
