@@ -24,7 +24,16 @@ class WindowLoad:
     transfer_id: str
     progress: Window  # the part of the configured range this batch completes
     configured_start: datetime
-    reset_first: bool = False  # full refresh: empty the table and forget progress, same commit
+    into_refresh: bool = False  # a full refresh: load the table being built aside, not the live one
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a destination holds for a model when a transfer starts."""
+
+    state: ModelState  # committed with the live table
+    refresh: ModelState | None = None  # a full refresh being built aside (new or unfinished)
+    schema_changes: tuple[str, ...] = ()  # columns added to or dropped from the live table
 
 
 @dataclass(frozen=True)
@@ -45,13 +54,21 @@ class DestinationWriter(Protocol):
     def close(self) -> None:
         """Release connections held for the transfer."""
 
-    def prepare(self, model: ModelConfig, transfer_id: str) -> ModelState:
-        """Create the model's table if needed, remove what dead transfers left in staging, and
-        return the model's committed state."""
+    def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
+        """Remove what dead transfers left in staging and return the model's committed state.
+
+        ``full_refresh``: start building a new table aside (whatever was built aside before is
+        dropped). Otherwise an unfinished full refresh is carried on; without one, the live table
+        is created if needed and its columns follow the model (added, dropped; a changed type or
+        primary key is refused with ``SchemaMismatch``)."""
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
-        """Stage ``frame``, refuse it if it breaks a rule (duplicate key, NULL last-modified),
-        then merge it and record the new state in one commit; clean up staging either way."""
+        """Stage ``frame``, refuse it if it breaks a rule (NULL key, NULL last-modified, duplicate
+        key), then merge it and record the new state in one commit; clean up staging either way."""
+
+    def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
+        """Replace the live table by the one built aside, and its state by the refresh's, in one
+        commit: readers see the old table until then, never an empty or half-built one."""
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         """The delivered table as a Spark DataFrame."""
@@ -81,6 +98,15 @@ def staging_suffix(model_name: str, transfer_id: str) -> str:
 
 def offending_key(model: ModelConfig, values: dict) -> str:
     return ", ".join(f"{c.destination_name}={values.get(c.destination_name)!r}" for c in model.primary_key)
+
+
+def null_key_error(model: ModelConfig, destination: str, column: str, key_values: dict) -> DataError:
+    # a NULL key never matches an existing row: each re-read would add another copy
+    return DataError(
+        f"a row has a NULL primary key value ({column}) at key {offending_key(model, key_values)}",
+        model=model.model_name, destination=destination,
+        fix=f"give {column} a value in every source row, or mark the right columns with is_primary_key",
+    )
 
 
 def null_last_modified_error(model: ModelConfig, destination: str, key_values: dict) -> DataError:

@@ -6,11 +6,19 @@ commit upserts it on the primary key (never replacing a row by an older one) wit
 state in the commit's metadata. When the MERGE changes nothing, delta-rs makes no commit, so an
 empty append records the state instead. The staging folder is removed either way, and a dead
 transfer's leftovers are removed by the next :meth:`DeltaWriter.prepare`.
+
+A full refresh loads the same way into a Delta table built aside (``_refresh/<model>``, with its
+own state in its commits); once complete, one overwrite commit of the live table publishes it
+(with ``schema_mode="overwrite"`` when the columns changed), so readers see the old version until
+then. Schema evolution on an incremental transfer: a column added to the model is added by an
+empty ``schema_mode="merge"`` append; a column removed is dropped by rewriting the table in one
+overwrite commit (delta-rs cannot drop a column in place); a changed type is refused.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,14 +31,15 @@ from transfer_platform.core.timeutil import utc
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
+    Prepared,
     WindowLoad,
     WindowResult,
     duplicate_key_error,
+    null_key_error,
     null_last_modified_error,
-    offending_key,
     staging_suffix,
 )
-from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
+from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -39,6 +48,7 @@ if TYPE_CHECKING:
 STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
 STAGING_DIR = "_staging"
+REFRESH_DIR = "_refresh"
 _HISTORY_PAGE = 100
 
 _ARROW_TYPES = {
@@ -95,23 +105,32 @@ class DeltaWriter:
     def table_path(self, model: ModelConfig) -> Path:
         return self.root / model.model_name
 
+    def refresh_path(self, model: ModelConfig) -> Path:
+        return self.root / REFRESH_DIR / model.model_name
+
     def staging_path(self, model: ModelConfig, transfer_id: str) -> Path:
         return self.root / STAGING_DIR / staging_suffix(model.model_name, transfer_id)
 
     # -- protocol -----------------------------------------------------------------------------
 
-    def prepare(self, model: ModelConfig, transfer_id: str) -> ModelState:
+    def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
         from deltalake import DeltaTable
 
         self.check()
-        path = self.table_path(model)
-        if not DeltaTable.is_deltatable(str(path)):
-            DeltaTable.create(str(path), schema=arrow_schema(model), name=model.model_name)
-        table = DeltaTable(str(path))
-        self._check_columns(model, table)
         for stale in (self.root / STAGING_DIR).glob(staging_suffix(model.model_name, "") + "*"):
             shutil.rmtree(stale, ignore_errors=True)
-        return read_state(table)
+        path = self.table_path(model)
+        live = DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
+        state = ModelState() if live is None else read_state(live)
+        if full_refresh:
+            return Prepared(state, self._begin_refresh(model, state))
+        pending = self._pending_refresh(model, state)
+        if pending is not None:
+            return Prepared(state, pending)
+        if live is None:
+            DeltaTable.create(str(path), schema=arrow_schema(model), name=model.model_name)
+            return Prepared(state)
+        return Prepared(state, None, self._evolve(model, live, state))
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
         staging = self.staging_path(load.model, load.transfer_id)
@@ -123,8 +142,72 @@ class DeltaWriter:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
+        from deltalake import DeltaTable, write_deltalake
+
+        aside = DeltaTable(str(self.refresh_path(model)))
+        state = read_state(aside)
+        path = self.table_path(model)
+        changes_schema = (not DeltaTable.is_deltatable(str(path))
+                          or _schema_of(DeltaTable(str(path))) != arrow_schema(model))
+        rows = aside.to_pyarrow_dataset().scanner(columns=arrow_schema(model).names).to_reader()
+        write_deltalake(str(path), rows, mode="overwrite", name=model.model_name,
+                        schema_mode="overwrite" if changes_schema else None,
+                        commit_properties=_commit(state, transfer_id))
+        shutil.rmtree(self.refresh_path(model), ignore_errors=True)
+        return state
+
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         return spark.read.parquet(*self._current_files(model))
+
+    # -- full refresh and schema --------------------------------------------------------------
+
+    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
+        from deltalake import DeltaTable
+
+        state = ModelState(high_watermark=live.high_watermark)
+        path = self.refresh_path(model)
+        shutil.rmtree(path, ignore_errors=True)
+        DeltaTable.create(str(path), schema=arrow_schema(model), name=model.model_name,
+                          commit_properties=_commit(state, "begin-refresh"))
+        return state
+
+    def _pending_refresh(self, model: ModelConfig, live: ModelState) -> ModelState | None:
+        from deltalake import DeltaTable
+
+        path = self.refresh_path(model)
+        if not DeltaTable.is_deltatable(str(path)):
+            return None
+        aside = DeltaTable(str(path))
+        if _schema_of(aside) != arrow_schema(model):  # the model changed meanwhile: start again
+            return self._begin_refresh(model, live)
+        return read_state(aside)
+
+    def _evolve(self, model: ModelConfig, table: DeltaTable, state: ModelState) -> tuple[str, ...]:
+        from deltalake import write_deltalake
+
+        existing = _schema_of(table)
+        wanted = arrow_schema(model)
+        for field in wanted:
+            if field.name in existing.names and existing.field(field.name).type != field.type:
+                raise SchemaMismatch(
+                    f"model '{model.model_name}' -> destination '{self.name}': column '{field.name}' "
+                    f"is {existing.field(field.name).type} in the Delta table but the model says "
+                    f"{field.type}; a type is never changed in place. Fix: run a full refresh: "
+                    f"transfer-platform transfer {self.name} --model {model.model_name} --full-refresh")
+        added = [f.name for f in wanted if f.name not in existing.names]
+        dropped = [name for name in existing.names if name not in wanted.names]
+        commit = _commit(state, "schema-evolution")
+        if dropped:  # one overwrite commit with the model's columns (added ones NULL)
+            rows = pa.RecordBatchReader.from_batches(wanted, _project(table, wanted))
+            write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite", commit_properties=commit)
+        elif added:
+            write_deltalake(table, wanted.empty_table(), mode="append", schema_mode="merge",
+                            commit_properties=commit)
+        return tuple([f"added column {name} to Delta table {model.model_name}; rows delivered before "
+                      "hold NULL in it until they change or a full refresh runs" for name in added]
+                     + [f"dropped column {name} from Delta table {model.model_name} (no longer in the "
+                        "model)" for name in dropped])
 
     # -- steps --------------------------------------------------------------------------------
 
@@ -137,11 +220,12 @@ class DeltaWriter:
         return table.cast(schema)
 
     def _merge(self, batch: pa.Table, load: WindowLoad, volume: int) -> WindowResult:
-        from deltalake import CommitProperties, DeltaTable, write_deltalake
+        from deltalake import DeltaTable, write_deltalake
 
         model = load.model
-        table = DeltaTable(str(self.table_path(model)))
-        state = ModelState() if load.reset_first else read_state(table)
+        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
+        table = DeltaTable(str(path))
+        state = read_state(table)
         refuse_bad_rows(batch, model, self.name)
         lm_values = batch.column(model.last_modified.destination_name)
         max_lm = pc.max(lm_values).as_py() if batch.num_rows else None
@@ -153,12 +237,9 @@ class DeltaWriter:
             load.progress, batch_max_last_modified=None if max_lm is None else utc(max_lm),
             configured_start=load.configured_start,
         )
-        commit = CommitProperties(custom_metadata={STATE_KEY: new_state.to_json(),
-                                                   TRANSFER_KEY: load.transfer_id})
+        commit = _commit(new_state, load.transfer_id)
         before = table.version()
-        if load.reset_first:
-            write_deltalake(table, batch, mode="overwrite", commit_properties=commit)
-        elif batch.num_rows:
+        if batch.num_rows:
             join, newer = merge_predicates(model)
             (
                 table.merge(batch, predicate=join, source_alias="s", target_alias="t",
@@ -167,33 +248,40 @@ class DeltaWriter:
                 .when_not_matched_insert_all()
                 .execute()
             )
-        table = DeltaTable(str(self.table_path(model)))
+        table = DeltaTable(str(path))
         if table.version() == before:  # nothing changed: record the state in an empty commit
             write_deltalake(table, batch.schema.empty_table(), mode="append", commit_properties=commit)
         return WindowResult(batch.num_rows, int(delta_rows), volume,
                             None if max_lm is None else utc(max_lm), new_state)
 
-    def _check_columns(self, model: ModelConfig, table: DeltaTable) -> None:
-        existing = {f.name: f.type for f in pa.schema(table.schema().to_arrow())}
-        for field in arrow_schema(model):
-            actual = existing.get(field.name)
-            if actual is None:
-                raise SchemaMismatch(
-                    f"model '{model.model_name}' -> destination '{self.name}': column '{field.name}' "
-                    "is missing from the Delta table. Fix: run a full refresh"
-                )
-            if pa.types.is_timestamp(field.type) and pa.types.is_timestamp(actual):
-                continue
-            if actual != field.type:
-                raise SchemaMismatch(
-                    f"model '{model.model_name}' -> destination '{self.name}': column '{field.name}' "
-                    f"is {actual} in the Delta table but the model says {field.type}. Fix: run a full refresh"
-                )
-
     def _current_files(self, model: ModelConfig) -> list[str]:
         from deltalake import DeltaTable
 
         return DeltaTable(str(self.table_path(model))).file_uris()
+
+
+def _commit(state: ModelState, transfer_id: str):  # -> CommitProperties
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata={STATE_KEY: state.to_json(), TRANSFER_KEY: transfer_id})
+
+
+def _schema_of(table: DeltaTable) -> pa.Schema:
+    """The table's schema, timestamps as the model writes them (UTC microseconds)."""
+    fields = []
+    for field in pa.schema(table.schema().to_arrow()):
+        kind = pa.timestamp("us", tz="UTC") if pa.types.is_timestamp(field.type) else field.type
+        fields.append(pa.field(field.name, kind))
+    return pa.schema(fields)
+
+
+def _project(table: DeltaTable, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The table's rows with ``schema``'s columns: columns it lacks come as NULLs."""
+    present = [name for name in schema.names if name in _schema_of(table).names]
+    for batch in table.to_pyarrow_dataset().to_batches(columns=present):
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(batch.num_rows, f.type)
+             for f in schema], schema=schema)
 
 
 def read_state(table: DeltaTable) -> ModelState:
@@ -212,16 +300,10 @@ def read_state(table: DeltaTable) -> ModelState:
 def refuse_bad_rows(batch: pa.Table, model: ModelConfig, destination: str) -> None:
     keys = [c.destination_name for c in model.primary_key]
     lm_name = model.last_modified.destination_name
-    for key in keys:  # a NULL key never matches in the MERGE: each re-read would add a copy
+    for key in keys:
         null_keys = batch.filter(pc.is_null(batch.column(key)))
         if null_keys.num_rows:
-            values = {k: null_keys.column(k)[0].as_py() for k in keys}
-            raise DataError(
-                f"a row has a NULL primary key value ({key}) at key {offending_key(model, values)}",
-                model=model.model_name, destination=destination,
-                fix=f"give {key} a value in every source row, or mark the right columns with "
-                    "is_primary_key",
-            )
+            raise null_key_error(model, destination, key, {k: null_keys.column(k)[0].as_py() for k in keys})
     nulls = batch.filter(pc.is_null(batch.column(lm_name)))
     if nulls.num_rows:
         raise null_last_modified_error(model, destination, {k: nulls.column(k)[0].as_py() for k in keys})

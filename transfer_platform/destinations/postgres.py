@@ -1,15 +1,27 @@
 """PostgreSQL destination: a staged upsert.
 
-Per window: Spark writes the batch into an UNLOGGED staging table shaped like the target; then one
-transaction checks the batch (no NULL last-modified value, no duplicate key), merges it on the
-primary key (never replacing a row by an older one), records the model's row in
+Per window: Spark writes the batch into an UNLOGGED staging table with the target's columns; then
+one transaction checks the batch (no NULL key or last-modified value, no duplicate key), merges it
+on the primary key (never replacing a row by an older one), records the model's row in
 ``_transfer_status`` with the new watermark, and drops the staging table. A crash before COMMIT
 leaves the target and the watermark as they were; the next transfer drops the orphaned staging
 table in :meth:`PostgresWriter.prepare`.
+
+A full refresh loads the same way into a table built aside (``_tp_refresh_<model hash>``), with
+its progress in ``_transfer_status.refresh_state``; once complete, one transaction swaps it in:
+the live table is truncated and refilled when its columns match the model (grants and views on
+it survive), dropped and replaced by the aside table when they do not. An unfinished refresh is
+carried on by the next transfer.
+
+Schema evolution on an incremental transfer: a column added to the model is added (NULL in rows
+delivered before it), a column removed from the model is dropped, a changed type or primary key
+is refused with the advice to run a full refresh.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, PostgresDestination
@@ -23,9 +35,11 @@ from transfer_platform.core.sql import plan_upsert, qualified, quote_ident
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
+    Prepared,
     WindowLoad,
     WindowResult,
     duplicate_key_error,
+    null_key_error,
     null_last_modified_error,
     staging_suffix,
 )
@@ -37,6 +51,7 @@ if TYPE_CHECKING:
 
 STATUS_TABLE = "_transfer_status"
 STAGING_PREFIX = "_tp_stg_"
+REFRESH_PREFIX = "_tp_refresh_"
 WRITE_BATCH_SIZE = 10_000
 
 
@@ -46,6 +61,10 @@ def target_ddl(table: str, model: ModelConfig) -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
 
 
+def full_refresh_fix(destination: str, model: str) -> str:
+    return f"run a full refresh: transfer-platform transfer {destination} --model {model} --full-refresh"
+
+
 def status_ddl(table: str) -> str:
     return (
         f"CREATE TABLE IF NOT EXISTS {table} ("
@@ -53,6 +72,7 @@ def status_ddl(table: str) -> str:
         "transfer_last_updated_at timestamp with time zone, "
         "high_watermark timestamp with time zone, "
         "state jsonb, "
+        "refresh_state jsonb, "
         "last_transfer_id text, "
         "updated_at timestamp with time zone NOT NULL DEFAULT now())"
     )
@@ -85,38 +105,69 @@ class PostgresWriter:
     def table(self, model: ModelConfig) -> str:
         return qualified(self.schema, model.model_name)
 
+    def refresh_table_name(self, model: ModelConfig) -> str:
+        return REFRESH_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
+
+    def refresh_table(self, model: ModelConfig) -> str:
+        return qualified(self.schema, self.refresh_table_name(model))
+
     @property
     def status_table(self) -> str:
         return qualified(self.schema, STATUS_TABLE)
 
     # -- protocol -----------------------------------------------------------------------------
 
-    def prepare(self, model: ModelConfig, transfer_id: str) -> ModelState:
+    def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
         conn = self.conn
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
-        conn.execute(target_ddl(self.table(model), model))
         conn.execute(status_ddl(self.status_table))
-        self._check_columns(model)
+        conn.execute(f"ALTER TABLE {self.status_table} ADD COLUMN IF NOT EXISTS refresh_state jsonb")
         self._drop_stale_staging(model)
-        return self.read_state(model)
+        state = self.read_state(model)
+        if full_refresh:
+            return Prepared(state, self._begin_refresh(model, state))
+        pending = self._pending_refresh(model)
+        if pending is not None:
+            return Prepared(state, pending)
+        conn.execute(target_ddl(self.table(model), model))
+        return Prepared(state, None, self._evolve(model))
 
-    def read_state(self, model: ModelConfig) -> ModelState:
+    def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
         row = self.conn.execute(
-            f"SELECT state::text FROM {self.status_table} WHERE data_model_name = %s", (model.model_name,)
+            f"SELECT {column}::text FROM {self.status_table} WHERE data_model_name = %s", (model.model_name,)
         ).fetchone()
         return ModelState.from_json(row[0] if row else None)
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
         model = load.model
+        target = self.refresh_table(model) if load.into_refresh else self.table(model)
         staging_name = STAGING_PREFIX + staging_suffix(model.model_name, load.transfer_id)
         staging = qualified(self.schema, staging_name)
         self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
-        self.conn.execute(f"CREATE UNLOGGED TABLE {staging} (LIKE {self.table(model)})")
+        # the target's columns without its constraints: a NULL key is refused by our check, by name
+        self.conn.execute(f"CREATE UNLOGGED TABLE {staging} AS SELECT * FROM {target} WITH NO DATA")
         try:
             self._stage(frame, staging)
-            return self._merge(load, staging)
+            return self._merge(load, target, staging)
         finally:
             self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+
+    def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
+        conn = self.conn
+        live, aside = self.table(model), self.refresh_table(model)
+        columns = ", ".join(quote_ident(c.destination_name) for c in model.columns)
+        with self._translated_errors(), conn.transaction():
+            state = self._lock_state(model, "refresh_state")
+            if self._columns_match(model, live):
+                conn.execute(f"TRUNCATE {live}")
+                conn.execute(f"INSERT INTO {live} ({columns}) SELECT {columns} FROM {aside}")
+                conn.execute(f"DROP TABLE {aside}")
+            else:
+                self._replace_live_table(model)
+            self._record_state(model, state, transfer_id)
+            conn.execute(f"UPDATE {self.status_table} SET refresh_state = NULL WHERE data_model_name = %s",
+                         (model.model_name,))
+        return state
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         connection = self.destination.connection
@@ -128,6 +179,108 @@ class PostgresWriter:
                      **jdbc_properties(connection, f"destinations.{self.name}.connection.password"))
             .load()
         )
+
+    # -- full refresh -------------------------------------------------------------------------
+
+    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
+        """A new, empty table aside; progress starts over (the live high watermark is kept as
+        the reference of ``delta_rows_transferred``)."""
+        state = ModelState(high_watermark=live.high_watermark)
+        aside = self.refresh_table(model)
+        with self.conn.transaction():
+            self.conn.execute(f"DROP TABLE IF EXISTS {aside}")
+            self.conn.execute(target_ddl(aside, model))
+            self._ensure_status_row(model)
+            self.conn.execute(f"UPDATE {self.status_table} SET refresh_state = %s::jsonb "
+                              "WHERE data_model_name = %s", (state.to_json(), model.model_name))
+        return state
+
+    def _pending_refresh(self, model: ModelConfig) -> ModelState | None:
+        row = self.conn.execute(
+            f"SELECT refresh_state::text FROM {self.status_table} WHERE data_model_name = %s",
+            (model.model_name,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        if not self._columns_match(model, self.refresh_table(model)):
+            # the model changed while a refresh was unfinished: start that refresh again
+            return self._begin_refresh(model, self.read_state(model))
+        return ModelState.from_json(row[0])
+
+    def _replace_live_table(self, model: ModelConfig) -> None:
+        import psycopg
+
+        conn = self.conn
+        try:
+            conn.execute(f"DROP TABLE IF EXISTS {self.table(model)}")
+        except psycopg.errors.DependentObjectsStillExist:
+            raise SchemaMismatch(
+                f"model '{model.model_name}' -> destination '{self.name}': the full refresh changes "
+                f"the columns of {self.table(model)}, which must be replaced, but views or other "
+                "objects depend on it. Fix: drop them, run the transfer again (the refresh built so "
+                "far is kept), then recreate them"
+            ) from None
+        conn.execute(f"ALTER TABLE {self.refresh_table(model)} RENAME TO {quote_ident(model.model_name)}")
+        (pkey,) = conn.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            (self.table(model),)).fetchone()
+        conn.execute(f"ALTER TABLE {self.table(model)} RENAME CONSTRAINT {quote_ident(pkey)} "
+                     f"TO {quote_ident(model.model_name + '_pkey')}")
+
+    # -- schema -------------------------------------------------------------------------------
+
+    def _columns(self, table: str) -> dict[str, str]:
+        """Column name -> type as ``format_type`` writes it; empty if the table does not exist."""
+        return dict(self.conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum", (table,)).fetchall())
+
+    def _primary_key(self, table: str) -> list[str]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+            "ORDER BY a.attname", (table,)).fetchall()]
+
+    def _columns_match(self, model: ModelConfig, table: str) -> bool:
+        expected = {c.destination_name: TYPES[c.data_type].postgres for c in model.columns}
+        return (self._columns(table) == expected
+                and self._primary_key(table) == sorted(c.destination_name for c in model.primary_key))
+
+    def _evolve(self, model: ModelConfig) -> tuple[str, ...]:
+        """Bring the live table's columns to the model's; refuse what only a refresh can do."""
+        table = self.table(model)
+        existing = self._columns(table)
+        where = f"model '{model.model_name}' -> destination '{self.name}'"
+        fix = full_refresh_fix(self.name, model.model_name)
+        for column in model.columns:
+            expected = TYPES[column.data_type].postgres
+            actual = existing.get(column.destination_name)
+            if actual is not None and actual != expected:
+                raise SchemaMismatch(
+                    f"{where}: column '{column.destination_name}' is {actual} in {table} but the "
+                    f"model says {column.data_type} ({expected}); a type is never changed in place. "
+                    f"Fix: {fix}")
+        wanted_key = sorted(c.destination_name for c in model.primary_key)
+        actual_key = self._primary_key(table)
+        if actual_key != wanted_key:
+            raise SchemaMismatch(
+                f"{where}: the primary key of {table} is ({', '.join(actual_key)}) but the model's is "
+                f"({', '.join(wanted_key)}). Fix: {fix}")
+        wanted = [c.destination_name for c in model.columns]
+        added = [c for c in model.columns if c.destination_name not in existing]
+        dropped = [name for name in existing if name not in wanted]
+        changes = []
+        with self.conn.transaction():
+            for column in added:
+                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {quote_ident(column.destination_name)} "
+                                  f"{TYPES[column.data_type].postgres}")
+                changes.append(f"added column {column.destination_name} ({column.data_type}) to {table}; "
+                               "rows delivered before hold NULL in it until they change or a full "
+                               "refresh runs")
+            for name in dropped:
+                self.conn.execute(f"ALTER TABLE {table} DROP COLUMN {quote_ident(name)}")
+                changes.append(f"dropped column {name} from {table} (no longer in the model)")
+        return tuple(changes)
 
     # -- steps --------------------------------------------------------------------------------
 
@@ -155,55 +308,72 @@ class PostgresWriter:
                                         reason=reason) from None
             raise
 
-    def _merge(self, load: WindowLoad, staging: str) -> WindowResult:
-        import psycopg
-
+    def _merge(self, load: WindowLoad, target: str, staging: str) -> WindowResult:
         model = load.model
         lm = quote_ident(model.last_modified.destination_name)
+        state_column = "refresh_state" if load.into_refresh else "state"
         conn = self.conn
-        try:
-            with conn.transaction():
-                conn.execute(
-                    f"INSERT INTO {self.status_table} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING",
-                    (model.model_name,),
-                )
-                row = conn.execute(
-                    f"SELECT state::text FROM {self.status_table} WHERE data_model_name = %s FOR UPDATE",
-                    (model.model_name,),
-                ).fetchone()
-                state = ModelState.from_json(row[0] if row else None)
-                if load.reset_first:
-                    state = state.reset()
-                self._refuse_bad_rows(load, staging)
-                rows, delta_rows, max_lm, volume = conn.execute(
-                    f"SELECT count(*), count(*) FILTER (WHERE {lm} > %s), max({lm}), "
-                    f"pg_total_relation_size(%s::regclass) FROM {staging}",
-                    (state.high_watermark, staging),
-                ).fetchone()
-                if state.high_watermark is None:
-                    delta_rows = rows
-                if load.reset_first:
-                    conn.execute(f"TRUNCATE {self.table(model)}")
-                conn.execute(plan_upsert(
-                    target=self.table(model), staging=staging,
-                    columns=[c.destination_name for c in model.columns],
-                    primary_key=[c.destination_name for c in model.primary_key],
-                    last_modified=model.last_modified.destination_name,
-                ))
-                new_state = state.after_window(
-                    load.progress, batch_max_last_modified=max_lm, configured_start=load.configured_start
-                )
+        with self._translated_errors(), conn.transaction():
+            state = self._lock_state(model, state_column)
+            self._refuse_bad_rows(load, staging)
+            rows, delta_rows, max_lm, volume = conn.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE {lm} > %s), max({lm}), "
+                f"pg_total_relation_size(%s::regclass) FROM {staging}",
+                (state.high_watermark, staging),
+            ).fetchone()
+            if state.high_watermark is None:
+                delta_rows = rows
+            conn.execute(plan_upsert(
+                target=target, staging=staging,
+                columns=[c.destination_name for c in model.columns],
+                primary_key=[c.destination_name for c in model.primary_key],
+                last_modified=model.last_modified.destination_name,
+            ))
+            new_state = state.after_window(
+                load.progress, batch_max_last_modified=max_lm, configured_start=load.configured_start
+            )
+            if load.into_refresh:
+                conn.execute(f"UPDATE {self.status_table} SET refresh_state = %s::jsonb "
+                             "WHERE data_model_name = %s", (new_state.to_json(), model.model_name))
+            else:
                 self._record_state(model, new_state, load.transfer_id)
+        return WindowResult(rows, delta_rows, int(volume or 0), max_lm, new_state)
+
+    def _ensure_status_row(self, model: ModelConfig) -> None:
+        self.conn.execute(
+            f"INSERT INTO {self.status_table} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING",
+            (model.model_name,),
+        )
+
+    def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
+        """The model's state, its status row locked until the transaction ends (one writer at a time)."""
+        self._ensure_status_row(model)
+        row = self.conn.execute(
+            f"SELECT {column}::text FROM {self.status_table} WHERE data_model_name = %s FOR UPDATE",
+            (model.model_name,),
+        ).fetchone()
+        return ModelState.from_json(row[0] if row else None)
+
+    @contextmanager
+    def _translated_errors(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
         except psycopg.OperationalError as exc:
             connection = self.destination.connection
             raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
                                     reason=str(exc).strip().splitlines()[0]) from None
-        return WindowResult(rows, delta_rows, int(volume or 0), max_lm, new_state)
 
     def _refuse_bad_rows(self, load: WindowLoad, staging: str) -> None:
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
         key_sql = ", ".join(quote_ident(k) for k in keys)
+        for key in keys:
+            row = self.conn.execute(
+                f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(key)} IS NULL LIMIT 1").fetchone()
+            if row is not None:
+                raise null_key_error(model, self.name, key, dict(zip(keys, row, strict=True)))
         lm_name = model.last_modified.destination_name
         row = self.conn.execute(
             f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(lm_name)} IS NULL LIMIT 1"
@@ -223,30 +393,6 @@ class PostgresWriter:
             (state.watermark, state.high_watermark, state.to_json(), transfer_id, model.model_name),
         )
 
-    def _check_columns(self, model: ModelConfig) -> None:
-        rows = self.conn.execute(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
-            (self.table(model),),
-        ).fetchall()
-        existing = dict(rows)
-        for column in model.columns:
-            expected = TYPES[column.data_type].postgres
-            actual = existing.get(column.destination_name)
-            if actual is None:
-                raise SchemaMismatch(
-                    f"model '{model.model_name}' -> destination '{self.name}': column "
-                    f"'{column.destination_name}' is missing from table {self.table(model)}. "
-                    "Fix: run a full refresh (transfer-platform transfer "
-                    f"{self.name} --model {model.model_name} --full-refresh)"
-                )
-            if actual != expected:
-                raise SchemaMismatch(
-                    f"model '{model.model_name}' -> destination '{self.name}': column "
-                    f"'{column.destination_name}' is {actual} in the destination but the model says "
-                    f"{column.data_type} ({expected}). Fix: run a full refresh"
-                )
-
     def _drop_stale_staging(self, model: ModelConfig) -> None:
         prefix = STAGING_PREFIX + staging_suffix(model.model_name, "")
         stale = self.conn.execute(
@@ -255,4 +401,3 @@ class PostgresWriter:
         ).fetchall()
         for (name,) in stale:
             self.conn.execute(f"DROP TABLE IF EXISTS {qualified(self.schema, name)}")
-

@@ -16,9 +16,11 @@ from dagster import (
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
+    Config,
     Failure,
     asset,
 )
+from pydantic import Field
 from dagster_pyspark import LazyPySparkResource
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
@@ -36,6 +38,16 @@ from transfer_platform.transfers.runner import (
 
 #: run tag that makes a materialization a full refresh (also settable from the UI's launchpad)
 FULL_REFRESH_TAG = "transfer_platform/full_refresh"
+
+
+class TransferRunConfig(Config):
+    """Run configuration of a transfer asset (the launchpad's ``ops: {<asset>: {config: ...}}``)."""
+
+    full_refresh: bool = Field(
+        default=False,
+        description="rebuild the whole table from the configured start aside and swap it in "
+                    "(same as the run tag transfer_platform/full_refresh=true)",
+    )
 
 
 def source_specs(config: PlatformConfig) -> list[AssetSpec]:
@@ -83,7 +95,7 @@ def build_transfer_asset(config: PlatformConfig, destination_name: str, model: M
                   "lookback_seconds": windowing.lookback_seconds,
                   "configured_start": windowing.configured_start.isoformat()},
     )
-    def _transfer(context: AssetExecutionContext, pyspark: LazyPySparkResource,
+    def _transfer(context: AssetExecutionContext, config: TransferRunConfig, pyspark: LazyPySparkResource,
                   platform: TransferPlatformResource):
         now = datetime.now(UTC)  # the run's clock, captured once and passed down
         current = platform.config
@@ -95,7 +107,7 @@ def build_transfer_asset(config: PlatformConfig, destination_name: str, model: M
         request = TransferRequest(
             spark=pyspark.spark_session, config=current, destination=destination_name, writer=writer,
             transfer_id=context.run.run_id, now=now,
-            full_refresh=context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
+            full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
             log=context.log,
         )
         try:

@@ -20,6 +20,7 @@ def window_metadata(outcome: WindowOutcome, transfer_id: str) -> dict:
         "read_from": MetadataValue.text(isoformat(bounds.lower)),
         "read_until": MetadataValue.text(isoformat(bounds.upper)),
         "transfer_id": MetadataValue.text(transfer_id),
+        "full_refresh": MetadataValue.bool(outcome.into_refresh),
     }
     if result.state.high_watermark is not None:
         metadata["most_recent_last_updated_at"] = MetadataValue.timestamp(result.state.high_watermark)

@@ -18,6 +18,7 @@ class ReadRequest:
     model: ModelConfig
     tenant_id: str
     bounds: ReadBounds
+    destination: str = "(unknown destination)"  # named in read errors
 
 
 class SourceReader(Protocol):

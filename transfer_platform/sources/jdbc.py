@@ -83,7 +83,7 @@ class PostgresReader:
         except (Py4JJavaError, PySparkException) as exc:
             raise DataError(
                 f"reading source '{self.source.name}' failed: {spark_error_reason(exc)}",
-                model=request.model.model_name, destination="(read)",
+                model=request.model.model_name, destination=request.destination,
                 fix="check that source_table/source_query returns every column named in the model's "
                     "columns (name_in_source) and the organization column",
             ) from None

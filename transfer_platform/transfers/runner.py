@@ -48,6 +48,7 @@ class WindowOutcome:
     planned: PlannedWindow
     result: WindowResult
     partition_key: str | None
+    into_refresh: bool = False  # committed to a table built aside, live once the refresh publishes
 
 
 @dataclass
@@ -69,6 +70,9 @@ def transfer_model(
 
     Yields the model's committed state first, then one outcome per window, each already
     committed. A failure in window k raises after windows before k have been yielded.
+
+    A full refresh (asked for, or left unfinished by an earlier transfer) loads a table built
+    aside and yields the published live state last, once that table has replaced the live one.
     """
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
@@ -82,19 +86,25 @@ def transfer_model(
 
     reader = reader_for(source)
     reader.check()
-    state = request.writer.prepare(model, request.transfer_id)
+    prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.full_refresh)
+    for change in prepared.schema_changes:
+        request.log.warning(f"schema {tags}: {change}")
+    refreshing = prepared.refresh is not None
+    state = prepared.refresh if refreshing else prepared.state
     yield state
+    # a full refresh (new or unfinished) rebuilds the whole configured range, whatever was selected
     planned = plan_windows(windowing, now=request.now, watermark=state.watermark,
-                           full_refresh=request.full_refresh, partitions=partitions)
-    request.log.info(f"plan {tags}: {len(planned)} read(s), watermark={isoformat(state.watermark)}, "
-                     f"full_refresh={request.full_refresh}")
-    reset = request.full_refresh
+                           partitions=None if refreshing else partitions)
+    what = "full refresh into a table built aside" if refreshing else "incremental"
+    request.log.info(f"plan {tags}: {len(planned)} read(s), {what}, "
+                     f"watermark={isoformat(state.watermark)}")
     for window in planned:
         bounds = window.bounds
         request.log.info(f"read {tags}: {isoformat(bounds.lower)} <= last_modified < {isoformat(bounds.upper)}")
-        frame = reader.read(request.spark, ReadRequest(model, recipient.id_in_provider_system, bounds))
+        frame = reader.read(request.spark, ReadRequest(model, recipient.id_in_provider_system, bounds,
+                                                              destination.name))
         load = WindowLoad(model=model, transfer_id=request.transfer_id, progress=bounds.progress,
-                          configured_start=windowing.configured_start, reset_first=reset)
+                          configured_start=windowing.configured_start, into_refresh=refreshing)
         try:
             result = request.writer.write_window(frame, load)
         except (Py4JJavaError, PySparkException) as exc:
@@ -107,11 +117,15 @@ def transfer_model(
                 fix="check that each column's data_type matches the source values, that the "
                     "primary key columns hold no NULLs and that source_query runs",
             ) from None
-        reset = False
         request.log.info(f"load {tags}: {result.rows_transferred} row(s), watermark -> "
                          f"{isoformat(result.state.watermark)}")
         key = None if window.partition is None else windowing.partition_key(window.partition)
-        yield WindowOutcome(window, result, key)
+        yield WindowOutcome(window, result, key, refreshing)
+    if refreshing:
+        published = request.writer.publish_refresh(model, request.transfer_id)
+        request.log.info(f"publish {tags}: the refreshed table replaced the live one, watermark "
+                         f"{isoformat(published.watermark)}")
+        yield published
 
 
 @dataclass
@@ -168,7 +182,7 @@ def run_transfer(
         try:
             for item in transfer_model(request, model):
                 if isinstance(item, ModelState):
-                    summary.state = item
+                    summary.state = item  # the state before, or the state published by a refresh
                     continue
                 summary.add(item)
                 if on_window is not None:

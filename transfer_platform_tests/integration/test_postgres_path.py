@@ -255,7 +255,7 @@ def test_a_bad_batch_is_refused_and_changes_nothing(spark, pg_conn, pg_schema, d
         expected_words = ["NULL last-modified value (updated_at)", f"id={key}"]
     else:
         insert_rows(pg_conn, pg_schema, [(None, TENANT, NOW1 + timedelta(hours=1), "no key")], "events_nopk")
-        expected_words = ['null value in column "id"']
+        expected_words = ["NULL primary key value (id)", "id=None"]
     # an innocent change in the same window: it must not land either
     innocent = tenant_ids(pg_conn, pg_schema, table="events_nopk")[0]
     pg_conn.execute(f'UPDATE "{pg_schema}".events_nopk SET updated_at = %s, payload = %s WHERE id = %s',

@@ -1,0 +1,261 @@
+"""Full refresh: built aside and swapped in, so the recipient never sees an empty or half-built
+table; the table is reused when its columns match the model and replaced when they do not; an
+unfinished refresh is carried on by the next transfer. PostgreSQL and Delta destinations.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from transfer_platform.config import parse_config
+from transfer_platform.config.models import PlatformConfig
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations.base import writer_for
+from transfer_platform.destinations.delta import REFRESH_DIR, read_state
+from transfer_platform.destinations.postgres import REFRESH_PREFIX
+from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
+from transfer_platform_tests.integration.helpers import (
+    DESTINATION,
+    MODEL,
+    create_events,
+    day,
+    destination_rows,
+    events_model,
+    insert_rows,
+    make_rows,
+    normalize,
+    pg_config,
+    source_rows,
+    status_row,
+    tables_in,
+    transfer,
+)
+from transfer_platform_tests.integration.test_parquet_delta_path import delivered, write_lake
+
+pytestmark = pytest.mark.integration
+
+MIN_START = day(2, 28)
+DATA_DAYS = [day(3, 1), day(3, 2), day(3, 3)]
+NOW1 = day(3, 4) + timedelta(hours=12)
+NOW2 = day(3, 5) + timedelta(hours=6)
+TENANT = "acme"
+
+
+def with_column_type(config: PlatformConfig, column: str, data_type: str) -> PlatformConfig:
+    """The same configuration with one column of the model given another type."""
+    model = config.model(MODEL)
+    columns = [c.model_copy(update={"data_type": data_type}) if c.name_in_source == column else c
+               for c in model.columns]
+    return config.model_copy(update={"models": [model.model_copy(update={"columns": columns})]})
+
+
+def refresh_step_by_step(spark, config: PlatformConfig, now, on_window) -> list:
+    """Run a full refresh, calling ``on_window()`` after each window has committed aside."""
+    writer = writer_for(config.destination(DESTINATION))
+    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
+                              transfer_id="refresh1", now=now, full_refresh=True)
+    items = []
+    try:
+        for item in transfer_model(request, config.model(MODEL)):
+            items.append(item)
+            if isinstance(item, WindowOutcome):
+                on_window()
+    finally:
+        writer.close()
+    return items
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def backfilled(spark, pg_conn, pg_schema, dst_schema):
+    """Source events of three tenants, delivered to ``dst_schema`` by a backfill at NOW1."""
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, make_rows([TENANT, "globex", "initech"], 30, DATA_DAYS, seed=21))
+    config = pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT, min_start=MIN_START)
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+    return config
+
+
+def table_oid(conn, schema: str, table: str = MODEL) -> int | None:
+    return conn.execute("SELECT to_regclass(%s)::oid", (f'"{schema}"."{table}"',)).fetchone()[0]
+
+
+def test_postgres_refresh_is_built_aside_and_swapped_into_the_same_table(
+        spark, pg_conn, pg_schema, dst_schema, backfilled):
+    before = destination_rows(pg_conn, dst_schema)
+    watermark_before = status_row(pg_conn, dst_schema)["watermark"]
+    oid = table_oid(pg_conn, dst_schema)
+    pg_conn.execute(f'CREATE VIEW "{dst_schema}".recent AS SELECT id FROM "{dst_schema}"."{MODEL}"')
+    # a delete in the source: only a full refresh can take it away from the destination
+    deleted = source_rows(pg_conn, pg_schema, TENANT)[0][0]
+    pg_conn.execute(f'DELETE FROM "{pg_schema}".events WHERE id = %s', (deleted,))
+    pg_conn.execute(f'UPDATE "{pg_schema}".events SET payload = %s, updated_at = %s '
+                    "WHERE organization_id = %s AND id %% 4 = 0", ("refreshed", NOW1 + timedelta(hours=1), TENANT))
+
+    seen = []
+
+    def look():
+        seen.append((destination_rows(pg_conn, dst_schema), status_row(pg_conn, dst_schema)["watermark"],
+                     [t for t in tables_in(pg_conn, dst_schema) if t.startswith(REFRESH_PREFIX)]))
+
+    items = refresh_step_by_step(spark, backfilled, NOW2, look)
+
+    assert len(seen) == 7  # Feb 28 .. Mar 5, one window each
+    for rows, watermark, aside in seen:  # while the refresh runs, readers see the old table whole
+        assert rows == before
+        assert watermark == watermark_before
+        assert len(aside) == 1
+    published = items[-1]
+    assert isinstance(published, ModelState)
+    assert published.watermark == NOW2
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    assert deleted not in {r[0] for r in destination_rows(pg_conn, dst_schema)}
+    status = status_row(pg_conn, dst_schema)
+    assert status["watermark"] == NOW2
+    assert status["last_transfer_id"] == "refresh1"
+    # same columns: the table was truncated and refilled, so the view on it survived
+    assert table_oid(pg_conn, dst_schema) == oid
+    assert pg_conn.execute(f'SELECT count(*) FROM "{dst_schema}".recent').fetchone()[0] == len(before) - 1
+    assert not [t for t in tables_in(pg_conn, dst_schema) if t.startswith(REFRESH_PREFIX) or t.startswith("_tp_stg")]
+    assert pg_conn.execute(f'SELECT refresh_state FROM "{dst_schema}"._transfer_status').fetchone()[0] is None
+
+
+def test_postgres_type_change_is_refused_until_a_full_refresh_replaces_the_table(
+        spark, pg_conn, pg_schema, dst_schema, backfilled):
+    before = destination_rows(pg_conn, dst_schema)
+    status_before = status_row(pg_conn, dst_schema)
+    oid = table_oid(pg_conn, dst_schema)
+    changed = with_column_type(backfilled, "id", "decimal")
+
+    refused = transfer(spark, changed, NOW2, transfer_id="t2")
+
+    assert refused.status == "ERROR"
+    assert refused.error_type == "SchemaMismatch"
+    for words in ("model 'events'", "destination 'dst'", "column 'id'", "bigint", "decimal",
+                  f"transfer-platform transfer {DESTINATION} --model {MODEL} --full-refresh"):
+        assert words in refused.error
+    assert destination_rows(pg_conn, dst_schema) == before
+    assert status_row(pg_conn, dst_schema) == status_before
+
+    writer = writer_for(changed.destination(DESTINATION))
+    try:
+        request = TransferRequest(spark=spark, config=changed, destination=DESTINATION, writer=writer,
+                                  transfer_id="t3", now=NOW2, full_refresh=True)
+        list(transfer_model(request, changed.model(MODEL)))
+    finally:
+        writer.close()
+
+    assert table_oid(pg_conn, dst_schema) != oid  # dropped and recreated
+    (id_type,) = pg_conn.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+        "AND attname = 'id'", (f'"{dst_schema}"."{MODEL}"',)).fetchone()
+    assert id_type == "numeric(38,9)"
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    (pkey,) = pg_conn.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+                              (f'"{dst_schema}"."{MODEL}"',)).fetchone()
+    assert pkey == f"{MODEL}_pkey"
+    # and incremental transfers go on against the new table
+    after = transfer(spark, changed, NOW2 + timedelta(hours=1), transfer_id="t4")
+    assert after.status == "SUCCESS", after.error
+    assert status_row(pg_conn, dst_schema)["watermark"] == NOW2 + timedelta(hours=1)
+
+
+def test_an_unfinished_postgres_refresh_is_carried_on_by_the_next_transfer(
+        spark, pg_conn, pg_schema, dst_schema):
+    create_events(pg_conn, pg_schema, primary_key=False)
+    rows = make_rows([TENANT, "globex"], 30, DATA_DAYS, seed=22)
+    insert_rows(pg_conn, pg_schema, rows)
+    config = pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT, min_start=MIN_START)
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+    before = destination_rows(pg_conn, dst_schema)
+    # a duplicate key on March 2: the refresh's fourth window fails
+    mar2 = next(r for r in rows if r[1] == TENANT and day(3, 2) <= r[2] < day(3, 3))
+    insert_rows(pg_conn, pg_schema, [(mar2[0], TENANT, mar2[2] + timedelta(seconds=1), "dup")])
+    writer = writer_for(config.destination(DESTINATION))
+    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
+                              transfer_id="refresh1", now=NOW2, full_refresh=True)
+    windows = []
+    with pytest.raises(Exception, match="duplicate primary key"):
+        for item in transfer_model(request, config.model(MODEL)):
+            if isinstance(item, WindowOutcome):
+                windows.append(item)
+    writer.close()
+    assert len(windows) == 3  # Feb 28, Feb 29, Mar 1 committed aside
+    assert destination_rows(pg_conn, dst_schema) == before  # the live table is untouched
+    assert status_row(pg_conn, dst_schema)["watermark"] == NOW1
+    pending = pg_conn.execute(f'SELECT refresh_state::text FROM "{dst_schema}"._transfer_status').fetchone()[0]
+    assert ModelState.from_json(pending).watermark == day(3, 2)
+
+    pg_conn.execute(f'DELETE FROM "{pg_schema}".events WHERE payload = %s', ("dup",))
+    resumed = transfer(spark, config, NOW2, transfer_id="t3")  # a plain incremental transfer
+
+    assert resumed.status == "SUCCESS", resumed.error
+    assert resumed.windows == 4  # Mar 2 .. Mar 5: the refresh resumed at the failed window
+    march_2_on = [r for r in source_rows(pg_conn, pg_schema, TENANT) if r[2] >= day(3, 2) - timedelta(seconds=30)]
+    assert resumed.rows_transferred == len(march_2_on)
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    assert status_row(pg_conn, dst_schema)["watermark"] == NOW2
+    assert not [t for t in tables_in(pg_conn, dst_schema) if t.startswith(REFRESH_PREFIX)]
+
+
+# -- Delta ------------------------------------------------------------------------------------
+
+
+SCHEMA_ROWS_TENANT = "org-o'reilly"
+
+
+@pytest.fixture
+def delta_setup(tmp_path: Path):
+    lake, delta_root = tmp_path / "lake", tmp_path / "delta"
+    config = parse_config({
+        "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
+        "models": [events_model("events", min_start=MIN_START)],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": SCHEMA_ROWS_TENANT}],
+        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
+                          "connection": {"path": str(delta_root)}}],
+    }, now=NOW2)
+    rows = make_rows([SCHEMA_ROWS_TENANT, "globex"], 20, DATA_DAYS, seed=23)
+    write_lake(lake, rows)
+    return config, lake, delta_root, rows
+
+
+def test_delta_refresh_publishes_in_one_commit_and_replaces_a_changed_schema(spark, delta_setup):
+    config, lake, delta_root, rows = delta_setup
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+    before = delivered(delta_root)
+    version = DeltaTable(str(delta_root / MODEL)).version()
+    kept = [r for r in rows if r[0] != before[0][0]]  # one row deleted in the source
+    write_lake(lake, kept)
+    expected = normalize(r for r in kept if r[1] == SCHEMA_ROWS_TENANT)
+
+    seen = []
+    items = refresh_step_by_step(
+        spark, config, NOW2,
+        lambda: seen.append((DeltaTable(str(delta_root / MODEL)).version(), delivered(delta_root))))
+
+    assert len(seen) == 7
+    assert all(v == version and rows_now == before for v, rows_now in seen)
+    assert isinstance(items[-1], ModelState)
+    table = DeltaTable(str(delta_root / MODEL))
+    assert table.version() == version + 1  # one overwrite commit publishes the whole refresh
+    assert delivered(delta_root) == expected
+    assert read_state(table).watermark == NOW2
+    assert not (delta_root / REFRESH_DIR / MODEL).exists()
+
+    # a changed type: refused by an incremental transfer, applied by a full refresh
+    changed = with_column_type(config, "id", "decimal")
+    refused = transfer(spark, changed, NOW2 + timedelta(hours=1), transfer_id="t3")
+    assert refused.error_type == "SchemaMismatch"
+    assert "--full-refresh" in refused.error
+    assert DeltaTable(str(delta_root / MODEL)).version() == version + 1
+    refresh_step_by_step(spark, changed, NOW2 + timedelta(hours=1), lambda: None)
+    table = DeltaTable(str(delta_root / MODEL))
+    assert pa.schema(table.schema().to_arrow()).field("id").type == pa.decimal128(38, 9)
+    assert delivered(delta_root) == expected
