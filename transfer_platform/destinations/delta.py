@@ -278,7 +278,12 @@ def _schema_of(table: DeltaTable) -> pa.Schema:
 def _project(table: DeltaTable, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The table's rows with ``schema``'s columns: columns it lacks come as NULLs."""
     present = [name for name in schema.names if name in _schema_of(table).names]
-    for batch in table.to_pyarrow_dataset().to_batches(columns=present):
+    dataset = table.to_pyarrow_dataset()  # here, not inside delta-rs's writer (its own runtime)
+    return _projected(dataset, schema, present)
+
+
+def _projected(dataset: pads.Dataset, schema: pa.Schema, present: list[str]) -> Iterator[pa.RecordBatch]:
+    for batch in dataset.to_batches(columns=present):
         yield pa.RecordBatch.from_arrays(
             [batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(batch.num_rows, f.type)
              for f in schema], schema=schema)

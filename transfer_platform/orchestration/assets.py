@@ -20,8 +20,8 @@ from dagster import (
     Failure,
     asset,
 )
-from pydantic import Field
 from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.errors import TransferPlatformError

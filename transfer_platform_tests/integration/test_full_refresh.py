@@ -18,6 +18,7 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import REFRESH_DIR, read_state
 from transfer_platform.destinations.postgres import REFRESH_PREFIX
+from transfer_platform.errors import DataError
 from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
@@ -182,10 +183,14 @@ def test_an_unfinished_postgres_refresh_is_carried_on_by_the_next_transfer(
     request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
                               transfer_id="refresh1", now=NOW2, full_refresh=True)
     windows = []
-    with pytest.raises(Exception, match="duplicate primary key"):
+
+    def run_until_failure() -> None:
         for item in transfer_model(request, config.model(MODEL)):
             if isinstance(item, WindowOutcome):
                 windows.append(item)
+
+    with pytest.raises(DataError, match="duplicate primary key"):
+        run_until_failure()
     writer.close()
     assert len(windows) == 3  # Feb 28, Feb 29, Mar 1 committed aside
     assert destination_rows(pg_conn, dst_schema) == before  # the live table is untouched

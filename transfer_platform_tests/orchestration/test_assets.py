@@ -234,3 +234,37 @@ def test_definitions_follow_the_config_environment_variable(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path.parent)
     defs = build_definitions()
     assert KEY in {a.key for a in defs.resolve_asset_graph().asset_nodes}
+
+
+def test_full_refresh_from_run_config_rebuilds_every_window(tmp_path: Path, spark) -> None:
+    """Launched on one partition with ``full_refresh: true`` in the launchpad's run config, the
+    refresh rebuilds the whole configured range aside, swaps it in and reports every window."""
+    now = datetime.now(UTC)
+    start = now - timedelta(days=20)
+    rows = [{"id": i, "organization_id": TENANT if i % 2 else OTHER,
+             "updated_at": start + timedelta(hours=7 * i, microseconds=i), "v": f"r{i}"} for i in range(60)]
+    rows = [r for r in rows if r["updated_at"] < now - timedelta(minutes=5)]
+    _write_lake(tmp_path / "lake", rows)
+    path = _config(tmp_path, window=604_800)
+    config = yaml.safe_load(path.read_text())
+    config["models"][0]["min_start_time_epoch"] = int(start.timestamp())
+    path.write_text(yaml.safe_dump(config))
+    defs = build_definitions(str(path))
+    partitions = defs.resolve_asset_graph().get(KEY).partitions_def
+    keys = partitions.get_partition_keys()
+    with dg.instance_for_test() as instance:
+        first = _materialize(defs, instance, partition_key=keys[-1])  # only the latest week
+        assert first.success
+        assert len(_delivered(tmp_path)) < len([r for r in rows if r["organization_id"] == TENANT])
+
+        refresh = _materialize(defs, instance, partition_key=keys[-1],
+                               run_config={"ops": {"acme__items": {"config": {"full_refresh": True}}}})
+
+        assert refresh.success
+        events = refresh.asset_materializations_for_node("acme__items")
+        assert [e.partition for e in events] == keys
+        assert all(e.metadata["full_refresh"].value for e in events)
+        assert instance.get_materialized_partitions(KEY) == set(keys)
+    expected = sorted((r for r in rows if r["organization_id"] == TENANT and r["updated_at"] >= start),
+                      key=lambda r: r["id"])
+    assert _delivered(tmp_path) == expected
