@@ -1,11 +1,11 @@
 """Delta Lake destination, written with the ``deltalake`` package (delta-rs).
 
-Per window: Spark writes the batch as Parquet into a staging folder beside the tables; delta-rs
-reads it, the batch is checked (no NULL last-modified value, no duplicate key), and one MERGE
-commit upserts it on the primary key (never replacing a row by an older one) with the model's new
-state in the commit's metadata. When the MERGE changes nothing, delta-rs makes no commit, so an
-empty append records the state instead. The staging folder is removed either way, and a dead
-transfer's leftovers are removed by the next :meth:`DeltaWriter.prepare`.
+Per window: Spark hands the batch to the driver as Arrow (``DataFrame.toArrow``; delta-rs merges
+from memory in any case, and no staging files means nothing for a crash to leave behind), the
+batch is checked (no NULL key or last-modified value, no duplicate key), and one MERGE commit
+upserts it on the primary key (never replacing a row by an older one) with the model's new state
+in the commit's metadata. When the MERGE changes nothing, delta-rs makes no commit, so an empty
+append records the state instead. A crash before the commit changes nothing.
 
 A full refresh loads the same way into a Delta table built aside (``_refresh/<model>``, with its
 own state in its commits); once complete, one overwrite commit of the live table publishes it
@@ -37,7 +37,6 @@ from transfer_platform.destinations.base import (
     duplicate_key_error,
     null_key_error,
     null_last_modified_error,
-    staging_suffix,
 )
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
 
 STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
-STAGING_DIR = "_staging"
 REFRESH_DIR = "_refresh"
 _HISTORY_PAGE = 100
 
@@ -108,17 +106,12 @@ class DeltaWriter:
     def refresh_path(self, model: ModelConfig) -> Path:
         return self.root / REFRESH_DIR / model.model_name
 
-    def staging_path(self, model: ModelConfig, transfer_id: str) -> Path:
-        return self.root / STAGING_DIR / staging_suffix(model.model_name, transfer_id)
-
     # -- protocol -----------------------------------------------------------------------------
 
     def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
         from deltalake import DeltaTable
 
         self.check()
-        for stale in (self.root / STAGING_DIR).glob(staging_suffix(model.model_name, "") + "*"):
-            shutil.rmtree(stale, ignore_errors=True)
         path = self.table_path(model)
         live = DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
         state = ModelState() if live is None else read_state(live)
@@ -133,14 +126,10 @@ class DeltaWriter:
         return Prepared(state, None, self._evolve(model, live, state))
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
-        staging = self.staging_path(load.model, load.transfer_id)
-        try:
-            frame.write.mode("overwrite").parquet(str(staging))
-            batch = self._read_staged(staging, load.model)
-            volume = sum(f.stat().st_size for f in staging.glob("*.parquet"))
-            return self._merge(batch, load, volume)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        # the batch comes to the driver as Arrow (delta-rs merges from memory anyway): no files
+        # to stage, so nothing for a crash to leave behind
+        batch = frame.toArrow().select(arrow_schema(load.model).names).cast(arrow_schema(load.model))
+        return self._merge(batch, load, batch.nbytes)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         from deltalake import DeltaTable, write_deltalake
@@ -210,14 +199,6 @@ class DeltaWriter:
                         "model)" for name in dropped])
 
     # -- steps --------------------------------------------------------------------------------
-
-    def _read_staged(self, staging: Path, model: ModelConfig) -> pa.Table:
-        schema = arrow_schema(model)
-        files = sorted(str(p) for p in staging.glob("*.parquet"))
-        if not files:
-            return schema.empty_table()
-        table = pads.dataset(files, format="parquet").to_table(columns=schema.names)
-        return table.cast(schema)
 
     def _merge(self, batch: pa.Table, load: WindowLoad, volume: int) -> WindowResult:
         from deltalake import DeltaTable, write_deltalake
