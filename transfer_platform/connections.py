@@ -13,6 +13,7 @@ from transfer_platform.errors import ConnectionFailure
 
 if TYPE_CHECKING:
     import psycopg
+    import pymysql
 
 CONNECT_TIMEOUT_SECONDS = 10
 
@@ -47,8 +48,40 @@ def connect_postgres(connection: DatabaseConnection, *, what: str, autocommit: b
     return conn
 
 
+def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | None = None) -> pymysql.Connection:
+    """A PyMySQL connection in UTC (``time_zone = '+00:00'``), autocommit on; ``ConnectionFailure``
+    naming host and port if it fails. ``database`` overrides the connection's database."""
+    import pymysql
+
+    try:
+        return pymysql.connect(
+            host=connection.host,
+            port=connection.port,
+            user=connection.username,
+            password=password_of(connection, f"{what}.connection.password") or "",
+            database=database or connection.database,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            autocommit=True,
+            charset="utf8mb4",
+            init_command="SET time_zone = '+00:00'",
+        )
+    except pymysql.err.OperationalError as exc:
+        raise ConnectionFailure(
+            what, host=connection.host, port=connection.port,
+            reason=_first_line(str(exc.args[-1]) if exc.args else str(exc)),
+            fix="check that the database is running and accepts connections, and the host, port, "
+                "database, username and password variable in the configuration",
+        ) from None
+
+
 def postgres_jdbc_url(connection: DatabaseConnection) -> str:
     return f"jdbc:postgresql://{connection.host}:{connection.port}/{connection.database}"
+
+
+def mysql_jdbc_url(connection: DatabaseConnection, database: str | None = None) -> str:
+    """A ``jdbc:mysql:`` URL (Spark picks its MySQL dialect, backticks, from that prefix; the
+    MariaDB driver accepts it). The database is written as is: the driver does not decode it."""
+    return f"jdbc:mysql://{connection.host}:{connection.port}/{database or connection.database}"
 
 
 def jdbc_properties(connection: DatabaseConnection, where: str) -> dict[str, str]:

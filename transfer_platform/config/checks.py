@@ -15,6 +15,10 @@ from transfer_platform.errors import Problem
 
 #: Dagster advises at most 100,000 partitions per asset
 MAX_PARTITIONS_PER_ASSET = 100_000
+#: longest schema name: PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1 bytes),
+#: which could select another tenant's schema; MySQL refuses names over 64 characters
+POSTGRES_MAX_IDENTIFIER_BYTES = 63
+MYSQL_MAX_IDENTIFIER_CHARS = 64
 
 
 def _duplicates(names: list[str]) -> list[str]:
@@ -36,8 +40,14 @@ def check_config(config: PlatformConfig, now: datetime) -> list[Problem]:
         for name in _duplicates(names):
             problems.append(Problem(kind, f"the name {name!r} is used more than once",
                                     "give each entry its own name"))
+    for i, recipient in enumerate(config.recipients):
+        if "\x00" in recipient.id_in_provider_system:
+            problems.append(Problem(f"recipients[{i}] ({recipient.name}).id_in_provider_system",
+                                    "contains a NUL character, which no source can store or match",
+                                    "remove the NUL character"))
     problems += _check_models(config, now)
     problems += _check_destinations(config)
+    problems += _check_schema_tenants(config)
     return problems
 
 
@@ -77,6 +87,13 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                         f"source {source.name!r} is multi-tenant but the model has no "
                                         "organization_column, so every recipient would get every row",
                                         "set organization_column to the column holding the tenant id"))
+            if source.tenancy == "schema_tenanted" and model.source_table and "." in model.source_table:
+                problems.append(Problem(f"{path}.source_table",
+                                        f"source {source.name!r} is schema-tenanted, so source_table is "
+                                        f"the table's name inside each recipient's schema, not "
+                                        f"{model.source_table!r}",
+                                        "write the bare table name (events, not public.events); the "
+                                        "schema is the recipient's id_in_provider_system"))
         problems += _check_partition_count(config, model, path, now)
     return problems
 
@@ -121,4 +138,55 @@ def _check_destinations(config: PlatformConfig) -> list[Problem]:
                                     f"recipient {recipient!r} has {count} destinations ({', '.join(names)}); "
                                     "this version delivers each recipient to one destination",
                                     "keep one destination per recipient"))
+    return problems
+
+
+def tenant_schema_problem(vendor: str, tenant_id: str, *, uses_source_query: bool) -> str | None:
+    """Why ``tenant_id`` cannot name a tenant's schema (MySQL: database; Parquet: folder) of a
+    schema-tenanted source, or ``None`` if it can."""
+    if "\x00" in tenant_id:
+        return "it contains a NUL character"
+    if vendor == "postgres" and len(tenant_id.encode()) > POSTGRES_MAX_IDENTIFIER_BYTES:
+        return (f"it is {len(tenant_id.encode())} bytes long; PostgreSQL schema names are at most "
+                f"{POSTGRES_MAX_IDENTIFIER_BYTES} bytes (longer names are truncated, which could "
+                "select another tenant's schema)")
+    if vendor == "mysql":
+        if len(tenant_id) > MYSQL_MAX_IDENTIFIER_CHARS:
+            return f"MySQL database names are at most {MYSQL_MAX_IDENTIFIER_CHARS} characters"
+        if tenant_id != tenant_id.rstrip(" "):
+            return "MySQL database names cannot end with a space"
+        if uses_source_query and ("/" in tenant_id or "?" in tenant_id):
+            return ("a source_query runs with the tenant's database as the JDBC URL's database, "
+                    "where '/' and '?' are syntax (the driver does not decode them); source_table "
+                    "has no such limit")
+    if vendor == "parquet" and (tenant_id in (".", "..") or "/" in tenant_id):
+        return "it must be a single folder name (no '/', not '.' or '..')"
+    return None
+
+
+def _check_schema_tenants(config: PlatformConfig) -> list[Problem]:
+    """Each recipient's id must be usable as its schema name in the schema-tenanted sources of the
+    models its destination receives."""
+    problems: list[Problem] = []
+    sources = {s.name: s for s in config.sources}
+    recipients = {r.name: (i, r) for i, r in enumerate(config.recipients)}
+    seen: set[tuple[str, str]] = set()
+    for destination in config.destinations:
+        if destination.recipient not in recipients:
+            continue
+        i, recipient = recipients[destination.recipient]
+        for model in config.models_for(destination):
+            source = sources.get(model.source_name)
+            if source is None or source.tenancy != "schema_tenanted":
+                continue
+            problem = tenant_schema_problem(source.vendor, recipient.id_in_provider_system,
+                                            uses_source_query=model.source_query is not None)
+            if problem and (recipient.name, problem) not in seen:
+                seen.add((recipient.name, problem))
+                problems.append(Problem(
+                    f"recipients[{i}] ({recipient.name}).id_in_provider_system",
+                    f"{recipient.id_in_provider_system!r} names the recipient's schema in "
+                    f"schema-tenanted source {source.name!r} (model {model.model_name!r}), but {problem}",
+                    "give the recipient an id_in_provider_system that can name its schema "
+                    "(MySQL: database; Parquet: folder), and rename the schema to match"))
     return problems

@@ -29,22 +29,31 @@ def quote_literal(value: str, dialect: str = "postgres") -> str:
 
     PostgreSQL (standard_conforming_strings on, the default since 9.1) only needs quotes doubled;
     to be safe whatever that setting is, the value is written as an ``E''`` literal with
-    backslashes doubled too. MySQL/MariaDB treat backslash as an escape by default.
+    backslashes doubled too. MySQL/MariaDB: the UTF-8 bytes as a hexadecimal literal with a
+    character set introducer (``_utf8mb4 X'...'``), a text literal that no ``sql_mode`` (such as
+    NO_BACKSLASH_ESCAPES) can reinterpret; it is coercible, so the column's collation (and index)
+    is used for the comparison.
     """
     if "\x00" in value:
         raise ValueError("a tenant id or literal cannot contain a NUL character")
-    escaped = value.replace("\\", "\\\\").replace("'", "''")
     if dialect == "mysql":
-        return f"'{escaped}'"
+        return f"_utf8mb4 X'{value.encode().hex().upper()}'"
+    escaped = value.replace("\\", "\\\\").replace("'", "''")
     return f"E'{escaped}'"
 
 
 def timestamp_literal(moment: datetime, dialect: str = "postgres") -> str:
-    """A UTC timestamp literal with microseconds (the session time zone is pinned to UTC)."""
+    """A UTC timestamp literal with microseconds (the session time zone is pinned to UTC).
+
+    PostgreSQL: an untyped literal with an explicit ``+00`` offset. PostgreSQL gives it the type
+    of the column it is compared with, so neither a ``timestamp`` nor a ``timestamptz`` column is
+    cast (a cast column cannot use its index); a ``timestamp`` column ignores the offset and
+    compares the UTC wall-clock time, which is how the platform reads such columns.
+    """
     text = utc(moment).strftime("%Y-%m-%d %H:%M:%S.%f")
     if dialect == "mysql":
         return f"TIMESTAMP'{text}'"
-    return f"TIMESTAMPTZ '{text}+00'"
+    return f"'{text}+00'"
 
 
 def change_predicate(
@@ -79,10 +88,20 @@ def source_select(
     return f"SELECT {cols} FROM {relation_sql} WHERE {where}"
 
 
-def wrap_source_query(query: str, alias: str = "tp_source_query") -> str:
+def wrap_source_query(query: str, alias: str = "tp_source_query", dialect: str = "postgres") -> str:
     """A custom ``source_query`` as a derived table: our predicates apply outside it."""
-    body = query.strip().rstrip(";")
-    return f"({body}) AS {quote_ident(alias)}"
+    body = query.strip().rstrip(";").strip()
+    return f"({body}) AS {quote_ident(alias, dialect)}"
+
+
+def derived_table(select_sql: str, alias: str = "tp_batch", dialect: str = "postgres") -> str:
+    """A SELECT as the ``dbtable`` of a Spark JDBC read: ``(SELECT ...) AS alias``."""
+    return f"({select_sql}) AS {quote_ident(alias, dialect)}"
+
+
+def search_path_value(schema: str) -> str:
+    """A PostgreSQL ``search_path`` holding exactly one schema, quoted as an identifier."""
+    return quote_ident(schema)
 
 
 def plan_upsert(

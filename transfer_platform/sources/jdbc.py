@@ -1,89 +1,260 @@
-"""PostgreSQL sources through Spark's JDBC reader.
+"""Database sources through Spark's JDBC reader: PostgreSQL and MySQL/MariaDB.
 
-The tenant filter and the change-detection bounds are written into the query Spark sends, so
-PostgreSQL applies them (and can use an index on the last-modified column). The tenant id is an
-escaped literal. With ``max_concurrent_queries_per_transfer > 1`` the read is split on the
-last-modified column between the window's bounds: no ``min()/max()`` query is needed.
+One reader, parameterised by a dialect. A window of one tenant is read as one query, sent as
+Spark's ``dbtable`` so that the database applies the filters (and can use its indexes)::
+
+    SELECT <columns> FROM <relation> WHERE <tenant> AND ((lm >= lower AND lm < upper) OR lm IS NULL)
+
+``<relation>`` is ``source_table`` or ``(source_query) AS tp_source_query``: the change and
+tenant predicates always apply outside a custom query. Tenancy:
+
+- ``multi_tenant``: ``<tenant>`` is ``organization_column = <escaped literal>``. MySQL compares
+  with the column's collation, which is usually case-, accent- and trailing-space-insensitive,
+  so Spark keeps only the rows whose id is exactly the tenant's (the SQL predicate still narrows
+  the read and uses the index; Spark's own filter pushdown is off, so Spark applies that filter).
+- ``schema_tenanted``: no tenant predicate; each recipient's rows live in the schema (MySQL:
+  database) named by its ``id_in_provider_system``. ``source_table`` is the table's name in that
+  schema and is qualified with it. For a ``source_query`` unqualified names resolve in the
+  tenant's schema: PostgreSQL's ``currentSchema`` connection property (the ``search_path`` from
+  the connection's start), MySQL's JDBC URL database. It has to be the connection's, not a
+  ``sessionInitStatement``: Spark resolves the query's columns on a connection that never runs
+  that statement.
+
+The session time zone is UTC (``sessionInitStatement``), so ``timestamptz``/MySQL ``TIMESTAMP``
+values and the UTC bounds agree; ``timestamp``/``DATETIME`` values are read as UTC. With
+``max_concurrent_queries_per_transfer > 1`` the read is split on the last-modified column between
+the window's bounds: no ``min()/max()`` query is needed.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transfer_platform.config.models import PostgresSource
+from transfer_platform.config.checks import tenant_schema_problem
+from transfer_platform.config.models import DatabaseConnection, MysqlSource, PostgresSource
 from transfer_platform.connections import (
+    connect_mysql,
     connect_postgres,
     jdbc_properties,
+    mysql_jdbc_url,
     postgres_jdbc_url,
     spark_error_reason,
 )
 from transfer_platform.core.sql import (
     change_predicate,
+    derived_table,
     qualified,
+    search_path_value,
     source_select,
     tenant_predicate,
     wrap_source_query,
 )
-from transfer_platform.errors import DataError
-from transfer_platform.sources.base import ReadRequest, to_model_columns
+from transfer_platform.errors import ConfigError, DataError, Problem
+from transfer_platform.sources.base import (
+    ReadRequest,
+    columns_mismatch,
+    for_destination,
+    missing_columns,
+    required_columns,
+    spark_col,
+    to_model_columns,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 FETCH_SIZE = 10_000
+_TIMESTAMP_BOUND_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
-class PostgresReader:
-    def __init__(self, source: PostgresSource) -> None:
-        self.source = source
-        self.what = f"PostgreSQL source '{source.name}'"
+class PostgresDialect:
+    name = "postgres"
+    label = "PostgreSQL"
+    driver = "org.postgresql.Driver"
+    session_init = "SET TIME ZONE 'UTC'"
+    case_sensitive_columns = True  # the query quotes every name
+    exact_tenant_match_in_spark = False  # deterministic collations compare exactly
 
-    def check(self) -> None:
-        with connect_postgres(self.source.connection, what=self.what) as conn:
+    def url(self, connection: DatabaseConnection, default_schema: str | None) -> str:
+        return postgres_jdbc_url(connection)
+
+    def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
+        return {} if default_schema is None else {"currentSchema": search_path_value(default_schema)}
+
+    def ping(self, connection: DatabaseConnection, what: str) -> None:
+        with connect_postgres(connection, what=what) as conn:
             conn.execute("SELECT 1")
 
-    def query_for(self, request: ReadRequest) -> str:
-        model = request.model
+
+class MysqlDialect:
+    name = "mysql"
+    label = "MySQL"
+    driver = "org.mariadb.jdbc.Driver"  # Debian's libmariadb-java; it also speaks to MySQL
+    session_init = "SET time_zone = '+00:00'"
+    case_sensitive_columns = False
+    exact_tenant_match_in_spark = True  # _ci collations: 'ACME' = 'acme ' = 'acmé' is true
+
+    def url(self, connection: DatabaseConnection, default_schema: str | None) -> str:
+        return mysql_jdbc_url(connection, default_schema)
+
+    def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
+        return {}  # the URL carries it
+
+    def ping(self, connection: DatabaseConnection, what: str) -> None:
+        with connect_mysql(connection, what=what) as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1")
+
+
+class JdbcReader:
+    def __init__(self, source: PostgresSource | MysqlSource,
+                 dialect: PostgresDialect | MysqlDialect) -> None:
+        self.source = source
+        self.dialect = dialect
+        self.what = f"{dialect.label} source '{source.name}'"
+
+    @property
+    def multi_tenant(self) -> bool:
+        return self.source.tenancy == "multi_tenant"
+
+    def check(self, destination: str | None = None) -> None:
+        self.dialect.ping(self.source.connection, self.what + for_destination(destination))
+
+    # -- SQL text -----------------------------------------------------------------------------
+
+    def relation_for(self, request: ReadRequest) -> str:
+        model, dialect = request.model, self.dialect.name
         if model.source_query:
-            relation = wrap_source_query(model.source_query)
-        else:
-            relation = qualified(*model.source_table.split("."))
-        predicates = [
-            change_predicate(model.last_modified.name_in_source, request.bounds.lower, request.bounds.upper)
-        ]
-        if self.source.tenancy == "multi_tenant":
-            predicates.insert(0, tenant_predicate(model.organization_column, request.tenant_id))
-        return source_select(relation, [c.name_in_source for c in model.columns], predicates)
+            return wrap_source_query(model.source_query, dialect=dialect)
+        if self.multi_tenant:
+            return qualified(*model.source_table.split("."), dialect=dialect)
+        return qualified(self._tenant_schema(request), model.source_table, dialect=dialect)
+
+    def query_for(self, request: ReadRequest) -> str:
+        model, dialect = request.model, self.dialect.name
+        bounds = request.bounds
+        predicates = [change_predicate(model.last_modified.name_in_source, bounds.lower, bounds.upper,
+                                       dialect=dialect)]
+        if self.multi_tenant:
+            predicates.insert(0, tenant_predicate(model.organization_column, request.tenant_id, dialect))
+        columns = required_columns(model, multi_tenant=self.multi_tenant)
+        return source_select(self.relation_for(request), columns, predicates, dialect=dialect)
+
+    def default_schema_for(self, request: ReadRequest) -> str | None:
+        """The schema unqualified names resolve in: the tenant's, for a schema-tenanted query."""
+        if self.multi_tenant or not request.model.source_query:
+            return None
+        return self._tenant_schema(request)
+
+    def _tenant_schema(self, request: ReadRequest) -> str:
+        problem = tenant_schema_problem(self.source.vendor, request.tenant_id,
+                                        uses_source_query=request.model.source_query is not None)
+        if problem:
+            raise ConfigError([Problem(
+                f"models.{request.model.model_name} (destination '{request.destination}')",
+                f"tenant id {request.tenant_id!r} cannot name its schema in schema-tenanted "
+                f"{self.what}: {problem}",
+                "give the recipient an id_in_provider_system that can name its schema")])
+        return request.tenant_id
+
+    # -- Spark --------------------------------------------------------------------------------
+
+    def connection_options(self, request: ReadRequest) -> dict[str, str]:
+        """Where and how to connect: URL, driver, credentials, session set-up."""
+        connection = self.source.connection
+        default_schema = self.default_schema_for(request)
+        return {
+            "url": self.dialect.url(connection, default_schema),
+            "driver": self.dialect.driver,
+            "sessionInitStatement": self.dialect.session_init,
+            "fetchsize": str(FETCH_SIZE),
+            # our predicates are in the query; filters Spark adds (the exact tenant match) stay in Spark
+            "pushDownPredicate": "false",
+            **self.dialect.default_schema_options(default_schema),
+            **jdbc_properties(connection, f"sources.{self.source.name}.connection.password"),
+        }
+
+    def partition_options(self, request: ReadRequest) -> dict[str, str]:
+        parallel = self.source.max_concurrent_queries_per_transfer
+        if parallel <= 1:
+            return {}
+        bounds = request.bounds
+        return {
+            "partitionColumn": request.model.last_modified.name_in_source,
+            "lowerBound": bounds.lower.strftime(_TIMESTAMP_BOUND_FORMAT),
+            "upperBound": bounds.upper.strftime(_TIMESTAMP_BOUND_FORMAT),
+            "numPartitions": str(parallel),
+        }
 
     def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
-        connection = self.source.connection
-        options = {
-            "url": postgres_jdbc_url(connection),
-            "driver": "org.postgresql.Driver",
-            "dbtable": f"({self.query_for(request)}) AS tp_batch",
-            "fetchsize": str(FETCH_SIZE),
-            "sessionInitStatement": "SET TIME ZONE 'UTC'",
-            **jdbc_properties(connection, f"sources.{self.source.name}.connection.password"),
-        }
-        parallel = self.source.max_concurrent_queries_per_transfer
-        bounds = request.bounds
-        if parallel > 1:
-            options.update({
-                "partitionColumn": request.model.last_modified.name_in_source,
-                "lowerBound": bounds.lower.strftime("%Y-%m-%d %H:%M:%S.%f"),
-                "upperBound": bounds.upper.strftime("%Y-%m-%d %H:%M:%S.%f"),
-                "numPartitions": str(parallel),
-            })
+        base = self.connection_options(request)
+        dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
         try:
-            frame = spark.read.format("jdbc").options(**options).load()
-            return to_model_columns(frame, request.model)
+            frame = (spark.read.format("jdbc").options(**base, **self.partition_options(request))
+                     .option("dbtable", dbtable).load())
         except (Py4JJavaError, PySparkException) as exc:
-            raise DataError(
-                f"reading source '{self.source.name}' failed: {spark_error_reason(exc)}",
-                model=request.model.model_name, destination=request.destination,
-                fix="check that source_table/source_query returns every column named in the model's "
-                    "columns (name_in_source) and the organization column",
-            ) from None
+            raise self._read_failure(spark, request, base, exc) from None
+        return to_model_columns(self._exact_tenant(frame, request), request.model)
+
+    def _exact_tenant(self, frame: DataFrame, request: ReadRequest) -> DataFrame:
+        from pyspark.sql.types import StringType
+
+        org = request.model.organization_column
+        if not (self.multi_tenant and self.dialect.exact_tenant_match_in_spark):
+            return frame
+        if not isinstance(frame.schema[org].dataType, StringType):
+            return frame  # numbers, binary: the database's comparison is exact already
+        from pyspark.sql import functions as F
+
+        return frame.where(spark_col(org) == F.lit(request.tenant_id))
+
+    def _read_failure(self, spark: SparkSession, request: ReadRequest, base: dict[str, str],
+                      exc: BaseException) -> DataError:
+        """Why the read failed: missing columns if the relation lacks some, else the driver's reason."""
+        available = self._columns_of(spark, request, base)
+        required = required_columns(request.model, multi_tenant=self.multi_tenant)
+        if available is not None:
+            missing = missing_columns(required, available,
+                                      case_sensitive=self.dialect.case_sensitive_columns)
+            if missing:
+                return columns_mismatch(request, self.source.name, missing, available)
+        return DataError(
+            f"reading {self.what} failed: {spark_error_reason(exc)}",
+            model=request.model.model_name, destination=request.destination,
+            fix=self._read_fix(),
+        )
+
+    def _columns_of(self, spark: SparkSession, request: ReadRequest,
+                    base: dict[str, str]) -> list[str] | None:
+        """The relation's column names (Spark runs ``SELECT * FROM relation WHERE 1=0``), or
+        ``None`` if the relation itself cannot be read."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        relation = self.relation_for(request)
+        if not request.model.source_query:
+            relation = derived_table(f"SELECT * FROM {relation}", dialect=self.dialect.name)
+        try:
+            return spark.read.format("jdbc").options(**base).option("dbtable", relation).load().columns
+        except (Py4JJavaError, PySparkException):
+            return None
+
+    def _read_fix(self) -> str:
+        if self.multi_tenant:
+            return ("check that source_table exists (or source_query runs) and returns every "
+                    "column named in the model's columns (name_in_source) and the organization column")
+        return ("each recipient's rows live in the schema (MySQL: database) named by its "
+                "id_in_provider_system: check that it exists and holds source_table (or that "
+                "source_query runs there)")
+
+
+class PostgresReader(JdbcReader):
+    def __init__(self, source: PostgresSource) -> None:
+        super().__init__(source, PostgresDialect())
+
+
+class MysqlReader(JdbcReader):
+    def __init__(self, source: MysqlSource) -> None:
+        super().__init__(source, MysqlDialect())

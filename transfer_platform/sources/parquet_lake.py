@@ -1,29 +1,60 @@
 """A Parquet "lake" on local disk (or a mounted bucket), the way an Athena/S3 source looks.
 
-Each ``source_table`` is a folder of Parquet files. The same predicates as for a database are
-applied as Spark filters, which Spark pushes into the Parquet scan (row-group statistics).
+Layout, under ``connection.path``:
+
+- ``multi_tenant``: ``<path>/<table>/`` holds a table's Parquet files, every tenant's rows in
+  them, told apart by the model's ``organization_column``;
+- ``schema_tenanted``: ``<path>/<tenant id>/<table>/`` holds one tenant's rows (the folder is the
+  recipient's ``id_in_provider_system``, which must therefore be a single folder name).
+
+``source_table`` names a table folder. A ``source_query`` is Spark SQL over the lake: each table
+folder the query mentions (the tenant's folders, for a schema-tenanted lake) is a temporary view
+named after the folder, registered in a separate Spark session so that no view leaks into the
+caller's. Either way the same predicates as for a database (tenant, then
+``(lm >= lower AND lm < upper) OR lm IS NULL``) apply outside, as Spark filters, which Spark
+pushes into the Parquet scan (row-group statistics).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
+from transfer_platform.config.checks import tenant_schema_problem
 from transfer_platform.config.models import ParquetSource
-from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
-from transfer_platform.sources.base import ReadRequest, to_model_columns
+from transfer_platform.connections import spark_error_reason
+from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
+from transfer_platform.sources.base import (
+    ReadRequest,
+    columns_mismatch,
+    for_destination,
+    missing_columns,
+    required_columns,
+    spark_col,
+    to_model_columns,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
+_GLOB_CHARACTERS = frozenset("\\*?[]{}")
 
 
 class ParquetLakeReader:
     def __init__(self, source: ParquetSource) -> None:
         self.source = source
+        self.what = f"Parquet source '{source.name}'"
 
-    def check(self) -> None:
+    @property
+    def multi_tenant(self) -> bool:
+        return self.source.tenancy == "multi_tenant"
+
+    def check(self, destination: str | None = None) -> None:
         if not self.source.connection.path.is_dir():
             raise ConnectionFailure(
-                f"Parquet source '{self.source.name}' (folder {self.source.connection.path})",
+                f"{self.what} (folder {self.source.connection.path}){for_destination(destination)}",
                 reason="the folder does not exist",
                 fix="create the lake or correct connection.path (relative paths start at the "
                     "configuration file's folder)",
@@ -33,21 +64,99 @@ class ParquetLakeReader:
         from pyspark.sql import functions as F
 
         model = request.model
-        if model.source_query:
-            raise ConfigError([Problem(f"models.{model.model_name}.source_query",
-                                       "source_query is not supported for Parquet sources yet",
-                                       "use source_table: the folder name of the table in the lake")])
-        table_path = self.source.connection.path / model.source_table
-        if not table_path.is_dir():
-            raise ConnectionFailure(
-                f"table folder {table_path} of Parquet source '{self.source.name}'",
-                reason="it does not exist", fix="check the model's source_table",
-            )
-        frame = spark.read.parquet(str(table_path))
-        lm = F.col(f"`{model.last_modified.name_in_source}`")
+        frame = self._query(spark, request) if model.source_query else self._table(spark, request)
+        required = required_columns(model, multi_tenant=self.multi_tenant)
+        missing = missing_columns(required, frame.columns, case_sensitive=False)
+        if missing:
+            raise columns_mismatch(request, self.source.name, missing, frame.columns)
+        lm = spark_col(model.last_modified.name_in_source)
         bounds = request.bounds
         in_window = (lm >= F.lit(bounds.lower)) & (lm < F.lit(bounds.upper))
         frame = frame.where(in_window | lm.isNull())
-        if self.source.tenancy == "multi_tenant":
-            frame = frame.where(F.col(f"`{model.organization_column}`") == F.lit(request.tenant_id))
+        if self.multi_tenant:
+            frame = frame.where(spark_col(model.organization_column) == F.lit(request.tenant_id))
         return to_model_columns(frame, model)
+
+    # -- where the tables are ---------------------------------------------------------------------
+
+    def tables_root(self, request: ReadRequest) -> Path:
+        """The folder whose sub-folders are the tables this tenant's read can see."""
+        root = self.source.connection.path
+        if self.multi_tenant:
+            return root
+        problem = tenant_schema_problem("parquet", request.tenant_id, uses_source_query=False)
+        if problem:
+            raise ConfigError([Problem(
+                f"models.{request.model.model_name} (destination '{request.destination}')",
+                f"tenant id {request.tenant_id!r} cannot name its folder in schema-tenanted "
+                f"{self.what}: {problem}",
+                "give the recipient an id_in_provider_system that is a plain folder name")])
+        return root / request.tenant_id
+
+    def _missing_folder(self, folder: Path, request: ReadRequest, fix: str) -> ConnectionFailure:
+        return ConnectionFailure(
+            f"folder {folder} of {self.what} (model '{request.model.model_name}', destination "
+            f"'{request.destination}')", reason="it does not exist", fix=fix)
+
+    def _table(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+        folder = self.tables_root(request) / request.model.source_table
+        if not folder.is_dir():
+            raise self._missing_folder(folder, request, self._layout_fix())
+        return self._spark_step(request, f"reading {folder}",
+                                lambda: spark.read.parquet(literal_path(folder)))
+
+    def _query(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+        root = self.tables_root(request)
+        if not root.is_dir():
+            raise self._missing_folder(root, request, self._layout_fix())
+        query = request.model.source_query
+        session = spark.newSession()  # its own temporary views; same SparkContext and settings
+        views = []
+        for folder in mentioned_table_folders(root, query):
+            self._spark_step(request, f"reading {folder}",
+                             lambda folder=folder: session.read.parquet(literal_path(folder))
+                             .createOrReplaceTempView(spark_view_name(folder.name)))
+            views.append(folder.name)
+        return self._spark_step(
+            request, f"running source_query over the tables {', '.join(views) or '(none found)'} "
+                     f"of {root}", lambda: session.sql(query))
+
+    def _spark_step(self, request: ReadRequest, doing: str, step: Callable[[], T]) -> T:
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        try:
+            return step()
+        except (Py4JJavaError, PySparkException) as exc:
+            raise DataError(
+                f"{doing} ({self.what}) failed: {spark_error_reason(exc)}",
+                model=request.model.model_name, destination=request.destination,
+                fix=self._layout_fix() + "; a source_query is Spark SQL that names table folders "
+                    "as tables",
+            ) from None
+
+    def _layout_fix(self) -> str:
+        if self.multi_tenant:
+            return "each source_table is a folder of Parquet files under connection.path"
+        return ("a schema-tenanted lake keeps each recipient's tables under "
+                "<connection.path>/<id_in_provider_system>/<table>")
+
+
+def literal_path(folder: Path) -> str:
+    """``folder`` for Spark, which reads paths as Hadoop glob patterns: a tenant folder named
+    ``a*`` would otherwise read every folder starting with ``a``. Backslash escapes each glob
+    character."""
+    return "".join("\\" + ch if ch in _GLOB_CHARACTERS else ch for ch in str(folder))
+
+
+def mentioned_table_folders(root: Path, query: str) -> list[Path]:
+    """Sub-folders of ``root`` whose name appears in ``query`` (case-insensitive): the tables a
+    query can name. The others are not opened."""
+    text = query.casefold()
+    return sorted(p for p in root.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and p.name.casefold() in text)
+
+
+def spark_view_name(name: str) -> str:
+    """A folder name as a Spark identifier (quoted: folder names may hold '-' or spaces)."""
+    return "`" + name.replace("`", "``") + "`"

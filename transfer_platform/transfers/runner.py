@@ -85,7 +85,7 @@ def transfer_model(
     tags = f"transfer={request.transfer_id} destination={destination.name} model={model.model_name}"
 
     reader = reader_for(source)
-    reader.check()
+    reader.check(destination.name)
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.full_refresh)
     for change in prepared.schema_changes:
         request.log.warning(f"schema {tags}: {change}")

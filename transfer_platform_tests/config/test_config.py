@@ -19,6 +19,7 @@ from transfer_platform.config import (
     parse_config,
 )
 from transfer_platform.config.loading import ENV_VAR
+from transfer_platform.config.models import MysqlSource
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError
 
@@ -188,6 +189,10 @@ def _bad_name(raw):
     raw["recipients"][0]["name"] = "acme corp"
 
 
+def _nul_in_tenant_id(raw):
+    raw["recipients"][0]["id_in_provider_system"] = "org\x001"
+
+
 REFUSALS = [
     ("unknown-source", _unknown_source, "models[0] (orders).source_name", "unknown source 'no_such_db'"),
     ("no-last-modified", _no_last_modified, "models[0] (orders).columns", "found none"),
@@ -221,6 +226,7 @@ REFUSALS = [
     ("table-and-query", _both_table_and_query, "models[0] (orders)", "exactly one of source_table"),
     ("unknown-data-type", _unknown_data_type, "models[0].columns[1].data_type", "unknown data_type"),
     ("bad-name", _bad_name, "recipients[0].name", "pattern"),
+    ("nul-in-tenant-id", _nul_in_tenant_id, "recipients[0] (acme).id_in_provider_system", "NUL"),
 ]
 
 
@@ -427,3 +433,92 @@ def test_env_ref_unset_variable_is_a_config_error(monkeypatch):
 def test_env_ref_refuses_anything_but_a_reference(text):
     with pytest.raises(ValueError, match="secrets cannot be written"):
         EnvRef.model_validate(text)
+
+
+# -- MySQL sources and schema-tenanted sources ---------------------------------------------------
+
+
+def schema_tenanted_raw(vendor: str = "postgres", *, tenant: str = "org_1", query: bool = False) -> dict[str, Any]:
+    """valid_raw() with its model on a schema-tenanted source of ``vendor`` and no organization column."""
+    raw = valid_raw()
+    connection = ({"path": "lake"} if vendor == "parquet" else
+                  {"host": "localhost", "port": 3306, "database": "app", "username": "reader"})
+    raw["sources"].append({"name": "tenanted", "vendor": vendor, "tenancy": "schema_tenanted",
+                           "connection": connection})
+    model = raw["models"][0]
+    model["source_name"] = "tenanted"
+    del model["organization_column"]
+    model["columns"] = [c for c in model["columns"] if c["name_in_source"] != "organization_id"]
+    if query:
+        del model["source_table"]
+        model["source_query"] = "SELECT id, updated_at FROM orders"
+    else:
+        model["source_table"] = "orders"
+    raw["recipients"][0]["id_in_provider_system"] = tenant
+    return raw
+
+
+def test_mysql_source_parses_with_its_lookback():
+    raw = valid_raw()
+    raw["sources"].append({"name": "shop", "vendor": "mysql", "connection": {
+        "host": "db", "port": 3306, "database": "shop", "username": "reader", "password": "${SHOP_PW}"}})
+    config = parse_config(raw, now=NOW)
+    source = config.source("shop")
+    assert type(source) is MysqlSource
+    assert source.lookback_seconds == 5
+    assert source.tenancy == "multi_tenant"
+
+
+@pytest.mark.parametrize("vendor", ["postgres", "mysql", "parquet"])
+@pytest.mark.parametrize("query", [False, True], ids=["source_table", "source_query"])
+def test_schema_tenanted_models_need_no_organization_column(vendor, query):
+    config = parse_config(schema_tenanted_raw(vendor, tenant="org-o'reilly\\x", query=query), now=NOW)
+    assert config.source("tenanted").tenancy == "schema_tenanted"
+    assert config.model("orders").organization_column is None
+
+
+def test_schema_tenanted_source_table_is_a_bare_table_name():
+    raw = schema_tenanted_raw()
+    raw["models"][0]["source_table"] = "public.orders"
+    problems = problems_of(raw)
+    assert ("models[0] (orders).source_table",) in [(p,) for p, _ in problems]
+    assert any("inside each recipient's schema" in m for _, m in problems)
+
+
+TENANT_PATH = "recipients[0] (acme).id_in_provider_system"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "tenant", "query", "message"),
+    [
+        ("postgres", "t" * 64, False, "at most 63 bytes"),
+        ("postgres", "é" * 32, False, "at most 63 bytes"),
+        ("mysql", "t" * 65, False, "at most 64 characters"),
+        ("mysql", "acme ", False, "cannot end with a space"),
+        ("mysql", "acme?x", True, "'/' and '?' are syntax"),
+        ("mysql", "acme/x", True, "'/' and '?' are syntax"),
+        ("parquet", "..", False, "single folder name"),
+        ("parquet", "a/b", True, "single folder name"),
+    ],
+    ids=["pg-64-bytes", "pg-multibyte", "mysql-65-chars", "mysql-trailing-space", "mysql-url-question",
+         "mysql-url-slash", "parquet-dotdot", "parquet-slash"],
+)
+def test_a_tenant_id_that_cannot_name_its_schema_is_refused(vendor, tenant, query, message):
+    problems = problems_of(schema_tenanted_raw(vendor, tenant=tenant, query=query))
+    matching = [m for p, m in problems if p == TENANT_PATH]
+    assert matching, problems
+    assert message in matching[0]
+    assert "schema-tenanted source 'tenanted'" in matching[0]
+
+
+@pytest.mark.parametrize(("vendor", "tenant"), [("postgres", "t" * 63), ("mysql", "acme?x"),
+                                                ("parquet", "o'reilly \\ x")],
+                         ids=["pg-63-bytes", "mysql-question-in-table-read", "parquet-quotes"])
+def test_tenant_ids_that_can_name_their_schema_pass(vendor, tenant):
+    parse_config(schema_tenanted_raw(vendor, tenant=tenant), now=NOW)
+
+
+def test_multi_tenant_sources_put_no_limit_on_tenant_ids():
+    raw = valid_raw()
+    raw["recipients"][0]["id_in_provider_system"] = "acme?/x" + "t" * 80
+    parse_config(raw, now=NOW)

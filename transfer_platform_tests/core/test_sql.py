@@ -10,12 +10,16 @@ from hypothesis import strategies as st
 
 from transfer_platform.core.sql import (
     change_predicate,
+    derived_table,
     plan_upsert,
     qualified,
     quote_ident,
     quote_literal,
+    search_path_value,
+    source_select,
     tenant_predicate,
     timestamp_literal,
+    wrap_source_query,
 )
 
 
@@ -24,7 +28,9 @@ def read_literal(sql: str, dialect: str) -> tuple[str, str]:
 
     Returns the value and whatever text follows the literal.
     """
-    prefix = "E'" if dialect == "postgres" else "'"
+    if dialect == "mysql":
+        return read_mysql_hex_literal(sql)
+    prefix = "E'"
     assert sql.startswith(prefix)
     i, out = len(prefix), []
     while i < len(sql):
@@ -42,6 +48,17 @@ def read_literal(sql: str, dialect: str) -> tuple[str, str]:
             out.append(ch)
             i += 1
     raise AssertionError(f"unterminated literal: {sql!r}")
+
+
+def read_mysql_hex_literal(sql: str) -> tuple[str, str]:
+    """Lex ``_utf8mb4 X'<hex digits>'`` as MySQL does: only hex digits may stand between the quotes."""
+    prefix = "_utf8mb4 X'"
+    assert sql.startswith(prefix)
+    end = sql.index("'", len(prefix))
+    digits = sql[len(prefix):end]
+    assert all(c in "0123456789ABCDEF" for c in digits), digits
+    assert len(digits) % 2 == 0
+    return bytes.fromhex(digits).decode(), sql[end + 1:]
 
 
 def read_ident(sql: str, quote: str) -> tuple[str, str]:
@@ -65,14 +82,16 @@ def read_ident(sql: str, quote: str) -> tuple[str, str]:
 @pytest.mark.parametrize(
     ("value", "postgres", "mysql"),
     [
-        ("acme", "E'acme'", "'acme'"),
-        ("O'Brien", "E'O''Brien'", "'O''Brien'"),
-        ("a\\'b", "E'a\\\\''b'", "'a\\\\''b'"),
-        ("'; DROP TABLE x; --", "E'''; DROP TABLE x; --'", "'''; DROP TABLE x; --'"),
-        ("trailing\\", "E'trailing\\\\'", "'trailing\\\\'"),
-        ("", "E''", "''"),
+        ("acme", "E'acme'", "_utf8mb4 X'61636D65'"),
+        ("O'Brien", "E'O''Brien'", "_utf8mb4 X'4F27427269656E'"),
+        ("a\\'b", "E'a\\\\''b'", "_utf8mb4 X'615C2762'"),
+        ("'; DROP TABLE x; --", "E'''; DROP TABLE x; --'",
+         "_utf8mb4 X'273B2044524F50205441424C4520783B202D2D'"),
+        ("trailing\\", "E'trailing\\\\'", "_utf8mb4 X'747261696C696E675C'"),
+        ("é", "E'é'", "_utf8mb4 X'C3A9'"),
+        ("", "E''", "_utf8mb4 X''"),
     ],
-    ids=["plain", "O'Brien", "backslash-quote", "injection", "trailing-backslash", "empty"],
+    ids=["plain", "O'Brien", "backslash-quote", "injection", "trailing-backslash", "utf-8", "empty"],
 )
 def test_quote_literal(value, postgres, mysql):
     assert quote_literal(value) == postgres
@@ -99,7 +118,8 @@ def test_quote_literal_cannot_be_broken_out_of(value, dialect):
 
 def test_tenant_predicate_quotes_both_sides():
     assert tenant_predicate("org id", "O'Brien") == "\"org id\" = E'O''Brien'"
-    assert tenant_predicate("org", "x", "mysql") == "`org` = 'x'"
+    assert tenant_predicate("org", "x", "mysql") == "`org` = _utf8mb4 X'78'"
+    assert tenant_predicate("o`rg", "x", "mysql") == "`o``rg` = _utf8mb4 X'78'"
 
 
 # -- quote_ident -------------------------------------------------------------------------------
@@ -148,13 +168,13 @@ def test_qualified_skips_missing_parts():
     ("moment", "postgres", "mysql"),
     [
         (datetime(2024, 1, 2, 3, 4, 5, 123_456, tzinfo=UTC),
-         "TIMESTAMPTZ '2024-01-02 03:04:05.123456+00'", "TIMESTAMP'2024-01-02 03:04:05.123456'"),
+         "'2024-01-02 03:04:05.123456+00'", "TIMESTAMP'2024-01-02 03:04:05.123456'"),
         (datetime(2024, 1, 2, 3, 4, 5, 1, tzinfo=UTC),
-         "TIMESTAMPTZ '2024-01-02 03:04:05.000001+00'", "TIMESTAMP'2024-01-02 03:04:05.000001'"),
+         "'2024-01-02 03:04:05.000001+00'", "TIMESTAMP'2024-01-02 03:04:05.000001'"),
         (datetime(1970, 1, 1, tzinfo=UTC),
-         "TIMESTAMPTZ '1970-01-01 00:00:00.000000+00'", "TIMESTAMP'1970-01-01 00:00:00.000000'"),
+         "'1970-01-01 00:00:00.000000+00'", "TIMESTAMP'1970-01-01 00:00:00.000000'"),
         (datetime(2024, 1, 2, 5, 0, 0, 10, tzinfo=timezone(timedelta(hours=2))),
-         "TIMESTAMPTZ '2024-01-02 03:00:00.000010+00'", "TIMESTAMP'2024-01-02 03:00:00.000010'"),
+         "'2024-01-02 03:00:00.000010+00'", "TIMESTAMP'2024-01-02 03:00:00.000010'"),
     ],
     ids=["microseconds", "one-microsecond", "epoch", "converted-to-utc"],
 )
@@ -163,13 +183,19 @@ def test_timestamp_literal(moment, postgres, mysql):
     assert timestamp_literal(moment, "mysql") == mysql
 
 
+def test_postgres_timestamp_literal_is_untyped():
+    """A typed TIMESTAMPTZ literal would make PostgreSQL cast a ``timestamp`` column (no index)."""
+    text = timestamp_literal(datetime(2024, 1, 1, tzinfo=UTC))
+    assert text == "'2024-01-01 00:00:00.000000+00'"
+
+
 def test_change_predicate():
     lower = datetime(2024, 1, 1, 0, 0, 0, 250_000, tzinfo=UTC)
     upper = datetime(2024, 1, 1, 1, tzinfo=UTC)
     text = change_predicate("updated_at", lower, upper)
     assert text == (
-        "((\"updated_at\" >= TIMESTAMPTZ '2024-01-01 00:00:00.250000+00' "
-        "AND \"updated_at\" < TIMESTAMPTZ '2024-01-01 01:00:00.000000+00') "
+        "((\"updated_at\" >= '2024-01-01 00:00:00.250000+00' "
+        "AND \"updated_at\" < '2024-01-01 01:00:00.000000+00') "
         "OR \"updated_at\" IS NULL)"
     )
     assert '"updated_at" >= ' + timestamp_literal(lower) in text
@@ -183,6 +209,41 @@ def test_change_predicate_mysql():
     assert "`lm` >= TIMESTAMP'2024-01-01 00:00:00.000000'" in text
     assert "`lm` < TIMESTAMP'2024-01-02 00:00:00.000000'" in text
     assert "`lm` IS NULL" in text
+
+
+# -- relations and the read query ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [("postgres", '(SELECT a FROM t WHERE x = 1) AS "tp_source_query"'),
+     ("mysql", "(SELECT a FROM t WHERE x = 1) AS `tp_source_query`")],
+)
+def test_wrap_source_query_is_a_derived_table(dialect, expected):
+    assert wrap_source_query("  SELECT a FROM t WHERE x = 1 ;\n", dialect=dialect) == expected
+
+
+def test_source_select_applies_the_predicates_outside_a_source_query():
+    relation = wrap_source_query("SELECT id, lm FROM t WHERE lm > 0", dialect="mysql")
+    sql = source_select(relation, ["id", "lm"], ["p1", "p2"], dialect="mysql")
+    assert sql == ("SELECT `id`, `lm` FROM (SELECT id, lm FROM t WHERE lm > 0) "
+                   "AS `tp_source_query` WHERE p1 AND p2")
+
+
+def test_source_select_without_predicates():
+    assert source_select('"t"', ["a"], []) == 'SELECT "a" FROM "t" WHERE TRUE'
+
+
+def test_derived_table():
+    assert derived_table("SELECT 1") == '(SELECT 1) AS "tp_batch"'
+    assert derived_table("SELECT 1", "b", "mysql") == "(SELECT 1) AS `b`"
+
+
+@pytest.mark.parametrize(("schema", "expected"),
+                         [("acme", '"acme"'), ("o'r\"x", '"o\'r""x"'), ("A,b", '"A,b"')],
+                         ids=["plain", "quotes", "comma-and-case"])
+def test_search_path_value_is_one_quoted_schema(schema, expected):
+    assert search_path_value(schema) == expected
 
 
 # -- plan_upsert -------------------------------------------------------------------------------
