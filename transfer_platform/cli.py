@@ -1,4 +1,5 @@
-"""``transfer-platform``: validate the configuration, run a transfer now, run the demo."""
+"""``transfer-platform``: validate the configuration; run or enqueue a transfer; list and cancel
+transfers; run the demo."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from transfer_platform.config import find_config_path, load_config
+from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, TransferPlatformError
 
 
@@ -37,6 +39,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     from transfer_platform.spark_session import get_spark_session
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
+    if args.enqueue:
+        return _enqueue(args)
     config = load_config(args.config)
     destination = config.destination(args.destination)
     models = config.models_for(destination)
@@ -63,7 +67,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     request = TransferRequest(spark=get_spark_session(config.spark), config=config,
                               destination=destination.name, writer=writer, transfer_id=transfer_id,
                               now=datetime.now(UTC), full_refresh=args.full_refresh,
-                              log=logging.getLogger("transfer_platform.transfer"))
+                              log=logging.getLogger("transfer_platform.transfer"),
+                              start=args.start, end=args.end)
     try:
         summaries = run_transfer(request, models, on_window=on_window)
     finally:
@@ -76,6 +81,98 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         print(f"error: {failed[0].model}: {failed[0].error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _instance():  # -> DagsterInstance
+    from dagster import DagsterInstance
+
+    if not os.environ.get("DAGSTER_HOME"):
+        raise ConfigError("DAGSTER_HOME is not set: the queue and the transfer list live in a Dagster "
+                          "instance (export DAGSTER_HOME=... with the dagster.yaml of this repository)")
+    return DagsterInstance.get()
+
+
+def _enqueue(args: argparse.Namespace) -> int:
+    from transfer_platform.orchestration.transfers import TransferOrder, enqueue
+
+    path = find_config_path(args.config)
+    config = load_config(path)
+    order = TransferOrder(destination=args.destination, models=args.model or [], full_refresh=args.full_refresh,
+                          start=args.start, end=args.end, tags=args.tag)
+    with _instance() as instance:
+        print(enqueue(instance, config, path, order))
+    return 0
+
+
+def cmd_transfers(args: argparse.Namespace) -> int:
+    from transfer_platform.orchestration.lifecycle import sweep
+    from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
+
+    with _instance() as instance:
+        sweep(instance, datetime.now(UTC))
+        found = list_transfers(instance, TransferFilter(
+            destination=args.destination, status=args.status, tags=args.tag,
+            ended_before=args.ended_before, ended_after=args.ended_after, limit=args.limit))
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    print(f"{'id':36}  {'destination':14} {'status':15} {'submitted_at':25} {'ended_at':25} "
+          f"{'rows':>8} {'delta':>8} {'mb':>8}  tags")
+    for t in found:
+        print(f"{t['id']:36}  {t['destination'] or '-':14} {t['status']:15} {t['submitted_at'][:25]:25} "
+              f"{(t['ended_at'] or '-')[:25]:25} {t['rows_transferred']:>8} {t['delta_rows_transferred']:>8} "
+              f"{t['volume_transferred_in_mb']:>8}  {','.join(f'{k}={v}' for k, v in t['tags'].items())}")
+        for model, metrics in t["models"].items():
+            print(f"    {model}: {metrics['windows']} window(s), {metrics['rows_transferred']} rows, "
+                  f"{metrics['delta_rows_transferred']} delta, latest {metrics['most_recent_last_updated_at']}")
+        for error in t["errors"]:
+            print(f"    error in {error['step']}: {error['error']}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from transfer_platform.orchestration.transfers import cancel
+
+    with _instance() as instance:
+        try:
+            status = cancel(instance, args.transfer_id)
+        except LookupError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    print(f"{args.transfer_id}: {status}")
+    return 0
+
+
+def _moment(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO-8601 time (e.g. 2025-01-31T00:00:00Z)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _tag(text: str) -> tuple[str, str]:
+    from transfer_platform.orchestration.run_tags import parse_user_tags
+
+    try:
+        ((key, value),) = parse_user_tags([text]).items()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return key, value
+
+
+def _tag_filter(text: str) -> tuple[str, str]:
+    key, dot, value = text.partition(".")
+    if not dot:
+        raise argparse.ArgumentTypeError(f"{text!r}: filter tags as key.value")
+    return _tag(f"{key}={value}")
+
+
+class _Tags(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        tags = dict(getattr(namespace, self.dest) or {})
+        tags[values[0]] = values[1]
+        setattr(namespace, self.dest, tags)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -95,6 +192,23 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.add_argument("--model", action="append", help="only this model (repeatable)")
     transfer.add_argument("--full-refresh", action="store_true",
                           help="start again from the configured start and reset the watermark")
+    transfer.add_argument("--start", type=_moment, help="start_transfer_window_at (ISO-8601, inclusive)")
+    transfer.add_argument("--end", type=_moment, help="end_transfer_window_at (ISO-8601, exclusive)")
+    transfer.add_argument("--tag", type=_tag, action=_Tags, default={}, metavar="KEY=VALUE",
+                          help="label the transfer (repeatable; ^[A-Za-z0-9_-]+$ on both sides)")
+    transfer.add_argument("--enqueue", action="store_true",
+                          help="submit to the Dagster instance's queue ($DAGSTER_HOME; limits apply) "
+                               "and print the transfer id, instead of running here")
+    listing = sub.add_parser("transfers", help="list transfers with status and metrics ($DAGSTER_HOME)")
+    listing.add_argument("--destination")
+    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--tag", type=_tag_filter, action=_Tags, default={}, metavar="KEY.VALUE")
+    listing.add_argument("--ended-before", type=_moment, help="exclusive")
+    listing.add_argument("--ended-after", type=_moment, help="inclusive")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true")
+    cancel = sub.add_parser("cancel", help="cancel a pending transfer or stop a running one")
+    cancel.add_argument("transfer_id")
     demo = sub.add_parser("demo", help="run the embedded demo (no server needed)")
     demo.add_argument("--dir", default="demo_output", help="working folder (recreated)")
     return parser
@@ -104,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("TRANSFER_PLATFORM_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "demo": cmd_demo}
+    handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
+                "cancel": cmd_cancel, "demo": cmd_demo}
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:

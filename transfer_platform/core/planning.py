@@ -60,6 +60,8 @@ def plan_windows(
     resume = None if full_refresh else watermark
     grid = windowing.grid
     if grid is None:
+        if partitions is not None:  # an explicit range (start/end of a transfer request)
+            return _reads(windowing, None, partitions, now=now, resume=None, skip_done=False)
         if now <= windowing.configured_start or (resume is not None and resume >= now):
             return []
         whole = Window(windowing.configured_start, now)
@@ -75,6 +77,20 @@ def plan_windows(
             pieces = chunk(partition, windowing.max_window_seconds)
         planned += _reads(windowing, partition, pieces, now=now, resume=resume, skip_done=incremental)
     return planned
+
+
+def explicit_windows(windowing: ModelWindowing, start: datetime | None, end: datetime | None,
+                     *, now: datetime) -> list[Window]:
+    """The windows of a transfer asked for ``[start, end)`` (either side open): the grid's
+    windows that overlap it, or the range itself for a model without a window size."""
+    lower = windowing.configured_start if start is None else max(start, windowing.configured_start)
+    upper = now if end is None else min(end, now)
+    if lower >= upper:
+        return []
+    grid = windowing.grid
+    if grid is None:
+        return [Window(lower, upper)]
+    return grid.windows(lower, upper)
 
 
 def _reads(windowing: ModelWindowing, partition: Window | None, pieces: list[Window], *,

@@ -26,18 +26,17 @@ from pydantic import Field
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.keys import SOURCE_GROUP, source_asset_key, transfer_asset_key
+from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.runner import (
     TransferRequest,
     WindowOutcome,
     transfer_model,
     windowing_for,
 )
-
-#: run tag that makes a materialization a full refresh (also settable from the UI's launchpad)
-FULL_REFRESH_TAG = "transfer_platform/full_refresh"
 
 
 class TransferRunConfig(Config):
@@ -110,10 +109,14 @@ def build_transfer_asset(config: PlatformConfig, destination_name: str, model: M
             full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
             log=context.log,
         )
+        if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
+            context.instance.add_run_tags(context.run.run_id,
+                                          limit_tags(current, destination_name, [model_now], "transfer"))
         try:
-            for item in transfer_model(request, model_now, partitions=partitions):
-                if isinstance(item, WindowOutcome) and item.planned.last_of_partition:
-                    yield materialization(key, item, context.run.run_id)
+            with heartbeat(context.instance, context.run.run_id):
+                for item in transfer_model(request, model_now, partitions=partitions):
+                    if isinstance(item, WindowOutcome) and item.planned.last_of_partition:
+                        yield materialization(key, item, context.run.run_id)
         except TransferPlatformError as exc:
             # a clear, one-paragraph failure in the UI instead of a traceback
             raise Failure(description=str(exc), metadata={

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.connections import spark_error_reason
-from transfer_platform.core.planning import ModelWindowing, PlannedWindow, plan_windows
+from transfer_platform.core.planning import (
+    ModelWindowing,
+    PlannedWindow,
+    explicit_windows,
+    plan_windows,
+)
 from transfer_platform.core.timeutil import from_epoch_seconds, isoformat
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
@@ -61,6 +66,8 @@ class TransferRequest:
     now: datetime
     full_refresh: bool = False
     log: Any = field(default=_LOG)
+    start: datetime | None = None  # start_transfer_window_at (inclusive): only windows from here
+    end: datetime | None = None  # end_transfer_window_at (exclusive)
 
 
 def transfer_model(
@@ -92,6 +99,8 @@ def transfer_model(
     refreshing = prepared.refresh is not None
     state = prepared.refresh if refreshing else prepared.state
     yield state
+    if partitions is None and (request.start is not None or request.end is not None):
+        partitions = explicit_windows(windowing, request.start, request.end, now=request.now)
     # a full refresh (new or unfinished) rebuilds the whole configured range, whatever was selected
     planned = plan_windows(windowing, now=request.now, watermark=state.watermark,
                            partitions=None if refreshing else partitions)

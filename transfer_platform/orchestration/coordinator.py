@@ -1,0 +1,130 @@
+"""A run coordinator that puts the configuration's limits on every run, whoever launched it.
+
+Dagster's run-queue limits only see *run* tags, and a run launched from the UI's Materialize
+button or a UI backfill carries none of ours. Every launch path (the UI, backfills, sensors,
+``transfer-platform transfer --enqueue``) goes through the instance's run coordinator, so this
+subclass of ``QueuedRunCoordinator`` (configured in ``dagster.yaml``; importable by the webserver
+and the daemon) works out which destination, models and sources a run touches and adds the tags
+of :mod:`transfer_platform.orchestration.run_tags` before the run is queued. The daemon asks it
+for the queue's rules at every pass, and it answers with the rules ``dagster.yaml`` gives plus the
+ones generated from the configuration, so the limits follow the file.
+
+A run it cannot place (assets of several destinations in one run, a configuration that does not
+load) is refused at submission with a message saying why: limits fail closed.
+"""
+
+
+import logging
+import os
+
+from dagster import DagsterRun
+from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext  # pinned Dagster
+from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
+
+from transfer_platform.config import find_config_path, load_config
+from transfer_platform.config.models import PlatformConfig
+from transfer_platform.orchestration.run_tags import (
+    DESTINATION_TAG,
+    KIND_TAG,
+    MODELS_TAG,
+    limit_tags,
+    queue_rules,
+)
+
+_LOG = logging.getLogger("transfer_platform.coordinator")
+TRANSFER_JOB = "transfer"
+INTEGRITY_JOB = "integrity"
+
+
+class RunPlacementError(Exception):
+    """A run that the limits cannot describe."""
+
+
+def _config() -> PlatformConfig:
+    path = find_config_path(None)
+    stamp = os.stat(path).st_mtime_ns
+    cached = _CACHE.get(str(path))
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, load_config(path))
+        _CACHE[str(path)] = cached
+    return cached[1]
+
+
+_CACHE: dict[str, tuple[int, PlatformConfig]] = {}
+
+
+def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], str] | None:
+    """(destination, models, kind) of a run, or None for a run that is none of ours."""
+    tags = run.tags
+    if DESTINATION_TAG in tags and KIND_TAG in tags:
+        models = [m for m in tags.get(MODELS_TAG, "").split(",") if m]
+        return tags[DESTINATION_TAG], models, tags[KIND_TAG]
+    if run.job_name == TRANSFER_JOB:
+        op_config = ((run.run_config or {}).get("ops", {}).get("run_transfer", {}) or {}).get("config", {})
+        destination = op_config.get("destination")
+        if not destination:
+            raise RunPlacementError("a transfer run needs ops.run_transfer.config.destination")
+        return destination, list(op_config.get("models") or []), "transfer"
+    keys = list(run.asset_selection or [])
+    kind = "transfer"
+    if not keys and run.asset_check_selection:
+        keys = [check.asset_key for check in run.asset_check_selection]
+        kind = "integrity"
+    by_recipient = {d.recipient: d.name for d in config.destinations}
+    touched: dict[str, list[str]] = {}
+    for key in keys:
+        path = key.path
+        if len(path) == 2 and path[0] in by_recipient:
+            touched.setdefault(by_recipient[path[0]], []).append(path[1])
+    if not touched:
+        return None
+    if len(touched) > 1:
+        raise RunPlacementError(
+            f"this run selects assets of several destinations ({', '.join(sorted(touched))}); "
+            "a run transfers to one destination so that its limits hold. Select one recipient's "
+            "assets per run (a backfill over several recipients makes one run per recipient when "
+            "launched per group)")
+    ((destination, models),) = touched.items()
+    return destination, models, kind
+
+
+def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
+    placed = placement(config, run)
+    if placed is None:
+        return {}
+    destination_name, model_names, kind = placed
+    destination = config.destination(destination_name)
+    known = {m.model_name: m for m in config.models_for(destination)}
+    unknown = [m for m in model_names if m not in known]
+    if unknown:
+        raise RunPlacementError(f"destination {destination_name!r} does not receive model(s) {unknown}")
+    models = [known[m] for m in model_names] if model_names else list(known.values())
+    return limit_tags(config, destination_name, models, kind)
+
+
+class TransferRunCoordinator(QueuedRunCoordinator):
+    """``QueuedRunCoordinator`` + the configuration's tags and limits (see the module docstring)."""
+
+    def submit_run(self, context: SubmitRunContext) -> DagsterRun:
+        run = context.dagster_run
+        try:
+            tags = tags_for(_config(), run)
+        except Exception as exc:  # noqa: BLE001 - any failure refuses the run, with its reason
+            message = f"transfer_platform cannot place run {run.run_id} under its limits: {exc}"
+            self._instance.report_engine_event(message, run)
+            self._instance.report_run_failed(run, message)
+            raise RunPlacementError(message) from exc
+        missing = {k: v for k, v in tags.items() if run.tags.get(k) != v}
+        if missing:
+            self._instance.add_run_tags(run.run_id, missing)
+            run = self._instance.get_run_by_id(run.run_id) or run
+        return super().submit_run(SubmitRunContext(run, context.workspace))
+
+    def get_run_queue_config(self) -> RunQueueConfig:
+        base = super().get_run_queue_config()
+        try:
+            generated = queue_rules(_config())
+        except Exception:
+            _LOG.exception("cannot load the transfer_platform configuration; queued runs wait")
+            raise
+        return base._replace(tag_concurrency_limits=[*base.tag_concurrency_limits, *generated])

@@ -1,0 +1,89 @@
+"""The heartbeat of running transfers and the sweep that finds expired and orphaned ones.
+
+Dagster knows QUEUED .. SUCCESS/FAILURE/CANCELED; the lifecycle (statuses read off a run by
+:func:`transfer_platform.core.lifecycle.transfer_status`) needs more, so:
+
+- CANCELLED vs KILLED: a cancelled run that never started vs one stopped while running;
+- PARTIAL_FAILURE vs ERROR: some models succeeded (run tags of the transfer job, or the run's
+  steps for asset runs) vs none did;
+- EXPIRED: Dagster has no timeout for queued runs, so :func:`sweep` cancels runs pending longer
+  than 6 hours and tags them;
+- ORPHANED: the default run launcher cannot see a dead worker (SIGKILL, a lost machine), so every
+  running transfer writes a heartbeat run tag every ``HEARTBEAT_SECONDS``; :func:`sweep` marks a
+  running transfer whose heartbeat is older than ``ORPHANED_AFTER`` as failed and tags it.
+
+The sweep runs on every tick of the transfer sensor (and from ``transfer-platform transfers``).
+"""
+
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from transfer_platform.core.lifecycle import (
+    EXPIRE_AFTER,
+    EXPIRED_TAG,
+    HEARTBEAT_TAG,
+    ORPHANED_AFTER,
+    ORPHANED_TAG,
+)
+from transfer_platform.orchestration.run_tags import KIND_TAG
+
+
+def heartbeat_seconds() -> float:
+    return float(os.environ.get("TRANSFER_PLATFORM_HEARTBEAT_SECONDS", "30"))
+
+
+@contextmanager
+def heartbeat(instance: DagsterInstance, run_id: str, every: float | None = None) -> Iterator[None]:
+    """Write the run's heartbeat tag now and every ``every`` seconds until the block ends."""
+    interval = heartbeat_seconds() if every is None else every
+    stop = threading.Event()
+
+    def beat() -> None:
+        instance.add_run_tags(run_id, {HEARTBEAT_TAG: datetime.now(UTC).isoformat()})
+
+    beat()
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            with suppress(Exception):  # a missed beat is retried at the next interval
+                beat()
+
+    thread = threading.Thread(target=loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def sweep(instance: DagsterInstance, now: datetime) -> dict[str, list[str]]:
+    """Cancel transfers pending for longer than 6 hours (EXPIRED) and fail running transfers whose
+    heartbeat stopped (ORPHANED). Returns the run ids of each."""
+    expired, orphaned = [], []
+    queued = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.QUEUED],
+                                                 tags={KIND_TAG: ["transfer", "integrity"]}))
+    for record in queued:
+        if now - record.create_timestamp.astimezone(UTC) > EXPIRE_AFTER:
+            instance.add_run_tags(record.dagster_run.run_id, {EXPIRED_TAG: "true"})
+            instance.run_coordinator.cancel_run(record.dagster_run.run_id)
+            expired.append(record.dagster_run.run_id)
+    running = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.STARTED],
+                                                  tags={KIND_TAG: ["transfer", "integrity"]}))
+    for record in running:
+        run = record.dagster_run
+        beat = run.tags.get(HEARTBEAT_TAG)
+        last = datetime.fromisoformat(beat) if beat else datetime.fromtimestamp(record.start_time or 0, UTC)
+        if now - last > ORPHANED_AFTER:
+            instance.add_run_tags(run.run_id, {ORPHANED_TAG: "true"})
+            instance.report_run_failed(
+                run, f"orphaned: no heartbeat since {last.isoformat()} (the worker died without a "
+                     "word); the next transfer cleans what it left in staging and resumes")
+            orphaned.append(run.run_id)
+    return {"expired": expired, "orphaned": orphaned}

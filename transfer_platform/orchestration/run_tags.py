@@ -1,0 +1,93 @@
+"""Run tags and run-queue limits, derived from the configuration.
+
+Every run that touches a destination carries tags saying which destination, models and sources
+it touches; the run queue (``dagster-daemon``) counts runs per tag and starts a queued run only
+when every limit holds:
+
+- ``transfer_platform/dest_slots_<N> = <destination>``: at most N runs per destination, N being
+  the destination's ``max_concurrent_transfers`` (one rule per distinct N, limit N per value);
+- ``transfer_platform/model/<model> = <destination>``: one run per destination and model (a run
+  over several models carries one such tag per model);
+- ``transfer_platform/source/<source> = transfer``: at most the source's
+  ``max_concurrent_transfers`` runs reading from it;
+- integrity runs carry the model tags of *every* model of their destination, so an integrity run
+  never runs beside a transfer to the same destination.
+
+The rules are generated from the configuration (:func:`queue_rules`) by the run coordinator, so
+they follow the file without editing ``dagster.yaml``. Nothing here imports Dagster.
+"""
+
+from __future__ import annotations
+
+import re
+
+from transfer_platform.config.models import ModelConfig, PlatformConfig
+
+PREFIX = "transfer_platform"
+DESTINATION_TAG = f"{PREFIX}/destination"
+MODELS_TAG = f"{PREFIX}/models"  # comma-separated model names
+KIND_TAG = f"{PREFIX}/kind"  # transfer | integrity
+FULL_REFRESH_TAG = f"{PREFIX}/full_refresh"
+USER_TAG_PREFIX = f"{PREFIX}/tag/"  # user tags of `transfer --tag key=value`
+KINDS = ("transfer", "integrity")
+
+USER_TAG_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def dest_slots_key(limit: int) -> str:
+    return f"{PREFIX}/dest_slots_{limit}"
+
+
+def model_key(model: str) -> str:
+    return f"{PREFIX}/model/{model}"
+
+
+def source_key(source: str) -> str:
+    return f"{PREFIX}/source/{source}"
+
+
+def limit_tags(config: PlatformConfig, destination_name: str, models: list[ModelConfig], kind: str) -> dict[str, str]:
+    """The tags the run queue counts, for a run of ``kind`` over ``models`` of a destination."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown run kind {kind!r}; expected one of {KINDS}")
+    destination = config.destination(destination_name)
+    tags = {
+        DESTINATION_TAG: destination.name,
+        KIND_TAG: kind,
+        MODELS_TAG: ",".join(m.model_name for m in models),
+        dest_slots_key(destination.max_concurrent_transfers): destination.name,
+    }
+    touched = config.models_for(destination) if kind == "integrity" else models
+    for model in touched:
+        tags[model_key(model.model_name)] = destination.name
+        tags[source_key(model.source_name)] = kind
+    return tags
+
+
+def queue_rules(config: PlatformConfig) -> list[dict]:
+    """``tag_concurrency_limits`` entries enforcing the configuration's limits."""
+    rules: list[dict] = []
+    for limit in sorted({d.max_concurrent_transfers for d in config.destinations}):
+        rules.append({"key": dest_slots_key(limit), "value": {"applyLimitPerUniqueValue": True}, "limit": limit})
+    for model in config.models:
+        rules.append({"key": model_key(model.model_name), "value": {"applyLimitPerUniqueValue": True},
+                      "limit": 1})
+    for source in config.sources:
+        rules.append({"key": source_key(source.name), "limit": source.max_concurrent_transfers})
+    return rules
+
+
+def parse_user_tags(pairs: list[str]) -> dict[str, str]:
+    """``key=value`` pairs as given on the command line; both sides must match ``^[A-Za-z0-9_-]+$``."""
+    tags: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not USER_TAG_PATTERN.match(key) or not USER_TAG_PATTERN.match(value):
+            raise ValueError(f"tag {pair!r} must be key=value with letters, digits, '_' or '-' on "
+                             "both sides (^[A-Za-z0-9_-]+$)")
+        tags[key] = value
+    return tags
+
+
+def user_tags_of(run_tags: dict[str, str]) -> dict[str, str]:
+    return {k[len(USER_TAG_PREFIX):]: v for k, v in run_tags.items() if k.startswith(USER_TAG_PREFIX)}

@@ -1,0 +1,94 @@
+"""The ``transfer`` job: one transfer of one destination (Prequel's "create a transfer").
+
+Sensors and ``transfer-platform transfer --enqueue`` submit it to the instance's run queue with
+run config ``ops: {run_transfer: {config: {destination, models, full_refresh, start, end}}}``. Its one
+op moves every requested model window by window from the watermark (or the given range) and
+reports each committed window as a materialization of that recipient/model asset and partition,
+exactly as the asset body does: the assets show every window moved, whoever moved it.
+
+A model that fails does not stop the others. At the end the run carries the tags
+``transfer_platform/models_succeeded`` and ``/models_failed``; if any model failed, the op fails
+with every model's error in its description and metadata, so the run is red in the UI and the
+transfer's status is PARTIAL_FAILURE (some models succeeded) or ERROR (none did).
+"""
+
+
+from datetime import UTC, datetime
+
+from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
+
+from transfer_platform.core.lifecycle import MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
+from transfer_platform.core.timeutil import utc
+from transfer_platform.errors import ConfigError
+from transfer_platform.orchestration.keys import transfer_asset_key
+from transfer_platform.orchestration.lifecycle import heartbeat
+from transfer_platform.orchestration.reporting import materialization
+from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.run_tags import KIND_TAG
+from transfer_platform.transfers.runner import TransferRequest, run_transfer
+
+
+class TransferConfig(Config):
+    destination: str = Field(description="the destination to transfer to")
+    models: list[str] = Field(default_factory=list, description="models to move (empty = all enabled)")
+    full_refresh: bool = Field(default=False, description="rebuild from the configured start, aside")
+    start: str | None = Field(default=None, description="start_transfer_window_at (ISO-8601, inclusive)")
+    end: str | None = Field(default=None, description="end_transfer_window_at (ISO-8601, exclusive)")
+
+
+def _moment(text: str | None) -> datetime | None:
+    return None if text is None else utc(datetime.fromisoformat(text))
+
+
+@op(name="run_transfer", description="move a destination's models window by window (see the job)")
+def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: LazyPySparkResource,
+                platform: TransferPlatformResource):
+    now = datetime.now(UTC)
+    current = platform.config
+    destination = current.destination(config.destination)
+    enabled = {m.model_name: m for m in current.models_for(destination)}
+    unknown = [m for m in config.models if m not in enabled]
+    if unknown:
+        raise Failure(description=str(ConfigError(
+            f"destination {destination.name!r} does not receive model(s) {unknown}; it receives "
+            f"{sorted(enabled)}")))
+    models = [enabled[m] for m in config.models] if config.models else list(enabled.values())
+    recipient = destination.recipient
+    events = []
+
+    def on_window(model, outcome) -> None:
+        if outcome.planned.last_of_partition:
+            events.append(materialization(transfer_asset_key(recipient, model.model_name), outcome,
+                                          context.run.run_id))
+            context.log_event(events[-1])
+
+    writer = platform.writer(destination.name)
+    request = TransferRequest(
+        spark=pyspark.spark_session, config=current, destination=destination.name, writer=writer,
+        transfer_id=context.run.run_id, now=now, full_refresh=config.full_refresh, log=context.log,
+        start=_moment(config.start), end=_moment(config.end),
+    )
+    try:
+        with heartbeat(context.instance, context.run.run_id):
+            summaries = run_transfer(request, models, on_window=on_window)
+    finally:
+        writer.close()
+    failed = [s for s in summaries if s.status != "SUCCESS"]
+    context.instance.add_run_tags(context.run.run_id, {
+        MODELS_SUCCEEDED_TAG: str(len(summaries) - len(failed)), MODELS_FAILED_TAG: str(len(failed))})
+    summary = {s.model: s.as_dict() for s in summaries}
+    if failed:
+        raise Failure(
+            description="; ".join(f"{s.model}: {s.error}" for s in failed),
+            metadata={"models": MetadataValue.json(summary), "models_failed": len(failed),
+                      "models_succeeded": len(summaries) - len(failed)},
+        )
+    yield Output(None, metadata={"models": MetadataValue.json(summary)})
+
+
+@job(name="transfer", tags={KIND_TAG: "transfer"},
+     description="One transfer of one destination: every requested model, window by window.")
+def transfer_job():
+    transfer_op()
