@@ -55,12 +55,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     if os.environ.get("DAGSTER_HOME"):
         from dagster import DagsterInstance
 
-        from transfer_platform.orchestration.reporting import report_window
+        from transfer_platform.orchestration.reporting import RunlessReporter
 
-        instance = DagsterInstance.get()
-
-        def on_window(model, outcome):
-            report_window(instance, config, destination.name, model, outcome)
+        on_window = RunlessReporter(DagsterInstance.get(), config, destination.name)
 
     writer = writer_for(destination)
     transfer_id = uuid.uuid4().hex

@@ -54,10 +54,9 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
                                   writer=writer, transfer_id=f"{label}-{uuid.uuid4().hex[:8]}", now=now)
         on_window = None
         if instance is not None:
-            from transfer_platform.orchestration.reporting import report_window
+            from transfer_platform.orchestration.reporting import RunlessReporter
 
-            def on_window(model, outcome, _d=destination.name):
-                report_window(instance, config, _d, model, outcome)
+            on_window = RunlessReporter(instance, config, destination.name)
 
         for summary in run_transfer(request, config.models_for(destination), on_window=on_window):
             results[(destination.recipient, summary.model)] = summary

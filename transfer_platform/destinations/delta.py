@@ -39,6 +39,7 @@ from transfer_platform.destinations.base import (
     null_last_modified_error,
 )
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
+from transfer_platform.transfers.phases import log_phase
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -129,6 +130,8 @@ class DeltaWriter:
         # the batch comes to the driver as Arrow (delta-rs merges from memory anyway): no files
         # to stage, so nothing for a crash to leave behind
         batch = frame.toArrow().select(arrow_schema(load.model).names).cast(arrow_schema(load.model))
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
+                  rows=batch.num_rows, in_memory_bytes=batch.nbytes)
         return self._merge(batch, load, batch.nbytes)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:

@@ -44,6 +44,7 @@ from transfer_platform.destinations.base import (
     staging_suffix,
 )
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
+from transfer_platform.transfers.phases import log_phase
 
 if TYPE_CHECKING:
     import psycopg
@@ -146,11 +147,14 @@ class PostgresWriter:
         self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
         # the target's columns without its constraints: a NULL key is refused by our check, by name
         self.conn.execute(f"CREATE UNLOGGED TABLE {staging} AS SELECT * FROM {target} WITH NO DATA")
+        ids = {"transfer_id": load.transfer_id, "destination": self.name, "model": model.model_name}
         try:
             self._stage(frame, staging)
+            log_phase("stage", **ids, staging_table=staging_name)
             return self._merge(load, target, staging)
         finally:
             self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+            log_phase("clean up", **ids, staging_table=staging_name)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         conn = self.conn
@@ -401,3 +405,5 @@ class PostgresWriter:
         ).fetchall()
         for (name,) in stale:
             self.conn.execute(f"DROP TABLE IF EXISTS {qualified(self.schema, name)}")
+            log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name,
+                      model=model.model_name, staging_table=name, left_by_a_dead_transfer=True)

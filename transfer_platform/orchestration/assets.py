@@ -32,6 +32,7 @@ from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.runner import (
+    PartitionTally,
     TransferRequest,
     WindowOutcome,
     transfer_model,
@@ -113,10 +114,12 @@ def build_transfer_asset(config: PlatformConfig, destination_name: str, model: M
             context.instance.add_run_tags(context.run.run_id,
                                           limit_tags(current, destination_name, [model_now], "transfer"))
         try:
+            tally = PartitionTally()
             with heartbeat(context.instance, context.run.run_id):
                 for item in transfer_model(request, model_now, partitions=partitions):
-                    if isinstance(item, WindowOutcome) and item.planned.last_of_partition:
-                        yield materialization(key, item, context.run.run_id)
+                    done = tally.add(item) if isinstance(item, WindowOutcome) else None
+                    if done is not None:
+                        yield materialization(key, done, context.run.run_id)
         except TransferPlatformError as exc:
             # a clear, one-paragraph failure in the UI instead of a traceback
             raise Failure(description=str(exc), metadata={

@@ -7,7 +7,7 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataVal
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.transfers.runner import WindowOutcome
+from transfer_platform.transfers.runner import PartitionTally, WindowOutcome
 
 
 def window_metadata(outcome: WindowOutcome, transfer_id: str) -> dict:
@@ -32,11 +32,18 @@ def materialization(asset_key: AssetKey, outcome: WindowOutcome, transfer_id: st
                                 metadata=window_metadata(outcome, transfer_id))
 
 
-def report_window(instance: DagsterInstance, config: PlatformConfig, destination: str,
-                  model: ModelConfig, outcome: WindowOutcome) -> None:
-    """Record a window moved outside a Dagster run (the CLI, the demo) in the instance."""
-    if not outcome.planned.last_of_partition:
-        return
-    recipient = config.destination(destination).recipient
-    key = transfer_asset_key(recipient, model.model_name)
-    instance.report_runless_asset_event(materialization(key, outcome, "outside-dagster"))
+class RunlessReporter:
+    """Records windows moved outside a Dagster run (the CLI, the demo) in the instance, one
+    materialization per partition (chunks of a partition added up)."""
+
+    def __init__(self, instance: DagsterInstance, config: PlatformConfig, destination: str) -> None:
+        self.instance, self.config, self.destination = instance, config, destination
+        self._tallies: dict[str, PartitionTally] = {}
+
+    def __call__(self, model: ModelConfig, outcome: WindowOutcome) -> None:
+        done = self._tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
+        if done is None:
+            return
+        recipient = self.config.destination(self.destination).recipient
+        key = transfer_asset_key(recipient, model.model_name)
+        self.instance.report_runless_asset_event(materialization(key, done, "outside-dagster"))

@@ -27,7 +27,7 @@ from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import KIND_TAG
-from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform.transfers.runner import PartitionTally, TransferRequest, run_transfer
 
 
 class TransferConfig(Config):
@@ -56,13 +56,13 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
             f"{sorted(enabled)}")))
     models = [enabled[m] for m in config.models] if config.models else list(enabled.values())
     recipient = destination.recipient
-    events = []
+    tallies: dict[str, PartitionTally] = {}
 
     def on_window(model, outcome) -> None:
-        if outcome.planned.last_of_partition:
-            events.append(materialization(transfer_asset_key(recipient, model.model_name), outcome,
-                                          context.run.run_id))
-            context.log_event(events[-1])
+        done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
+        if done is not None:
+            context.log_event(materialization(transfer_asset_key(recipient, model.model_name), done,
+                                              context.run.run_id))
 
     writer = platform.writer(destination.name)
     request = TransferRequest(

@@ -22,10 +22,11 @@ from transfer_platform.core.planning import (
 )
 from transfer_platform.core.timeutil import from_epoch_seconds, isoformat
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.core.windows import Window
+from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import DestinationWriter, WindowLoad, WindowResult
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.sources.base import ReadRequest, reader_for
+from transfer_platform.transfers.phases import log_phase
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,13 +90,14 @@ def transfer_model(
     recipient = config.recipient(destination.recipient)
     source = config.source(model.source_name)
     windowing = windowing_for(config, request.destination, model)
-    tags = f"transfer={request.transfer_id} destination={destination.name} model={model.model_name}"
+    ids = {"transfer_id": request.transfer_id, "destination": destination.name, "model": model.model_name,
+           "sink": request.log}
 
     reader = reader_for(source)
     reader.check(destination.name)
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.full_refresh)
     for change in prepared.schema_changes:
-        request.log.warning(f"schema {tags}: {change}")
+        log_phase("schema", **ids, level=logging.WARNING, change=change)
     refreshing = prepared.refresh is not None
     state = prepared.refresh if refreshing else prepared.state
     yield state
@@ -104,12 +106,11 @@ def transfer_model(
     # a full refresh (new or unfinished) rebuilds the whole configured range, whatever was selected
     planned = plan_windows(windowing, now=request.now, watermark=state.watermark,
                            partitions=None if refreshing else partitions)
-    what = "full refresh into a table built aside" if refreshing else "incremental"
-    request.log.info(f"plan {tags}: {len(planned)} read(s), {what}, "
-                     f"watermark={isoformat(state.watermark)}")
+    log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
+              built_aside=refreshing, watermark=state.watermark)
     for window in planned:
         bounds = window.bounds
-        request.log.info(f"read {tags}: {isoformat(bounds.lower)} <= last_modified < {isoformat(bounds.upper)}")
+        log_phase("read", **ids, read_from=bounds.lower, read_until=bounds.upper)
         frame = reader.read(request.spark, ReadRequest(model, recipient.id_in_provider_system, bounds,
                                                               destination.name))
         load = WindowLoad(model=model, transfer_id=request.transfer_id, progress=bounds.progress,
@@ -126,15 +127,45 @@ def transfer_model(
                 fix="check that each column's data_type matches the source values, that the "
                     "primary key columns hold no NULLs and that source_query runs",
             ) from None
-        request.log.info(f"load {tags}: {result.rows_transferred} row(s), watermark -> "
-                         f"{isoformat(result.state.watermark)}")
+        log_phase("load", **ids, rows_transferred=result.rows_transferred,
+                  delta_rows_transferred=result.delta_rows_transferred, volume_bytes=result.volume_bytes,
+                  watermark=result.state.watermark)
         key = None if window.partition is None else windowing.partition_key(window.partition)
         yield WindowOutcome(window, result, key, refreshing)
     if refreshing:
         published = request.writer.publish_refresh(model, request.transfer_id)
-        request.log.info(f"publish {tags}: the refreshed table replaced the live one, watermark "
-                         f"{isoformat(published.watermark)}")
+        log_phase("publish", **ids, watermark=published.watermark)
         yield published
+
+
+class PartitionTally:
+    """Adds up the reads of one partition (a partition below the one-minute grid is moved in
+    chunks) so that its materialization reports the whole partition, not its last chunk."""
+
+    def __init__(self) -> None:
+        self._open: list[WindowOutcome] = []
+
+    def add(self, outcome: WindowOutcome) -> WindowOutcome | None:
+        """The partition's combined outcome once its last read has committed, else None."""
+        self._open.append(outcome)
+        if not outcome.planned.last_of_partition:
+            return None
+        parts, self._open = self._open, []
+        if len(parts) == 1:
+            return outcome
+        first, last = parts[0], parts[-1]
+        highest = [p.result.max_last_modified for p in parts if p.result.max_last_modified is not None]
+        result = WindowResult(
+            rows_transferred=sum(p.result.rows_transferred for p in parts),
+            delta_rows_transferred=sum(p.result.delta_rows_transferred for p in parts),
+            volume_bytes=sum(p.result.volume_bytes for p in parts),
+            max_last_modified=max(highest) if highest else None,
+            state=last.result.state,
+        )
+        bounds = ReadBounds(first.planned.bounds.lower, last.planned.bounds.upper,
+                            Window(first.planned.bounds.progress.start, last.planned.bounds.progress.end))
+        planned = PlannedWindow(last.planned.partition, bounds, True)
+        return WindowOutcome(planned, result, last.partition_key, last.into_refresh)
 
 
 @dataclass
@@ -198,7 +229,8 @@ def run_transfer(
                     on_window(model, item)
         except TransferPlatformError as exc:
             summary.fail(exc)
-            request.log.error(f"transfer={request.transfer_id} destination={request.destination} "
-                              f"model={model.model_name} failed: {exc}")
+            log_phase("error", transfer_id=request.transfer_id, destination=request.destination,
+                      model=model.model_name, sink=request.log, level=logging.ERROR,
+                      error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
         summaries.append(summary)
     return summaries

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from transfer_platform.core.planning import ModelWindowing, PlannedWindow, plan_windows
 from transfer_platform.core.timeutil import EPOCH
+from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window, grid_for_window
 
 
@@ -172,14 +173,22 @@ def test_partition_key_uses_the_grid_format():
 
 _Y2000 = int((at(2000, 1, 1) - EPOCH).total_seconds())
 _Y2030 = int((at(2030, 1, 1) - EPOCH).total_seconds())
-_THREE_WEEKS = 21 * 86_400
+_DAY = 86_400
+_SIX_WEEKS = 42 * _DAY
+# sizes that divide no minute, hour or day (7 s, 90 s, 5400 s, 7 h, 10 days) and the edges of
+# the grids (59/60/61 s, a day minus 1 s, a week and around it)
+SPECIAL_WINDOWS = [1, 7, 59, 60, 61, 90, 119, 120, 5_400, 25_200, 86_399, _DAY, 6 * _DAY,
+                   7 * _DAY - 1, 7 * _DAY, 10 * _DAY, _SIX_WEEKS]
 
 
 @st.composite
 def scenarios(draw):
-    window = draw(st.one_of(st.integers(1, 120), st.integers(1, _THREE_WEEKS)))
+    window = draw(st.one_of(st.sampled_from(SPECIAL_WINDOWS), st.integers(1, 120),
+                            st.integers(1, _SIX_WEEKS)))
     lookback = draw(st.sampled_from([0, 5, 30, 300, 3_600]))
-    configured_start = EPOCH + timedelta(seconds=draw(st.integers(_Y2000, _Y2030)))
+    # any second: mostly 2000..2030, sometimes the first weeks after the epoch (epoch 0 included)
+    configured_start = EPOCH + timedelta(seconds=draw(st.one_of(
+        st.integers(_Y2000, _Y2030), st.integers(0, 60 * _DAY), st.just(0))))
     # at most ~40 reads, whatever the window size
     piece = window if window < 60 else grid_for_window(window).seconds
     length = timedelta(seconds=draw(st.integers(1, 40 * piece)),
@@ -263,3 +272,43 @@ def test_incremental_from_a_watermark_covers_the_rest(scenario, fraction, on_bou
     assert_reads_are_sane(windowing, planned, now, watermark)
     lookback = timedelta(seconds=windowing.lookback_seconds)
     assert planned[0].bounds.lower == max(watermark - lookback, windowing.configured_start)
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(), st.lists(st.tuples(st.floats(0, 1), st.one_of(st.none(), st.integers(0, 30))),
+                             max_size=5))
+def test_transfers_that_fail_part_way_resume_where_they_stopped_and_leave_no_gap(scenario, steps):
+    """Incremental transfers at increasing "now"s, some failing at an arbitrary window k (the
+    windows before k commit, as the runner commits them one by one), then one that succeeds.
+    Each resumes at its watermark minus the lookback and never re-reads a committed window
+    beyond that; together their reads cover [start, now) with no gap and never before the start."""
+    windowing, end = scenario
+    start = windowing.configured_start
+    lookback = timedelta(seconds=windowing.lookback_seconds)
+    nows = sorted(start + (end - start) * fraction for fraction, _ in steps)
+    runs = [*zip(nows, [fail for _, fail in steps], strict=True), (end, None)]
+    state = ModelState()
+    reads: list[tuple[datetime, datetime]] = []
+    for now, failing_window in runs:
+        watermark = state.watermark
+        planned = plan_windows(windowing, now=now, watermark=watermark)
+        if watermark is not None and planned:
+            assert planned[0].bounds.lower == max(watermark - lookback, start)
+            assert all(p.bounds.upper > watermark for p in planned)  # committed windows: not again
+        assert_contiguous(progress(planned))
+        committed = planned if failing_window is None else planned[:failing_window]
+        for p in committed:
+            state = state.after_window(p.bounds.progress, batch_max_last_modified=None,
+                                       configured_start=start)
+            reads.append((p.bounds.lower, p.bounds.upper))
+        if committed:
+            assert state.watermark == committed[-1].bounds.progress.end
+        else:
+            assert state.watermark == watermark
+    assert state.watermark == end
+    assert state.completed == (Window(start, end),)
+    reached = start
+    for lower, upper in sorted(reads):
+        assert start <= lower <= reached, "a gap between reads"
+        reached = max(reached, upper)
+    assert reached == end

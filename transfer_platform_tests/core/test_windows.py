@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from itertools import pairwise
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transfer_platform.core import windows
 from transfer_platform.core.timeutil import EPOCH
@@ -260,3 +262,78 @@ def test_read_bounds_resume_lookback_clamped_at_configured_start():
 def test_read_bounds_nothing_to_read(configured_start, now):
     assert read_bounds(HOUR_WINDOW, configured_start=configured_start, lookback_seconds=30,
                        now=now) is None
+
+
+# -- properties, for window sizes from 1 s to weeks -------------------------------------------
+
+_Y2000 = int((at(2000, 1, 1) - EPOCH).total_seconds())
+_Y2030 = int((at(2030, 1, 1) - EPOCH).total_seconds())
+FIRST_MONDAY = at(1970, 1, 5)
+# the documented grids: the largest one not above the window is the model's partition grid
+DOCUMENTED_GRIDS = [MINUTE * n for n in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)] + [
+    HOUR * n for n in (1, 2, 3, 4, 6, 8, 12)] + [DAY, WEEK]
+SPECIAL_WINDOWS = [1, 7, 59, 60, 61, 90, 119, 5_400, 25_200, 86_399, DAY, 10 * DAY, WEEK, 6 * WEEK]
+window_sizes = st.one_of(st.sampled_from(SPECIAL_WINDOWS), st.integers(1, 120), st.integers(1, 6 * WEEK))
+moments = st.builds(
+    lambda seconds, micros: EPOCH + timedelta(seconds=seconds, microseconds=micros),
+    st.one_of(st.integers(_Y2000, _Y2030), st.integers(0, 60 * DAY)), st.integers(0, 999_999))
+
+
+@settings(max_examples=300, deadline=None)
+@given(window_sizes)
+def test_the_grid_is_the_largest_documented_one_not_above_the_window(window_seconds):
+    grid = grid_for_window(window_seconds)
+    fitting = [g for g in DOCUMENTED_GRIDS if g <= window_seconds]
+    assert grid.seconds == (max(fitting) if fitting else MINUTE)
+    assert grid.cron.count(" ") == 4  # a 5-field cron: what Dagster partitions need
+
+
+@settings(max_examples=300, deadline=None)
+@given(window_sizes, moments)
+def test_floor_is_the_tick_at_or_before_a_moment(window_seconds, moment):
+    grid = grid_for_window(window_seconds)
+    floor = grid.floor(moment)
+    assert floor <= moment < floor + timedelta(seconds=grid.seconds)
+    anchor = FIRST_MONDAY if grid.seconds == WEEK else EPOCH
+    assert (floor - anchor) % timedelta(seconds=grid.seconds) == timedelta(0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(window_sizes, moments, st.integers(1, 40), st.integers(0, 10**6))
+def test_grid_windows_tile_a_range(window_seconds, start, ticks, extra_micros):
+    grid = grid_for_window(window_seconds)
+    end = start + timedelta(seconds=grid.seconds * ticks) * extra_micros / 10**6 + timedelta(microseconds=1)
+    tiles = grid.windows(start, end)
+    assert tiles[0].contains(start)
+    assert tiles[-1].contains(end - timedelta(microseconds=1))
+    assert all(a.end == b.start for a, b in pairwise(tiles))  # no gap, no overlap
+    assert all(t.seconds == grid.seconds for t in tiles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(window_sizes, moments)
+def test_chunks_tile_their_partition_in_pieces_of_the_window_size(window_seconds, moment):
+    grid = grid_for_window(window_seconds)
+    partition = Window(grid.floor(moment), grid.floor(moment) + timedelta(seconds=grid.seconds))
+    pieces = chunk(partition, window_seconds)
+    assert pieces[0].start == partition.start
+    assert pieces[-1].end == partition.end
+    assert all(a.end == b.start for a, b in pairwise(pieces))
+    assert all(p.seconds == window_seconds for p in pieces[:-1])
+    assert 0 < pieces[-1].seconds <= window_seconds
+
+
+@settings(max_examples=300, deadline=None)
+@given(window_sizes, moments, moments, st.sampled_from([0, 1, 30, 300, 3_600, 7 * DAY]), moments)
+def test_read_bounds_never_read_before_the_start_nor_at_or_after_now(
+        window_seconds, moment, configured_start, lookback, now):
+    grid = grid_for_window(window_seconds)
+    window = Window(grid.floor(moment), grid.floor(moment) + timedelta(seconds=grid.seconds))
+    bounds = read_bounds(window, configured_start=configured_start, lookback_seconds=lookback, now=now)
+    if bounds is None:
+        assert min(window.end, now) <= max(window.start, configured_start)
+        return
+    assert bounds.lower >= configured_start
+    assert bounds.upper <= now
+    assert bounds.progress == Window(max(window.start, configured_start), min(window.end, now))
+    assert bounds.lower == max(bounds.progress.start - timedelta(seconds=lookback), configured_start)
