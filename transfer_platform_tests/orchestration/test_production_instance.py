@@ -1,0 +1,50 @@
+"""The production instance settings of the README (deploy/dagster.production.yaml) load for real:
+storage on PostgreSQL (dagster-postgres) and transfer_platform's run coordinator with the
+configuration's limits."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+
+import dagster as dg
+import pytest
+
+from transfer_platform.orchestration.run_tags import dest_slots_key, model_key
+from transfer_platform_tests.conftest import PG, pg_connect
+from transfer_platform_tests.orchestration.platform_fixtures import REPO, write_config
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def storage_database():
+    name = f"tp_dagster_{uuid.uuid4().hex[:8]}"
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_production_settings_store_runs_in_postgres_and_queue_them_under_the_limits(
+        tmp_path, monkeypatch, storage_database):
+    config_path = write_config(tmp_path, destinations={"acme": {"max_concurrent_transfers": 2}})
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(REPO / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
+    for key, value in {"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
+                       "DAGSTER_PG_DB": storage_database, "DAGSTER_PG_USERNAME": PG["user"],
+                       "DAGSTER_PG_PASSWORD": "", "TRANSFER_PLATFORM_CONFIG": str(config_path)}.items():
+        monkeypatch.setenv(key, value)
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(instance.run_coordinator).__name__ == "TransferRunCoordinator"
+        rules = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert {"key": dest_slots_key(2), "value": {"applyLimitPerUniqueValue": True}, "limit": 2} in rules
+        assert {"key": model_key("items"), "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in rules
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 16
+        run = instance.create_run_for_job(dg.GraphDefinition("noop").to_job(), run_id=str(uuid.uuid4()))
+        assert instance.get_run_by_id(run.run_id) is not None  # stored in PostgreSQL
