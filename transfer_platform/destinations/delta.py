@@ -150,7 +150,11 @@ class DeltaWriter:
         return state
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
-        return spark.read.parquet(*self._current_files(model))
+        files = self._current_files(model)
+        if not files:  # a table with no data files yet: Spark cannot read zero paths
+            ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
+            return spark.createDataFrame([], ddl)
+        return spark.read.parquet(*files)
 
     # -- full refresh and schema --------------------------------------------------------------
 

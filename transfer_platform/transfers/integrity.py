@@ -155,8 +155,11 @@ def live_table(spark: SparkSession, writer: DestinationWriter,
         state, exists = _postgres_state(writer, model)
     elif isinstance(writer, DeltaWriter):
         state, exists = _delta_state(writer, model)
-    else:  # a vendor added later: read its table as the protocol allows
-        state, exists = ModelState(), True
+    else:  # a vendor added later must say how to read its state, or every check would pass
+        from transfer_platform.errors import ConfigError
+
+        raise ConfigError(f"destination {writer.name!r}: integrity checks do not support its "
+                          "vendor yet (supported: postgres, delta)")
     if not exists:
         return state, None
     columns = [c.destination_name for c in model.columns]
@@ -175,7 +178,7 @@ def _postgres_state(writer, model: ModelConfig) -> tuple[ModelState, bool]:  # n
     except psycopg.Error as exc:
         raise DataError(
             f"reading the state of PostgreSQL destination '{writer.name}' failed: "
-            f"{str(exc).strip().splitlines()[0]}",
+            f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}",
             model=model.model_name, destination=writer.name,
             fix="check that the destination's user may read its schema and _transfer_status",
         ) from None
@@ -225,7 +228,7 @@ def compare(source: DataFrame, destination: DataFrame, model: ModelConfig,
         .when(destination_lm < source_lm, F.lit("stale"))
         .when(destination_lm > source_lm, F.lit("incorrect"))
     )
-    due_at = source_lm
+    due_at = F.when(in_source, source_lm).otherwise(destination_lm)
     pending = _pending(due_at, horizon)
     row_class = F.when(difference.isNull(), F.lit(None)).when(pending, F.lit(PENDING)).otherwise(difference)
     return joined.select(*renamed, in_source.alias(_IN_SOURCE), row_class.alias(_CLASS))
