@@ -31,7 +31,7 @@ def transfer_status(run_status: str, tags: dict[str, str], *, started: bool,
     """
     if run_status in ("QUEUED", "NOT_STARTED", "MANAGED"):
         return "PENDING"
-    if run_status in ("STARTING", "STARTED", "CANCELING"):
+    if run_status in ("STARTING", "STARTED", "CANCELING", "SUSPENDED"):
         return "RUNNING"
     if run_status == "SUCCESS":
         return "SUCCESS"

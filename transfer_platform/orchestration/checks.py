@@ -22,6 +22,7 @@ from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.keys import transfer_asset_key
+from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import KIND_TAG
 from transfer_platform.transfers.integrity import IntegrityReport, check_integrity, describe
@@ -77,8 +78,9 @@ def build_integrity_check(config: PlatformConfig, destination_name: str,
         now = datetime.now(UTC)  # the check's clock, captured once and passed down
         current = platform.config
         try:
-            report = check_integrity(pyspark.spark_session, current, destination_name,
-                                     current.model(model_name), now)
+            with heartbeat(context.instance, context.run.run_id):
+                report = check_integrity(pyspark.spark_session, current, destination_name,
+                                         current.model(model_name), now)
         except TransferPlatformError as exc:
             return error_result(exc, current, destination_name, model_name)
         context.log.info(describe(report, source_name))

@@ -70,6 +70,12 @@ def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], 
     if not keys and run.asset_check_selection:
         keys = [check.asset_key for check in run.asset_check_selection]
         kind = "integrity"
+    elif not keys and run.job_name == INTEGRITY_JOB:  # the whole job: every destination's checks
+        if len(config.destinations) != 1:
+            raise RunPlacementError(
+                "the integrity job without a selection checks every destination at once; launch "
+                "it for one destination's checks (select them, or `Execute checks` on one recipient)")
+        return config.destinations[0].name, [], "integrity"
     by_recipient = {d.recipient: d.name for d in config.destinations}
     touched: dict[str, list[str]] = {}
     for key in keys:

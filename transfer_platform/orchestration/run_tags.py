@@ -31,7 +31,7 @@ FULL_REFRESH_TAG = f"{PREFIX}/full_refresh"
 USER_TAG_PREFIX = f"{PREFIX}/tag/"  # user tags of `transfer --tag key=value`
 KINDS = ("transfer", "integrity")
 
-USER_TAG_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+USER_TAG_PATTERN = re.compile(r"[A-Za-z0-9_-]+")  # whole key and value (fullmatch)
 
 
 def dest_slots_key(limit: int) -> str:
@@ -82,7 +82,7 @@ def parse_user_tags(pairs: list[str]) -> dict[str, str]:
     tags: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not USER_TAG_PATTERN.match(key) or not USER_TAG_PATTERN.match(value):
+        if not sep or not USER_TAG_PATTERN.fullmatch(key) or not USER_TAG_PATTERN.fullmatch(value):
             raise ValueError(f"tag {pair!r} must be key=value with letters, digits, '_' or '-' on "
                              "both sides (^[A-Za-z0-9_-]+$)")
         tags[key] = value

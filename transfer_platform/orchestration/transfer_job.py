@@ -26,7 +26,7 @@ from transfer_platform.orchestration.keys import transfer_asset_key
 from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import KIND_TAG
+from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.runner import PartitionTally, TransferRequest, run_transfer
 
 
@@ -48,6 +48,10 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
     now = datetime.now(UTC)
     current = platform.config
     destination = current.destination(config.destination)
+    queued = DESTINATION_TAG in context.run.tags
+    if not queued:  # run in process (not through the queue): say at least where it goes
+        context.instance.add_run_tags(context.run.run_id, {DESTINATION_TAG: destination.name,
+                                                           KIND_TAG: "transfer"})
     enabled = {m.model_name: m for m in current.models_for(destination)}
     unknown = [m for m in config.models if m not in enabled]
     if unknown:
@@ -55,6 +59,9 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
             f"destination {destination.name!r} does not receive model(s) {unknown}; it receives "
             f"{sorted(enabled)}")))
     models = [enabled[m] for m in config.models] if config.models else list(enabled.values())
+    if not queued:
+        context.instance.add_run_tags(context.run.run_id,
+                                      limit_tags(current, destination.name, models, "transfer"))
     recipient = destination.recipient
     tallies: dict[str, PartitionTally] = {}
 

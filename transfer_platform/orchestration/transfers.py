@@ -98,8 +98,12 @@ def cancel(instance: DagsterInstance, run_id: str) -> str:
     return describe(instance, instance.get_run_record_by_id(run_id))["status"]
 
 
+def _op_config(run) -> dict:  # noqa: ANN001 - a DagsterRun
+    return ((run.run_config or {}).get("ops", {}).get("run_transfer", {}) or {}).get("config", {}) or {}
+
+
 def _window(run) -> tuple[str | None, str | None]:  # noqa: ANN001 - a DagsterRun
-    op_config = ((run.run_config or {}).get("ops", {}).get("run_transfer", {}) or {}).get("config", {})
+    op_config = _op_config(run)
     if op_config:
         return op_config.get("start"), op_config.get("end")
     if RANGE_START_TAG in run.tags:
@@ -154,7 +158,7 @@ def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # noqa: ANN0
         "destination": run.tags.get(DESTINATION_TAG),
         "status": transfer_status(run.status.value, dict(run.tags), started=record.start_time is not None,
                                   steps_succeeded=steps_succeeded if errors else 0),
-        "full_refresh": run.tags.get(FULL_REFRESH_TAG) == "true",
+        "full_refresh": run.tags.get(FULL_REFRESH_TAG) == "true" or bool(_op_config(run).get("full_refresh")),
         "start_transfer_window_at": start,
         "end_transfer_window_at": end,
         "submitted_at": record.create_timestamp.astimezone(UTC).isoformat(),

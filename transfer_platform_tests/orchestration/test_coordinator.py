@@ -1,0 +1,312 @@
+"""The run coordinator: placement, tags on every launch path, the queue's rules, the queue itself.
+
+A real Dagster instance whose ``dagster.yaml`` is the shipped one (``TransferRunCoordinator``), a
+code location loaded in process from ``transfer_platform.definitions`` (the configuration comes
+from ``$TRANSFER_PLATFORM_CONFIG``, as for the webserver and daemon), runs created and submitted
+as ``dagster job launch`` and the UI's launch do it, and one pass of the real run-queue daemon.
+Private Dagster APIs (pinned 1.13): ``in_process`` workspace, ``JobSubsetSelector``,
+``QueuedRunCoordinatorDaemon.run_iteration`` and the ``MockedRunLauncher`` test launcher (a
+launched run stays STARTING, so no run really executes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from dagster._core.definitions.selector import JobSubsetSelector
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
+
+from transfer_platform.config import load_config
+from transfer_platform.orchestration.checks import CHECK_NAME, integrity_check_keys
+from transfer_platform.orchestration.coordinator import (
+    RunPlacementError,
+    TransferRunCoordinator,
+    placement,
+    tags_for,
+)
+from transfer_platform.orchestration.run_tags import (
+    DESTINATION_TAG,
+    KIND_TAG,
+    MODELS_TAG,
+    limit_tags,
+    queue_rules,
+)
+from transfer_platform_tests.orchestration.platform_fixtures import dagster_home, write_config
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+
+CONFIG_ENV = "TRANSFER_PLATFORM_CONFIG"
+MOCKED_LAUNCHER = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}
+ACME_ITEMS = dg.AssetKey(["acme", "items"])
+ACME_NOTES = dg.AssetKey(["acme", "notes"])
+GLOBEX_ITEMS = dg.AssetKey(["globex", "items"])
+
+
+# -- helpers shared with the sensor and transfer-job tests ------------------------------------------
+
+def queued_home(root: Path, **extra: dict) -> Path:
+    """``platform_fixtures.dagster_home`` (the shipped ``dagster.yaml``), plus top-level keys
+    (``run_launcher``) or ``run_coordinator_config`` entries merged into the coordinator's config."""
+    home = dagster_home(root)
+    settings = yaml.safe_load((home / "dagster.yaml").read_text())
+    settings["run_coordinator"]["config"].update(extra.pop("run_coordinator_config", {}))
+    settings.update(extra)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
+    return home
+
+
+@contextmanager
+def workspace(instance: dg.DagsterInstance) -> Iterator[WorkspaceProcessContext]:
+    """The code location of ``workspace.yaml`` (``transfer_platform.definitions:defs``), in process."""
+    origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(
+        executable_path=sys.executable, module_name="transfer_platform.definitions", attribute="defs"))
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as context:
+        yield context
+
+
+def create(instance: dg.DagsterInstance, context: WorkspaceProcessContext, job_name: str, *,
+           run_config: dict | None = None, tags: dict[str, str] | None = None,
+           asset_selection: set[dg.AssetKey] | None = None,
+           asset_check_selection: set[dg.AssetCheckKey] | None = None) -> dg.DagsterRun:
+    """Create a run as ``dagster job launch`` and the UI's launchRun do (job tags merged under
+    the given ones; subset selections kept), not submitted yet."""
+    request = context.create_request_context()
+    location = next(iter(request.get_code_location_entries().values())).code_location
+    repository = location.get_repository("__repository__")
+    selector = JobSubsetSelector(location_name=location.name, repository_name=repository.name,
+                                 job_name=job_name, op_selection=None, asset_selection=asset_selection,
+                                 asset_check_selection=asset_check_selection)
+    remote_job = location.get_job(selector)
+    plan = location.get_execution_plan(remote_job, run_config or {}, step_keys_to_execute=None,
+                                       known_state=None, instance=instance).execution_plan_snapshot
+    run = instance.create_run(
+        job_name=job_name, run_id=None, run_config=run_config or {},
+        resolved_op_selection=remote_job.resolved_op_selection,
+        step_keys_to_execute=plan.step_keys_to_execute, op_selection=None, status=None,
+        root_run_id=None, parent_run_id=None, tags={**remote_job.tags, **(tags or {})},
+        job_snapshot=remote_job.job_snapshot, execution_plan_snapshot=plan,
+        parent_job_snapshot=remote_job.parent_job_snapshot,
+        remote_job_origin=remote_job.get_remote_origin(), job_code_origin=remote_job.get_python_origin(),
+        asset_selection=frozenset(asset_selection) if asset_selection else None,
+        asset_check_selection=frozenset(asset_check_selection) if asset_check_selection else None,
+        asset_graph=repository.asset_graph,
+    )
+    return run
+
+
+def launch(instance: dg.DagsterInstance, context: WorkspaceProcessContext, job_name: str,
+           **selection) -> dg.DagsterRun:
+    """:func:`create` a run, then submit it to the instance's run coordinator (the queue)."""
+    run = create(instance, context, job_name, **selection)
+    return instance.submit_run(run.run_id, context.create_request_context())
+
+
+def transfer_run_config(destination: str, **fields) -> dict:
+    return {"ops": {"run_transfer": {"config": {"destination": destination, **fields}}}}
+
+
+# -- fixtures ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """acme_delta: 1 transfer at once, every model; globex_delta: 3 at once, items only."""
+    path = write_config(tmp_path, destinations={
+        "acme": {"max_concurrent_transfers": 1},
+        "globex": {"max_concurrent_transfers": 3, "enabled_models": ["items"]},
+    }, source_limit=10)
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    return path
+
+
+@pytest.fixture
+def queued(config_path: Path, tmp_path: Path) -> Iterator[tuple[dg.DagsterInstance, WorkspaceProcessContext]]:
+    home = queued_home(tmp_path, run_launcher=MOCKED_LAUNCHER)
+    with dg.DagsterInstance.from_config(str(home)) as instance, workspace(instance) as context:
+        yield instance, context
+
+
+# -- placement: which destination, models and kind a run touches (no instance) ----------------------
+
+def test_placement_of_a_transfer_job_run_comes_from_its_run_config(config_path: Path) -> None:
+    config = load_config(config_path)
+    run = dg.DagsterRun(job_name="transfer", run_config=transfer_run_config("acme_delta", models=["notes"]))
+    assert placement(config, run) == ("acme_delta", ["notes"], "transfer")
+    every = dg.DagsterRun(job_name="transfer", run_config=transfer_run_config("acme_delta"))
+    assert placement(config, every) == ("acme_delta", [], "transfer")
+    assert tags_for(config, every) == limit_tags(config, "acme_delta", config.models, "transfer")
+    with pytest.raises(RunPlacementError, match=r"needs ops\.run_transfer\.config\.destination"):
+        placement(config, dg.DagsterRun(job_name="transfer", run_config={}))
+
+
+def test_placement_of_an_asset_run_is_its_recipient_and_models(config_path: Path) -> None:
+    config = load_config(config_path)
+    run = dg.DagsterRun(job_name="__ASSET_JOB", asset_selection=frozenset(
+        {ACME_NOTES, dg.AssetKey(["source", "lake", "items"])}))  # a source spec is no model
+    assert placement(config, run) == ("acme_delta", ["notes"], "transfer")
+    assert tags_for(config, run) == limit_tags(config, "acme_delta", [config.model("notes")], "transfer")
+
+
+def test_an_asset_check_run_is_integrity_and_locks_every_model_of_its_destination(config_path: Path) -> None:
+    config = load_config(config_path)
+    run = dg.DagsterRun(job_name="integrity", asset_check_selection=frozenset(
+        {dg.AssetCheckKey(ACME_ITEMS, CHECK_NAME)}))
+    assert placement(config, run) == ("acme_delta", ["items"], "integrity")
+    tags = tags_for(config, run)
+    assert tags[KIND_TAG] == "integrity"
+    assert tags["transfer_platform/model/items"] == "acme_delta"
+    assert tags["transfer_platform/model/notes"] == "acme_delta"  # not checked, still locked
+
+
+def test_a_run_spanning_two_destinations_is_refused_with_the_reason(config_path: Path) -> None:
+    config = load_config(config_path)
+    run = dg.DagsterRun(job_name="__ASSET_JOB", asset_selection=frozenset({ACME_ITEMS, GLOBEX_ITEMS}))
+    with pytest.raises(RunPlacementError, match=r"several destinations \(acme_delta, globex_delta\)"
+                                                r".*one recipient's assets per run"):
+        placement(config, run)
+
+
+def test_a_model_the_destination_does_not_receive_is_refused(config_path: Path) -> None:
+    config = load_config(config_path)
+    run = dg.DagsterRun(job_name="transfer", run_config=transfer_run_config("globex_delta", models=["notes"]))
+    with pytest.raises(RunPlacementError, match=r"'globex_delta' does not receive model\(s\) \['notes'\]"):
+        tags_for(config, run)
+    with pytest.raises(Exception, match="unknown destination 'nowhere'"):
+        tags_for(config, dg.DagsterRun(job_name="transfer", run_config=transfer_run_config("nowhere")))
+
+
+def test_runs_that_already_carry_their_placement_and_runs_of_other_jobs(config_path: Path) -> None:
+    config = load_config(config_path)
+    sensor_run = dg.DagsterRun(job_name="transfer", run_config=transfer_run_config("acme_delta"),
+                               tags={DESTINATION_TAG: "globex_delta", KIND_TAG: "transfer",
+                                     MODELS_TAG: "items"})
+    assert placement(config, sensor_run) == ("globex_delta", ["items"], "transfer")
+    other = dg.DagsterRun(job_name="reporting", asset_selection=frozenset({dg.AssetKey(["report"])}))
+    assert placement(config, other) is None
+    assert tags_for(config, other) == {}
+
+
+# -- every launch path through the instance's coordinator --------------------------------------------
+
+def test_every_launch_path_is_queued_with_its_limit_tags(queued, config_path: Path) -> None:
+    instance, context = queued
+    config = load_config(config_path)
+    job_run = launch(instance, context, "transfer",
+                     run_config=transfer_run_config("acme_delta", models=["items"]))
+    asset_run = launch(instance, context, "__ASSET_JOB", asset_selection={GLOBEX_ITEMS})
+    check_run = launch(instance, context, "integrity",
+                       asset_check_selection=set(integrity_check_keys(config, "acme_delta")))
+    expected = {
+        job_run.run_id: limit_tags(config, "acme_delta", [config.model("items")], "transfer"),
+        asset_run.run_id: limit_tags(config, "globex_delta", [config.model("items")], "transfer"),
+        check_run.run_id: limit_tags(config, "acme_delta", [config.model("items"), config.model("notes")],
+                                     "integrity"),
+    }
+    for run_id, tags in expected.items():
+        stored = instance.get_run_by_id(run_id)
+        assert stored.status == dg.DagsterRunStatus.QUEUED
+        assert {k: stored.tags.get(k) for k in tags if k != MODELS_TAG} == {
+            k: v for k, v in tags.items() if k != MODELS_TAG}
+        assert sorted(stored.tags[MODELS_TAG].split(",")) == sorted(tags[MODELS_TAG].split(","))
+
+
+def test_a_run_the_limits_cannot_describe_is_refused_at_submission(queued) -> None:
+    instance, context = queued
+    with pytest.raises(RunPlacementError, match="several destinations"):
+        launch(instance, context, "__ASSET_JOB", asset_selection={ACME_ITEMS, GLOBEX_ITEMS})
+    (refused,) = instance.get_runs()
+    assert refused.status == dg.DagsterRunStatus.FAILURE
+    messages = [e.dagster_event.message or "" for e in instance.all_logs(refused.run_id) if e.dagster_event]
+    assert any("cannot place run" in m and "acme_delta, globex_delta" in m for m in messages)
+
+
+def test_a_configuration_that_does_not_load_fails_closed(queued, config_path: Path) -> None:
+    instance, context = queued
+    run = create(instance, context, "transfer", run_config=transfer_run_config("acme_delta"))
+    config_path.write_text("sources: [oops")  # the code server loaded the file before; we did not
+    with pytest.raises(RunPlacementError, match="not valid YAML"):
+        instance.submit_run(run.run_id, context.create_request_context())
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+    with pytest.raises(Exception, match="not valid YAML"):
+        instance.run_coordinator.get_run_queue_config()
+
+
+def test_the_whole_integrity_job_is_not_queued_without_limits(queued) -> None:
+    instance, context = queued
+    try:
+        run = launch(instance, context, "integrity")
+    except RunPlacementError:
+        return  # refused: two destinations cannot share one run's limits
+    assert run.tags.get(KIND_TAG) == "integrity"
+    assert run.tags.get(DESTINATION_TAG) is not None
+
+
+# -- the queue's rules and one pass of the run-queue daemon ------------------------------------------
+
+def test_queue_config_is_the_base_rules_plus_the_generated_ones(config_path: Path, tmp_path: Path) -> None:
+    base_rule = {"key": "team", "limit": 2}
+    home = queued_home(tmp_path, run_coordinator_config={"tag_concurrency_limits": [base_rule]})
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        coordinator = instance.run_coordinator
+        assert isinstance(coordinator, TransferRunCoordinator)
+        generated = queue_rules(load_config(config_path))
+        queue = coordinator.get_run_queue_config()
+        assert queue.tag_concurrency_limits == [base_rule, *generated]
+        assert queue.max_concurrent_runs == 8  # the rest of dagster.yaml is kept
+        # what the daemon reads
+        assert instance.get_concurrency_config().run_queue_config.tag_concurrency_limits == [
+            base_rule, *generated]
+
+        # the rules follow the file without a restart
+        raw = yaml.safe_load(config_path.read_text())
+        raw["destinations"][0]["max_concurrent_transfers"] = 5
+        config_path.write_text(yaml.safe_dump(raw))
+        stat = config_path.stat()
+        os.utime(config_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        keys = [r["key"] for r in coordinator.get_run_queue_config().tag_concurrency_limits]
+        assert "transfer_platform/dest_slots_5" in keys
+        assert "transfer_platform/dest_slots_1" not in keys
+
+
+def test_the_run_queue_starts_only_what_the_limits_allow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """acme (1 slot): its second transfer and its integrity run wait; globex (3 slots): two
+    transfers of different models start together, a third on a model already running waits."""
+    path = write_config(tmp_path, destinations={
+        "acme": {"max_concurrent_transfers": 1}, "globex": {"max_concurrent_transfers": 3}})
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    config = load_config(path)
+    home = queued_home(tmp_path, run_launcher=MOCKED_LAUNCHER)
+    with dg.DagsterInstance.from_config(str(home)) as instance, workspace(instance) as context:
+        acme_items = launch(instance, context, "transfer", run_config=transfer_run_config("acme_delta", models=["items"]))
+        acme_notes = launch(instance, context, "transfer", run_config=transfer_run_config("acme_delta", models=["notes"]))
+        acme_check = launch(instance, context, "integrity",
+                            asset_check_selection=set(integrity_check_keys(config, "acme_delta")))
+        globex_items = launch(instance, context, "__ASSET_JOB", asset_selection={GLOBEX_ITEMS})
+        globex_notes = launch(instance, context, "transfer",
+                              run_config=transfer_run_config("globex_delta", models=["notes"]))
+        globex_again = launch(instance, context, "transfer",
+                              run_config=transfer_run_config("globex_delta", models=["items"]))
+
+        daemon = QueuedRunCoordinatorDaemon(interval_seconds=1)
+        list(daemon.run_iteration(context))
+
+        def status(run: dg.DagsterRun) -> dg.DagsterRunStatus:
+            return instance.get_run_by_id(run.run_id).status
+
+        started = dg.DagsterRunStatus.STARTING  # launched by the mocked launcher
+        assert status(acme_items) == started
+        assert status(globex_items) == started
+        assert status(globex_notes) == started
+        assert status(acme_notes) == dg.DagsterRunStatus.QUEUED  # acme's only slot is taken
+        assert status(acme_check) == dg.DagsterRunStatus.QUEUED  # no integrity beside a transfer
+        assert status(globex_again) == dg.DagsterRunStatus.QUEUED  # globex/items already runs

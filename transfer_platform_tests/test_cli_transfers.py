@@ -1,0 +1,127 @@
+"""``transfer-platform transfer --enqueue``, ``transfers`` and ``cancel`` end to end.
+
+A Dagster home with the shipped ``dagster.yaml`` ($DAGSTER_HOME), the small platform's
+configuration ($TRANSFER_PLATFORM_CONFIG); ``transfer --enqueue`` launches through a code server
+started from ``workspace.yaml`` (about 10 s) into the instance's queue. Nothing dequeues, so the
+transfer stays PENDING until cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from transfer_platform.cli import main
+from transfer_platform_tests.orchestration.platform_fixtures import dagster_home, write_config
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+
+
+@pytest.fixture
+def platform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = write_config(tmp_path, destinations={"acme": {}, "globex": {}})
+    monkeypatch.setenv("TRANSFER_PLATFORM_CONFIG", str(path))
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home(tmp_path)))
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def listed(capsys: pytest.CaptureFixture[str], *filters: str) -> list[dict]:
+    code, out, err = run_cli(capsys, "transfers", "--json", *filters)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_enqueue_list_filter_and_cancel(platform: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "transfer", "acme_delta", "--enqueue", "--tag", "team=data",
+                             "--model", "items", "--start", "2025-01-01", "--end", "2025-01-02T00:00:00Z")
+    assert code == 0, err
+    transfer_id = out.strip()
+    assert str(uuid.UUID(transfer_id)) == transfer_id  # only the id on stdout
+
+    (transfer,) = listed(capsys)
+    assert transfer["id"] == transfer_id
+    assert transfer["status"] == "PENDING"
+    assert transfer["destination"] == "acme_delta"
+    assert transfer["tags"] == {"team": "data"}
+    assert transfer["started_at"] is None
+    assert transfer["submitted_at"] is not None
+    assert (transfer["start_transfer_window_at"], transfer["end_transfer_window_at"]) == (
+        "2025-01-01T00:00:00+00:00", "2025-01-02T00:00:00+00:00")
+
+    ids = lambda *filters: [t["id"] for t in listed(capsys, *filters)]  # noqa: E731
+    assert ids("--destination", "acme_delta") == [transfer_id]
+    assert ids("--destination", "globex_delta") == []
+    assert ids("--status", "PENDING") == [transfer_id]
+    assert ids("--status", "SUCCESS") == []
+    assert ids("--tag", "team.data") == [transfer_id]
+    assert ids("--tag", "team.other") == []
+    assert ids("--tag", "owner.data") == []
+    assert ids("--ended-after", "2000-01-01") == []  # not ended yet
+
+    code, out, err = run_cli(capsys, "cancel", transfer_id)
+    assert (code, out.strip()) == (0, f"{transfer_id}: CANCELLED"), err
+    (cancelled,) = listed(capsys)
+    assert cancelled["status"] == "CANCELLED"
+    assert cancelled["ended_at"] is not None
+    assert ids("--status", "CANCELLED") == [transfer_id]
+    assert ids("--status", "PENDING") == []
+    assert ids("--ended-after", "2000-01-01") == [transfer_id]
+    assert ids("--ended-before", "2000-01-01") == []
+
+    code, out, _ = run_cli(capsys, "transfers")  # the table
+    assert code == 0
+    assert transfer_id in out
+    assert "CANCELLED" in out
+    assert "team=data" in out
+
+
+def test_cancel_of_an_unknown_transfer_says_so(platform: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "cancel", "not-a-transfer")
+    assert code == 1
+    assert "no transfer with id 'not-a-transfer'" in err
+
+
+def test_enqueue_refuses_a_model_the_destination_does_not_receive(
+        platform: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "transfer", "acme_delta", "--enqueue", "--model", "nope")
+    assert (code, out) == (2, "")
+    assert "does not receive model(s) ['nope']" in err
+    assert listed(capsys) == []
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["transfer", "acme_delta", "--enqueue", "--tag", "bad tag=x"], "'bad tag=x' must be key=value"),
+    (["transfer", "acme_delta", "--enqueue", "--tag", "team="], "^[A-Za-z0-9_-]+$"),
+    (["transfers", "--tag", "team"], "'team': filter tags as key.value"),
+    (["transfers", "--tag", "te am.data"], "must be key=value"),
+    (["transfers", "--status", "DONE"], "invalid choice: 'DONE'"),
+    (["transfers", "--ended-after", "yesterday"], "is not an ISO-8601 time"),
+], ids=["space-in-key", "empty-value", "filter-without-dot", "bad-filter", "unknown-status", "bad-time"])
+def test_bad_arguments_exit_2_with_a_message(platform: Path, capsys: pytest.CaptureFixture[str],
+                                             argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["transfers"], ["cancel", "x"], ["transfer", "acme_delta", "--enqueue"]],
+                         ids=["transfers", "cancel", "enqueue"])
+def test_queue_commands_without_dagster_home_say_how_to_set_it(
+        platform: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        argv: list[str]) -> None:
+    monkeypatch.delenv("DAGSTER_HOME")
+    code, out, err = run_cli(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert "DAGSTER_HOME is not set" in err
+    assert "export DAGSTER_HOME=" in err
