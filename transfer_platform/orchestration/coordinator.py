@@ -105,7 +105,8 @@ def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
     if unknown:
         raise RunPlacementError(f"destination {destination_name!r} does not receive model(s) {unknown}")
     models = [known[m] for m in model_names] if model_names else list(known.values())
-    return limit_tags(config, destination_name, models, kind)
+    return limit_tags(config, destination_name, models, kind,
+                      with_checks=kind == "transfer" and bool(run.asset_check_selection))
 
 
 class TransferRunCoordinator(QueuedRunCoordinator):

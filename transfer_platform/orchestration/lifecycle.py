@@ -20,9 +20,9 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from transfer_platform.core.lifecycle import (
     EXPIRE_AFTER,
@@ -86,4 +86,29 @@ def sweep(instance: DagsterInstance, now: datetime) -> dict[str, list[str]]:
                 run, f"orphaned: no heartbeat since {last.isoformat()} (the worker died without a "
                      "word); the next transfer cleans what it left in staging and resumes")
             orphaned.append(run.run_id)
+    orphaned += _killed_workers(instance, now)
     return {"expired": expired, "orphaned": orphaned}
+
+
+#: what Dagster's code server writes when the run worker it launched died under it
+_WORKER_DIED = ("was terminated by signal", "unexpectedly exited")
+SWEPT_TAG = "transfer_platform/swept"
+
+
+def _killed_workers(instance: DagsterInstance, now: datetime) -> list[str]:
+    """Failed transfers whose worker was killed (the code server noticed and failed the run
+    itself, so no heartbeat went stale): ORPHANED too. Each failed run is looked at once."""
+    found = []
+    failed = instance.get_run_records(RunsFilter(
+        statuses=[DagsterRunStatus.FAILURE], tags={KIND_TAG: ["transfer", "integrity"]},
+        updated_after=now - timedelta(days=1)))
+    for record in failed:
+        run = record.dagster_run
+        if SWEPT_TAG in run.tags or ORPHANED_TAG in run.tags:
+            continue
+        events = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+        died = any(any(text in (e.event_log_entry.message or "") for text in _WORKER_DIED) for e in events)
+        instance.add_run_tags(run.run_id, {SWEPT_TAG: "true", **({ORPHANED_TAG: "true"} if died else {})})
+        if died:
+            found.append(run.run_id)
+    return found

@@ -46,8 +46,12 @@ def source_key(source: str) -> str:
     return f"{PREFIX}/source/{source}"
 
 
-def limit_tags(config: PlatformConfig, destination_name: str, models: list[ModelConfig], kind: str) -> dict[str, str]:
-    """The tags the run queue counts, for a run of ``kind`` over ``models`` of a destination."""
+def limit_tags(config: PlatformConfig, destination_name: str, models: list[ModelConfig], kind: str,
+               *, with_checks: bool = False) -> dict[str, str]:
+    """The tags the run queue counts, for a run of ``kind`` over ``models`` of a destination.
+
+    ``with_checks``: a transfer run that also runs integrity checks (the UI's Materialize sends
+    the selected assets' checks along) locks every model of the destination, as an integrity run."""
     if kind not in KINDS:
         raise ValueError(f"unknown run kind {kind!r}; expected one of {KINDS}")
     destination = config.destination(destination_name)
@@ -57,7 +61,7 @@ def limit_tags(config: PlatformConfig, destination_name: str, models: list[Model
         MODELS_TAG: ",".join(m.model_name for m in models),
         dest_slots_key(destination.max_concurrent_transfers): destination.name,
     }
-    touched = config.models_for(destination) if kind == "integrity" else models
+    touched = config.models_for(destination) if kind == "integrity" or with_checks else models
     for model in touched:
         tags[model_key(model.model_name)] = destination.name
         tags[source_key(model.source_name)] = kind

@@ -80,12 +80,19 @@ def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path
     if order.full_refresh:
         tags[FULL_REFRESH_TAG] = "true"
     run_id = str(uuid.uuid4())
+    before = os.environ.get("TRANSFER_PLATFORM_CONFIG")
     os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path.resolve())  # for the code server
-    execute_launch_command(
-        instance=instance, workspace_opts=WorkspaceOpts(workspace=[str(workspace_file())]),
-        config_json=json.dumps({"ops": {"run_transfer": {"config": op_config}}}),
-        tags=json.dumps(tags), run_id=run_id, job_name="transfer",
-    )
+    try:
+        execute_launch_command(
+            instance=instance, workspace_opts=WorkspaceOpts(workspace=[str(workspace_file())]),
+            config_json=json.dumps({"ops": {"run_transfer": {"config": op_config}}}),
+            tags=json.dumps(tags), run_id=run_id, job_name="transfer",
+        )
+    finally:
+        if before is None:
+            os.environ.pop("TRANSFER_PLATFORM_CONFIG", None)
+        else:
+            os.environ["TRANSFER_PLATFORM_CONFIG"] = before
     return run_id
 
 

@@ -1,0 +1,178 @@
+"""Transfer statuses that need real worker processes: PENDING, RUNNING, CANCELLED, KILLED, ORPHANED.
+
+One real ``dagster-daemon`` (see :func:`test_daemon.running_platform`) for the module runs transfers
+enqueued as ``transfer-platform transfer --enqueue`` does; hourly windows make them long enough to
+act on. Both destinations are disabled, so the sensor enqueues nothing of its own.
+
+- ``killed`` (acme_delta) runs; ``transfer-platform cancel`` stops it: the run ends CANCELED with a
+  start time, and ``transfer-platform transfers --json`` shows KILLED;
+- ``pending`` (acme_delta too, max_concurrent_transfers 1) waits behind it, PENDING; cancelled
+  while queued it is CANCELLED, with no start time;
+- ``orphaned`` (globex_delta) runs, then the control plane loses it: the code server that launched
+  it and the run worker (with its Spark JVM) are SIGKILLed, as when their machine dies. Dagster
+  still says STARTED and the heartbeat stops; the sweep, run with a clock 4 minutes ahead
+  (ORPHANED_AFTER is 3 minutes), fails and tags it, and ``transfers --json`` shows ORPHANED with
+  submitted/started/ended times;
+- a run worker SIGKILLed while its code server lives is failed by the code server itself (it
+  watches its children): the sweep reads its engine event and reports ORPHANED too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from transfer_platform.core.lifecycle import HEARTBEAT_TAG, ORPHANED_AFTER, ORPHANED_TAG
+from transfer_platform.orchestration.lifecycle import sweep
+from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
+from transfer_platform_tests.orchestration.test_daemon import RunningPlatform, running_platform
+
+pytestmark = pytest.mark.integration
+
+PID = re.compile(r"\(pid: (\d+)\)")
+
+
+def transfers_json(platform: RunningPlatform) -> dict[str, dict]:
+    result = platform.cli("transfers", "--json")
+    assert result.returncode == 0, result.stderr
+    return {t["id"]: t for t in json.loads(result.stdout)}
+
+
+def worker_pid(platform: RunningPlatform, run_id: str) -> int:
+    """The run worker's pid, from the engine event the worker writes when it starts its steps."""
+    for entry in platform.instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        found = PID.search(entry.message or "")
+        if found and "Executing steps in process" in entry.message:
+            return int(found.group(1))
+    raise AssertionError(f"no worker pid among the engine events of {run_id}")
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            todo.extend(children)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def kill_family(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlatform]:
+    destinations = {"acme": {"is_enabled": False}, "globex": {"is_enabled": False}}
+    with pytest.MonkeyPatch.context() as patch, running_platform(
+            tmp_path_factory.mktemp("lifecycle"), patch, destinations=destinations, window=3600) as running:
+        yield running
+
+
+def running_with_heartbeat(platform: RunningPlatform, run_id: str) -> bool:
+    run = platform.instance.get_run_by_id(run_id)
+    assert run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,
+                          dg.DagsterRunStatus.STARTED), f"{run_id} ended early: {run.status}"
+    return run.status == dg.DagsterRunStatus.STARTED and HEARTBEAT_TAG in run.tags
+
+
+def test_worker_killed_under_a_live_code_server_is_orphaned(platform: RunningPlatform) -> None:
+    instance = platform.instance
+    run_id = platform.enqueue("globex_delta")
+    platform.wait_for("a running transfer with a heartbeat", lambda: running_with_heartbeat(platform, run_id), 240)
+    pid = worker_pid(platform, run_id)
+    family = [pid, *descendants(pid)]
+    kill_family(family)
+    platform.wait_for("the worker and its Spark JVM to go", lambda: not any(map(alive, family)), 60)
+    platform.wait_for("the run to end", lambda: instance.get_run_by_id(run_id).is_finished, 60)
+    sweep(instance, datetime.now(UTC) + ORPHANED_AFTER + timedelta(minutes=1))
+    (listed,) = [t for t in list_transfers(instance, TransferFilter()) if t["id"] == run_id]
+    assert listed["status"] == "ORPHANED", listed["status"]
+
+
+def test_killed_cancelled_and_orphaned_transfers(platform: RunningPlatform) -> None:
+    instance = platform.instance
+    killed = platform.enqueue("acme_delta")
+    pending = platform.enqueue("acme_delta")
+    orphaned = platform.enqueue("globex_delta")
+    platform.wait_for("two running transfers with a heartbeat",
+                      lambda: running_with_heartbeat(platform, killed)
+                      and running_with_heartbeat(platform, orphaned), 240)
+    listed = transfers_json(platform)
+    assert (listed[killed]["status"], listed[pending]["status"], listed[orphaned]["status"]) == (
+        "RUNNING", "PENDING", "RUNNING")
+    assert listed[killed]["started_at"]
+    assert not listed[killed]["ended_at"]
+    assert not listed[pending]["started_at"]
+
+    # CANCELLED: a pending transfer cancelled before it starts
+    result = platform.cli("cancel", pending)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{pending}: CANCELLED"
+    # KILLED: a running transfer stopped by the user (RUNNING while it stops, then KILLED)
+    killed_worker = worker_pid(platform, killed)
+    result = platform.cli("cancel", killed)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() in (f"{killed}: RUNNING", f"{killed}: KILLED")
+    platform.wait_for("the cancelled transfer to stop",
+                      lambda: instance.get_run_by_id(killed).status == dg.DagsterRunStatus.CANCELED, 120)
+    platform.wait_for("the cancelled transfer's worker to exit", lambda: not alive(killed_worker), 30)
+    killed_beat = instance.get_run_by_id(killed).tags[HEARTBEAT_TAG]
+
+    # ORPHANED: the code server that launched the run and the run worker die together
+    assert running_with_heartbeat(platform, orphaned)
+    pid = worker_pid(platform, orphaned)
+    server = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert b"api\0grpc" in Path(f"/proc/{server}/cmdline").read_bytes(), "the worker's parent is not a code server"
+    family = [server, pid, *descendants(pid)]
+    kill_family(family)
+    platform.wait_for("the code server, the worker and its Spark JVM to go",
+                      lambda: not any(map(alive, family)), 60)
+    last_beat = instance.get_run_by_id(orphaned).tags[HEARTBEAT_TAG]
+    time.sleep(3 * 2)  # three heartbeat intervals: no beat, and nobody noticed
+    assert instance.get_run_by_id(killed).tags[HEARTBEAT_TAG] == killed_beat, "the killed transfer still beats"
+    run = instance.get_run_by_id(orphaned)
+    assert run.status == dg.DagsterRunStatus.STARTED
+    assert run.tags[HEARTBEAT_TAG] == last_beat
+    assert sweep(instance, datetime.now(UTC)) == {"expired": [], "orphaned": []}
+    later = datetime.fromisoformat(last_beat) + ORPHANED_AFTER + timedelta(minutes=1)
+    assert sweep(instance, later) == {"expired": [], "orphaned": [orphaned]}
+    run = instance.get_run_by_id(orphaned)
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    assert run.tags[ORPHANED_TAG] == "true"
+
+    listed = transfers_json(platform)
+    assert listed[killed]["status"] == "KILLED"
+    assert listed[killed]["started_at"]
+    assert listed[killed]["ended_at"]
+    assert listed[pending]["status"] == "CANCELLED"
+    assert listed[pending]["started_at"] is None
+    assert listed[pending]["ended_at"]
+    assert listed[orphaned]["status"] == "ORPHANED"
+    submitted, started, ended = (datetime.fromisoformat(listed[orphaned][k])
+                                 for k in ("submitted_at", "started_at", "ended_at"))
+    assert submitted <= started <= ended
