@@ -1,0 +1,407 @@
+"""Property: whatever the provider writes and whenever transfers run, every destination ends equal
+to its tenant's source rows (every column, microseconds included) and holds no other tenant's row.
+
+Each Hypothesis example is one provider history against the real PostgreSQL, through the real Spark
+path: a multi-tenant source table, three recipients (each its own destination schema, one tenant id
+with a quote, one with a backslash) and two decoy tenants that a broken escape would select instead.
+The example draws the source's lookback and each recipient's window size (none, 60 s or 1 s), then
+a sequence of
+
+- writes: an insert or an update of one row of any tenant, its last-modified value set by the writer
+  to the clock at commit time, possibly late by up to the lookback, possibly equal to another row's
+  value or to the last transfer's "now", with microseconds (a row's value never goes back in time:
+  the upsert keeps the newer row, so a provider that moved it back would be refused by design);
+- clock advances: microseconds, seconds, exactly the lookback;
+- transfers of some recipients at "now" = the clock (concurrently, as separate destinations run).
+
+After every transfer the destination holds, for every source row older than "now", exactly that
+row, nothing else but earlier versions of that tenant's rows, no staging table, and a watermark
+equal to "now". (One exception: a transfer at the same "now" as the recipient's previous one
+reads nothing, so rows written in between wait for the next transfer; with a real clock "now"
+always moves.) Finally the clock moves past the lookback, every recipient is transferred and each
+destination must equal its tenant's source rows exactly.
+
+Speed: one source table and three destination schemas serve every example (emptied in between),
+rows are few and transfers of different recipients run in parallel threads on the shared Spark
+session. 200 derandomized examples run by default (about 3 minutes here, on 2 busy cores); set
+``TP_RANDOM_EXAMPLES=2000`` for a longer, randomly seeded exploration. A 1 s window is drawn only
+with the 1 s lookback: with the default 30 s one, every transfer would move 30+ windows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cache
+
+import psycopg
+import pytest
+from hypothesis import example, given, note, settings
+from hypothesis import strategies as st
+
+from transfer_platform.config import parse_config
+from transfer_platform.config.models import PlatformConfig
+from transfer_platform_tests.conftest import pg_connect, pg_connection_config
+from transfer_platform_tests.integration.helpers import (
+    DESTINATION,
+    MODEL,
+    Row,
+    create_events,
+    destination_rows,
+    epoch,
+    source_rows,
+    status_row,
+    tables_in,
+    transfer,
+)
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = int(os.environ.get("TP_RANDOM_EXAMPLES", "200"))
+ROUNDS = st.sampled_from([1, 1, 2])  # transfers before the final one
+MAX_BETWEEN = 4  # writes and clock advances before each transfer
+
+BASE = datetime(2024, 5, 1, 12, 0, 40, tzinfo=UTC)  # the clock starts 20 s before a minute tick
+RECIPIENTS = ("acme", "o'reilly", "back\\slash")
+DECOYS = ("o''reilly", "backslash")  # never delivered: only a broken escape would select them
+TENANTS = RECIPIENTS + DECOYS
+PAYLOADS = (None, "a", "b", "it's \"q\" \\ é")
+DEFAULT_LOOKBACK = 30  # the postgres source's default: the configuration leaves it unset
+SHORT_LOOKBACK = 1
+US = 1_000_000
+
+
+def window_choices(lookback: int) -> tuple[int | None, ...]:
+    return (None, 60, 1) if lookback <= SHORT_LOOKBACK else (None, 60)
+
+
+def start_lead(window: int | None) -> int:
+    """Seconds between the model's configured start and ``BASE - lookback`` (the earliest value a
+    writer can give): one window for the backfill of a whole-range or 60 s model (the latter then
+    crosses the 12:01 tick, its lookback reaching back into the window before), few for a 1 s one."""
+    return {None: 60, 60: 5, 1: 0}[window]
+
+
+# -- what an example does -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """How the writer's last-modified value relates to the clock at commit time.
+
+    ``late``: ``value`` microseconds before the clock (at most the lookback); ``same_as``: the value
+    of the ``value``-th row written so far (any tenant); ``watermark``: the "now" of the latest
+    transfer; ``kept``: an update keeps the row's value and changes its payload (two updates in one
+    tick of a coarse clock: equally new, different). The last three only if the lookback allows
+    it, else the clock minus the lookback.
+    """
+
+    kind: str
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class Write:
+    tenant: int  # index into TENANTS
+    target: int | None  # None: insert; else update the (target % n)-th row of that tenant
+    stamp: Stamp
+    payload: str | None
+
+
+@dataclass(frozen=True)
+class Advance:
+    micros: int
+
+
+@dataclass(frozen=True)
+class Transfer:
+    recipients: tuple[int, ...]  # indexes into RECIPIENTS, transferred concurrently
+
+
+@dataclass(frozen=True)
+class Scenario:
+    lookback: int
+    windows: tuple[int | None, ...]  # per recipient
+    start_offset_us: int
+    steps: tuple[Write | Advance | Transfer, ...]
+
+
+def stamps(lookback: int) -> st.SearchStrategy[Stamp]:
+    return st.one_of(
+        st.builds(Stamp, st.just("late"), st.integers(0, lookback * US)),
+        st.builds(Stamp, st.just("late"), st.sampled_from([0, lookback * US])),
+        st.builds(Stamp, st.just("same_as"), st.integers(0, 50)),
+        st.just(Stamp("watermark")),
+        st.just(Stamp("kept")),
+    )
+
+
+def writes(lookback: int) -> st.SearchStrategy[Write]:
+    recipient = st.integers(0, len(RECIPIENTS) - 1)
+    decoy = st.integers(len(RECIPIENTS), len(TENANTS) - 1)
+    return st.builds(Write, st.one_of(recipient, recipient, decoy), st.none() | st.integers(0, 20),
+                     stamps(lookback), st.sampled_from(PAYLOADS))
+
+
+def advances(lookback: int) -> st.SearchStrategy[Advance]:
+    """Sub-second steps, exactly the lookback, and (with the 30 s lookback) a few seconds; a model
+    with 1 s windows moves one window per second of clock."""
+    micros = st.integers(1, US - 1) | st.sampled_from([lookback * US, lookback * US + 1])
+    if lookback > 2:
+        micros |= st.integers(US, 3 * US)
+    return st.builds(Advance, micros)
+
+
+def transfers() -> st.SearchStrategy[Transfer]:
+    indexes = st.lists(st.integers(0, len(RECIPIENTS) - 1), min_size=1, max_size=len(RECIPIENTS),
+                       unique=True)
+    return st.builds(Transfer, indexes.map(lambda xs: tuple(sorted(xs))))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    """Writes and clock advances, then a transfer, once or twice; then more writes (the final
+    transfer is added when the scenario runs). Every example thus has rows delivered before some
+    of them change."""
+    lookback = draw(st.sampled_from([DEFAULT_LOOKBACK, SHORT_LOOKBACK]))
+    windows = tuple(draw(st.sampled_from(window_choices(lookback))) for _ in RECIPIENTS)
+    start_offset = draw(st.integers(0, US - 1))
+    between = st.lists(st.one_of(writes(lookback), writes(lookback), advances(lookback)),
+                       min_size=1, max_size=MAX_BETWEEN)
+    rounds = [draw(st.tuples(between, transfers())) for _ in range(draw(ROUNDS))]
+    steps = [step for changes, transfer_step in rounds for step in (*changes, transfer_step)]
+    return Scenario(lookback, windows, start_offset, (*steps, *draw(between)))
+
+
+# -- the world every example shares ---------------------------------------------------------------
+
+
+@dataclass
+class World:
+    conn: psycopg.Connection
+    spark: object
+    source_schema: str
+    destinations: tuple[str, ...]  # one schema per recipient
+    pool: ThreadPoolExecutor
+
+    def reset(self) -> None:
+        """Empty the source, the destinations and their ``_transfer_status`` rows."""
+        self.conn.execute(f'DELETE FROM "{self.source_schema}".events')
+        for schema in self.destinations:
+            for table in (MODEL, "_transfer_status"):
+                if self.conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',)).fetchone()[0]:
+                    self.conn.execute(f'DELETE FROM "{schema}"."{table}"')
+
+
+@pytest.fixture(scope="module")
+def world(spark) -> Iterator[World]:
+    tag = uuid.uuid4().hex[:8]
+    source_schema = f"tp_rand_{tag}_src"
+    destinations = tuple(f"tp_rand_{tag}_dst{i}" for i in range(len(RECIPIENTS)))
+    with pg_connect(autocommit=True) as conn, ThreadPoolExecutor(len(RECIPIENTS)) as pool:
+        conn.execute(f'CREATE SCHEMA "{source_schema}"')
+        create_events(conn, source_schema)
+        try:
+            yield World(conn, spark, source_schema, destinations, pool)
+        finally:
+            for schema in (source_schema, *destinations):
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@cache
+def recipient_config(source_schema: str, dst_schema: str, tenant: str, window: int | None,
+                     lookback: int) -> PlatformConfig:
+    model = {
+        "model_name": MODEL,
+        "source_name": "src",
+        "source_table": f"{source_schema}.events",
+        "organization_column": "organization_id",
+        "min_start_time_epoch": epoch(BASE) - lookback - start_lead(window),
+        "columns": [
+            {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+            {"name_in_source": "organization_id", "data_type": "string"},
+            {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+            {"name_in_source": "payload", "data_type": "string"},
+        ],
+    }
+    if window is not None:
+        model["max_transfer_time_window_seconds"] = window
+    source = {"name": "src", "vendor": "postgres", "connection": pg_connection_config()}
+    if lookback != DEFAULT_LOOKBACK:
+        source["lookback_window"] = lookback
+    return parse_config({
+        "sources": [source],
+        "models": [model],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": tenant}],
+        "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
+                          "connection": pg_connection_config(dst_schema)}],
+    }, now=BASE + timedelta(hours=1))
+
+
+# -- running an example ---------------------------------------------------------------------------
+
+
+@dataclass
+class Provider:
+    """The provider's clock and what it has written (a mirror of the source table)."""
+
+    world: World
+    scenario: Scenario
+    clock: datetime
+    rows: dict[int, Row] = field(default_factory=dict)
+    written: dict[int, int] = field(default_factory=dict)  # key -> number of its last write
+    write_count: int = 0
+    last_transfer_at: datetime | None = None
+    transfer_count: int = 0
+    # recipient -> (its last transfer that moved the clock forward, writes made before it)
+    effective: dict[int, tuple[datetime, int]] = field(default_factory=dict)
+
+    def stamp(self, stamp: Stamp, key: int | None) -> datetime:
+        earliest = self.clock - timedelta(seconds=self.scenario.lookback)
+        if stamp.kind == "late":
+            return self.clock - timedelta(microseconds=stamp.value)
+        if stamp.kind == "kept" and key is not None:
+            candidate = self.rows[key][2]
+        elif stamp.kind == "same_as" and self.rows:
+            candidate = list(self.rows.values())[stamp.value % len(self.rows)][2]
+        elif stamp.kind == "watermark" and self.last_transfer_at is not None:
+            candidate = self.last_transfer_at
+        else:
+            candidate = earliest
+        return candidate if earliest <= candidate <= self.clock else earliest
+
+    def write(self, step: Write) -> None:
+        tenant, payload = TENANTS[step.tenant], step.payload
+        keys = [key for key, row in self.rows.items() if row[1] == tenant]
+        table = f'"{self.world.source_schema}".events'
+        if step.target is None or not keys:
+            key = len(self.rows) + 1
+            updated_at = self.stamp(step.stamp, None)
+            self.world.conn.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)",
+                                    (key, tenant, updated_at, payload))
+        else:
+            key = keys[step.target % len(keys)]
+            updated_at = max(self.stamp(step.stamp, key), self.rows[key][2])  # never back in time
+            if step.stamp.kind == "kept" and payload == self.rows[key][3]:
+                payload = PAYLOADS[(PAYLOADS.index(payload) + 1) % len(PAYLOADS)]
+            self.world.conn.execute(f"UPDATE {table} SET updated_at = %s, payload = %s WHERE id = %s",
+                                    (updated_at, payload, key))
+        self.rows[key] = (key, tenant, updated_at, payload)
+        self.write_count += 1
+        self.written[key] = self.write_count
+        note(f"clock {self.clock.isoformat()}: write id={key} tenant={tenant!r} "
+             f"updated_at={updated_at.isoformat()} payload={payload!r}")
+
+    def transfer(self, recipients: tuple[int, ...]) -> None:
+        now = self.clock
+        self.transfer_count += 1
+        transfer_id = f"t{self.transfer_count}"
+        note(f"clock {now.isoformat()}: transfer {[RECIPIENTS[i] for i in recipients]}")
+
+        def run(index: int):
+            config = recipient_config(self.world.source_schema, self.world.destinations[index],
+                                      RECIPIENTS[index], self.scenario.windows[index],
+                                      self.scenario.lookback)
+            return transfer(self.world.spark, config, now, transfer_id)
+
+        summaries = list(self.world.pool.map(run, recipients))
+        for index, summary in zip(recipients, summaries, strict=True):
+            assert summary.status == "SUCCESS", f"{RECIPIENTS[index]!r}: {summary.error}"
+            pending: set[int] = set()
+            if index in self.effective and self.effective[index][0] == now:
+                # the clock has not moved since this recipient's last transfer: that transfer
+                # read up to "now", this one reads nothing; later writes wait for the next one
+                pending = {key for key, n in self.written.items() if n > self.effective[index][1]}
+            else:
+                self.effective[index] = (now, self.write_count)
+            check_after_transfer(self.world, index, now, pending)
+        self.last_transfer_at = now
+
+
+def check_after_transfer(world: World, index: int, now: datetime, pending: set[int]) -> None:
+    """Every source row older than ``now`` is delivered exactly (but ``pending`` ones); anything
+    else in the destination is an earlier version of a row of the same tenant; no staging is left;
+    the watermark is ``now``."""
+    tenant, schema = RECIPIENTS[index], world.destinations[index]
+    source = {row[0]: row for row in source_rows(world.conn, world.source_schema, tenant)}
+    delivered = {row[0]: row for row in destination_rows(world.conn, schema)}
+    for key, row in delivered.items():
+        assert row[1] == tenant, f"{tenant!r} received another tenant's row: {row}"
+        assert key in source, f"{tenant!r} received a row that is not in the source: {row}"
+        assert row[2] <= source[key][2], f"{tenant!r}: destination newer than source: {row}"
+    missed = [(row, delivered.get(key)) for key, row in source.items()
+              if row[2] < now and key not in pending and delivered.get(key) != row]
+    assert not missed, f"{tenant!r} at {now.isoformat()}: (source row, destination row) {missed}"
+    status = status_row(world.conn, schema)
+    assert status["watermark"] == now
+    assert status["high_watermark"] == max((row[2] for row in delivered.values()), default=None)
+    assert tables_in(world.conn, schema) == ["_transfer_status", MODEL]
+
+
+def run_scenario(world: World, scenario: Scenario) -> None:
+    world.reset()
+    provider = Provider(world, scenario, BASE + timedelta(microseconds=scenario.start_offset_us))
+    for step in scenario.steps:
+        if isinstance(step, Write):
+            provider.write(step)
+        elif isinstance(step, Advance):
+            provider.clock += timedelta(microseconds=step.micros)
+        else:
+            provider.transfer(step.recipients)
+    provider.clock += timedelta(seconds=scenario.lookback, microseconds=1)  # past the lookback
+    provider.transfer(tuple(range(len(RECIPIENTS))))
+    for index, tenant in enumerate(RECIPIENTS):
+        expected = source_rows(world.conn, world.source_schema, tenant)
+        assert destination_rows(world.conn, world.destinations[index]) == expected, tenant
+
+
+# Edge cases that every run covers, whatever the draw (each fails if the behaviour it names breaks)
+ACME, OREILLY, BACKSLASH, DECOY_OREILLY, DECOY_BACKSLASH = range(len(TENANTS))
+EQUALLY_NEW_AND_DIFFERENT = Scenario(DEFAULT_LOOKBACK, (None, 60, None), 0, (
+    Write(ACME, None, Stamp("late", 1), "a"),
+    Write(OREILLY, None, Stamp("late", 1), None),
+    Transfer((ACME, OREILLY)),
+    Write(ACME, 0, Stamp("kept"), "b"),  # same updated_at as the delivered row, other payload
+    Write(OREILLY, 0, Stamp("kept"), "a"),  # NULL -> 'a' at the same updated_at
+))
+LATE_BY_EXACTLY_THE_LOOKBACK = Scenario(DEFAULT_LOOKBACK, (60, None, 60), 0, (
+    Write(BACKSLASH, None, Stamp("late", 0), "a"),
+    Transfer((ACME, BACKSLASH)),
+    # committed right after the transfer, stamped exactly the lookback before its "now"
+    Write(ACME, None, Stamp("late", DEFAULT_LOOKBACK * US), "edge"),
+    Write(DECOY_BACKSLASH, None, Stamp("late", 0), "decoy"),
+    Write(DECOY_OREILLY, None, Stamp("watermark"), "decoy"),
+    Write(BACKSLASH, None, Stamp("watermark"), "at the watermark"),
+))
+LATE_ACROSS_A_WINDOW_TICK = Scenario(DEFAULT_LOOKBACK, (60, 60, None), 500_000, (
+    Advance(DEFAULT_LOOKBACK * US),  # 12:01:10.5: the 60 s models' second window has begun
+    Write(OREILLY, None, Stamp("late", 0), "a"),
+    Transfer((ACME, OREILLY, BACKSLASH)),
+    Write(ACME, None, Stamp("late", 29 * US), "12:00:41.5, in the window before the tick"),
+    Advance(1),
+    Transfer((OREILLY,)),
+    Write(OREILLY, None, Stamp("late", 25 * US), "12:00:45.5: the lookback reaches back"),
+))
+ONE_SECOND_WINDOWS = Scenario(SHORT_LOOKBACK, (1, 1, None), 250_000, (
+    Write(ACME, None, Stamp("late", SHORT_LOOKBACK * US), "a"),
+    Advance(SHORT_LOOKBACK * US + 1),
+    Transfer((ACME, OREILLY)),
+    Write(OREILLY, None, Stamp("late", SHORT_LOOKBACK * US), "late by the lookback"),
+    Write(ACME, 0, Stamp("kept"), "b"),
+))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize="TP_RANDOM_EXAMPLES" not in os.environ,
+          database=None, print_blob=True)
+@example(scenario=EQUALLY_NEW_AND_DIFFERENT)
+@example(scenario=LATE_BY_EXACTLY_THE_LOOKBACK)
+@example(scenario=LATE_ACROSS_A_WINDOW_TICK)
+@example(scenario=ONE_SECOND_WINDOWS)
+@given(scenario=scenarios())
+def test_any_interleaving_of_writes_and_transfers_ends_with_each_destination_equal_to_its_source(
+        world: World, scenario: Scenario) -> None:
+    run_scenario(world, scenario)
