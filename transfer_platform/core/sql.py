@@ -36,6 +36,11 @@ def quote_literal(value: str, dialect: str = "postgres") -> str:
     """
     if "\x00" in value:
         raise ValueError("a tenant id or literal cannot contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"a tenant id or literal must be valid Unicode text; {value!r} holds a lone "
+                         "surrogate (a broken escape such as \\ud800 in the configuration)") from None
     if dialect == "mysql":
         return f"_utf8mb4 X'{value.encode().hex().upper()}'"
     escaped = value.replace("\\", "\\\\").replace("'", "''")

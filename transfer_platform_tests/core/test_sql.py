@@ -108,8 +108,15 @@ def test_quote_literal_refuses_nul(dialect):
         quote_literal("acme\x00", dialect)
 
 
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+def test_quote_literal_refuses_a_lone_surrogate(dialect):
+    with pytest.raises(ValueError, match="lone surrogate"):
+        quote_literal("acme\ud800", dialect)
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_characters="\x00")), st.sampled_from(["postgres", "mysql"]))
+@given(st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))),
+       st.sampled_from(["postgres", "mysql"]))
 def test_quote_literal_cannot_be_broken_out_of(value, dialect):
     decoded, rest = read_literal(quote_literal(value, dialect), dialect)
     assert decoded == value
