@@ -122,7 +122,8 @@ class PostgresWriter:
         conn = self.conn
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
         conn.execute(status_ddl(self.status_table))
-        conn.execute(f"ALTER TABLE {self.status_table} ADD COLUMN IF NOT EXISTS refresh_state jsonb")
+        if "refresh_state" not in self._columns(self.status_table):  # a table from an older version
+            conn.execute(f"ALTER TABLE {self.status_table} ADD COLUMN IF NOT EXISTS refresh_state jsonb")
         self._drop_stale_staging(model)
         state = self.read_state(model)
         if full_refresh:

@@ -29,6 +29,7 @@ from transfer_platform.orchestration.run_tags import (
     MODELS_TAG,
     limit_tags,
     queue_rules,
+    transfer_op_config,
 )
 
 _LOG = logging.getLogger("transfer_platform.coordinator")
@@ -60,7 +61,7 @@ def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], 
         models = [m for m in tags.get(MODELS_TAG, "").split(",") if m]
         return tags[DESTINATION_TAG], models, tags[KIND_TAG]
     if run.job_name == TRANSFER_JOB:
-        op_config = ((run.run_config or {}).get("ops", {}).get("run_transfer", {}) or {}).get("config", {})
+        op_config = transfer_op_config(run.run_config)
         destination = op_config.get("destination")
         if not destination:
             raise RunPlacementError("a transfer run needs ops.run_transfer.config.destination")

@@ -81,6 +81,11 @@ def queue_rules(config: PlatformConfig) -> list[dict]:
     return rules
 
 
+def transfer_op_config(run_config: dict | None) -> dict:
+    """The ``transfer`` job's op config inside a run config (empty for any other run)."""
+    return (((run_config or {}).get("ops") or {}).get("run_transfer") or {}).get("config") or {}
+
+
 def parse_user_tags(pairs: list[str]) -> dict[str, str]:
     """``key=value`` pairs as given on the command line; both sides must match ``^[A-Za-z0-9_-]+$``."""
     tags: dict[str, str] = {}

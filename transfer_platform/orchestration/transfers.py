@@ -27,6 +27,7 @@ from transfer_platform.orchestration.run_tags import (
     KIND_TAG,
     USER_TAG_PREFIX,
     limit_tags,
+    transfer_op_config,
     user_tags_of,
 )
 
@@ -105,12 +106,8 @@ def cancel(instance: DagsterInstance, run_id: str) -> str:
     return describe(instance, instance.get_run_record_by_id(run_id))["status"]
 
 
-def _op_config(run) -> dict:  # noqa: ANN001 - a DagsterRun
-    return ((run.run_config or {}).get("ops", {}).get("run_transfer", {}) or {}).get("config", {}) or {}
-
-
 def _window(run) -> tuple[str | None, str | None]:  # noqa: ANN001 - a DagsterRun
-    op_config = _op_config(run)
+    op_config = transfer_op_config(run.run_config)
     if op_config:
         return op_config.get("start"), op_config.get("end")
     if RANGE_START_TAG in run.tags:
@@ -165,7 +162,7 @@ def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # noqa: ANN0
         "destination": run.tags.get(DESTINATION_TAG),
         "status": transfer_status(run.status.value, dict(run.tags), started=record.start_time is not None,
                                   steps_succeeded=steps_succeeded if errors else 0),
-        "full_refresh": run.tags.get(FULL_REFRESH_TAG) == "true" or bool(_op_config(run).get("full_refresh")),
+        "full_refresh": run.tags.get(FULL_REFRESH_TAG) == "true" or bool(transfer_op_config(run.run_config).get("full_refresh")),
         "start_transfer_window_at": start,
         "end_transfer_window_at": end,
         "submitted_at": record.create_timestamp.astimezone(UTC).isoformat(),

@@ -149,6 +149,30 @@ def pg_config(*, source_schema: str, dst_schema: str, tenant: str, min_start: da
     }, now=datetime(2024, 6, 1, tzinfo=UTC))
 
 
+def with_columns(config: PlatformConfig, *, add: list = (), remove: list[str] = (),
+                 key: list[str] | None = None, types: dict[str, str] | None = None) -> PlatformConfig:
+    """The same configuration with the (single) model's columns changed: ``add`` ColumnConfigs,
+    ``remove`` by source name, ``key`` the primary key columns, ``types`` new data types by name."""
+    model = config.model(MODEL)
+    columns = [c for c in model.columns if c.name_in_source not in remove] + list(add)
+    if key is not None:
+        columns = [c.model_copy(update={"is_primary_key": c.name_in_source in key}) for c in columns]
+    if types:
+        columns = [c.model_copy(update={"data_type": types.get(c.name_in_source, c.data_type)}) for c in columns]
+    return config.model_copy(update={"models": [model.model_copy(update={"columns": columns})]})
+
+
+def lake_config(lake, delta_root, *, tenant: str, min_start: datetime) -> PlatformConfig:
+    """The events model from a Parquet lake (folder ``events``) to one Delta destination."""
+    return parse_config({
+        "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
+        "models": [events_model("events", min_start=min_start)],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": tenant}],
+        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
+                          "connection": {"path": str(delta_root)}}],
+    }, now=datetime(2024, 6, 1, tzinfo=UTC))
+
+
 def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t1",
              destination: str = DESTINATION) -> ModelSummary:
     """One transfer of the destination's models; returns the (single) model's summary."""

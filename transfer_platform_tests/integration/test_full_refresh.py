@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import writer_for
@@ -26,8 +25,8 @@ from transfer_platform_tests.integration.helpers import (
     create_events,
     day,
     destination_rows,
-    events_model,
     insert_rows,
+    lake_config,
     make_rows,
     normalize,
     pg_config,
@@ -35,6 +34,7 @@ from transfer_platform_tests.integration.helpers import (
     status_row,
     tables_in,
     transfer,
+    with_columns,
 )
 from transfer_platform_tests.integration.test_parquet_delta_path import delivered, write_lake
 
@@ -45,14 +45,6 @@ DATA_DAYS = [day(3, 1), day(3, 2), day(3, 3)]
 NOW1 = day(3, 4) + timedelta(hours=12)
 NOW2 = day(3, 5) + timedelta(hours=6)
 TENANT = "acme"
-
-
-def with_column_type(config: PlatformConfig, column: str, data_type: str) -> PlatformConfig:
-    """The same configuration with one column of the model given another type."""
-    model = config.model(MODEL)
-    columns = [c.model_copy(update={"data_type": data_type}) if c.name_in_source == column else c
-               for c in model.columns]
-    return config.model_copy(update={"models": [model.model_copy(update={"columns": columns})]})
 
 
 def refresh_step_by_step(spark, config: PlatformConfig, now, on_window) -> list:
@@ -133,7 +125,7 @@ def test_postgres_type_change_is_refused_until_a_full_refresh_replaces_the_table
     before = destination_rows(pg_conn, dst_schema)
     status_before = status_row(pg_conn, dst_schema)
     oid = table_oid(pg_conn, dst_schema)
-    changed = with_column_type(backfilled, "id", "decimal")
+    changed = with_columns(backfilled, types={"id": "decimal"})
 
     refused = transfer(spark, changed, NOW2, transfer_id="t2")
 
@@ -219,13 +211,7 @@ SCHEMA_ROWS_TENANT = "org-o'reilly"
 @pytest.fixture
 def delta_setup(tmp_path: Path):
     lake, delta_root = tmp_path / "lake", tmp_path / "delta"
-    config = parse_config({
-        "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
-        "models": [events_model("events", min_start=MIN_START)],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": SCHEMA_ROWS_TENANT}],
-        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
-                          "connection": {"path": str(delta_root)}}],
-    }, now=NOW2)
+    config = lake_config(lake, delta_root, tenant=SCHEMA_ROWS_TENANT, min_start=MIN_START)
     rows = make_rows([SCHEMA_ROWS_TENANT, "globex"], 20, DATA_DAYS, seed=23)
     write_lake(lake, rows)
     return config, lake, delta_root, rows
@@ -255,7 +241,7 @@ def test_delta_refresh_publishes_in_one_commit_and_replaces_a_changed_schema(spa
     assert not (delta_root / REFRESH_DIR / MODEL).exists()
 
     # a changed type: refused by an incremental transfer, applied by a full refresh
-    changed = with_column_type(config, "id", "decimal")
+    changed = with_columns(config, types={"id": "decimal"})
     refused = transfer(spark, changed, NOW2 + timedelta(hours=1), transfer_id="t3")
     assert refused.error_type == "SchemaMismatch"
     assert "--full-refresh" in refused.error

@@ -11,13 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.destinations.delta import read_state
+from transfer_platform_tests.integration import helpers
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
     MODEL,
     day,
-    events_model,
     make_rows,
     normalize,
     transfer,
@@ -59,13 +58,7 @@ def tenant_rows(rows: list, tenant: str = TENANT) -> list:
 @pytest.fixture
 def lake_config(tmp_path):
     lake, delta_root = tmp_path / "lake", tmp_path / "delta"
-    config = parse_config({
-        "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
-        "models": [events_model("events", min_start=MIN_START)],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
-        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
-                          "connection": {"path": str(delta_root)}}],
-    }, now=datetime(2024, 6, 1, tzinfo=UTC))
+    config = helpers.lake_config(lake, delta_root, tenant=TENANT, min_start=MIN_START)
     return config, lake, delta_root
 
 

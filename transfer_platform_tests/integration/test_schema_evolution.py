@@ -6,7 +6,7 @@ primary key is refused (a changed type: see test_full_refresh.py). PostgreSQL an
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,20 +14,19 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
-from transfer_platform.config.models import ColumnConfig, PlatformConfig
+from transfer_platform.config.models import ColumnConfig
 from transfer_platform.destinations.delta import read_state
 from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
     MODEL,
     create_events,
     day,
-    events_model,
     insert_rows,
+    lake_config,
     make_rows,
     pg_config,
     status_row,
     transfer,
+    with_columns,
 )
 
 pytestmark = pytest.mark.integration
@@ -39,15 +38,6 @@ NOW2 = day(3, 5) + timedelta(hours=6)
 NOW3 = day(3, 6)
 TENANT = "acme"
 AMOUNT = ColumnConfig(name_in_source="amount", data_type="integer")
-
-
-def with_columns(config: PlatformConfig, *, add: list[ColumnConfig] = (), remove: list[str] = (),
-                 key: list[str] | None = None) -> PlatformConfig:
-    model = config.model(MODEL)
-    columns = [c for c in model.columns if c.name_in_source not in remove] + list(add)
-    if key is not None:
-        columns = [c.model_copy(update={"is_primary_key": c.name_in_source in key}) for c in columns]
-    return config.model_copy(update={"models": [model.model_copy(update={"columns": columns})]})
 
 
 def pg_columns(conn, schema: str) -> dict[str, str]:
@@ -134,13 +124,7 @@ def write_lake(lake: Path, rows: list[dict], with_amount: bool) -> None:
 
 def test_delta_columns_follow_the_model(spark, tmp_path):
     lake, root = tmp_path / "lake", tmp_path / "delta"
-    config = parse_config({
-        "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
-        "models": [events_model("events", min_start=MIN_START)],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
-        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
-                          "connection": {"path": str(root)}}],
-    }, now=datetime(2024, 6, 1, tzinfo=UTC))
+    config = lake_config(lake, root, tenant=TENANT, min_start=MIN_START)
     names = ["id", "organization_id", "updated_at", "payload"]
     rows = [dict(zip(names, r, strict=True)) for r in make_rows([TENANT, "globex"], 12, DATA_DAYS, seed=33)]
     write_lake(lake, rows, with_amount=False)
