@@ -142,17 +142,23 @@ class PostgresWriter:
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
         model = load.model
-        target = self.refresh_table(model) if load.into_refresh else self.table(model)
+        target_name = self.refresh_table_name(model) if load.into_refresh else model.model_name
+        target = qualified(self.schema, target_name)
         staging_name = STAGING_PREFIX + staging_suffix(model.model_name, load.transfer_id)
         staging = qualified(self.schema, staging_name)
         self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+        # an empty target that nothing depends on can be *replaced* by the staging table: the batch
+        # is then written once (no merge); the staging table is logged so that it can become it
+        swappable = self._is_empty(target)
         # the target's columns without its constraints: a NULL key is refused by our check, by name
-        self.conn.execute(f"CREATE UNLOGGED TABLE {staging} AS SELECT * FROM {target} WITH NO DATA")
+        self.conn.execute(f"CREATE {'' if swappable else 'UNLOGGED '}TABLE {staging} AS "
+                          f"SELECT * FROM {target} WITH NO DATA")
+        swappable = swappable and self._replaceable(target, staging)
         ids = {"transfer_id": load.transfer_id, "destination": self.name, "model": model.model_name}
         try:
             self._stage(frame, staging)
             log_phase("stage", **ids, staging_table=staging_name)
-            return self._merge(load, target, staging)
+            return self._merge(load, target_name, staging, swappable=swappable)
         finally:
             self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
             log_phase("clean up", **ids, staging_table=staging_name)
@@ -224,12 +230,7 @@ class PostgresWriter:
                 "objects depend on it. Fix: drop them, run the transfer again (the refresh built so "
                 "far is kept), then recreate them"
             ) from None
-        conn.execute(f"ALTER TABLE {self.refresh_table(model)} RENAME TO {quote_ident(model.model_name)}")
-        (pkey,) = conn.execute(
-            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
-            (self.table(model),)).fetchone()
-        conn.execute(f"ALTER TABLE {self.table(model)} RENAME CONSTRAINT {quote_ident(pkey)} "
-                     f"TO {quote_ident(model.model_name + '_pkey')}")
+        self._rename_into(self.refresh_table(model), model.model_name)
 
     # -- schema -------------------------------------------------------------------------------
 
@@ -313,27 +314,24 @@ class PostgresWriter:
                                         reason=reason) from None
             raise
 
-    def _merge(self, load: WindowLoad, target: str, staging: str) -> WindowResult:
+    def _merge(self, load: WindowLoad, target_name: str, staging: str, *, swappable: bool) -> WindowResult:
         model = load.model
-        lm = quote_ident(model.last_modified.destination_name)
+        target = qualified(self.schema, target_name)
         state_column = "refresh_state" if load.into_refresh else "state"
         conn = self.conn
         with self._translated_errors(), conn.transaction():
             state = self._lock_state(model, state_column)
-            self._refuse_bad_rows(load, staging)
-            rows, delta_rows, max_lm, volume = conn.execute(
-                f"SELECT count(*), count(*) FILTER (WHERE {lm} > %s), max({lm}), "
-                f"pg_total_relation_size(%s::regclass) FROM {staging}",
-                (state.high_watermark, staging),
-            ).fetchone()
+            rows, delta_rows, max_lm, volume = self._checked_batch(load, staging, state)
             if state.high_watermark is None:
                 delta_rows = rows
-            conn.execute(plan_upsert(
-                target=target, staging=staging,
-                columns=[c.destination_name for c in model.columns],
-                primary_key=[c.destination_name for c in model.primary_key],
-                last_modified=model.last_modified.destination_name,
-            ))
+            if not (swappable and self._swap_in(load, target_name, staging)):
+                self._refuse_duplicate_keys(load, staging)
+                conn.execute(plan_upsert(
+                    target=target, staging=staging,
+                    columns=[c.destination_name for c in model.columns],
+                    primary_key=[c.destination_name for c in model.primary_key],
+                    last_modified=model.last_modified.destination_name,
+                ))
             new_state = state.after_window(
                 load.progress, batch_max_last_modified=max_lm, configured_start=load.configured_start
             )
@@ -343,6 +341,70 @@ class PostgresWriter:
             else:
                 self._record_state(model, new_state, load.transfer_id)
         return WindowResult(rows, delta_rows, int(volume or 0), max_lm, new_state)
+
+    # -- the empty-target fast path -----------------------------------------------------------
+
+    def _is_empty(self, table: str) -> bool:
+        return self.conn.execute(f"SELECT NOT EXISTS (SELECT FROM {table})").fetchone()[0]
+
+    def _replaceable(self, target: str, staging: str) -> bool:
+        """Nothing would be lost by replacing ``target`` with ``staging``: no index but the primary
+        key, no trigger, view, policy, publication or comment on it, and the same owner, grants,
+        storage options and row security as a table created now."""
+        (extra,) = self.conn.execute(
+            "SELECT count(*) FROM pg_depend d WHERE d.refclassid = 'pg_class'::regclass "
+            "AND d.refobjid = %(t)s::regclass "
+            "AND NOT (d.deptype = 'i' AND d.classid IN ('pg_type'::regclass, 'pg_class'::regclass)) "
+            "AND NOT (d.classid = 'pg_constraint'::regclass AND d.objid IN "
+            "(SELECT oid FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'p'))",
+            {"t": target}).fetchone()
+        (alike,) = self.conn.execute(
+            "SELECT t.relowner = s.relowner AND t.relacl IS NOT DISTINCT FROM s.relacl "
+            "AND t.reloptions IS NOT DISTINCT FROM s.reloptions AND t.relrowsecurity = s.relrowsecurity "
+            "AND NOT EXISTS (SELECT FROM pg_description c WHERE c.objoid = t.oid "
+            "AND c.classoid = 'pg_class'::regclass) "
+            "FROM pg_class t, pg_class s WHERE t.oid = %s::regclass AND s.oid = %s::regclass",
+            (target, staging)).fetchone()
+        return extra == 0 and bool(alike)
+
+    def _swap_in(self, load: WindowLoad, target_name: str, staging: str) -> bool:
+        """Make the loaded staging table the target, in the current transaction: its primary key
+        is built (a duplicate key is refused by name), the empty target dropped, the staging table
+        renamed. False, with nothing changed, if the target is no longer empty or cannot be
+        dropped (an object came to depend on it): the caller merges instead."""
+        import psycopg
+
+        model = load.model
+        conn = self.conn
+        target = qualified(self.schema, target_name)
+        conn.execute(f"LOCK TABLE {target} IN ACCESS EXCLUSIVE MODE")
+        if not self._is_empty(target):
+            return False
+        keys = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
+        try:
+            with conn.transaction():
+                conn.execute(f"ALTER TABLE {staging} ADD PRIMARY KEY ({keys})")
+        except psycopg.errors.UniqueViolation:
+            self._refuse_duplicate_keys(load, staging)
+            raise  # not reached: the check above names the duplicate
+        try:
+            with conn.transaction():
+                conn.execute(f"DROP TABLE {target}")
+        except psycopg.errors.DependentObjectsStillExist:
+            return False
+        self._rename_into(staging, target_name)
+        return True
+
+    def _rename_into(self, table: str, name: str) -> None:
+        """Rename ``table`` (in this schema) to ``name``, its primary key to ``<name>_pkey``."""
+        target = qualified(self.schema, name)
+        conn = self.conn
+        conn.execute(f"ALTER TABLE {table} RENAME TO {quote_ident(name)}")
+        (pkey,) = conn.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            (target,)).fetchone()
+        conn.execute(f"ALTER TABLE {target} RENAME CONSTRAINT {quote_ident(pkey)} "
+                     f"TO {quote_ident(name + '_pkey')}")
 
     def _ensure_status_row(self, model: ModelConfig) -> None:
         self.conn.execute(
@@ -370,7 +432,25 @@ class PostgresWriter:
             raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
                                     reason=str(exc).strip().splitlines()[0]) from None
 
-    def _refuse_bad_rows(self, load: WindowLoad, staging: str) -> None:
+    def _checked_batch(self, load: WindowLoad, staging: str,
+                       state: ModelState) -> tuple[int, int, object, int]:
+        """Rows, rows newer than the high watermark, max last-modified and size of the batch, in
+        one scan; a NULL key or last-modified value is refused by name."""
+        model = load.model
+        keys = [c.destination_name for c in model.primary_key]
+        lm = quote_ident(model.last_modified.destination_name)
+        null_key = " OR ".join(f"{quote_ident(k)} IS NULL" for k in keys)
+        rows, delta_rows, max_lm, volume, null_keys, null_lms = self.conn.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE {lm} > %s), max({lm}), "
+            f"pg_total_relation_size(%s::regclass), count(*) FILTER (WHERE {null_key}), "
+            f"count(*) FILTER (WHERE {lm} IS NULL) FROM {staging}",
+            (state.high_watermark, staging),
+        ).fetchone()
+        if null_keys or null_lms:
+            self._refuse_null_values(load, staging)
+        return rows, delta_rows, max_lm, volume
+
+    def _refuse_null_values(self, load: WindowLoad, staging: str) -> None:
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
         key_sql = ", ".join(quote_ident(k) for k in keys)
@@ -385,6 +465,11 @@ class PostgresWriter:
         ).fetchone()
         if row is not None:
             raise null_last_modified_error(model, self.name, dict(zip(keys, row, strict=True)))
+
+    def _refuse_duplicate_keys(self, load: WindowLoad, staging: str) -> None:
+        model = load.model
+        keys = [c.destination_name for c in model.primary_key]
+        key_sql = ", ".join(quote_ident(k) for k in keys)
         row = self.conn.execute(
             f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
         ).fetchone()
