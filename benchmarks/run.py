@@ -1,18 +1,50 @@
-"""Benchmarks (a first harness for issue 5; dlt and the 10N incremental case are not in it yet).
+"""Benchmarks of issue 5: transfer_platform side by side with the floor and with dlt.
 
-    .venv/bin/python -m benchmarks.run [--rows 2000000] [--tenants 20] [--runs 3] [--windows 400]
-                                       [--recipients 1000] [--json benchmark_results/results.json]
+    .venv/bin/python -m benchmarks.run [--rows 2000000] [--tenants 20] [--runs 3] [--scale 10]
+        [--skip-10n] [--windows 400] [--window-runs 1] [--recipients 1000] [--definitions-runs 1]
+        [--json benchmark_results/results.json]
 
-Creates a multi-tenant ``events`` table in the machine's PostgreSQL (schema ``tp_bench``) and
-measures, side by side, with medians (min, max) of ``--runs`` runs:
+Creates the multi-tenant table ``tp_bench_<run>.events`` in the machine's PostgreSQL
+(127.0.0.1:5432, database ``test``, user ``postgres``, trust auth): ``--rows`` rows over ``--tenants`` tenants,
+``updated_at`` spread over a year, 11 columns (bigint key, tenant id, timestamptz, integers,
+doubles, short texts, a ~100-byte text). One SparkSession (local[2], 2 GB driver) is created or
+reused and warmed up first. Then, in the same run, each case ``--runs`` times (median, min, max),
+each run checked afterwards, untimed: the rows it delivered must equal the source's, else the
+benchmark stops (a broken case cannot print a fast number). "One tenant" is ``tenant-1``; "all
+tenants" is every tenant into its own destination schema, one after another.
 
-- floor: COPY of one tenant's rows out of the source into an unlogged staging table, then one
-  ``INSERT ... ON CONFLICT DO UPDATE ... WHERE excluded.updated_at >= t.updated_at``, one transaction;
-- transfer_platform's data path (Spark JDBC read -> staged upsert) for one tenant and for all;
-- an incremental transfer after 1 % of one tenant's rows changed;
-- per-window overhead: a backfill of 400 daily windows of small data;
-- the load time of Dagster definitions for 1,000 recipients x 10 models;
-- peak memory of the whole process tree (JVM included), sampled from /proc.
+- ``floor_one_tenant`` / ``floor_all_tenants``: psycopg only; per tenant, one transaction:
+  ``COPY`` out of the source into an UNLOGGED staging table, one ``INSERT ... ON CONFLICT (id) DO
+  UPDATE ... WHERE excluded.updated_at >= t.updated_at`` (``cases_floor.py``);
+- ``platform_data_one_tenant`` / ``platform_data_all_tenants``: the platform's data path alone,
+  ``run_transfer`` per destination (Spark JDBC read -> staged upsert);
+- ``dagster_one_tenant`` / ``dagster_all_tenants``: the platform's backfill end to end through
+  Dagster: the definitions built from a YAML configuration file, one in-process run materializing
+  the tenant's asset / every tenant's asset (without the integrity checks) against a temporary
+  instance; the run reuses the harness's SparkSession (checked), so no JVM start is timed;
+- ``dlt_one_tenant`` / ``dlt_all_tenants``: dlt 1.31 ``sql_table`` (pyarrow backend, incremental on
+  ``updated_at``, merge on ``id``, filtered to the tenant) into a postgres dataset per tenant
+  (``cases_dlt.py``);
+- ``incremental_n``: after an untimed backfill of one tenant, each run changes 1 % of its rows
+  (untimed) and times the incremental transfer;
+- ``per_window``: a single-run backfill of ``--windows`` daily windows of one tenant
+  (``--window-runs`` runs, 1 by default: it is slow); its value is the time per window (shown
+  also less the one-tenant backfill's time pro rata of the rows: an estimate of the overhead alone);
+- then the source is rebuilt with ``--scale`` times the rows (same tenants; skipped with
+  ``--skip-10n``): ``platform_data_one_tenant_10n`` (the one-tenant backfill, to compare its peak
+  memory with N), ``incremental_10n`` (the same changed rows as at N: the cost should follow the
+  change, not the table) and ``incremental_10n_1pct`` (1 % of the now larger tenant, for reference);
+- ``definitions_load``: building the Dagster definitions of ``--recipients`` x 10 models
+  (``--definitions-runs`` runs, 1 by default).
+
+Every case reports the peak resident memory of the whole process tree (Python and the Spark JVM,
+sampled from /proc every 0.2 s), reset between cases: garbage is collected in Python and in the
+JVM first and the resident memory at the case's start is shown too (the JVM does not always give
+its heap back, so a peak can carry an earlier case's heap). The table ends with the ratios against the issue's
+targets. The JSON (``--json``) holds the cases, the targets, the parameters, the machine's load
+average before and after, its CPU count and the versions of pyspark, dagster, dlt and PostgreSQL.
+Every schema created (``tp_bench_<run>`` and ``tp_bench_<run>_*``, a new ``<run>`` per process so
+that runs at once do not collide) is dropped at the end, whether the run succeeds or not.
 """
 
 from __future__ import annotations
@@ -20,248 +52,267 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import threading
 import time
-import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
-import psycopg
-import yaml
+from benchmarks import cases_dlt, cases_floor, report
+from benchmarks.cases_platform import (
+    SPARK,
+    DagsterBackfill,
+    definitions_load_seconds,
+    delivered,
+    incremental,
+    platform_config,
+    transfer_all,
+)
+from benchmarks.common import (
+    NOW,
+    SCHEMA,
+    PeakMemory,
+    drop_schemas,
+    measure,
+    server_version,
+    stats,
+)
+from benchmarks.source import create_source, drop_source, rows_since, tenant_counts, tenant_names
 
-PG = {"host": "127.0.0.1", "port": 5432, "dbname": "test", "user": "postgres"}
-SCHEMA = "tp_bench"
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants (the Spark JVM is a child)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        todo += children.get(current, [])
-        try:
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
+PLATFORM = f"{SCHEMA}_tp"
+DAGSTER = f"{SCHEMA}_dag"
+INCREMENTAL = f"{SCHEMA}_inc"
+WINDOWS = f"{SCHEMA}_win"
+WARM_UP = f"{SCHEMA}_warm"
+MODELS_PER_RECIPIENT = 10
 
 
-class PeakMemory:
-    def __init__(self) -> None:
-        self.peak, self._stop = 0, threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.2):
-            self.peak = max(self.peak, tree_rss_bytes(os.getpid()))
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def create_source(rows: int, tenants: int) -> None:
-    with psycopg.connect(**PG, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-        conn.execute(f"CREATE SCHEMA {SCHEMA}")
-        conn.execute(
-            f"CREATE TABLE {SCHEMA}.events (id bigint PRIMARY KEY, tenant_id text NOT NULL, "
-            "updated_at timestamptz NOT NULL, a integer, b integer, c integer, x double precision, "
-            "y double precision, s1 text, s2 text, doc text)")
-        conn.execute(
-            f"INSERT INTO {SCHEMA}.events SELECT g, 'tenant-' || (g %% %s), "
-            "%s::timestamptz - (g %% 31536000) * interval '1 second' - (g %% 997) * interval '1 microsecond', "
-            "g %% 1000, g %% 7, g %% 13, g * 0.5, g / 3.0, 'k' || (g %% 50), 'v' || (g %% 9), "
-            "repeat(md5(g::text), 3) FROM generate_series(1, %s) g", (tenants, NOW, rows))
-        conn.execute(f"CREATE INDEX ON {SCHEMA}.events (tenant_id, updated_at)")
-        conn.execute(f"ANALYZE {SCHEMA}.events")
-
-
-COLUMNS = ["id", "tenant_id", "updated_at", "a", "b", "c", "x", "y", "s1", "s2", "doc"]
-TYPES = {"id": "integer", "tenant_id": "string", "updated_at": "timestamp", "a": "integer", "b": "integer",
-         "c": "integer", "x": "float", "y": "float", "s1": "string", "s2": "string", "doc": "string"}
-
-
-def floor_copy(tenant: str) -> None:
-    """COPY out -> unlogged staging -> one merge, one transaction (psycopg)."""
-    target = f"{SCHEMA}.floor_{uuid.uuid4().hex[:8]}"
-    cols = ", ".join(COLUMNS)
-    with psycopg.connect(**PG) as src, psycopg.connect(**PG) as dst:
-        dst.execute(f"CREATE TABLE {target} (LIKE {SCHEMA}.events INCLUDING ALL)")
-        dst.execute(f"CREATE UNLOGGED TABLE {target}_stg (LIKE {SCHEMA}.events)")
-        with src.cursor().copy(f"COPY (SELECT {cols} FROM {SCHEMA}.events WHERE tenant_id = "
-                               f"'{tenant}') TO STDOUT") as out, \
-                dst.cursor().copy(f"COPY {target}_stg ({cols}) FROM STDIN") as into:
-            for data in out:
-                into.write(data)
-        updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "id")
-        dst.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {target}_stg ON CONFLICT (id) "
-                    f"DO UPDATE SET {updates} WHERE excluded.updated_at >= {target}.updated_at")
-        dst.execute(f"DROP TABLE {target}_stg")
-        dst.commit()
-
-
-def platform_config(tenants: list[str], dst_schema: str, *, window: int | None = None,
-                    min_start: datetime | None = None):
-    from transfer_platform.config import parse_config
-
-    connection = {"host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"]}
-    model = {"model_name": "events", "source_name": "src", "source_table": f"{SCHEMA}.events",
-             "organization_column": "tenant_id",
-             "min_start_time_epoch": int((min_start or NOW - timedelta(days=400)).timestamp()),
-             "columns": [{"name_in_source": c, "data_type": TYPES[c], "is_primary_key": c == "id",
-                          "is_last_modified": c == "updated_at"} for c in COLUMNS]}
-    if window:
-        model["max_transfer_time_window_seconds"] = window
-    return parse_config({
-        "sources": [{"name": "src", "vendor": "postgres", "connection": connection}],
-        "models": [model],
-        "recipients": [{"name": f"r{i}", "id_in_provider_system": t} for i, t in enumerate(tenants)],
-        "destinations": [{"name": f"d{i}", "vendor": "postgres", "recipient": f"r{i}",
-                          "connection": {**connection, "schema": f"{dst_schema}_{i}"}}
-                         for i in range(len(tenants))],
-    }, now=NOW)
-
-
-def transfer_all(spark, config, now: datetime) -> int:
-    from transfer_platform.destinations.base import writer_for
-    from transfer_platform.transfers.runner import TransferRequest, run_transfer
-
-    rows = 0
-    for destination in config.destinations:
-        writer = writer_for(destination)
-        try:
-            (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination=destination.name,
-                                                      writer=writer, transfer_id=uuid.uuid4().hex, now=now),
-                                      config.models_for(destination))
-        finally:
-            writer.close()
-        if summary.status != "SUCCESS":
-            raise RuntimeError(summary.error)
-        rows += summary.rows_transferred
-    return rows
-
-
-def drop_schemas(prefix: str) -> None:
-    with psycopg.connect(**PG, autocommit=True) as conn:
-        for (name,) in conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)",
-                                    (prefix,)).fetchall():
-            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
-
-
-def timed(fn: Callable[[], object], runs: int) -> dict:
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return {"median_s": round(statistics.median(seconds), 3), "min_s": round(min(seconds), 3),
-            "max_s": round(max(seconds), 3), "runs": runs}
-
-
-def definitions_load_seconds(recipients: int, models: int) -> float:
-    from transfer_platform.definitions import build_definitions
-
-    with tempfile.TemporaryDirectory() as folder:
-        columns = [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-                   {"name_in_source": "org", "data_type": "string"},
-                   {"name_in_source": "ts", "data_type": "timestamp", "is_last_modified": True}]
-        config = {
-            "sources": [{"name": "lake", "vendor": "parquet", "connection": {"path": "lake"}}],
-            "models": [{"model_name": f"m{m}", "source_name": "lake", "source_table": f"t{m}",
-                        "organization_column": "org", "columns": columns,
-                        "max_transfer_time_window_seconds": 86400,
-                        "min_start_time_epoch": int((NOW - timedelta(days=365)).timestamp())}
-                       for m in range(models)],
-            "recipients": [{"name": f"r{r}", "id_in_provider_system": f"t{r}"} for r in range(recipients)],
-            "destinations": [{"name": f"d{r}", "vendor": "delta", "recipient": f"r{r}",
-                              "connection": {"path": f"dest/{r}"}} for r in range(recipients)],
-        }
-        path = Path(folder) / "transfer_platform.yaml"
-        path.write_text(yaml.safe_dump(config))
-        start = time.perf_counter()
-        build_definitions(str(path)).resolve_asset_graph()
-        return time.perf_counter() - start
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--rows", type=int, default=2_000_000, help="source rows (N)")
     parser.add_argument("--tenants", type=int, default=20)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--recipients", type=int, default=1000, help="for the definitions load")
+    parser.add_argument("--runs", type=int, default=3, help="runs of every timed case")
+    parser.add_argument("--scale", type=int, default=10, help="the large source is scale x N rows")
+    parser.add_argument("--skip-10n", action="store_true", help="skip the cases on the large source")
     parser.add_argument("--windows", type=int, default=400, help="daily windows of the overhead case")
+    parser.add_argument("--window-runs", type=int, default=1, help="runs of the overhead case")
+    parser.add_argument("--recipients", type=int, default=1000, help="for the definitions load")
+    parser.add_argument("--definitions-runs", type=int, default=1, help="runs of the definitions load")
     parser.add_argument("--json", default="benchmark_results/results.json")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+@dataclass
+class Bench:
+    """One benchmark run: its parameters, Spark session, scratch folder and results."""
+
+    args: argparse.Namespace
+    spark: object
+    folder: Path
+    tenants: list[str]
+    counts: dict[str, int] = field(default_factory=dict)
+    cases: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def one(self) -> int:
+        """The index of the "one tenant" (``tenant-1``)."""
+        return 1 % len(self.tenants)
+
+    @property
+    def every(self) -> list[int]:
+        return list(range(len(self.tenants)))
+
+    def expected(self, indices: list[int]) -> int:
+        return sum(self.counts.get(self.tenants[i], 0) for i in indices)
+
+    def record(self, name: str, run, indices: list[int], delivered_rows, prefix: str,
+               cleanup=lambda: None, runs: int | None = None) -> dict:
+        """Measure one case (see :func:`measure`); its schemas are dropped after every run."""
+
+        def clean() -> None:
+            drop_schemas(prefix)
+            cleanup()
+
+        self.cases[name] = measure(name, run, runs=runs or self.args.runs, expected=self.expected(indices),
+                                   delivered=lambda: delivered_rows(indices), cleanup=clean)
+        return self.cases[name]
+
+
+# -- the cases -------------------------------------------------------------------------------
+
+
+def floor_cases(bench: Bench) -> None:
+    one = bench.one
+    bench.record("floor_one_tenant",
+                 lambda: cases_floor.floor_copy(bench.tenants[one], cases_floor.floor_schema(one)),
+                 [one], cases_floor.floor_delivered, cases_floor.PREFIX)
+    bench.record("floor_all_tenants", lambda: cases_floor.floor_all(bench.tenants), bench.every,
+                 cases_floor.floor_delivered, cases_floor.PREFIX)
+
+
+def platform_data_cases(bench: Bench, *, suffix: str = "", all_tenants: bool = True) -> None:
+    config = platform_config(bench.tenants, PLATFORM)
+    rows = lambda indices: delivered(PLATFORM, indices)  # noqa: E731
+    bench.record(f"platform_data_one_tenant{suffix}",
+                 lambda: transfer_all(bench.spark, config, NOW, [bench.one]), [bench.one], rows, PLATFORM)
+    if all_tenants:
+        bench.record(f"platform_data_all_tenants{suffix}",
+                     lambda: transfer_all(bench.spark, config, NOW), bench.every, rows, PLATFORM)
+
+
+def dagster_cases(bench: Bench) -> None:
+    dagster = DagsterBackfill(bench.tenants, DAGSTER, bench.folder / "dagster")
+    rows = lambda indices: delivered(DAGSTER, indices)  # noqa: E731
+    try:
+        bench.record("dagster_one_tenant", lambda: dagster.materialize(bench.spark, [bench.one]),
+                     [bench.one], rows, DAGSTER)
+        bench.record("dagster_all_tenants", lambda: dagster.materialize(bench.spark, bench.every),
+                     bench.every, rows, DAGSTER)
+    finally:
+        dagster.close()
+    for name in ("dagster_one_tenant", "dagster_all_tenants"):
+        bench.cases[name]["spark_session_reused"] = True
+
+
+def dlt_cases(bench: Bench) -> None:
+    pipelines = bench.folder / "dlt_pipelines"
+    forget = lambda: cases_dlt.forget_pipelines(pipelines)  # noqa: E731
+    with cases_dlt.dlt_environment(bench.folder):
+        bench.record("dlt_one_tenant",
+                     lambda: cases_dlt.dlt_copy(bench.tenants[bench.one], bench.one, pipelines),
+                     [bench.one], cases_dlt.dlt_delivered, cases_dlt.PREFIX, forget)
+        bench.record("dlt_all_tenants", lambda: cases_dlt.dlt_all(bench.tenants, pipelines),
+                     bench.every, cases_dlt.dlt_delivered, cases_dlt.PREFIX, forget)
+
+
+def incremental_case(bench: Bench, name: str, *, max_id: int | None = None) -> dict:
+    tenant = bench.tenants[bench.one]
+    case = incremental(bench.spark, bench.tenants, bench.one, INCREMENTAL, runs=bench.args.runs,
+                       total=bench.counts[tenant], max_id=max_id)
+    case["note"] = f"rows = changed rows of {tenant} ({bench.counts[tenant]} rows) per run"
+    bench.cases[name] = case
+    return case
+
+
+def per_window_case(bench: Bench) -> None:
+    """A single-run backfill of daily windows (tenant-2): its time per window, and that time
+    less the one-tenant backfill's time pro rata of the rows (an estimate of the pure overhead)."""
+    windows, index = bench.args.windows, 2 % len(bench.tenants)
+    start = NOW - timedelta(days=windows)
+    config = platform_config(bench.tenants, WINDOWS, window=86400, min_start=start)
+    rows = rows_since(bench.tenants[index], start)
+    case = measure("per_window", lambda: transfer_all(bench.spark, config, NOW, [index]),
+                   runs=bench.args.window_runs, expected=rows,
+                   delivered=lambda: delivered(WINDOWS, [index]), cleanup=lambda: drop_schemas(WINDOWS))
+    one = bench.cases["platform_data_one_tenant"]
+    data = one["median_s"] * rows / max(one["rows"], 1)
+    case["per_window_s"] = round(case["median_s"] / windows, 4)
+    case["per_window_net_s"] = round((case["median_s"] - data) / windows, 4)
+    case["windows"] = windows
+    case["note"] = (f"{windows} windows: {case['per_window_s']} s per window; "
+                    f"~{case['per_window_net_s']} s without moving the rows")
+    bench.cases["per_window"] = case
+
+
+def ten_n_cases(bench: Bench, changed_at_n: int) -> None:
+    """The source rebuilt with ``--scale`` times the rows: the one-tenant backfill (memory) and
+    the incremental transfers."""
+    args = bench.args
+    create_source(args.rows * args.scale, len(bench.tenants))
+    bench.counts = tenant_counts()
+    platform_data_cases(bench, suffix="_10n", all_tenants=False)
+    case = incremental_case(bench, "incremental_10n", max_id=args.rows)
+    if case["rows"] != changed_at_n:
+        raise RuntimeError(f"incremental_10n changed {case['rows']} rows, incremental_n {changed_at_n}")
+    incremental_case(bench, "incremental_10n_1pct")
+
+
+def definitions_case(bench: Bench) -> None:
+    recipients, runs = bench.args.recipients, bench.args.definitions_runs
+    with PeakMemory() as memory:
+        seconds = [definitions_load_seconds(recipients, MODELS_PER_RECIPIENT) for _ in range(runs)]
+    bench.cases["definitions_load"] = {**stats(seconds), **memory.report,
+                                       "assets": recipients * MODELS_PER_RECIPIENT,
+                                       "note": f"{recipients * MODELS_PER_RECIPIENT} assets"}
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def start_spark() -> tuple[object, float]:
+    """The harness's SparkSession (the active one if there is one) and the seconds it took."""
     from transfer_platform.config.models import SparkSettings
     from transfer_platform.spark_session import get_spark_session
 
-    results: dict = {"rows": args.rows, "tenants": args.tenants, "load_average": os.getloadavg()}
+    start = time.perf_counter()
+    spark = get_spark_session(SparkSettings(**SPARK))
+    return spark, time.perf_counter() - start
+
+
+def warm_up(bench: Bench) -> float:
+    """One untimed one-tenant transfer: the first Spark job in a JVM is seconds slower."""
+    start = time.perf_counter()
+    transfer_all(bench.spark, platform_config(bench.tenants, WARM_UP), NOW, [bench.one])
+    drop_schemas(WARM_UP)
+    return time.perf_counter() - start
+
+
+def run_cases(bench: Bench, setup: dict) -> None:
+    args = bench.args
+    start = time.perf_counter()
     create_source(args.rows, args.tenants)
-    tenants = [f"tenant-{i}" for i in range(args.tenants)]
-    with PeakMemory() as memory:
-        spark = get_spark_session(SparkSettings(master="local[2]", driver_memory="2g"))
-        results["floor_one_tenant"] = timed(lambda: floor_copy(tenants[1]), args.runs)
-        drop_schemas(f"{SCHEMA}_one")
-        results["platform_one_tenant"] = timed(
-            lambda: (transfer_all(spark, platform_config(tenants[1:2], f"{SCHEMA}_one_{uuid.uuid4().hex[:6]}"),
-                                  NOW)), args.runs)
-        drop_schemas(f"{SCHEMA}_one")
-        results["platform_all_tenants"] = timed(
-            lambda: transfer_all(spark, platform_config(tenants, f"{SCHEMA}_all_{uuid.uuid4().hex[:6]}"), NOW),
-            1)
-        drop_schemas(f"{SCHEMA}_all")
+    bench.counts = tenant_counts()
+    setup["source_created_s"] = round(time.perf_counter() - start, 2)
+    setup["spark_warm_up_s"] = round(warm_up(bench), 2)
+    floor_cases(bench)
+    platform_data_cases(bench)
+    dagster_cases(bench)
+    dlt_cases(bench)
+    per_window_case(bench)
+    changed = incremental_case(bench, "incremental_n")["rows"]  # last: it changes the source
+    if not args.skip_10n:
+        ten_n_cases(bench, changed)
+    definitions_case(bench)
 
-        incremental = platform_config(tenants[1:2], f"{SCHEMA}_inc")
-        transfer_all(spark, incremental, NOW)
-        later = NOW + timedelta(hours=1)
-        with psycopg.connect(**PG, autocommit=True) as conn:
-            conn.execute(f"UPDATE {SCHEMA}.events SET a = a + 1, updated_at = %s WHERE tenant_id = %s "
-                         "AND id %% 100 = 0", (later - timedelta(minutes=1), tenants[1]))
-        moments = iter(later + timedelta(minutes=k) for k in range(args.runs))
-        results["incremental_1pct_one_tenant"] = timed(lambda: transfer_all(spark, incremental, next(moments)),
-                                                       args.runs)
-        drop_schemas(f"{SCHEMA}_inc")
 
-        windows = platform_config(tenants[2 % len(tenants):][:1], f"{SCHEMA}_win", window=86400,
-                                  min_start=NOW - timedelta(days=args.windows))
-        start = time.perf_counter()
-        transfer_all(spark, windows, NOW)
-        results["per_window_overhead_s"] = round((time.perf_counter() - start) / args.windows, 3)
-        drop_schemas(f"{SCHEMA}_win")
-    results["peak_memory_gb"] = round(memory.peak / 1024**3, 2)
-    results["definitions_load_s"] = round(definitions_load_seconds(args.recipients, 10), 2)
-    results["definitions_assets"] = args.recipients * 10
-    with psycopg.connect(**PG, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+def machine() -> dict:
+    import dagster
+    import pyspark
 
-    out = Path(args.json)
+    return {"cpu_count": os.cpu_count(), "load_average_before": os.getloadavg(),
+            "versions": {"python": sys.version.split()[0], "pyspark": pyspark.__version__,
+                         "dagster": dagster.__version__, "dlt": cases_dlt.version(),
+                         "postgresql": server_version()}}
+
+
+def write(results: dict, path: str) -> Path:
+    out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    width = max(len(k) for k in results)
-    for key, value in results.items():
-        print(f"{key:<{width}}  {value}")  # noqa: T201 - a benchmark prints its table
-    print(f"written: {out}")  # noqa: T201
+    out.write_text(json.dumps(results, indent=2, default=str))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results: dict = {"parameters": vars(args), "machine": machine(), "setup": {}}
+    spark, seconds = start_spark()
+    results["setup"]["spark_session_start_s"] = round(seconds, 2)
+    with tempfile.TemporaryDirectory(prefix="tp_bench_") as folder:
+        bench = Bench(args=args, spark=spark, folder=Path(folder), tenants=tenant_names(args.tenants))
+        try:
+            run_cases(bench, results["setup"])
+        finally:
+            drop_schemas(f"{SCHEMA}_")
+            drop_source()
+    results["machine"]["load_average_after"] = os.getloadavg()
+    results["cases"] = bench.cases
+    results["targets"] = report.ratios(bench.cases)
+    out = write(results, args.json)
+    print(report.table(bench.cases, results["targets"]))
+    print(f"setup: {results['setup']}; load average before {results['machine']['load_average_before']}, "
+          f"after {results['machine']['load_average_after']}")
+    print(f"written: {out}")
     return 0
 
 

@@ -23,22 +23,26 @@ def password_of(connection: DatabaseConnection, where: str) -> str | None:
     return None if connection.password is None else connection.password.resolve(where).get_secret_value()
 
 
+def postgres_connect_kwargs(connection: DatabaseConnection, *, what: str) -> dict:
+    """``psycopg.connect`` arguments (the password resolved): UTC, our application name."""
+    return {
+        "host": connection.host,
+        "port": connection.port,
+        "dbname": connection.database,
+        "user": connection.username,
+        "password": password_of(connection, f"{what}.connection.password"),
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        "options": "-c TimeZone=UTC",
+        "application_name": "transfer_platform",
+    }
+
+
 def connect_postgres(connection: DatabaseConnection, *, what: str, autocommit: bool = False) -> psycopg.Connection:
     """A psycopg connection in UTC; ``ConnectionFailure`` naming host and port if it fails."""
     import psycopg
 
     try:
-        conn = psycopg.connect(
-            host=connection.host,
-            port=connection.port,
-            dbname=connection.database,
-            user=connection.username,
-            password=password_of(connection, f"{what}.connection.password"),
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            autocommit=autocommit,
-            options="-c TimeZone=UTC",
-            application_name="transfer_platform",
-        )
+        conn = psycopg.connect(**postgres_connect_kwargs(connection, what=what), autocommit=autocommit)
     except psycopg.OperationalError as exc:
         raise ConnectionFailure(
             what, host=connection.host, port=connection.port,
@@ -106,6 +110,9 @@ def _first_line(text: str) -> str:
 def spark_error_reason(exc: BaseException) -> str:
     """The useful first line of a Spark/py4j error (a Java exception's message)."""
     text = str(exc)
+    if "Traceback (most recent call last)" in text:  # raised in a Python worker: its last line
+        last = [line.strip() for line in text.splitlines() if line.strip()][-1]
+        return last.split(": ", 1)[1] if ": " in last else last
     for marker in ("PSQLException:", "SQLException:", "AnalysisException:", "Exception:"):
         if marker in text:
             return _first_line(text.split(marker, 1)[1])

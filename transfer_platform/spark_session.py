@@ -7,6 +7,7 @@ and benchmarks, by :func:`get_spark_session`; never at import time.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,9 @@ def jdbc_jars() -> list[str]:
 
 
 def spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
+    # read when the session starts, whoever starts it (get_spark_session, the Dagster resource):
+    # Python workers (the PostgreSQL destination's COPY) run this interpreter, with its packages
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = settings or SparkSettings()
     utc_opts = "-Duser.timezone=UTC -Dfile.encoding=UTF-8"
     conf = {

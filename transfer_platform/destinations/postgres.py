@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, PostgresDestination
 from transfer_platform.connections import (
     connect_postgres,
     jdbc_properties,
+    postgres_connect_kwargs,
     postgres_jdbc_url,
     spark_error_reason,
 )
@@ -53,7 +55,33 @@ if TYPE_CHECKING:
 STATUS_TABLE = "_transfer_status"
 STAGING_PREFIX = "_tp_stg_"
 REFRESH_PREFIX = "_tp_refresh_"
-WRITE_BATCH_SIZE = 10_000
+
+
+def copy_partition(connect: dict, copy_sql: str, batches: Iterator) -> Iterator:
+    """Runs in a Spark Python worker: ``batches`` (Arrow record batches) into ``copy_sql`` as CSV.
+
+    pyarrow's CSV quotes every string and leaves NULLs bare (PostgreSQL's CSV reads a bare empty
+    field as NULL, ``""`` as an empty string) and writes timestamps with microseconds and ``Z``.
+    """
+    import io
+
+    import psycopg
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    options = pa_csv.WriteOptions(include_header=False)
+    rows = 0
+    try:
+        with psycopg.connect(**connect) as conn, conn.cursor().copy(copy_sql) as copy:
+            for batch in batches:
+                buffer = io.BytesIO()
+                pa_csv.write_csv(batch, buffer, options)
+                copy.write(buffer.getvalue())
+                rows += batch.num_rows
+    except psycopg.Error as exc:
+        # the first line only: a clear reason, never the connection settings
+        raise RuntimeError(f"COPY into the staging table failed: {str(exc).strip().splitlines()[0]}") from None
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
 def target_ddl(table: str, model: ModelConfig) -> str:
@@ -291,22 +319,20 @@ class PostgresWriter:
     # -- steps --------------------------------------------------------------------------------
 
     def _stage(self, frame: DataFrame, staging: str) -> None:
+        """COPY the batch into the staging table: Spark hands each partition to a Python worker as
+        Arrow batches (``mapInArrow``, so memory stays flat), which writes them as CSV into one
+        ``COPY ... FROM STDIN`` in its own transaction. A failed partition commits nothing; at most
+        ``max_concurrent_queries_per_transfer`` partitions write at once."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
         connection = self.destination.connection
-        url = postgres_jdbc_url(connection) + "?reWriteBatchedInserts=true&stringtype=unspecified"
+        columns = ", ".join(quote_ident(c) for c in frame.columns)
+        copy = partial(copy_partition, postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
+                       f"COPY {staging} ({columns}) FROM STDIN (FORMAT csv)")
+        limit = self.destination.max_concurrent_queries_per_transfer
         try:
-            (
-                frame.write.format("jdbc")
-                .options(url=url, driver="org.postgresql.Driver", dbtable=staging,
-                         batchsize=str(WRITE_BATCH_SIZE),
-                         numPartitions=str(self.destination.max_concurrent_queries_per_transfer),
-                         sessionInitStatement="SET TIME ZONE 'UTC'",
-                         **jdbc_properties(connection, f"destinations.{self.name}.connection.password"))
-                .mode("append")
-                .save()
-            )
+            frame.coalesce(limit).mapInArrow(copy, "rows long").collect()
         except (Py4JJavaError, PySparkException) as exc:
             reason = spark_error_reason(exc)
             if "Connection" in reason and "refused" in reason:

@@ -403,3 +403,29 @@ def test_a_dead_transfers_staging_table_is_dropped(spark, pg_conn, source, dst_s
     # nothing before the configured start, not even inside the lookback
     assert destination_rows(pg_conn, dst_schema) == [
         r for r in source_rows(pg_conn, source, TENANT) if r[2] >= day(3, 3)]
+
+
+def test_a_value_the_destination_refuses_fails_the_window_with_its_reason(spark, pg_conn, source, dst_schema):
+    """A payload that is not JSON, for a ``json`` column: PostgreSQL refuses it during the staging
+    COPY (in a Spark Python worker); the error names the model and PostgreSQL's reason, without a
+    traceback, and nothing is delivered."""
+    model = events_model(f"{source}.events", min_start=day(3, 3))
+    model["columns"] = [{**c, "data_type": "json"} if c["name_in_source"] == "payload" else c
+                        for c in model["columns"]]
+    config = parse_config({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [model],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
+                          "connection": pg_connection_config(dst_schema)}],
+    }, now=NOW1)
+
+    summary = transfer(spark, config, NOW1)
+
+    assert summary.status == "ERROR"
+    assert summary.error_type == "DataError"
+    assert f"model '{MODEL}'" in summary.error
+    assert "COPY into the staging table failed: invalid input syntax for type json" in summary.error
+    assert "Traceback" not in summary.error
+    assert destination_rows(pg_conn, dst_schema) == []
+    assert tables_in(pg_conn, dst_schema) == ["_transfer_status", MODEL]

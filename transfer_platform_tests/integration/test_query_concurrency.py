@@ -1,5 +1,5 @@
 """``max_concurrent_queries_per_transfer`` bounds the queries a run holds open at once against a
-source (partitioned JDBC reads) and a destination (the staging write): watched in
+source (partitioned JDBC reads) and a destination (the staging COPYs): watched in
 ``pg_stat_activity`` while a transfer runs, with Spark free to run two tasks at once. (Reading and
 staging are one pipelined Spark stage, so a destination limit below the source's also slows the
 read: the tighter of the two wins.)"""
@@ -20,16 +20,17 @@ ROWS = 200_000
 
 
 def watch_jdbc_queries(source_schema: str, dst_schema: str, stop: threading.Event, peaks: dict) -> None:
-    """Sample the JDBC connections running this test's read (names the source schema) and its
-    staging write (names the destination schema)."""
+    """Sample the connections running this test's read (Spark JDBC; names the source schema) and
+    its staging write (the COPYs of Spark's Python workers; name the destination schema)."""
     with pg_connect(autocommit=True) as conn:
         while not stop.is_set():
-            for kind, pattern, schema in (("read", "%tp_batch%", source_schema),
-                                          ("write", "%_tp_stg_%", dst_schema)):
+            for kind, client, pattern, schema in (
+                    ("read", "PostgreSQL JDBC%%", "%tp_batch%", source_schema),
+                    ("write", "transfer_platform", "COPY %_tp_stg_%", dst_schema)):
                 (count,) = conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
-                    "application_name LIKE 'PostgreSQL JDBC%%' AND query LIKE %s AND query LIKE %s",
-                    (pattern, f"%{schema}%")).fetchone()
+                    "application_name LIKE %s AND query LIKE %s AND query LIKE %s",
+                    (client, pattern, f"%{schema}%")).fetchone()
                 peaks[kind] = max(peaks.get(kind, 0), count)
             stop.wait(0.02)
 
