@@ -20,16 +20,19 @@ ROWS = 200_000
 
 
 def watch_jdbc_queries(source_schema: str, dst_schema: str, stop: threading.Event, peaks: dict) -> None:
-    """Sample the connections running this test's read (Spark JDBC; names the source schema) and
-    its staging write (the COPYs of Spark's Python workers; name the destination schema)."""
+    """Sample the connections holding this test's read open (Spark JDBC; names the source schema)
+    and its staging write (the COPYs of Spark's Python workers; name the destination schema)."""
     with pg_connect(autocommit=True) as conn:
         while not stop.is_set():
             for kind, client, pattern, schema in (
                     ("read", "PostgreSQL JDBC%%", "%tp_batch%", source_schema),
                     ("write", "transfer_platform", "COPY %_tp_stg_%", dst_schema)):
                 (count,) = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
-                    "application_name LIKE %s AND query LIKE %s AND query LIKE %s",
+                    # a streamed read is 'idle in transaction' between two fetches: still open;
+                    # PostgreSQL's own parallel workers (same query text) are not connections
+                    "SELECT count(*) FROM pg_stat_activity WHERE state IN ('active', 'idle in transaction') "
+                    "AND backend_type = 'client backend' "
+                    "AND application_name LIKE %s AND query LIKE %s AND query LIKE %s",
                     (client, pattern, f"%{schema}%")).fetchone()
                 peaks[kind] = max(peaks.get(kind, 0), count)
             stop.wait(0.02)
