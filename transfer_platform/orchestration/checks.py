@@ -1,6 +1,7 @@
 """Integrity checks as Dagster asset checks, and the ``integrity`` job that runs only them.
 
-One check named ``integrity`` per recipient/model transfer asset. It is thin: it captures the
+One check named ``integrity`` per recipient/model transfer asset (defined per destination: one
+op runs the selected checks of its models, one after another). It is thin: it captures the
 run's clock, hands plain values to :func:`transfer_platform.transfers.integrity.check_integrity`
 and turns its report into an ``AssetCheckResult`` (ERROR severity, not blocking). A source or
 destination that cannot be reached or read is a failed check with the error's message, not a
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
-from transfer_platform.config.models import ModelConfig, PlatformConfig
+from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.keys import transfer_asset_key
@@ -33,9 +34,11 @@ REDACTED = "***"
 
 
 def integrity_checks(config: PlatformConfig) -> list[dg.AssetChecksDefinition]:
-    """One ``integrity`` check per transfer asset (destination x enabled model)."""
-    return [build_integrity_check(config, destination.name, model)
-            for destination in config.destinations for model in config.models_for(destination)]
+    """The ``integrity`` check of every transfer asset (destination x enabled model), defined
+    per destination: one op for its models' checks (Dagster's decorators cost milliseconds per
+    op, which adds up over thousands of assets), each check selectable on its own."""
+    return [build_integrity_checks(config, destination.name) for destination in config.destinations
+            if config.models_for(destination)]
 
 
 def integrity_check_keys(config: PlatformConfig, destination_name: str) -> list[dg.AssetCheckKey]:
@@ -55,55 +58,59 @@ def integrity_job():  # -> UnresolvedAssetJobDefinition (not exported by dagster
     )
 
 
-def build_integrity_check(config: PlatformConfig, destination_name: str,
-                          model: ModelConfig) -> dg.AssetChecksDefinition:
+def build_integrity_checks(config: PlatformConfig, destination_name: str) -> dg.AssetChecksDefinition:
     destination = config.destination(destination_name)
     recipient = config.recipient(destination.recipient)
-    source_name = model.source_name
-    model_name = model.model_name
-
-    @dg.asset_check(
-        asset=transfer_asset_key(recipient.name, model_name),
-        name=CHECK_NAME,
-        blocking=False,
+    models = {transfer_asset_key(recipient.name, m.model_name): m for m in config.models_for(destination)}
+    specs = [dg.AssetCheckSpec(
+        CHECK_NAME, asset=key, blocking=False,
         description=(f"compares (primary key, last-modified) of tenant "
-                     f"'{recipient.id_in_provider_system}' rows in source '{source_name}' with "
+                     f"'{recipient.id_in_provider_system}' rows in source '{model.source_name}' with "
                      f"destination '{destination_name}': missing, stale, incorrect and orphaned "
                      "rows older than the watermark minus the lookback fail it; newer differences "
                      "are pending"),
-        metadata={"destination": destination_name, "model": model_name},
-    )
+        metadata={"destination": destination_name, "model": model.model_name},
+    ) for key, model in models.items()]
+
+    @dg.multi_asset_check(specs=specs, can_subset=True,
+                          name=f"integrity_{destination_name}")
     def _integrity(context: dg.AssetCheckExecutionContext, pyspark: LazyPySparkResource,
-                   platform: TransferPlatformResource) -> dg.AssetCheckResult:
-        now = datetime.now(UTC)  # the check's clock, captured once and passed down
+                   platform: TransferPlatformResource):
         current = platform.config
-        try:
-            with heartbeat(context.instance, context.run.run_id):
-                report = check_integrity(pyspark.spark_session, current, destination_name,
-                                         current.model(model_name), now)
-        except TransferPlatformError as exc:
-            return error_result(exc, current, destination_name, model_name)
-        context.log.info(describe(report, source_name))
-        return report_result(report, source_name)
+        for check_key in sorted(context.selected_asset_check_keys, key=lambda k: k.asset_key.to_string()):
+            model_name = models[check_key.asset_key].model_name
+            source_name = current.model(model_name).source_name
+            now = datetime.now(UTC)  # the check's clock, captured once and passed down
+            try:
+                with heartbeat(context.instance, context.run.run_id):
+                    report = check_integrity(pyspark.spark_session, current, destination_name,
+                                             current.model(model_name), now)
+            except TransferPlatformError as exc:
+                yield error_result(exc, current, destination_name, model_name, check_key)
+                continue
+            context.log.info(describe(report, source_name))
+            yield report_result(report, source_name, check_key)
 
     return _integrity
 
 
-def report_result(report: IntegrityReport, source_name: str) -> dg.AssetCheckResult:
+def report_result(report: IntegrityReport, source_name: str, key: dg.AssetCheckKey) -> dg.AssetCheckResult:
     metadata = {name: dg.MetadataValue.int(value) for name, value in report.counts.items()}
     metadata["examples"] = dg.MetadataValue.json(report.examples)
     metadata["horizon"] = dg.MetadataValue.text(isoformat(report.horizon) or "unset (no watermark yet)")
     metadata["watermark"] = dg.MetadataValue.text(isoformat(report.watermark) or "unset")
     metadata["lookback_seconds"] = dg.MetadataValue.int(report.lookback_seconds)
-    return dg.AssetCheckResult(passed=report.passed, severity=dg.AssetCheckSeverity.ERROR,
+    return dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=report.passed,
+                               severity=dg.AssetCheckSeverity.ERROR,
                                description=describe(report, source_name), metadata=metadata)
 
 
 def error_result(exc: TransferPlatformError, config: PlatformConfig, destination_name: str,
-                 model_name: str) -> dg.AssetCheckResult:
+                 model_name: str, key: dg.AssetCheckKey) -> dg.AssetCheckResult:
     """A check that could not compare: failed, with the error's message (secrets masked)."""
     message = redact(f"the integrity check could not run: {exc}", secrets_of(config, destination_name, model_name))
     return dg.AssetCheckResult(
+        asset_key=key.asset_key, check_name=key.name,
         passed=False, severity=dg.AssetCheckSeverity.ERROR, description=message,
         metadata={"error_type": dg.MetadataValue.text(type(exc).__name__),
                   "error": dg.MetadataValue.text(message),

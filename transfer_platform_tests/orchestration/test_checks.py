@@ -161,7 +161,9 @@ def test_unreachable_destination_is_a_failed_check_without_secrets(config_path: 
 def test_error_results_mask_the_configured_passwords(config_path: Path) -> None:
     config = load_config(config_path)
     exc = ConnectionFailure("PostgreSQL destination 'globex_pg'", reason=f"password {PASSWORD} refused")
-    result = error_result(exc, config, "globex_pg", "items")
+    key = dg.AssetCheckKey(GLOBEX_KEY, CHECK_NAME)
+    result = error_result(exc, config, "globex_pg", "items", key)
+    assert (result.asset_key, result.check_name) == (key.asset_key, CHECK_NAME)
     assert not result.passed
     assert PASSWORD not in result.description
     assert "password *** refused" in result.description
