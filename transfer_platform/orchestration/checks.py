@@ -78,13 +78,12 @@ def build_integrity_checks(config: PlatformConfig, destination_name: str) -> dg.
                    platform: TransferPlatformResource):
         current = platform.config
         for check_key in sorted(context.selected_asset_check_keys, key=lambda k: k.asset_key.to_string()):
-            model_name = models[check_key.asset_key].model_name
-            source_name = current.model(model_name).source_name
+            model = current.model(models[check_key.asset_key].model_name)
+            model_name, source_name = model.model_name, model.source_name
             now = datetime.now(UTC)  # the check's clock, captured once and passed down
             try:
                 with heartbeat(context.instance, context.run.run_id):
-                    report = check_integrity(pyspark.spark_session, current, destination_name,
-                                             current.model(model_name), now)
+                    report = check_integrity(pyspark.spark_session, current, destination_name, model, now)
             except TransferPlatformError as exc:
                 yield error_result(exc, current, destination_name, model_name, check_key)
                 continue

@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.integrity import (
@@ -32,8 +31,8 @@ from transfer_platform_tests.integration.helpers import (
     MODEL,
     create_events,
     day,
-    events_model,
     insert_rows,
+    lake_config,
     make_rows,
     pg_config,
     source_rows,
@@ -227,14 +226,7 @@ def write_lake(lake, rows: list) -> None:
 @pytest.mark.integration
 def test_parquet_lake_to_delta(spark, tmp_path):
     lake, delta_root = tmp_path / "lake", tmp_path / "delta"
-    config = parse_config({
-        "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
-        "models": [events_model("events", min_start=MIN_START)],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
-        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
-                          "connection": {"path": str(delta_root)}}],
-    }, now=datetime(2024, 6, 1, tzinfo=UTC))
-    config = one_window(config)
+    config = one_window(lake_config(lake, delta_root, tenant=TENANT, min_start=MIN_START))
     model = config.model(MODEL)
     rows = make_rows([TENANT, *OTHERS], 10, DATA_DAYS, seed=4)
     write_lake(lake, rows)
