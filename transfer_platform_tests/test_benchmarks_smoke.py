@@ -41,7 +41,7 @@ def test_the_benchmark_runs_every_case_at_a_tiny_size(tmp_path, spark):
     assert cases["incremental_10n"]["rows"] == cases["incremental_n"]["rows"]
     assert cases["incremental_10n_1pct"]["rows"] == 2 * cases["incremental_n"]["rows"]
     assert "per_window_s" in cases["per_window"]
-    assert cases["definitions_load"]["assets"] == 50
+    assert cases["definitions_load"]["assets"] == cases["definitions_snapshot"]["assets"] == 50
     assert {t["name"] for t in results["targets"]} >= {
         "platform all-tenant backfill (Dagster) / floor all", "dlt all / platform all-tenant backfill (Dagster)",
         "incremental 10N / N (same changed rows)", "per-window overhead, s (total / windows)",

@@ -503,7 +503,7 @@ def test_a_dagster_range_records_one_materialization_per_partition_empty_ones_in
         result = _materialize(defs, instance, keys)
 
         assert result.success
-        events = result.asset_materializations_for_node("rcpt__events")
+        events = result.asset_materializations_for_node(f"transfer__{DESTINATION}")
         assert [e.partition for e in events] == keys  # one per partition, in order, none twice
         assert instance.get_materialized_partitions(ASSET_KEY) == set(keys)
         assert len(instance.fetch_materializations(ASSET_KEY, limit=100).records) == partitions
@@ -526,7 +526,7 @@ def test_a_chunked_partitions_materialization_counts_every_chunk(
         result = _materialize(defs, instance, [partition.strftime(MINUTE_FMT)])
 
         assert result.success
-        (event,) = result.asset_materializations_for_node("rcpt__events")
+        (event,) = result.asset_materializations_for_node(f"transfer__{DESTINATION}")
         assert destination.rows(pg_conn) == [(1, TENANT, partition + timedelta(seconds=5),
                                               "in the first chunk")]
         assert event.metadata["rows_transferred"].value == 1  # reported: 0 (the last chunk's)

@@ -124,7 +124,7 @@ def test_single_run_range_commits_and_reports_each_window(tmp_path: Path, spark)
     with dg.instance_for_test() as instance:
         result = _materialize(defs, instance, tags=_range_tags(keys[0], keys[-1]))
         assert result.success
-        events = result.asset_materializations_for_node("acme__items")
+        events = result.asset_materializations_for_node("transfer__acme_delta")
         assert [e.partition for e in events] == keys  # exactly one event per window, in order
         assert sum(e.metadata["rows_transferred"].value for e in events) == len(_expected(rows))
         assert instance.get_materialized_partitions(KEY) == set(keys)
@@ -170,7 +170,7 @@ def test_model_without_window_is_an_unpartitioned_asset(tmp_path: Path, spark) -
     with dg.instance_for_test() as instance:
         result = _materialize(defs, instance)
         assert result.success
-        events = result.asset_materializations_for_node("acme__items")
+        events = result.asset_materializations_for_node("transfer__acme_delta")
         assert len(events) == 1
         assert events[0].partition is None
         assert events[0].metadata["rows_transferred"].value == len(_expected(rows))
@@ -258,13 +258,89 @@ def test_full_refresh_from_run_config_rebuilds_every_window(tmp_path: Path, spar
         assert len(_delivered(tmp_path)) < len([r for r in rows if r["organization_id"] == TENANT])
 
         refresh = _materialize(defs, instance, partition_key=keys[-1],
-                               run_config={"ops": {"acme__items": {"config": {"full_refresh": True}}}})
+                               run_config={"ops": {"transfer__acme_delta": {"config": {"full_refresh": True}}}})
 
         assert refresh.success
-        events = refresh.asset_materializations_for_node("acme__items")
+        events = refresh.asset_materializations_for_node("transfer__acme_delta")
         assert [e.partition for e in events] == keys
         assert all(e.metadata["full_refresh"].value for e in events)
         assert instance.get_materialized_partitions(KEY) == set(keys)
     expected = sorted((r for r in rows if r["organization_id"] == TENANT and r["updated_at"] >= start),
                       key=lambda r: r["id"])
     assert _delivered(tmp_path) == expected
+
+
+def _two_model_config(tmp_path: Path) -> Path:
+    """``twins`` and ``items`` (same daily grid, hence one op; twins first) and ``weekly`` (its
+    own op)."""
+    path = _config(tmp_path)
+    config = yaml.safe_load(path.read_text())
+    items = config["models"][0]
+    config["models"] = [{**items, "model_name": "twins", "source_table": "twins"}, items,
+                        {**items, "model_name": "weekly", "max_transfer_time_window_seconds": 604_800}]
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_the_models_of_a_destination_share_an_op_and_move_only_when_selected(tmp_path: Path, spark) -> None:
+    rows = _rows(days=2)
+    _write_lake(tmp_path / "lake", rows)
+    defs = build_definitions(str(_two_model_config(tmp_path)))
+    twins, weekly = dg.AssetKey(["acme", "twins"]), dg.AssetKey(["acme", "weekly"])
+    graph = defs.resolve_asset_graph()
+    assert graph.get(twins).partitions_def == graph.get(KEY).partitions_def
+    assert graph.get(weekly).partitions_def.cron_schedule == "0 0 * * 1"
+    ops = {key: graph.get(key).assets_def.op.name for key in (KEY, twins, weekly)}
+    assert ops == {KEY: "transfer__acme_delta", twins: "transfer__acme_delta",
+                   weekly: "transfer__acme_delta__1"}
+    assert graph.get(twins).group_name == "acme"
+    assert dg.AssetKey(["source", "lake", "twins"]) in graph.get(twins).parent_keys
+    keys = [(DAY0 + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(2)]
+    with dg.instance_for_test() as instance:
+        result = _materialize(defs, instance, tags=_range_tags(keys[0], keys[-1]))  # items only
+
+        assert result.success
+        assert {e.asset_key for e in result.asset_materializations_for_node("transfer__acme_delta")} == {KEY}
+        assert instance.get_materialized_partitions(twins) == set()
+        assert not (tmp_path / "dest" / "twins").exists()  # its table was never touched
+    assert _delivered(tmp_path) == _expected(rows)
+
+
+def test_a_failing_model_does_not_stop_the_other_models_of_its_op(tmp_path: Path, spark) -> None:
+    rows = _rows(days=2)
+    _write_lake(tmp_path / "lake", rows)
+    twin_rows = [*rows, {**_expected(rows)[0], "v": "duplicate"}]  # the same key twice
+    folder = tmp_path / "lake" / "twins"
+    folder.mkdir()
+    schema = pq.read_schema(tmp_path / "lake" / "items" / "part-0.parquet")
+    pq.write_table(pa.Table.from_pylist(twin_rows, schema=schema), folder / "part-0.parquet")
+    defs = build_definitions(str(_two_model_config(tmp_path)))
+    twins = dg.AssetKey(["acme", "twins"])
+    keys = [(DAY0 + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(2)]
+    with dg.instance_for_test() as instance:
+        job = defs.resolve_implicit_global_asset_job_def()
+        result = job.execute_in_process(instance=instance, asset_selection=[twins, KEY], raise_on_error=False,
+                                        tags=_range_tags(keys[0], keys[-1]))
+
+        assert not result.success
+        assert instance.get_materialized_partitions(KEY) == set(keys)  # items moved after twins failed
+        assert instance.get_materialized_partitions(twins) == set()
+        failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+        message = failure.event_specific_data.user_failure_data.description
+        assert "duplicate primary key" in message
+        assert failure.event_specific_data.user_failure_data.metadata["model"].value == "twins"
+    assert _delivered(tmp_path) == _expected(rows)
+
+
+def test_op_names_stay_unique_when_a_destination_name_looks_like_a_second_op(tmp_path: Path) -> None:
+    path = _two_model_config(tmp_path)
+    config = yaml.safe_load(path.read_text())
+    config["recipients"].append({"name": "globex", "id_in_provider_system": OTHER})
+    config["destinations"].append({"name": "acme_delta__1", "recipient": "globex", "vendor": "delta",
+                                   "connection": {"path": "dest2"}})
+    path.write_text(yaml.safe_dump(config))
+    graph = build_definitions(str(path)).resolve_asset_graph()
+    names = {graph.get(dg.AssetKey([recipient, model])).assets_def.op.name
+             for recipient in ("acme", "globex") for model in ("twins", "weekly")}
+    assert names == {"transfer__acme_delta", "transfer__acme_delta__1", "transfer__acme_delta__1_",
+                     "transfer__acme_delta__1__1"}
