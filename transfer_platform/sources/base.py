@@ -39,19 +39,27 @@ def for_destination(destination: str | None) -> str:
     return f" (reading for destination '{destination}')" if destination else ""
 
 
+def quoted_name(name: str) -> str:
+    """A column name as a Spark SQL identifier (dots, spaces and backticks in it are not syntax)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def spark_col(name: str) -> Column:
     """A column by its exact name (dots, spaces and backticks in it are not syntax)."""
     from pyspark.sql import functions as F
 
-    return F.col("`" + name.replace("`", "``") + "`")
+    return F.col(quoted_name(name))
 
 
 def to_model_columns(frame: DataFrame, model: ModelConfig) -> DataFrame:
-    """Select the model's columns from a frame of source names, renamed and cast."""
-    return frame.select(
-        *[spark_col(c.name_in_source).cast(TYPES[c.data_type].spark).alias(c.destination_name)
-          for c in model.columns]
-    )
+    """Select the model's columns from a frame of source names, renamed and cast.
+
+    One ``selectExpr`` of SQL text: the Column API costs three JVM round trips per column, a
+    noticeable part of a small window's time."""
+    return frame.selectExpr(*[
+        f"CAST({quoted_name(c.name_in_source)} AS {TYPES[c.data_type].spark}) AS {quoted_name(c.destination_name)}"
+        for c in model.columns
+    ])
 
 
 def required_columns(model: ModelConfig, *, multi_tenant: bool) -> list[str]:
