@@ -31,7 +31,6 @@ from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import ModelWindowing
-from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.keys import SOURCE_GROUP, source_asset_key, transfer_asset_key
 from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
@@ -39,10 +38,10 @@ from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.runner import (
+    ModelSummary,
     PartitionTally,
     TransferRequest,
-    WindowOutcome,
-    transfer_model,
+    transfer_models,
     windowing_for,
 )
 
@@ -121,7 +120,9 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
     named ``name``. A run selecting some of them moves only those, model after model."""
     partitions_def = partitions_for(members[0][1])
     specs = [_spec(config, destination_name, model, windowing) for model, windowing in members]
+    # each asset key's model, in configuration order (a run moves the selected ones in this order)
     model_of_key = {spec.key: model.model_name for spec, (model, _) in zip(specs, members, strict=True)}
+    key_of_model = {name: key for key, name in model_of_key.items()}
 
     @multi_asset(
         name=name,
@@ -135,53 +136,46 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
                   platform: TransferPlatformResource):
         now = datetime.now(UTC)  # the run's clock, captured once and passed down
         current = platform.config
-        selected = [key for key in specs_order if key in context.selected_asset_keys]
-        models = [current.model(model_of_key[key]) for key in selected]
+        models = [current.model(name) for key, name in model_of_key.items() if key in context.selected_asset_keys]
         partitions = None
         if partitions_def is not None:
             partitions = windows_for_keys(partitions_def, list(context.partition_keys))
         if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
             context.instance.add_run_tags(context.run.run_id,
                                           limit_tags(current, destination_name, models, "transfer"))
-        full_refresh = config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true"
-        failures: list[tuple[ModelConfig, TransferPlatformError]] = []
-        with heartbeat(context.instance, context.run.run_id):
-            for key, model in zip(selected, models, strict=True):
-                writer = platform.writer(destination_name)
-                request = TransferRequest(
-                    spark=pyspark.spark_session, config=current, destination=destination_name,
-                    writer=writer, transfer_id=context.run.run_id, now=now,
-                    full_refresh=full_refresh, log=context.log,
-                )
-                try:
-                    tally = PartitionTally()
-                    for item in transfer_model(request, model, partitions=partitions):
-                        done = tally.add(item) if isinstance(item, WindowOutcome) else None
-                        if done is not None:
-                            yield materialization(key, done, context.run.run_id)
-                except TransferPlatformError as exc:
-                    # the other models of the run still move, as separate steps would
-                    context.log.error(f"model {model.model_name!r}: {exc}")
-                    failures.append((model, exc))
-                finally:
-                    writer.close()
-        if failures:
-            raise _failure(destination_name, failures)
+        writer = platform.writer(destination_name)
+        request = TransferRequest(
+            spark=pyspark.spark_session, config=current, destination=destination_name, writer=writer,
+            transfer_id=context.run.run_id, now=now,
+            full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
+            log=context.log,
+        )
+        summaries: list[ModelSummary] = []
+        tallies: dict[str, PartitionTally] = {}
+        try:
+            with heartbeat(context.instance, context.run.run_id):
+                for model, outcome in transfer_models(request, models, summaries, partitions=partitions):
+                    done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
+                    if done is not None:
+                        yield materialization(key_of_model[model.model_name], done, context.run.run_id)
+        finally:
+            writer.close()
+        failed = [s for s in summaries if s.status != "SUCCESS"]
+        if failed:
+            raise _failure(destination_name, failed)
 
-    specs_order = [spec.key for spec in specs]
     return _transfer
 
 
-def _failure(destination_name: str, failures: list[tuple[ModelConfig, TransferPlatformError]]) -> Failure:
+def _failure(destination_name: str, failed: list[ModelSummary]) -> Failure:
     """A clear failure in the UI instead of a traceback: one paragraph per failed model."""
-    if len(failures) == 1:
-        ((model, exc),) = failures
-        description = str(exc)
+    if len(failed) == 1:
+        description = failed[0].error
     else:
-        description = "\n\n".join(f"model {model.model_name!r}: {exc}" for model, exc in failures)
+        description = "\n\n".join(f"model {s.model!r}: {s.error}" for s in failed)
     return Failure(description=description, metadata={
         "destination": destination_name,
-        "model": ", ".join(model.model_name for model, _ in failures),
-        "error_type": ", ".join(sorted({type(exc).__name__ for _, exc in failures})),
-        "blame": ", ".join(sorted({str(exc.blame) for _, exc in failures})),
+        "model": ", ".join(s.model for s in failed),
+        "error_type": ", ".join(sorted({s.error_type for s in failed})),
+        "blame": ", ".join(sorted({str(s.blame) for s in failed})),
     })

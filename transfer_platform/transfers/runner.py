@@ -181,6 +181,7 @@ class ModelSummary:
     state: ModelState | None = None
     error: str | None = None
     error_type: str | None = None
+    blame: str | None = None
 
     def add(self, outcome: WindowOutcome) -> None:
         self.windows += 1
@@ -193,6 +194,7 @@ class ModelSummary:
         self.status = "ERROR"
         self.error = str(exc)
         self.error_type = type(exc).__name__
+        self.blame = getattr(exc, "blame", None)
 
     def as_dict(self) -> dict[str, Any]:
         state = self.state
@@ -209,6 +211,32 @@ class ModelSummary:
         }
 
 
+def transfer_models(
+    request: TransferRequest,
+    models: list[ModelConfig],
+    summaries: list[ModelSummary],
+    *,
+    partitions: list[Window] | None = None,
+) -> Iterator[tuple[ModelConfig, WindowOutcome]]:
+    """Transfer several models to one destination, yielding each committed window as it commits;
+    a failing model does not stop the others. Each model's summary is appended to ``summaries``."""
+    for model in models:
+        summary = ModelSummary(model.model_name)
+        summaries.append(summary)
+        try:
+            for item in transfer_model(request, model, partitions=partitions):
+                if isinstance(item, ModelState):
+                    summary.state = item  # the state before, or the state published by a refresh
+                    continue
+                summary.add(item)
+                yield model, item
+        except TransferPlatformError as exc:
+            summary.fail(exc)
+            log_phase("error", transfer_id=request.transfer_id, destination=request.destination,
+                      model=model.model_name, sink=request.log, level=logging.ERROR,
+                      error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
+
+
 def run_transfer(
     request: TransferRequest,
     models: list[ModelConfig],
@@ -216,21 +244,8 @@ def run_transfer(
     on_window: Callable[[ModelConfig, WindowOutcome], None] | None = None,
 ) -> list[ModelSummary]:
     """Transfer several models to one destination; a failing model does not stop the others."""
-    summaries = []
-    for model in models:
-        summary = ModelSummary(model.model_name)
-        try:
-            for item in transfer_model(request, model):
-                if isinstance(item, ModelState):
-                    summary.state = item  # the state before, or the state published by a refresh
-                    continue
-                summary.add(item)
-                if on_window is not None:
-                    on_window(model, item)
-        except TransferPlatformError as exc:
-            summary.fail(exc)
-            log_phase("error", transfer_id=request.transfer_id, destination=request.destination,
-                      model=model.model_name, sink=request.log, level=logging.ERROR,
-                      error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
-        summaries.append(summary)
+    summaries: list[ModelSummary] = []
+    for model, outcome in transfer_models(request, models, summaries):
+        if on_window is not None:
+            on_window(model, outcome)
     return summaries
