@@ -7,22 +7,35 @@ Two ways in:
 - incremental (the CLI, sensors): from the stored watermark (or the configured start on the first
   transfer and on a full refresh) up to "now", on the model's grid, the window in progress included.
 
+Where the next read starts is the reference's rule, not the clock's: from the greatest
+last-modified value delivered minus the lookback (the change-detection seed: "query the source for
+slightly earlier data than the most recently transferred row"; the cursor seed: the next sync
+"will fetch records whose cursor value begins on" the last record's value). The watermark (the end
+of the finished windows, at most the previous run's "now") only says where *windows* go on; when a
+tenant's rows are sparse it lies far after its last row, and a row committed late with a value
+between the two would never be read again. See :func:`resume_for`.
+
 A model without ``max_transfer_time_window_seconds`` moves everything in one window.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import (
     Grid,
     ReadBounds,
+    Resume,
     Window,
     chunk,
     grid_for_window,
     read_bounds,
 )
+
+
+_NOTHING_YET = ModelState()
 
 
 @dataclass(frozen=True)
@@ -49,26 +62,46 @@ class PlannedWindow:
     last_of_partition: bool  # the partition is complete once this read commits
 
 
+def resume_for(windowing: ModelWindowing, state: ModelState) -> Resume | None:
+    """Where an incremental transfer of a model picks up; ``None`` before any window finished.
+
+    Windows go on from the watermark. The read of the window holding it starts at
+    ``min(greatest value delivered, watermark) - lookback``, clipped to the configured start; at
+    the configured start when no row was ever delivered (a late commit may then hold any value).
+    The earlier of the two anchors: the high watermark can lie beyond the watermark when windows
+    finished out of order (a UI backfill), and the part before the watermark must still be read.
+    """
+    if state.watermark is None:
+        return None
+    start = windowing.configured_start
+    if state.high_watermark is None:
+        return Resume(state.watermark, start)
+    anchor = min(state.high_watermark, state.watermark)
+    return Resume(state.watermark, max(anchor - timedelta(seconds=windowing.lookback_seconds), start))
+
+
 def plan_windows(
     windowing: ModelWindowing,
     *,
     now: datetime,
-    watermark: datetime | None,
+    state: ModelState = _NOTHING_YET,
     full_refresh: bool = False,
     partitions: list[Window] | None = None,
 ) -> list[PlannedWindow]:
-    resume = None if full_refresh else watermark
+    """The reads of one transfer of a model whose destination holds ``state``."""
+    resume = None if full_refresh else resume_for(windowing, state)
     grid = windowing.grid
     if grid is None:
         if partitions is not None:  # an explicit range (start/end of a transfer request)
-            return _reads(windowing, None, partitions, now=now, resume=None, skip_done=False)
-        if now <= windowing.configured_start or (resume is not None and resume >= now):
+            return _reads(windowing, None, partitions, now=now, resume=resume, skip_done=False)
+        if now <= windowing.configured_start or (resume is not None and resume.watermark >= now):
             return []
         whole = Window(windowing.configured_start, now)
-        return _reads(windowing, None, [whole], now=now, resume=resume, skip_done=False)
+        return _reads(windowing, None, [whole], now=now, resume=resume, skip_done=True)
     incremental = partitions is None
     if incremental:
-        start = windowing.configured_start if resume is None else max(resume, windowing.configured_start)
+        start = (windowing.configured_start if resume is None
+                 else max(resume.watermark, windowing.configured_start))
         partitions = grid.windows(start, now) if start < now else []
     planned: list[PlannedWindow] = []
     for partition in partitions:
@@ -94,16 +127,17 @@ def explicit_windows(windowing: ModelWindowing, start: datetime | None, end: dat
 
 
 def _reads(windowing: ModelWindowing, partition: Window | None, pieces: list[Window], *,
-           now: datetime, resume: datetime | None, skip_done: bool) -> list[PlannedWindow]:
+           now: datetime, resume: Resume | None, skip_done: bool) -> list[PlannedWindow]:
     bounds = [
         b for b in (
             read_bounds(piece, configured_start=windowing.configured_start,
-                        lookback_seconds=windowing.lookback_seconds, now=now, resume_from=resume)
+                        lookback_seconds=windowing.lookback_seconds, now=now, resume=resume,
+                        skip_delivered=skip_done)
             for piece in pieces
         ) if b is not None
     ]
     if skip_done and resume is not None:
         # an incremental transfer skips the pieces of its first partition that end before the
         # watermark (the partition itself is re-materialized when its last piece commits)
-        bounds = [b for b in bounds if b.progress.end > resume] or bounds[-1:]
+        bounds = [b for b in bounds if b.progress.end > resume.watermark] or bounds[-1:]
     return [PlannedWindow(partition, b, i == len(bounds) - 1) for i, b in enumerate(bounds)]

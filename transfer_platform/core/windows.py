@@ -124,28 +124,46 @@ class ReadBounds:
     progress: Window
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where an incremental transfer picks up (see :func:`transfer_platform.core.planning.resume_for`).
+
+    ``watermark``: the end of the finished windows; windows go on from there. ``read_from``: where
+    the read of the window holding the watermark starts, the reference's rule (the greatest value
+    delivered, or the watermark if earlier, minus the lookback; the configured start if nothing
+    was ever delivered). It is at most ``watermark - lookback``: the range it re-reads below the
+    watermark holds only late commits, and is read once, by that one read.
+    """
+
+    watermark: datetime
+    read_from: datetime
+
+
 def read_bounds(
     window: Window,
     *,
     configured_start: datetime,
     lookback_seconds: int,
     now: datetime,
-    resume_from: datetime | None = None,
+    resume: Resume | None = None,
+    skip_delivered: bool = True,
 ) -> ReadBounds | None:
     """Bounds of the source read for ``window``; ``None`` if nothing of it is readable yet.
 
     - rows before ``configured_start`` are never read, rows at or after ``now`` not yet;
     - every read reaches ``lookback_seconds`` before its start (late commits), never before the
       configured start;
-    - when the stored watermark ``resume_from`` falls inside the window, the read starts there
-      (minus the lookback) instead of re-reading the part already delivered.
+    - the window that holds the watermark of ``resume`` (or starts at it) is read from
+      ``resume.read_from`` instead: down to the last delivered row minus the lookback, and (with
+      ``skip_delivered``, as an incremental transfer does) not the part delivered before that.
+      A window asked for explicitly is read whole, and reaches down to ``read_from`` too.
     """
     start = max(window.start, configured_start)
     end = min(window.end, now)
     if end <= start:
         return None
-    lower = start
-    if resume_from is not None and start < resume_from < end:
-        lower = resume_from
-    lower = max(lower - timedelta(seconds=lookback_seconds), configured_start)
+    lower = max(start - timedelta(seconds=lookback_seconds), configured_start)
+    if resume is not None and start <= resume.watermark < end:
+        reread = max(resume.read_from, configured_start)
+        lower = reread if skip_delivered else min(lower, reread)
     return ReadBounds(lower=lower, upper=end, progress=Window(start, end))

@@ -19,8 +19,10 @@ which incremental transfers do not propagate), ``stale`` (the destination's last
 older than the source's), ``incorrect`` (newer: our upsert never does that, so something else
 wrote the table). A difference is ``pending`` instead, not a failure, when the row's
 last-modified value (the source's; the destination's for an orphaned row) is at or after the
-*horizon*: the committed watermark minus the source's lookback, the point before which every row
-committed in time has been read. Without a committed watermark everything is pending.
+*horizon*: where the next incremental read starts (the greatest value delivered, or the watermark
+if earlier, minus the source's lookback: :func:`~transfer_platform.core.planning.resume_for`),
+the point before which every row committed in time has been read. Without a committed watermark
+everything is pending.
 
 The counts come back from one aggregation; only when there are differences does a second, bounded
 query fetch at most :data:`MAX_EXAMPLES` keys per class. No table is collected.
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.connections import spark_error_reason
+from transfer_platform.core.planning import ModelWindowing, resume_for
 from transfer_platform.core.timeutil import isoformat, utc
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
@@ -92,14 +95,16 @@ class IntegrityReport:
                 "incorrect": self.incorrect, "orphaned": self.orphaned, "pending": self.pending}
 
 
-def integrity_horizon(watermark: datetime | None, lookback_seconds: int, now: datetime) -> datetime | None:
+def integrity_horizon(windowing: ModelWindowing, state: ModelState, now: datetime) -> datetime | None:
     """Rows last modified before this instant are due in the destination; ``None``: none is due.
 
-    The watermark is never later than the "now" of the transfer that committed it; a check run
-    with an earlier clock still never calls rows after its own "now" due."""
-    if watermark is None:
+    It is where the next incremental read starts: a row at or after it is read by the next
+    transfer, whenever it committed. A check run with an earlier clock than the transfer's still
+    never calls rows after its own "now" minus the lookback due."""
+    resume = resume_for(windowing, state)
+    if resume is None:
         return None
-    return min(utc(watermark), utc(now)) - timedelta(seconds=lookback_seconds)
+    return min(utc(resume.read_from), utc(now) - timedelta(seconds=windowing.lookback_seconds))
 
 
 def check_integrity(spark: SparkSession, config: PlatformConfig, destination_name: str,
@@ -123,7 +128,7 @@ def check_integrity(spark: SparkSession, config: PlatformConfig, destination_nam
         state, table = live_table(spark, writer, keys_only)
         if table is None:  # nothing delivered yet: an empty table of the source's shape
             table = spark.createDataFrame([], source.schema)
-        horizon = integrity_horizon(state.watermark, windowing.lookback_seconds, now)
+        horizon = integrity_horizon(windowing, state, now)
         compared = compare(source, table, keys_only, horizon)
         counts, examples = _run(compared, keys_only, destination.name)
     finally:
@@ -341,6 +346,7 @@ def describe(report: IntegrityReport, source_name: str) -> str:
         lines.append("No transfer has committed a watermark yet: every difference is pending.")
     elif report.pending:
         lines.append(f"pending {report.pending}: differences on rows changed at or after the "
-                     "horizon (the watermark minus the lookback) are not due yet; the next "
+                     "horizon (the last delivered value, or the watermark if earlier, minus the "
+                     "lookback: where the next read starts) are not due yet; the next "
                      "transfers deliver them. Not a failure.")
     return "\n".join(lines)

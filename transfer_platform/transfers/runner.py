@@ -104,7 +104,7 @@ def transfer_model(
     if partitions is None and (request.start is not None or request.end is not None):
         partitions = explicit_windows(windowing, request.start, request.end, now=request.now)
     # a full refresh (new or unfinished) rebuilds the whole configured range, whatever was selected
-    planned = plan_windows(windowing, now=request.now, watermark=state.watermark,
+    planned = plan_windows(windowing, now=request.now, state=state,
                            partitions=None if refreshing else partitions)
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
               built_aside=refreshing, watermark=state.watermark)

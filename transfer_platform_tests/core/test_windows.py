@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from transfer_platform.core import windows
 from transfer_platform.core.timeutil import EPOCH
-from transfer_platform.core.windows import Window, chunk, grid_for_window, read_bounds
+from transfer_platform.core.windows import Resume, Window, chunk, grid_for_window, read_bounds
 
 MINUTE, HOUR, DAY, WEEK = 60, 3_600, 86_400, 7 * 86_400
 
@@ -219,32 +219,59 @@ def test_read_bounds_upper_capped_at_now():
     assert bounds.progress == Window(HOUR_WINDOW.start, now)
 
 
-def test_read_bounds_resumes_inside_the_window():
-    resume = at(2024, 3, 1, 10, 40)
+def test_read_bounds_resumes_inside_the_window_from_the_last_delivered_row():
+    # the watermark (10:40) is inside the window; the last delivered row minus the lookback is 10:10
+    resume = Resume(watermark=at(2024, 3, 1, 10, 40), read_from=at(2024, 3, 1, 10, 10))
     bounds = read_bounds(HOUR_WINDOW, configured_start=LONG_AGO, lookback_seconds=30, now=LATER,
-                         resume_from=resume)
+                         resume=resume)
     assert bounds is not None
-    assert bounds.lower == at(2024, 3, 1, 10, 39, 30)
+    assert bounds.lower == at(2024, 3, 1, 10, 10)
     assert bounds.upper == HOUR_WINDOW.end
     assert bounds.progress == HOUR_WINDOW  # progress is still the whole window
 
 
-@pytest.mark.parametrize(
-    "resume",
-    [at(2024, 3, 1, 9), at(2024, 3, 1, 10), at(2024, 3, 1, 11), at(2024, 3, 1, 12)],
-    ids=["before", "at-start", "at-end", "after"],
-)
-def test_read_bounds_resume_outside_the_window_is_ignored(resume):
+def test_read_bounds_reaches_before_the_window_to_the_last_delivered_row():
+    resume = Resume(watermark=at(2024, 3, 1, 10, 40), read_from=at(2024, 2, 20, 7))
     bounds = read_bounds(HOUR_WINDOW, configured_start=LONG_AGO, lookback_seconds=30, now=LATER,
-                         resume_from=resume)
+                         resume=resume)
+    assert bounds is not None
+    assert bounds.lower == at(2024, 2, 20, 7)
+    assert bounds.progress == HOUR_WINDOW
+
+
+def test_read_bounds_of_an_explicit_window_reads_it_whole_and_down_to_the_last_row():
+    late = Resume(watermark=at(2024, 3, 1, 10, 40), read_from=at(2024, 3, 1, 10, 10))
+    early = Resume(watermark=at(2024, 3, 1, 10, 40), read_from=at(2024, 3, 1, 9))
+    for resume, lower in ((late, at(2024, 3, 1, 9, 59, 30)), (early, at(2024, 3, 1, 9))):
+        bounds = read_bounds(HOUR_WINDOW, configured_start=LONG_AGO, lookback_seconds=30, now=LATER,
+                             resume=resume, skip_delivered=False)
+        assert bounds is not None
+        assert bounds.lower == lower
+
+
+@pytest.mark.parametrize(
+    "watermark",
+    [at(2024, 3, 1, 9), at(2024, 3, 1, 11), at(2024, 3, 1, 12)],
+    ids=["before", "at-end", "after"],
+)
+def test_read_bounds_resume_outside_the_window_is_ignored(watermark):
+    bounds = read_bounds(HOUR_WINDOW, configured_start=LONG_AGO, lookback_seconds=30, now=LATER,
+                         resume=Resume(watermark, at(2024, 3, 1, 8)))
     assert bounds is not None
     assert bounds.lower == at(2024, 3, 1, 9, 59, 30)
 
 
-def test_read_bounds_resume_lookback_clamped_at_configured_start():
+def test_read_bounds_window_starting_at_the_watermark_reads_from_the_last_row():
+    bounds = read_bounds(HOUR_WINDOW, configured_start=LONG_AGO, lookback_seconds=30, now=LATER,
+                         resume=Resume(HOUR_WINDOW.start, at(2024, 3, 1, 8)))
+    assert bounds is not None
+    assert bounds.lower == at(2024, 3, 1, 8)
+
+
+def test_read_bounds_resume_clamped_at_configured_start():
     start = at(2024, 3, 1, 10, 20)
     bounds = read_bounds(HOUR_WINDOW, configured_start=start, lookback_seconds=600, now=LATER,
-                         resume_from=at(2024, 3, 1, 10, 25))
+                         resume=Resume(at(2024, 3, 1, 10, 25), at(2024, 3, 1, 10, 15)))
     assert bounds is not None
     assert bounds.lower == start
 

@@ -1,8 +1,9 @@
 """Integrity checks against real databases: PostgreSQL -> PostgreSQL and a Parquet lake -> Delta.
 
 Times are fixed: the model starts on 2024-02-28, the data lies on 2024-03-01..03, the transfer
-runs at ``NOW1`` (watermark ``NOW1``, so the horizon is ``NOW1`` minus the 30 s PostgreSQL
-lookback) and the checks at ``CHECK_NOW``. The tenant id holds a quote and a backslash; another
+runs at ``NOW1`` (watermark ``NOW1``) and the checks at ``CHECK_NOW``. The horizon is where the
+next transfer's read starts (the change-detection seed): the tenant's greatest delivered
+last-modified value minus the lookback (30 s for PostgreSQL), not ``NOW1`` minus it. The tenant id holds a quote and a backslash; another
 tenant's id is its prefix, so a broken tenant filter shows up in the counts.
 """
 
@@ -18,6 +19,8 @@ import pytest
 from deltalake import DeltaTable
 
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.core.planning import ModelWindowing
+from transfer_platform.core.watermarks import ModelState
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.integrity import (
     IntegrityReport,
@@ -44,7 +47,7 @@ DATA_DAYS = [day(3, 1), day(3, 2), day(3, 3)]
 NOW1 = day(3, 4) + timedelta(hours=12)
 CHECK_NOW = NOW1 + timedelta(hours=1)
 LOOKBACK_S = 30  # the postgres source's default
-HORIZON = NOW1 - timedelta(seconds=LOOKBACK_S)
+HORIZON = NOW1 - timedelta(seconds=LOOKBACK_S)  # of a tenant whose last row is at NOW1 or later
 US = timedelta(microseconds=1)
 TENANT = "o'reilly\\x"
 OTHERS = ["o'reilly", "globex"]
@@ -68,19 +71,29 @@ def zero(rows_compared: int, **nonzero: int) -> dict[str, int]:
 # -- pure parts -------------------------------------------------------------------------------
 
 
+EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
+LAST_ROW = day(3, 3) + timedelta(hours=22)
+
+
 @pytest.mark.parametrize(
-    ("watermark", "lookback", "now", "expected"),
+    ("start", "state", "lookback", "now", "expected"),
     [
-        pytest.param(None, 30, NOW1, None, id="no-watermark-nothing-due"),
-        pytest.param(NOW1, 30, CHECK_NOW, HORIZON, id="watermark-minus-lookback"),
-        pytest.param(NOW1, 0, CHECK_NOW, NOW1, id="no-lookback"),
-        pytest.param(datetime(1970, 1, 1, tzinfo=UTC), 0, NOW1, datetime(1970, 1, 1, tzinfo=UTC),
-                     id="epoch-0-is-a-watermark"),
-        pytest.param(CHECK_NOW, 30, NOW1, HORIZON, id="capped-at-the-checks-now"),
+        pytest.param(MIN_START, ModelState(), 30, NOW1, None, id="no-watermark-nothing-due"),
+        pytest.param(MIN_START, ModelState(NOW1, LAST_ROW), 30, CHECK_NOW,
+                     LAST_ROW - timedelta(seconds=30), id="last-delivered-row-minus-lookback"),
+        pytest.param(MIN_START, ModelState(NOW1, NOW1 - US), 30, CHECK_NOW,
+                     NOW1 - US - timedelta(seconds=30), id="busy-tenant"),
+        pytest.param(MIN_START, ModelState(NOW1, None), 30, CHECK_NOW, MIN_START,
+                     id="no-row-delivered-the-configured-start"),
+        pytest.param(MIN_START, ModelState(NOW1, LAST_ROW), 0, CHECK_NOW, LAST_ROW, id="no-lookback"),
+        pytest.param(EPOCH0, ModelState(EPOCH0, EPOCH0), 0, NOW1, EPOCH0, id="epoch-0-is-a-watermark"),
+        pytest.param(MIN_START, ModelState(CHECK_NOW, CHECK_NOW), 30, NOW1, HORIZON,
+                     id="capped-at-the-checks-now"),
     ],
 )
-def test_horizon(watermark, lookback, now, expected):
-    assert integrity_horizon(watermark, lookback, now) == expected
+def test_horizon(start, state, lookback, now, expected):
+    windowing = ModelWindowing(configured_start=start, lookback_seconds=lookback, max_window_seconds=None)
+    assert integrity_horizon(windowing, state, now) == expected
 
 
 def _report(**counts_: int) -> IntegrityReport:
@@ -135,23 +148,26 @@ def test_postgres_clean_then_pending_then_tampered(spark, pg_conn, source, dst_s
     config = one_window(pg_config(source_schema=source, dst_schema=dst_schema, tenant=TENANT,
                                   min_start=MIN_START))
     model = config.model(MODEL)
-    n = len(source_rows(pg_conn, source, TENANT))
+    tenant_rows = source_rows(pg_conn, source, TENANT)
+    n = len(tenant_rows)
     assert n == 15
     assert transfer(spark, config, NOW1).status == "SUCCESS"
+    # the next read starts at the greatest value delivered minus the lookback (the seeds' rule)
+    horizon = max(r[2] for r in tenant_rows) - timedelta(seconds=LOOKBACK_S)
 
     clean = check_integrity(spark, config, DESTINATION, model, CHECK_NOW)
     assert clean.passed
     assert counts(clean) == zero(n)
-    assert (clean.watermark, clean.horizon, clean.examples) == (NOW1, HORIZON, {})
+    assert (clean.watermark, clean.horizon, clean.examples) == (NOW1, horizon, {})
 
-    ids = sorted(r[0] for r in source_rows(pg_conn, source, TENANT))
+    ids = sorted(r[0] for r in tenant_rows if r[2] < horizon)
     a, b, c, e, p1, p2 = ids[:6]
     src, dst = f'"{source}".events', f'"{dst_schema}".events'
     # not due yet: a change just now, one after the check's "now" (made while the check reads),
     # and a late commit stamped exactly at the horizon
     pg_conn.execute(f"UPDATE {src} SET updated_at = %s WHERE id = %s", (CHECK_NOW - US, p1))
     pg_conn.execute(f"UPDATE {src} SET updated_at = %s WHERE id = %s", (CHECK_NOW + US, p2))
-    insert_rows(pg_conn, source, [(9001, TENANT, HORIZON, "late, inside the lookback")])
+    insert_rows(pg_conn, source, [(9001, TENANT, horizon, "late, inside the lookback")])
     # other tenants' rows (one an old late commit) are never counted
     insert_rows(pg_conn, source, [(9101, "o'reilly", day(3, 1), "x"), (9102, "O'REILLY\\x", day(3, 1), "y")])
 
@@ -161,11 +177,11 @@ def test_postgres_clean_then_pending_then_tampered(spark, pg_conn, source, dst_s
     assert pending.examples == {"pending": [f"id={p1}", f"id={p2}", "id=9001"]}
 
     pg_conn.execute(f"DELETE FROM {dst} WHERE id = %s", (a,))  # missing
-    insert_rows(pg_conn, source, [(9002, TENANT, HORIZON - US, "late, beyond the lookback")])  # missing
+    insert_rows(pg_conn, source, [(9002, TENANT, horizon - US, "late, beyond the lookback")])  # missing
     pg_conn.execute(f"UPDATE {dst} SET updated_at = updated_at - interval '1 hour' WHERE id = %s", (b,))
     pg_conn.execute(f"UPDATE {dst} SET updated_at = updated_at + interval '1 microsecond' WHERE id = %s", (c,))
     insert_rows(pg_conn, dst_schema, [(7777, TENANT, day(3, 2), "not in the source"),  # orphaned
-                                      (7778, TENANT, HORIZON, "not in the source, recent")])  # pending
+                                      (7778, TENANT, horizon, "not in the source, recent")])  # pending
     pg_conn.execute(f"DELETE FROM {src} WHERE id = %s", (e,))  # orphaned
 
     tampered = check_integrity(spark, config, DESTINATION, model, CHECK_NOW)
@@ -239,16 +255,17 @@ def test_parquet_lake_to_delta(spark, tmp_path):
     clean = check_integrity(spark, config, DESTINATION, model, CHECK_NOW)
     assert clean.passed
     assert counts(clean) == zero(10)
-    assert clean.horizon == NOW1 - LAKE_LOOKBACK
+    horizon = max(r[2] for r in rows if r[1] == TENANT) - LAKE_LOOKBACK
+    assert clean.horizon == horizon
 
-    ids = sorted(r[0] for r in rows if r[1] == TENANT)
+    ids = sorted(r[0] for r in rows if r[1] == TENANT and r[2] < horizon)
     a, b, e = ids[:3]
     table = DeltaTable(str(delta_root / MODEL))
     table.delete(f"id = {a}")
     DeltaTable(str(delta_root / MODEL)).update(
         predicate=f"id = {b}", updates={"updated_at": "'2024-03-01T00:00:00.000000Z'"})
     write_lake(lake, [r for r in rows if r[0] != e]
-               + [(9001, TENANT, NOW1 - LAKE_LOOKBACK, "late, inside the lookback")])
+               + [(9001, TENANT, horizon, "late, inside the lookback")])
 
     tampered = check_integrity(spark, config, DESTINATION, model, CHECK_NOW)
     assert not tampered.passed
