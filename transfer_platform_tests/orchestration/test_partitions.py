@@ -135,7 +135,7 @@ def test_a_range_over_every_partition_plans_reads_that_tile_start_to_now(scenari
     assert windows[0].contains(model.configured_start)
     assert windows[-1].contains(now)
 
-    planned = plan_windows(model, now=now, watermark=None, partitions=windows)
+    planned = plan_windows(model, now=now, partitions=windows)
 
     progress = [p.bounds.progress for p in planned]
     assert progress[0].start == model.configured_start
@@ -158,16 +158,41 @@ def test_a_start_at_epoch_zero_is_in_the_first_partition(window):
     assert first.start <= EPOCH < first.end
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "production bug (latent): partitions_for passes start=1970-01-01T00:00Z to Dagster, whose "
-    "cron_string_iterator(0, '*/n * * * *', 'UTC') yields 00:n first (timestamp 0 only), so the "
-    "first partition misses [epoch, epoch + n min); config validation refuses such models for a "
-    "real clock (over 100,000 partitions), so only a clock near 1970 reaches it"))
 @pytest.mark.parametrize("window", [120, 900, 1_800], ids=["2min", "15min", "30min"])
 def test_a_start_at_epoch_zero_is_in_the_first_partition_of_a_minute_grid(window):
+    """Dagster's own iterator drops the tick at timestamp 0 on these grids (a falsy check);
+    ``orchestration/dagster_fixes.py`` restores it."""
     partitions = partitions_for(windowing(EPOCH, window))
     (first,) = windows_for_keys(partitions, [partitions.get_first_partition_key()])
-    assert first.start <= EPOCH < first.end
+    assert first == Window(EPOCH, EPOCH + timedelta(seconds=window))
+    assert partitions.get_first_partition_key() == "1970-01-01T00:00"
+    now = EPOCH + timedelta(minutes=47, microseconds=3)
+    keys, windows = partition_windows(partitions, now)
+    assert windows[0] == first
+    assert windows[-1].contains(now)
+    assert all(a.end == b.start for a, b in pairwise(windows))
+
+
+@pytest.mark.parametrize("start", [EPOCH - timedelta(minutes=2), EPOCH + timedelta(minutes=2)],
+                         ids=["before-epoch", "after-epoch"])
+def test_the_epoch_fix_leaves_other_ticks_alone(start):
+    partitions = partitions_for(windowing(start, 120))
+    keys = partitions.get_partition_keys(current_time=start + timedelta(minutes=7))
+    expected = [(start + timedelta(minutes=2 * i)).strftime("%Y-%m-%dT%H:%M") for i in range(4)]
+    assert keys[:4] == expected
+
+
+def test_the_epoch_fix_is_installed_wherever_the_coordinator_is_imported():
+    """The webserver and the daemon import the run coordinator (``dagster.yaml``), not the
+    definitions: they must compute the same partition keys as the code server."""
+    import subprocess
+    import sys
+
+    code = ("import transfer_platform.orchestration.coordinator\n"
+            "from transfer_platform.orchestration.dagster_fixes import installed\n"
+            "print(installed())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
 
 
 def test_a_minute_grid_from_epoch_zero_is_refused_for_a_real_clock():
