@@ -117,7 +117,8 @@ def test_rows_at_exactly_the_watermark_are_not_skipped(spark, mysql_conn, mysql_
     second = transfer(spark, cfg, NOW2, transfer_id="t2")
 
     assert second.status == "SUCCESS", second.error
-    assert second.rows_transferred == 2
+    # read from the last delivered row (the seeds' rule, no lookback): it again, 9001 and 9002
+    assert second.rows_transferred == 3
     assert destination_rows(pg_conn, dst_schema) == mysql_source_rows(mysql_conn, TENANT)
 
 
@@ -127,15 +128,17 @@ def test_the_five_second_lookback_rereads_late_commits(spark, mysql_conn, mysql_
     mysql_insert_rows(mysql_conn, make_rows([TENANT, "globex"], 8, DATA_DAYS, seed=13))
     cfg = config(mysql_database, dst_schema)
     assert cfg.source("src").lookback_seconds == 5  # MySQL's default
-    assert transfer(spark, cfg, NOW1).status == "SUCCESS"
+    first = transfer(spark, cfg, NOW1)
+    assert first.status == "SUCCESS"
+    last = first.state.high_watermark  # the last delivered row: the next read starts 5 s before it
 
-    late = (9001, TENANT, NOW1 - timedelta(seconds=4, microseconds=999_999), "committed late")
-    too_late = (9002, TENANT, NOW1 - timedelta(seconds=5, microseconds=1), "older than the lookback")
+    late = (9001, TENANT, last - timedelta(seconds=4, microseconds=999_999), "committed late")
+    too_late = (9002, TENANT, last - timedelta(seconds=5, microseconds=1), "older than the lookback")
     mysql_insert_rows(mysql_conn, [late, too_late])
     second = transfer(spark, cfg, NOW2, transfer_id="t2")
 
     assert second.status == "SUCCESS", second.error
-    assert second.rows_transferred == 1
+    assert second.rows_transferred == 2  # the last delivered row again, and the late one
     delivered = {r[0]: r for r in destination_rows(pg_conn, dst_schema)}
     assert delivered[9001] == late
     assert 9002 not in delivered  # the documented limit of a lookback

@@ -219,8 +219,9 @@ def test_a_row_stamped_exactly_at_the_watermark_is_delivered_without_lookback(
 
     outcomes = reads_of(spark, config, now2, "t2")
 
-    assert outcomes[0].planned.bounds.lower == now1  # lookback 0: the read starts at the watermark
-    assert sum(o.result.rows_transferred for o in outcomes) == 2  # those two, nothing else
+    # lookback 0: the read starts at the last delivered row (now1 - 1 us), the seeds' rule
+    assert outcomes[0].planned.bounds.lower == now1 - US
+    assert sum(o.result.rows_transferred for o in outcomes) == 3  # it again, those two, nothing else
     assert sum(o.result.delta_rows_transferred for o in outcomes) == 2
     assert destination.rows(pg_conn) == source_rows(pg_conn, pg_schema, TENANT)
     assert destination.state(pg_conn).high_watermark == now1
@@ -338,15 +339,17 @@ def test_a_watermark_at_epoch_zero_is_a_value_not_unset(spark, pg_conn, pg_schem
     assert destination.rows(pg_conn) == source_rows(pg_conn, pg_schema, TENANT)
     assert destination.state(pg_conn).high_watermark == EPOCH + US
 
-    # later transfers read from the watermark, not from the epoch again
+    # later transfers read from the last delivered row minus the lookback: the third from the
+    # epoch again (that row is at 1 us; the start clips the lookback), the fourth not
     late = EPOCH + timedelta(minutes=4, seconds=50)
     insert_rows(pg_conn, pg_schema, [(4, TENANT, late, "near the third transfer's now")])
     third = reads_of(spark, config, EPOCH + timedelta(minutes=5), "t3")
     fourth = reads_of(spark, config, EPOCH + timedelta(minutes=5, seconds=20), "t4")
 
-    assert bounds(third)[0][0] == EPOCH + timedelta(minutes=2) - timedelta(seconds=30)
-    assert sum(o.result.rows_transferred for o in third) == 1
-    assert bounds(fourth) == [(EPOCH + timedelta(minutes=4, seconds=30),
+    assert bounds(third)[0][0] == EPOCH
+    assert sum(o.result.rows_transferred for o in third) == 3
+    assert sum(o.result.delta_rows_transferred for o in third) == 1
+    assert bounds(fourth) == [(EPOCH + timedelta(minutes=4, seconds=20),
                                EPOCH + timedelta(minutes=5, seconds=20))]
     # nothing new: only the lookback overlap is counted, and it is no delta
     assert [(o.result.rows_transferred, o.result.delta_rows_transferred) for o in fourth] == [(1, 0)]
@@ -370,11 +373,13 @@ def test_a_late_commit_inside_the_lookback_arrives_and_one_older_does_not(
     config = make_config(pg_schema, destination, start=LATER_START, lookback=lookback)
     transfer(spark, config, now1, "t1")
 
-    # committed after the first transfer, stamped before its "now"
-    inside = [now1 - back, now1 - back + US, now1 - US]  # the lookback's edge is inclusive
+    # committed after the first transfer, stamped before its "now"; the reference reads from the
+    # last delivered row (11:59) minus the lookback
+    last = at(11, 59)
+    inside = [last - back, last - back + US, now1 - US]  # the lookback's edge is inclusive
     if seconds == 0:
-        inside = [now1]  # without lookback only the watermark itself is still read
-    too_old = now1 - back - US
+        inside = [last, now1]  # without lookback: from the last delivered value itself
+    too_old = last - back - US
     insert_rows(pg_conn, pg_schema, rows_at([*inside, too_old], 101, "late"))
     update_row(pg_conn, pg_schema, 1, too_old, "late update, too old")
     transfer(spark, config, now1 + timedelta(minutes=10), "t2")
@@ -408,16 +413,17 @@ def test_metrics_count_the_lookback_in_rows_but_not_in_delta_rows(spark, pg_conn
     assert [o.result.delta_rows_transferred for o in first] == [1, 1, 2, 1]
     assert first[-1].result.state.high_watermark == e
 
-    f, g, h, i, j = at(3, 10, 10), e, at(2, 59, 50), now1 - timedelta(seconds=30) - US, at(3, 59, 45)
+    # the next read starts at the last delivered row (e) minus the lookback: 03:00:05.123456 - 30 s
+    f, g, h, i, j = at(3, 10, 10), e, at(2, 59, 50), e - timedelta(seconds=30) - US, at(3, 59, 45)
     insert_rows(pg_conn, pg_schema, [(101, TENANT, f, "new"), (102, TENANT, g, "late, = high watermark"),
                                      (103, TENANT, h, "late, inside the lookback"),
                                      (104, TENANT, i, "late, 1 µs too old"), (105, TENANT, j, "new")])
     update_row(pg_conn, pg_schema, 5, at(3, 20), "c, updated")  # newer than the high watermark
-    update_row(pg_conn, pg_schema, 1, now1 - timedelta(seconds=30), "a, late update on the edge")
+    update_row(pg_conn, pg_schema, 1, e - timedelta(seconds=30), "a, late update on the edge")
 
     second = transfer(spark, config, at(4), "t2")
 
-    # read: [03:00:10 - 30 s, 04:00) = a', d, e, g, h, f, c', j; i is 1 µs too old
+    # read: [e - 30 s, 04:00) = a', d, e, g, h, f, c', j; i is 1 µs too old
     assert (second.windows, second.rows_transferred, second.delta_rows_transferred) == (1, 8, 3)
     assert second.state.high_watermark == j
     assert second.as_dict()["most_recent_last_updated_at"] == isoformat(j) == "2024-03-04T03:59:45.000000+00:00"

@@ -131,6 +131,17 @@ def expected_reads(edges: list[datetime], lookback: int, configured_start: datet
     return [(max(a - back, configured_start), b) for a, b in pairwise(edges)]
 
 
+def resumed_reads(reads: list[tuple[datetime, datetime]], high: datetime | None, lookback: int,
+                  configured_start: datetime = START) -> list[tuple[datetime, datetime]]:
+    """The reads of an incremental transfer: the first starts at the greatest value delivered
+    minus the lookback (the change-detection seed), the configured start if none was; the others
+    one lookback before their edge."""
+    if not reads:
+        return reads
+    anchor = configured_start if high is None else high - timedelta(seconds=lookback)
+    return [(max(anchor, configured_start), reads[0][1]), *reads[1:]]
+
+
 def placed_rows(moments: Iterable[datetime], first_id: int = 1) -> list[Row]:
     """One row of the tenant and one of another tenant at each moment."""
     rows, key = [], first_id
@@ -294,12 +305,14 @@ def test_every_row_arrives_exactly_once_whatever_the_window(spark, pg_conn, pg_s
     assert state.high_watermark == now - US
     assert state.completed == (Window(start, now),)
 
-    # the next transfer picks up the rows at and after the previous "now", the lookback included
+    # the next transfer picks up the rows at and after the last delivered one (now - 1 us), the
+    # lookback included
     second = run_model(spark, config, now2, transfer_id="t2")
 
     assert second.error is None, second.error
     assert second.state.watermark == now
-    assert second.reads == expected_reads(edges2, case.lookback, start)
+    assert second.reads == resumed_reads(expected_reads(edges2, case.lookback, start), now - US,
+                                         case.lookback, start)
     assert second.rows_per_read == [len(tenant_between(rows, lo, hi)) for lo, hi in second.reads]
     assert second.delta_rows == len(tenant_between(rows, now, now2))
     assert destination.rows(pg_conn) == tenant_between(rows, start, now2)
@@ -393,7 +406,9 @@ def test_after_a_failure_in_window_k_the_next_transfer_resumes_at_window_k(
     assert isinstance(failed.error, DataError)
     assert f"id={key}" in str(failed.error)
     assert failed.reads == reads[:failing]  # windows 0..k-1 committed, in order
-    assert destination.state(pg_conn).watermark == broken_from
+    after_failure = destination.state(pg_conn)
+    assert after_failure.watermark == broken_from
+    assert after_failure.high_watermark == broken_from - US  # the last row delivered
     assert destination.rows(pg_conn) == tenant_between(rows, start, broken_from)
 
     pg_conn.execute(f'DELETE FROM "{pg_schema}".events_nopk WHERE payload = %s', (duplicate[3],))
@@ -401,9 +416,10 @@ def test_after_a_failure_in_window_k_the_next_transfer_resumes_at_window_k(
 
     assert resumed.error is None, resumed.error
     assert resumed.state.watermark == broken_from
-    # window k is the first read (one lookback before it); nothing before that is read again
-    assert resumed.reads == reads[failing:]
-    assert resumed.reads[0][0] == broken_from - timedelta(seconds=back)
+    # window k is the first read, from the last delivered row minus the lookback; nothing before
+    # that is read again
+    assert resumed.reads == resumed_reads(reads[failing:], broken_from - US, back, start)
+    assert resumed.reads[0][0] == broken_from - US - timedelta(seconds=back)
     assert resumed.rows_per_read == [len(tenant_between(rows, lo, hi)) for lo, hi in resumed.reads]
     assert sum(resumed.rows_per_read) < len(tenant_between(rows, start, now))
     fixed_source = [r for r in source_rows(pg_conn, pg_schema, TENANT, "events_nopk") if start <= r[2] < now]
