@@ -39,6 +39,10 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     from transfer_platform.spark_session import get_spark_session
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
+    if args.enqueue and args.dry_run:
+        print("error: --dry-run plans here, in this process, and cannot be enqueued: drop --enqueue "
+              "(in Dagster, launch the transfer job with dry_run: true in its op config)", file=sys.stderr)
+        return 2
     if args.enqueue:
         return _enqueue(args)
     config = load_config(args.config)
@@ -51,6 +55,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             raise ConfigError(f"destination {destination.name!r} does not receive model(s) {unknown}; "
                               f"it receives: {sorted(known)}")
         models = [m for m in models if m.model_name in args.model]
+    if args.dry_run:
+        return _dry_run(args, config, destination.name, models)
     on_window = None
     if os.environ.get("DAGSTER_HOME"):
         from dagster import DagsterInstance
@@ -74,6 +80,22 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     status = "SUCCESS" if not failed else ("ERROR" if len(failed) == len(summaries) else "PARTIAL_FAILURE")
     print(json.dumps({"transfer_id": transfer_id, "destination": destination.name, "status": status,
                       "models": [s.as_dict() for s in summaries]}, indent=2))
+    if failed:
+        print(f"error: {failed[0].model}: {failed[0].error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _dry_run(args: argparse.Namespace, config, destination: str, models) -> int:  # noqa: ANN001
+    """Print the plan of the transfer (windows, read bounds, row counts); change nothing."""
+    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
+
+    now = datetime.now(UTC)
+    plans = plan_transfer(get_spark_session(config.spark), config, destination, models, now,
+                          full_refresh=args.full_refresh, start=args.start, end=args.end)
+    print(json.dumps(plan_as_dict(destination, now, plans), indent=2))
+    failed = [p for p in plans if p.error is not None]
     if failed:
         print(f"error: {failed[0].model}: {failed[0].error}", file=sys.stderr)
         return 1
@@ -196,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.add_argument("--enqueue", action="store_true",
                           help="submit to the Dagster instance's queue ($DAGSTER_HOME; limits apply) "
                                "and print the transfer id, instead of running here")
+    transfer.add_argument("--dry-run", action="store_true",
+                          help="print the windows that would move, their read bounds and row counts "
+                               "(a COUNT run by the source); change nothing anywhere")
     listing = sub.add_parser("transfers", help="list transfers with status and metrics ($DAGSTER_HOME)")
     listing.add_argument("--destination")
     listing.add_argument("--status", choices=STATUSES)

@@ -34,7 +34,6 @@ from transfer_platform.core.windows import (
     read_bounds,
 )
 
-
 _NOTHING_YET = ModelState()
 
 

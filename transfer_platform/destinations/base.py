@@ -62,6 +62,14 @@ class DestinationWriter(Protocol):
         is created if needed and its columns follow the model (added, dropped; a changed type or
         primary key is refused with ``SchemaMismatch``)."""
 
+    def committed_state(self, model: ModelConfig) -> Prepared:
+        """The model's committed state as the next transfer would find it, read without side
+        effects: nothing is created, altered, dropped or locked for writing (a dry run, integrity
+        checks). ``state``: the live table's (empty if the destination, its schema or its status
+        were never created); ``refresh``: the state an unfinished full refresh would be carried on
+        from, else ``None`` (empty when the model's columns changed since it began: the next
+        transfer starts it again); ``schema_changes`` is always empty (nothing is compared)."""
+
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
         """Stage ``frame``, refuse it if it breaks a rule (NULL key, NULL last-modified, duplicate
         key), then merge it and record the new state in one commit; clean up staging either way."""

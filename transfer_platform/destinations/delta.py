@@ -126,6 +126,21 @@ class DeltaWriter:
             return Prepared(state)
         return Prepared(state, None, self._evolve(model, live, state))
 
+    def committed_state(self, model: ModelConfig) -> Prepared:
+        """The states recorded in the live table's and the refresh table's commits, read only:
+        no folder is created (unlike :meth:`check`), a missing table means nothing committed."""
+        from deltalake import DeltaTable
+
+        path = self.table_path(model)
+        state = read_state(DeltaTable(str(path))) if DeltaTable.is_deltatable(str(path)) else ModelState()
+        aside_path = self.refresh_path(model)
+        if not DeltaTable.is_deltatable(str(aside_path)):
+            return Prepared(state)
+        aside = DeltaTable(str(aside_path))
+        if _schema_of(aside) != arrow_schema(model):  # as _pending_refresh: it would start again
+            return Prepared(state, ModelState(high_watermark=state.high_watermark))
+        return Prepared(state, read_state(aside))
+
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
         # the batch comes to the driver as Arrow (delta-rs merges from memory anyway): no files
         # to stage, so nothing for a crash to leave behind

@@ -162,6 +162,28 @@ class PostgresWriter:
         conn.execute(target_ddl(self.table(model), model))
         return Prepared(state, None, self._evolve(model))
 
+    def committed_state(self, model: ModelConfig) -> Prepared:
+        """The model's state and its unfinished refresh's, read in one READ ONLY transaction
+        without row locks; a schema or ``_transfer_status`` that does not exist (checked with
+        ``to_regclass``, which creates nothing) means nothing was ever committed."""
+        conn = self.conn
+        with self._translated_errors(), conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")
+            (exists,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.status_table,)).fetchone()
+            if not exists:
+                return Prepared(ModelState())
+            has_refresh = "refresh_state" in self._columns(self.status_table)  # older tables lack it
+            row = conn.execute(
+                f"SELECT state::text, {'refresh_state::text' if has_refresh else 'NULL'} "
+                f"FROM {self.status_table} WHERE data_model_name = %s", (model.model_name,)).fetchone()
+            state = ModelState.from_json(row[0] if row else None)
+            if row is None or row[1] is None:
+                return Prepared(state)
+            if not self._columns_match(model, self.refresh_table(model)):
+                # as _pending_refresh: the next transfer starts this refresh again
+                return Prepared(state, ModelState(high_watermark=state.high_watermark))
+            return Prepared(state, ModelState.from_json(row[1]))
+
     def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
         row = self.conn.execute(
             f"SELECT {column}::text FROM {self.status_table} WHERE data_model_name = %s", (model.model_name,)

@@ -12,18 +12,24 @@ over many windows (single-run backfill) shows each window materialized as it fin
 failure in window k keeps the windows before k. An IO manager cannot do this: Dagster calls
 ``handle_output`` once for the whole range and records its own events only after it returns
 (see the README's design section).
+
+With ``dry_run: true`` in the op's config the body only plans (``transfers/dry_run.py``): one log
+line and one ``AssetObservation`` with the plan per selected model, nothing moved or materialized.
 """
 
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from dagster import (
     AssetExecutionContext,
+    AssetObservation,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
     Config,
     Failure,
+    MetadataValue,
     multi_asset,
 )
 from dagster_pyspark import LazyPySparkResource
@@ -37,6 +43,7 @@ from transfer_platform.orchestration.partitions import partitions_for, windows_f
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
+from transfer_platform.transfers.dry_run import plan_transfer
 from transfer_platform.transfers.runner import (
     ModelSummary,
     PartitionTally,
@@ -53,6 +60,11 @@ class TransferRunConfig(Config):
         default=False,
         description="rebuild the whole table from the configured start aside and swap it in "
                     "(same as the run tag transfer_platform/full_refresh=true)",
+    )
+    dry_run: bool = Field(
+        default=False,
+        description="only plan: log the windows, read bounds and row counts per model and record "
+                    "them as an observation of each asset; move nothing, record no materialization",
     )
 
 
@@ -143,12 +155,15 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
             context.instance.add_run_tags(context.run.run_id,
                                           limit_tags(current, destination_name, models, "transfer"))
+        full_refresh = config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true"
+        if config.dry_run:
+            yield from _dry_run(context, pyspark, current, destination_name, models, now, key_of_model,
+                                full_refresh=full_refresh, partitions=partitions)
+            return
         writer = platform.writer(destination_name)
         request = TransferRequest(
             spark=pyspark.spark_session, config=current, destination=destination_name, writer=writer,
-            transfer_id=context.run.run_id, now=now,
-            full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
-            log=context.log,
+            transfer_id=context.run.run_id, now=now, full_refresh=full_refresh, log=context.log,
         )
         summaries: list[ModelSummary] = []
         tallies: dict[str, PartitionTally] = {}
@@ -165,6 +180,24 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             raise _failure(destination_name, failed)
 
     return _transfer
+
+
+def _dry_run(context: AssetExecutionContext, pyspark: LazyPySparkResource, current: PlatformConfig,
+             destination_name: str, models: list[ModelConfig], now: datetime, key_of_model: dict, *,
+             full_refresh: bool, partitions: list | None) -> Iterator[AssetObservation]:
+    """The plan instead of the transfer: per model one log line and one ``AssetObservation``
+    carrying its plan (an observation, not a materialization: nothing moved)."""
+    plans = plan_transfer(pyspark.spark_session, current, destination_name, models, now,
+                          full_refresh=full_refresh, partitions=partitions)
+    for plan in plans:
+        (context.log.warning if plan.error else context.log.info)(plan.summary_line())
+        yield AssetObservation(asset_key=key_of_model[plan.model], metadata={
+            "dry_run": True, "plan": MetadataValue.json(plan.as_dict()),
+            "windows": len(plan.windows), "rows": plan.rows})
+    failed = [p for p in plans if p.error is not None]
+    if failed:
+        raise Failure(description="\n\n".join(f"model {p.model!r}: {p.error}" for p in failed),
+                      metadata={"destination": destination_name, "model": ", ".join(p.model for p in failed)})
 
 
 def _failure(destination_name: str, failed: list[ModelSummary]) -> Failure:

@@ -1,7 +1,7 @@
 """The ``transfer`` job: one transfer of one destination (Prequel's "create a transfer").
 
 Sensors and ``transfer-platform transfer --enqueue`` submit it to the instance's run queue with
-run config ``ops: {run_transfer: {config: {destination, models, full_refresh, start, end}}}``. Its one
+run config ``ops: {run_transfer: {config: {destination, models, full_refresh, start, end, dry_run}}}``. Its one
 op moves every requested model window by window from the watermark (or the given range) and
 reports each committed window as a materialization of that recipient/model asset and partition,
 exactly as the asset body does: the assets show every window moved, whoever moved it.
@@ -10,6 +10,9 @@ A model that fails does not stop the others. At the end the run carries the tags
 ``transfer_platform/models_succeeded`` and ``/models_failed``; if any model failed, the op fails
 with every model's error in its description and metadata, so the run is red in the UI and the
 transfer's status is PARTIAL_FAILURE (some models succeeded) or ERROR (none did).
+
+With ``dry_run: true`` the op only plans (``transfers/dry_run.py``): it logs one line per model
+and attaches the plan as its output's metadata; it moves nothing and reports no materialization.
 """
 
 
@@ -27,6 +30,7 @@ from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
+from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
 from transfer_platform.transfers.runner import PartitionTally, TransferRequest, run_transfer
 
 
@@ -36,6 +40,8 @@ class TransferConfig(Config):
     full_refresh: bool = Field(default=False, description="rebuild from the configured start, aside")
     start: str | None = Field(default=None, description="start_transfer_window_at (ISO-8601, inclusive)")
     end: str | None = Field(default=None, description="end_transfer_window_at (ISO-8601, exclusive)")
+    dry_run: bool = Field(default=False, description="only plan: log the windows, read bounds and row "
+                                                      "counts per model; move and record nothing")
 
 
 def _moment(text: str | None) -> datetime | None:
@@ -62,6 +68,9 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
     if not queued:
         context.instance.add_run_tags(context.run.run_id,
                                       limit_tags(current, destination.name, models, "transfer"))
+    if config.dry_run:
+        yield _dry_run(context, pyspark, current, destination.name, models, now, config)
+        return
     recipient = destination.recipient
     tallies: dict[str, PartitionTally] = {}
 
@@ -93,6 +102,22 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
                       "models_succeeded": len(summaries) - len(failed)},
         )
     yield Output(None, metadata={"models": MetadataValue.json(summary)})
+
+
+def _dry_run(context: OpExecutionContext, pyspark: LazyPySparkResource, current, destination: str,  # noqa: ANN001
+             models: list, now: datetime, config: TransferConfig) -> Output:
+    """The plan instead of the transfer: one log line per model, the plan as output metadata."""
+    plans = plan_transfer(pyspark.spark_session, current, destination, models, now,
+                          full_refresh=config.full_refresh, start=_moment(config.start), end=_moment(config.end))
+    for plan in plans:
+        (context.log.warning if plan.error else context.log.info)(plan.summary_line())
+    whole = plan_as_dict(destination, now, plans)
+    failed = [p for p in plans if p.error is not None]
+    if failed:
+        raise Failure(description="; ".join(f"{p.model}: {p.error}" for p in failed),
+                      metadata={"plan": MetadataValue.json(whole)})
+    return Output(None, metadata={"plan": MetadataValue.json(whole), "dry_run": True,
+                                  "windows": whole["windows"], "rows": whole["rows"]})
 
 
 @job(name="transfer", tags={KIND_TAG: "transfer"},

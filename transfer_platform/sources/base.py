@@ -6,7 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from transfer_platform.config.models import ModelConfig
+from transfer_platform.config.models import ColumnConfig, ModelConfig
+from transfer_platform.core.last_modified import DATA_TYPE_OF_KIND
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.windows import ReadBounds
 from transfer_platform.errors import DataError
@@ -33,6 +34,11 @@ class SourceReader(Protocol):
         (and rows whose last-modified value is NULL, so that they are refused, not lost), with
         the model's destination column names and types."""
 
+    def count(self, spark: SparkSession, request: ReadRequest) -> int:
+        """How many rows :meth:`read` would return for ``request``, counted where the rows are
+        (a ``COUNT`` run by the database, or the Parquet scan with the read's filters) without
+        moving them."""
+
 
 def for_destination(destination: str | None) -> str:
     """`` (reading for destination 'x')`` to add to a message, or nothing."""
@@ -55,11 +61,72 @@ def to_model_columns(frame: DataFrame, model: ModelConfig) -> DataFrame:
     """Select the model's columns from a frame of source names, renamed and cast.
 
     One ``selectExpr`` of SQL text: the Column API costs three JVM round trips per column, a
-    noticeable part of a small window's time."""
-    return frame.selectExpr(*[
-        f"CAST({quoted_name(c.name_in_source)} AS {TYPES[c.data_type].spark}) AS {quoted_name(c.destination_name)}"
-        for c in model.columns
-    ])
+    noticeable part of a small window's time. A text last-modified column is checked on the way:
+    a value that is not exactly what its ``datetime_format`` writes for a UTC instant (it would
+    not compare in time order) stops the read with the key, the value and the format."""
+    def select(c: ColumnConfig) -> str:
+        cast = f"CAST({quoted_name(c.name_in_source)} AS {TYPES[c.data_type].spark})"
+        if c.is_last_modified and model.change_column.kind == "text":
+            cast = _checked_text(model, cast)
+        return f"{cast} AS {quoted_name(c.destination_name)}"
+
+    return frame.selectExpr(*[select(c) for c in model.columns])
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _checked_text(model: ModelConfig, value: str) -> str:
+    kind = model.change_column
+    pattern = _sql_string(kind.java_pattern())
+    keys = ", ".join(f"'{c.destination_name}=', CAST({quoted_name(c.name_in_source)} AS string)"
+                     for c in model.primary_key)
+    message = (f"concat('the last-modified value ', {value}, ' at key ', {keys}, ' is not what "
+               f"datetime_format ', {_sql_string(repr(kind.fmt))}, ' writes for a UTC time')")
+    return (f"CASE WHEN {value} IS NULL OR date_format(try_to_timestamp({value}, {pattern}), "
+            f"{pattern}) = {value} THEN {value} ELSE raise_error({message}) END")
+
+
+#: the Spark types of each kind of last-modified column, and what to write for the others
+_SPARK_KINDS = {"TimestampType": "timestamp", "TimestampNTZType": "timestamp", "DateType": "date",
+                "LongType": "integer", "IntegerType": "integer", "ShortType": "integer",
+                "ByteType": "integer", "StringType": "string", "VarcharType": "string",
+                "CharType": "string"}
+_WRITE = {"timestamp": "data_type: timestamp",
+          "date": "data_type: date",
+          "integer": "data_type: integer and last_modified_format: epoch_s, epoch_ms or epoch_us "
+                     "(the unit its values count)",
+          "string": "data_type: string, and datetime_format: <its strftime format> unless it is "
+                    "ISO-8601 as %Y-%m-%dT%H:%M:%S.%f%z writes it"}
+
+
+def check_last_modified_type(frame: DataFrame, request: ReadRequest, source_name: str) -> None:
+    """Refuse a last-modified column whose type in the source is not the configured kind (a
+    ``date`` or an epoch integer declared ``timestamp``, or the reverse): comparing it with the
+    wrong kind of bound would read the wrong rows. Says what was found and what to write."""
+    model = request.model
+    column = model.last_modified
+    field = next((f for f in frame.schema.fields
+                  if f.name.casefold() == column.name_in_source.casefold()), None)
+    if field is None:
+        return  # a missing column is reported by the caller, with the columns that exist
+    type_name = type(field.dataType).__name__
+    found = _SPARK_KINDS.get(type_name)
+    if type_name == "DecimalType" and field.dataType.scale == 0:
+        found = "integer"
+    expected = DATA_TYPE_OF_KIND[model.change_column.kind]
+    if found == expected:
+        return
+    raise DataError(
+        f"the last-modified column {column.name_in_source!r} of source '{source_name}' is "
+        f"{field.dataType.simpleString()} there, but the model reads it as "
+        f"{model.change_column.kind} (data_type {column.data_type})",
+        model=model.model_name, destination=request.destination,
+        fix=(f"write {_WRITE[found]} on that column in the model" if found else
+             "use a column that holds timestamps, dates, epoch integers or formatted text, or "
+             "convert it in a source_query"),
+    )
 
 
 def required_columns(model: ModelConfig, *, multi_tenant: bool) -> list[str]:

@@ -44,6 +44,7 @@ from transfer_platform.core.sql import (
     change_predicate,
     derived_table,
     qualified,
+    quote_ident,
     search_path_value,
     source_select,
     tenant_predicate,
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 FETCH_SIZE = 10_000
+COUNT_COLUMN = "tp_rows"
 _TIMESTAMP_BOUND_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
@@ -199,6 +201,36 @@ class JdbcReader:
         except (Py4JJavaError, PySparkException) as exc:
             raise self._read_failure(spark, request, base, exc) from None
         return to_model_columns(self._exact_tenant(frame, request), request.model)
+
+    def count(self, spark: SparkSession, request: ReadRequest) -> int:
+        """``SELECT COUNT(*) FROM (<query_for(request)>)``, run by the database through Spark's
+        JDBC reader with the read's connection options: the rows :meth:`read` would return.
+
+        Where Spark re-checks the tenant exactly (MySQL's case-insensitive collations), the
+        database counts per exact tenant value instead (``GROUP BY CAST(org AS BINARY)``: a
+        handful of groups, the query's own predicate still uses the index) and the same Spark
+        check keeps the groups :meth:`read` would keep."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+        from pyspark.sql import functions as F
+
+        dialect = self.dialect.name
+        counted = derived_table(self.query_for(request), alias="tp_counted", dialect=dialect)
+        rows = quote_ident(COUNT_COLUMN, dialect)
+        if self.multi_tenant and self.dialect.exact_tenant_match_in_spark:
+            org = quote_ident(request.model.organization_column, dialect)
+            sql = (f"SELECT MIN({org}) AS {org}, COUNT(*) AS {rows} FROM {counted} "
+                   f"GROUP BY CAST({org} AS BINARY)")
+        else:
+            sql = f"SELECT COUNT(*) AS {rows} FROM {counted}"
+        base = self.connection_options(request)
+        try:
+            frame = (spark.read.format("jdbc").options(**base)
+                     .option("dbtable", derived_table(sql, alias="tp_count", dialect=dialect)).load())
+            total = self._exact_tenant(frame, request).agg(F.sum(COUNT_COLUMN)).first()[0]
+        except (Py4JJavaError, PySparkException) as exc:
+            raise self._read_failure(spark, request, base, exc) from None
+        return int(total or 0)
 
     def _exact_tenant(self, frame: DataFrame, request: ReadRequest) -> DataFrame:
         from pyspark.sql.types import StringType

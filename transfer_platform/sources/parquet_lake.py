@@ -27,6 +27,7 @@ from transfer_platform.connections import spark_error_reason
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
 from transfer_platform.sources.base import (
     ReadRequest,
+    check_last_modified_type,
     columns_mismatch,
     for_destination,
     missing_columns,
@@ -69,13 +70,23 @@ class ParquetLakeReader:
         missing = missing_columns(required, frame.columns, case_sensitive=False)
         if missing:
             raise columns_mismatch(request, self.source.name, missing, frame.columns)
+        check_last_modified_type(frame, request, self.source.name)
         lm = spark_col(model.last_modified.name_in_source)
-        bounds = request.bounds
-        in_window = (lm >= F.lit(bounds.lower)) & (lm < F.lit(bounds.upper))
+        bounds, kind = request.bounds, model.change_column  # compared in the column's own type
+        in_window = (lm >= F.lit(kind.bound(bounds.lower))) & (lm < F.lit(kind.bound(bounds.upper)))
         frame = frame.where(in_window | lm.isNull())
         if self.multi_tenant:
             frame = frame.where(spark_col(model.organization_column) == F.lit(request.tenant_id))
         return to_model_columns(frame, model)
+
+    def count(self, spark: SparkSession, request: ReadRequest) -> int:
+        """The rows of :meth:`read`, counted by Spark (its filters are pushed into the Parquet
+        scan, and the model's casts are not evaluated)."""
+        frame = self.read(spark, request)
+        return self._spark_step(request, f"counting the rows of {self._what_is_read(request)}", frame.count)
+
+    def _what_is_read(self, request: ReadRequest) -> str:
+        return "source_query" if request.model.source_query else f"table {request.model.source_table!r}"
 
     # -- where the tables are ---------------------------------------------------------------------
 

@@ -29,8 +29,8 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform_tests.conftest import pg_connection_config
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
-    MODEL,
     LOOKBACK,
+    MODEL,
     create_events,
     day,
     destination_rows,
