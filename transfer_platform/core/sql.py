@@ -116,12 +116,15 @@ def plan_upsert(
     columns: Sequence[str],
     primary_key: Sequence[str],
     last_modified: str,
+    append_only: bool = False,
 ) -> str:
     """Merge a staging table into ``target`` on the primary key, in one statement.
 
     A row is replaced only by a newer one, or by an equally new one that differs (two updates in
     one second of a second-precision column must both land, yet re-reading the lookback overlap
-    must not rewrite identical rows). ``target`` and ``staging`` are already-quoted names.
+    must not rewrite identical rows). ``append_only`` (a model's ``is_append_only``): rows are
+    only inserted; a row whose key is already in ``target`` is skipped, never updated.
+    ``target`` and ``staging`` are already-quoted names.
     """
     q = quote_ident
     cols = ", ".join(q(c) for c in columns)
@@ -137,7 +140,7 @@ def plan_upsert(
     else:
         condition = newer
     conflict = ", ".join(q(c) for c in primary_key)
-    if not updatable:
+    if append_only or not updatable:
         return f"INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {staging} ON CONFLICT ({conflict}) DO NOTHING"
     assignments = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in updatable)
     return (

@@ -3,8 +3,9 @@
 Per window: Spark hands the batch to the driver as Arrow (``DataFrame.toArrow``; delta-rs merges
 from memory in any case, and no staging files means nothing for a crash to leave behind), the
 batch is checked (no NULL key or last-modified value, no duplicate key), and one MERGE commit
-upserts it on the primary key (never replacing a row by an older one) with the model's new state
-in the commit's metadata. When the MERGE changes nothing, delta-rs makes no commit, so an empty
+upserts it on the primary key (never replacing a row by an older one; an ``is_append_only``
+model's MERGE only inserts rows whose key is new) with the model's new state in the commit's
+metadata. When the MERGE changes nothing, delta-rs makes no commit, so an empty
 append records the state instead. A crash before the commit changes nothing.
 
 A full refresh loads the same way into a Delta table built aside (``_refresh/<model>``, with its
@@ -244,13 +245,11 @@ class DeltaWriter:
         before = table.version()
         if batch.num_rows:
             join, newer = merge_predicates(model)
-            (
-                table.merge(batch, predicate=join, source_alias="s", target_alias="t",
-                            commit_properties=commit)
-                .when_matched_update_all(predicate=newer)
-                .when_not_matched_insert_all()
-                .execute()
-            )
+            merge = table.merge(batch, predicate=join, source_alias="s", target_alias="t",
+                                commit_properties=commit)
+            if not model.is_append_only:  # append-only: a key already delivered is skipped
+                merge = merge.when_matched_update_all(predicate=newer)
+            merge.when_not_matched_insert_all().execute()
         table = DeltaTable(str(path))
         if table.version() == before:  # nothing changed: record the state in an empty commit
             write_deltalake(table, batch.schema.empty_table(), mode="append", commit_properties=commit)

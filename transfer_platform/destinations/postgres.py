@@ -2,7 +2,8 @@
 
 Per window: Spark writes the batch into an UNLOGGED staging table with the target's columns; then
 one transaction checks the batch (no NULL key or last-modified value, no duplicate key), merges it
-on the primary key (never replacing a row by an older one), records the model's row in
+on the primary key (never replacing a row by an older one; an ``is_append_only`` model only
+inserts: ``ON CONFLICT DO NOTHING``), records the model's row in
 ``_transfer_status`` with the new watermark, and drops the staging table. A crash before COMMIT
 leaves the target and the watermark as they were; the next transfer drops the orphaned staging
 table in :meth:`PostgresWriter.prepare`.
@@ -379,6 +380,7 @@ class PostgresWriter:
                     columns=[c.destination_name for c in model.columns],
                     primary_key=[c.destination_name for c in model.primary_key],
                     last_modified=model.last_modified.destination_name,
+                    append_only=model.is_append_only,  # a key already delivered is skipped
                 ))
             new_state = state.after_window(
                 load.progress, batch_max_last_modified=max_lm, configured_start=load.configured_start

@@ -300,3 +300,15 @@ def test_plan_upsert_nothing_to_update_does_nothing():
                       last_modified="lm")
     assert sql == 'INSERT INTO t1 AS t ("id", "lm") SELECT "id", "lm" FROM s1 ON CONFLICT ("id", "lm") DO NOTHING'
     assert "DO UPDATE" not in sql
+
+
+def test_plan_upsert_append_only_inserts_and_never_updates():
+    sql = plan_upsert(target='"public"."events"', staging='"public"."events_stage"',
+                      columns=["id", "organization_id", "payload", "updated_at"], primary_key=["id"],
+                      last_modified="updated_at", append_only=True)
+    assert sql == (
+        'INSERT INTO "public"."events" AS t ("id", "organization_id", "payload", "updated_at") '
+        'SELECT "id", "organization_id", "payload", "updated_at" FROM "public"."events_stage" '
+        'ON CONFLICT ("id") DO NOTHING'
+    )
+    assert "DO UPDATE" not in sql
