@@ -48,6 +48,7 @@ def check_config(config: PlatformConfig, now: datetime) -> list[Problem]:
     problems += _check_models(config, now)
     problems += _check_destinations(config)
     problems += _check_schema_tenants(config)
+    problems += _check_settings_without_effect(config)
     return problems
 
 
@@ -189,4 +190,46 @@ def _check_schema_tenants(config: PlatformConfig) -> list[Problem]:
                     f"schema-tenanted source {source.name!r} (model {model.model_name!r}), but {problem}",
                     "give the recipient an id_in_provider_system that can name its schema "
                     "(MySQL: database; Parquet: folder), and rename the schema to match"))
+    return problems
+
+
+def _check_settings_without_effect(config: PlatformConfig) -> list[Problem]:
+    """Settings that this combination would silently ignore are refused, with the reason."""
+    problems: list[Problem] = []
+    for i, source in enumerate(config.sources):
+        path = f"sources[{i}] ({source.name})"
+        if source.vendor == "parquet" and source.max_concurrent_queries_per_transfer != 1:
+            problems.append(Problem(f"{path}.max_concurrent_queries_per_transfer",
+                                    "has no effect on a parquet source: Spark reads the lake's files in "
+                                    "parallel by itself (one task per file split), no query is split",
+                                    "remove max_concurrent_queries_per_transfer from this source"))
+        schema = getattr(source.connection, "schema_", None)
+        if schema is not None and source.vendor == "mysql":
+            problems.append(Problem(f"{path}.connection.schema",
+                                    "has no effect on a mysql source: MySQL's schemas are its databases, "
+                                    "and the source reads connection.database (or the database a "
+                                    "qualified source_table names)",
+                                    "remove schema and put the database in connection.database"))
+        elif schema is not None and source.tenancy == "schema_tenanted":
+            problems.append(Problem(f"{path}.connection.schema",
+                                    "has no effect on a schema-tenanted source: each recipient's tables "
+                                    "are read from the schema named by its id_in_provider_system",
+                                    "remove schema from this source's connection"))
+    sources = {s.name: s for s in config.sources}
+    for i, model in enumerate(config.models):
+        source = sources.get(model.source_name)
+        if source is not None and source.tenancy == "schema_tenanted" and model.organization_column:
+            problems.append(Problem(f"models[{i}] ({model.model_name}).organization_column",
+                                    f"has no effect: source {source.name!r} is schema-tenanted, so each "
+                                    "recipient gets every row of its own schema and no column is "
+                                    "compared with its id",
+                                    "remove organization_column from this model (or make the source "
+                                    "multi_tenant)"))
+    for i, destination in enumerate(config.destinations):
+        if destination.vendor == "delta" and destination.max_concurrent_queries_per_transfer != 1:
+            problems.append(Problem(f"destinations[{i}] ({destination.name}).max_concurrent_queries_per_transfer",
+                                    "has no effect on a delta destination: delta-rs writes each window "
+                                    "as one MERGE commit from the driver, there are no queries to run "
+                                    "in parallel",
+                                    "remove max_concurrent_queries_per_transfer from this destination"))
     return problems

@@ -20,6 +20,9 @@ tenant predicates always apply outside a custom query. Tenancy:
   ``sessionInitStatement``: Spark resolves the query's columns on a connection that never runs
   that statement.
 
+A multi-tenant PostgreSQL source's ``connection.schema`` is its ``currentSchema`` the same way:
+an unqualified ``source_table`` or a ``source_query``'s unqualified tables resolve in it.
+
 The session time zone is UTC (``sessionInitStatement``), so ``timestamptz``/MySQL ``TIMESTAMP``
 values and the UTC bounds agree; ``timestamp``/``DATETIME`` values are read as UTC. With
 ``max_concurrent_queries_per_transfer > 1`` the read is split on the last-modified column between
@@ -144,8 +147,12 @@ class JdbcReader:
         return source_select(self.relation_for(request), columns, predicates, dialect=dialect)
 
     def default_schema_for(self, request: ReadRequest) -> str | None:
-        """The schema unqualified names resolve in: the tenant's, for a schema-tenanted query."""
-        if self.multi_tenant or not request.model.source_query:
+        """The schema unqualified names resolve in: the tenant's, for a schema-tenanted query;
+        else a multi-tenant PostgreSQL source's ``connection.schema`` (``validate`` refuses that
+        setting on MySQL and on schema-tenanted sources, where it would have no effect)."""
+        if self.multi_tenant:
+            return self.source.connection.schema_ if self.dialect.name == "postgres" else None
+        if not request.model.source_query:
             return None
         return self._tenant_schema(request)
 

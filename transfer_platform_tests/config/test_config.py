@@ -522,3 +522,81 @@ def test_multi_tenant_sources_put_no_limit_on_tenant_ids():
     raw = valid_raw()
     raw["recipients"][0]["id_in_provider_system"] = "acme?/x" + "t" * 80
     parse_config(raw, now=NOW)
+
+
+# -- settings without effect are refused; the others take effect ---------------------------------
+
+
+def _mysql_source(raw, **connection):
+    raw["sources"].append({"name": "shop", "vendor": "mysql", "connection": {
+        "host": "db", "port": 3306, "database": "shop", "username": "reader", **connection}})
+
+
+NO_EFFECT = [  # (id, base configuration, change, path, message)
+    ("parquet-source-queries", valid_raw, _set("sources", 1, "max_concurrent_queries_per_transfer", value=4),
+     "sources[1] (lake).max_concurrent_queries_per_transfer",
+     "no effect on a parquet source: Spark reads the lake's files in parallel by itself"),
+    ("delta-destination-queries", valid_raw,
+     _set("destinations", 0, "max_concurrent_queries_per_transfer", value=2),
+     "destinations[0] (acme_lake).max_concurrent_queries_per_transfer",
+     "no effect on a delta destination: delta-rs writes each window as one MERGE commit"),
+    ("mysql-schema", valid_raw, lambda raw: _mysql_source(raw, schema="shop"),
+     "sources[2] (shop).connection.schema", "MySQL's schemas are its databases"),
+    ("schema-tenanted-schema", schema_tenanted_raw, _set("sources", 2, "connection", "schema", value="public"),
+     "sources[2] (tenanted).connection.schema", "schema named by its id_in_provider_system"),
+    ("schema-tenanted-organization-column", schema_tenanted_raw,
+     _set("models", 0, "organization_column", value="organization_id"),
+     "models[0] (orders).organization_column", "source 'tenanted' is schema-tenanted"),
+]
+
+
+@pytest.mark.parametrize(("base", "mutate", "path", "message"), [case[1:] for case in NO_EFFECT],
+                         ids=[case[0] for case in NO_EFFECT])
+def test_a_setting_without_effect_is_refused_with_the_reason(base, mutate, path, message):
+    raw = base()
+    parse_config(raw, now=NOW)  # valid before the change
+    mutate(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, now=NOW)
+    matching = [p for p in info.value.problems if p.path == path]
+    assert matching, f"no problem at {path!r}; got {info.value.problems}"
+    assert any(message in p.message and p.fix.startswith("remove") for p in matching), matching
+
+
+@pytest.mark.parametrize(("vendor", "block"), [("parquet", "sources"), ("delta", "destinations")])
+def test_a_schema_on_a_path_connection_is_an_unknown_field(vendor, block):
+    raw = valid_raw()
+    entry = next(e for e in raw[block] if e["vendor"] == vendor)
+    entry["connection"]["schema"] = "public"
+    problems = problems_of(raw)
+    assert any(p.endswith("connection.schema") and m == "unknown field" for p, m in problems), problems
+
+
+def test_the_defaults_and_settings_with_an_effect_pass():
+    raw = valid_raw()
+    raw["sources"][0]["connection"]["schema"] = "app"  # multi-tenant PostgreSQL: its currentSchema
+    raw["sources"][0]["max_concurrent_queries_per_transfer"] = 4  # parallel JDBC reads
+    raw["sources"][1]["max_concurrent_queries_per_transfer"] = 1  # the default, written out
+    raw["destinations"][0]["max_concurrent_queries_per_transfer"] = 1
+    raw["models"][0]["is_append_only"] = True
+    raw["models"][0]["description"] = "orders of the shop"
+    _mysql_source(raw)
+    raw["destinations"].append({"name": "acme_pg", "vendor": "postgres", "recipient": "acme",
+                                "max_concurrent_queries_per_transfer": 3, "connection": {
+                                    "host": "db", "port": 5432, "database": "dw", "username": "loader",
+                                    "schema": "provider_data"}})
+    raw["recipients"].append({"name": "globex", "id_in_provider_system": "org_2"})
+    raw["destinations"][1]["recipient"] = "globex"
+    config = parse_config(raw, now=NOW)
+    assert config.source("app_db").connection.schema_ == "app"
+    assert config.model("orders").is_append_only is True
+    assert config.destination("acme_pg").connection.schema_ == "provider_data"
+
+
+def test_the_readme_configuration_example_is_valid():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = readme.split("## Configuration", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    config = parse_config(yaml.safe_load(example), now=NOW)
+    events = config.model("events")
+    assert events.is_append_only is False
+    assert config.source("app_db").connection.schema_ == "public"

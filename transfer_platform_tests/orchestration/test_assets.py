@@ -236,6 +236,17 @@ def test_definitions_follow_the_config_environment_variable(tmp_path: Path, monk
     assert KEY in {a.key for a in defs.resolve_asset_graph().asset_nodes}
 
 
+def test_a_models_description_leads_its_assets_description(tmp_path: Path) -> None:
+    path = _config(tmp_path)
+    assert build_definitions(str(path)).resolve_asset_graph().get(KEY).description.startswith(
+        "items: rows of tenant")  # no description: the model's name
+    raw = yaml.safe_load(path.read_text())
+    raw["models"][0]["description"] = "Items sold, one row per item"
+    path.write_text(yaml.safe_dump(raw))
+    description = build_definitions(str(path)).resolve_asset_graph().get(KEY).description
+    assert description.startswith("Items sold, one row per item: rows of tenant 'org-'a'' delivered"), description
+
+
 def test_full_refresh_from_run_config_rebuilds_every_window(tmp_path: Path, spark) -> None:
     """Launched on one partition with ``full_refresh: true`` in the launchpad's run config, the
     refresh rebuilds the whole configured range aside, swaps it in and reports every window."""
