@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.models import PlatformConfig, last_modified_kind
+from transfer_platform.core.last_modified import DATA_TYPE_OF_KIND
 from transfer_platform.core.timeutil import from_epoch_seconds
 from transfer_platform.core.windows import grid_for_window
 from transfer_platform.errors import Problem
@@ -70,11 +71,15 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                     f"needs exactly one last-modified column, found {found}",
                                     "mark the column that holds the row's update time with "
                                     "is_last_modified: true (and only that one)"))
-        elif last_modified[0].data_type != "timestamp":
-            problems.append(Problem(f"{path}.columns ({last_modified[0].name_in_source})",
-                                    f"the last-modified column has data_type "
-                                    f"{last_modified[0].data_type!r}",
-                                    "give it data_type: timestamp"))
+        else:
+            problems += _check_last_modified(f"{path}.columns ({last_modified[0].name_in_source})",
+                                             last_modified[0])
+        for column in model.columns:
+            if not column.is_last_modified and (column.last_modified_format or column.datetime_format):
+                problems.append(Problem(f"{path}.columns ({column.name_in_source})",
+                                        "last_modified_format and datetime_format describe the "
+                                        "last-modified column, and this column is not it",
+                                        "move them to the column with is_last_modified: true"))
         if not model.primary_key:
             problems.append(Problem(f"{path}.columns", "no primary key column",
                                     "mark the unique id column(s) with is_primary_key: true"))
@@ -97,6 +102,25 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                         "schema is the recipient's id_in_provider_system"))
         problems += _check_partition_count(config, model, path, now)
     return problems
+
+
+def _check_last_modified(path: str, column) -> list[Problem]:  # noqa: ANN001 - a ColumnConfig
+    """The last-modified column's kind agrees with its data_type (the destination gets the values
+    as the source holds them) and, for text, its format sorts in time order."""
+    try:
+        kind = last_modified_kind(column)
+    except ValueError as exc:
+        what, fix = exc.args
+        return [Problem(path, what, fix)]
+    needed = DATA_TYPE_OF_KIND[kind.kind]
+    if column.data_type != needed:
+        return [Problem(path, f"last_modified_format {kind.kind} holds {needed} values but the "
+                              f"column has data_type {column.data_type}",
+                        f"give it data_type: {needed} (the destination receives the source's values)")]
+    if column.datetime_format is not None and kind.kind != "text":
+        return [Problem(path, f"datetime_format is set but the column is read as {kind.kind}",
+                        "remove datetime_format, or give the column data_type: string")]
+    return []
 
 
 def _check_partition_count(config: PlatformConfig, model, path: str, now: datetime) -> list[Problem]:

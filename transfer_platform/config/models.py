@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.core.durations import parse_duration_seconds
+from transfer_platform.core.last_modified import LastModified
 from transfer_platform.core.types import canonical_type
 
 Name = Annotated[
@@ -101,6 +102,11 @@ class ColumnConfig(StrictModel):
     data_type: str
     is_primary_key: bool = False
     is_last_modified: bool = False
+    # what the last-modified column holds (see core/last_modified.py); default from data_type:
+    # timestamp, date, or text in datetime_format; an integer column must say its epoch unit
+    last_modified_format: Literal["timestamp", "date", "epoch_s", "epoch_ms", "epoch_us", "text"] | None = None
+    datetime_format: str | None = Field(default=None, min_length=1,
+                                        description="strftime codes of a text last-modified column")
 
     @field_validator("data_type")
     @classmethod
@@ -143,6 +149,30 @@ class ModelConfig(StrictModel):
     @property
     def last_modified(self) -> ColumnConfig:
         return next(c for c in self.columns if c.is_last_modified)
+
+    @property
+    def change_column(self) -> LastModified:
+        """The kind of the last-modified column (the configuration is validated first)."""
+        return last_modified_kind(self.last_modified)
+
+
+def last_modified_kind(column: ColumnConfig) -> LastModified:
+    """A last-modified column's kind: ``last_modified_format``, else the one its data_type implies.
+    Raises ``ValueError(what is wrong, the fix)`` for an integer column without an epoch unit, a
+    type that holds no time, or a format that cannot be compared as text."""
+    kind = column.last_modified_format or {"timestamp": "timestamp", "date": "date",
+                                           "string": "text"}.get(column.data_type)
+    if kind is None and column.data_type == "integer":
+        raise ValueError("an integer last-modified column needs the unit of its epoch values",
+                         "add last_modified_format: epoch_s, epoch_ms or epoch_us")
+    if kind is None:
+        raise ValueError(f"a last-modified column cannot be {column.data_type!r}",
+                         "give it data_type timestamp, date, integer (an epoch) or string (formatted text)")
+    try:
+        return LastModified(kind, column.datetime_format)
+    except ValueError as exc:
+        raise ValueError(str(exc), "write the values as ISO-8601 text (the default format, "
+                         "%Y-%m-%dT%H:%M:%S.%f%z, in UTC), or convert them in a source_query") from None
 
 
 # -- recipients and destinations -------------------------------------------------------------

@@ -6,7 +6,7 @@ Functions here return text; running it is the job of ``sources/`` and ``destinat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 
 from transfer_platform.core.timeutil import utc
 
@@ -61,17 +61,37 @@ def timestamp_literal(moment: datetime, dialect: str = "postgres") -> str:
     return f"'{text}+00'"
 
 
+def change_literal(value: object, dialect: str = "postgres") -> str:
+    """A last-modified bound as a literal of the column's own kind (so that its index is used):
+    a timestamp (see :func:`timestamp_literal`), an epoch integer, a date, or text."""
+    if isinstance(value, datetime):
+        return timestamp_literal(value, dialect)
+    if isinstance(value, bool):
+        raise TypeError("a last-modified bound cannot be a boolean")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, date):
+        # PostgreSQL: an untyped literal takes the column's type (date)
+        return f"DATE'{value.isoformat()}'" if dialect == "mysql" else f"'{value.isoformat()}'"
+    if isinstance(value, str):
+        return quote_literal(value, dialect)
+    raise TypeError(f"a last-modified bound cannot be {type(value).__name__}")
+
+
 def change_predicate(
     last_modified: str,
-    lower: datetime,
-    upper: datetime,
+    lower: object,
+    upper: object,
     *,
     dialect: str = "postgres",
 ) -> str:
-    """``lower <= lm < upper``, or ``lm IS NULL`` so that NULLs are seen and refused, not dropped."""
+    """``lower <= lm < upper``, or ``lm IS NULL`` so that NULLs are seen and refused, not dropped.
+
+    ``lower`` and ``upper`` are values of the column's kind (``LastModified.bound``): datetimes
+    for a timestamp column, integers for an epoch, dates, or text."""
     col = quote_ident(last_modified, dialect)
     return (
-        f"(({col} >= {timestamp_literal(lower, dialect)} AND {col} < {timestamp_literal(upper, dialect)})"
+        f"(({col} >= {change_literal(lower, dialect)} AND {col} < {change_literal(upper, dialect)})"
         f" OR {col} IS NULL)"
     )
 

@@ -28,7 +28,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig
-from transfer_platform.core.timeutil import utc
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
@@ -232,13 +231,14 @@ class DeltaWriter:
         state = read_state(table)
         refuse_bad_rows(batch, model, self.name)
         lm_values = batch.column(model.last_modified.destination_name)
-        max_lm = pc.max(lm_values).as_py() if batch.num_rows else None
+        kind = model.change_column  # an epoch, a date or text: compared as the column's values
+        max_lm = kind.moment(pc.max(lm_values).as_py()) if batch.num_rows else None
         if state.high_watermark is None:
             delta_rows = batch.num_rows
         else:
-            delta_rows = pc.sum(pc.greater(lm_values, pa.scalar(state.high_watermark, lm_values.type))).as_py() or 0
+            delta_rows = pc.sum(pc.greater(lm_values, pa.scalar(kind.value(state.high_watermark), lm_values.type))).as_py() or 0
         new_state = state.after_window(
-            load.progress, batch_max_last_modified=None if max_lm is None else utc(max_lm),
+            load.progress, batch_max_last_modified=max_lm,
             configured_start=load.configured_start,
         )
         commit = _commit(new_state, load.transfer_id)
@@ -254,7 +254,7 @@ class DeltaWriter:
         if table.version() == before:  # nothing changed: record the state in an empty commit
             write_deltalake(table, batch.schema.empty_table(), mode="append", commit_properties=commit)
         return WindowResult(batch.num_rows, int(delta_rows), volume,
-                            None if max_lm is None else utc(max_lm), new_state)
+                            max_lm, new_state)
 
     def _current_files(self, model: ModelConfig) -> list[str]:
         from deltalake import DeltaTable

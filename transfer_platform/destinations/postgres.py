@@ -494,11 +494,12 @@ class PostgresWriter:
             f"SELECT count(*), count(*) FILTER (WHERE {lm} > %s), max({lm}), "
             f"pg_total_relation_size(%s::regclass), count(*) FILTER (WHERE {null_key}), "
             f"count(*) FILTER (WHERE {lm} IS NULL) FROM {staging}",
-            (state.high_watermark, staging),
+            (None if state.high_watermark is None else model.change_column.value(state.high_watermark),
+             staging),
         ).fetchone()
         if null_keys or null_lms:
             self._refuse_null_values(load, staging)
-        return rows, delta_rows, max_lm, volume
+        return rows, delta_rows, None if max_lm is None else model.change_column.moment(max_lm), volume
 
     def _refuse_null_values(self, load: WindowLoad, staging: str) -> None:
         model = load.model

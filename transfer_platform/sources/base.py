@@ -82,8 +82,9 @@ def _checked_text(model: ModelConfig, value: str) -> str:
     pattern = _sql_string(kind.java_pattern())
     keys = ", ".join(f"'{c.destination_name}=', CAST({quoted_name(c.name_in_source)} AS string)"
                      for c in model.primary_key)
-    message = (f"concat('the last-modified value ', {value}, ' at key ', {keys}, ' is not what "
-               f"datetime_format ', {_sql_string(repr(kind.fmt))}, ' writes for a UTC time')")
+    message = (f"concat('the last-modified value \\'', {value}, '\\' at key ', {keys}, ' is not what "
+               f"datetime_format ', {_sql_string(repr(kind.fmt))}, ' writes for a UTC time (text is "
+               f"compared as text: fix the value, or the format)')")
     return (f"CASE WHEN {value} IS NULL OR date_format(try_to_timestamp({value}, {pattern}), "
             f"{pattern}) = {value} THEN {value} ELSE raise_error({message}) END")
 

@@ -56,6 +56,7 @@ from transfer_platform.core.sql import (
 from transfer_platform.errors import ConfigError, DataError, Problem
 from transfer_platform.sources.base import (
     ReadRequest,
+    check_last_modified_type,
     columns_mismatch,
     for_destination,
     missing_columns,
@@ -139,8 +140,9 @@ class JdbcReader:
     def query_for(self, request: ReadRequest) -> str:
         model, dialect = request.model, self.dialect.name
         bounds = request.bounds
-        predicates = [change_predicate(model.last_modified.name_in_source, bounds.lower, bounds.upper,
-                                       dialect=dialect)]
+        kind = model.change_column  # bounds in the column's own type: its index is used
+        predicates = [change_predicate(model.last_modified.name_in_source, kind.bound(bounds.lower),
+                                       kind.bound(bounds.upper), dialect=dialect)]
         if self.multi_tenant:
             predicates.insert(0, tenant_predicate(model.organization_column, request.tenant_id, dialect))
         columns = required_columns(model, multi_tenant=self.multi_tenant)
@@ -188,11 +190,15 @@ class JdbcReader:
         parallel = self.source.max_concurrent_queries_per_transfer
         if parallel <= 1:
             return {}
-        bounds = request.bounds
+        bounds, kind = request.bounds, request.model.change_column
+        # Spark splits on a numeric, date or timestamp column (validate refuses text with > 1)
+        lower, upper = kind.bound(bounds.lower), kind.bound(bounds.upper)
+        if kind.kind == "timestamp":
+            lower, upper = (b.strftime(_TIMESTAMP_BOUND_FORMAT) for b in (lower, upper))
         return {
             "partitionColumn": request.model.last_modified.name_in_source,
-            "lowerBound": bounds.lower.strftime(_TIMESTAMP_BOUND_FORMAT),
-            "upperBound": bounds.upper.strftime(_TIMESTAMP_BOUND_FORMAT),
+            "lowerBound": str(lower),
+            "upperBound": str(upper),
             "numPartitions": str(parallel),
         }
 
@@ -207,6 +213,7 @@ class JdbcReader:
                      .option("dbtable", dbtable).load())
         except (Py4JJavaError, PySparkException) as exc:
             raise self._read_failure(spark, request, base, exc) from None
+        check_last_modified_type(frame, request, self.source.name)
         return to_model_columns(self._exact_tenant(frame, request), request.model)
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
@@ -253,24 +260,31 @@ class JdbcReader:
 
     def _read_failure(self, spark: SparkSession, request: ReadRequest, base: dict[str, str],
                       exc: BaseException) -> DataError:
-        """Why the read failed: missing columns if the relation lacks some, else the driver's reason."""
-        available = self._columns_of(spark, request, base)
-        required = required_columns(request.model, multi_tenant=self.multi_tenant)
-        if available is not None:
+        """Why the read failed: missing columns if the relation lacks some, a last-modified column
+        of another kind than the model says (its bounds then do not compare), else the driver's
+        reason."""
+        relation = self._relation_schema(spark, request, base)
+        if relation is not None:
+            available = relation.columns
+            required = required_columns(request.model, multi_tenant=self.multi_tenant)
             missing = missing_columns(required, available,
                                       case_sensitive=self.dialect.case_sensitive_columns)
             if missing:
                 return columns_mismatch(request, self.source.name, missing, available)
+            try:
+                check_last_modified_type(relation, request, self.source.name)
+            except DataError as mismatch:
+                return mismatch
         return DataError(
             f"reading {self.what} failed: {spark_error_reason(exc)}",
             model=request.model.model_name, destination=request.destination,
             fix=self._read_fix(),
         )
 
-    def _columns_of(self, spark: SparkSession, request: ReadRequest,
-                    base: dict[str, str]) -> list[str] | None:
-        """The relation's column names (Spark runs ``SELECT * FROM relation WHERE 1=0``), or
-        ``None`` if the relation itself cannot be read."""
+    def _relation_schema(self, spark: SparkSession, request: ReadRequest,
+                         base: dict[str, str]) -> DataFrame | None:
+        """The relation with no predicate (Spark runs ``SELECT * FROM relation WHERE 1=0`` for its
+        columns and types), or ``None`` if the relation itself cannot be read."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
@@ -278,7 +292,7 @@ class JdbcReader:
         if not request.model.source_query:
             relation = derived_table(f"SELECT * FROM {relation}", dialect=self.dialect.name)
         try:
-            return spark.read.format("jdbc").options(**base).option("dbtable", relation).load().columns
+            return spark.read.format("jdbc").options(**base).option("dbtable", relation).load()
         except (Py4JJavaError, PySparkException):
             return None
 

@@ -234,12 +234,13 @@ def compare(source: DataFrame, destination: DataFrame, model: ModelConfig,
         .when(destination_lm > source_lm, F.lit("incorrect"))
     )
     due_at = F.when(in_source, source_lm).otherwise(destination_lm)
-    pending = _pending(due_at, horizon)
+    # the horizon in the column's own kind (an epoch, a date, text)
+    pending = _pending(due_at, None if horizon is None else model.change_column.bound(horizon))
     row_class = F.when(difference.isNull(), F.lit(None)).when(pending, F.lit(PENDING)).otherwise(difference)
     return joined.select(*renamed, in_source.alias(_IN_SOURCE), row_class.alias(_CLASS))
 
 
-def _pending(due_at: Column, horizon: datetime | None) -> Column:
+def _pending(due_at: Column, horizon: object | None) -> Column:
     from pyspark.sql import functions as F
 
     if horizon is None:

@@ -44,7 +44,8 @@ def windowing_for(config: PlatformConfig, destination_name: str, model: ModelCon
         start_epoch = model.min_start_time_epoch
     return ModelWindowing(
         configured_start=from_epoch_seconds(start_epoch),
-        lookback_seconds=config.source(model.source_name).lookback_seconds,
+        # at least one grain of the last-modified column: a date re-reads the whole last day
+        lookback_seconds=model.change_column.lookback_seconds(config.source(model.source_name).lookback_seconds),
         max_window_seconds=model.max_transfer_time_window_seconds,
     )
 

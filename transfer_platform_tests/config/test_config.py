@@ -128,8 +128,14 @@ def _two_last_modified(raw):
         {"name_in_source": "created_at", "data_type": "timestamp", "is_last_modified": True})
 
 
-def _last_modified_not_timestamp(raw):
-    raw["models"][0]["columns"][2]["data_type"] = "string"
+def _last_modified(**fields):
+    def change(raw):
+        raw["models"][0]["columns"][2].update(fields)
+    return change
+
+
+def _format_on_another_column(raw):
+    raw["models"][0]["columns"][1]["datetime_format"] = "%Y-%m-%d"
 
 
 def _no_primary_key(raw):
@@ -197,8 +203,24 @@ REFUSALS = [
     ("unknown-source", _unknown_source, "models[0] (orders).source_name", "unknown source 'no_such_db'"),
     ("no-last-modified", _no_last_modified, "models[0] (orders).columns", "found none"),
     ("two-last-modified", _two_last_modified, "models[0] (orders).columns", "found updated_at, created_at"),
-    ("last-modified-not-timestamp", _last_modified_not_timestamp,
-     "models[0] (orders).columns (updated_at)", "data_type 'string'"),
+    ("last-modified-float", _last_modified(data_type="float"),
+     "models[0] (orders).columns (updated_at)", "cannot be 'float'"),
+    ("last-modified-integer-without-unit", _last_modified(data_type="integer"),
+     "models[0] (orders).columns (updated_at)", "unit of its epoch values"),
+    ("last-modified-epoch-on-a-timestamp", _last_modified(last_modified_format="epoch_ms"),
+     "models[0] (orders).columns (updated_at)", "holds integer values but the column has data_type timestamp"),
+    ("last-modified-date-declared-timestamp", _last_modified(data_type="date", last_modified_format="timestamp"),
+     "models[0] (orders).columns (updated_at)", "holds timestamp values but the column has data_type date"),
+    ("last-modified-format-that-does-not-sort", _last_modified(data_type="string", datetime_format="%d/%m/%Y %H:%M"),
+     "models[0] (orders).columns (updated_at)", "do not run from the year down"),
+    ("last-modified-format-with-weekday", _last_modified(data_type="string", datetime_format="%a %Y-%m-%d"),
+     "models[0] (orders).columns (updated_at)", "it uses %a"),
+    ("last-modified-format-on-a-timestamp", _last_modified(datetime_format="%Y-%m-%d"),
+     "models[0] (orders).columns (updated_at)", "datetime_format is set but the column is read as timestamp"),
+    ("last-modified-format-on-another-column", _format_on_another_column,
+     "models[0] (orders).columns (organization_id)", "this column is not it"),
+    ("last-modified-unknown-kind", _last_modified(last_modified_format="epoch_ns"),
+     "models[0].columns[2].last_modified_format", "epoch_us"),
     ("no-primary-key", _no_primary_key, "models[0] (orders).columns", "no primary key"),
     ("no-organization-column", _no_organization_column, "models[0] (orders).organization_column",
      "multi-tenant"),
