@@ -88,6 +88,16 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                     "give each column its own name_in_destination"))
         if model.source_name in source_names:
             source = config.source(model.source_name)
+            text_lm = (len(last_modified) == 1 and source.max_concurrent_queries_per_transfer > 1
+                       and last_modified[0].data_type == "string"
+                       and last_modified[0].last_modified_format in (None, "text"))
+            if text_lm:
+                problems.append(Problem(f"{path}.columns ({last_modified[0].name_in_source})",
+                                        f"source {source.name!r} splits each read into "
+                                        f"{source.max_concurrent_queries_per_transfer} queries on the "
+                                        "last-modified column, and Spark cannot split on a text column",
+                                        "set max_concurrent_queries_per_transfer: 1 on the source, or "
+                                        "use a timestamp, date or epoch last-modified column"))
             if source.tenancy == "multi_tenant" and not model.organization_column:
                 problems.append(Problem(f"{path}.organization_column",
                                         f"source {source.name!r} is multi-tenant but the model has no "

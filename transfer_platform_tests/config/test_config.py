@@ -134,6 +134,11 @@ def _last_modified(**fields):
     return change
 
 
+def _text_last_modified_split_in_queries(raw):
+    raw["sources"][0]["max_concurrent_queries_per_transfer"] = 4
+    raw["models"][0]["columns"][2].update(data_type="string")
+
+
 def _format_on_another_column(raw):
     raw["models"][0]["columns"][1]["datetime_format"] = "%Y-%m-%d"
 
@@ -217,6 +222,8 @@ REFUSALS = [
      "models[0] (orders).columns (updated_at)", "it uses %a"),
     ("last-modified-format-on-a-timestamp", _last_modified(datetime_format="%Y-%m-%d"),
      "models[0] (orders).columns (updated_at)", "datetime_format is set but the column is read as timestamp"),
+    ("text-last-modified-split-in-queries", _text_last_modified_split_in_queries,
+     "models[0] (orders).columns (updated_at)", "cannot split on a text column"),
     ("last-modified-format-on-another-column", _format_on_another_column,
      "models[0] (orders).columns (organization_id)", "this column is not it"),
     ("last-modified-unknown-kind", _last_modified(last_modified_format="epoch_ns"),
