@@ -66,28 +66,24 @@ BEYOND = (16, TENANT, LAST - LOOKBACK - US, "beyond the lookback: the reference 
 OTHER_LATE = (17, OTHER, LAST, "another tenant's late row: never this recipient's")
 
 
-def delta_config(source_schema: str, root, *, window: int | None) -> PlatformConfig:
+def sparse_config(source_schema: str, destination: dict, *, window: int | None) -> PlatformConfig:
     model = events_model(f"{source_schema}.events", min_start=MIN_START)
     model["max_transfer_time_window_seconds"] = window
     return parse_config({
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
         "models": [model],
         "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
-        "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
-                          "connection": {"path": str(root)}}],
+        "destinations": [{"name": DESTINATION, "recipient": "rcpt", **destination}],
     }, now=day(6, 1))
 
 
 def postgres_config(source_schema: str, dst_schema: str, *, window: int | None) -> PlatformConfig:
-    model = events_model(f"{source_schema}.events", min_start=MIN_START)
-    model["max_transfer_time_window_seconds"] = window
-    return parse_config({
-        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [model],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
-        "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
-                          "connection": pg_connection_config(dst_schema)}],
-    }, now=day(6, 1))
+    return sparse_config(source_schema, {"vendor": "postgres", "connection": pg_connection_config(dst_schema)},
+                         window=window)
+
+
+def delta_config(source_schema: str, root, *, window: int | None) -> PlatformConfig:
+    return sparse_config(source_schema, {"vendor": "delta", "connection": {"path": str(root)}}, window=window)
 
 
 def delivered_rows(pg_conn, vendor: str, where) -> list:

@@ -11,8 +11,19 @@ a sequence of
   to the clock at commit time, possibly late by up to the lookback, possibly equal to another row's
   value or to the last transfer's "now", with microseconds (a row's value never goes back in time:
   the upsert keeps the newer row, so a provider that moved it back would be refused by design);
-- clock advances: microseconds, seconds, exactly the lookback;
+  or, the case the seeds' rule exists for, stamped relative to *the tenant's greatest delivered
+  value* (a transaction that stamped ``now()`` at its start and commits after a transfer): anywhere
+  inside the lookback before it, exactly at it, a microsecond or a fraction of a second after it;
+- clock advances: microseconds, seconds, exactly the lookback, and long gaps (minutes; seconds with
+  the 1 s lookback), so that a tenant's rows are sparse and its last delivered value lies far
+  before the previous transfer's "now";
 - transfers of some recipients at "now" = the clock (concurrently, as separate destinations run).
+
+The expectation is the seeds' (change detection: the next transfer starts at "the most recent
+updated_at value that was transferred", less the lookback), not the code's: a row whose value is
+no older than its tenant's last delivered value minus the lookback arrives in the next transfer
+whenever it commits. Anchoring the read at the previous transfer's clock fails this test (checked
+by mutation, see the README).
 
 After every transfer the destination holds, for every source row older than "now", exactly that
 row, nothing else but earlier versions of that tenant's rows, no staging table, and a watermark
@@ -97,7 +108,9 @@ class Stamp:
     of the ``value``-th row written so far (any tenant); ``watermark``: the "now" of the latest
     transfer; ``kept``: an update keeps the row's value and changes its payload (two updates in one
     tick of a coarse clock: equally new, different). The last three only if the lookback allows
-    it, else the clock minus the lookback.
+    it, else the clock minus the lookback. ``delivered``: ``value`` microseconds after (negative:
+    before, at most the lookback) the greatest value delivered to the tenant's recipient, never
+    after the clock (else the clock minus the lookback).
     """
 
     kind: str
@@ -137,6 +150,11 @@ def stamps(lookback: int) -> st.SearchStrategy[Stamp]:
         st.builds(Stamp, st.just("same_as"), st.integers(0, 50)),
         st.just(Stamp("watermark")),
         st.just(Stamp("kept")),
+        # relative to the tenant's greatest delivered value: inside the lookback, at its edge, at
+        # the value itself, a microsecond and fractions of a second after it
+        st.builds(Stamp, st.just("delivered"), st.integers(-lookback * US, US)),
+        st.builds(Stamp, st.just("delivered"),
+                  st.sampled_from([-lookback * US, 0, 1, 600_000, 800_000])),
     )
 
 
@@ -153,6 +171,9 @@ def advances(lookback: int) -> st.SearchStrategy[Advance]:
     micros = st.integers(1, US - 1) | st.sampled_from([lookback * US, lookback * US + 1])
     if lookback > 2:
         micros |= st.integers(US, 3 * US)
+        micros |= st.integers(61 * US, 4 * 60 * US)  # a long gap: a sparse tenant (a few windows)
+    else:
+        micros |= st.integers(2 * US, 5 * US)  # long for a 1 s lookback (a few 1 s windows)
     return st.builds(Advance, micros)
 
 
@@ -259,11 +280,18 @@ class Provider:
     transfer_count: int = 0
     # recipient -> (its last transfer that moved the clock forward, writes made before it)
     effective: dict[int, tuple[datetime, int]] = field(default_factory=dict)
+    # recipient -> the greatest last-modified value delivered to it so far
+    delivered_high: dict[int, datetime] = field(default_factory=dict)
 
-    def stamp(self, stamp: Stamp, key: int | None) -> datetime:
+    def stamp(self, stamp: Stamp, key: int | None, tenant: int) -> datetime:
         earliest = self.clock - timedelta(seconds=self.scenario.lookback)
         if stamp.kind == "late":
             return self.clock - timedelta(microseconds=stamp.value)
+        if stamp.kind == "delivered" and tenant in self.delivered_high:
+            candidate = self.delivered_high[tenant] + timedelta(microseconds=stamp.value)
+            # never before the earliest value any writer gives (every recipient's start is earlier)
+            first = BASE - timedelta(seconds=self.scenario.lookback)
+            return candidate if first <= candidate <= self.clock else earliest
         if stamp.kind == "kept" and key is not None:
             candidate = self.rows[key][2]
         elif stamp.kind == "same_as" and self.rows:
@@ -280,12 +308,12 @@ class Provider:
         table = f'"{self.world.source_schema}".events'
         if step.target is None or not keys:
             key = len(self.rows) + 1
-            updated_at = self.stamp(step.stamp, None)
+            updated_at = self.stamp(step.stamp, None, step.tenant)
             self.world.conn.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)",
                                     (key, tenant, updated_at, payload))
         else:
             key = keys[step.target % len(keys)]
-            updated_at = max(self.stamp(step.stamp, key), self.rows[key][2])  # never back in time
+            updated_at = max(self.stamp(step.stamp, key, step.tenant), self.rows[key][2])  # never back
             if step.stamp.kind == "kept" and payload == self.rows[key][3]:
                 payload = PAYLOADS[(PAYLOADS.index(payload) + 1) % len(PAYLOADS)]
             self.world.conn.execute(f"UPDATE {table} SET updated_at = %s, payload = %s WHERE id = %s",
@@ -319,6 +347,8 @@ class Provider:
             else:
                 self.effective[index] = (now, self.write_count)
             check_after_transfer(self.world, index, now, pending)
+            if summary.state.high_watermark is not None:
+                self.delivered_high[index] = summary.state.high_watermark
         self.last_transfer_at = now
 
 
@@ -386,6 +416,18 @@ LATE_ACROSS_A_WINDOW_TICK = Scenario(DEFAULT_LOOKBACK, (60, 60, None), 500_000, 
     Transfer((OREILLY,)),
     Write(OREILLY, None, Stamp("late", 25 * US), "12:00:45.5: the lookback reaches back"),
 ))
+SPARSE_TENANT_LATE_COMMITS = Scenario(DEFAULT_LOOKBACK, (60, None, 60), 400_000, (
+    Write(ACME, None, Stamp("late", 0), "the last row for a while"),
+    Write(OREILLY, None, Stamp("late", 0), "a"),
+    Advance(3 * 60 * US),  # a long gap: the next transfer runs 3 minutes after the last row
+    Transfer((ACME, OREILLY)),
+    # committed after it by transactions that stamped their start (PostgreSQL's now())
+    Write(ACME, None, Stamp("delivered", 0), "(a) at the last delivered value"),
+    Write(ACME, None, Stamp("delivered", -20 * US), "(b) 20 s before it"),
+    Write(OREILLY, None, Stamp("delivered", 600_000), "(c) 0.6 s after it"),
+    Write(OREILLY, None, Stamp("delivered", 800_000), "(c) 0.8 s after it"),
+    Write(BACKSLASH, None, Stamp("delivered", -DEFAULT_LOOKBACK * US), "nothing delivered: clock"),
+))
 ONE_SECOND_WINDOWS = Scenario(SHORT_LOOKBACK, (1, 1, None), 250_000, (
     Write(ACME, None, Stamp("late", SHORT_LOOKBACK * US), "a"),
     Advance(SHORT_LOOKBACK * US + 1),
@@ -401,6 +443,7 @@ ONE_SECOND_WINDOWS = Scenario(SHORT_LOOKBACK, (1, 1, None), 250_000, (
 @example(scenario=LATE_BY_EXACTLY_THE_LOOKBACK)
 @example(scenario=LATE_ACROSS_A_WINDOW_TICK)
 @example(scenario=ONE_SECOND_WINDOWS)
+@example(scenario=SPARSE_TENANT_LATE_COMMITS)
 @given(scenario=scenarios())
 def test_any_interleaving_of_writes_and_transfers_ends_with_each_destination_equal_to_its_source(
         world: World, scenario: Scenario) -> None:
