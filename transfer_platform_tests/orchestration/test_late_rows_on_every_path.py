@@ -19,7 +19,12 @@ import pytest
 
 from transfer_platform.definitions import build_definitions
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_transfer_job import ITEMS, delivered, execute, lake_rows
+from transfer_platform_tests.orchestration.test_transfer_job import (
+    ITEMS,
+    delivered,
+    execute,
+    lake_rows,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
