@@ -111,6 +111,27 @@ def plan_windows(
     return planned
 
 
+def plan_transfer_windows(
+    windowing: ModelWindowing,
+    *,
+    now: datetime,
+    state: ModelState,
+    refreshing: bool,
+    partitions: list[Window] | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> list[PlannedWindow]:
+    """The reads of one transfer of a model (a real one or a dry run): a full refresh (new or
+    unfinished) rebuilds the whole configured range, whatever was selected; otherwise the
+    partitions given, the windows overlapping ``[start, end)`` (a transfer request's
+    ``start_transfer_window_at``/``end_transfer_window_at``), or the incremental ones."""
+    if refreshing:
+        return plan_windows(windowing, now=now, state=state)
+    if partitions is None and (start is not None or end is not None):
+        partitions = explicit_windows(windowing, start, end, now=now)
+    return plan_windows(windowing, now=now, state=state, partitions=partitions)
+
+
 def explicit_windows(windowing: ModelWindowing, start: datetime | None, end: datetime | None,
                      *, now: datetime) -> list[Window]:
     """The windows of a transfer asked for ``[start, end)`` (either side open): the grid's

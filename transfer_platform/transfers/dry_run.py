@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.planning import explicit_windows, plan_windows
+from transfer_platform.core.planning import plan_transfer_windows
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
@@ -144,9 +144,8 @@ def _plan_model(spark: SparkSession, config: PlatformConfig, destination_name: s
         if refreshing:
             plan.kind = "full_refresh"
             plan.refresh_watermark = state.watermark
-        if partitions is None and (start is not None or end is not None):
-            partitions = explicit_windows(windowing, start, end, now=now)
-        planned = plan_windows(windowing, now=now, state=state, partitions=None if refreshing else partitions)
+        planned = plan_transfer_windows(windowing, now=now, state=state, refreshing=refreshing,
+                                        partitions=partitions, start=start, end=end)
         for window in planned:
             bounds = window.bounds
             rows = reader.count(spark, ReadRequest(model, tenant, bounds, destination_name))

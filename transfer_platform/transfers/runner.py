@@ -17,8 +17,7 @@ from transfer_platform.connections import spark_error_reason
 from transfer_platform.core.planning import (
     ModelWindowing,
     PlannedWindow,
-    explicit_windows,
-    plan_windows,
+    plan_transfer_windows,
 )
 from transfer_platform.core.timeutil import from_epoch_seconds, isoformat
 from transfer_platform.core.watermarks import ModelState
@@ -102,11 +101,8 @@ def transfer_model(
     refreshing = prepared.refresh is not None
     state = prepared.refresh if refreshing else prepared.state
     yield state
-    if partitions is None and (request.start is not None or request.end is not None):
-        partitions = explicit_windows(windowing, request.start, request.end, now=request.now)
-    # a full refresh (new or unfinished) rebuilds the whole configured range, whatever was selected
-    planned = plan_windows(windowing, now=request.now, state=state,
-                           partitions=None if refreshing else partitions)
+    planned = plan_transfer_windows(windowing, now=request.now, state=state, refreshing=refreshing,
+                                    partitions=partitions, start=request.start, end=request.end)
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
               built_aside=refreshing, watermark=state.watermark)
     for window in planned:
