@@ -78,6 +78,19 @@ class ConnectionFailure(TransferPlatformError):
         super().__init__(text)
 
 
+class MissingPrivilege(TransferPlatformError):
+    """The role a destination (or source) connects as lacks a right the transfer needs; the
+    message names the right, the object and the ``GRANT`` that gives it."""
+
+    blame = "recipient"
+
+    def __init__(self, what: str, *, role: str, reason: str, grant: str) -> None:
+        self.role = role
+        self.grant = grant
+        super().__init__(f"{what}: role {role!r} may not do what the transfer needs ({reason}). "
+                         f"Fix: {grant}")
+
+
 class SchemaMismatch(TransferPlatformError):
     """The destination table's schema cannot take the model as configured."""
 

@@ -5,6 +5,7 @@ Each returns problems with a path and a fix; nothing here raises.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from datetime import datetime
 
@@ -173,7 +174,40 @@ def _check_destinations(config: PlatformConfig) -> list[Problem]:
                                     f"recipient {recipient!r} has {count} destinations ({', '.join(names)}); "
                                     "this version delivers each recipient to one destination",
                                     "keep one destination per recipient"))
+    problems += _check_shared_places(config)
     return problems
+
+
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+def destination_place(destination) -> tuple:  # noqa: ANN001 - any configured destination
+    """Where a destination's tables and watermarks physically live: two destinations at one place
+    would mix their rows and overwrite each other's watermarks."""
+    connection = destination.connection
+    if destination.vendor == "postgres":
+        host = connection.host.strip().lower()
+        host = "loopback" if host in _LOOPBACK else host
+        return ("postgres", host, connection.port, connection.database, connection.schema_ or "public")
+    return (destination.vendor, os.path.normpath(os.path.abspath(connection.path)))
+
+
+def _check_shared_places(config: PlatformConfig) -> list[Problem]:
+    places: dict[tuple, list[str]] = {}
+    for destination in config.destinations:
+        places.setdefault(destination_place(destination), []).append(destination.name)
+    return [Problem("destinations",
+                    f"destinations {', '.join(names)} write to the same place ({_describe(place)}): "
+                    "their rows and watermarks would mix, and one recipient could receive another's rows",
+                    "give each destination its own schema (PostgreSQL) or path (Delta)")
+            for place, names in places.items() if len(names) > 1]
+
+
+def _describe(place: tuple) -> str:
+    if place[0] == "postgres":
+        _, host, port, database, schema = place
+        return f"PostgreSQL {host}:{port}, database {database}, schema {schema}"
+    return f"{place[0]} path {place[1]}"
 
 
 def tenant_schema_problem(vendor: str, tenant_id: str, *, uses_source_query: bool) -> str | None:

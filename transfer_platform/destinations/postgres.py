@@ -46,7 +46,7 @@ from transfer_platform.destinations.base import (
     null_last_modified_error,
     staging_suffix,
 )
-from transfer_platform.errors import ConnectionFailure, SchemaMismatch
+from transfer_platform.errors import ConnectionFailure, MissingPrivilege, SchemaMismatch
 from transfer_platform.transfers.phases import log_phase
 
 if TYPE_CHECKING:
@@ -148,8 +148,12 @@ class PostgresWriter:
     # -- protocol -----------------------------------------------------------------------------
 
     def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
+        with self._missing_privileges():
+            return self._prepare(model, transfer_id, full_refresh=full_refresh)
+
+    def _prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool) -> Prepared:
         conn = self.conn
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
+        self._ensure_schema()
         conn.execute(status_ddl(self.status_table))
         if "refresh_state" not in self._columns(self.status_table):  # a table from an older version
             conn.execute(f"ALTER TABLE {self.status_table} ADD COLUMN IF NOT EXISTS refresh_state jsonb")
@@ -184,6 +188,47 @@ class PostgresWriter:
                 # as _pending_refresh: the next transfer starts this refresh again
                 return Prepared(state, ModelState(high_watermark=state.high_watermark))
             return Prepared(state, ModelState.from_json(row[1]))
+
+    def _ensure_schema(self) -> None:
+        """Create the schema only when it is missing: PostgreSQL checks ``CREATE SCHEMA IF NOT
+        EXISTS`` against the database's ``CREATE`` privilege even when the schema exists, which a
+        loader that only has ``USAGE, CREATE`` on its own schema does not hold."""
+        import psycopg
+
+        exists = self.conn.execute("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)",
+                                   (self.schema,)).fetchone()[0]
+        if exists:
+            return
+        try:
+            self.conn.execute(f"CREATE SCHEMA {quote_ident(self.schema)}")
+        except psycopg.errors.DuplicateSchema:
+            pass  # another transfer created it meanwhile
+        except psycopg.errors.InsufficientPrivilege as exc:
+            connection = self.destination.connection
+            raise MissingPrivilege(
+                f"{self.what}: schema {self.schema!r} does not exist and cannot be created",
+                role=connection.username, reason=str(exc).strip().splitlines()[0],
+                grant=(f"create it for the loader (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION "
+                       f"{quote_ident(connection.username)}), or GRANT CREATE ON DATABASE "
+                       f"{quote_ident(connection.database)} TO {quote_ident(connection.username)}"),
+            ) from None
+
+    @contextmanager
+    def _missing_privileges(self) -> Iterator[None]:
+        """A refused statement becomes ``MissingPrivilege`` with the grant a loader needs."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.errors.InsufficientPrivilege as exc:
+            connection = self.destination.connection
+            schema, role = quote_ident(self.schema), quote_ident(connection.username)
+            raise MissingPrivilege(
+                self.what, role=connection.username, reason=str(exc).strip().splitlines()[0],
+                grant=f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role} (the loader creates, alters, "
+                      "drops and renames its tables there; tables created by another role must be "
+                      f"owned by it: ALTER TABLE ... OWNER TO {role})",
+            ) from None
 
     def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
         row = self.conn.execute(
@@ -475,12 +520,13 @@ class PostgresWriter:
     def _translated_errors(self) -> Iterator[None]:
         import psycopg
 
-        try:
-            yield
-        except psycopg.OperationalError as exc:
-            connection = self.destination.connection
-            raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
-                                    reason=str(exc).strip().splitlines()[0]) from None
+        with self._missing_privileges():
+            try:
+                yield
+            except psycopg.OperationalError as exc:
+                connection = self.destination.connection
+                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
+                                        reason=str(exc).strip().splitlines()[0]) from None
 
     def _checked_batch(self, load: WindowLoad, staging: str,
                        state: ModelState) -> tuple[int, int, object, int]:

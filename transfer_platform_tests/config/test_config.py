@@ -139,6 +139,24 @@ def _text_last_modified_split_in_queries(raw):
     raw["models"][0]["columns"][2].update(data_type="string")
 
 
+def _second_recipient(raw, destination):
+    raw["recipients"].append({"name": "globex", "id_in_provider_system": "org_2"})
+    raw["destinations"].append({"name": "globex_dst", "recipient": "globex", **destination})
+
+
+def _same_delta_path(raw):
+    _second_recipient(raw, {"vendor": "delta", "connection": {"path": "./out/"}})  # "out", spelt otherwise
+
+
+def _same_postgres_schema(raw):
+    raw["destinations"] = [{"name": "acme_pg", "vendor": "postgres", "recipient": "acme",
+                            "connection": {"host": "localhost", "port": 5432, "database": "wh",
+                                           "username": "u", "schema": "shared"}}]
+    _second_recipient(raw, {"vendor": "postgres", "connection": {"host": "127.0.0.1", "port": 5432,
+                                                                 "database": "wh", "username": "v",
+                                                                 "schema": "shared"}})
+
+
 def _format_on_another_column(raw):
     raw["models"][0]["columns"][1]["datetime_format"] = "%Y-%m-%d"
 
@@ -224,6 +242,10 @@ REFUSALS = [
      "models[0] (orders).columns (updated_at)", "datetime_format is set but the column is read as timestamp"),
     ("text-last-modified-split-in-queries", _text_last_modified_split_in_queries,
      "models[0] (orders).columns (updated_at)", "cannot split on a text column"),
+    ("two-destinations-one-delta-path", _same_delta_path, "destinations",
+     "destinations acme_lake, globex_dst write to the same place"),
+    ("two-destinations-one-postgres-schema", _same_postgres_schema, "destinations",
+     "schema shared): their rows and watermarks would mix"),
     ("last-modified-format-on-another-column", _format_on_another_column,
      "models[0] (orders).columns (organization_id)", "this column is not it"),
     ("last-modified-unknown-kind", _last_modified(last_modified_format="epoch_ns"),
@@ -629,3 +651,13 @@ def test_the_readme_configuration_example_is_valid():
     events = config.model("events")
     assert events.is_append_only is False
     assert config.source("app_db").connection.schema_ == "public"
+
+
+def test_destinations_in_different_schemas_or_paths_are_accepted():
+    raw = valid_raw()
+    _second_recipient(raw, {"vendor": "delta", "connection": {"path": "out2"}})
+    parse_config(raw, now=NOW)
+    raw = valid_raw()
+    _same_postgres_schema(raw)
+    raw["destinations"][1]["connection"]["schema"] = "other"
+    parse_config(raw, now=NOW)

@@ -1,0 +1,132 @@
+"""A PostgreSQL destination loader with only ``USAGE, CREATE`` on its own schema (no ``CREATE`` on
+the database, not a superuser, owning nothing outside the schema), as a recipient's DBA grants it.
+
+Everything a transfer does to the destination works as that role: the backfill (the empty-target
+fast path), an incremental transfer, schema evolution, both kinds of full refresh (truncate and
+refill; drop and recreate) and the integrity check. A schema that is missing and that the role may
+not create is a clear error naming the grant, and nothing is created.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from transfer_platform.config.models import ColumnConfig, PlatformConfig
+from transfer_platform.destinations.base import writer_for
+from transfer_platform.transfers.integrity import check_integrity
+from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform_tests.conftest import pg_connect
+from transfer_platform_tests.integration.helpers import (
+    DESTINATION,
+    MODEL,
+    create_events,
+    day,
+    destination_rows,
+    insert_rows,
+    make_rows,
+    pg_config,
+    schema_exists,
+    source_rows,
+    with_columns,
+)
+
+pytestmark = pytest.mark.integration
+
+TENANT = "acme"
+
+
+@pytest.fixture
+def loader() -> Iterator[str]:
+    """A login role with no rights of its own (trust auth: no password on this machine)."""
+    role = f"tp_loader_{uuid.uuid4().hex[:8]}"
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
+    yield role
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'DROP OWNED BY "{role}" CASCADE')
+        conn.execute(f'DROP ROLE "{role}"')
+
+
+def as_role(config: PlatformConfig, role: str) -> PlatformConfig:
+    destination = config.destination(DESTINATION)
+    connection = destination.connection.model_copy(update={"username": role})
+    return config.model_copy(update={"destinations": [destination.model_copy(update={"connection": connection})]})
+
+
+def run(spark, config: PlatformConfig, now, transfer_id: str, *, full_refresh: bool = False):
+    writer = writer_for(config.destination(DESTINATION))
+    try:
+        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination=DESTINATION,
+                                                  writer=writer, transfer_id=transfer_id, now=now,
+                                                  full_refresh=full_refresh), config.models)
+    finally:
+        writer.close()
+    return summary
+
+
+def test_a_loader_with_only_usage_and_create_on_its_schema_does_every_transfer(
+        spark, pg_conn, pg_schema, dst_schema, loader):
+    pg_conn.execute(f'CREATE SCHEMA "{dst_schema}"')  # by the recipient's DBA, not the loader
+    pg_conn.execute(f'GRANT USAGE, CREATE ON SCHEMA "{dst_schema}" TO "{loader}"')
+    database_create = pg_conn.execute("SELECT has_database_privilege(%s, current_database(), 'CREATE')",
+                                      (loader,)).fetchone()[0]
+    assert not database_create
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, make_rows([TENANT, "other"], 12, [day(3, 1), day(3, 2)], seed=5))
+    config = as_role(pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT,
+                               min_start=day(2, 28)), loader)
+    now = day(3, 4)
+
+    backfill = run(spark, config, now, "t1")
+    assert backfill.status == "SUCCESS", backfill.error
+    insert_rows(pg_conn, pg_schema, [(900, TENANT, now - timedelta(hours=1), "new")])
+    incremental = run(spark, config, now + timedelta(hours=1), "t2")
+    assert incremental.status == "SUCCESS", incremental.error
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+
+    refill = run(spark, config, now + timedelta(hours=2), "t3", full_refresh=True)  # truncate and refill
+    assert refill.status == "SUCCESS", refill.error
+    pg_conn.execute(f'ALTER TABLE "{pg_schema}".events ADD COLUMN extra text')
+    evolved = with_columns(config, add=[ColumnConfig(name_in_source="extra", data_type="string")])
+    added = run(spark, evolved, now + timedelta(hours=3), "t4")  # ALTER TABLE ... ADD COLUMN
+    assert added.status == "SUCCESS", added.error
+    retyped = with_columns(config, remove=["payload"])  # the live table's columns no longer match
+    recreate = run(spark, retyped, now + timedelta(hours=4), "t5", full_refresh=True)  # drop and recreate
+    assert recreate.status == "SUCCESS", recreate.error
+    columns = [r[0] for r in pg_conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+        "ORDER BY attnum", (f'"{dst_schema}"."{MODEL}"',)).fetchall()]
+    assert columns == ["id", "organization_id", "updated_at"]
+
+    report = check_integrity(spark, retyped, DESTINATION, retyped.model(MODEL), now + timedelta(hours=5))
+    assert report.passed, report
+    owners = {r[0] for r in pg_conn.execute(
+        "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = %s", (dst_schema,)).fetchall()}
+    assert owners == {loader}
+
+
+def test_a_missing_schema_the_loader_may_not_create_names_the_grant(spark, pg_conn, pg_schema, dst_schema, loader):
+    create_events(pg_conn, pg_schema)
+    config = as_role(pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT,
+                               min_start=day(2, 28)), loader)
+    failed = run(spark, config, day(3, 4), "t1")
+    assert failed.status == "ERROR"
+    assert f"schema '{dst_schema}' does not exist and cannot be created" in failed.error
+    assert f'GRANT CREATE ON DATABASE "test" TO "{loader}"' in failed.error
+    assert not schema_exists(pg_conn, dst_schema)
+
+
+def test_a_loader_without_create_on_its_schema_is_told_the_grant(spark, pg_conn, pg_schema, dst_schema, loader):
+    pg_conn.execute(f'CREATE SCHEMA "{dst_schema}"')
+    pg_conn.execute(f'GRANT USAGE ON SCHEMA "{dst_schema}" TO "{loader}"')
+    create_events(pg_conn, pg_schema)
+    config = as_role(pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT,
+                               min_start=day(2, 28)), loader)
+    failed = run(spark, config, day(3, 4), "t1")
+    assert failed.status == "ERROR"
+    assert f'GRANT USAGE, CREATE ON SCHEMA "{dst_schema}" TO "{loader}"' in failed.error
+    assert pg_conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (dst_schema,)).fetchone()[0] == 0
