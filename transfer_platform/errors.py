@@ -91,6 +91,13 @@ class MissingPrivilege(TransferPlatformError):
                          f"Fix: {grant}")
 
 
+class TransferRunning(TransferPlatformError):
+    """Another transfer of the same model to the same destination holds its lock (it was started
+    outside the run queue, which would have kept the two apart). Retrying after it ends helps."""
+
+    blame = "platform"
+
+
 class SchemaMismatch(TransferPlatformError):
     """The destination table's schema cannot take the model as configured."""
 

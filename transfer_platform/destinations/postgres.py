@@ -21,6 +21,7 @@ is refused with the advice to run a full refresh.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -46,7 +47,12 @@ from transfer_platform.destinations.base import (
     null_last_modified_error,
     staging_suffix,
 )
-from transfer_platform.errors import ConnectionFailure, MissingPrivilege, SchemaMismatch
+from transfer_platform.errors import (
+    ConnectionFailure,
+    MissingPrivilege,
+    SchemaMismatch,
+    TransferRunning,
+)
 from transfer_platform.transfers.phases import log_phase
 
 if TYPE_CHECKING:
@@ -55,6 +61,8 @@ if TYPE_CHECKING:
 
 STATUS_TABLE = "_transfer_status"
 STAGING_PREFIX = "_tp_stg_"
+#: how long a transfer waits for the lock of a model that another transfer holds
+LOCK_WAIT_SECONDS = 10
 REFRESH_PREFIX = "_tp_refresh_"
 
 
@@ -91,6 +99,12 @@ def target_ddl(table: str, model: ModelConfig) -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
 
 
+def model_lock_key(database: str, schema: str, model: str) -> int:
+    """The advisory lock key of one model in one destination schema (a signed 64-bit integer)."""
+    digest = hashlib.sha256(f"transfer_platform\x00{database}\x00{schema}\x00{model}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def full_refresh_fix(destination: str, model: str) -> str:
     return f"run a full refresh: transfer-platform transfer {destination} --model {model} --full-refresh"
 
@@ -115,6 +129,7 @@ class PostgresWriter:
         self.schema = destination.connection.schema_ or "public"
         self.what = f"PostgreSQL destination '{destination.name}'"
         self._conn: psycopg.Connection | None = None
+        self._locked: set[int] = set()  # the models whose lock this writer's session holds
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -125,9 +140,11 @@ class PostgresWriter:
         return self._conn
 
     def close(self) -> None:
+        """Release the connection, and with it the models' locks (session advisory locks)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self._locked.clear()
 
     def check(self) -> None:
         self.conn.execute("SELECT 1")
@@ -157,7 +174,8 @@ class PostgresWriter:
         conn.execute(status_ddl(self.status_table))
         if "refresh_state" not in self._columns(self.status_table):  # a table from an older version
             conn.execute(f"ALTER TABLE {self.status_table} ADD COLUMN IF NOT EXISTS refresh_state jsonb")
-        self._drop_stale_staging(model)
+        self._lock_model(model, transfer_id)
+        self._drop_stale_staging(model)  # under the lock: no live transfer of the model owns any
         state = self.read_state(model)
         if full_refresh:
             return Prepared(state, self._begin_refresh(model, state))
@@ -579,6 +597,41 @@ class PostgresWriter:
             "state = %s::jsonb, last_transfer_id = %s, updated_at = now() WHERE data_model_name = %s",
             (state.watermark, state.high_watermark, state.to_json(), transfer_id, model.model_name),
         )
+
+    def _lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """Hold the model's lock in the destination itself (a session advisory lock, released when
+        the writer's connection closes, or when its process dies): two transfers of one model to
+        one destination never interleave, however they were started (two ``transfer`` commands,
+        ``materialize()`` in two processes), and the staging tables of the model left behind can
+        only be a dead transfer's. A second transfer waits up to ``LOCK_WAIT_SECONDS``, then is
+        refused, naming the first."""
+        import psycopg
+
+        key = model_lock_key(self.destination.connection.database, self.schema, model.model_name)
+        if key in self._locked:
+            return
+        conn = self.conn
+        conn.execute("SELECT set_config('application_name', %s, false)", (f"transfer_platform {transfer_id}"[:63],))
+        try:
+            # wait a little: a killed transfer's session ends a moment after its process
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_SECONDS}s'")
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        except psycopg.errors.LockNotAvailable:
+            holder = conn.execute(
+                "SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a "
+                "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                "AND l.classid = %s AND l.objid = %s LIMIT 1",
+                ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+            who = (f"{holder[0] or 'a session'}, connected since {holder[1]:%Y-%m-%d %H:%M:%S}"
+                   if holder else "a session that has just ended")
+            raise TransferRunning(
+                f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
+                f"model to this destination is running ({who}); two transfers never write one "
+                "table at once. Fix: wait for it to end, or cancel it (transfer-platform cancel "
+                "TRANSFER_ID), then run this one again; transfers queued through Dagster wait for "
+                "each other by themselves") from None
+        self._locked.add(key)
 
     def _drop_stale_staging(self, model: ModelConfig) -> None:
         prefix = STAGING_PREFIX + staging_suffix(model.model_name, "")

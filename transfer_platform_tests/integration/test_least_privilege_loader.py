@@ -130,3 +130,27 @@ def test_a_loader_without_create_on_its_schema_is_told_the_grant(spark, pg_conn,
     assert failed.status == "ERROR"
     assert f'GRANT USAGE, CREATE ON SCHEMA "{dst_schema}" TO "{loader}"' in failed.error
     assert pg_conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (dst_schema,)).fetchone()[0] == 0
+
+
+def test_a_source_reader_with_only_usage_and_select_reads_and_checks(spark, pg_conn, pg_schema, dst_schema,
+                                                                    loader):
+    """The source side as in production: the role has USAGE on the source schema and SELECT on the
+    model's table, nothing else (``loader`` serves as that reader here)."""
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, make_rows([TENANT, "other"], 6, [day(3, 1)], seed=9))
+    pg_conn.execute(f'GRANT USAGE ON SCHEMA "{pg_schema}" TO "{loader}"')
+    pg_conn.execute(f'GRANT SELECT ON "{pg_schema}".events TO "{loader}"')
+    config = pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT, min_start=day(2, 28))
+    source = config.source("src")
+    reader_source = source.model_copy(update={"connection": source.connection.model_copy(update={"username": loader})})
+    config = config.model_copy(update={"sources": [reader_source]})
+
+    summary = run(spark, config, day(3, 4), "t1")
+    assert summary.status == "SUCCESS", summary.error
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    assert check_integrity(spark, config, DESTINATION, config.model(MODEL), day(3, 5)).passed
+
+    pg_conn.execute(f'REVOKE SELECT ON "{pg_schema}".events FROM "{loader}"')
+    refused = run(spark, config, day(3, 6), "t2")
+    assert refused.status == "ERROR"
+    assert "permission denied for table events" in refused.error

@@ -1,0 +1,125 @@
+"""Two transfers of one model to one destination never interleave, whoever started them: the
+writer holds the model's lock in the destination itself (a PostgreSQL session advisory lock), not
+only in Dagster's run queue. And a transfer cleans up only staging that no live transfer owns.
+
+- In one process, the test's own session holds the lock the way a live transfer in another
+  process does (with its staging table): a transfer waits, then is refused naming the holder, and
+  leaves that staging table and the destination alone; once the lock is released it runs and
+  cleans up.
+- Two real ``transfer-platform transfer`` processes started at once on a large batch: the second
+  plans only once the first is done (or is refused with the message, if the first takes longer
+  than the wait); the destination ends equal to the source, with no staging left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from transfer_platform.config import load_config
+from transfer_platform.destinations import postgres
+from transfer_platform.destinations.base import staging_suffix
+from transfer_platform.destinations.postgres import STAGING_PREFIX, model_lock_key
+from transfer_platform_tests.conftest import pg_connect
+from transfer_platform_tests.integration.helpers import (
+    MODEL,
+    create_events,
+    destination_rows,
+    source_rows,
+    status_row,
+    tables_in,
+    transfer,
+)
+from transfer_platform_tests.integration.test_crash_safety import (
+    PACKAGE_ROOT,
+    TENANT,
+    add_rows,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+WAIT_SECONDS = 120
+
+
+def test_a_transfer_waits_for_the_models_lock_then_is_refused_and_touches_nothing(
+        spark, pg_conn, pg_schema, dst_schema, tmp_path, monkeypatch):
+    now = datetime.now(UTC).replace(microsecond=0)
+    create_events(pg_conn, pg_schema)
+    add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1, count=50, start=now - timedelta(hours=1),
+             span=timedelta(minutes=30), payload="v1 ")
+    config = load_config(write_config(tmp_path / "tp.yaml", source_schema=pg_schema, dst_schema=dst_schema,
+                                      min_start=now - timedelta(hours=2), window_seconds=None))
+    assert transfer(spark, config, now - timedelta(minutes=10), "t1").status == "SUCCESS"
+    before_rows, before_status = destination_rows(pg_conn, dst_schema), status_row(pg_conn, dst_schema)
+
+    # a live transfer elsewhere: its session holds the model's lock and it is loading its staging
+    live_staging = STAGING_PREFIX + staging_suffix(MODEL, "live")
+    pg_conn.execute(f'CREATE UNLOGGED TABLE "{dst_schema}"."{live_staging}" (id bigint)')
+    monkeypatch.setattr(postgres, "LOCK_WAIT_SECONDS", 1)
+    with pg_connect(autocommit=True) as live:
+        live.execute("SET application_name = 'transfer_platform live-one'")
+        live.execute("SELECT pg_advisory_lock(%s)", (model_lock_key("test", dst_schema, MODEL),))
+        refused = transfer(spark, config, now, "t2")
+        assert refused.status == "ERROR"
+        assert "another transfer of this model to this destination is running" in refused.error
+        assert "transfer_platform live-one" in refused.error
+        assert live_staging in tables_in(pg_conn, dst_schema)  # a live transfer's staging: kept
+        assert destination_rows(pg_conn, dst_schema) == before_rows
+        assert status_row(pg_conn, dst_schema) == before_status
+
+    # its session ended (the transfer died): the next transfer runs and drops what it left
+    after = transfer(spark, config, now, "t3")
+    assert after.status == "SUCCESS", after.error
+    assert tables_in(pg_conn, dst_schema) == ["_transfer_status", MODEL]
+
+
+def start_cli(config_path: Path, tmp_path: Path, name: str) -> subprocess.Popen:
+    env = {**os.environ, "TRANSFER_PLATFORM_LOG_LEVEL": "INFO"}
+    env.pop("DAGSTER_HOME", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    with open(tmp_path / f"{name}.out", "wb") as out, open(tmp_path / f"{name}.err", "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "transfer_platform.cli", "--config", str(config_path),
+                                 "transfer", "dst"], cwd=tmp_path, env=env, stdout=out, stderr=err,
+                                start_new_session=True)
+
+
+def phase_times(log: str, phase: str) -> list[datetime]:
+    """When each phase line was written (the command line's log format starts with the time)."""
+    return [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")  # noqa: DTZ007 - one clock, compared
+            for line in log.splitlines() if f'"phase": "{phase}"' in line]
+
+
+def test_two_transfer_commands_at_once_never_interleave(spark, pg_conn, pg_schema, dst_schema, tmp_path):
+    """Both start together; whichever takes the model's lock first moves the batch, and the other
+    plans only after the first's last step (or is refused with the reason if the first outlasts
+    its wait). Without the lock both would plan, stage and merge at the same time."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    create_events(pg_conn, pg_schema)
+    add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1, count=200_000, start=now - timedelta(hours=1),
+             span=timedelta(minutes=50), payload="batch ")
+    config_path = write_config(tmp_path / "tp.yaml", source_schema=pg_schema, dst_schema=dst_schema,
+                               min_start=now - timedelta(hours=2), window_seconds=None)
+    processes = {name: start_cli(config_path, tmp_path, name) for name in ("a", "b")}
+
+    codes = {name: proc.wait(timeout=WAIT_SECONDS) for name, proc in processes.items()}
+    logs = {name: (tmp_path / f"{name}.err").read_text() for name in processes}
+    planned = {name: phase_times(log, "plan") for name, log in logs.items()}
+    first = min((name for name in planned if planned[name]), key=lambda name: planned[name][0])
+    second = "b" if first == "a" else "a"
+    assert codes[first] == 0, logs[first][-3000:]
+    assert phase_times(logs[first], "clean up")
+    if codes[second] == 0:  # it waited for the lock: it planned after the first's last step
+        assert planned[second][0] >= phase_times(logs[first], "clean up")[-1], (logs[first], logs[second])
+    else:  # the first outlasted the wait: refused, with the reason, before planning anything
+        assert "another transfer of this model to this destination is running" in logs[second]
+        assert not planned[second]
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    assert tables_in(pg_conn, dst_schema) == ["_transfer_status", MODEL]
+    assert status_row(pg_conn, dst_schema)["high_watermark"] == max(r[2] for r in source_rows(
+        pg_conn, pg_schema, TENANT))
