@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -77,3 +77,25 @@ def pg_connection_config(schema: str | None = None) -> dict:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture
+def new_schema(pg_conn: psycopg.Connection) -> Iterator[Callable[[], str]]:
+    """A factory of fresh schema names (not created: the destination writer creates them);
+    every schema handed out is dropped afterwards."""
+    names: list[str] = []
+
+    def make() -> str:
+        name = f"tp_dst_{uuid.uuid4().hex[:10]}"
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        pg_conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def dst_schema(new_schema: Callable[[], str]) -> str:
+    """A fresh destination schema name, dropped after the test."""
+    return new_schema()

@@ -57,7 +57,7 @@ def _tokens(fmt: str) -> list[str]:
 def format_problem(fmt: str) -> str | None:
     """Why ``fmt`` cannot be a text last-modified column's format, or ``None`` if it can."""
     tokens = _tokens(fmt)
-    if "".join(tokens) != fmt or fmt.endswith("%") and not fmt.endswith("%%"):
+    if "".join(tokens) != fmt:  # a lone '%' matches no token
         return "it ends with a lone '%'"
     codes = [t for t in tokens if t.startswith("%") and t != "%%"]
     unknown = [c for c in codes if c not in _JAVA]
@@ -108,10 +108,8 @@ class LastModified:
         return timedelta(microseconds=1)
 
     def lookback_seconds(self, configured: int) -> int:
-        """The lookback a read needs: the configured one, and at least one grain (rounded up)."""
-        grain = self.grain
-        grain_seconds = grain.days * 86_400 + grain.seconds + (1 if grain.microseconds else 0)
-        return max(configured, grain_seconds if grain >= timedelta(seconds=1) else 0)
+        """The lookback a read needs: the configured one, and at least one grain."""
+        return max(configured, int(self.grain.total_seconds()))  # grains of a second or more are whole
 
     def ceil(self, moment: datetime) -> datetime:
         """The first instant on the grain at or after ``moment``."""

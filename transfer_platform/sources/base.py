@@ -64,9 +64,11 @@ def to_model_columns(frame: DataFrame, model: ModelConfig) -> DataFrame:
     noticeable part of a small window's time. A text last-modified column is checked on the way:
     a value that is not exactly what its ``datetime_format`` writes for a UTC instant (it would
     not compare in time order) stops the read with the key, the value and the format."""
+    text_last_modified = model.change_column.kind == "text"
+
     def select(c: ColumnConfig) -> str:
         cast = f"CAST({quoted_name(c.name_in_source)} AS {TYPES[c.data_type].spark})"
-        if c.is_last_modified and model.change_column.kind == "text":
+        if c.is_last_modified and text_last_modified:
             cast = _checked_text(model, cast)
         return f"{cast} AS {quoted_name(c.destination_name)}"
 

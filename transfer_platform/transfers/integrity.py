@@ -150,21 +150,22 @@ def key_model(model: ModelConfig) -> ModelConfig:
 
 def live_table(spark: SparkSession, writer: DestinationWriter,
                model: ModelConfig) -> tuple[ModelState, DataFrame | None]:
-    """The committed state and the live table (key and last-modified columns), without any side
-    effect: no ``prepare`` (it creates tables, evolves columns and drops staging tables).
-    ``None`` for a table that does not exist yet."""
+    """The committed state (``DestinationWriter.committed_state``) and the live table (key and
+    last-modified columns), without any side effect: no ``prepare`` (it creates tables, evolves
+    columns and drops staging tables). ``None`` for a table that does not exist yet."""
     from transfer_platform.destinations.delta import DeltaWriter
     from transfer_platform.destinations.postgres import PostgresWriter
 
     if isinstance(writer, PostgresWriter):
-        state, exists = _postgres_state(writer, model)
+        exists = _postgres_table_exists(writer, model)
     elif isinstance(writer, DeltaWriter):
-        state, exists = _delta_state(writer, model)
+        exists = _delta_has_files(writer, model)
     else:  # a vendor added later must say how to read its state, or every check would pass
         from transfer_platform.errors import ConfigError
 
         raise ConfigError(f"destination {writer.name!r}: integrity checks do not support its "
                           "vendor yet (supported: postgres, delta)")
+    state = writer.committed_state(model).state
     if not exists:
         return state, None
     columns = [c.destination_name for c in model.columns]
@@ -172,14 +173,11 @@ def live_table(spark: SparkSession, writer: DestinationWriter,
         return state, writer.read_table(spark, model).select(*[spark_col(c) for c in columns])
 
 
-def _postgres_state(writer, model: ModelConfig) -> tuple[ModelState, bool]:  # noqa: ANN001
+def _postgres_table_exists(writer, model: ModelConfig) -> bool:  # noqa: ANN001
     import psycopg
 
     try:
-        status, live = writer.conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
-            (writer.status_table, writer.table(model))).fetchone()
-        return (writer.read_state(model) if status else ModelState()), live
+        return writer.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (writer.table(model),)).fetchone()[0]
     except psycopg.Error as exc:
         raise DataError(
             f"reading the state of PostgreSQL destination '{writer.name}' failed: "
@@ -189,17 +187,12 @@ def _postgres_state(writer, model: ModelConfig) -> tuple[ModelState, bool]:  # n
         ) from None
 
 
-def _delta_state(writer, model: ModelConfig) -> tuple[ModelState, bool]:  # noqa: ANN001
+def _delta_has_files(writer, model: ModelConfig) -> bool:  # noqa: ANN001
     from deltalake import DeltaTable
 
-    from transfer_platform.destinations.delta import read_state
-
     path = str(writer.table_path(model))
-    if not DeltaTable.is_deltatable(path):
-        return ModelState(), False
-    table = DeltaTable(path)
     # Spark cannot read a Parquet scan of no files: an empty Delta table is handled as no table
-    return read_state(table), bool(table.file_uris())
+    return DeltaTable.is_deltatable(path) and bool(DeltaTable(path).file_uris())
 
 
 # -- the comparison (Spark) -------------------------------------------------------------------

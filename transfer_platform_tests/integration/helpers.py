@@ -174,14 +174,14 @@ def lake_config(lake, delta_root, *, tenant: str, min_start: datetime) -> Platfo
 
 
 def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t1",
-             destination: str = DESTINATION) -> ModelSummary:
+             destination: str = DESTINATION, *, full_refresh: bool = False) -> ModelSummary:
     """One transfer of the destination's models; returns the (single) model's summary."""
     dest = config.destination(destination)
     writer = writer_for(dest)
     try:
         summaries = run_transfer(
             TransferRequest(spark=spark, config=config, destination=destination, writer=writer,
-                            transfer_id=transfer_id, now=now, full_refresh=False),
+                            transfer_id=transfer_id, now=now, full_refresh=full_refresh),
             config.models_for(dest),
         )
     finally:

@@ -16,9 +16,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.config.models import ColumnConfig, PlatformConfig
-from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.integrity import check_integrity
-from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.conftest import pg_connect
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
@@ -31,6 +29,7 @@ from transfer_platform_tests.integration.helpers import (
     pg_config,
     schema_exists,
     source_rows,
+    transfer,
     with_columns,
 )
 
@@ -57,17 +56,6 @@ def as_role(config: PlatformConfig, role: str) -> PlatformConfig:
     return config.model_copy(update={"destinations": [destination.model_copy(update={"connection": connection})]})
 
 
-def run(spark, config: PlatformConfig, now, transfer_id: str, *, full_refresh: bool = False):
-    writer = writer_for(config.destination(DESTINATION))
-    try:
-        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination=DESTINATION,
-                                                  writer=writer, transfer_id=transfer_id, now=now,
-                                                  full_refresh=full_refresh), config.models)
-    finally:
-        writer.close()
-    return summary
-
-
 def test_a_loader_with_only_usage_and_create_on_its_schema_does_every_transfer(
         spark, pg_conn, pg_schema, dst_schema, loader):
     pg_conn.execute(f'CREATE SCHEMA "{dst_schema}"')  # by the recipient's DBA, not the loader
@@ -81,21 +69,21 @@ def test_a_loader_with_only_usage_and_create_on_its_schema_does_every_transfer(
                                min_start=day(2, 28)), loader)
     now = day(3, 4)
 
-    backfill = run(spark, config, now, "t1")
+    backfill = transfer(spark, config, now, "t1")
     assert backfill.status == "SUCCESS", backfill.error
     insert_rows(pg_conn, pg_schema, [(900, TENANT, now - timedelta(hours=1), "new")])
-    incremental = run(spark, config, now + timedelta(hours=1), "t2")
+    incremental = transfer(spark, config, now + timedelta(hours=1), "t2")
     assert incremental.status == "SUCCESS", incremental.error
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
 
-    refill = run(spark, config, now + timedelta(hours=2), "t3", full_refresh=True)  # truncate and refill
+    refill = transfer(spark, config, now + timedelta(hours=2), "t3", full_refresh=True)  # truncate and refill
     assert refill.status == "SUCCESS", refill.error
     pg_conn.execute(f'ALTER TABLE "{pg_schema}".events ADD COLUMN extra text')
     evolved = with_columns(config, add=[ColumnConfig(name_in_source="extra", data_type="string")])
-    added = run(spark, evolved, now + timedelta(hours=3), "t4")  # ALTER TABLE ... ADD COLUMN
+    added = transfer(spark, evolved, now + timedelta(hours=3), "t4")  # ALTER TABLE ... ADD COLUMN
     assert added.status == "SUCCESS", added.error
     retyped = with_columns(config, remove=["payload"])  # the live table's columns no longer match
-    recreate = run(spark, retyped, now + timedelta(hours=4), "t5", full_refresh=True)  # drop and recreate
+    recreate = transfer(spark, retyped, now + timedelta(hours=4), "t5", full_refresh=True)  # drop and recreate
     assert recreate.status == "SUCCESS", recreate.error
     columns = [r[0] for r in pg_conn.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
@@ -113,7 +101,7 @@ def test_a_missing_schema_the_loader_may_not_create_names_the_grant(spark, pg_co
     create_events(pg_conn, pg_schema)
     config = as_role(pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT,
                                min_start=day(2, 28)), loader)
-    failed = run(spark, config, day(3, 4), "t1")
+    failed = transfer(spark, config, day(3, 4), "t1")
     assert failed.status == "ERROR"
     assert f"schema '{dst_schema}' does not exist and cannot be created" in failed.error
     assert f'GRANT CREATE ON DATABASE "test" TO "{loader}"' in failed.error
@@ -126,7 +114,7 @@ def test_a_loader_without_create_on_its_schema_is_told_the_grant(spark, pg_conn,
     create_events(pg_conn, pg_schema)
     config = as_role(pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT,
                                min_start=day(2, 28)), loader)
-    failed = run(spark, config, day(3, 4), "t1")
+    failed = transfer(spark, config, day(3, 4), "t1")
     assert failed.status == "ERROR"
     assert f'GRANT USAGE, CREATE ON SCHEMA "{dst_schema}" TO "{loader}"' in failed.error
     assert pg_conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (dst_schema,)).fetchone()[0] == 0
@@ -145,12 +133,12 @@ def test_a_source_reader_with_only_usage_and_select_reads_and_checks(spark, pg_c
     reader_source = source.model_copy(update={"connection": source.connection.model_copy(update={"username": loader})})
     config = config.model_copy(update={"sources": [reader_source]})
 
-    summary = run(spark, config, day(3, 4), "t1")
+    summary = transfer(spark, config, day(3, 4), "t1")
     assert summary.status == "SUCCESS", summary.error
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
     assert check_integrity(spark, config, DESTINATION, config.model(MODEL), day(3, 5)).passed
 
     pg_conn.execute(f'REVOKE SELECT ON "{pg_schema}".events FROM "{loader}"')
-    refused = run(spark, config, day(3, 6), "t2")
+    refused = transfer(spark, config, day(3, 6), "t2")
     assert refused.status == "ERROR"
     assert "permission denied for table events" in refused.error

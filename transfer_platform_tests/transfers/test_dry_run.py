@@ -11,8 +11,6 @@ its prefix, so a broken tenant filter shows up in the counts.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -27,7 +25,6 @@ from transfer_platform.destinations.base import staging_suffix, writer_for
 from transfer_platform.destinations.postgres import STAGING_PREFIX, PostgresWriter
 from transfer_platform.transfers.dry_run import ModelPlan, plan_as_dict, plan_transfer
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.conftest import pg_connect
 from transfer_platform_tests.integration.helpers import (
     COLUMNS,
     DESTINATION,
@@ -88,15 +85,6 @@ def in_bounds(rows: list, plan: ModelPlan) -> list[int]:
 
 
 # -- PostgreSQL -> PostgreSQL -------------------------------------------------------------------
-
-
-@pytest.fixture
-def dst_schema() -> Iterator[str]:
-    """A destination schema name (never created here), dropped after the test."""
-    name = f"tp_dst_{uuid.uuid4().hex[:10]}"
-    yield name
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 @pytest.fixture

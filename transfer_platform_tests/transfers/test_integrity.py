@@ -10,7 +10,6 @@ tenant's id is its prefix, so a broken tenant filter shows up in the counts.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -28,7 +27,6 @@ from transfer_platform.transfers.integrity import (
     describe,
     integrity_horizon,
 )
-from transfer_platform_tests.conftest import pg_connect
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
     MODEL,
@@ -125,15 +123,6 @@ def test_report_passes_only_without_failures_and_says_the_fix(counts_, passed, s
 
 
 # -- PostgreSQL -> PostgreSQL -----------------------------------------------------------------
-
-
-@pytest.fixture
-def dst_schema() -> Iterator[str]:
-    """A destination schema name (created by the writer), dropped after the test."""
-    name = f"tp_dst_{uuid.uuid4().hex[:10]}"
-    yield name
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 @pytest.fixture
