@@ -1,5 +1,5 @@
-"""``transfer-platform``: validate the configuration; run or enqueue a transfer; list and cancel
-transfers; run the demo."""
+"""``transfer-platform``: validate the configuration; test a source or destination; run or enqueue
+a transfer; list and cancel transfers; run the demo."""
 
 from __future__ import annotations
 
@@ -123,6 +123,15 @@ def _enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_test_connection(args: argparse.Namespace) -> int:
+    from transfer_platform.transfers.connection_test import lines, run_connection_test
+
+    checks = run_connection_test(load_config(args.config), args.name)
+    for line in lines(checks):
+        print(line)
+    return 1 if any(check.failed for check in checks) else 0
+
+
 def cmd_transfers(args: argparse.Namespace) -> int:
     from transfer_platform.orchestration.lifecycle import sweep
     from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
@@ -221,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.add_argument("--dry-run", action="store_true",
                           help="print the windows that would move, their read bounds and row counts "
                                "(a COUNT run by the source); change nothing anywhere")
+    probe = sub.add_parser("test-connection", help="check that a source or destination is reachable and "
+                                                   "grants every right transfers need (one line per "
+                                                   "check; exit 1 if any fails); changes nothing")
+    probe.add_argument("name", metavar="SOURCE_OR_DESTINATION")
     listing = sub.add_parser("transfers", help="list transfers with status and metrics ($DAGSTER_HOME)")
     listing.add_argument("--destination")
     listing.add_argument("--status", choices=STATUSES)
@@ -241,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("TRANSFER_PLATFORM_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
-                "cancel": cmd_cancel, "demo": cmd_demo}
+                "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection}
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:

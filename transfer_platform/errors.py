@@ -75,6 +75,8 @@ class ConnectionFailure(TransferPlatformError):
             text += f". Fix: {fix}"
         self.host = host
         self.port = port
+        self.reason = reason
+        self.fix = fix
         super().__init__(text)
 
 

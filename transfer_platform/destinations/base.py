@@ -15,6 +15,8 @@ from transfer_platform.errors import DataError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from transfer_platform.transfers.connection_test import Check
+
 
 @dataclass(frozen=True)
 class WindowLoad:
@@ -80,6 +82,11 @@ class DestinationWriter(Protocol):
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         """The delivered table as a Spark DataFrame."""
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        """``test-connection``: reach, log in, then try everything a transfer of ``models`` does
+        here (create, write, alter, rename, drop; or write, rename, delete files), undoing each at
+        once; one :class:`Check` per step, a failure with its grant or setting."""
 
 
 def writer_for(destination) -> DestinationWriter:  # noqa: ANN001 - any configured destination

@@ -8,6 +8,12 @@ model's MERGE only inserts rows whose key is new) with the model's new state in 
 metadata. When the MERGE changes nothing, delta-rs makes no commit, so an empty
 append records the state instead. A crash before the commit changes nothing.
 
+One transfer per model at a time, however it was started: the writer holds an exclusive
+``flock`` on ``_tp_locks/<model>.lock`` in the destination folder from ``prepare`` until
+``close`` (the operating system releases it when the process dies); a second transfer waits up to
+``LOCK_WAIT_SECONDS`` and is refused, naming the first. Delta's own commit conflict detection
+stays as a second line: a MERGE whose files changed under it fails instead of committing.
+
 A full refresh loads the same way into a Delta table built aside (``_refresh/<model>``, with its
 own state in its commits); once complete, one overwrite commit of the live table publishes it
 (with ``schema_mode="overwrite"`` when the columns changed), so readers see the old version until
@@ -18,8 +24,15 @@ overwrite commit (delta-rs cannot drop a column in place); a changed type is ref
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import shutil
+import socket
+import time
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,16 +51,22 @@ from transfer_platform.destinations.base import (
     null_key_error,
     null_last_modified_error,
 )
-from transfer_platform.errors import ConnectionFailure, SchemaMismatch
+from transfer_platform.errors import ConnectionFailure, SchemaMismatch, TransferRunning
+from transfer_platform.transfers.connection_test import current_user
 from transfer_platform.transfers.phases import log_phase
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
+    from transfer_platform.transfers.connection_test import Check, Probe
+
 STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
 REFRESH_DIR = "_refresh"
+LOCK_DIR = "_tp_locks"
+#: how long a transfer waits for the lock of a model that another transfer holds
+LOCK_WAIT_SECONDS = 10
 _HISTORY_PAGE = 100
 
 _ARROW_TYPES = {
@@ -90,9 +109,13 @@ class DeltaWriter:
         self.destination = destination
         self.name = destination.name
         self.root = Path(destination.connection.path)
+        self._locks: dict[str, int] = {}  # model -> the open lock file this writer holds
 
     def close(self) -> None:
-        """Nothing to release: delta-rs opens files per call."""
+        """Release the models' locks (delta-rs opens its files per call)."""
+        for descriptor in self._locks.values():
+            os.close(descriptor)  # closing the file releases its flock
+        self._locks.clear()
 
     def check(self) -> None:
         try:
@@ -113,6 +136,7 @@ class DeltaWriter:
         from deltalake import DeltaTable
 
         self.check()
+        self._lock_model(model, transfer_id)
         path = self.table_path(model)
         live = DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
         state = ModelState() if live is None else read_state(live)
@@ -170,6 +194,71 @@ class DeltaWriter:
             ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
             return spark.createDataFrame([], ddl)
         return spark.read.parquet(*files)
+
+    # -- one transfer per model ----------------------------------------------------------------
+
+    def _lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """Hold the model's lock file (an exclusive ``flock``, the operating system's: released
+        when this writer closes, or when its process dies) so that two transfers of one model to
+        this folder never interleave; a second one waits up to ``LOCK_WAIT_SECONDS``, then is
+        refused naming the first. The file says who holds it."""
+        if model.model_name in self._locks:
+            return
+        folder = self.root / LOCK_DIR
+        folder.mkdir(exist_ok=True)
+        descriptor = os.open(folder / f"{model.model_name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(descriptor, 4096, 0).decode(errors="replace")
+                    os.close(descriptor)
+                    raise TransferRunning(
+                        f"model '{model.model_name}' -> destination '{self.name}': another transfer "
+                        f"of this model to this destination is running ({_holder(holder)}); two "
+                        "transfers never write one table at once. Fix: wait for it to end, or cancel "
+                        "it (transfer-platform cancel TRANSFER_ID), then run this one again; "
+                        "transfers queued through Dagster wait for each other by themselves") from None
+                time.sleep(0.1)
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, json.dumps({
+            "transfer_id": transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
+            "since": datetime.now(UTC).isoformat(timespec="seconds")}).encode(), 0)
+        self._locks[model.model_name] = descriptor
+
+    # -- test-connection ----------------------------------------------------------------------
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        """The folder (created for the probe if missing, then removed), then files written,
+        renamed, read and deleted, and a folder created and removed, in the root, in the lock
+        folder and in each existing table's folder and commit log: what a transfer does there."""
+        from transfer_platform.transfers.connection_test import Probe
+
+        probe = Probe(target)
+        created = _missing_parents(self.root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            probe.failed(f"create folder {self.root}", exc.strerror or str(exc),
+                         _folder_fix(created[0] if created else self.root))
+            probe.skipped([f"write, rename, read and delete files in {self.root}"], "no folder")
+            return probe.checks
+        try:
+            probe.passed(f"create folder {self.root}", "it does not exist yet; the first transfer "
+                                                       "creates it" if created else "it exists")
+            folders = [self.root] + [p for p in (self.root / LOCK_DIR,) if p.is_dir()]
+            for model in models:
+                if _is_delta_table(self.table_path(model)):
+                    folders += [self.table_path(model), self.table_path(model) / "_delta_log"]
+            for folder in folders:
+                _probe_folder(probe, folder)
+        finally:
+            for folder in reversed(created):
+                shutil.rmtree(folder, ignore_errors=True)
+        return probe.checks
 
     # -- full refresh and schema --------------------------------------------------------------
 
@@ -260,6 +349,59 @@ class DeltaWriter:
         from deltalake import DeltaTable
 
         return DeltaTable(str(self.table_path(model))).file_uris()
+
+
+def _holder(text: str) -> str:
+    try:
+        holder = json.loads(text)
+        return (f"transfer {holder['transfer_id']}, process {holder['pid']} on {holder['host']}, "
+                f"since {holder['since']}")
+    except (ValueError, KeyError, TypeError):
+        return "a process that has just started"
+
+
+def _is_delta_table(path: Path) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(str(path))
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The folders that creating ``path`` would create, outermost first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return list(reversed(missing))
+
+
+def _folder_fix(folder: Path) -> str:
+    parent = folder if folder.exists() else folder.parent
+    user = current_user()
+    return (f"let the user transfers run as ({user}) create, write and delete in {parent} "
+            f"(chown {user} {parent}, or chmod u+rwx on it), or point connection.path elsewhere")
+
+
+def _probe_folder(probe: Probe, folder: Path) -> None:
+    name = f"write, rename, read and delete files and folders in {folder}"
+    stem = folder / f"_tp_probe_{uuid.uuid4().hex[:12]}"
+    written, renamed, sub = stem.with_suffix(".tmp"), stem.with_suffix(".json.tmp"), stem.with_suffix(".d")
+    try:
+        written.write_bytes(b"transfer_platform test-connection probe")
+        written.rename(renamed)
+        renamed.read_bytes()
+        renamed.unlink()
+        sub.mkdir()
+        sub.rmdir()
+    except OSError as exc:
+        probe.failed(name, exc.strerror or str(exc), _folder_fix(folder))
+    else:
+        probe.passed(name)
+    finally:
+        for path in (written, renamed):
+            path.unlink(missing_ok=True)
+        if sub.is_dir():
+            sub.rmdir()
 
 
 def _commit(state: ModelState, transfer_id: str):  # -> CommitProperties

@@ -22,6 +22,7 @@ is refused with the advice to run a full refresh.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -48,6 +49,7 @@ from transfer_platform.destinations.base import (
     staging_suffix,
 )
 from transfer_platform.errors import (
+    ConfigError,
     ConnectionFailure,
     MissingPrivilege,
     SchemaMismatch,
@@ -58,6 +60,8 @@ from transfer_platform.transfers.phases import log_phase
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import DataFrame, SparkSession
+
+    from transfer_platform.transfers.connection_test import Check, Probe
 
 STATUS_TABLE = "_transfer_status"
 STAGING_PREFIX = "_tp_stg_"
@@ -103,6 +107,27 @@ def model_lock_key(database: str, schema: str, model: str) -> int:
     """The advisory lock key of one model in one destination schema (a signed 64-bit integer)."""
     digest = hashlib.sha256(f"transfer_platform\x00{database}\x00{schema}\x00{model}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
+    """What a transfer does in its schema, as (check, statements) in the order they depend on each
+    other, on a probe table ``name``."""
+    table, staging, renamed = (qualified(schema, n) for n in (name, name + "_s", name + "_r"))
+    return [
+        (f"create schema {quote_ident(schema)}", [f"CREATE SCHEMA {quote_ident(schema)}"]),
+        (f"create tables in schema {quote_ident(schema)} (model, status and staging tables)",
+         [f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)",
+          f"CREATE UNLOGGED TABLE {staging} AS SELECT * FROM {table} WITH NO DATA"]),
+        ("insert, update, delete and truncate rows (merge, state, full refresh)",
+         [f"INSERT INTO {table} VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+          f"UPDATE {table} SET v = 'b'", f"DELETE FROM {table}", f"TRUNCATE {table}"]),
+        ("add and drop columns (schema evolution)",
+         [f"ALTER TABLE {table} ADD COLUMN w text", f"ALTER TABLE {table} DROP COLUMN w"]),
+        ("rename tables and constraints (a backfill into an empty table, a full refresh)",
+         [f"ALTER TABLE {table} RENAME TO {quote_ident(name + '_r')}",
+          f"ALTER TABLE {renamed} RENAME CONSTRAINT {quote_ident(name + '_pkey')} TO {quote_ident(name + '_k')}"]),
+        ("drop tables (staging, full refresh)", [f"DROP TABLE {renamed}", f"DROP TABLE {staging}"]),
+    ]
 
 
 def full_refresh_fix(destination: str, model: str) -> str:
@@ -304,6 +329,75 @@ class PostgresWriter:
                      **jdbc_properties(connection, f"destinations.{self.name}.connection.password"))
             .load()
         )
+
+    # -- test-connection ----------------------------------------------------------------------
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        """Reach, log in, then everything a transfer does in the schema, tried in one transaction
+        that is rolled back (PostgreSQL's DDL is transactional: nothing is left behind, not even
+        a schema created for the probe); the models' existing tables must be the loader's."""
+        from transfer_platform.transfers.connection_test import Probe
+
+        probe = Probe(target)
+        connection = self.destination.connection
+        role, schema = quote_ident(connection.username), quote_ident(self.schema)
+        steps = _probe_steps(self.schema, "_tp_probe_" + uuid.uuid4().hex[:12])
+        owned = [f"own the model tables and {STATUS_TABLE} in schema {schema}"]
+        login = f"log in to database {connection.database!r} as {connection.username!r}"
+        if not probe.reach(connection.host, connection.port):
+            probe.skipped([login, *[name for name, _ in steps], *owned], "the server cannot be reached")
+            return probe.checks
+        try:
+            conn = connect_postgres(connection, what=self.what)
+        except (ConnectionFailure, ConfigError) as exc:
+            probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
+                         "check username, database and the password's environment variable")
+            probe.skipped([name for name, _ in steps] + owned, "cannot log in")
+            return probe.checks
+        probe.passed(login)
+        with conn:
+            self._probe_schema(conn, probe, steps, role, schema)
+            self._probe_ownership(conn, probe, models, owned[0], role)
+            conn.rollback()
+        return probe.checks
+
+    def _probe_schema(self, conn: psycopg.Connection, probe: Probe, steps: list, role: str, schema: str) -> None:
+        import psycopg
+
+        connection = self.destination.connection
+        (exists,) = conn.execute("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)",
+                                 (self.schema,)).fetchone()
+        for index, (name, statements) in enumerate(steps):
+            if index == 0 and exists:
+                continue  # the schema is there: the loader does not need to create it
+            try:
+                with conn.transaction():
+                    for statement in statements:
+                        conn.execute(statement)
+            except psycopg.Error as exc:
+                fix = (f"CREATE SCHEMA {schema} AUTHORIZATION {role} (as an administrator), or GRANT "
+                       f"CREATE ON DATABASE {quote_ident(connection.database)} TO {role}" if index == 0
+                       else f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
+                probe.failed(name, str(exc).strip().splitlines()[0], fix)
+                probe.skipped([later for later, _ in steps[index + 1:]], "the step before failed")
+                return
+            probe.passed(name, "it does not exist yet; the first transfer creates it" if index == 0 else "")
+
+    def _probe_ownership(self, conn: psycopg.Connection, probe: Probe, models: list[ModelConfig],
+                         name: str, role: str) -> None:
+        """A table of another role cannot be altered or dropped by the loader (evolution, full
+        refresh): each existing model table, refresh table and the status table must be its."""
+        tables = [self.status_table] + [t for m in models for t in (self.table(m), self.refresh_table(m))]
+        foreign = [qualified(*row) for row in conn.execute(
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.oid = ANY(ARRAY["
+            + ", ".join("to_regclass(%s)" for _ in tables)
+            + "]) AND NOT pg_has_role(current_user, c.relowner, 'USAGE')", tables).fetchall()]
+        if foreign:
+            probe.failed(name, f"owned by another role: {', '.join(foreign)}",
+                         "; ".join(f"ALTER TABLE {t} OWNER TO {role}" for t in foreign))
+        else:
+            probe.passed(name)
 
     # -- full refresh -------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ from transfer_platform.errors import DataError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from transfer_platform.transfers.connection_test import Check
+
 
 @dataclass(frozen=True)
 class ReadRequest:
@@ -38,6 +40,11 @@ class SourceReader(Protocol):
         """How many rows :meth:`read` would return for ``request``, counted where the rows are
         (a ``COUNT`` run by the database, or the Parquet scan with the read's filters) without
         moving them."""
+
+    def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
+        """``test-connection``: reach, log in, then each model's read as a transfer sends it (for
+        the tenants in ``tenants``, by model), returning no row and changing nothing; one
+        :class:`Check` per step, a failure with its grant or setting."""
 
 
 def for_destination(destination: str | None) -> str:

@@ -31,10 +31,17 @@ the window's bounds: no ``min()/max()`` query is needed.
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.checks import tenant_schema_problem
-from transfer_platform.config.models import DatabaseConnection, MysqlSource, PostgresSource
+from transfer_platform.config.models import (
+    DatabaseConnection,
+    ModelConfig,
+    MysqlSource,
+    PostgresSource,
+)
 from transfer_platform.connections import (
     connect_mysql,
     connect_postgres,
@@ -53,7 +60,9 @@ from transfer_platform.core.sql import (
     tenant_predicate,
     wrap_source_query,
 )
-from transfer_platform.errors import ConfigError, DataError, Problem
+from transfer_platform.core.timeutil import EPOCH
+from transfer_platform.core.windows import ReadBounds, Window
+from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
 from transfer_platform.sources.base import (
     ReadRequest,
     check_last_modified_type,
@@ -68,6 +77,10 @@ from transfer_platform.sources.base import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from transfer_platform.transfers.connection_test import Check, Probe
+
+#: MySQL's "access denied" errors: to a database, a table, a column
+_MYSQL_PRIVILEGE_ERRORS = frozenset({1044, 1142, 1143})
 FETCH_SIZE = 10_000
 COUNT_COLUMN = "tp_rows"
 _TIMESTAMP_BOUND_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -93,6 +106,34 @@ class PostgresDialect:
         with connect_postgres(connection, what=what) as conn:
             conn.execute("SELECT 1")
 
+    login = ping
+
+    def try_query(self, connection: DatabaseConnection, what: str, sql: str,
+                  default_schema: str | None) -> str | None:
+        """Run ``sql`` in a READ ONLY transaction that is rolled back; the refusal, or ``None``."""
+        import psycopg
+
+        with connect_postgres(connection, what=what) as conn:
+            try:
+                conn.execute("SET TRANSACTION READ ONLY")
+                if default_schema is not None:
+                    conn.execute("SELECT set_config('search_path', %s, true)", (search_path_value(default_schema),))
+                conn.execute(sql)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                return "refused: " + str(exc).strip().splitlines()[0]
+            except psycopg.Error as exc:
+                return str(exc).strip().splitlines()[0]
+            finally:
+                conn.rollback()
+        return None
+
+    def grant(self, connection: DatabaseConnection, schema: str, table: str, columns: list[str],
+              refused: str) -> str:
+        role = quote_ident(connection.username)
+        names = ", ".join(quote_ident(c) for c in columns)
+        return (f"GRANT USAGE ON SCHEMA {quote_ident(schema)} TO {role}; "
+                f"GRANT SELECT ({names}) ON {qualified(schema, table)} TO {role}")
+
 
 class MysqlDialect:
     name = "mysql"
@@ -112,6 +153,39 @@ class MysqlDialect:
         with connect_mysql(connection, what=what) as conn, conn.cursor() as cur:
             cur.execute("SELECT 1")
 
+    def login(self, connection: DatabaseConnection, what: str) -> None:
+        """Authenticate without choosing a database: a reader whose only rights are on the model's
+        tables logs in; a database it may not use is a refused read, reported with the grant."""
+        with connect_mysql(connection.model_copy(update={"database": ""}), what=what) as conn:
+            conn.ping()
+
+    def try_query(self, connection: DatabaseConnection, what: str, sql: str,
+                  default_schema: str | None) -> str | None:
+        """Run ``sql`` in a READ ONLY transaction that is rolled back; the refusal, or ``None``."""
+        import pymysql
+
+        try:
+            conn = connect_mysql(connection, what=what, database=default_schema)
+        except ConnectionFailure as exc:  # the tenant's database is missing or not granted
+            return ("refused: " if "Access denied" in exc.reason else "") + exc.reason
+        with conn, conn.cursor() as cur:
+            try:
+                cur.execute("START TRANSACTION READ ONLY")
+                cur.execute(sql)
+            except pymysql.Error as exc:
+                code, message = (exc.args + ("",))[:2] if exc.args else (0, str(exc))
+                return ("refused: " if code in _MYSQL_PRIVILEGE_ERRORS else "") + str(message)
+            finally:
+                conn.rollback()
+        return None
+
+    def grant(self, connection: DatabaseConnection, schema: str, table: str, columns: list[str],
+              refused: str) -> str:
+        account = next(iter(re.findall(r"for user ('[^']*'@'[^']*')", refused)), None)  # as the server names it
+        names = ", ".join(quote_ident(c, "mysql") for c in columns)
+        return (f"GRANT SELECT ({names}) ON {qualified(schema, table, dialect='mysql')} TO "
+                f"{account or repr(connection.username) + '@<the host transfers connect from>'}")
+
 
 class JdbcReader:
     def __init__(self, source: PostgresSource | MysqlSource,
@@ -126,6 +200,66 @@ class JdbcReader:
 
     def check(self, destination: str | None = None) -> None:
         self.dialect.ping(self.source.connection, self.what + for_destination(destination))
+
+    def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
+        """Reach, log in, then each model's read exactly as a transfer sends it (columns, tenant
+        and change predicates; in each tenant's schema for a schema-tenanted source), run as
+        ``LIMIT 0`` in a read-only transaction that is rolled back."""
+        from transfer_platform.transfers.connection_test import Probe, no_recipient
+
+        probe = Probe(target)
+        connection = self.source.connection
+        reads = [(m, t) for m in models
+                 for t in no_recipient(tenants.get(m.model_name), self.multi_tenant)[: 1 if self.multi_tenant else None]]
+        names = [self._read_name(m, t) for m, t in reads]
+        login = f"log in to database {connection.database!r} as {connection.username!r}"
+        if not probe.reach(connection.host, connection.port):
+            probe.skipped([login, *names], "the server cannot be reached")
+            return probe.checks
+        try:
+            self.dialect.login(connection, self.what)
+        except (ConnectionFailure, ConfigError) as exc:
+            probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
+                         "check username, database and the password's environment variable")
+            probe.skipped(names, "cannot log in")
+            return probe.checks
+        probe.passed(login)
+        for (model, tenant), name in zip(reads, names, strict=True):
+            self._probe_read(probe, model, tenant, name)
+        return probe.checks
+
+    def _read_name(self, model: ModelConfig, tenant: str) -> str:
+        columns = ", ".join(required_columns(model, multi_tenant=self.multi_tenant))
+        what = "its source_query" if model.source_query else repr(model.source_table)
+        where = "" if self.multi_tenant else f" in tenant {tenant!r}'s schema"
+        return f"read model '{model.model_name}' ({what}{where}: {columns})"
+
+    def _probe_read(self, probe: Probe, model: ModelConfig, tenant: str, name: str) -> None:
+        request = ReadRequest(model, tenant, ReadBounds(EPOCH, EPOCH, Window(EPOCH, EPOCH + timedelta(seconds=1))))
+        try:
+            sql = (f"SELECT * FROM {derived_table(self.query_for(request), 'tp_probe', self.dialect.name)} "
+                   "LIMIT 0")
+            refused = self.dialect.try_query(self.source.connection, self.what, sql,
+                                             self.default_schema_for(request))
+        except ConfigError as exc:  # a tenant id that cannot name a schema
+            probe.failed(name, exc.problems[0].message, exc.problems[0].fix)
+            return
+        if refused is None:
+            probe.passed(name)
+            return
+        if not refused.startswith("refused: "):
+            probe.failed(name, refused, self._read_fix())
+            return
+        if model.source_query:
+            fix = (f"grant {self.source.connection.username!r} SELECT on every table the source_query "
+                   "reads (and USAGE on their schemas)")
+        else:
+            schema, _, table = model.source_table.rpartition(".")
+            schema = (tenant if not self.multi_tenant else schema or self.source.connection.schema_
+                      or ("public" if self.dialect.name == "postgres" else self.source.connection.database))
+            fix = self.dialect.grant(self.source.connection, schema, table,
+                                     required_columns(model, multi_tenant=self.multi_tenant), refused)
+        probe.failed(name, refused.removeprefix("refused: "), fix)
 
     # -- SQL text -----------------------------------------------------------------------------
 

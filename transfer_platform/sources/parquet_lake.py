@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from transfer_platform.config.checks import tenant_schema_problem
-from transfer_platform.config.models import ParquetSource
+from transfer_platform.config.models import ModelConfig, ParquetSource
 from transfer_platform.connections import spark_error_reason
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
 from transfer_platform.sources.base import (
@@ -38,6 +38,8 @@ from transfer_platform.sources.base import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from transfer_platform.transfers.connection_test import Check, Probe
 
 T = TypeVar("T")
 _GLOB_CHARACTERS = frozenset("\\*?[]{}")
@@ -60,6 +62,57 @@ class ParquetLakeReader:
                 fix="create the lake or correct connection.path (relative paths start at the "
                     "configuration file's folder)",
             )
+
+    def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
+        """The lake's folder, then each model's table folder (each tenant's, for a schema-tenanted
+        lake): there, readable, its Parquet files holding the model's columns (read by pyarrow
+        from the files' footers: no Spark). A ``source_query``'s columns are checked when read."""
+        from transfer_platform.transfers.connection_test import Probe, current_user, no_recipient
+
+        probe = Probe(target)
+        root = self.source.connection.path
+        name = f"read folder {root}"
+        if not _readable(root):
+            probe.failed(name, "it does not exist or cannot be listed" if not root.is_dir() else
+                         "it cannot be listed", f"create the lake or correct connection.path, and let "
+                         f"the user transfers run as ({current_user()}) read it (chmod -R a+rX)")
+            return probe.checks
+        probe.passed(name)
+        for model in models:
+            for tenant in no_recipient(tenants.get(model.model_name), self.multi_tenant)[: 1 if self.multi_tenant else None]:
+                request = ReadRequest(model, tenant, None)  # type: ignore[arg-type]
+                self._probe_table(probe, request)
+        return probe.checks
+
+    def _probe_table(self, probe: Probe, request: ReadRequest) -> None:
+        import pyarrow.dataset as pads
+
+        model = request.model
+        try:
+            folder = self.tables_root(request) / (model.source_table or "")
+        except ConfigError as exc:
+            probe.failed(f"read model '{model.model_name}'", exc.problems[0].message, exc.problems[0].fix)
+            return
+        name = f"read model '{model.model_name}' ({'tables under ' if model.source_query else ''}{folder})"
+        if not _readable(folder):
+            probe.failed(name, "the folder does not exist or cannot be listed", self._layout_fix())
+            return
+        if model.source_query:
+            probe.passed(name, "the source_query's columns are checked when it runs")
+            return
+        try:
+            columns = pads.dataset(folder, format="parquet").schema.names
+        except (OSError, ValueError) as exc:
+            probe.failed(name, str(exc).splitlines()[0], "make every file in the folder a readable Parquet file")
+            return
+        required = required_columns(model, multi_tenant=self.multi_tenant)
+        missing = missing_columns(required, columns, case_sensitive=False)
+        if missing:
+            probe.failed(name, f"its files lack the column(s) {', '.join(missing)}; they have: "
+                         f"{', '.join(columns) or '(none)'}", "correct name_in_source in the model's "
+                         "columns, or its organization_column")
+            return
+        probe.passed(name)
 
     def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         from pyspark.sql import functions as F
@@ -151,6 +204,14 @@ class ParquetLakeReader:
             return "each source_table is a folder of Parquet files under connection.path"
         return ("a schema-tenanted lake keeps each recipient's tables under "
                 "<connection.path>/<id_in_provider_system>/<table>")
+
+
+def _readable(folder: Path) -> bool:
+    try:
+        next(iter(folder.iterdir()), None)
+    except OSError:
+        return False
+    return True
 
 
 def literal_path(folder: Path) -> str:
