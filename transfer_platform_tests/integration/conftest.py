@@ -92,6 +92,19 @@ def mysql_conn(mysql_database: str) -> Iterator[pymysql.Connection]:
         conn.close()
 
 
+@pytest.fixture
+def mysql_reader(mysql_database) -> Iterator[tuple[str, str]]:
+    """A MariaDB user with a password (MariaDB checks it) and no rights; (user, password)."""
+    user, password = f"tp_rd_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    with mysql_connect() as conn, conn.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute(f"CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}'")
+    yield user, password
+    with mysql_connect() as conn, conn.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
+
+
 def mysql_table(table: str, database: str | None = None) -> str:
     return f"{mysql_ident(database)}.{mysql_ident(table)}" if database else mysql_ident(table)
 

@@ -206,19 +206,6 @@ def test_a_source_table_that_does_not_exist_is_named(capsys, tmp_path, pg_schema
 # -- MariaDB source --------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def mysql_reader(mysql_database) -> Iterator[tuple[str, str]]:
-    """A MariaDB user with a password (MariaDB checks it) and no rights; (user, password)."""
-    user, password = f"tp_rd_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
-    with mysql_connect() as conn, conn.cursor() as cur:
-        for host in ("%", "localhost"):
-            cur.execute(f"CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}'")
-    yield user, password
-    with mysql_connect() as conn, conn.cursor() as cur:
-        for host in ("%", "localhost"):
-            cur.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
-
-
 def test_a_mariadb_reader_needs_select_and_its_password(capsys, tmp_path, monkeypatch, mysql_database,
                                                         mysql_conn, dst_schema, mysql_reader):
     user, password = mysql_reader

@@ -4,7 +4,9 @@ the database, not a superuser, owning nothing outside the schema), as a recipien
 Everything a transfer does to the destination works as that role: the backfill (the empty-target
 fast path), an incremental transfer, schema evolution, both kinds of full refresh (truncate and
 refill; drop and recreate) and the integrity check. A schema that is missing and that the role may
-not create is a clear error naming the grant, and nothing is created.
+not create is a clear error naming the grant, and nothing is created. On the source side, a
+PostgreSQL reader with only ``USAGE`` and ``SELECT``, and a MariaDB reader with a password and only
+``SELECT`` on the model's columns, read, are checked, and are refused cleanly once the grant goes.
 """
 
 from __future__ import annotations
@@ -18,12 +20,22 @@ import pytest
 from transfer_platform.config.models import ColumnConfig, PlatformConfig
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform_tests.conftest import pg_connect
+from transfer_platform_tests.integration.conftest import (
+    config_for,
+    mysql_connect,
+    mysql_create_events,
+    mysql_ident,
+    mysql_insert_rows,
+    mysql_source,
+    mysql_source_rows,
+)
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
     MODEL,
     create_events,
     day,
     destination_rows,
+    events_model,
     insert_rows,
     make_rows,
     pg_config,
@@ -142,3 +154,40 @@ def test_a_source_reader_with_only_usage_and_select_reads_and_checks(spark, pg_c
     refused = transfer(spark, config, day(3, 6), "t2")
     assert refused.status == "ERROR"
     assert "permission denied for table events" in refused.error
+
+
+def test_a_mariadb_reader_with_only_select_on_the_model_columns_reads_and_checks(
+        spark, monkeypatch, mysql_conn, mysql_database, mysql_reader, pg_conn, dst_schema):
+    """A MariaDB reader as a provider's DBA creates it: a password (MariaDB checks it) and
+    ``SELECT`` on the model's columns of its table, nothing else (not even the other columns)."""
+    user, password = mysql_reader
+    mysql_create_events(mysql_conn)
+    with mysql_conn.cursor() as cur:
+        cur.execute("ALTER TABLE events ADD COLUMN secret TEXT")
+    mysql_insert_rows(mysql_conn, make_rows([TENANT, "other"], 6, [day(3, 1)], seed=19))
+    table = f"{mysql_ident(mysql_database)}.{mysql_ident('events')}"
+    with mysql_connect() as admin, admin.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute(f"GRANT SELECT (id, organization_id, updated_at, payload) ON {table} TO '{user}'@'{host}'")
+    monkeypatch.setenv("TP_TEST_READER_PASSWORD", password)
+    source = mysql_source(mysql_database)
+    source["connection"].update(username=user, password="${TP_TEST_READER_PASSWORD}")
+    config = config_for(source, events_model("events", min_start=day(2, 28)), tenant=TENANT, dst_schema=dst_schema)
+
+    backfill = transfer(spark, config, day(3, 4), "t1")
+    assert backfill.status == "SUCCESS", backfill.error
+    mysql_insert_rows(mysql_conn, [(900, TENANT, day(3, 4) + timedelta(hours=1), "new")])
+    incremental = transfer(spark, config, day(3, 4) + timedelta(hours=2), "t2")
+    assert incremental.status == "SUCCESS", incremental.error
+    assert destination_rows(pg_conn, dst_schema) == mysql_source_rows(mysql_conn, TENANT)
+    assert check_integrity(spark, config, DESTINATION, config.model(MODEL), day(3, 5)).passed
+
+    with mysql_connect() as admin, admin.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute(f"REVOKE SELECT (id, organization_id, updated_at, payload) ON {table} FROM '{user}'@'{host}'")
+    before = destination_rows(pg_conn, dst_schema)
+    refused = transfer(spark, config, day(3, 4) + timedelta(hours=3), "t3")
+    assert refused.status == "ERROR"
+    assert "denied" in refused.error
+    assert password not in refused.error
+    assert destination_rows(pg_conn, dst_schema) == before
