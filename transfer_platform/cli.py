@@ -45,6 +45,11 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         return 2
     if args.enqueue:
         return _enqueue(args)
+    if args.tag:
+        print("error: --tag labels a transfer in the Dagster instance's transfer list, and a transfer run "
+              "here, in this process, is not listed there: add --enqueue to run it through the queue with "
+              "its tags, or drop --tag", file=sys.stderr)
+        return 2
     config = load_config(args.config)
     destination = config.destination(args.destination)
     models = config.models_for(destination)
@@ -223,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.add_argument("--start", type=_moment, help="start_transfer_window_at (ISO-8601, inclusive)")
     transfer.add_argument("--end", type=_moment, help="end_transfer_window_at (ISO-8601, exclusive)")
     transfer.add_argument("--tag", type=_tag, action=_Tags, default={}, metavar="KEY=VALUE",
-                          help="label the transfer (repeatable; ^[A-Za-z0-9_-]+$ on both sides)")
+                          help="label the transfer (repeatable; ^[A-Za-z0-9_-]+$ on both sides; with --enqueue: "
+                               "the labels are kept with the transfer in the instance)")
     transfer.add_argument("--enqueue", action="store_true",
                           help="submit to the Dagster instance's queue ($DAGSTER_HOME; limits apply) "
                                "and print the transfer id, instead of running here")

@@ -102,6 +102,16 @@ def test_transfer_unknown_destination_is_one_clear_line(tmp_path: Path, capsys) 
 
 
 @pytest.mark.integration
+def test_tags_on_a_transfer_run_here_are_refused_not_dropped(tmp_path: Path, capsys) -> None:
+    """Tags label a transfer in the instance's list; one run in this process is not listed there,
+    so ``--tag`` without ``--enqueue`` is refused before anything moves, not silently dropped."""
+    config = _config(tmp_path)
+    assert main(["--config", str(config), "transfer", "acme_delta", "--tag", "team=data"]) == 2
+    err = capsys.readouterr().err
+    assert "a transfer run here, in this process, is not listed there: add --enqueue" in err
+    assert not (tmp_path / "dest").exists()
+
+
 def test_transfer_failure_exits_non_zero_with_a_reason(tmp_path: Path, spark, capsys) -> None:
     (tmp_path / "lake" / "items").mkdir(parents=True)
     table = pa.table({"id": pa.array([1], pa.int64()), "organization_id": ["a"],

@@ -38,7 +38,7 @@ from pydantic import Field
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import ModelWindowing
 from transfer_platform.orchestration.keys import SOURCE_GROUP, source_asset_key, transfer_asset_key
-from transfer_platform.orchestration.lifecycle import heartbeat
+from transfer_platform.orchestration.lifecycle import heartbeat, record_model_outcomes
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
@@ -176,6 +176,8 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         finally:
             writer.close()
         failed = [s for s in summaries if s.status != "SUCCESS"]
+        # a model not reached (an exception above) is neither: the run is then ERROR or PARTIAL
+        record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed))
         if failed:
             raise _failure(destination_name, failed)
 

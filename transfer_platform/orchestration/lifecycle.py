@@ -28,6 +28,8 @@ from transfer_platform.core.lifecycle import (
     EXPIRE_AFTER,
     EXPIRED_TAG,
     HEARTBEAT_TAG,
+    MODELS_FAILED_TAG,
+    MODELS_SUCCEEDED_TAG,
     ORPHANED_AFTER,
     ORPHANED_TAG,
 )
@@ -61,6 +63,17 @@ def heartbeat(instance: DagsterInstance, run_id: str, every: float | None = None
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+def record_model_outcomes(instance: DagsterInstance, run_id: str, succeeded: int, failed: int) -> None:
+    """Add one step's models to the run's ``models_succeeded`` / ``models_failed`` tags, which
+    tell PARTIAL_FAILURE from ERROR. Added, not set: a Materialize or backfill run has one step
+    per destination and partitioning, each with several models (steps run one after the other,
+    in the run's one process)."""
+    tags = instance.get_run_by_id(run_id).tags
+    instance.add_run_tags(run_id, {
+        MODELS_SUCCEEDED_TAG: str(int(tags.get(MODELS_SUCCEEDED_TAG, 0)) + succeeded),
+        MODELS_FAILED_TAG: str(int(tags.get(MODELS_FAILED_TAG, 0)) + failed)})
 
 
 def sweep(instance: DagsterInstance, now: datetime) -> dict[str, list[str]]:

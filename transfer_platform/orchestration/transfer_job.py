@@ -22,11 +22,10 @@ from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, 
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
-from transfer_platform.core.lifecycle import MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
 from transfer_platform.core.timeutil import utc
 from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.lifecycle import heartbeat
+from transfer_platform.orchestration.lifecycle import heartbeat, record_model_outcomes
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
@@ -92,8 +91,7 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
     finally:
         writer.close()
     failed = [s for s in summaries if s.status != "SUCCESS"]
-    context.instance.add_run_tags(context.run.run_id, {
-        MODELS_SUCCEEDED_TAG: str(len(summaries) - len(failed)), MODELS_FAILED_TAG: str(len(failed))})
+    record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed))
     summary = {s.model: s.as_dict() for s in summaries}
     if failed:
         raise Failure(

@@ -219,6 +219,31 @@ def test_a_failing_model_does_not_stop_the_others_partial_failure(
     assert list_transfers(instance, TransferFilter(status="SUCCESS")) == []
 
 
+def test_a_materialize_of_several_models_where_one_fails_is_a_partial_failure(
+        platform: Path, instance: dg.DagsterInstance, spark) -> None:
+    """The UI's Materialize (and a single-run backfill) of both assets: one step moves both models,
+    as the ``transfer`` job does, and is told from ERROR the same way."""
+    keys = daily_keys(platform)
+    corrupt(platform, "items")
+    job = build_definitions(str(platform)).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=instance, asset_selection=[ITEMS, NOTES], raise_on_error=False,
+                                    tags={"dagster/asset_partition_range_start": keys[0],
+                                          "dagster/asset_partition_range_end": keys[-1]})
+    assert not result.success
+    assert instance.get_materialized_partitions(NOTES) == set(keys)
+    run = instance.get_run_by_id(result.run_id)
+    assert (run.tags[MODELS_SUCCEEDED_TAG], run.tags[MODELS_FAILED_TAG]) == ("1", "1")
+    transfer = only_transfer(instance, destination="acme_delta", status="PARTIAL_FAILURE")
+    assert transfer["id"] == result.run_id
+    assert set(transfer["models"]) == {"notes"}
+
+    duplicate_a_key(platform, "notes")  # now both fail: ERROR
+    again = job.execute_in_process(instance=instance, asset_selection=[ITEMS, NOTES], raise_on_error=False,
+                                   tags={"dagster/asset_partition_range_start": keys[0],
+                                         "dagster/asset_partition_range_end": keys[-1]})
+    assert describe(instance, instance.get_run_record_by_id(again.run_id))["status"] == "ERROR"
+
+
 def test_every_model_failing_is_an_error(platform: Path, instance: dg.DagsterInstance, spark) -> None:
     corrupt(platform, "items")
     duplicate_a_key(platform, "notes")
