@@ -191,3 +191,30 @@ def test_a_mariadb_reader_with_only_select_on_the_model_columns_reads_and_checks
     assert "denied" in refused.error
     assert password not in refused.error
     assert destination_rows(pg_conn, dst_schema) == before
+
+
+def test_a_schema_dropped_by_the_recipients_admin_is_recreated_when_the_loader_may(
+        spark, pg_conn, pg_schema, dst_schema, loader):
+    """The schema goes with its tables and watermark: the next transfer starts again from the
+    configured start, into a schema it creates, if the loader may; else it names the grant."""
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, make_rows([TENANT, "other"], 8, [day(3, 1), day(3, 2)], seed=23))
+    pg_conn.execute(f'GRANT CREATE ON DATABASE test TO "{loader}"')
+    try:
+        config = as_role(pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT,
+                                   min_start=day(2, 28)), loader)
+        assert transfer(spark, config, day(3, 4), "t1").status == "SUCCESS"
+        pg_conn.execute(f'DROP SCHEMA "{dst_schema}" CASCADE')  # the recipient's admin
+        again = transfer(spark, config, day(3, 4) + timedelta(hours=1), "t2")
+        assert again.status == "SUCCESS", again.error
+        assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+        owner = pg_conn.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = %s",
+                                (dst_schema,)).fetchone()[0]
+        assert owner.strip('"') == loader
+    finally:
+        pg_conn.execute(f'REVOKE CREATE ON DATABASE test FROM "{loader}"')
+    pg_conn.execute(f'DROP SCHEMA "{dst_schema}" CASCADE')
+    refused = transfer(spark, config, day(3, 4) + timedelta(hours=2), "t3")
+    assert refused.status == "ERROR"
+    assert f'GRANT CREATE ON DATABASE "test" TO "{loader}"' in refused.error
+    assert not schema_exists(pg_conn, dst_schema)
