@@ -18,6 +18,8 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.config.models import ColumnConfig, PlatformConfig
+from transfer_platform.destinations.base import staging_suffix
+from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform_tests.conftest import pg_connect
 from transfer_platform_tests.integration.conftest import (
@@ -41,6 +43,7 @@ from transfer_platform_tests.integration.helpers import (
     pg_config,
     schema_exists,
     source_rows,
+    tables_in,
     transfer,
     with_columns,
 )
@@ -84,8 +87,13 @@ def test_a_loader_with_only_usage_and_create_on_its_schema_does_every_transfer(
     backfill = transfer(spark, config, now, "t1")
     assert backfill.status == "SUCCESS", backfill.error
     insert_rows(pg_conn, pg_schema, [(900, TENANT, now - timedelta(hours=1), "new")])
+    dead = STAGING_PREFIX + staging_suffix(MODEL, "dead")  # left by a killed transfer, as the loader
+    with pg_connect(autocommit=True) as as_loader:
+        as_loader.execute(f'SET ROLE "{loader}"')
+        as_loader.execute(f'CREATE UNLOGGED TABLE "{dst_schema}"."{dead}" (id bigint)')
     incremental = transfer(spark, config, now + timedelta(hours=1), "t2")
     assert incremental.status == "SUCCESS", incremental.error
+    assert dead not in tables_in(pg_conn, dst_schema)  # the clean-up ran as the loader
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
 
     refill = transfer(spark, config, now + timedelta(hours=2), "t3", full_refresh=True)  # truncate and refill
