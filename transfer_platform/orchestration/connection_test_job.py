@@ -1,6 +1,6 @@
 """The ``test_connection`` job: ``transfer-platform test-connection`` from the Dagster UI.
 
-Launch it from the launchpad with ``ops: {test_connection: {config: {name: <source or
+Launch it from the launchpad with ``ops: {check_connection: {config: {name: <source or
 destination>}}}``. Each check is one log line; the run's output carries them all as metadata, and
 the run fails, naming each refused right and its fix, when any check fails. Nothing is left
 behind in the source or destination (see ``transfers/connection_test.py``).
@@ -17,7 +17,7 @@ class ConnectionTestConfig(Config):
     name: str = Field(description="a source or destination of the configuration file")
 
 
-@op(name="test_connection", description="check reachability, login and every right transfers need")
+@op(name="check_connection", description="check reachability, login and every right transfers need")
 def connection_test_op(context: OpExecutionContext, config: ConnectionTestConfig,
                        platform: TransferPlatformResource) -> Output:
     checks = run_connection_test(platform.config, config.name)
@@ -32,6 +32,6 @@ def connection_test_op(context: OpExecutionContext, config: ConnectionTestConfig
 
 
 @job(name="test_connection", description="Test a source or destination: reachability, login and "
-                                         "every right the transfers need (ops.test_connection.config.name).")
+                                         "every right the transfers need (ops.check_connection.config.name).")
 def connection_test_job():
     connection_test_op()

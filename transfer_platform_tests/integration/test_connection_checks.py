@@ -348,8 +348,10 @@ def test_the_dagster_job_logs_each_check_and_fails_naming_the_grant(tmp_path, pg
     pg_conn.execute(f'CREATE SCHEMA "{dst_schema}"')
     pg_conn.execute(f'GRANT USAGE ON SCHEMA "{dst_schema}" TO "{role}"')  # no CREATE
     config = write_config(tmp_path, source=pg_source(), destination=pg_destination(dst_schema, role))
-    job = build_definitions(str(config)).get_job_def("test_connection")
-    run_config = {"ops": {"test_connection": {"config": {"name": "dst"}}}}
+    defs = build_definitions(str(config))
+    defs.get_repository_def().load_all_definitions()  # as a code server loads it: names are unique
+    job = defs.get_job_def("test_connection")
+    run_config = {"ops": {"check_connection": {"config": {"name": "dst"}}}}
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
         assert not result.success
