@@ -81,6 +81,7 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                         "last_modified_format and datetime_format describe the "
                                         "last-modified column, and this column is not it",
                                         "move them to the column with is_last_modified: true"))
+        problems += _check_deletion_marker(path, model)
         if not model.primary_key:
             problems.append(Problem(f"{path}.columns", "no primary key column",
                                     "mark the unique id column(s) with is_primary_key: true"))
@@ -113,6 +114,37 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                         "schema is the recipient's id_in_provider_system"))
         problems += _check_partition_count(config, model, path, now)
     return problems
+
+
+def _check_deletion_marker(path: str, model) -> list[Problem]:  # noqa: ANN001 - a ModelConfig
+    """A soft-delete marker is one boolean or timestamp column that is neither key nor
+    last-modified, on a model that can remove rows; ``keep_deleted_rows`` needs one."""
+    markers = [c for c in model.columns if c.is_deleted_marker]
+    if not markers:
+        if model.keep_deleted_rows:
+            return [Problem(f"{path}.keep_deleted_rows", "is set but no column is marked "
+                            "is_deleted_marker, so no row is ever marked deleted",
+                            "mark the column that flags deleted rows with is_deleted_marker: true, or "
+                            "remove keep_deleted_rows")]
+        return []
+    if len(markers) > 1:
+        return [Problem(f"{path}.columns", "more than one column is marked is_deleted_marker ("
+                        f"{', '.join(c.name_in_source for c in markers)})",
+                        "mark only the one column that flags deleted rows")]
+    (marker,) = markers
+    where = f"{path}.columns ({marker.name_in_source})"
+    if marker.data_type not in ("boolean", "timestamp"):
+        return [Problem(where, f"a deletion marker must be boolean (deleted when true) or timestamp "
+                               f"(deleted when not NULL), not {marker.data_type}",
+                        "give the column data_type boolean or timestamp, or convert it in a source_query")]
+    if marker.is_primary_key or marker.is_last_modified:
+        return [Problem(where, "the deletion marker cannot be the primary key or the last-modified column",
+                        "mark a column of its own (is_deleted / deleted_at) with is_deleted_marker: true")]
+    if model.is_append_only:
+        return [Problem(where, "an is_append_only model never changes a delivered row, so a later "
+                               "delete could never reach it",
+                        "drop is_append_only from the model, or is_deleted_marker from the column")]
+    return []
 
 
 def _check_last_modified(path: str, column) -> list[Problem]:  # noqa: ANN001 - a ColumnConfig

@@ -107,6 +107,8 @@ class ColumnConfig(StrictModel):
     last_modified_format: Literal["timestamp", "date", "epoch_s", "epoch_ms", "epoch_us", "text"] | None = None
     datetime_format: str | None = Field(default=None, min_length=1,
                                         description="strftime codes of a text last-modified column")
+    # a soft delete: a boolean column (deleted when true) or a timestamp column (deleted when not NULL)
+    is_deleted_marker: bool = False
 
     @field_validator("data_type")
     @classmethod
@@ -131,6 +133,8 @@ class ModelConfig(StrictModel):
     )
     min_start_time_epoch: int = Field(default=0, ge=0)
     is_append_only: bool = False
+    # with a column marked is_deleted_marker: deliver marked rows with the marker instead of removing them
+    keep_deleted_rows: bool = False
 
     @field_validator("max_transfer_time_window_seconds", mode="before")
     @classmethod
@@ -149,6 +153,16 @@ class ModelConfig(StrictModel):
     @property
     def last_modified(self) -> ColumnConfig:
         return next(c for c in self.columns if c.is_last_modified)
+
+    @property
+    def deletion_marker(self) -> ColumnConfig | None:
+        """The column whose value marks a row as deleted in the source (a soft delete), if any."""
+        return next((c for c in self.columns if c.is_deleted_marker), None)
+
+    @property
+    def removes_deleted_rows(self) -> bool:
+        """Rows marked deleted are removed from the destination (not kept with their marker)."""
+        return self.deletion_marker is not None and not self.keep_deleted_rows
 
     @property
     def change_column(self) -> LastModified:

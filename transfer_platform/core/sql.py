@@ -137,6 +137,7 @@ def plan_upsert(
     primary_key: Sequence[str],
     last_modified: str,
     append_only: bool = False,
+    skip: str | None = None,
 ) -> str:
     """Merge a staging table into ``target`` on the primary key, in one statement.
 
@@ -144,7 +145,9 @@ def plan_upsert(
     one second of a second-precision column must both land, yet re-reading the lookback overlap
     must not rewrite identical rows). ``append_only`` (a model's ``is_append_only``): rows are
     only inserted; a row whose key is already in ``target`` is skipped, never updated.
-    ``target`` and ``staging`` are already-quoted names.
+    ``skip``: a condition on the staging table's columns whose rows are left out (rows marked
+    deleted, removed by :func:`plan_soft_delete` instead). ``target`` and ``staging`` are
+    already-quoted names.
     """
     q = quote_ident
     cols = ", ".join(q(c) for c in columns)
@@ -160,11 +163,30 @@ def plan_upsert(
     else:
         condition = newer
     conflict = ", ".join(q(c) for c in primary_key)
+    source = f"{staging}" + (f" WHERE NOT ({skip})" if skip else "")
     if append_only or not updatable:
-        return f"INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {staging} ON CONFLICT ({conflict}) DO NOTHING"
+        return f"INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {source} ON CONFLICT ({conflict}) DO NOTHING"
     assignments = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in updatable)
     return (
-        f"INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {staging} "
+        f"INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {source} "
         f"ON CONFLICT ({conflict}) DO UPDATE SET {assignments} "
         f"WHERE {condition}"
     )
+
+
+def marked_deleted(column: str, data_type: str, alias: str | None = None) -> str:
+    """The condition that a row is marked deleted: a boolean marker is true, a timestamp marker
+    (``deleted_at``) is set."""
+    ref = (f"{alias}." if alias else "") + quote_ident(column)
+    return f"{ref} IS TRUE" if data_type == "boolean" else f"{ref} IS NOT NULL"
+
+
+def plan_soft_delete(*, target: str, staging: str, primary_key: Sequence[str], last_modified: str,
+                     marker: str, marker_type: str) -> str:
+    """Remove from ``target`` the rows that the staging table marks deleted, unless the delivered
+    row is newer than the delete (an older delete never removes a newer row; at the same
+    last-modified value the delete wins: the row changed to deleted)."""
+    q = quote_ident
+    join = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in primary_key)
+    return (f"DELETE FROM {target} AS t USING {staging} AS s WHERE {join} "
+            f"AND {marked_deleted(marker, marker_type, 's')} AND s.{q(last_modified)} >= t.{q(last_modified)}")

@@ -45,6 +45,9 @@ class WindowResult:
     volume_bytes: int
     max_last_modified: datetime | None
     state: ModelState  # the state committed with the data
+    # rows the window removed because the source marks them deleted (or, with keep_deleted_rows,
+    # rows it delivered newly marked deleted: newer than the previous high watermark)
+    rows_deleted: int = 0
 
 
 class DestinationWriter(Protocol):

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig
+from transfer_platform.core.sql import marked_deleted
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
@@ -332,18 +333,36 @@ class DeltaWriter:
         )
         commit = _commit(new_state, load.transfer_id)
         before = table.version()
+        marker = model.deletion_marker
+        rows_deleted = 0
+        if marker is not None and not model.removes_deleted_rows:  # kept: those newly marked
+            marks = batch.column(marker.destination_name)
+            flagged = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
+            if state.high_watermark is not None:
+                flagged = pc.and_(flagged, pc.greater(
+                    lm_values, pa.scalar(kind.value(state.high_watermark), lm_values.type)))
+            rows_deleted = int(pc.sum(flagged).as_py() or 0)
         if batch.num_rows:
             join, newer = merge_predicates(model)
             merge = table.merge(batch, predicate=join, source_alias="s", target_alias="t",
                                 commit_properties=commit)
+            deleted = None
+            if model.removes_deleted_rows:  # removed where the delete is not older; never inserted
+                deleted = marked_deleted(marker.destination_name, marker.data_type, "s").replace('"', "`")
+                lm = _sql_name(model.last_modified.destination_name)
+                merge = merge.when_matched_delete(predicate=f"{deleted} AND s.{lm} >= t.{lm}")
+                newer = f"NOT ({deleted}) AND ({newer})"
             if not model.is_append_only:  # append-only: a key already delivered is skipped
                 merge = merge.when_matched_update_all(predicate=newer)
-            merge.when_not_matched_insert_all().execute()
+            metrics = merge.when_not_matched_insert_all(
+                predicate=None if deleted is None else f"NOT ({deleted})").execute()
+            if model.removes_deleted_rows:
+                rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
         table = DeltaTable(str(path))
         if table.version() == before:  # nothing changed: record the state in an empty commit
             write_deltalake(table, batch.schema.empty_table(), mode="append", commit_properties=commit)
         return WindowResult(batch.num_rows, int(delta_rows), volume,
-                            max_lm, new_state)
+                            max_lm, new_state, rows_deleted)
 
     def _current_files(self, model: ModelConfig) -> list[str]:
         from deltalake import DeltaTable

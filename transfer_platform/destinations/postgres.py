@@ -36,7 +36,13 @@ from transfer_platform.connections import (
     postgres_jdbc_url,
     spark_error_reason,
 )
-from transfer_platform.core.sql import plan_upsert, qualified, quote_ident
+from transfer_platform.core.sql import (
+    marked_deleted,
+    plan_soft_delete,
+    plan_upsert,
+    qualified,
+    quote_ident,
+)
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
@@ -527,17 +533,29 @@ class PostgresWriter:
         conn = self.conn
         with self._translated_errors(), conn.transaction():
             state = self._lock_state(model, state_column)
-            rows, delta_rows, max_lm, volume = self._checked_batch(load, staging, state)
+            rows, delta_rows, max_lm, volume, rows_deleted = self._checked_batch(load, staging, state)
             if state.high_watermark is None:
                 delta_rows = rows
+            marker, skip = model.deletion_marker, None
+            if model.removes_deleted_rows:  # rows marked deleted are removed, never inserted
+                skip, rows_deleted = marked_deleted(marker.destination_name, marker.data_type), 0
+                if swappable:  # an empty target: nothing to remove, and the staging table becomes it
+                    conn.execute(f"DELETE FROM {staging} WHERE {skip}")
             if not (swappable and self._swap_in(load, target_name, staging)):
                 self._refuse_duplicate_keys(load, staging)
+                primary_key = [c.destination_name for c in model.primary_key]
+                if skip:
+                    rows_deleted = conn.execute(plan_soft_delete(
+                        target=target, staging=staging, primary_key=primary_key,
+                        last_modified=model.last_modified.destination_name,
+                        marker=marker.destination_name, marker_type=marker.data_type)).rowcount
                 conn.execute(plan_upsert(
                     target=target, staging=staging,
                     columns=[c.destination_name for c in model.columns],
-                    primary_key=[c.destination_name for c in model.primary_key],
+                    primary_key=primary_key,
                     last_modified=model.last_modified.destination_name,
                     append_only=model.is_append_only,  # a key already delivered is skipped
+                    skip=skip,
                 ))
             new_state = state.after_window(
                 load.progress, batch_max_last_modified=max_lm, configured_start=load.configured_start
@@ -547,7 +565,7 @@ class PostgresWriter:
                              "WHERE data_model_name = %s", (new_state.to_json(), model.model_name))
             else:
                 self._record_state(model, new_state, load.transfer_id)
-        return WindowResult(rows, delta_rows, int(volume or 0), max_lm, new_state)
+        return WindowResult(rows, delta_rows, int(volume or 0), max_lm, new_state, rows_deleted)
 
     # -- the empty-target fast path -----------------------------------------------------------
 
@@ -641,23 +659,29 @@ class PostgresWriter:
                                         reason=str(exc).strip().splitlines()[0]) from None
 
     def _checked_batch(self, load: WindowLoad, staging: str,
-                       state: ModelState) -> tuple[int, int, object, int]:
-        """Rows, rows newer than the high watermark, max last-modified and size of the batch, in
-        one scan; a NULL key or last-modified value is refused by name."""
+                       state: ModelState) -> tuple[int, int, object, int, int]:
+        """Rows, rows newer than the high watermark, max last-modified, size of the batch and its
+        rows newly marked deleted (newer than the high watermark), in one scan; a NULL key or
+        last-modified value is refused by name."""
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
         lm = quote_ident(model.last_modified.destination_name)
         null_key = " OR ".join(f"{quote_ident(k)} IS NULL" for k in keys)
-        rows, delta_rows, max_lm, volume, null_keys, null_lms = self.conn.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE {lm} > %s), max({lm}), "
-            f"pg_total_relation_size(%s::regclass), count(*) FILTER (WHERE {null_key}), "
-            f"count(*) FILTER (WHERE {lm} IS NULL) FROM {staging}",
-            (None if state.high_watermark is None else model.change_column.value(state.high_watermark),
-             staging),
+        marker = model.deletion_marker
+        marked = "false" if marker is None else marked_deleted(marker.destination_name, marker.data_type)
+        newer = f"({lm} > %(hw)s OR %(hw)s IS NULL)"
+        rows, delta_rows, max_lm, volume, null_keys, null_lms, marked_rows = self.conn.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE {lm} > %(hw)s), max({lm}), "
+            f"pg_total_relation_size(%(staging)s::regclass), count(*) FILTER (WHERE {null_key}), "
+            f"count(*) FILTER (WHERE {lm} IS NULL), count(*) FILTER (WHERE {marked} AND {newer}) "
+            f"FROM {staging}",
+            {"hw": None if state.high_watermark is None else model.change_column.value(state.high_watermark),
+             "staging": staging},
         ).fetchone()
         if null_keys or null_lms:
             self._refuse_null_values(load, staging)
-        return rows, delta_rows, None if max_lm is None else model.change_column.moment(max_lm), volume
+        return (rows, delta_rows, None if max_lm is None else model.change_column.moment(max_lm), volume,
+                marked_rows)
 
     def _refuse_null_values(self, load: WindowLoad, staging: str) -> None:
         model = load.model

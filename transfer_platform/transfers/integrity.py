@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -121,8 +121,8 @@ def check_integrity(spark: SparkSession, config: PlatformConfig, destination_nam
     reader = reader_for(config.source(model.source_name))
     reader.check(destination.name)
     bounds = ReadBounds(windowing.configured_start, OPEN_END, Window(windowing.configured_start, OPEN_END))
-    source = reader.read(spark, ReadRequest(keys_only, recipient.id_in_provider_system, bounds,
-                                            destination.name))
+    source = live_source_rows(spark, reader, model, ReadRequest(
+        keys_only, recipient.id_in_provider_system, bounds, destination.name))
     writer = writer_for(destination)
     try:
         state, table = live_table(spark, writer, keys_only)
@@ -137,6 +137,22 @@ def check_integrity(spark: SparkSession, config: PlatformConfig, destination_nam
         destination=destination.name, model=model.model_name, checked_at=utc(now),
         watermark=state.watermark, lookback_seconds=windowing.lookback_seconds, horizon=horizon,
         examples=examples, **counts)
+
+
+def live_source_rows(spark: SparkSession, reader, model: ModelConfig,  # noqa: ANN001 - a SourceReader
+                     request: ReadRequest) -> DataFrame:
+    """The source's key rows the destination should hold: those a transfer removes (marked
+    deleted, when the model removes deleted rows) are left out, as the transfer leaves them out."""
+    if not model.removes_deleted_rows:
+        return reader.read(spark, request)
+    marker = model.deletion_marker
+    with_marker = request.model.model_copy(update={"columns": [*request.model.columns, marker]})
+    rows = reader.read(spark, replace(request, model=with_marker))
+    column = spark_col(marker.destination_name)
+    from pyspark.sql import functions as F
+
+    marked = column if marker.data_type == "boolean" else column.isNotNull()
+    return rows.where(~F.coalesce(marked, F.lit(False))).drop(marker.destination_name)
 
 
 def key_model(model: ModelConfig) -> ModelConfig:

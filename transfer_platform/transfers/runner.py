@@ -125,8 +125,8 @@ def transfer_model(
                     "primary key columns hold no NULLs and that source_query runs",
             ) from None
         log_phase("load", **ids, rows_transferred=result.rows_transferred,
-                  delta_rows_transferred=result.delta_rows_transferred, volume_bytes=result.volume_bytes,
-                  watermark=result.state.watermark)
+                  delta_rows_transferred=result.delta_rows_transferred, rows_deleted=result.rows_deleted,
+                  volume_bytes=result.volume_bytes, watermark=result.state.watermark)
         key = None if window.partition is None else windowing.partition_key(window.partition)
         yield WindowOutcome(window, result, key, refreshing)
     if refreshing:
@@ -158,6 +158,7 @@ class PartitionTally:
             volume_bytes=sum(p.result.volume_bytes for p in parts),
             max_last_modified=max(highest) if highest else None,
             state=last.result.state,
+            rows_deleted=sum(p.result.rows_deleted for p in parts),
         )
         bounds = ReadBounds(first.planned.bounds.lower, last.planned.bounds.upper,
                             Window(first.planned.bounds.progress.start, last.planned.bounds.progress.end))
@@ -174,6 +175,7 @@ class ModelSummary:
     windows: int = 0
     rows_transferred: int = 0
     delta_rows_transferred: int = 0
+    rows_deleted: int = 0
     volume_bytes: int = 0
     state: ModelState | None = None
     error: str | None = None
@@ -184,6 +186,7 @@ class ModelSummary:
         self.windows += 1
         self.rows_transferred += outcome.result.rows_transferred
         self.delta_rows_transferred += outcome.result.delta_rows_transferred
+        self.rows_deleted += outcome.result.rows_deleted
         self.volume_bytes += outcome.result.volume_bytes
         self.state = outcome.result.state
 
@@ -201,6 +204,7 @@ class ModelSummary:
             "windows": self.windows,
             "rows_transferred": self.rows_transferred,
             "delta_rows_transferred": self.delta_rows_transferred,
+            "rows_deleted": self.rows_deleted,
             "volume_transferred_in_mb": round(self.volume_bytes / 1_048_576, 3),
             "watermark": isoformat(state.watermark) if state else None,
             "most_recent_last_updated_at": isoformat(state.high_watermark) if state else None,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transfer_platform.core.sql import (
     change_predicate,
     derived_table,
+    plan_soft_delete,
     plan_upsert,
     qualified,
     quote_ident,
@@ -312,3 +313,22 @@ def test_plan_upsert_append_only_inserts_and_never_updates():
         'ON CONFLICT ("id") DO NOTHING'
     )
     assert "DO UPDATE" not in sql
+
+
+# -- soft deletes ---------------------------------------------------------------------------------
+
+
+def test_plan_soft_delete_removes_only_rows_whose_delete_is_not_older():
+    sql = plan_soft_delete(target='"d"."t"', staging='"d"."s"', primary_key=["id", "org"],
+                           last_modified="lm", marker="is_deleted", marker_type="boolean")
+    assert sql == ('DELETE FROM "d"."t" AS t USING "d"."s" AS s WHERE t."id" = s."id" AND t."org" = s."org" '
+                   'AND s."is_deleted" IS TRUE AND s."lm" >= t."lm"')
+    by_time = plan_soft_delete(target="t", staging="s", primary_key=["id"], last_modified="lm",
+                               marker="deleted_at", marker_type="timestamp")
+    assert 's."deleted_at" IS NOT NULL AND s."lm" >= t."lm"' in by_time
+
+
+def test_plan_upsert_leaves_out_skipped_rows():
+    sql = plan_upsert(target="t", staging="s", columns=["id", "lm", "v"], primary_key=["id"],
+                      last_modified="lm", skip='"is_deleted" IS TRUE')
+    assert 'SELECT "id", "lm", "v" FROM s WHERE NOT ("is_deleted" IS TRUE) ON CONFLICT' in sql
