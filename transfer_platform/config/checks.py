@@ -82,6 +82,10 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                         "last-modified column, and this column is not it",
                                         "move them to the column with is_last_modified: true"))
         problems += _check_deletion_marker(path, model)
+        if model.delete_detection == "none" and "delete_sweep_frequency_minutes" in model.model_fields_set:
+            problems.append(Problem(f"{path}.delete_sweep_frequency_minutes",
+                                    "is set but delete_detection is none, so no sweep runs",
+                                    "set delete_detection: sweep, or remove delete_sweep_frequency_minutes"))
         if not model.primary_key:
             problems.append(Problem(f"{path}.columns", "no primary key column",
                                     "mark the unique id column(s) with is_primary_key: true"))

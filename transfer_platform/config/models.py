@@ -135,6 +135,9 @@ class ModelConfig(StrictModel):
     is_append_only: bool = False
     # with a column marked is_deleted_marker: deliver marked rows with the marker instead of removing them
     keep_deleted_rows: bool = False
+    # hard deletes (rows gone from the source): "sweep" compares the tenant's keys on a schedule
+    delete_detection: Literal["none", "sweep"] = "none"
+    delete_sweep_frequency_minutes: Literal[15, 60, 360, 720, 1440] = 1440
 
     @field_validator("max_transfer_time_window_seconds", mode="before")
     @classmethod
@@ -203,6 +206,8 @@ class _DestinationBase(StrictModel):
     recipient: str
     is_enabled: bool = True
     frequency_minutes: Literal[0, 15, 60, 360, 720, 1440] = 0
+    # integrity checks of every model, launched by the sensor (null: only on demand)
+    integrity_check_frequency_minutes: Literal[15, 60, 360, 720, 1440] | None = 1440
     enabled_models: list[str] = Field(default_factory=list)
     max_concurrent_transfers: int = Field(default=1, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)

@@ -86,6 +86,15 @@ class DestinationWriter(Protocol):
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         """The delivered table as a Spark DataFrame."""
 
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """Hold the model's lock in the destination until :meth:`close` (``prepare`` takes it):
+        one transfer or delete sweep of a model at a time, however it was started; raises
+        ``TransferRunning`` after a short wait."""
+
+    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
+        """Remove the rows whose primary key and last-modified value ``frame`` holds, without
+        holding them all in memory; returns how many were removed."""
+
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
         """``test-connection``: reach, log in, then try everything a transfer of ``models`` does
         here (create, write, alter, rename, drop; or write, rename, delete files), undoing each at

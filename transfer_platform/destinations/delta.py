@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
 REFRESH_DIR = "_refresh"
+DELETE_BATCH_ROWS = 100_000
 LOCK_DIR = "_tp_locks"
 #: how long a transfer waits for the lock of a model that another transfer holds
 LOCK_WAIT_SECONDS = 10
@@ -137,7 +138,7 @@ class DeltaWriter:
         from deltalake import DeltaTable
 
         self.check()
-        self._lock_model(model, transfer_id)
+        self.lock_model(model, transfer_id)
         path = self.table_path(model)
         live = DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
         state = ModelState() if live is None else read_state(live)
@@ -189,6 +190,25 @@ class DeltaWriter:
         shutil.rmtree(self.refresh_path(model), ignore_errors=True)
         return state
 
+    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
+        """Remove the rows whose primary key and last-modified value ``frame`` holds (a row that
+        changed since is left alone): one MERGE commit per batch of ``DELETE_BATCH_ROWS`` rows
+        brought from Spark one partition at a time (memory stays flat), each carrying the
+        model's current state."""
+        from deltalake import DeltaTable
+
+        columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
+        schema = pa.schema([arrow_schema(model).field(c) for c in columns])
+        match = " AND ".join(f"t.{_sql_name(c)} = s.{_sql_name(c)}" for c in columns)
+        deleted = 0
+        for batch in _batches(frame.select(*columns), schema, DELETE_BATCH_ROWS):
+            table = DeltaTable(str(self.table_path(model)))
+            metrics = (table.merge(batch, predicate=match, source_alias="s", target_alias="t",
+                                   commit_properties=_commit(read_state(table), transfer_id))
+                       .when_matched_delete().execute())
+            deleted += int(metrics.get("num_target_rows_deleted", 0))
+        return deleted
+
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         files = self._current_files(model)
         if not files:  # a table with no data files yet: Spark cannot read zero paths
@@ -198,7 +218,7 @@ class DeltaWriter:
 
     # -- one transfer per model ----------------------------------------------------------------
 
-    def _lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         """Hold the model's lock file (an exclusive ``flock``, the operating system's: released
         when this writer closes, or when its process dies) so that two transfers of one model to
         this folder never interleave; a second one waits up to ``LOCK_WAIT_SECONDS``, then is
@@ -368,6 +388,18 @@ class DeltaWriter:
         from deltalake import DeltaTable
 
         return DeltaTable(str(self.table_path(model))).file_uris()
+
+
+def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
+    """``frame``'s rows as Arrow tables of at most ``size`` rows, one Spark partition at a time."""
+    rows = []
+    for row in frame.toLocalIterator():
+        rows.append(row.asDict())
+        if len(rows) >= size:
+            yield pa.Table.from_pylist(rows, schema=schema)
+            rows = []
+    if rows:
+        yield pa.Table.from_pylist(rows, schema=schema)
 
 
 def _holder(text: str) -> str:

@@ -205,7 +205,7 @@ class PostgresWriter:
         conn.execute(status_ddl(self.status_table))
         if "refresh_state" not in self._columns(self.status_table):  # a table from an older version
             conn.execute(f"ALTER TABLE {self.status_table} ADD COLUMN IF NOT EXISTS refresh_state jsonb")
-        self._lock_model(model, transfer_id)
+        self.lock_model(model, transfer_id)
         self._drop_stale_staging(model)  # under the lock: no live transfer of the model owns any
         state = self.read_state(model)
         if full_refresh:
@@ -324,6 +324,26 @@ class PostgresWriter:
             conn.execute(f"UPDATE {self.status_table} SET refresh_state = NULL WHERE data_model_name = %s",
                          (model.model_name,))
         return state
+
+    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
+        """Remove the rows whose primary key and last-modified value ``frame`` holds (a row that
+        changed since is left alone): staged like a batch (COPY from Spark's workers, so memory
+        stays flat), then one ``DELETE ... USING`` in one transaction."""
+        columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
+        names = ", ".join(quote_ident(c) for c in columns)
+        staging = qualified(self.schema, STAGING_PREFIX + staging_suffix(model.model_name, transfer_id))
+        match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
+        with self._translated_errors():
+            self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+            self.conn.execute(f"CREATE UNLOGGED TABLE {staging} AS SELECT {names} FROM {self.table(model)} "
+                              "WITH NO DATA")
+            try:
+                self._stage(frame.select(*columns), staging)
+                with self.conn.transaction():
+                    return self.conn.execute(
+                        f"DELETE FROM {self.table(model)} AS t USING {staging} AS s WHERE {match}").rowcount
+            finally:
+                self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         connection = self.destination.connection
@@ -716,7 +736,7 @@ class PostgresWriter:
             (state.watermark, state.high_watermark, state.to_json(), transfer_id, model.model_name),
         )
 
-    def _lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         """Hold the model's lock in the destination itself (a session advisory lock, released when
         the writer's connection closes, or when its process dies): two transfers of one model to
         one destination never interleave, however they were started (two ``transfer`` commands,
