@@ -137,6 +137,33 @@ def cmd_test_connection(args: argparse.Namespace) -> int:
     return 1 if any(check.failed for check in checks) else 0
 
 
+def cmd_sweep_deletes(args: argparse.Namespace) -> int:
+    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.transfers.delete_sweep import sweep_deletes
+
+    config = load_config(args.config)
+    destination = config.destination(args.destination)
+    swept = [m for m in config.models_for(destination) if m.delete_detection == "sweep"]
+    models = [m for m in swept if not args.model or m.model_name in args.model]
+    unknown = sorted(set(args.model or []) - {m.model_name for m in swept})
+    if unknown or not models:
+        raise ConfigError(f"destination {destination.name!r} sweeps no model(s) {unknown or '(none given)'}; "
+                          f"models with delete_detection: sweep there: {[m.model_name for m in swept]}")
+    spark, sweep_id, failed = get_spark_session(config.spark), uuid.uuid4().hex, []
+    reports = []
+    for model in models:
+        try:
+            reports.append(sweep_deletes(spark, config, destination.name, model, datetime.now(UTC), sweep_id).as_dict())
+        except TransferPlatformError as exc:
+            reports.append({"destination": destination.name, "model": model.model_name, "error": str(exc)})
+            failed.append(f"{model.model_name}: {exc}")
+    print(json.dumps({"sweep_id": sweep_id, "models": reports}, indent=2))
+    if failed:
+        print(f"error: {failed[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_transfers(args: argparse.Namespace) -> int:
     from transfer_platform.orchestration.lifecycle import sweep
     from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
@@ -240,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "grants every right transfers need (one line per "
                                                    "check; exit 1 if any fails); changes nothing")
     probe.add_argument("name", metavar="SOURCE_OR_DESTINATION")
+    sweep = sub.add_parser("sweep-deletes", help="remove a destination's rows whose key is gone from the "
+                                                 "source (models with delete_detection: sweep), now")
+    sweep.add_argument("destination")
+    sweep.add_argument("--model", action="append", help="only this model (repeatable)")
     listing = sub.add_parser("transfers", help="list transfers with status and metrics ($DAGSTER_HOME)")
     listing.add_argument("--destination")
     listing.add_argument("--status", choices=STATUSES)
@@ -260,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("TRANSFER_PLATFORM_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
-                "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection}
+                "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
+                "sweep-deletes": cmd_sweep_deletes}
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:

@@ -58,6 +58,9 @@ def integrity_job():  # -> UnresolvedAssetJobDefinition (not exported by dagster
     )
 
 
+INTEGRITY_JOB = integrity_job()  # one definition, shared by the definitions and the sensor
+
+
 def build_integrity_checks(config: PlatformConfig, destination_name: str) -> dg.AssetChecksDefinition:
     destination = config.destination(destination_name)
     recipient = config.recipient(destination.recipient)

@@ -34,6 +34,7 @@ from transfer_platform.orchestration.run_tags import (
 
 _LOG = logging.getLogger("transfer_platform.coordinator")
 TRANSFER_JOB = "transfer"
+SWEEP_JOB = "delete_sweep"
 INTEGRITY_JOB = "integrity"
 
 
@@ -66,6 +67,14 @@ def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], 
         if not destination:
             raise RunPlacementError("a transfer run needs ops.run_transfer.config.destination")
         return destination, list(op_config.get("models") or []), "transfer"
+    if run.job_name == SWEEP_JOB:  # launched by hand (the sensor's runs carry their tags)
+        op_config = (((run.run_config or {}).get("ops") or {}).get("sweep_deletes") or {}).get("config") or {}
+        if not op_config.get("destination"):
+            raise RunPlacementError("a delete sweep run needs ops.sweep_deletes.config.destination")
+        destination = config.destination(op_config["destination"])
+        models = op_config.get("models") or [m.model_name for m in config.models_for(destination)
+                                            if m.delete_detection == "sweep"]
+        return destination.name, list(models), "delete_sweep"
     keys = list(run.asset_selection or [])
     kind = "transfer"
     if not keys and run.asset_check_selection:

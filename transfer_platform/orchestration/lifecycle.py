@@ -33,7 +33,7 @@ from transfer_platform.core.lifecycle import (
     ORPHANED_AFTER,
     ORPHANED_TAG,
 )
-from transfer_platform.orchestration.run_tags import KIND_TAG
+from transfer_platform.orchestration.run_tags import KIND_TAG, KINDS
 
 
 def heartbeat_seconds() -> float:
@@ -81,14 +81,14 @@ def sweep(instance: DagsterInstance, now: datetime) -> dict[str, list[str]]:
     heartbeat stopped (ORPHANED). Returns the run ids of each."""
     expired, orphaned = [], []
     queued = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.QUEUED],
-                                                 tags={KIND_TAG: ["transfer", "integrity"]}))
+                                                 tags={KIND_TAG: list(KINDS)}))
     for record in queued:
         if now - record.create_timestamp.astimezone(UTC) > EXPIRE_AFTER:
             instance.add_run_tags(record.dagster_run.run_id, {EXPIRED_TAG: "true"})
             instance.run_coordinator.cancel_run(record.dagster_run.run_id)
             expired.append(record.dagster_run.run_id)
     running = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.STARTED],
-                                                  tags={KIND_TAG: ["transfer", "integrity"]}))
+                                                  tags={KIND_TAG: list(KINDS)}))
     for record in running:
         run = record.dagster_run
         beat = run.tags.get(HEARTBEAT_TAG)
@@ -113,7 +113,7 @@ def _killed_workers(instance: DagsterInstance, now: datetime) -> list[str]:
     itself, so no heartbeat went stale): ORPHANED too. Each failed run is looked at once."""
     found = []
     failed = instance.get_run_records(RunsFilter(
-        statuses=[DagsterRunStatus.FAILURE], tags={KIND_TAG: ["transfer", "integrity"]},
+        statuses=[DagsterRunStatus.FAILURE], tags={KIND_TAG: list(KINDS)},
         updated_after=now - timedelta(days=1)))
     for record in failed:
         run = record.dagster_run

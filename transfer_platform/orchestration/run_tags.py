@@ -26,10 +26,10 @@ from transfer_platform.config.models import ModelConfig, PlatformConfig
 PREFIX = "transfer_platform"
 DESTINATION_TAG = f"{PREFIX}/destination"
 MODELS_TAG = f"{PREFIX}/models"  # comma-separated model names
-KIND_TAG = f"{PREFIX}/kind"  # transfer | integrity
+KIND_TAG = f"{PREFIX}/kind"  # transfer | integrity | delete_sweep
 FULL_REFRESH_TAG = f"{PREFIX}/full_refresh"
 USER_TAG_PREFIX = f"{PREFIX}/tag/"  # user tags of `transfer --tag key=value`
-KINDS = ("transfer", "integrity")
+KINDS = ("transfer", "integrity", "delete_sweep")
 
 USER_TAG_PATTERN = re.compile(r"[A-Za-z0-9_-]+")  # whole key and value (fullmatch)
 

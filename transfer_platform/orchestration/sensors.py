@@ -8,17 +8,28 @@ cursor remembers the last tick enqueued per destination, so after downtime the m
 caught up by one transfer. A disabled destination is never requested. Runs go through the queue
 (the run coordinator adds the limit tags), so a transfer that cannot start waits as PENDING.
 
+It also enqueues, on their own frequencies and through the same queue: the ``delete_sweep`` job
+of each model with ``delete_detection: sweep`` (``delete_sweep_frequency_minutes``), and the
+``integrity`` job with every check of a destination (``integrity_check_frequency_minutes``,
+daily by default) once the destination has had a successful transfer run (its first backfill is
+complete). Their cursor entries are ``sweep:<destination>:<model>`` and
+``integrity:<destination>``; a due integrity tick waits, unrecorded, until that first success.
+
 Each tick also runs the lifecycle sweep: pending transfers older than 6 hours are cancelled
 (EXPIRED), running ones without a heartbeat are failed (ORPHANED).
 """
 
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
@@ -28,9 +39,12 @@ from dagster import (
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.schedule import due
 from transfer_platform.core.timeutil import isoformat
+from transfer_platform.orchestration.checks import INTEGRITY_JOB, JOB_NAME, integrity_check_keys
+from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
+from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.lifecycle import sweep
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import PREFIX, limit_tags
+from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, PREFIX, limit_tags
 from transfer_platform.orchestration.transfer_job import transfer_job
 
 SCHEDULED_FOR_TAG = f"{PREFIX}/scheduled_for"
@@ -56,7 +70,7 @@ def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datet
                 SCHEDULED_FOR_TAG: isoformat(when.tick),
                 MISSED_TICKS_TAG: str(when.missed), TRIGGER_TAG: "sensor"}
         requests.append(RunRequest(
-            run_key=f"{destination.name}@{isoformat(when.tick)}",
+            run_key=f"{destination.name}@{isoformat(when.tick)}", job_name="transfer",
             run_config={"ops": {"run_transfer": {"config": {"destination": destination.name}}}},
             tags=tags,
         ))
@@ -64,10 +78,58 @@ def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datet
     return requests, {k: v for k, v in new_cursor.items() if v}
 
 
-@sensor(name="transfer_schedule", job=transfer_job, minimum_interval_seconds=60,
+def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetime,
+                    delivered: Callable[[str], bool]) -> tuple[list[RunRequest], dict[str, str]]:
+    """The delete sweeps and integrity checks due at ``now``, and their cursor entries.
+    ``delivered(destination)``: its first transfer has succeeded (integrity checks wait for it)."""
+    requests, new_cursor = [], {}
+    for destination in config.destinations:
+        if not destination.is_enabled:
+            continue
+        due_runs = [(f"sweep:{destination.name}:{m.model_name}", m.delete_sweep_frequency_minutes, [m])
+                    for m in config.models_for(destination) if m.delete_detection == "sweep"]
+        if destination.integrity_check_frequency_minutes and config.models_for(destination):
+            due_runs.append((f"integrity:{destination.name}", destination.integrity_check_frequency_minutes,
+                             config.models_for(destination)))
+        for key, frequency, models in due_runs:
+            last = cursor.get(key)
+            if last:
+                new_cursor[key] = last
+            when = due(frequency, datetime.fromisoformat(last) if last else None, now)
+            if when is None:
+                continue
+            integrity = key.startswith("integrity:")
+            if integrity and not delivered(destination.name):
+                continue  # after the first completed backfill
+            kind = "integrity" if integrity else SWEEP_KIND
+            tags = {**limit_tags(config, destination.name, models, kind),
+                    SCHEDULED_FOR_TAG: isoformat(when.tick), TRIGGER_TAG: "sensor"}
+            if integrity:
+                requests.append(RunRequest(run_key=f"{key}@{isoformat(when.tick)}", job_name=JOB_NAME, tags=tags,
+                                           asset_check_keys=integrity_check_keys(config, destination.name)))
+            else:
+                requests.append(RunRequest(
+                    run_key=f"{key}@{isoformat(when.tick)}", job_name=delete_sweep_job.name, tags=tags,
+                    run_config={"ops": {"sweep_deletes": {"config": {
+                        "destination": destination.name, "models": [models[0].model_name]}}}}))
+            new_cursor[key] = isoformat(when.tick)
+    return requests, new_cursor
+
+
+def has_succeeded(instance: DagsterInstance) -> Callable[[str], bool]:
+    """Whether a destination has had a successful transfer run (its backfill is complete)."""
+    def delivered(destination: str) -> bool:
+        return bool(instance.get_run_records(RunsFilter(
+            tags={KIND_TAG: "transfer", DESTINATION_TAG: destination},
+            statuses=[DagsterRunStatus.SUCCESS]), limit=1))
+    return delivered
+
+
+@sensor(name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, INTEGRITY_JOB], minimum_interval_seconds=60,
         default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
-                    "(aligned to midnight UTC); cancels transfers pending > 6 h, fails orphaned ones.")
+                    "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "
+                    "cancels transfers pending > 6 h, fails orphaned ones.")
 def transfer_schedule_sensor(context: SensorEvaluationContext, platform: TransferPlatformResource):
     now = datetime.now(UTC)
     swept = sweep(context.instance, now)
@@ -76,6 +138,8 @@ def transfer_schedule_sensor(context: SensorEvaluationContext, platform: Transfe
             context.log.warning(f"transfer {run_id} {kind}")
     cursor = json.loads(context.cursor) if context.cursor else {}
     requests, new_cursor = schedule_requests(platform.config, cursor, now)
+    upkeep, upkeep_cursor = upkeep_requests(platform.config, cursor, now, has_succeeded(context.instance))
+    requests, new_cursor = requests + upkeep, {**new_cursor, **upkeep_cursor}
     if not requests:
         return SensorResult(skip_reason=SkipReason("no destination is due"), cursor=json.dumps(new_cursor))
     return SensorResult(run_requests=requests, cursor=json.dumps(new_cursor, sort_keys=True))

@@ -108,3 +108,25 @@ def test_a_sweep_frequency_without_a_sweep_is_refused():
             "destinations": [{"name": "dst", "vendor": "postgres", "recipient": "rcpt",
                               "connection": pg_connection_config("x")}],
         }, now=day(6, 1))
+
+
+def test_the_command_line_sweeps_and_reports(spark, pg_conn, pg_schema, dst_schema, tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from transfer_platform.cli import main
+
+    create_events(pg_conn, pg_schema)
+    rows = make_rows([TENANT], 6, [day(3, 1)], seed=33)
+    insert_rows(pg_conn, pg_schema, rows)
+    config = config_for(pg_schema, "postgres", dst_schema, None)
+    assert transfer(spark, config, NOW, "t1").status == "SUCCESS"
+    oldest = min(rows, key=lambda r: r[2])[0]
+    pg_conn.execute(f'DELETE FROM "{pg_schema}".events WHERE id = %s', (oldest,))
+    path = tmp_path / "tp.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude_defaults=True)))
+    assert main(["--config", str(path), "sweep-deletes", "dst"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)["models"]
+    assert (report["model"], report["rows_compared"], report["rows_deleted"]) == ("events", 6, 1)
+    assert main(["--config", str(path), "sweep-deletes", "dst", "--model", "nope"]) == 2

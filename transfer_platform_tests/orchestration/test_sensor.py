@@ -195,7 +195,8 @@ def evaluate_between_ticks(config_path: Path, instance: dg.DagsterInstance, curs
 
 def test_the_sensor_requests_enabled_destinations_and_advances_its_cursor(config_path: Path,
                                                                          config: PlatformConfig) -> None:
-    assert build_definitions(str(config_path)).resolve_sensor_def("transfer_schedule").job_name == "transfer"
+    sensor = build_definitions(str(config_path)).resolve_sensor_def("transfer_schedule")
+    assert sorted(job.name for job in sensor.jobs) == ["delete_sweep", "integrity", "transfer"]
     with dg.instance_for_test() as instance:
         result, now = evaluate_between_ticks(config_path, instance, None)
         expected = {d: latest_tick(f, now) for d, f in FREQUENCIES.items()}
