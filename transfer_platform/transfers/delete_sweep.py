@@ -7,8 +7,8 @@ last-modified) rows, and the destination rows whose key is no longer in the sour
 (staged and deleted in one transaction on PostgreSQL, MERGE commits of bounded batches on Delta).
 Spark's anti-join spills to disk, so memory stays flat on large tables.
 
-Safety: a row that may still be arriving (last-modified at or after the integrity horizon: the
-watermark minus the lookback) is never removed; the sweep holds the model's lock in the
+Safety: a row that may still be arriving (last-modified at or after the watermark, the last
+transfer's clock, minus the lookback) is never removed; the sweep holds the model's lock in the
 destination (never beside a transfer of the same model); a source read that fails raises before
 anything is deleted, and a source that returns no row at all for a tenant whose destination
 holds rows is refused (an empty read is more often a wrong tenant id or an emptied table than
@@ -18,18 +18,17 @@ every row deleted). The destination holds one recipient's rows, so no other tena
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.timeutil import isoformat
+from transfer_platform.core.timeutil import isoformat, utc
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import DataError
 from transfer_platform.sources.base import ReadRequest, reader_for, spark_col
 from transfer_platform.transfers.integrity import (
     OPEN_END,
-    integrity_horizon,
     key_model,
     live_table,
     spark_errors,
@@ -53,6 +52,17 @@ class SweepReport:
                 "rows_deleted": self.rows_deleted, "horizon": isoformat(self.horizon)}
 
 
+def sweep_horizon(watermark: datetime | None, lookback_seconds: int, now: datetime) -> datetime | None:
+    """Rows last modified before this instant may be removed: the watermark (the last transfer's
+    clock) minus the lookback, and never later than ``now`` minus the lookback. A row at or after
+    it may still be arriving. (Not the integrity horizon, which starts at the last *delivered*
+    value: a sparse tenant's newest row, once deleted, would be kept forever.)"""
+    if watermark is None:
+        return None
+    lookback = timedelta(seconds=lookback_seconds)
+    return min(utc(watermark), utc(now)) - lookback
+
+
 def sweep_deletes(spark: SparkSession, config: PlatformConfig, destination_name: str, model: ModelConfig,
                   now: datetime, sweep_id: str) -> SweepReport:
     """Remove the destination rows of ``model`` whose key is gone from the tenant's source rows."""
@@ -70,7 +80,7 @@ def sweep_deletes(spark: SparkSession, config: PlatformConfig, destination_name:
     try:
         writer.lock_model(model, sweep_id)  # never beside a transfer of this model
         state, table = live_table(spark, writer, keys_only)
-        horizon = integrity_horizon(windowing, state, now)
+        horizon = sweep_horizon(state.watermark, windowing.lookback_seconds, now)
         if table is None or horizon is None:  # nothing delivered yet
             return SweepReport(destination.name, model.model_name, 0, 0, horizon)
         start = windowing.configured_start
