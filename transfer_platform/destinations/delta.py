@@ -226,7 +226,7 @@ class DeltaWriter:
         if model.model_name in self._locks:
             return
         folder = self.root / LOCK_DIR
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(folder / f"{model.model_name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + LOCK_WAIT_SECONDS
         while True:

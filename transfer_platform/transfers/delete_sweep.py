@@ -10,9 +10,9 @@ Spark's anti-join spills to disk, so memory stays flat on large tables.
 Safety: a row that may still be arriving (last-modified at or after the watermark, the last
 transfer's clock, minus the lookback) is never removed; the sweep holds the model's lock in the
 destination (never beside a transfer of the same model); a source read that fails raises before
-anything is deleted, and a source that returns no row at all for a tenant whose destination
-holds rows is refused (an empty read is more often a wrong tenant id or an emptied table than
-every row deleted). The destination holds one recipient's rows, so no other tenant is touched.
+anything is deleted (a failed read is never taken for an empty one). A tenant whose rows are all
+gone is emptied: that is what the source says. The destination holds one recipient's rows, so no
+other tenant is touched.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat, utc
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import writer_for
-from transfer_platform.errors import DataError
 from transfer_platform.sources.base import ReadRequest, reader_for, spark_col
 from transfer_platform.transfers.integrity import (
     OPEN_END,
@@ -89,13 +88,6 @@ def sweep_deletes(spark: SparkSession, config: PlatformConfig, destination_name:
         with spark_errors(f"comparing the keys of destination '{destination.name}' with the source",
                           model, destination.name):
             compared = table.count()
-            if compared and source.limit(1).count() == 0:
-                raise DataError(
-                    f"the source returned no row of tenant {tenant!r} while the destination holds "
-                    f"{compared}; the delete sweep removes nothing when the source looks empty",
-                    model=model.model_name, destination=destination.name,
-                    fix="check the source table and the recipient's id_in_provider_system; if the "
-                        "tenant really has no rows any more, run a full refresh")
             gone = (table.join(source.select(*[spark_col(k) for k in keys]), on=keys, how="left_anti")
                     .where(spark_col(lm) < F.lit(model.change_column.bound(horizon))))
             deleted = writer.delete_rows(gone, model, sweep_id)

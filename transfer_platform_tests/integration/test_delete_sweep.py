@@ -1,7 +1,7 @@
 """The hard-delete sweep (``delete_detection: sweep``): destination rows whose key is gone from the
 tenant's source rows are removed; a row that may still be arriving (last-modified at or after the
 watermark minus the lookback) is not; another tenant's deletes change nothing; a source that
-fails or looks empty deletes nothing. PostgreSQL and Delta destinations.
+fails deletes nothing, one whose rows are all gone empties the destination. PostgreSQL and Delta destinations.
 
 The expectation is the source's: after the sweep the destination holds the tenant's source rows,
 plus the deleted rows last modified inside the lookback before the watermark (the last transfer's
@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.config import parse_config
-from transfer_platform.errors import ConfigError, DataError
+from transfer_platform.errors import ConfigError, ConnectionFailure
 from transfer_platform.transfers.delete_sweep import sweep_deletes
 from transfer_platform_tests.conftest import pg_connection_config
 from transfer_platform_tests.integration.helpers import (
@@ -85,20 +85,22 @@ def test_rows_gone_from_the_source_are_removed_but_not_those_still_arriving(
 
 
 @pytest.mark.parametrize("vendor", ["postgres", "delta"])
-def test_a_source_that_fails_or_looks_empty_deletes_nothing(spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor):
+def test_a_source_that_fails_deletes_nothing_and_an_emptied_tenant_is_emptied(
+        spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor):
     create_events(pg_conn, pg_schema)
     insert_rows(pg_conn, pg_schema, make_rows([TENANT], 6, [day(3, 1)], seed=32))
     config = config_for(pg_schema, vendor, dst_schema, tmp_path / "delta")
     assert transfer(spark, config, NOW, "t1").status == "SUCCESS"
     before = delivered(pg_conn, vendor, dst_schema, tmp_path / "delta")
 
-    pg_conn.execute(f'DELETE FROM "{pg_schema}".events')  # the tenant's rows all gone (or a wrong id)
-    with pytest.raises(DataError, match="the source returned no row of tenant 'acme'"):
-        sweep_deletes(spark, config, "dst", config.model("events"), NOW, "s1")
+    pg_conn.execute(f'DELETE FROM "{pg_schema}".events')  # every row of the tenant is gone
     unreachable = config_for(pg_schema, vendor, dst_schema, tmp_path / "delta", source_port=5999)
-    with pytest.raises(Exception, match="5999"):
-        sweep_deletes(spark, unreachable, "dst", unreachable.model("events"), NOW, "s2")
+    with pytest.raises(ConnectionFailure, match="5999"):  # a failed read is not an empty one
+        sweep_deletes(spark, unreachable, "dst", unreachable.model("events"), NOW, "s1")
     assert delivered(pg_conn, vendor, dst_schema, tmp_path / "delta") == before
+    report = sweep_deletes(spark, config, "dst", config.model("events"), NOW, "s2")
+    assert report.rows_deleted == len(before)
+    assert delivered(pg_conn, vendor, dst_schema, tmp_path / "delta") == []
 
 
 def test_a_sweep_frequency_without_a_sweep_is_refused():
