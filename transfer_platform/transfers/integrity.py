@@ -1,4 +1,4 @@
-"""Integrity checks: compare (primary key, last-modified) of a tenant's source rows with its destination.
+"""Integrity checks: compare a tenant's source rows with its destination, key by key.
 
 Knows nothing of Dagster: the asset check (``orchestration/checks.py``) and the tests call
 :func:`check_integrity` and turn its :class:`IntegrityReport` into whatever they report.
@@ -6,18 +6,19 @@ Knows nothing of Dagster: the asset check (``orchestration/checks.py``) and the 
 What is compared:
 
 - the source side is read through the model's own reader (tenant filter, ``source_query``
-  wrapping and schema tenancy all apply), narrowed to the key and last-modified columns, from the
-  configured start on. The read has no upper bound at the check's "now": a row updated between
+  wrapping and schema tenancy all apply), every column of the model, from the configured start on
+  (rows a transfer removes, marked deleted, are left out). The read has no upper bound at the check's "now": a row updated between
   "now" and the moment Spark runs the query would otherwise vanish from the read and look
   orphaned; with it, that row is a (pending) change;
-- the destination side is the live table's key and last-modified columns (Spark prunes the
-  others in the scan); a destination that has no table yet is empty.
+- the destination side is the live table's columns of the model; a destination that has no
+  table yet is empty.
 
 Both are joined on the key (full outer join, in Spark) and every row falls in at most one class:
 ``missing`` (in the source only), ``orphaned`` (in the destination only: deleted in the source,
 which incremental transfers do not propagate), ``stale`` (the destination's last-modified value is
 older than the source's), ``incorrect`` (newer: our upsert never does that, so something else
-wrote the table). A difference is ``pending`` instead, not a failure, when the row's
+wrote the table; or as new, with other values: a hash of the other columns, in the model's types,
+differs; JSON columns are left out of it, since PostgreSQL's jsonb rewrites its text). A difference is ``pending`` instead, not a failure, when the row's
 last-modified value (the source's; the destination's for an orphaned row) is at or after the
 *horizon*: where the next incremental read starts (the greatest value delivered, or the watermark
 if earlier, minus the source's lookback: :func:`~transfer_platform.core.planning.resume_for`),
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.connections import spark_error_reason
 from transfer_platform.core.planning import ModelWindowing, resume_for
 from transfer_platform.core.timeutil import isoformat, utc
+from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import DestinationWriter, writer_for
@@ -60,6 +62,7 @@ OPEN_END = datetime(9999, 12, 31, tzinfo=UTC)
 # column names of the comparison frame (prefixed so that no model column can clash)
 _IN_SOURCE, _IN_DESTINATION = "_tp_in_source", "_tp_in_destination"
 _SOURCE_LM, _DESTINATION_LM = "_tp_source_lm", "_tp_destination_lm"
+_SOURCE_HASH, _DESTINATION_HASH = "_tp_source_hash", "_tp_destination_hash"
 _CLASS, _RANK = "_tp_class", "_tp_rank"
 
 
@@ -116,21 +119,19 @@ def check_integrity(spark: SparkSession, config: PlatformConfig, destination_nam
     destination = config.destination(destination_name)
     recipient = config.recipient(destination.recipient)
     windowing = windowing_for(config, destination_name, model)
-    keys_only = key_model(model)
-
     reader = reader_for(config.source(model.source_name))
     reader.check(destination.name)
     bounds = ReadBounds(windowing.configured_start, OPEN_END, Window(windowing.configured_start, OPEN_END))
     source = live_source_rows(spark, reader, model, ReadRequest(
-        keys_only, recipient.id_in_provider_system, bounds, destination.name))
+        model, recipient.id_in_provider_system, bounds, destination.name))
     writer = writer_for(destination)
     try:
-        state, table = live_table(spark, writer, keys_only)
+        state, table = live_table(spark, writer, model)
         if table is None:  # nothing delivered yet: an empty table of the source's shape
             table = spark.createDataFrame([], source.schema)
         horizon = integrity_horizon(windowing, state, now)
-        compared = compare(source, table, keys_only, horizon)
-        counts, examples = _run(compared, keys_only, destination.name)
+        compared = compare(source, table, model, horizon)
+        counts, examples = _run(compared, model, destination.name)
     finally:
         writer.close()
     return IntegrityReport(
@@ -143,16 +144,14 @@ def live_source_rows(spark: SparkSession, reader, model: ModelConfig,  # noqa: A
                      request: ReadRequest) -> DataFrame:
     """The source's key rows the destination should hold: those a transfer removes (marked
     deleted, when the model removes deleted rows) are left out, as the transfer leaves them out."""
+    rows = reader.read(spark, request)
     if not model.removes_deleted_rows:
-        return reader.read(spark, request)
-    marker = model.deletion_marker
-    with_marker = request.model.model_copy(update={"columns": [*request.model.columns, marker]})
-    rows = reader.read(spark, replace(request, model=with_marker))
-    column = spark_col(marker.destination_name)
+        return rows
     from pyspark.sql import functions as F
 
-    marked = column if marker.data_type == "boolean" else column.isNotNull()
-    return rows.where(~F.coalesce(marked, F.lit(False))).drop(marker.destination_name)
+    column = spark_col(model.deletion_marker.destination_name)
+    marked = column if model.deletion_marker.data_type == "boolean" else column.isNotNull()
+    return rows.where(~F.coalesce(marked, F.lit(False)))
 
 
 def key_model(model: ModelConfig) -> ModelConfig:
@@ -225,12 +224,18 @@ def compare(source: DataFrame, destination: DataFrame, model: ModelConfig,
     lm = model.last_modified.destination_name
     renamed = [F.col(_key_alias(i)) for i in range(len(keys))]
 
-    def side(frame: DataFrame, lm_alias: str, flag: str) -> DataFrame:
-        return frame.select(*[spark_col(k).alias(_key_alias(i)) for i, k in enumerate(keys)],
-                            spark_col(lm).alias(lm_alias), F.lit(True).alias(flag))
+    # the other values, as one hash per row, in the model's types on both sides (a JSON column
+    # is left out: PostgreSQL's jsonb rewrites the text it is given)
+    values = [c for c in model.columns if not (c.is_primary_key or c.is_last_modified or c.data_type == "json")]
 
-    joined = side(source, _SOURCE_LM, _IN_SOURCE).join(
-        side(destination, _DESTINATION_LM, _IN_DESTINATION),
+    def side(frame: DataFrame, lm_alias: str, flag: str, hash_alias: str) -> DataFrame:
+        digest = (F.xxhash64(*[spark_col(c.destination_name).cast(TYPES[c.data_type].spark) for c in values])
+                  if values else F.lit(0))
+        return frame.select(*[spark_col(k).alias(_key_alias(i)) for i, k in enumerate(keys)],
+                            spark_col(lm).alias(lm_alias), F.lit(True).alias(flag), digest.alias(hash_alias))
+
+    joined = side(source, _SOURCE_LM, _IN_SOURCE, _SOURCE_HASH).join(
+        side(destination, _DESTINATION_LM, _IN_DESTINATION, _DESTINATION_HASH),
         on=[_key_alias(i) for i in range(len(keys))], how="full_outer")
     in_source, in_destination = F.col(_IN_SOURCE).isNotNull(), F.col(_IN_DESTINATION).isNotNull()
     source_lm, destination_lm = F.col(_SOURCE_LM), F.col(_DESTINATION_LM)
@@ -241,12 +246,13 @@ def compare(source: DataFrame, destination: DataFrame, model: ModelConfig,
         .when(source_lm.isNull(), F.lit("stale"))  # a source NULL is refused by every transfer
         .when(destination_lm < source_lm, F.lit("stale"))
         .when(destination_lm > source_lm, F.lit("incorrect"))
+        .when(F.col(_SOURCE_HASH) != F.col(_DESTINATION_HASH), F.lit("incorrect"))  # same time, other values
     )
     due_at = F.when(in_source, source_lm).otherwise(destination_lm)
     # the horizon in the column's own kind (an epoch, a date, text)
     pending = _pending(due_at, None if horizon is None else model.change_column.bound(horizon))
     row_class = F.when(difference.isNull(), F.lit(None)).when(pending, F.lit(PENDING)).otherwise(difference)
-    return joined.select(*renamed, in_source.alias(_IN_SOURCE), row_class.alias(_CLASS))
+    return joined.select(*renamed, in_source.alias(_IN_SOURCE), row_class.alias(_CLASS), source_lm)
 
 
 def _pending(due_at: Column, horizon: object | None) -> Column:

@@ -172,13 +172,15 @@ def test_postgres_clean_then_pending_then_tampered(spark, pg_conn, source, dst_s
     insert_rows(pg_conn, dst_schema, [(7777, TENANT, day(3, 2), "not in the source"),  # orphaned
                                       (7778, TENANT, horizon, "not in the source, recent")])  # pending
     pg_conn.execute(f"DELETE FROM {src} WHERE id = %s", (e,))  # orphaned
+    f = ids[6]  # the same last-modified value, another payload (NULL included): incorrect
+    pg_conn.execute(f"UPDATE {dst} SET payload = CASE WHEN payload IS NULL THEN 'x' END WHERE id = %s", (f,))
 
     tampered = check_integrity(spark, config, DESTINATION, model, CHECK_NOW)
     assert not tampered.passed
-    assert counts(tampered) == zero(n + 1, missing=2, stale=1, incorrect=1, orphaned=2, pending=4)
-    assert tampered.failures == 6
+    assert counts(tampered) == zero(n + 1, missing=2, stale=1, incorrect=2, orphaned=2, pending=4)
+    assert tampered.failures == 7
     assert tampered.examples == {
-        "missing": [f"id={a}", "id=9002"], "stale": [f"id={b}"], "incorrect": [f"id={c}"],
+        "missing": [f"id={a}", "id=9002"], "stale": [f"id={b}"], "incorrect": [f"id={c}", f"id={f}"],
         "orphaned": [f"id={e}", "id=7777"], "pending": [f"id={p1}", f"id={p2}", "id=7778", "id=9001"]}
     text = describe(tampered, "src")
     assert "missing 2" in text
