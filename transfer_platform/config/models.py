@@ -208,6 +208,9 @@ class _DestinationBase(StrictModel):
     frequency_minutes: Literal[0, 15, 60, 360, 720, 1440] = 0
     # integrity checks of every model, launched by the sensor (null: only on demand)
     integrity_check_frequency_minutes: Literal[15, 60, 360, 720, 1440] | None = 1440
+    # a failed integrity check re-transfers the windows holding the broken rows, then checks again
+    self_healing: bool = True
+    max_repairs_per_day: int = Field(default=3, ge=1, description="repair cycles per model per UTC day")
     enabled_models: list[str] = Field(default_factory=list)
     max_concurrent_transfers: int = Field(default=1, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)

@@ -102,6 +102,8 @@ def report_result(report: IntegrityReport, source_name: str, key: dg.AssetCheckK
     metadata["horizon"] = dg.MetadataValue.text(isoformat(report.horizon) or "unset (no watermark yet)")
     metadata["watermark"] = dg.MetadataValue.text(isoformat(report.watermark) or "unset")
     metadata["lookback_seconds"] = dg.MetadataValue.int(report.lookback_seconds)
+    metadata["repair_windows"] = dg.MetadataValue.json(
+        [[isoformat(w.start), isoformat(w.end)] for w in report.repair_windows])
     return dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=report.passed,
                                severity=dg.AssetCheckSeverity.ERROR,
                                description=describe(report, source_name), metadata=metadata)

@@ -15,6 +15,9 @@ daily by default) once the destination has had a successful transfer run (its fi
 complete). Their cursor entries are ``sweep:<destination>:<model>`` and
 ``integrity:<destination>``; a due integrity tick waits, unrecorded, until that first success.
 
+And it repairs what failed integrity checks found (``orchestration/repair.py``): the windows holding
+the broken rows are transferred again, then the check runs again.
+
 Each tick also runs the lifecycle sweep: pending transfers older than 6 hours are cancelled
 (EXPIRED), running ones without a heartbeat are failed (ORPHANED).
 """
@@ -43,6 +46,7 @@ from transfer_platform.orchestration.checks import INTEGRITY_JOB, JOB_NAME, inte
 from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.lifecycle import sweep
+from transfer_platform.orchestration.repair import repair_requests
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, PREFIX, limit_tags
 from transfer_platform.orchestration.transfer_job import transfer_job
@@ -139,7 +143,8 @@ def transfer_schedule_sensor(context: SensorEvaluationContext, platform: Transfe
     cursor = json.loads(context.cursor) if context.cursor else {}
     requests, new_cursor = schedule_requests(platform.config, cursor, now)
     upkeep, upkeep_cursor = upkeep_requests(platform.config, cursor, now, has_succeeded(context.instance))
-    requests, new_cursor = requests + upkeep, {**new_cursor, **upkeep_cursor}
+    repairs, repair_cursor = repair_requests(platform.config, context.instance, cursor, now)
+    requests, new_cursor = requests + upkeep + repairs, {**new_cursor, **upkeep_cursor, **repair_cursor}
     if not requests:
         return SensorResult(skip_reason=SkipReason("no destination is due"), cursor=json.dumps(new_cursor))
     return SensorResult(run_requests=requests, cursor=json.dumps(new_cursor, sort_keys=True))

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.connections import spark_error_reason
 from transfer_platform.core.planning import ModelWindowing, resume_for
+from transfer_platform.core.repair import repair_windows
 from transfer_platform.core.timeutil import isoformat, utc
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 #: the classes of difference that fail a check when older than the horizon
 FAILURES = ("missing", "stale", "incorrect", "orphaned")
+MAX_REPAIR_VALUES = 100_000
 PENDING = "pending"
 MAX_EXAMPLES = 5
 #: upper bound of the source read: every row from the configured start on (see the module doc)
@@ -83,6 +85,9 @@ class IntegrityReport:
     orphaned: int = 0
     pending: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)  # class -> keys as 'id=42'
+    # what a repair re-transfers: the windows holding the rows a transfer can fix (missing, stale,
+    # or as new as the source's with other values), from their source last-modified values
+    repair_windows: tuple[Window, ...] = ()
 
     @property
     def failures(self) -> int:
@@ -132,12 +137,14 @@ def check_integrity(spark: SparkSession, config: PlatformConfig, destination_nam
         horizon = integrity_horizon(windowing, state, now)
         compared = compare(source, table, model, horizon)
         counts, examples = _run(compared, model, destination.name)
+        repairs = _repair_windows(compared, model, windowing, destination.name) if (
+            counts["missing"] or counts["stale"] or counts["incorrect"]) else []
     finally:
         writer.close()
     return IntegrityReport(
         destination=destination.name, model=model.model_name, checked_at=utc(now),
         watermark=state.watermark, lookback_seconds=windowing.lookback_seconds, horizon=horizon,
-        examples=examples, **counts)
+        examples=examples, repair_windows=tuple(repairs), **counts)
 
 
 def live_source_rows(spark: SparkSession, reader, model: ModelConfig,  # noqa: ANN001 - a SourceReader
@@ -252,7 +259,22 @@ def compare(source: DataFrame, destination: DataFrame, model: ModelConfig,
     # the horizon in the column's own kind (an epoch, a date, text)
     pending = _pending(due_at, None if horizon is None else model.change_column.bound(horizon))
     row_class = F.when(difference.isNull(), F.lit(None)).when(pending, F.lit(PENDING)).otherwise(difference)
-    return joined.select(*renamed, in_source.alias(_IN_SOURCE), row_class.alias(_CLASS), source_lm)
+    return joined.select(*renamed, in_source.alias(_IN_SOURCE), row_class.alias(_CLASS), source_lm, destination_lm)
+
+
+def _repair_windows(compared: DataFrame, model: ModelConfig, windowing: ModelWindowing,
+                    destination: str) -> list[Window]:
+    """The windows holding the rows a transfer can fix, from their source last-modified values
+    (at most ``MAX_REPAIR_VALUES`` distinct ones per check: the next cycle takes the rest). A
+    destination row newer than the source's is not among them: no transfer replaces it."""
+    from pyspark.sql import functions as F
+
+    fixable = (F.col(_CLASS).isin("missing", "stale")
+               | ((F.col(_CLASS) == "incorrect") & (F.col(_DESTINATION_LM) == F.col(_SOURCE_LM))))
+    with spark_errors("finding the windows to repair", model, destination):
+        values = (compared.where(fixable & F.col(_SOURCE_LM).isNotNull()).select(_SOURCE_LM).distinct()
+                  .limit(MAX_REPAIR_VALUES).collect())
+    return repair_windows(windowing, [model.change_column.moment(row[0]) for row in values])
 
 
 def _pending(due_at: Column, horizon: object | None) -> Column:

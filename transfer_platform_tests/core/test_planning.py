@@ -403,3 +403,21 @@ def test_transfers_that_fail_part_way_resume_where_they_stopped_and_leave_no_gap
         assert start <= lower <= reached, "a gap between reads"
         reached = max(reached, upper)
     assert reached == end
+
+
+# -- repair windows ------------------------------------------------------------------------------
+
+
+def test_a_repair_moves_the_grid_windows_holding_the_broken_rows_merged_where_they_touch():
+    from transfer_platform.core.repair import repair_windows
+    from transfer_platform.core.windows import Window
+
+    daily = ModelWindowing(configured_start=datetime(2024, 1, 1, tzinfo=UTC), lookback_seconds=30,
+                           max_window_seconds=86_400)
+    at = lambda d, h=0: datetime(2024, 3, d, h, tzinfo=UTC)  # noqa: E731
+    assert repair_windows(daily, []) == []
+    assert repair_windows(daily, [at(2, 5), at(2, 23), at(3, 1), at(7, 12)]) == [
+        Window(at(2), at(4)), Window(at(7), at(8))]
+    whole = ModelWindowing(configured_start=at(1), lookback_seconds=30, max_window_seconds=None)
+    assert repair_windows(whole, [at(5, 3), at(2, 1)]) == [
+        Window(at(2, 1), at(5, 3) + timedelta(microseconds=1))]

@@ -1,0 +1,92 @@
+"""Self-healing: a failed integrity check is repaired, then checked again.
+
+Evaluated by the ``transfer_schedule`` sensor on each tick, for each enabled destination with
+``self_healing: true`` (the default) and each of its models:
+
+1. the model's latest ``integrity`` check evaluation failed and has not been handled: one
+   ``transfer`` run per range in its ``repair_windows`` metadata (the windows holding the
+   missing, stale or changed rows, ``start``/``end`` set, only that model), and, if it found
+   orphaned rows and the model sweeps deletes, a ``delete_sweep`` run. Each run is tagged
+   ``transfer_platform/repair_of=<the check's run id>`` and goes through the queue like any
+   other. At most ``max_repairs_per_day`` such cycles per model per UTC day;
+2. once every run of that cycle has finished: the model's check again (the ``integrity`` job
+   with that one check, tagged the same way). Its evaluation is the next "latest": passed, the
+   cycle is over; failed, step 1 again (within the daily bound).
+
+The asset's check history shows it: failed -> (repair runs) -> passed. The cursor keeps, per
+model, the check run handled last (``repair:<destination>:<model>``) and the day's cycle count
+(``repairs:<destination>:<model>`` = ``<date>/<count>``).
+"""
+
+from datetime import datetime
+
+from dagster import AssetCheckKey, DagsterInstance, RunRequest, RunsFilter
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+from transfer_platform.config.models import PlatformConfig
+from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
+from transfer_platform.orchestration.keys import transfer_asset_key
+from transfer_platform.orchestration.run_tags import PREFIX, limit_tags
+
+REPAIR_TAG = f"{PREFIX}/repair_of"
+TRIGGER_TAG = f"{PREFIX}/trigger"
+_FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+def latest_check(instance: DagsterInstance, key: AssetCheckKey):  # -> (run id, passed, metadata) | None
+    records = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    if not records or records[0].status not in (AssetCheckExecutionRecordStatus.SUCCEEDED,
+                                                AssetCheckExecutionRecordStatus.FAILED):
+        return None
+    evaluation = records[0].event.dagster_event.event_specific_data
+    return records[0].run_id, evaluation.passed, {k: v.value for k, v in evaluation.metadata.items()}
+
+
+def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: dict[str, str],
+                    now: datetime) -> tuple[list[RunRequest], dict[str, str]]:
+    """The repair and re-check runs due now, and the cursor entries to keep."""
+    requests: list[RunRequest] = []
+    kept = {k: v for k, v in cursor.items() if k.startswith(("repair:", "repairs:"))}
+    today = now.date().isoformat()
+    for destination in config.destinations:
+        if not (destination.is_enabled and destination.self_healing):
+            continue
+        for model in config.models_for(destination):
+            name = f"{destination.name}:{model.model_name}"
+            key = AssetCheckKey(transfer_asset_key(destination.recipient, model.model_name), CHECK_NAME)
+            latest = latest_check(instance, key)
+            if latest is None or latest[1]:
+                continue
+            run_id, _, metadata = latest
+            tags = {REPAIR_TAG: run_id, TRIGGER_TAG: "repair"}
+            if kept.get(f"repair:{name}") == run_id:  # repairs asked for: check again once done
+                runs = instance.get_run_records(RunsFilter(tags={REPAIR_TAG: run_id}))
+                if all(r.dagster_run.status.value in _FINISHED for r in runs):
+                    requests.append(RunRequest(
+                        run_key=f"recheck:{name}@{run_id}", job_name=JOB_NAME, asset_check_keys=[key],
+                        tags={**limit_tags(config, destination.name, [model], "integrity"), **tags}))
+                continue
+            day, _, count = kept.get(f"repairs:{name}", "").partition("/")
+            done = int(count) if day == today else 0
+            if done >= destination.max_repairs_per_day:
+                continue  # the bound: the check stays failed for a person to look at
+            asked = len(requests)
+            for start, end in metadata.get("repair_windows") or []:
+                requests.append(RunRequest(
+                    run_key=f"repair:{name}@{run_id}:{start}", job_name="transfer",
+                    run_config={"ops": {"run_transfer": {"config": {
+                        "destination": destination.name, "models": [model.model_name],
+                        "start": start, "end": end}}}},
+                    tags={**limit_tags(config, destination.name, [model], "transfer"), **tags}))
+            if metadata.get("orphaned") and model.delete_detection == "sweep":
+                requests.append(RunRequest(
+                    run_key=f"repair-sweep:{name}@{run_id}", job_name="delete_sweep",
+                    run_config={"ops": {"sweep_deletes": {"config": {
+                        "destination": destination.name, "models": [model.model_name]}}}},
+                    tags={**limit_tags(config, destination.name, [model], "delete_sweep"), **tags}))
+            if len(requests) == asked:
+                continue  # nothing a transfer or a sweep can fix (a destination row newer than the source's)
+            kept[f"repair:{name}"] = run_id
+            kept[f"repairs:{name}"] = f"{today}/{done + 1}"
+    return requests, kept
+
