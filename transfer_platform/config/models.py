@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from transfer_platform import vendors
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.core.durations import parse_duration_seconds
 from transfer_platform.core.last_modified import LastModified
@@ -91,7 +92,7 @@ class ParquetSource(_SourceBase):
 
 
 SourceConfig = Annotated[PostgresSource | MysqlSource | ParquetSource, Field(discriminator="vendor")]
-SOURCE_VENDORS = ("postgres", "mysql", "parquet")
+SOURCE_VENDORS = tuple(vendors.SOURCES)
 
 # -- models ----------------------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class DeltaDestination(_DestinationBase):
 
 
 DestinationConfig = Annotated[PostgresDestination | DeltaDestination, Field(discriminator="vendor")]
-DESTINATION_VENDORS = ("postgres", "delta")
+DESTINATION_VENDORS = tuple(vendors.DESTINATIONS)
 
 
 class SparkSettings(StrictModel):

@@ -15,7 +15,7 @@ from transfer_platform.errors import DataError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.transfers.connection_test import Check
+    from transfer_platform.probes import Check
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,10 @@ class DestinationWriter(Protocol):
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         """The delivered table as a Spark DataFrame."""
 
+    def has_table(self, model: ModelConfig) -> bool:
+        """Whether :meth:`read_table` has a delivered table to read, found without side effects
+        (integrity checks and the delete sweep treat a destination without one as empty)."""
+
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         """Hold the model's lock in the destination until :meth:`close` (``prepare`` takes it):
         one transfer or delete sweep of a model at a time, however it was started; raises
@@ -102,18 +106,10 @@ class DestinationWriter(Protocol):
 
 
 def writer_for(destination) -> DestinationWriter:  # noqa: ANN001 - any configured destination
-    if destination.vendor == "postgres":
-        from transfer_platform.destinations.postgres import PostgresWriter
+    """The writer of a configured destination, by its vendor (``transfer_platform/vendors.py``)."""
+    from transfer_platform.vendors import DESTINATIONS, implementation
 
-        return PostgresWriter(destination)
-    if destination.vendor == "delta":
-        from transfer_platform.destinations.delta import DeltaWriter
-
-        return DeltaWriter(destination)
-    from transfer_platform.errors import ConfigError
-
-    raise ConfigError(f"destination {destination.name!r}: vendor {destination.vendor!r} is not "
-                      "supported yet (supported: postgres, delta)")
+    return implementation(DESTINATIONS, "destination", destination)
 
 
 def staging_suffix(model_name: str, transfer_id: str) -> str:

@@ -53,14 +53,14 @@ from transfer_platform.destinations.base import (
     null_last_modified_error,
 )
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch, TransferRunning
-from transfer_platform.transfers.connection_test import current_user
-from transfer_platform.transfers.phases import log_phase
+from transfer_platform.phases import log_phase
+from transfer_platform.probes import current_user
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.transfers.connection_test import Check, Probe
+    from transfer_platform.probes import Check, Probe
 
 STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
@@ -209,6 +209,11 @@ class DeltaWriter:
             deleted += int(metrics.get("num_target_rows_deleted", 0))
         return deleted
 
+    def has_table(self, model: ModelConfig) -> bool:
+        """A Delta table with data files (Spark cannot read a Parquet scan of no files: an empty
+        table counts as none)."""
+        return _is_delta_table(self.table_path(model)) and bool(self._current_files(model))
+
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         files = self._current_files(model)
         if not files:  # a table with no data files yet: Spark cannot read zero paths
@@ -256,7 +261,7 @@ class DeltaWriter:
         """The folder (created for the probe if missing, then removed), then files written,
         renamed, read and deleted, and a folder created and removed, in the root, in the lock
         folder and in each existing table's folder and commit log: what a transfer does there."""
-        from transfer_platform.transfers.connection_test import Probe
+        from transfer_platform.probes import Probe
 
         probe = Probe(target)
         created = _missing_parents(self.root)

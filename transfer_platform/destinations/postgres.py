@@ -21,7 +21,6 @@ is refused with the advice to run a full refresh.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,20 +53,29 @@ from transfer_platform.destinations.base import (
     null_last_modified_error,
     staging_suffix,
 )
+from transfer_platform.destinations.postgres_sql import (
+    batch_summary_sql,
+    delete_matching_sql,
+    model_lock_key,
+    probe_steps,
+    status_ddl,
+    target_ddl,
+)
 from transfer_platform.errors import (
     ConfigError,
     ConnectionFailure,
+    DataError,
     MissingPrivilege,
     SchemaMismatch,
     TransferRunning,
 )
-from transfer_platform.transfers.phases import log_phase
+from transfer_platform.phases import log_phase
 
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.transfers.connection_test import Check, Probe
+    from transfer_platform.probes import Check, Probe
 
 STATUS_TABLE = "_transfer_status"
 STAGING_PREFIX = "_tp_stg_"
@@ -103,54 +111,8 @@ def copy_partition(connect: dict, copy_sql: str, batches: Iterator) -> Iterator:
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
-def target_ddl(table: str, model: ModelConfig) -> str:
-    columns = ", ".join(f"{quote_ident(c.destination_name)} {TYPES[c.data_type].postgres}" for c in model.columns)
-    key = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
-    return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
-
-
-def model_lock_key(database: str, schema: str, model: str) -> int:
-    """The advisory lock key of one model in one destination schema (a signed 64-bit integer)."""
-    digest = hashlib.sha256(f"transfer_platform\x00{database}\x00{schema}\x00{model}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
-    """What a transfer does in its schema, as (check, statements) in the order they depend on each
-    other, on a probe table ``name``."""
-    table, staging, renamed = (qualified(schema, n) for n in (name, name + "_s", name + "_r"))
-    return [
-        (f"create schema {quote_ident(schema)}", [f"CREATE SCHEMA {quote_ident(schema)}"]),
-        (f"create tables in schema {quote_ident(schema)} (model, status and staging tables)",
-         [f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)",
-          f"CREATE UNLOGGED TABLE {staging} AS SELECT * FROM {table} WITH NO DATA"]),
-        ("insert, update, delete and truncate rows (merge, state, full refresh)",
-         [f"INSERT INTO {table} VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
-          f"UPDATE {table} SET v = 'b'", f"DELETE FROM {table}", f"TRUNCATE {table}"]),
-        ("add and drop columns (schema evolution)",
-         [f"ALTER TABLE {table} ADD COLUMN w text", f"ALTER TABLE {table} DROP COLUMN w"]),
-        ("rename tables and constraints (a backfill into an empty table, a full refresh)",
-         [f"ALTER TABLE {table} RENAME TO {quote_ident(name + '_r')}",
-          f"ALTER TABLE {renamed} RENAME CONSTRAINT {quote_ident(name + '_pkey')} TO {quote_ident(name + '_k')}"]),
-        ("drop tables (staging, full refresh)", [f"DROP TABLE {renamed}", f"DROP TABLE {staging}"]),
-    ]
-
-
 def full_refresh_fix(destination: str, model: str) -> str:
     return f"run a full refresh: transfer-platform transfer {destination} --model {model} --full-refresh"
-
-
-def status_ddl(table: str) -> str:
-    return (
-        f"CREATE TABLE IF NOT EXISTS {table} ("
-        "data_model_name text PRIMARY KEY, "
-        "transfer_last_updated_at timestamp with time zone, "
-        "high_watermark timestamp with time zone, "
-        "state jsonb, "
-        "refresh_state jsonb, "
-        "last_transfer_id text, "
-        "updated_at timestamp with time zone NOT NULL DEFAULT now())"
-    )
 
 
 class PostgresWriter:
@@ -332,7 +294,6 @@ class PostgresWriter:
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
         names = ", ".join(quote_ident(c) for c in columns)
         staging = qualified(self.schema, STAGING_PREFIX + staging_suffix(model.model_name, transfer_id))
-        match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
         with self._translated_errors():
             self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
             self.conn.execute(f"CREATE UNLOGGED TABLE {staging} AS SELECT {names} FROM {self.table(model)} "
@@ -340,10 +301,22 @@ class PostgresWriter:
             try:
                 self._stage(frame.select(*columns), staging)
                 with self.conn.transaction():
-                    return self.conn.execute(
-                        f"DELETE FROM {self.table(model)} AS t USING {staging} AS s WHERE {match}").rowcount
+                    return self.conn.execute(delete_matching_sql(self.table(model), staging, columns)).rowcount
             finally:
                 self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+
+    def has_table(self, model: ModelConfig) -> bool:
+        import psycopg
+
+        try:
+            return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table(model),)).fetchone()[0]
+        except psycopg.Error as exc:
+            raise DataError(
+                f"reading the state of PostgreSQL destination '{self.name}' failed: "
+                f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}",
+                model=model.model_name, destination=self.name,
+                fix="check that the destination's user may read its schema and _transfer_status",
+            ) from None
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         connection = self.destination.connection
@@ -362,12 +335,12 @@ class PostgresWriter:
         """Reach, log in, then everything a transfer does in the schema, tried in one transaction
         that is rolled back (PostgreSQL's DDL is transactional: nothing is left behind, not even
         a schema created for the probe); the models' existing tables must be the loader's."""
-        from transfer_platform.transfers.connection_test import Probe
+        from transfer_platform.probes import Probe
 
         probe = Probe(target)
         connection = self.destination.connection
         role, schema = quote_ident(connection.username), quote_ident(self.schema)
-        steps = _probe_steps(self.schema, "_tp_probe_" + uuid.uuid4().hex[:12])
+        steps = probe_steps(self.schema, "_tp_probe_" + uuid.uuid4().hex[:12])
         owned = [f"own the model tables and {STATUS_TABLE} in schema {schema}"]
         login = f"log in to database {connection.database!r} as {connection.username!r}"
         if not probe.reach(connection.host, connection.port):
@@ -684,17 +657,8 @@ class PostgresWriter:
         rows newly marked deleted (newer than the high watermark), in one scan; a NULL key or
         last-modified value is refused by name."""
         model = load.model
-        keys = [c.destination_name for c in model.primary_key]
-        lm = quote_ident(model.last_modified.destination_name)
-        null_key = " OR ".join(f"{quote_ident(k)} IS NULL" for k in keys)
-        marker = model.deletion_marker
-        marked = "false" if marker is None else marked_deleted(marker.destination_name, marker.data_type)
-        newer = f"({lm} > %(hw)s OR %(hw)s IS NULL)"
         rows, delta_rows, max_lm, volume, null_keys, null_lms, marked_rows = self.conn.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE {lm} > %(hw)s), max({lm}), "
-            f"pg_total_relation_size(%(staging)s::regclass), count(*) FILTER (WHERE {null_key}), "
-            f"count(*) FILTER (WHERE {lm} IS NULL), count(*) FILTER (WHERE {marked} AND {newer}) "
-            f"FROM {staging}",
+            batch_summary_sql(model, staging),
             {"hw": None if state.high_watermark is None else model.change_column.value(state.high_watermark),
              "staging": staging},
         ).fetchone()

@@ -15,7 +15,7 @@ from transfer_platform.errors import DataError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from transfer_platform.transfers.connection_test import Check
+    from transfer_platform.probes import Check
 
 
 @dataclass(frozen=True)
@@ -173,19 +173,7 @@ def columns_mismatch(request: ReadRequest, source_name: str, missing: Sequence[s
 
 
 def reader_for(source) -> SourceReader:  # noqa: ANN001 - any configured source
-    if source.vendor == "postgres":
-        from transfer_platform.sources.jdbc import PostgresReader
+    """The reader of a configured source, by its vendor (``transfer_platform/vendors.py``)."""
+    from transfer_platform.vendors import SOURCES, implementation
 
-        return PostgresReader(source)
-    if source.vendor == "mysql":
-        from transfer_platform.sources.jdbc import MysqlReader
-
-        return MysqlReader(source)
-    if source.vendor == "parquet":
-        from transfer_platform.sources.parquet_lake import ParquetLakeReader
-
-        return ParquetLakeReader(source)
-    from transfer_platform.errors import ConfigError
-
-    raise ConfigError(f"source {source.name!r}: vendor {source.vendor!r} is not supported yet "
-                      "(supported: postgres, mysql, parquet)")
+    return implementation(SOURCES, "source", source)

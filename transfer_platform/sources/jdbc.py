@@ -77,7 +77,7 @@ from transfer_platform.sources.base import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.transfers.connection_test import Check, Probe
+    from transfer_platform.probes import Check, Probe
 
 #: MySQL's "access denied" errors: to a database, a table, a column
 _MYSQL_PRIVILEGE_ERRORS = frozenset({1044, 1142, 1143})
@@ -205,7 +205,7 @@ class JdbcReader:
         """Reach, log in, then each model's read exactly as a transfer sends it (columns, tenant
         and change predicates; in each tenant's schema for a schema-tenanted source), run as
         ``LIMIT 0`` in a read-only transaction that is rolled back."""
-        from transfer_platform.transfers.connection_test import Probe, no_recipient
+        from transfer_platform.probes import Probe, no_recipient
 
         probe = Probe(target)
         connection = self.source.connection

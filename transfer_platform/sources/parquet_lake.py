@@ -39,7 +39,7 @@ from transfer_platform.sources.base import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.transfers.connection_test import Check, Probe
+    from transfer_platform.probes import Check, Probe
 
 T = TypeVar("T")
 _GLOB_CHARACTERS = frozenset("\\*?[]{}")
@@ -67,7 +67,7 @@ class ParquetLakeReader:
         """The lake's folder, then each model's table folder (each tenant's, for a schema-tenanted
         lake): there, readable, its Parquet files holding the model's columns (read by pyarrow
         from the files' footers: no Spark). A ``source_query``'s columns are checked when read."""
-        from transfer_platform.transfers.connection_test import Probe, current_user, no_recipient
+        from transfer_platform.probes import Probe, current_user, no_recipient
 
         probe = Probe(target)
         root = self.source.connection.path

@@ -175,46 +175,13 @@ def live_table(spark: SparkSession, writer: DestinationWriter,
     """The committed state (``DestinationWriter.committed_state``) and the live table (key and
     last-modified columns), without any side effect: no ``prepare`` (it creates tables, evolves
     columns and drops staging tables). ``None`` for a table that does not exist yet."""
-    from transfer_platform.destinations.delta import DeltaWriter
-    from transfer_platform.destinations.postgres import PostgresWriter
-
-    if isinstance(writer, PostgresWriter):
-        exists = _postgres_table_exists(writer, model)
-    elif isinstance(writer, DeltaWriter):
-        exists = _delta_has_files(writer, model)
-    else:  # a vendor added later must say how to read its state, or every check would pass
-        from transfer_platform.errors import ConfigError
-
-        raise ConfigError(f"destination {writer.name!r}: integrity checks do not support its "
-                          "vendor yet (supported: postgres, delta)")
+    exists = writer.has_table(model)
     state = writer.committed_state(model).state
     if not exists:
         return state, None
     columns = [c.destination_name for c in model.columns]
     with spark_errors(f"reading destination '{writer.name}'", model, writer.name):
         return state, writer.read_table(spark, model).select(*[spark_col(c) for c in columns])
-
-
-def _postgres_table_exists(writer, model: ModelConfig) -> bool:  # noqa: ANN001
-    import psycopg
-
-    try:
-        return writer.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (writer.table(model),)).fetchone()[0]
-    except psycopg.Error as exc:
-        raise DataError(
-            f"reading the state of PostgreSQL destination '{writer.name}' failed: "
-            f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}",
-            model=model.model_name, destination=writer.name,
-            fix="check that the destination's user may read its schema and _transfer_status",
-        ) from None
-
-
-def _delta_has_files(writer, model: ModelConfig) -> bool:  # noqa: ANN001
-    from deltalake import DeltaTable
-
-    path = str(writer.table_path(model))
-    # Spark cannot read a Parquet scan of no files: an empty Delta table is handled as no table
-    return DeltaTable.is_deltatable(path) and bool(DeltaTable(path).file_uris())
 
 
 # -- the comparison (Spark) -------------------------------------------------------------------

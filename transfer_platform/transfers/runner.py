@@ -24,8 +24,8 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import DestinationWriter, WindowLoad, WindowResult
 from transfer_platform.errors import DataError, TransferPlatformError
+from transfer_platform.phases import log_phase
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform.transfers.phases import log_phase
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

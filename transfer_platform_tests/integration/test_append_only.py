@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.destinations.postgres import target_ddl
+from transfer_platform.destinations.postgres_sql import target_ddl
 from transfer_platform_tests.integration.helpers import (
     MODEL,
     Row,

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.config.models import ModelConfig
-from transfer_platform.destinations.postgres import target_ddl
+from transfer_platform.destinations.postgres_sql import target_ddl
 from transfer_platform_tests.integration.helpers import (
     MODEL,
     create_events,

@@ -29,7 +29,8 @@ import yaml
 from transfer_platform.config import load_config
 from transfer_platform.destinations import delta, postgres
 from transfer_platform.destinations.base import staging_suffix
-from transfer_platform.destinations.postgres import STAGING_PREFIX, model_lock_key
+from transfer_platform.destinations.postgres import STAGING_PREFIX
+from transfer_platform.destinations.postgres_sql import model_lock_key
 from transfer_platform_tests.conftest import pg_connect
 from transfer_platform_tests.integration.helpers import (
     MODEL,

@@ -263,6 +263,7 @@ def test_delta_dry_run_changes_no_file_and_counts_what_the_transfer_reads(spark,
     # an unfinished full refresh (begun, nothing moved): planned from the configured start
     writer = writer_for(config.destination(DESTINATION))
     writer.prepare(config.model(MODEL), "refresh", full_refresh=True)
+    writer.close()  # the refresh is left unfinished; its lock goes with the writer
     before = tree(dest)
     assert any(p.startswith("_refresh") for p in before)
     carry_on = plan_of(spark, config, NOW3)

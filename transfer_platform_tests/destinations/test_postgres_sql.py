@@ -1,0 +1,58 @@
+"""The PostgreSQL destination's SQL text, without a database."""
+
+from __future__ import annotations
+
+from transfer_platform.config.models import ColumnConfig, ModelConfig
+from transfer_platform.destinations.postgres_sql import (
+    batch_summary_sql,
+    delete_matching_sql,
+    model_lock_key,
+    probe_steps,
+    status_ddl,
+    target_ddl,
+)
+
+
+def model(*extra: ColumnConfig) -> ModelConfig:
+    return ModelConfig(model_name="events", source_name="src", source_table="events", columns=[
+        ColumnConfig(name_in_source="id", data_type="integer", is_primary_key=True),
+        ColumnConfig(name_in_source="org", data_type="string", is_primary_key=True),
+        ColumnConfig(name_in_source="updated_at", data_type="timestamp", is_last_modified=True),
+        ColumnConfig(name_in_source='pay"load', data_type="json"), *extra])
+
+
+def test_target_and_status_tables():
+    assert target_ddl('"s"."events"', model()) == (
+        'CREATE TABLE IF NOT EXISTS "s"."events" ("id" bigint, "org" text, "updated_at" timestamp with '
+        'time zone, "pay""load" jsonb, PRIMARY KEY ("id", "org"))')
+    assert status_ddl('"s"."_transfer_status"').startswith(
+        'CREATE TABLE IF NOT EXISTS "s"."_transfer_status" (data_model_name text PRIMARY KEY, ')
+
+
+def test_the_lock_key_is_a_stable_signed_64_bit_integer_per_database_schema_and_model():
+    key = model_lock_key("test", "s", "events")
+    assert key == model_lock_key("test", "s", "events")
+    assert -(2 ** 63) <= key < 2 ** 63
+    assert len({key, model_lock_key("test", "s", "other"), model_lock_key("test", "t", "events"),
+                model_lock_key("prod", "s", "events")}) == 4
+
+
+def test_the_batch_summary_counts_marked_rows_only_with_a_marker():
+    plain = batch_summary_sql(model(), '"s"."stg"')
+    assert 'count(*) FILTER (WHERE "id" IS NULL OR "org" IS NULL)' in plain
+    assert "count(*) FILTER (WHERE false AND" in plain
+    marked = batch_summary_sql(model(ColumnConfig(name_in_source="deleted_at", data_type="timestamp",
+                                                  is_deleted_marker=True)), '"s"."stg"')
+    assert 'count(*) FILTER (WHERE "deleted_at" IS NOT NULL AND ("updated_at" > %(hw)s OR %(hw)s IS NULL))' in marked
+
+
+def test_rows_are_deleted_only_where_every_column_matches():
+    assert delete_matching_sql('"s"."t"', '"s"."stg"', ["id", "updated_at"]) == (
+        'DELETE FROM "s"."t" AS t USING "s"."stg" AS s WHERE t."id" = s."id" AND t."updated_at" = s."updated_at"')
+
+
+def test_probe_steps_undo_what_they_do_in_order():
+    steps = probe_steps("s", "_tp_probe_x")
+    assert [name.split(" ")[0] for name, _ in steps] == ["create", "create", "insert,", "add", "rename", "drop"]
+    statements = [sql for _, group in steps for sql in group]
+    assert statements[-2:] == ['DROP TABLE "s"."_tp_probe_x_r"', 'DROP TABLE "s"."_tp_probe_x_s"']
