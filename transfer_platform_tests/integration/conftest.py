@@ -93,6 +93,21 @@ def mysql_conn(mysql_database: str) -> Iterator[pymysql.Connection]:
 
 
 @pytest.fixture
+def pg_role() -> Iterator[str]:
+    """A PostgreSQL login role with no rights of its own (trust auth: no password on this
+    machine), dropped with everything it owns afterwards."""
+    from transfer_platform_tests.conftest import pg_connect
+
+    role = f"tp_role_{uuid.uuid4().hex[:8]}"
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
+    yield role
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'DROP OWNED BY "{role}" CASCADE')
+        conn.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
 def mysql_reader(mysql_database) -> Iterator[tuple[str, str]]:
     """A MariaDB user with a password (MariaDB checks it) and no rights; (user, password)."""
     user, password = f"tp_rd_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,15 +35,8 @@ COLUMNS = "id, organization_id, updated_at, payload"
 
 
 @pytest.fixture
-def role() -> Iterator[str]:
-    """A PostgreSQL login role with no rights of its own."""
-    name = f"tp_role_{uuid.uuid4().hex[:8]}"
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'CREATE ROLE "{name}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
-    yield name
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP OWNED BY "{name}" CASCADE')
-        conn.execute(f'DROP ROLE "{name}"')
+def role(pg_role: str) -> str:
+    return pg_role
 
 
 def write_config(tmp_path: Path, *, source: dict, destination: dict, model: dict | None = None) -> Path:

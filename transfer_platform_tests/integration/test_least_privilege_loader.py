@@ -11,8 +11,6 @@ PostgreSQL reader with only ``USAGE`` and ``SELECT``, and a MariaDB reader with 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -54,15 +52,8 @@ TENANT = "acme"
 
 
 @pytest.fixture
-def loader() -> Iterator[str]:
-    """A login role with no rights of its own (trust auth: no password on this machine)."""
-    role = f"tp_loader_{uuid.uuid4().hex[:8]}"
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
-    yield role
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP OWNED BY "{role}" CASCADE')
-        conn.execute(f'DROP ROLE "{role}"')
+def loader(pg_role: str) -> str:
+    return pg_role
 
 
 def as_role(config: PlatformConfig, role: str) -> PlatformConfig:
