@@ -6,7 +6,6 @@ at the moment of connecting and never formatted into a message.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import DatabaseConnection
@@ -91,13 +90,15 @@ def mysql_jdbc_url(connection: DatabaseConnection, database: str | None = None) 
 
 def jdbc_properties(connection: DatabaseConnection, where: str) -> dict[str, str]:
     """Spark JDBC ``user``/``password`` options. The password crosses into the JVM through py4j,
-    whose DEBUG log writes every command it sends: py4j's loggers are held at WARNING so that a
-    DEBUG log level (``TRANSFER_PLATFORM_LOG_LEVEL=DEBUG``, a test's caplog) never shows it."""
+    whose DEBUG log writes every command it sends (resolving it made every Python log record
+    redact it, see ``config/secrets.py``), and Spark logs the JDBC properties at DEBUG when it
+    connects: the JVM's log drops such lines first (``spark_session.protect_jvm_logs``)."""
+    from transfer_platform.spark_session import protect_jvm_logs
+
     props = {"user": connection.username}
     password = password_of(connection, where)
     if password is not None:
-        for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        protect_jvm_logs()
         props["password"] = password
     return props
 

@@ -22,6 +22,10 @@ DEFAULT_JDBC_JARS = (
     "/usr/share/java/mariadb-java-client.jar",
 )
 JARS_ENV_VAR = "TRANSFER_PLATFORM_JDBC_JARS"
+#: a JVM log message holding a password as a key/value pair whose value is not already masked
+#: (Spark's BasicConnectionProvider logs the JDBC properties, password included, at DEBUG);
+#: MariaDB's "(using password: YES)" is no value
+JVM_PASSWORD_MESSAGE = r"""(?is).*(password|passwd)["']?+\s*+[=:]\s*+["']?+(?![*]|(YES|NO)\)).*"""
 
 
 def jdbc_jars() -> list[str]:
@@ -74,4 +78,34 @@ def get_spark_session(settings: SparkSettings | None = None) -> SparkSession:
     builder = SparkSession.builder
     for key, value in spark_conf(settings).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    protect_jvm_logs(session)
+    return session
+
+
+_protected_gateway = None  # the py4j gateway (one JVM per process) whose log4j drops passwords
+
+
+def protect_jvm_logs(spark: SparkSession | None = None) -> None:
+    """Make the JVM's log4j drop every message holding a password as a key/value pair, at any
+    level, whatever a logger's level is set to later (``setLogLevel``, ``spark.log.level``): a
+    context-wide ``RegexFilter``, once per JVM. ``spark`` defaults to the active context's; with
+    none, nothing is done (no JDBC connection can be made then either)."""
+    global _protected_gateway
+    from pyspark import SparkContext
+
+    context = spark.sparkContext if spark is not None else SparkContext._active_spark_context
+    if context is None:
+        return
+    gateway = context._gateway  # its log4j configuration outlives sessions
+    if gateway is _protected_gateway:
+        return
+    log4j = context._jvm.org.apache.logging.log4j
+    result = log4j.core.Filter.Result
+    drop = log4j.core.filter.RegexFilter.createFilter(JVM_PASSWORD_MESSAGE, None, False, result.DENY,
+                                                      result.NEUTRAL)
+    drop.start()
+    logger_context = log4j.LogManager.getContext(False)
+    logger_context.getConfiguration().addFilter(drop)
+    logger_context.updateLoggers()
+    _protected_gateway = gateway

@@ -3,13 +3,26 @@
 ``password: ${PG_PASSWORD}`` or ``password: {env: PG_PASSWORD}``. The value is read when a
 connection is opened, held as ``pydantic.SecretStr`` (its ``repr`` is ``'**********'``) and never
 placed in logs, run config or asset metadata.
+
+Libraries log what they carry, though: py4j writes every command it sends to the JVM at DEBUG,
+among them the JDBC options and, base64-encoded, the pickled function the PostgreSQL COPY ships to
+Spark's Python workers. So every value read here is remembered, and from the first one on every
+log record of the process is redacted when it is made (the log record factory; py4j's loggers
+also carry :class:`SecretsFilter`, should the factory be replaced): the value plain, URL-encoded,
+JSON/repr-escaped and base64-encoded (at any of the three alignments inside a longer base64 text,
+standard or URL-safe) becomes ``***``, whatever level a logger is set to.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import os
 import re
+import threading
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
 
@@ -46,7 +59,104 @@ class EnvRef(BaseModel):
                          f"export {self.env}=... in the environment of the process (and of "
                          "dagster dev / the daemon)")]
             )
+        remember_secret(value)
         return SecretStr(value)
 
     def __str__(self) -> str:
         return f"${{{self.env}}}"
+
+
+# -- redaction of logs ------------------------------------------------------------------------------
+
+REDACTED = "***"
+#: loggers known to carry resolved passwords (py4j's command log), filtered even if the record
+#: factory is replaced
+CARRIER_LOGGERS = ("py4j", "py4j.java_gateway", "py4j.clientserver")
+#: shorter forms (a base64 fragment of a very short password) are not redacted: they would match
+#: ordinary text, and a password that short is no secret anyway
+_MIN_FORM = 4
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+_forms: tuple[str, ...] = ()  # longest first
+_installed = False
+
+
+def secret_forms(value: str) -> set[str]:
+    """How ``value`` can be written: plain, URL-encoded, JSON/repr-escaped, and base64 at each
+    alignment inside a longer base64 text (only the characters that depend on ``value`` alone)."""
+    raw = value.encode()
+    forms = {value, quote(value, safe=""), quote(value), quote_plus(value), json.dumps(value)[1:-1],
+             repr(value)[1:-1]}
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        for shift in range(3):
+            encoded = encode(b"\0" * shift + raw).decode()
+            forms.add(encoded[4 if shift else 0:4 * ((shift + len(raw)) // 3)])
+    return {form for form in forms if len(form) >= _MIN_FORM}
+
+
+def remember_secret(value: str) -> None:
+    """Redact ``value`` (in all its forms) from every log record made in this process from now on."""
+    global _forms
+    if not value or value in _secrets:
+        return
+    with _lock:
+        _secrets.add(value)
+        forms = set(_forms) | secret_forms(value)
+        _forms = tuple(sorted(forms, key=len, reverse=True))
+        install_log_redaction()
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every remembered secret, in any of its forms, replaced by ``***``."""
+    for form in _forms:
+        if form in text:
+            text = text.replace(form, REDACTED)
+    return text
+
+
+def redact_record(record: logging.LogRecord) -> logging.LogRecord:
+    """Redact a log record in place: its message (formatted with its arguments), traceback and
+    stack."""
+    if not _forms:
+        return record
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a broken record is the handler's to report, as logging does
+        return record
+    clean = redact_secrets(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact_secrets(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact_secrets(record.stack_info)
+    return record
+
+
+class SecretsFilter(logging.Filter):
+    """Redacts the remembered secrets from every record passing through (never drops one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        redact_record(record)
+        return True
+
+
+def install_log_redaction() -> None:
+    """Redact remembered secrets from every log record this process makes (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    make_record = logging.getLogRecordFactory()
+
+    def redacting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        return redact_record(make_record(*args, **kwargs))
+
+    logging.setLogRecordFactory(redacting_factory)
+    for name in CARRIER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, SecretsFilter) for f in logger.filters):
+            logger.addFilter(SecretsFilter())
