@@ -58,8 +58,11 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
 
             on_window = RunlessReporter(instance, config, destination.name)
 
-        for summary in run_transfer(request, config.models_for(destination), on_window=on_window):
-            results[(destination.recipient, summary.model)] = summary
+        try:
+            for summary in run_transfer(request, config.models_for(destination), on_window=on_window):
+                results[(destination.recipient, summary.model)] = summary
+        finally:
+            writer.close()  # releases the models' locks for the next transfer
     return results
 
 

@@ -32,6 +32,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -118,6 +119,11 @@ class DeltaWriter:
         for descriptor in self._locks.values():
             os.close(descriptor)  # closing the file releases its flock
         self._locks.clear()
+
+    def __del__(self) -> None:  # a writer dropped without close() still releases its locks
+        if getattr(self, "_locks", None):
+            with suppress(OSError):
+                self.close()
 
     def check(self) -> None:
         try:
