@@ -33,13 +33,14 @@ TRIGGER_TAG = f"{PREFIX}/trigger"
 _FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 
 
-def latest_check(instance: DagsterInstance, key: AssetCheckKey):  # -> (run id, passed, metadata) | None
-    records = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
-    if not records or records[0].status not in (AssetCheckExecutionRecordStatus.SUCCEEDED,
-                                                AssetCheckExecutionRecordStatus.FAILED):
-        return None
-    evaluation = records[0].event.dagster_event.event_specific_data
-    return records[0].run_id, evaluation.passed, {k: v.value for k, v in evaluation.metadata.items()}
+def latest_checks(instance: DagsterInstance, keys: list[AssetCheckKey]) -> dict:
+    """Each check's latest finished evaluation as (run id, passed, metadata), in one query."""
+    found = {}
+    for key, record in instance.event_log_storage.get_latest_asset_check_execution_by_key(keys).items():
+        if record.status in (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED):
+            evaluation = record.event.dagster_event.event_specific_data
+            found[key] = (record.run_id, evaluation.passed, {k: v.value for k, v in evaluation.metadata.items()})
+    return found
 
 
 def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: dict[str, str],
@@ -48,45 +49,46 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
     requests: list[RunRequest] = []
     kept = {k: v for k, v in cursor.items() if k.startswith(("repair:", "repairs:"))}
     today = now.date().isoformat()
-    for destination in config.destinations:
-        if not (destination.is_enabled and destination.self_healing):
+    healed = [(destination, model, AssetCheckKey(transfer_asset_key(destination.recipient, model.model_name),
+                                                  CHECK_NAME))
+              for destination in config.destinations if destination.is_enabled and destination.self_healing
+              for model in config.models_for(destination)]
+    latest_of = latest_checks(instance, [key for _, _, key in healed]) if healed else {}
+    for destination, model, key in healed:
+        name = f"{destination.name}:{model.model_name}"
+        latest = latest_of.get(key)
+        if latest is None or latest[1]:
             continue
-        for model in config.models_for(destination):
-            name = f"{destination.name}:{model.model_name}"
-            key = AssetCheckKey(transfer_asset_key(destination.recipient, model.model_name), CHECK_NAME)
-            latest = latest_check(instance, key)
-            if latest is None or latest[1]:
-                continue
-            run_id, _, metadata = latest
-            tags = {REPAIR_TAG: run_id, TRIGGER_TAG: "repair"}
-            if kept.get(f"repair:{name}") == run_id:  # repairs asked for: check again once done
-                runs = instance.get_run_records(RunsFilter(tags={REPAIR_TAG: run_id}))
-                if all(r.dagster_run.status.value in _FINISHED for r in runs):
-                    requests.append(RunRequest(
-                        run_key=f"recheck:{name}@{run_id}", job_name=JOB_NAME, asset_check_keys=[key],
-                        tags={**limit_tags(config, destination.name, [model], "integrity"), **tags}))
-                continue
-            day, _, count = kept.get(f"repairs:{name}", "").partition("/")
-            done = int(count) if day == today else 0
-            if done >= destination.max_repairs_per_day:
-                continue  # the bound: the check stays failed for a person to look at
-            asked = len(requests)
-            for start, end in metadata.get("repair_windows") or []:
+        run_id, _, metadata = latest
+        tags = {REPAIR_TAG: run_id, TRIGGER_TAG: "repair"}
+        if kept.get(f"repair:{name}") == run_id:  # repairs asked for: check again once done
+            runs = instance.get_run_records(RunsFilter(tags={REPAIR_TAG: run_id}))
+            if all(r.dagster_run.status.value in _FINISHED for r in runs):
                 requests.append(RunRequest(
-                    run_key=f"repair:{name}@{run_id}:{start}", job_name="transfer",
-                    run_config={"ops": {"run_transfer": {"config": {
-                        "destination": destination.name, "models": [model.model_name],
-                        "start": start, "end": end}}}},
-                    tags={**limit_tags(config, destination.name, [model], "transfer"), **tags}))
-            if metadata.get("orphaned") and model.delete_detection == "sweep":
-                requests.append(RunRequest(
-                    run_key=f"repair-sweep:{name}@{run_id}", job_name="delete_sweep",
-                    run_config={"ops": {"sweep_deletes": {"config": {
-                        "destination": destination.name, "models": [model.model_name]}}}},
-                    tags={**limit_tags(config, destination.name, [model], "delete_sweep"), **tags}))
-            if len(requests) == asked:
-                continue  # nothing a transfer or a sweep can fix (a destination row newer than the source's)
-            kept[f"repair:{name}"] = run_id
-            kept[f"repairs:{name}"] = f"{today}/{done + 1}"
+                    run_key=f"recheck:{name}@{run_id}", job_name=JOB_NAME, asset_check_keys=[key],
+                    tags={**limit_tags(config, destination.name, [model], "integrity"), **tags}))
+            continue
+        day, _, count = kept.get(f"repairs:{name}", "").partition("/")
+        done = int(count) if day == today else 0
+        if done >= destination.max_repairs_per_day:
+            continue  # the bound: the check stays failed for a person to look at
+        asked = len(requests)
+        for start, end in metadata.get("repair_windows") or []:
+            requests.append(RunRequest(
+                run_key=f"repair:{name}@{run_id}:{start}", job_name="transfer",
+                run_config={"ops": {"run_transfer": {"config": {
+                    "destination": destination.name, "models": [model.model_name],
+                    "start": start, "end": end}}}},
+                tags={**limit_tags(config, destination.name, [model], "transfer"), **tags}))
+        if metadata.get("orphaned") and model.delete_detection == "sweep":
+            requests.append(RunRequest(
+                run_key=f"repair-sweep:{name}@{run_id}", job_name="delete_sweep",
+                run_config={"ops": {"sweep_deletes": {"config": {
+                    "destination": destination.name, "models": [model.model_name]}}}},
+                tags={**limit_tags(config, destination.name, [model], "delete_sweep"), **tags}))
+        if len(requests) == asked:
+            continue  # nothing a transfer or a sweep can fix (a destination row newer than the source's)
+        kept[f"repair:{name}"] = run_id
+        kept[f"repairs:{name}"] = f"{today}/{done + 1}"
     return requests, kept
 
