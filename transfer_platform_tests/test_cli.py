@@ -101,7 +101,6 @@ def test_transfer_unknown_destination_is_one_clear_line(tmp_path: Path, capsys) 
     assert "acme_delta" in err
 
 
-@pytest.mark.integration
 def test_tags_on_a_transfer_run_here_are_refused_not_dropped(tmp_path: Path, capsys) -> None:
     """Tags label a transfer in the instance's list; one run in this process is not listed there,
     so ``--tag`` without ``--enqueue`` is refused before anything moves, not silently dropped."""
@@ -112,6 +111,7 @@ def test_tags_on_a_transfer_run_here_are_refused_not_dropped(tmp_path: Path, cap
     assert not (tmp_path / "dest").exists()
 
 
+@pytest.mark.integration
 def test_transfer_failure_exits_non_zero_with_a_reason(tmp_path: Path, spark, capsys) -> None:
     (tmp_path / "lake" / "items").mkdir(parents=True)
     table = pa.table({"id": pa.array([1], pa.int64()), "organization_id": ["a"],

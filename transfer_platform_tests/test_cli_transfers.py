@@ -41,6 +41,7 @@ def listed(capsys: pytest.CaptureFixture[str], *filters: str) -> list[dict]:
     return json.loads(out)
 
 
+@pytest.mark.integration  # starts a Dagster code server to launch the run
 def test_enqueue_list_filter_and_cancel(platform: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "transfer", "acme_delta", "--enqueue", "--tag", "team=data",
                              "--model", "items", "--start", "2025-01-01", "--end", "2025-01-02T00:00:00Z")

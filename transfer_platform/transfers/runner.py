@@ -7,7 +7,10 @@ Knows nothing of Dagster: the asset, the transfer job and the tests drive the ge
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -220,12 +223,30 @@ def transfer_models(
     partitions: list[Window] | None = None,
 ) -> Iterator[tuple[ModelConfig, WindowOutcome]]:
     """Transfer several models to one destination, yielding each committed window as it commits;
-    a failing model does not stop the others. Each model's summary is appended to ``summaries``."""
+    a failing model does not stop the others. Each model's summary is appended to ``summaries``.
+
+    An interrupt (SIGINT: a cancelled Dagster run, ``dagster dev`` stopping, Ctrl-C) stops them
+    all with ``KeyboardInterrupt`` before another window starts, even when it landed in a Spark or
+    Arrow call and came out as that call's error (PySpark cancels the job on SIGINT) or not at all:
+    it is never taken for a failed model. A window is committed whole or not at all."""
+    interrupted = threading.Event()
     for model in models:
         summary = ModelSummary(model.model_name)
         summaries.append(summary)
+        items = transfer_model(request, model, partitions=partitions)
         try:
-            for item in transfer_model(request, model, partitions=partitions):
+            while True:
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
+                with _noticing_interrupts(interrupted):
+                    try:
+                        item = next(items, _DONE)
+                    except Exception as exc:  # the interrupt, come out as a Spark, py4j or Arrow error
+                        if interrupted.is_set():
+                            raise KeyboardInterrupt from exc
+                        raise
+                if item is _DONE:
+                    break
                 if isinstance(item, ModelState):
                     summary.state = item  # the state before, or the state published by a refresh
                     continue
@@ -236,6 +257,34 @@ def transfer_models(
             log_phase("error", transfer_id=request.transfer_id, destination=request.destination,
                       model=model.model_name, sink=request.log, level=logging.ERROR,
                       error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
+
+
+_DONE = object()
+
+
+@contextmanager
+def _noticing_interrupts(interrupted: threading.Event) -> Iterator[None]:
+    """While one window is worked on, note any SIGINT in ``interrupted``, then run the handler in
+    place (Dagster's or PySpark's, which raise). Installed per window, around whatever handler is
+    current then, and put back only if still ours (Dagster and PySpark swap handlers too)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def notice(signum: int, frame: Any) -> None:
+        interrupted.set()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, notice)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is notice:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run_transfer(

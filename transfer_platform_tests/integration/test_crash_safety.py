@@ -60,7 +60,7 @@ OTHER = "globex"
 BATCH = 300_000  # rows in the window that is killed: long enough a load to catch (~seconds)
 PARALLEL = 4
 DAY = timedelta(days=1)
-KILL_TIMEOUT_SECONDS = 120
+KILL_TIMEOUT_SECONDS = 600  # a failure bound (a JVM starts slowly on a loaded machine), not a wait
 WATCH_INTERVAL_SECONDS = 0.02
 PACKAGE_ROOT = str(Path(transfer_platform.__file__).resolve().parents[1])
 
