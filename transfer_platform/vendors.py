@@ -22,6 +22,8 @@ SOURCES: dict[str, tuple[str, str]] = {
 DESTINATIONS: dict[str, tuple[str, str]] = {
     "postgres": ("transfer_platform.destinations.postgres", "PostgresWriter"),
     "delta": ("transfer_platform.destinations.delta", "DeltaWriter"),
+    "local": ("transfer_platform.destinations.object_storage", "ObjectStorageWriter"),
+    "s3": ("transfer_platform.destinations.object_storage", "ObjectStorageWriter"),
 }
 
 

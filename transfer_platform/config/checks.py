@@ -5,7 +5,6 @@ Each returns problems with a path and a fix; nothing here raises.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from datetime import datetime
 
@@ -202,48 +201,32 @@ def _check_destinations(config: PlatformConfig) -> list[Problem]:
                 problems.append(Problem(f"{path}.enabled_models", f"unknown model {model_name!r}",
                                         f"use configured models: {_known(model_names)} "
                                         "(or leave the list empty for all)"))
-    per_recipient = Counter(d.recipient for d in config.destinations)
-    for recipient, count in per_recipient.items():
-        if count > 1:
-            names = [d.name for d in config.destinations if d.recipient == recipient]
-            problems.append(Problem("destinations",
-                                    f"recipient {recipient!r} has {count} destinations ({', '.join(names)}); "
-                                    "this version delivers each recipient to one destination",
-                                    "keep one destination per recipient"))
+    for i, destination in enumerate(config.destinations):
+        path = f"destinations[{i}] ({destination.name})"
+        problems += destination.problems(path)
+        if not destination.supports_delete_sweep:
+            problems += [Problem(f"{path}.vendor", f"model {m.model_name!r} has delete_detection: sweep, "
+                                 f"which a {destination.vendor} destination cannot apply (it only adds files)",
+                                 f"set delete_detection: none on {m.model_name}, or leave it out of this "
+                                 "destination's enabled_models")
+                         for m in config.models_for(destination) if m.delete_detection == "sweep"]
     problems += _check_shared_places(config)
     return problems
 
 
-_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
-
-
-def destination_place(destination) -> tuple:  # noqa: ANN001 - any configured destination
-    """Where a destination's tables and watermarks physically live: two destinations at one place
-    would mix their rows and overwrite each other's watermarks."""
-    connection = destination.connection
-    if destination.vendor == "postgres":
-        host = connection.host.strip().lower()
-        host = "loopback" if host in _LOOPBACK else host
-        return ("postgres", host, connection.port, connection.database, connection.schema_ or "public")
-    return (destination.vendor, os.path.normpath(os.path.abspath(connection.path)))
-
-
 def _check_shared_places(config: PlatformConfig) -> list[Problem]:
-    places: dict[tuple, list[str]] = {}
-    for destination in config.destinations:
-        places.setdefault(destination_place(destination), []).append(destination.name)
-    return [Problem("destinations",
-                    f"destinations {', '.join(names)} write to the same place ({_describe(place)}): "
-                    "their rows and watermarks would mix, and one recipient could receive another's rows",
-                    "give each destination its own schema (PostgreSQL) or path (Delta)")
-            for place, names in places.items() if len(names) > 1]
-
-
-def _describe(place: tuple) -> str:
-    if place[0] == "postgres":
-        _, host, port, database, schema = place
-        return f"PostgreSQL {host}:{port}, database {database}, schema {schema}"
-    return f"{place[0]} path {place[1]}"
+    problems, places = [], [(d.name, d.place()) for d in config.destinations]
+    for i, (name, place) in enumerate(places):
+        for other, other_place in places[i + 1:]:
+            if place.overlaps(other_place):
+                where = (place.description if place == other_place
+                         else f"{place.description} and {other_place.description}, one inside the other")
+                problems.append(Problem(
+                    "destinations", f"destinations {name}, {other} write to the same place ({where}): their "
+                    "rows and watermarks would mix, and one recipient could receive another's rows",
+                    "give each destination its own schema (PostgreSQL), path (Delta, a folder) or "
+                    "bucket prefix (object storage)"))
+    return problems
 
 
 def tenant_schema_problem(vendor: str, tenant_id: str, *, uses_source_query: bool) -> str | None:

@@ -5,8 +5,10 @@ Field names follow the reference system (Prequel) so that its users feel at home
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -202,7 +204,39 @@ class RecipientConfig(StrictModel):
     default_full_refresh_min_start_time_epoch: int | None = Field(default=None, ge=0)
 
 
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a destination's data and watermarks physically live (``validate`` refuses two
+    destinations whose places overlap: their rows and watermarks would mix)."""
+
+    kind: str  # "postgres", "file", "s3"
+    container: tuple  # (host, port, database), (), (endpoint, bucket)
+    path: tuple[str, ...]  # (schema,), a folder's parts, a prefix's parts
+    description: str
+
+    def overlaps(self, other: Place) -> bool:
+        """The same place, or one inside the other (a folder or prefix within another's)."""
+        if (self.kind, self.container) != (other.kind, other.container):
+            return False
+        shorter = min(len(self.path), len(other.path))
+        return self.path[:shorter] == other.path[:shorter]
+
+
+def folder_place(path: Path, what: str) -> Place:
+    folder = os.path.normpath(os.path.abspath(path))
+    return Place("file", (), tuple(Path(folder).parts), f"{what} {folder}")
+
+
 class _DestinationBase(StrictModel):
+    """What every destination has; a vendor's class adds its ``vendor`` and ``connection``, and
+    says where it writes (:meth:`place`) and what else ``validate`` checks (:meth:`problems`)."""
+
+    #: the hard-delete sweep needs a destination that can delete rows
+    supports_delete_sweep: ClassVar[bool] = True
+
     name: Name
     recipient: str
     is_enabled: bool = True
@@ -216,10 +250,26 @@ class _DestinationBase(StrictModel):
     max_concurrent_transfers: int = Field(default=1, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
 
+    def place(self) -> Place:
+        raise NotImplementedError
+
+    def problems(self, path: str) -> list:  # -> list[Problem]
+        """What ``validate`` finds wrong with this destination beyond its schema (``path``: where
+        it is in the file); nothing by default."""
+        return []
+
 
 class PostgresDestination(_DestinationBase):
     vendor: Literal["postgres"]
     connection: DatabaseConnection
+
+    def place(self) -> Place:
+        c = self.connection
+        host = c.host.strip().lower()
+        host = "loopback" if host in _LOOPBACK else host
+        schema = c.schema_ or "public"
+        return Place("postgres", (host, c.port, c.database), (schema,),
+                     f"PostgreSQL {host}:{c.port}, database {c.database}, schema {schema}")
 
 
 class DeltaDestination(_DestinationBase):
@@ -228,8 +278,75 @@ class DeltaDestination(_DestinationBase):
     vendor: Literal["delta"]
     connection: PathConnection
 
+    def place(self) -> Place:
+        return folder_place(self.connection.path, "folder")
 
-DestinationConfig = Annotated[PostgresDestination | DeltaDestination, Field(discriminator="vendor")]
+
+class _ObjectStorageBase(_DestinationBase):
+    """Parquet files and signed manifests (``destinations/object_storage.py``)."""
+
+    supports_delete_sweep: ClassVar[bool] = False  # files are only added
+    signing_key: EnvRef  # an Ed25519 private key: manifests are signed with it
+
+    def problems(self, path: str) -> list:
+        from transfer_platform.destinations.manifests import KEY_FORMAT, load_signing_key
+        from transfer_platform.errors import Problem
+
+        text = os.environ.get(self.signing_key.env)
+        if text is None:
+            return [Problem(f"{path}.signing_key", f"environment variable {self.signing_key.env} is not set",
+                            f"export {self.signing_key.env} holding {KEY_FORMAT}")]
+        try:
+            load_signing_key(text)
+        except ValueError as exc:
+            return [Problem(f"{path}.signing_key", f"environment variable {self.signing_key.env} does not "
+                            f"hold a signing key: {exc}", f"it must hold {KEY_FORMAT}")]
+        return []
+
+
+_PREFIX = r"^[A-Za-z0-9!_.*'()/-]*$"
+
+
+class LocalStorageConnection(StrictModel):
+    path: Path
+    prefix: str = Field(default="", pattern=_PREFIX)
+
+
+class LocalStorageDestination(_ObjectStorageBase):
+    """Object storage in a folder (a mounted bucket, a test, the demo)."""
+
+    vendor: Literal["local"]
+    connection: LocalStorageConnection
+
+    def place(self) -> Place:
+        return folder_place(self.connection.path / self.connection.prefix.strip("/"), "folder")
+
+
+class S3Connection(StrictModel):
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = Field(default="", pattern=_PREFIX)
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://", description="an S3-compatible store")
+    access_key_id: EnvRef | None = None  # None: boto3's own chain (environment, profile, instance role)
+    secret_access_key: EnvRef | None = None
+    path_style: bool = False  # bucket in the path, not the host name (most S3-compatible stores)
+
+
+class S3Destination(_ObjectStorageBase):
+    """Object storage in an S3 (or S3-compatible) bucket."""
+
+    vendor: Literal["s3"]
+    connection: S3Connection
+
+    def place(self) -> Place:
+        c = self.connection
+        prefix = tuple(p for p in c.prefix.split("/") if p)
+        return Place("s3", ((c.endpoint_url or "aws").rstrip("/").lower(), c.bucket), prefix,
+                     f"bucket {c.bucket}, prefix {c.prefix.strip('/') or '(none)'}")
+
+
+DestinationConfig = Annotated[PostgresDestination | DeltaDestination | LocalStorageDestination | S3Destination,
+                              Field(discriminator="vendor")]
 DESTINATION_VENDORS = tuple(vendors.DESTINATIONS)
 
 
@@ -257,7 +374,7 @@ class PlatformConfig(StrictModel):
     def recipient(self, name: str) -> RecipientConfig:
         return next(r for r in self.recipients if r.name == name)
 
-    def destination(self, name: str) -> PostgresDestination | DeltaDestination:
+    def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:
             if destination.name == name:
                 return destination
@@ -266,7 +383,7 @@ class PlatformConfig(StrictModel):
 
         raise ConfigError(f"unknown destination {name!r}; configured destinations: {known}")
 
-    def models_for(self, destination: PostgresDestination | DeltaDestination) -> list[ModelConfig]:
+    def models_for(self, destination: _DestinationBase) -> list[ModelConfig]:
         """The models a destination receives (``enabled_models`` empty = all)."""
         wanted = destination.enabled_models
         return [m for m in self.models if not wanted or m.model_name in wanted]

@@ -1,4 +1,5 @@
-"""What every destination writer does, and the choice of writer by vendor."""
+"""What every destination writer does, the choice of writer by vendor, and the checks every
+writer applies to a batch (the Arrow ones here; a database writer runs the same rules in SQL)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
 from transfer_platform.errors import DataError
@@ -148,3 +153,55 @@ def duplicate_key_error(model: ModelConfig, destination: str, key_values: dict, 
         fix="make the primary key unique per tenant in the source, or mark the right columns "
             "with is_primary_key",
     )
+
+
+# -- a batch in Arrow: its schema, the rules it must keep, what it changes -------------------------
+
+_ARROW_TYPES = {
+    "string": pa.string(),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "timestamp_us_utc": pa.timestamp("us", tz="UTC"),
+    "date32": pa.date32(),
+    "decimal_38_9": pa.decimal128(38, 9),
+}
+
+
+def arrow_schema(model: ModelConfig) -> pa.Schema:
+    return pa.schema([(c.destination_name, _ARROW_TYPES[TYPES[c.data_type].arrow]) for c in model.columns])
+
+
+def refuse_bad_rows(batch: pa.Table, model: ModelConfig, destination: str) -> None:
+    """Raise ``DataError`` for a NULL key, a NULL last-modified value or a key twice in ``batch``."""
+    keys = [c.destination_name for c in model.primary_key]
+    lm_name = model.last_modified.destination_name
+    for key in keys:
+        null_keys = batch.filter(pc.is_null(batch.column(key)))
+        if null_keys.num_rows:
+            raise null_key_error(model, destination, key, {k: null_keys.column(k)[0].as_py() for k in keys})
+    nulls = batch.filter(pc.is_null(batch.column(lm_name)))
+    if nulls.num_rows:
+        raise null_last_modified_error(model, destination, {k: nulls.column(k)[0].as_py() for k in keys})
+    if not batch.num_rows:
+        return
+    counts = batch.group_by(keys).aggregate([(keys[0], "count")])
+    repeated = counts.filter(pc.greater(counts.column(f"{keys[0]}_count"), 1))
+    if repeated.num_rows:
+        values = {k: repeated.column(k)[0].as_py() for k in keys}
+        count = repeated.column(f"{keys[0]}_count")[0].as_py()
+        raise duplicate_key_error(model, destination, values, count)
+
+
+def batch_changes(batch: pa.Table, model: ModelConfig, state: ModelState) -> tuple[datetime | None, int]:
+    """(the batch's largest last-modified moment, its rows newer than the state's high watermark:
+    the delta rows; all of them before the first delivery)."""
+    if not batch.num_rows:
+        return None, 0
+    lm_values = batch.column(model.last_modified.destination_name)
+    kind = model.change_column  # an epoch, a date or text: compared as the column's values
+    max_lm = kind.moment(pc.max(lm_values).as_py())
+    if state.high_watermark is None:
+        return max_lm, batch.num_rows
+    newer = pc.greater(lm_values, pa.scalar(kind.value(state.high_watermark), lm_values.type))
+    return max_lm, int(pc.sum(newer).as_py() or 0)

@@ -24,16 +24,9 @@ overwrite commit (delta-rs cannot drop a column in place); a changed type is ref
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
 import shutil
-import socket
-import time
 import uuid
 from collections.abc import Iterator
-from contextlib import suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,11 +42,12 @@ from transfer_platform.destinations.base import (
     Prepared,
     WindowLoad,
     WindowResult,
-    duplicate_key_error,
-    null_key_error,
-    null_last_modified_error,
+    arrow_schema,
+    batch_changes,
+    refuse_bad_rows,
 )
-from transfer_platform.errors import ConnectionFailure, SchemaMismatch, TransferRunning
+from transfer_platform.destinations.locks import FolderLocks
+from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
 
@@ -71,21 +65,6 @@ LOCK_DIR = "_tp_locks"
 #: how long a transfer waits for the lock of a model that another transfer holds
 LOCK_WAIT_SECONDS = 10
 _HISTORY_PAGE = 100
-
-_ARROW_TYPES = {
-    "string": pa.string(),
-    "int64": pa.int64(),
-    "float64": pa.float64(),
-    "bool": pa.bool_(),
-    "timestamp_us_utc": pa.timestamp("us", tz="UTC"),
-    "date32": pa.date32(),
-    "decimal_38_9": pa.decimal128(38, 9),
-}
-
-
-def arrow_schema(model: ModelConfig) -> pa.Schema:
-    return pa.schema([(c.destination_name, _ARROW_TYPES[TYPES[c.data_type].arrow]) for c in model.columns])
-
 
 def _sql_name(name: str) -> str:
     """delta-rs predicates quote identifiers with backticks (double quotes make strings)."""
@@ -112,18 +91,15 @@ class DeltaWriter:
         self.destination = destination
         self.name = destination.name
         self.root = Path(destination.connection.path)
-        self._locks: dict[str, int] = {}  # model -> the open lock file this writer holds
+        self._locks = FolderLocks()  # the models' locks this writer holds
 
     def close(self) -> None:
         """Release the models' locks (delta-rs opens its files per call)."""
-        for descriptor in self._locks.values():
-            os.close(descriptor)  # closing the file releases its flock
-        self._locks.clear()
+        self._locks.release_all()
 
     def __del__(self) -> None:  # a writer dropped without close() still releases its locks
         if getattr(self, "_locks", None):
-            with suppress(OSError):
-                self.close()
+            self.close()
 
     def check(self) -> None:
         try:
@@ -234,32 +210,8 @@ class DeltaWriter:
         when this writer closes, or when its process dies) so that two transfers of one model to
         this folder never interleave; a second one waits up to ``LOCK_WAIT_SECONDS``, then is
         refused naming the first. The file says who holds it."""
-        if model.model_name in self._locks:
-            return
-        folder = self.root / LOCK_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(folder / f"{model.model_name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
-        while True:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(descriptor, 4096, 0).decode(errors="replace")
-                    os.close(descriptor)
-                    raise TransferRunning(
-                        f"model '{model.model_name}' -> destination '{self.name}': another transfer "
-                        f"of this model to this destination is running ({_holder(holder)}); two "
-                        "transfers never write one table at once. Fix: wait for it to end, or cancel "
-                        "it (transfer-platform cancel TRANSFER_ID), then run this one again; "
-                        "transfers queued through Dagster wait for each other by themselves") from None
-                time.sleep(0.1)
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, json.dumps({
-            "transfer_id": transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
-            "since": datetime.now(UTC).isoformat(timespec="seconds")}).encode(), 0)
-        self._locks[model.model_name] = descriptor
+        self._locks.acquire(self.root / LOCK_DIR, model.model_name, transfer_id, destination=self.name,
+                            wait_seconds=LOCK_WAIT_SECONDS)
 
     # -- test-connection ----------------------------------------------------------------------
 
@@ -353,11 +305,7 @@ class DeltaWriter:
         refuse_bad_rows(batch, model, self.name)
         lm_values = batch.column(model.last_modified.destination_name)
         kind = model.change_column  # an epoch, a date or text: compared as the column's values
-        max_lm = kind.moment(pc.max(lm_values).as_py()) if batch.num_rows else None
-        if state.high_watermark is None:
-            delta_rows = batch.num_rows
-        else:
-            delta_rows = pc.sum(pc.greater(lm_values, pa.scalar(kind.value(state.high_watermark), lm_values.type))).as_py() or 0
+        max_lm, delta_rows = batch_changes(batch, model, state)
         new_state = state.after_window(
             load.progress, batch_max_last_modified=max_lm,
             configured_start=load.configured_start,
@@ -411,15 +359,6 @@ def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Tabl
             rows = []
     if rows:
         yield pa.Table.from_pylist(rows, schema=schema)
-
-
-def _holder(text: str) -> str:
-    try:
-        holder = json.loads(text)
-        return (f"transfer {holder['transfer_id']}, process {holder['pid']} on {holder['host']}, "
-                f"since {holder['since']}")
-    except (ValueError, KeyError, TypeError):
-        return "a process that has just started"
 
 
 def _is_delta_table(path: Path) -> bool:
@@ -506,23 +445,3 @@ def read_state(table: DeltaTable) -> ModelState:
         if len(history) < limit:
             return ModelState()
         limit *= 10
-
-
-def refuse_bad_rows(batch: pa.Table, model: ModelConfig, destination: str) -> None:
-    keys = [c.destination_name for c in model.primary_key]
-    lm_name = model.last_modified.destination_name
-    for key in keys:
-        null_keys = batch.filter(pc.is_null(batch.column(key)))
-        if null_keys.num_rows:
-            raise null_key_error(model, destination, key, {k: null_keys.column(k)[0].as_py() for k in keys})
-    nulls = batch.filter(pc.is_null(batch.column(lm_name)))
-    if nulls.num_rows:
-        raise null_last_modified_error(model, destination, {k: nulls.column(k)[0].as_py() for k in keys})
-    if not batch.num_rows:
-        return
-    counts = batch.group_by(keys).aggregate([(keys[0], "count")])
-    repeated = counts.filter(pc.greater(counts.column(f"{keys[0]}_count"), 1))
-    if repeated.num_rows:
-        values = {k: repeated.column(k)[0].as_py() for k in keys}
-        count = repeated.column(f"{keys[0]}_count")[0].as_py()
-        raise duplicate_key_error(model, destination, values, count)

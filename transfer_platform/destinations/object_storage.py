@@ -1,0 +1,611 @@
+"""Object storage: Parquet files and signed manifests in a bucket (vendor ``s3``) or a folder
+(vendor ``local``), the same code over two small stores.
+
+Layout under the bucket (or folder) and ``prefix`` (the reference system's):
+
+- ``<prefix>/<model>/dt=YYYY-MM-DD/part-<transfer>-<n>.parquet``: each window's rows, one file
+  (``dt``: the day the transfer started, UTC);
+- ``<prefix>/_manifests/<model>/dt=YYYY-MM-DD/manifest_<transfer>.json``: one manifest per model
+  per transfer naming its files (with SHA-256 and ETag), signed (:mod:`.manifests`);
+- ``<prefix>/_transfer_platform/<model>/``: our bookkeeping: ``state.json`` (the watermark, the
+  generation, an unfinished full refresh), ``pending/<transfer>.json`` (a transfer at work), and
+  the model's lock.
+
+**Write-ahead publish.** A window's data file is written first; then the transfer's manifest is
+written again naming every file of the transfer so far (an object is replaced whole: a reader
+sees the old or the new manifest), which is the commit; then ``state.json`` records the new
+watermark. A file no manifest names is not delivered: a transfer killed before its manifest
+leaves such files, and the next transfer of the model deletes them (every transfer announces
+itself in ``pending/`` before its first file, so the next one knows whose files to look at). A
+crash between the manifest and ``state.json`` re-delivers that window next time.
+
+**Append-only**, as the reference says: files are never rewritten, the lookback re-delivers rows,
+an update arrives as a new version of its row and a soft delete as the row with its marker.
+Consumers keep, per primary key, the row with the latest last-modified value (and drop it if it is
+marked deleted). A full refresh writes a new generation: its files, then one FULL_REFRESH manifest
+(generation + 1) when complete; a consumer replaces what it holds by the rows that manifest names.
+Integrity checks read the files that the current generation's manifests name, deduplicated so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import socket
+import uuid
+from contextlib import suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from transfer_platform.config.models import LocalStorageDestination, ModelConfig, S3Destination
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations import manifests
+from transfer_platform.destinations.base import (
+    Prepared,
+    WindowLoad,
+    WindowResult,
+    arrow_schema,
+    batch_changes,
+    refuse_bad_rows,
+)
+from transfer_platform.destinations.locks import FolderLocks, holder_text, running_message
+from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch, TransferRunning
+from transfer_platform.phases import log_phase
+from transfer_platform.probes import current_user
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from transfer_platform.probes import Check
+
+#: how long a transfer waits for the lock of a model that another transfer holds
+LOCK_WAIT_SECONDS = 10
+#: an S3 lock object renewed longer ago than this is a dead transfer's (each window renews it)
+S3_LOCK_LEASE_SECONDS = 900
+BOOKKEEPING = "_transfer_platform"
+
+
+class Store(Protocol):
+    """Objects by key ('/'-separated, relative to the bucket or folder)."""
+
+    where: str  # "bucket B at endpoint E", "folder F": for messages
+
+    def put(self, key: str, data: bytes) -> str:
+        """Write an object whole (a reader sees the old or the new one); returns its ETag."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every object key under ``prefix`` (a folder-like prefix ending in '/')."""
+
+    def delete(self, keys: list[str]) -> None: ...
+
+
+class FolderStore:
+    """Objects as files under a folder; a file is written aside and renamed into place."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.where = f"folder {self.root}"
+
+    def put(self, key: str, data: bytes) -> str:
+        path = self.root / key
+        aside = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(aside, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(aside, path)
+        except OSError as exc:
+            aside.unlink(missing_ok=True)
+            raise self._failure("write", key, exc) from None
+        return hashlib.md5(data, usedforsecurity=False).hexdigest()  # a single-part S3 ETag
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._failure("read", key, exc) from None
+
+    def keys(self, prefix: str) -> list[str]:
+        folder = self.root / prefix
+        try:
+            if not folder.is_dir():
+                self.root.mkdir(parents=True, exist_ok=True)  # as a bucket, the folder exists
+                return []
+            return sorted(str(p.relative_to(self.root)) for p in folder.rglob("*")
+                          if p.is_file() and not p.name.startswith("."))
+        except OSError as exc:
+            raise self._failure("list", prefix, exc) from None
+
+    def delete(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                (self.root / key).unlink(missing_ok=True)
+            except OSError as exc:
+                raise self._failure("delete", key, exc) from None
+
+    def _failure(self, what: str, key: str, exc: OSError) -> ConnectionFailure:
+        return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=exc.strerror or str(exc),
+                                 fix=f"let the user transfers run as ({current_user()}) create, write and "
+                                     f"delete files in {self.root}, or point connection.path elsewhere")
+
+
+class S3Store:
+    """Objects in an S3 bucket through boto3 (an S3-compatible store through its endpoint URL)."""
+
+    def __init__(self, destination: S3Destination) -> None:
+        import boto3
+        from botocore.config import Config
+
+        c = destination.connection
+        self.bucket = c.bucket
+        self.where = f"bucket {c.bucket} at {c.endpoint_url or f'AWS S3 ({c.region})'}"
+        where = f"destination '{destination.name}'.connection"
+        credentials = {}
+        if c.access_key_id is not None:
+            credentials["aws_access_key_id"] = c.access_key_id.resolve(f"{where}.access_key_id").get_secret_value()
+        if c.secret_access_key is not None:
+            credentials["aws_secret_access_key"] = c.secret_access_key.resolve(
+                f"{where}.secret_access_key").get_secret_value()
+        self.client = boto3.client(
+            "s3", endpoint_url=c.endpoint_url, region_name=c.region, **credentials,
+            config=Config(s3={"addressing_style": "path" if c.path_style else "auto"},
+                          connect_timeout=5, read_timeout=60, retries={"max_attempts": 3}))
+
+    def put(self, key: str, data: bytes, **conditions: str) -> str:
+        answer = self._call("write", key, self.client.put_object, Bucket=self.bucket, Key=key, Body=data,
+                            **conditions)
+        return answer["ETag"].strip('"')
+
+    def get(self, key: str) -> bytes | None:
+        return self.get_with_etag(key)[0]
+
+    def get_with_etag(self, key: str) -> tuple[bytes | None, str | None]:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None, None
+            raise self._failure("read", key, exc) from None
+        except Exception as exc:  # noqa: BLE001 - an unreachable endpoint, a timeout
+            raise self._failure("read", key, exc) from None
+        return answer["Body"].read(), answer["ETag"].strip('"')
+
+    def keys(self, prefix: str) -> list[str]:
+        pages = self._call("list", prefix, lambda: list(self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)))
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+    def delete(self, keys: list[str], **conditions: str) -> None:
+        if conditions:  # one object, only if it is still the one we saw
+            for key in keys:
+                self._call("delete", key, self.client.delete_object, Bucket=self.bucket, Key=key, **conditions)
+            return
+        for start in range(0, len(keys), 1000):
+            chunk = [{"Key": key} for key in keys[start:start + 1000]]
+            self._call("delete", chunk[0]["Key"], self.client.delete_objects, Bucket=self.bucket,
+                       Delete={"Objects": chunk, "Quiet": True})
+
+    def _call(self, what: str, key: str, call, *args, **kwargs):  # noqa: ANN001, ANN202
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - botocore's errors, told apart in _failure
+            raise self._failure(what, key, exc) from None
+
+    def _failure(self, what: str, key: str, exc: Exception) -> Exception:
+        from botocore.exceptions import ClientError, EndpointConnectionError
+
+        if isinstance(exc, ClientError):
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "PreconditionFailed":
+                return _LostRace(code)
+            fixes = {
+                "NoSuchBucket": "create the bucket, or correct connection.bucket",
+                "InvalidAccessKeyId": "correct the access key id (connection.access_key_id's variable)",
+                "SignatureDoesNotMatch": "correct the secret (connection.secret_access_key's variable)",
+                "AccessDenied": f"grant the key s3:GetObject, s3:PutObject, s3:DeleteObject and "
+                                f"s3:ListBucket on {self.bucket} (see the README's Permissions)",
+            }
+            reason = f"{code}: {exc.response.get('Error', {}).get('Message', '')}".strip(": ")
+            return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
+                                     fix=fixes.get(code, "check connection.bucket, endpoint_url, region and the keys"))
+        reason = ("the endpoint cannot be reached" if isinstance(exc, EndpointConnectionError)
+                  else f"{type(exc).__name__}: {exc}")
+        return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
+                                 fix="check connection.endpoint_url and that the store is running")
+
+
+class _LostRace(Exception):
+    """A conditional write or delete found the object changed (another transfer's lock)."""
+
+
+class ObjectStorageWriter:
+    def __init__(self, destination: LocalStorageDestination | S3Destination) -> None:
+        self.destination = destination
+        self.name = destination.name
+        self.store: Store = (FolderStore(destination.connection.path) if destination.vendor == "local"
+                             else S3Store(destination))
+        self.prefix = destination.connection.prefix.strip("/")
+        self.bucket_name = (str(destination.connection.path) if destination.vendor == "local"
+                            else destination.connection.bucket)
+        self._key: Any = None  # the signing key, read at the first manifest
+        self._folder_locks = FolderLocks()
+        self._s3_locks: dict[str, tuple[str, str]] = {}  # model -> (lock key, its ETag)
+        self._transfers: dict[str, dict[str, Any]] = {}  # model -> this transfer's files and manifest
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def _k(self, *parts: str) -> str:
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def _book(self, model: str, *parts: str) -> str:
+        return self._k(BOOKKEEPING, model, *parts)
+
+    # -- protocol -----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        self.store.keys(self._k(BOOKKEEPING) + "/")  # reach, log in, list: raises ConnectionFailure
+
+    def close(self) -> None:
+        for model, transfer in self._transfers.items():  # every file named: nothing to clean later
+            if transfer["settled"]:
+                with suppress(Exception):
+                    self.store.delete([self._book(model, "pending", f"{_safe(transfer['transfer_id'])}.json")])
+        self._folder_locks.release_all()
+        for key, etag in self._s3_locks.values():
+            with suppress(Exception):
+                self.store.delete([key], IfMatch=f"\"{etag}\"")
+        self._s3_locks.clear()
+        self._transfers.clear()
+
+    def __del__(self) -> None:  # a writer dropped without close() still releases its locks
+        if getattr(self, "_folder_locks", None) or getattr(self, "_s3_locks", None):
+            self.close()
+
+    def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
+        self.check()
+        self.lock_model(model, transfer_id)
+        self._clean_dead_transfers(model)
+        book = self._read_book(model)
+        state = ModelState.from_json(book.get("state"))
+        changes = self._schema_changes(model, book)
+        day = datetime.now(UTC).strftime("%Y-%m-%d")
+        self.store.put(self._book(model.model_name, "pending", f"{_safe(transfer_id)}.json"),
+                       json.dumps({"transfer_id": transfer_id, "dt": day}).encode())
+        self._transfers[model.model_name] = {"transfer_id": transfer_id, "dt": day, "files": [],
+                                             "start_time": None, "settled": True}
+        refresh = book.get("refresh")
+        if full_refresh or (refresh is not None and refresh["columns"] != _columns(model)):
+            if refresh is not None:  # an unfinished refresh started again: its files go
+                self.store.delete([f["data_file_key"] for f in refresh["files"]])
+            refresh = {"state": ModelState(high_watermark=state.high_watermark).to_json(), "files": [],
+                       "columns": _columns(model)}
+            self._write_book(model, {**book, "refresh": refresh})
+        if refresh is not None:
+            return Prepared(state, ModelState.from_json(refresh["state"]))
+        if changes:
+            self._write_book(model, {**book, "columns": _columns(model)})
+        return Prepared(state, None, changes)
+
+    def committed_state(self, model: ModelConfig) -> Prepared:
+        book = self._read_book(model)
+        state = ModelState.from_json(book.get("state"))
+        refresh = book.get("refresh")
+        if refresh is None:
+            return Prepared(state)
+        if refresh["columns"] != _columns(model):  # the next transfer starts it again
+            return Prepared(state, ModelState(high_watermark=state.high_watermark))
+        return Prepared(state, ModelState.from_json(refresh["state"]))
+
+    def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
+        model, name = load.model, load.model.model_name
+        schema = arrow_schema(model)
+        batch = frame.toArrow().select(schema.names).cast(schema)
+        refuse_bad_rows(batch, model, self.name)
+        book = self._read_book(model)
+        before = ModelState.from_json((book["refresh"] if load.into_refresh else book).get("state"))
+        max_lm, delta_rows = batch_changes(batch, model, before)
+        state = before.after_window(load.progress, batch_max_last_modified=max_lm,
+                                    configured_start=load.configured_start)
+        transfer = self._transfers[name]
+        transfer["start_time"] = transfer["start_time"] or load.progress.start.isoformat()
+        volume = 0
+        transfer["settled"] = False  # until a manifest (or the refresh's list) names its file
+        if batch.num_rows:
+            data = io.BytesIO()
+            pq.write_table(batch, data, compression="zstd")
+            data = data.getvalue()
+            volume = len(data)
+            key = self._k(name, f"dt={transfer['dt']}",
+                          f"part-{_safe(transfer['transfer_id'])}-{uuid.uuid4().hex[:12]}.parquet")
+            etag = self.store.put(key, data)
+            entry = {"data_file_key": key, "sha256_checksum": hashlib.sha256(data).hexdigest(), "etag": etag}
+            (book["refresh"]["files"] if load.into_refresh else transfer["files"]).append(entry)
+            log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=name,
+                      rows=batch.num_rows, file=key, bytes=volume)
+        if load.into_refresh:  # progress of a refresh: its files, not yet delivered
+            self._write_book(model, {**book, "refresh": {**book["refresh"], "state": state.to_json()}})
+        else:
+            generation = book.get("generation", 0)
+            self._write_manifest(model, transfer, "INCREMENTAL", generation, transfer["files"],
+                                 end=load.progress.end, state=state)
+            self._write_book(model, {**book, "state": state.to_json(), "generation": generation,
+                                     "columns": _columns(model)})
+        transfer["settled"] = True
+        self._renew_lock(model)
+        rows_deleted = _newly_marked(batch, model, before)
+        return WindowResult(batch.num_rows, delta_rows, volume, max_lm, state, rows_deleted)
+
+    def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
+        book = self._read_book(model)
+        refresh = book["refresh"]
+        state = ModelState.from_json(refresh["state"])
+        generation = book.get("generation", 0) + 1
+        transfer = self._transfers[model.model_name]
+        self._write_manifest(model, transfer, "FULL_REFRESH", generation, refresh["files"],
+                             end=datetime.now(UTC), state=state)
+        self._write_book(model, {"state": state.to_json(), "generation": generation,
+                                 "columns": refresh["columns"], "refresh": None})
+        return state
+
+    def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
+        """The delivered rows as a consumer keeps them: the current generation's files, per key
+        the latest last-modified version, rows marked deleted dropped (unless kept)."""
+        rows = self.delivered_rows(model)
+        if not rows.num_rows:
+            from transfer_platform.core.types import TYPES
+
+            ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
+            return spark.createDataFrame([], ddl)
+        return spark.createDataFrame(rows)
+
+    def delivered_rows(self, model: ModelConfig) -> pa.Table:
+        schema = arrow_schema(model)
+        tables = [_conform(pq.read_table(io.BytesIO(self._file(entry))), schema)
+                  for entry in self._current_files(model)]
+        rows = pa.concat_tables(tables) if tables else schema.empty_table()
+        return latest_per_key(rows, model)
+
+    def has_table(self, model: ModelConfig) -> bool:
+        return bool(self._current_files(model))
+
+    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
+        raise ConfigError(f"destination '{self.name}' ({self.destination.vendor}) only adds files: rows "
+                          "gone from the source cannot be deleted there (set delete_detection: none)")
+
+    # -- one transfer per model ----------------------------------------------------------------
+
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """A folder: the model's ``flock`` (as Delta's). A bucket: a lock object created only if
+        absent (a conditional write), renewed by each window, taken over once older than
+        ``S3_LOCK_LEASE_SECONDS`` (its transfer died), deleted at close."""
+        if self.destination.vendor == "local":
+            self._folder_locks.acquire(Path(self.destination.connection.path) / self._book("_locks"),
+                                       model.model_name, transfer_id, destination=self.name,
+                                       wait_seconds=LOCK_WAIT_SECONDS)
+            return
+        if model.model_name in self._s3_locks:
+            return
+        import time
+
+        key = self._book(model.model_name, "lock.json")
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            try:
+                etag = self.store.put(key, holder_text(transfer_id).encode(), IfNoneMatch="*")
+                self._s3_locks[model.model_name] = (key, etag)
+                return
+            except _LostRace:
+                held, held_etag = self.store.get_with_etag(key)
+                if held is not None and _expired(held):
+                    with suppress(_LostRace):  # someone else took it over first: wait as for them
+                        self.store.delete([key], IfMatch=f"\"{held_etag}\"")
+                    continue
+                if time.monotonic() >= deadline:
+                    raise TransferRunning(running_message(model.model_name, self.name,
+                                                          (held or b"").decode(errors="replace"))) from None
+                time.sleep(0.2)
+
+    def _renew_lock(self, model: ModelConfig) -> None:
+        if model.model_name in self._s3_locks:
+            key, etag = self._s3_locks[model.model_name]
+            transfer_id = self._transfers[model.model_name]["transfer_id"]
+            self._s3_locks[model.model_name] = (key, self.store.put(key, holder_text(transfer_id).encode(),
+                                                                     IfMatch=f"\"{etag}\""))
+
+    # -- test-connection ----------------------------------------------------------------------
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        """Reach and list, then an object written, read, replaced and deleted under the prefix
+        (where transfers write, manifests and bookkeeping included)."""
+        from transfer_platform.probes import Probe
+
+        probe = Probe(target)
+        try:
+            self.check()
+        except ConnectionFailure as exc:
+            probe.failed(f"reach and list {self.store.where}", exc.reason, exc.fix)
+            probe.skipped([f"write, read and delete objects under {self._k() or '/'}"], "not reachable")
+            return probe.checks
+        probe.passed(f"reach and list {self.store.where}")
+        key = self._k(BOOKKEEPING, f"_tp_probe_{uuid.uuid4().hex[:12]}")
+        step = f"write, read, replace and delete objects under {self._k() or '/'}"
+        try:
+            self.store.put(key, b"transfer_platform test-connection probe")
+            assert self.store.get(key) is not None
+            self.store.put(key, b"replaced")
+            self.store.delete([key])
+        except (ConnectionFailure, OSError, AssertionError) as exc:
+            probe.failed(step, getattr(exc, "reason", None) or str(exc),
+                         getattr(exc, "fix", None) or f"let the user transfers run as write and delete "
+                                                      f"in {self.store.where}")
+        else:
+            probe.passed(step)
+        finally:
+            with suppress(Exception):
+                self.store.delete([key])
+        return probe.checks
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _read_book(self, model: ModelConfig) -> dict[str, Any]:
+        data = self.store.get(self._book(model.model_name, "state.json"))
+        return {} if data is None else json.loads(data)
+
+    def _write_book(self, model: ModelConfig, book: dict[str, Any]) -> None:
+        self.store.put(self._book(model.model_name, "state.json"), json.dumps(book).encode())
+
+    def _write_manifest(self, model: ModelConfig, transfer: dict[str, Any], kind: str, generation: int,
+                        files: list[dict[str, str]], *, end: datetime, state: ModelState) -> None:
+        name = model.model_name
+        key = self._k("_manifests", name, f"dt={transfer['dt']}", f"manifest_{_safe(transfer['transfer_id'])}.json")
+        manifest = {
+            "version": manifests.VERSION, "transfer_id": transfer["transfer_id"],
+            "start_time": transfer["start_time"], "end_time": end.isoformat(),
+            "model_id": hashlib.sha1(name.encode()).hexdigest()[:16], "model_name": name,
+            "bucket_name": self.bucket_name, "bucket_prefix": self.prefix, "manifest_file_key": key,
+            "file_format": "PARQUET", "transfer_type": kind, "generation": generation,
+            "files": list(files), "transfer_platform_state": json.loads(state.to_json()),
+        }
+        self.store.put(key, json.dumps(manifests.sign(manifest, self._signing_key()), indent=1).encode())
+
+    def _signing_key(self):  # noqa: ANN202 - an Ed25519PrivateKey
+        if self._key is None:
+            ref = self.destination.signing_key
+            text = ref.resolve(f"destination '{self.name}'.signing_key").get_secret_value()
+            try:
+                self._key = manifests.load_signing_key(text)
+            except ValueError as exc:
+                raise ConfigError(f"destination '{self.name}': signing_key (variable {ref.env}) is not "
+                                  f"usable: {exc}; it must hold {manifests.KEY_FORMAT}") from None
+        return self._key
+
+    def _current_files(self, model: ModelConfig) -> list[dict[str, str]]:
+        """The files that the manifests of the model's current generation name."""
+        generation = self._read_book(model).get("generation", 0)
+        files = []
+        for key in self.store.keys(self._k("_manifests", model.model_name) + "/"):
+            if key.endswith(".json"):
+                manifest = json.loads(self.store.get(key) or b"{}")
+                if manifest.get("generation") == generation:
+                    files += manifest["files"]
+        return files
+
+    def _file(self, entry: dict[str, str]) -> bytes:
+        data = self.store.get(entry["data_file_key"])
+        if data is None or hashlib.sha256(data).hexdigest() != entry["sha256_checksum"]:
+            raise ConnectionFailure(f"object storage {self.store.where}",
+                                    reason=f"{entry['data_file_key']} is missing or not the file its manifest names",
+                                    fix="run a full refresh of the model")
+        return data
+
+    def _clean_dead_transfers(self, model: ModelConfig) -> None:
+        """Delete the files of transfers that died before a manifest named them (the model's lock
+        is held: no other transfer of it is at work)."""
+        name = model.model_name
+        refresh = self._read_book(model).get("refresh") or {}
+        kept = {f["data_file_key"] for f in refresh.get("files", [])}
+        for pending in self.store.keys(self._book(name, "pending") + "/"):
+            intent = json.loads(self.store.get(pending) or b"{}")
+            tid, day = _safe(intent.get("transfer_id", "")), intent.get("dt", "")
+            manifest = self.store.get(self._k("_manifests", name, f"dt={day}", f"manifest_{tid}.json"))
+            named = kept | {f["data_file_key"] for f in json.loads(manifest)["files"]} if manifest else kept
+            orphans = [key for key in self.store.keys(self._k(name, f"dt={day}") + "/")
+                       if key.rsplit("/", 1)[-1].startswith(f"part-{tid}-") and key not in named]
+            if orphans:
+                self.store.delete(orphans)
+                log_phase("clean up", destination=self.name, model=name, transfer_id=intent.get("transfer_id"),
+                          orphan_files=len(orphans))
+            self.store.delete([pending])
+
+    def _schema_changes(self, model: ModelConfig, book: dict[str, Any]) -> tuple[str, ...]:
+        before, now = book.get("columns"), _columns(model)
+        if before is None or before == now:
+            return ()
+        for column, kind in now.items():
+            if column in before and before[column] != kind:
+                raise SchemaMismatch(
+                    f"model '{model.model_name}' -> destination '{self.name}': column '{column}' was "
+                    f"delivered as {before[column]} but the model now says {kind}; a type is never "
+                    f"changed under consumers. Fix: run a full refresh: transfer-platform transfer "
+                    f"{self.name} --model {model.model_name} --full-refresh")
+        return tuple([f"added column {c} to {model.model_name}'s files from now on (earlier files lack it)"
+                      for c in now if c not in before]
+                     + [f"column {c} is no longer in {model.model_name}'s files from now on"
+                        for c in before if c not in now])
+
+
+def latest_per_key(rows: pa.Table, model: ModelConfig) -> pa.Table:
+    """The consumer's rule: per primary key the row with the latest last-modified value (rows
+    marked deleted then dropped, unless the model keeps them)."""
+    keys = [c.destination_name for c in model.primary_key]
+    lm = model.last_modified.destination_name
+    if rows.num_rows:
+        rows = rows.sort_by([(lm, "descending")])
+        first = (rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+                 .group_by(keys, use_threads=False).aggregate([("_row", "min")]))
+        rows = rows.take(first.column("_row_min"))
+    marker = model.deletion_marker
+    if marker is not None and model.removes_deleted_rows and rows.num_rows:
+        marks = rows.column(marker.destination_name)
+        gone = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
+        rows = rows.filter(pc.invert(gone))
+    return rows
+
+
+def _newly_marked(batch: pa.Table, model: ModelConfig, before: ModelState) -> int:
+    """Rows delivered newly marked deleted (newer than the previous high watermark)."""
+    marker = model.deletion_marker
+    if marker is None or not batch.num_rows:
+        return 0
+    marks = batch.column(marker.destination_name)
+    flagged = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
+    if before.high_watermark is not None:
+        lm_values = batch.column(model.last_modified.destination_name)
+        kind = model.change_column
+        flagged = pc.and_(flagged, pc.greater(lm_values, pa.scalar(kind.value(before.high_watermark),
+                                                                   lm_values.type)))
+    return int(pc.sum(flagged).as_py() or 0)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A file's rows with the model's columns now (a column it lacks is NULL)."""
+    return pa.table({f.name: table.column(f.name).cast(f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema}, schema=schema)
+
+
+def _columns(model: ModelConfig) -> dict[str, str]:
+    return {f.name: str(f.type) for f in arrow_schema(model)}
+
+
+def _safe(transfer_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", transfer_id)
+
+
+def _expired(lock: bytes) -> bool:
+    """A lock object whose transfer is gone: renewed longer ago than the lease, or held by a
+    process of this machine that no longer runs (a transfer killed outright)."""
+    try:
+        holder = json.loads(lock)
+        since = datetime.fromisoformat(holder["since"])
+    except (ValueError, KeyError, TypeError):
+        return True
+    if holder.get("host") == socket.gethostname() and not Path(f"/proc/{holder.get('pid')}").exists():
+        return True
+    return (datetime.now(UTC) - since).total_seconds() > S3_LOCK_LEASE_SECONDS
+

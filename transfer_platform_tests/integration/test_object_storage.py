@@ -1,0 +1,388 @@
+"""Object storage (issue 14): Parquet files and signed manifests in a folder (``local``) and in a
+bucket of a real S3-compatible server (``s3``, moto's standalone server in its own process).
+
+Expectations come from the lake (the source) and the reference's rules, not from the writer: what
+a consumer holds after reading every file the manifests name and keeping, per key, the latest
+last-modified version is exactly the tenant's rows; every manifest verifies against the provider's
+public key and every file against its checksum; a file no manifest names is not delivered and is
+gone after the next transfer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from transfer_platform.config import load_config
+from transfer_platform.destinations import object_storage
+from transfer_platform.destinations.base import writer_for
+from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
+from transfer_platform.errors import ConfigError, ConnectionFailure
+from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
+from transfer_platform_tests.s3_server import S3Server, s3_server
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "recipient-exports"
+PREFIX = "tp/acme"
+PRIVATE, PUBLIC = new_signing_key()
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        server.create_bucket(BUCKET)
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _signing_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TP_TEST_SIGNING_KEY", PRIVATE)
+
+
+def use_keys(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variables the configurations' key references name."""
+    monkeypatch.setenv("TP_TEST_S3_KEY_ID", server.access_key)
+    monkeypatch.setenv("TP_TEST_S3_SECRET", server.secret_key)
+
+
+def s3_connection(server: S3Server, prefix: str, **changes: str) -> dict:
+    return {"bucket": BUCKET, "prefix": prefix, "endpoint_url": server.endpoint, "path_style": True,
+            "access_key_id": "${TP_TEST_S3_KEY_ID}", "secret_access_key": "${TP_TEST_S3_SECRET}", **changes}
+
+
+@dataclass
+class Bucket:
+    """What a consumer sees: the objects under the destination's prefix."""
+
+    vendor: str
+    root: Path | None = None
+    server: S3Server | None = None
+
+    def objects(self) -> list[str]:
+        if self.vendor == "local":
+            return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
+        pages = self.server.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    def get(self, key: str) -> bytes:
+        if self.vendor == "local":
+            return (self.root / key).read_bytes()
+        return self.server.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+    def manifests(self, model: str) -> list[dict]:
+        return [json.loads(self.get(k)) for k in self.objects() if k.startswith(f"{PREFIX}/_manifests/{model}/")]
+
+    def data_files(self, model: str) -> list[str]:
+        return [k for k in self.objects() if k.startswith(f"{PREFIX}/{model}/") and k.endswith(".parquet")]
+
+
+def platform(root: Path, vendor: str, server: S3Server | None, window: int | None = 86_400) -> tuple[Path, Bucket]:
+    path = write_config(root, window=window)
+    config = yaml.safe_load(path.read_text())
+    if vendor == "local":
+        connection, bucket = {"path": "exports", "prefix": PREFIX}, Bucket("local", root=root / "exports")
+    else:
+        connection, bucket = s3_connection(server, PREFIX), Bucket("s3", server=server)
+        for key in bucket.objects():  # the module's bucket: each test starts empty
+            server.client().delete_object(Bucket=BUCKET, Key=key)
+    config["destinations"] = [{"name": "acme_files", "recipient": "acme", "vendor": vendor,
+                               "connection": connection, "signing_key": "${TP_TEST_SIGNING_KEY}"}]
+    path.write_text(yaml.safe_dump(config))
+    return path, bucket
+
+
+def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> list:  # noqa: ANN001
+    config = load_config(config_path)
+    writer = writer_for(config.destination("acme_files"))
+    try:
+        request = TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
+                                  transfer_id=transfer_id, now=datetime.now(UTC), full_refresh=full_refresh)
+        summaries = run_transfer(request, config.models)
+    finally:
+        writer.close()
+    assert all(s.status == "SUCCESS" for s in summaries), [(s.model, s.error) for s in summaries]
+    return summaries
+
+
+def lake_rows(root: Path, table: str, tenant: str = "acme") -> list[dict]:
+    rows = pq.read_table(root / "lake" / table)
+    rows = rows.filter(pc.equal(rows["organization_id"], TENANTS[tenant])).to_pylist()
+    latest: dict[int, dict] = {}
+    for row in rows:  # the lake may hold several versions of a row (an update appended)
+        if row["id"] not in latest or row["updated_at"] > latest[row["id"]]["updated_at"]:
+            latest[row["id"]] = row
+    return sorted(latest.values(), key=lambda r: r["id"])
+
+
+def consumed(bucket: Bucket, model: str) -> list[dict]:
+    """A consumer's reading, per the README: verify each manifest with the pinned public key and
+    each file with its checksum; from the last FULL_REFRESH manifest on (or all), read the files,
+    keep per key the latest last-modified version."""
+    manifests = sorted(bucket.manifests(model), key=lambda m: m["end_time"])
+    for manifest in manifests:
+        verify_manifest(manifest, PUBLIC)
+        assert manifest["file_format"] == "PARQUET"
+        assert manifest["model_name"] == model
+    refreshes = [i for i, m in enumerate(manifests) if m["transfer_type"] == "FULL_REFRESH"]
+    latest: dict[int, dict] = {}
+    for manifest in manifests[refreshes[-1] if refreshes else 0:]:
+        for entry in manifest["files"]:
+            data = bucket.get(entry["data_file_key"])
+            assert hashlib.sha256(data).hexdigest() == entry["sha256_checksum"]
+            for row in pq.read_table(io.BytesIO(data)).to_pylist():
+                if row["id"] not in latest or row["updated_at"] >= latest[row["id"]]["updated_at"]:
+                    latest[row["id"]] = row
+    return sorted(latest.values(), key=lambda r: r["id"])
+
+
+def named_files(bucket: Bucket, model: str) -> set[str]:
+    return {e["data_file_key"] for m in bucket.manifests(model) for e in m["files"]}
+
+
+def append_to_lake(root: Path, table: str, rows: list[dict]) -> None:
+    schema = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("updated_at", TS), ("v", pa.string())])
+    name = f"part-{len(list((root / 'lake' / table).iterdir()))}.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "lake" / table / name)
+
+
+@pytest.fixture(params=["local", "s3"])
+def vendor(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def server(vendor: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> S3Server | None:
+    if vendor != "s3":
+        return None
+    s3 = request.getfixturevalue("s3")
+    use_keys(s3, monkeypatch)
+    return s3
+
+
+def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_path: Path, vendor: str,
+                                                                    server: S3Server | None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config_path, bucket = platform(tmp_path, vendor, server)
+    summaries = transfer(spark, config_path, "backfill-1")
+    for model in ("items", "notes"):
+        expected = lake_rows(tmp_path, model)
+        assert consumed(bucket, model) == expected
+        (manifest,) = bucket.manifests(model)
+        assert manifest["transfer_type"] == "INCREMENTAL"
+        assert manifest["transfer_id"] == "backfill-1"
+        assert manifest["bucket_name"] == (BUCKET if vendor == "s3" else str(tmp_path / "exports"))
+        assert manifest["bucket_prefix"] == PREFIX
+        assert manifest["manifest_file_key"] in bucket.objects()
+        assert manifest["manifest_file_key"].startswith(f"{PREFIX}/_manifests/{model}/dt=")
+        for key in named_files(bucket, model):
+            assert key.startswith(f"{PREFIX}/{model}/dt={datetime.now(UTC):%Y-%m-%d}/")
+        if vendor == "s3":  # the ETag is the store's own
+            heads = {e["data_file_key"]: e["etag"] for e in manifest["files"]}
+            for key, etag in heads.items():
+                assert server.client().head_object(Bucket=BUCKET, Key=key)["ETag"].strip('"') == etag
+    summary = {s.model: s for s in summaries}
+    assert summary["items"].rows_transferred == len(lake_rows(tmp_path, "items"))
+    assert summary["items"].volume_bytes == sum(
+        len(bucket.get(k)) for k in named_files(bucket, "items"))
+
+    # changes arrive: an update of a delivered row, a new row, and another tenant's new row
+    old = lake_rows(tmp_path, "items")[0]
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    append_to_lake(tmp_path, "items", [
+        {**old, "updated_at": now, "v": "changed"},
+        {"id": 10_001, "organization_id": TENANTS["acme"], "updated_at": now, "v": "new"},
+        {"id": 10_002, "organization_id": TENANTS["globex"], "updated_at": now, "v": "not acme's"},
+    ])
+    summaries = {s.model: s for s in transfer(spark, config_path, "incremental-2")}
+    assert consumed(bucket, "items") == lake_rows(tmp_path, "items")
+    assert {r["organization_id"] for r in consumed(bucket, "items")} == {TENANTS["acme"]}
+    assert summaries["items"].delta_rows_transferred == 2
+    second = [m for m in bucket.manifests("items") if m["transfer_id"] == "incremental-2"]
+    assert len(second) == 1
+    assert second[0]["transfer_type"] == "INCREMENTAL"
+    # integrity checks read what the manifests name, as a consumer does
+    config = load_config(config_path)
+    writer = writer_for(config.destination("acme_files"))
+    delivered = writer.read_table(spark, config.model("items")).toArrow().to_pylist()
+    assert sorted(delivered, key=lambda r: r["id"]) == lake_rows(tmp_path, "items")
+
+
+def test_a_failure_before_the_manifest_delivers_nothing_and_is_cleaned_next_time(
+        spark, tmp_path: Path, vendor: str, server: S3Server | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config_path, bucket = platform(tmp_path, vendor, server)
+    real = object_storage.ObjectStorageWriter._write_manifest
+    calls = []
+
+    def fail_on_the_second_window(self, *args, **kwargs) -> None:  # noqa: ANN001
+        calls.append(1)
+        if len(calls) == 2:  # the window's file is written; its manifest is not
+            raise ConnectionFailure("object storage", reason="the connection dropped", fix="retry")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(object_storage.ObjectStorageWriter, "_write_manifest", fail_on_the_second_window)
+    config = load_config(config_path)
+    writer = writer_for(config.destination("acme_files"))
+    request = TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
+                              transfer_id="dies", now=datetime.now(UTC))
+    (items,) = run_transfer(request, [config.model("items")])
+    writer.close()
+    assert items.status != "SUCCESS"
+    orphans = set(bucket.data_files("items")) - named_files(bucket, "items")
+    assert len(orphans) == 1, "the failed window's file should exist, unnamed"
+    (manifest,) = bucket.manifests("items")
+    delivered = consumed(bucket, "items")
+    assert delivered
+    assert len(delivered) < len(lake_rows(tmp_path, "items"))
+    watermark = writer.committed_state(config.model("items")).state.watermark
+    assert [r for r in lake_rows(tmp_path, "items") if r["updated_at"] < watermark] == delivered
+
+    monkeypatch.setattr(object_storage.ObjectStorageWriter, "_write_manifest", real)
+    transfer(spark, config_path, "next")
+    assert set(bucket.data_files("items")) == named_files(bucket, "items"), "an orphan file is left"
+    assert consumed(bucket, "items") == lake_rows(tmp_path, "items")
+
+
+def test_full_refresh_writes_a_new_generation(spark, tmp_path: Path, vendor: str, server: S3Server | None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config_path, bucket = platform(tmp_path, vendor, server)
+    transfer(spark, config_path, "first")
+    transfer(spark, config_path, "refresh", full_refresh=True)
+    manifests = sorted(bucket.manifests("items"), key=lambda m: m["end_time"])
+    assert [m["transfer_type"] for m in manifests] == ["INCREMENTAL", "FULL_REFRESH"]
+    assert {e["data_file_key"] for e in manifests[0]["files"]}.isdisjoint(
+        {e["data_file_key"] for e in manifests[1]["files"]})
+    refreshed = []
+    for entry in manifests[1]["files"]:
+        refreshed += pq.read_table(io.BytesIO(bucket.get(entry["data_file_key"]))).to_pylist()
+    assert sorted(refreshed, key=lambda r: r["id"]) == lake_rows(tmp_path, "items")
+    assert consumed(bucket, "items") == lake_rows(tmp_path, "items")
+
+
+def test_a_killed_transfer_leaves_no_unnamed_file_after_the_next(tmp_path: Path, s3: S3Server) -> None:
+    """kill -9 of a real transfer process writing to S3 (hourly windows over three days), once its
+    first files are in the bucket; the next transfer leaves every file named by a manifest and
+    the consumer's rows exact."""
+    config_path, bucket = platform(tmp_path, "s3", s3, window=3600)
+    env = {**os.environ, "TP_TEST_SIGNING_KEY": PRIVATE, "TP_TEST_S3_KEY_ID": s3.access_key,
+           "TP_TEST_S3_SECRET": s3.secret_key}
+    cli = [sys.executable, "-m", "transfer_platform.cli", "--config", str(config_path), "transfer", "acme_files"]
+    process = subprocess.Popen(cli, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    deadline = time.monotonic() + 600  # bounds a failure (a JVM starts slowly on a busy machine)
+    while len(bucket.data_files("items")) < 3:
+        assert process.poll() is None, process.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "no files after 600 s"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert len(bucket.data_files("items")) < 72, "the transfer was not stopped midway"
+    result = subprocess.run(cli, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for model in ("items", "notes"):
+        assert set(bucket.data_files(model)) == named_files(bucket, model), model
+        assert consumed(bucket, model) == lake_rows(tmp_path, model)
+    assert not [k for k in bucket.objects() if "/pending/" in k or k.endswith("lock.json")]
+    assert s3.secret_key not in result.stderr + result.stdout
+
+
+def test_bad_buckets_and_keys_fail_clearly_and_never_show_the_secret(tmp_path: Path, s3: S3Server,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = {
+        "wrong key": (s3_connection(s3, "p", secret_access_key="${TP_TEST_WRONG}"), ["SignatureDoesNotMatch", BUCKET]),
+        "missing bucket": (s3_connection(s3, "p", bucket="no-such-bucket"), ["NoSuchBucket", "no-such-bucket"]),
+        "unreachable": (s3_connection(s3, "p", endpoint_url="http://127.0.0.1:9"), ["127.0.0.1:9", "cannot be reached"]),
+    }
+    use_keys(s3, monkeypatch)
+    monkeypatch.setenv("TP_TEST_WRONG", "not-the-secret-" + s3.secret_key)
+    for case, (connection, words) in cases.items():
+        destination = {"name": "d", "recipient": "acme", "vendor": "s3", "connection": connection,
+                       "signing_key": "${TP_TEST_SIGNING_KEY}"}
+        config_path = write_config(tmp_path)
+        config = yaml.safe_load(config_path.read_text())
+        config["destinations"] = [destination]
+        config_path.write_text(yaml.safe_dump(config))
+        writer = writer_for(load_config(config_path).destination("d"))
+        with pytest.raises(ConnectionFailure) as failure:
+            writer.check()
+        text = str(failure.value)
+        for word in words:
+            assert word in text, (case, text)
+        assert s3.secret_key not in text, case
+
+
+def test_validate_refuses_a_bad_signing_key_and_shared_prefixes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def problems(destinations: list[dict]) -> str:
+        path = write_config(tmp_path)
+        config = yaml.safe_load(path.read_text())
+        config["recipients"].append({"name": "globex", "id_in_provider_system": TENANTS["globex"]})
+        config["destinations"] = destinations
+        path.write_text(yaml.safe_dump(config))
+        try:
+            load_config(path)  # validates
+        except ConfigError as exc:
+            return str(exc)
+        return ""
+
+    def s3_destination(name: str, recipient: str, prefix: str, key: str = "${TP_TEST_SIGNING_KEY}") -> dict:
+        return {"name": name, "recipient": recipient, "vendor": "s3", "signing_key": key,
+                "connection": {"bucket": BUCKET, "prefix": prefix, "endpoint_url": "http://127.0.0.1:1"}}
+
+    assert problems([s3_destination("a", "acme", "x/acme"), s3_destination("g", "globex", "x/globex")]) == ""
+    text = problems([s3_destination("a", "acme", "x"), s3_destination("g", "globex", "x/globex")])
+    assert "destinations a, g write to the same place" in text
+    assert "one inside the other" in text
+    text = problems([s3_destination("a", "acme", "shared/"), s3_destination("g", "globex", "/shared")])
+    assert "destinations a, g write to the same place" in text
+    local = [{"name": n, "recipient": r, "vendor": "local", "signing_key": "${TP_TEST_SIGNING_KEY}",
+              "connection": {"path": "out", "prefix": p}} for n, r, p in (("a", "acme", ""), ("g", "globex", "g"))]
+    assert "destinations a, g write to the same place" in problems(local)
+    delta_inside = [{"name": "a", "recipient": "acme", "vendor": "delta", "connection": {"path": "out/g"}}, local[0]]
+    assert "write to the same place" in problems(delta_inside)
+
+    monkeypatch.delenv("TP_TEST_SIGNING_KEY")
+    text = problems([s3_destination("a", "acme", "x")])
+    assert "destinations[0] (a).signing_key" in text
+    assert "TP_TEST_SIGNING_KEY is not set" in text
+    monkeypatch.setenv("TP_TEST_SIGNING_KEY", "c2hvcnQ=")
+    text = problems([s3_destination("a", "acme", "x")])
+    assert "decodes to 5 bytes, not 32" in text
+    assert "Ed25519" in text
+    assert "c2hvcnQ=" not in text
+
+
+def test_a_manifest_verifies_only_unchanged_and_with_the_pinned_key() -> None:
+    from transfer_platform.destinations.manifests import load_signing_key, sign
+
+    files = [{"data_file_key": "p/items/dt=2026-01-01/part-1.parquet", "sha256_checksum": "ab", "etag": "cd"}]
+    manifest = sign({"version": 1, "files": files}, load_signing_key(PRIVATE))
+    verify_manifest(manifest, PUBLIC)
+    tampered = {**manifest, "files": [{**files[0], "sha256_checksum": "ef"}]}
+    with pytest.raises(ValueError, match="does not match"):
+        verify_manifest(tampered, PUBLIC)
+    other_private, other_public = new_signing_key()
+    forged = sign({"version": 1, "files": files}, load_signing_key(other_private))
+    with pytest.raises(ValueError, match="another key"):
+        verify_manifest(forged, PUBLIC)
+    with pytest.raises(ValueError, match="does not match"):  # a forger's key put in the pinned key's place
+        verify_manifest({**forged, "signature_public_key": PUBLIC}, PUBLIC)

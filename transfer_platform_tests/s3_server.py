@@ -1,0 +1,91 @@
+"""A real S3-compatible server for the tests: moto's standalone server (``moto_server``, pinned
+in the lock file) started as its own process on 127.0.0.1, stopped afterwards. Nothing in the
+tests patches boto3: requests go over HTTP to this process, as they would to a bucket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REGION = "us-east-1"
+#: requests the server takes before it checks signatures: the setup below (a user, its key, its
+#: policy); from then on a request signed with another key or secret is refused, as by S3
+_SETUP_REQUESTS = 3
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    log: Path
+    access_key: str  # a key of the server's own IAM user, allowed everything on S3
+    secret_key: str
+
+    def client(self, **credentials: str):  # noqa: ANN201
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=credentials.get("access_key", self.access_key),
+                            aws_secret_access_key=credentials.get("secret_key", self.secret_key),
+                            config=Config(s3={"addressing_style": "path"}))
+
+    def create_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def s3_server(folder: Path) -> Iterator[S3Server]:
+    port = free_port()
+    log = folder / "moto_server.log"
+    server = Path(sys.executable).with_name("moto_server")
+    process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("w"),
+                               stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_REQUESTS)})
+    try:
+        deadline = time.monotonic() + 120  # bounds a failure: it starts in about a second
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"moto_server exited: {log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"moto_server did not listen in 120 s: {log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield S3Server(f"http://127.0.0.1:{port}", log, *_user_with_a_key(f"http://127.0.0.1:{port}"))
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _user_with_a_key(endpoint: str) -> tuple[str, str]:
+    import json
+
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="setup",
+                       aws_secret_access_key="setup")
+    iam.create_user(UserName="transfers")
+    key = iam.create_access_key(UserName="transfers")["AccessKey"]
+    iam.put_user_policy(UserName="transfers", PolicyName="s3", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    return key["AccessKeyId"], key["SecretAccessKey"]
