@@ -235,6 +235,16 @@ class _Tags(argparse.Action):
         setattr(namespace, self.dest, tags)
 
 
+def cmd_signing_key(args: argparse.Namespace) -> int:
+    """A new Ed25519 key pair for an object-storage destination's manifests (base64, 32 bytes each):
+    the private key goes into the variable its ``signing_key`` names, the public key to consumers."""
+    from transfer_platform.destinations.manifests import new_signing_key
+
+    private, public = new_signing_key()
+    print(json.dumps({"private_key": private, "public_key": public}))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
 
@@ -281,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true")
     cancel = sub.add_parser("cancel", help="cancel a pending transfer or stop a running one")
     cancel.add_argument("transfer_id")
+    sub.add_parser("signing-key", help="print a new Ed25519 key pair for signing object-storage manifests "
+                                       "(private: the destination's signing_key variable; public: consumers)")
     demo = sub.add_parser("demo", help="run the embedded demo (no server needed)")
     demo.add_argument("--dir", default="demo_output", help="working folder (recreated)")
     return parser
@@ -292,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
                 "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
-                "sweep-deletes": cmd_sweep_deletes}
+                "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key}
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:
