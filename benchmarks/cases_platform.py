@@ -171,7 +171,7 @@ class DagsterBackfill:
     def keys(self, indices: list[int]) -> set:
         from transfer_platform.orchestration.keys import transfer_asset_key
 
-        return {transfer_asset_key(f"r{i}", "events") for i in indices}
+        return {transfer_asset_key(f"r{i}", f"d{i}", "events") for i in indices}
 
     def materialize(self, spark, indices: list[int]) -> None:
         """One run materializing the transfer assets of recipients ``r<i>`` (without their

@@ -60,7 +60,7 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
 
         try:
             for summary in run_transfer(request, config.models_for(destination), on_window=on_window):
-                results[(destination.recipient, summary.model)] = summary
+                results[(destination.name, summary.model)] = summary
         finally:
             writer.close()  # releases the models' locks for the next transfer
     return results
@@ -73,7 +73,7 @@ def _print_table(title: str, config: PlatformConfig, results: dict, check: bool)
     all_equal = True
     for destination in config.destinations:
         for model in config.models_for(destination):
-            summary = results[(destination.recipient, model.model_name)].as_dict()
+            summary = results[(destination.name, model.model_name)].as_dict()
             line = (f"{destination.recipient:<9} {model.model_name:<9} {summary['status']:<7} "
                     f"{summary['windows']:>7} {summary['rows_transferred']:>7} "
                     f"{summary['delta_rows_transferred']:>7}  {summary['watermark'] or '-':<32}")

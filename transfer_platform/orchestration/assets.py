@@ -1,10 +1,11 @@
-"""One partitioned asset per recipient/model, built from the configuration.
+"""One partitioned asset per destination/model, built from the configuration.
 
-The assets of one destination that share a partitioning sit behind one subsettable
-``multi_asset`` op (``transfer__<destination>``): each pair keeps its own key, group, partitions,
-lineage and checks, and a run selecting some of them moves only those, model after model. One op
-per pair would make 10,000 ops for 1,000 recipients x 10 models, which Dagster takes about 40 s
-to load.
+Keyed ``<recipient>/<destination>/<model>`` and grouped per destination (see ``keys.py``): a
+recipient with several destinations has one asset per destination and model. The assets of one
+destination that share a partitioning sit behind one subsettable ``multi_asset`` op
+(``transfer__<destination>``): each pair keeps its own key, group, partitions, lineage and checks,
+and a run selecting some of them moves only those, model after model. One op per pair would make
+10,000 ops for 1,000 recipients x 10 models, which Dagster takes about 40 s to load.
 
 The body moves each model's windows one by one and yields one ``AssetMaterialization`` per window
 as soon as that window's data and watermark have committed (the specs are ``skippable``): a run
@@ -37,7 +38,12 @@ from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import ModelWindowing
-from transfer_platform.orchestration.keys import SOURCE_GROUP, source_asset_key, transfer_asset_key
+from transfer_platform.orchestration.keys import (
+    SOURCE_GROUP,
+    source_asset_key,
+    transfer_asset_key,
+    transfer_group,
+)
 from transfer_platform.orchestration.lifecycle import heartbeat, record_model_outcomes
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
 from transfer_platform.orchestration.reporting import materialization
@@ -81,7 +87,7 @@ def source_specs(config: PlatformConfig) -> list[AssetSpec]:
 
 
 def transfer_assets(config: PlatformConfig) -> list[AssetsDefinition]:
-    """One subsettable multi-asset per destination and partitioning: each recipient/model pair is
+    """One subsettable multi-asset per destination and partitioning: each destination/model pair is
     its own asset (key, group, partitions, lineage, checks), and the op behind them is shared. A
     definition per pair made 10,000 ops for 1,000 recipients x 10 models, which Dagster takes
     about 40 s to build; grouping makes 1,000."""
@@ -111,12 +117,13 @@ def _spec(config: PlatformConfig, destination_name: str, model: ModelConfig, win
     window_text = (f"windows of {windowing.max_window_seconds} s (grid {windowing.grid.cron})"
                    if windowing.grid else "one window per transfer (no max_transfer_time_window_seconds)")
     return AssetSpec(
-        key=transfer_asset_key(recipient.name, model.model_name),
-        group_name=recipient.name,
+        key=transfer_asset_key(recipient.name, destination.name, model.model_name),
+        group_name=transfer_group(destination.name),
         deps=[source_asset_key(model)],
         skippable=True,  # yields materializations itself, window by window
         kinds={"spark", destination.vendor},
-        tags={"transfer_platform/destination": destination.name},
+        tags={"transfer_platform/destination": destination.name,
+              "transfer_platform/recipient": recipient.name},
         description=(f"{model.description or model.model_name}: rows of tenant "
                      f"'{recipient.id_in_provider_system}' delivered to {destination.vendor} destination "
                      f"'{destination.name}'; {window_text}."),

@@ -1,6 +1,6 @@
 """Integrity checks as Dagster asset checks, and the ``integrity`` job that runs only them.
 
-One check named ``integrity`` per recipient/model transfer asset (defined per destination: one
+One check named ``integrity`` per destination/model transfer asset (defined per destination: one
 op runs the selected checks of its models, one after another). It is thin: it captures the
 run's clock, hands plain values to :func:`transfer_platform.transfers.integrity.check_integrity`
 and turns its report into an ``AssetCheckResult`` (ERROR severity, not blocking). A source or
@@ -44,7 +44,8 @@ def integrity_checks(config: PlatformConfig) -> list[dg.AssetChecksDefinition]:
 def integrity_check_keys(config: PlatformConfig, destination_name: str) -> list[dg.AssetCheckKey]:
     """The checks of one destination: the subset to launch the ``integrity`` job with."""
     destination = config.destination(destination_name)
-    return [dg.AssetCheckKey(transfer_asset_key(destination.recipient, model.model_name), CHECK_NAME)
+    return [dg.AssetCheckKey(transfer_asset_key(destination.recipient, destination.name, model.model_name),
+                             CHECK_NAME)
             for model in config.models_for(destination)]
 
 
@@ -64,7 +65,8 @@ INTEGRITY_JOB = integrity_job()  # one definition, shared by the definitions and
 def build_integrity_checks(config: PlatformConfig, destination_name: str) -> dg.AssetChecksDefinition:
     destination = config.destination(destination_name)
     recipient = config.recipient(destination.recipient)
-    models = {transfer_asset_key(recipient.name, m.model_name): m for m in config.models_for(destination)}
+    models = {transfer_asset_key(recipient.name, destination_name, m.model_name): m
+              for m in config.models_for(destination)}
     specs = [dg.AssetCheckSpec(
         CHECK_NAME, asset=key, blocking=False,
         description=(f"compares (primary key, last-modified) of tenant "

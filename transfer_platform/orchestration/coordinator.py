@@ -23,6 +23,7 @@ from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
 
 from transfer_platform.config import find_config_path, load_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.orchestration.keys import destination_and_model
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
@@ -84,22 +85,20 @@ def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], 
         if len(config.destinations) != 1:
             raise RunPlacementError(
                 "the integrity job without a selection checks every destination at once; launch "
-                "it for one destination's checks (select them, or `Execute checks` on one recipient)")
+                "it for one destination's checks (select them, or `Execute checks` on one destination's group)")
         return config.destinations[0].name, [], "integrity"
-    by_recipient = {d.recipient: d.name for d in config.destinations}
     touched: dict[str, list[str]] = {}
     for key in keys:
-        path = key.path
-        if len(path) == 2 and path[0] in by_recipient:
-            touched.setdefault(by_recipient[path[0]], []).append(path[1])
+        placed = destination_and_model(config, key)  # <recipient>/<destination>/<model>
+        if placed is not None:
+            touched.setdefault(placed[0], []).append(placed[1])
     if not touched:
         return None
     if len(touched) > 1:
         raise RunPlacementError(
             f"this run selects assets of several destinations ({', '.join(sorted(touched))}); "
-            "a run transfers to one destination so that its limits hold. Select one recipient's "
-            "assets per run (a backfill over several recipients makes one run per recipient when "
-            "launched per group)")
+            "a run transfers to one destination so that its limits hold. Select one destination's "
+            "assets per run (its group: a backfill launched per group makes one run per destination)")
     ((destination, models),) = touched.items()
     return destination, models, kind
 

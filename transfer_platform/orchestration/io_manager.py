@@ -1,7 +1,8 @@
 """A PySpark IO manager over the destinations.
 
-- ``load_input``: a downstream asset that depends on ``<recipient>/<model>`` receives the delivered
-  table as a Spark DataFrame (read from the destination, not from the source).
+- ``load_input``: a downstream asset that depends on ``<recipient>/<destination>/<model>``
+  receives the table delivered there as a Spark DataFrame (read from that destination, not from
+  the source).
 - ``handle_output``: an asset that returns a Spark DataFrame has it delivered by a staged upsert
   into its destination, through the same writer (and the same rules: key, tie-break, watermark in
   the same commit) as a transfer. Dagster calls it once per step, so it records one window per

@@ -49,8 +49,8 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
     requests: list[RunRequest] = []
     kept = {k: v for k, v in cursor.items() if k.startswith(("repair:", "repairs:"))}
     today = now.date().isoformat()
-    healed = [(destination, model, AssetCheckKey(transfer_asset_key(destination.recipient, model.model_name),
-                                                  CHECK_NAME))
+    healed = [(destination, model,
+               AssetCheckKey(transfer_asset_key(destination.recipient, destination.name, model.model_name), CHECK_NAME))
               for destination in config.destinations if destination.is_enabled and destination.self_healing
               for model in config.models_for(destination)]
     latest_of = latest_checks(instance, [key for _, _, key in healed]) if healed else {}

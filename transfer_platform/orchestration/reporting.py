@@ -6,7 +6,7 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataVal
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.orchestration.keys import transfer_asset_key
+from transfer_platform.orchestration.keys import destination_asset_key
 from transfer_platform.transfers.runner import PartitionTally, WindowOutcome
 
 
@@ -45,6 +45,5 @@ class RunlessReporter:
         done = self._tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
         if done is None:
             return
-        recipient = self.config.destination(self.destination).recipient
-        key = transfer_asset_key(recipient, model.model_name)
+        key = destination_asset_key(self.config, self.destination, model.model_name)
         self.instance.report_runless_asset_event(materialization(key, done, "outside-dagster"))

@@ -3,7 +3,7 @@
 Sensors and ``transfer-platform transfer --enqueue`` submit it to the instance's run queue with
 run config ``ops: {run_transfer: {config: {destination, models, full_refresh, start, end, dry_run}}}``. Its one
 op moves every requested model window by window from the watermark (or the given range) and
-reports each committed window as a materialization of that recipient/model asset and partition,
+reports each committed window as a materialization of that destination/model asset and partition,
 exactly as the asset body does: the assets show every window moved, whoever moved it.
 
 A model that fails does not stop the others. At the end the run carries the tags
@@ -70,14 +70,13 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
     if config.dry_run:
         yield _dry_run(context, pyspark, current, destination.name, models, now, config)
         return
-    recipient = destination.recipient
     tallies: dict[str, PartitionTally] = {}
 
     def on_window(model, outcome) -> None:
         done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
         if done is not None:
-            context.log_event(materialization(transfer_asset_key(recipient, model.model_name), done,
-                                              context.run.run_id))
+            key = transfer_asset_key(destination.recipient, destination.name, model.model_name)
+            context.log_event(materialization(key, done, context.run.run_id))
 
     writer = platform.writer(destination.name)
     request = TransferRequest(

@@ -488,7 +488,7 @@ def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance, keys: list[
               "dagster/asset_partition_range_end": keys[-1]})
 
 
-ASSET_KEY = dg.AssetKey(["rcpt", MODEL])
+ASSET_KEY = dg.AssetKey(["rcpt", DESTINATION, MODEL])
 MINUTE_FMT, DAY_FMT = "%Y-%m-%dT%H:%M", "%Y-%m-%d"
 
 

@@ -87,7 +87,7 @@ def _expected(rows: list[dict], until: datetime | None = None) -> list[dict]:
     )
 
 
-KEY = dg.AssetKey(["acme", "items"])
+KEY = dg.AssetKey(["acme", "acme_delta", "items"])
 
 
 def _materialize(defs: dg.Definitions, instance, **kwargs) -> dg.ExecuteInProcessResult:
@@ -104,7 +104,7 @@ def test_asset_graph_keys_groups_partitions_and_lineage(tmp_path: Path, spark) -
     defs = build_definitions(str(_config(tmp_path)))
     graph = defs.resolve_asset_graph()
     node = graph.get(KEY)
-    assert node.group_name == "acme"
+    assert node.group_name == "acme_delta"  # a group per destination
     assert dg.AssetKey(["source", "lake", "items"]) in node.parent_keys
     partitions = node.partitions_def
     assert isinstance(partitions, dg.TimeWindowPartitionsDefinition)
@@ -297,14 +297,14 @@ def test_the_models_of_a_destination_share_an_op_and_move_only_when_selected(tmp
     rows = _rows(days=2)
     _write_lake(tmp_path / "lake", rows)
     defs = build_definitions(str(_two_model_config(tmp_path)))
-    twins, weekly = dg.AssetKey(["acme", "twins"]), dg.AssetKey(["acme", "weekly"])
+    twins, weekly = dg.AssetKey(["acme", "acme_delta", "twins"]), dg.AssetKey(["acme", "acme_delta", "weekly"])
     graph = defs.resolve_asset_graph()
     assert graph.get(twins).partitions_def == graph.get(KEY).partitions_def
     assert graph.get(weekly).partitions_def.cron_schedule == "0 0 * * 1"
     ops = {key: graph.get(key).assets_def.op.name for key in (KEY, twins, weekly)}
     assert ops == {KEY: "transfer__acme_delta", twins: "transfer__acme_delta",
                    weekly: "transfer__acme_delta__1"}
-    assert graph.get(twins).group_name == "acme"
+    assert graph.get(twins).group_name == "acme_delta"
     assert dg.AssetKey(["source", "lake", "twins"]) in graph.get(twins).parent_keys
     keys = [(DAY0 + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(2)]
     with dg.instance_for_test() as instance:
@@ -326,7 +326,7 @@ def test_a_failing_model_does_not_stop_the_other_models_of_its_op(tmp_path: Path
     schema = pq.read_schema(tmp_path / "lake" / "items" / "part-0.parquet")
     pq.write_table(pa.Table.from_pylist(twin_rows, schema=schema), folder / "part-0.parquet")
     defs = build_definitions(str(_two_model_config(tmp_path)))
-    twins = dg.AssetKey(["acme", "twins"])
+    twins = dg.AssetKey(["acme", "acme_delta", "twins"])
     keys = [(DAY0 + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(2)]
     with dg.instance_for_test() as instance:
         job = defs.resolve_implicit_global_asset_job_def()
@@ -351,7 +351,8 @@ def test_op_names_stay_unique_when_a_destination_name_looks_like_a_second_op(tmp
                                    "connection": {"path": "dest2"}})
     path.write_text(yaml.safe_dump(config))
     graph = build_definitions(str(path)).resolve_asset_graph()
-    names = {graph.get(dg.AssetKey([recipient, model])).assets_def.op.name
-             for recipient in ("acme", "globex") for model in ("twins", "weekly")}
+    names = {graph.get(dg.AssetKey([recipient, destination, model])).assets_def.op.name
+             for recipient, destination in (("acme", "acme_delta"), ("globex", "acme_delta__1"))
+             for model in ("twins", "weekly")}
     assert names == {"transfer__acme_delta", "transfer__acme_delta__1", "transfer__acme_delta__1_",
                      "transfer__acme_delta__1__1"}

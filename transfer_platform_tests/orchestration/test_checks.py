@@ -36,8 +36,8 @@ DAY0 = datetime(2025, 3, 3, tzinfo=UTC)
 TS = pa.timestamp("us", tz="UTC")
 PASSWORD_VAR = "TP_TEST_INTEGRITY_PASSWORD"
 PASSWORD = "s3cret-Integrity-pw"
-ACME_KEY = dg.AssetKey(["acme", "items"])
-GLOBEX_KEY = dg.AssetKey(["globex", "items"])
+ACME_KEY = dg.AssetKey(["acme", "acme_delta", "items"])
+GLOBEX_KEY = dg.AssetKey(["globex", "globex_pg", "items"])
 
 
 def _write_lake(root: Path, rows: list[dict]) -> None:

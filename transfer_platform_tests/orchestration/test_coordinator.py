@@ -48,9 +48,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 
 CONFIG_ENV = "TRANSFER_PLATFORM_CONFIG"
 MOCKED_LAUNCHER = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}
-ACME_ITEMS = dg.AssetKey(["acme", "items"])
-ACME_NOTES = dg.AssetKey(["acme", "notes"])
-GLOBEX_ITEMS = dg.AssetKey(["globex", "items"])
+ACME_ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
+ACME_NOTES = dg.AssetKey(["acme", "acme_delta", "notes"])
+GLOBEX_ITEMS = dg.AssetKey(["globex", "globex_delta", "items"])
 
 
 # -- helpers shared with the sensor and transfer-job tests ------------------------------------------
@@ -149,7 +149,7 @@ def test_placement_of_a_transfer_job_run_comes_from_its_run_config(config_path: 
         placement(config, dg.DagsterRun(job_name="transfer", run_config={}))
 
 
-def test_placement_of_an_asset_run_is_its_recipient_and_models(config_path: Path) -> None:
+def test_placement_of_an_asset_run_is_its_destination_and_models(config_path: Path) -> None:
     config = load_config(config_path)
     run = dg.DagsterRun(job_name="__ASSET_JOB", asset_selection=frozenset(
         {ACME_NOTES, dg.AssetKey(["source", "lake", "items"])}))  # a source spec is no model
@@ -172,7 +172,7 @@ def test_a_run_spanning_two_destinations_is_refused_with_the_reason(config_path:
     config = load_config(config_path)
     run = dg.DagsterRun(job_name="__ASSET_JOB", asset_selection=frozenset({ACME_ITEMS, GLOBEX_ITEMS}))
     with pytest.raises(RunPlacementError, match=r"several destinations \(acme_delta, globex_delta\)"
-                                                r".*one recipient's assets per run"):
+                                                r".*one destination's assets per run"):
         placement(config, run)
 
 

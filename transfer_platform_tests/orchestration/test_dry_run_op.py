@@ -20,8 +20,8 @@ from transfer_platform_tests.transfers.test_dry_run import tree
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
-ITEMS = dg.AssetKey(["acme", "items"])
-NOTES = dg.AssetKey(["acme", "notes"])
+ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
+NOTES = dg.AssetKey(["acme", "acme_delta", "notes"])
 DRY_RUN = {"ops": {"transfer__acme_delta": {"config": {"dry_run": True}}}}
 
 

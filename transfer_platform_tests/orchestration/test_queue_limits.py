@@ -231,28 +231,28 @@ def test_limits_hold_on_every_launch_path(queue_env: QueueEnv) -> None:
     submitted(env.launch_ok(transfer_job, run_config={"ops": {"run_transfer": {"config": {
         "destination": "globex_delta", "models": ["items"]}}}}),
         "globex_delta", ("items",), "transfer", "launchpad globex items")
-    submitted(env.launch_ok(asset_job, assets=[["initech", "items"]], checks=[],
+    submitted(env.launch_ok(asset_job, assets=[["initech", "initech_delta", "items"]], checks=[],
                             tags={"dagster/partition": _partition_key()}),
               "initech_delta", ("items",), "transfer", "materialize initech/items partition")
-    submitted(env.launch_ok(asset_job, assets=[["globex", "items"], ["globex", "notes"]], checks=[]),
+    submitted(env.launch_ok(asset_job, assets=[["globex", "globex_delta", "items"], ["globex", "globex_delta", "notes"]], checks=[]),
               "globex_delta", ALL_MODELS, "transfer", "materialize globex items+notes")
     submitted(env.enqueue("initech_delta", ["notes"]), "initech_delta", ("notes",), "transfer", "cli initech notes")
-    submitted(env.launch_ok("integrity", checks=[["globex", "items"], ["globex", "notes"]]),
+    submitted(env.launch_ok("integrity", checks=[["globex", "globex_delta", "items"], ["globex", "globex_delta", "notes"]]),
               "globex_delta", ALL_MODELS, "integrity", "integrity globex")
     submitted(env.launch_ok(transfer_job, run_config={"ops": {"run_transfer": {"config": {
         "destination": "acme_delta", "models": ["notes"]}}}}),
         "acme_delta", ("notes",), "transfer", "launchpad acme notes (disabled destination)")
-    submitted(env.launch_ok(asset_job, assets=[["acme", "items"]], checks=[]),
+    submitted(env.launch_ok(asset_job, assets=[["acme", "acme_delta", "items"]], checks=[]),
               "acme_delta", ("items",), "transfer", "materialize acme/items")
     submitted(env.launch_ok(transfer_job, run_config={"ops": {"run_transfer": {"config": {
         "destination": "globex_delta", "models": ["notes"]}}}}),
         "globex_delta", ("notes",), "transfer", "launchpad globex notes")
-    submitted(env.launch_ok("integrity", checks=[["initech", "items"], ["initech", "notes"]]),
+    submitted(env.launch_ok("integrity", checks=[["initech", "initech_delta", "items"], ["initech", "initech_delta", "notes"]]),
               "initech_delta", ALL_MODELS, "integrity", "integrity initech")
     submitted(env.launch_ok(transfer_job, run_config={"ops": {"run_transfer": {"config": {
         "destination": "initech_delta"}}}}),
         "initech_delta", ALL_MODELS, "transfer", "launchpad initech all")
-    submitted(env.launch_ok(asset_job, assets=[["globex", "items"]], checks=[]),
+    submitted(env.launch_ok(asset_job, assets=[["globex", "globex_delta", "items"]], checks=[]),
               "globex_delta", ("items",), "transfer", "materialize globex/items")
 
     instance = env.instance
@@ -319,7 +319,7 @@ def test_run_over_two_destinations_is_refused(queue_env: QueueEnv) -> None:
     the coordinator refuses it with the reason instead of letting it run unlimited."""
     env = queue_env
     env.clear_runs()
-    payload = env.launch("__ASSET_JOB", assets=[["acme", "items"], ["globex", "items"]], checks=[])
+    payload = env.launch("__ASSET_JOB", assets=[["acme", "acme_delta", "items"], ["globex", "globex_delta", "items"]], checks=[])
     assert payload["__typename"] == "PythonError", payload
     assert "several destinations (acme_delta, globex_delta)" in payload["message"]
     (run,) = env.instance.get_runs()
@@ -336,7 +336,7 @@ def test_materialize_with_its_integrity_check_waits_for_other_transfers(queue_en
         "destination": "globex_delta", "models": ["notes"]}}}})
     env.dequeue_pass()
     # exactly what LaunchAssetExecutionButton sends: the asset and its checks
-    with_check = env.launch_ok("__ASSET_JOB", assets=[["globex", "items"]], checks=[["globex", "items"]])
+    with_check = env.launch_ok("__ASSET_JOB", assets=[["globex", "globex_delta", "items"]], checks=[["globex", "globex_delta", "items"]])
     env.dequeue_pass()
     assert env.instance.get_run_by_id(with_check).status == dg.DagsterRunStatus.QUEUED, (
         "a run executing the integrity check of globex/items started beside a transfer of globex/notes")

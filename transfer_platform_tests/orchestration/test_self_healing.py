@@ -30,7 +30,7 @@ from transfer_platform_tests.orchestration.test_coordinator import transfer_run_
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
-ITEMS = dg.AssetKey(["acme", "items"])
+ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
 CHECK = dg.AssetCheckKey(ITEMS, CHECK_NAME)
 
 

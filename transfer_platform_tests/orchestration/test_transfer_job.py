@@ -2,7 +2,7 @@
 makes as ``list_transfers`` / ``describe`` / ``cancel`` report them.
 
 Executed in process (real Spark, real Delta, a real instance): SUCCESS, PARTIAL_FAILURE and ERROR
-for real, each model's windows reported as materializations of ``acme/<model>``. Submitted to a
+for real, each model's windows reported as materializations of ``acme/acme_delta/<model>``. Submitted to a
 queued instance (the shipped ``dagster.yaml``; nothing dequeues): PENDING, CANCELLED, EXPIRED.
 """
 
@@ -40,8 +40,8 @@ from transfer_platform_tests.orchestration.test_coordinator import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
-ITEMS = dg.AssetKey(["acme", "items"])
-NOTES = dg.AssetKey(["acme", "notes"])
+ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
+NOTES = dg.AssetKey(["acme", "acme_delta", "notes"])
 TEAM = {USER_TAG_PREFIX + "team": "data"}
 
 
