@@ -103,6 +103,8 @@ def _format_location(loc: tuple[Any, ...]) -> str:
             text += f"[{part}]"
         elif part in _VENDOR_TAGS and isinstance(previous, int):
             pass  # the discriminator pydantic inserts after a list index
+        elif previous == "connection" and part in ("folder", "bucket"):
+            pass  # the kind of a Parquet source's connection (config/models.py)
         else:
             text += f".{part}" if text else str(part)
         previous = part

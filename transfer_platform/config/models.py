@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from transfer_platform import vendors
 from transfer_platform.config.secrets import EnvRef
@@ -52,6 +52,25 @@ class PathConnection(StrictModel):
     path: Path
 
 
+_PREFIX = r"^[A-Za-z0-9!_.*'()/-]*$"
+
+
+class S3Connection(StrictModel):
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = Field(default="", pattern=_PREFIX)
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://", description="an S3-compatible store")
+    access_key_id: EnvRef | None = None  # None: boto3's own chain (environment, profile, instance role)
+    secret_access_key: EnvRef | None = None
+    path_style: bool = False  # bucket in the path, not the host name (most S3-compatible stores)
+
+
+def _folder_or_bucket(value: object) -> str:
+    """A connection with a ``bucket`` is an S3 one, any other a folder's (errors name its fields)."""
+    has_bucket = isinstance(value, S3Connection) or (isinstance(value, dict) and "bucket" in value)
+    return "bucket" if has_bucket else "folder"
+
+
 # -- sources ---------------------------------------------------------------------------------
 
 
@@ -87,10 +106,11 @@ class MysqlSource(_SourceBase):
 
 
 class ParquetSource(_SourceBase):
-    """A Parquet "lake" on a file system: one folder of Parquet files per ``source_table``."""
+    """A Parquet "lake" in a folder or an S3 bucket: one folder of Parquet files per ``source_table``."""
 
     vendor: Literal["parquet"]
-    connection: PathConnection
+    connection: Annotated[Annotated[PathConnection, Tag("folder")] | Annotated[S3Connection, Tag("bucket")],
+                          Discriminator(_folder_or_bucket)]
 
 
 SourceConfig = Annotated[PostgresSource | MysqlSource | ParquetSource, Field(discriminator="vendor")]
@@ -304,9 +324,6 @@ class _ObjectStorageBase(_DestinationBase):
         return []
 
 
-_PREFIX = r"^[A-Za-z0-9!_.*'()/-]*$"
-
-
 class LocalStorageConnection(StrictModel):
     path: Path
     prefix: str = Field(default="", pattern=_PREFIX)
@@ -320,16 +337,6 @@ class LocalStorageDestination(_ObjectStorageBase):
 
     def place(self) -> Place:
         return folder_place(self.connection.path / self.connection.prefix.strip("/"), "folder")
-
-
-class S3Connection(StrictModel):
-    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-    prefix: str = Field(default="", pattern=_PREFIX)
-    region: str = "us-east-1"
-    endpoint_url: str | None = Field(default=None, pattern=r"^https?://", description="an S3-compatible store")
-    access_key_id: EnvRef | None = None  # None: boto3's own chain (environment, profile, instance role)
-    secret_access_key: EnvRef | None = None
-    path_style: bool = False  # bucket in the path, not the host name (most S3-compatible stores)
 
 
 class S3Destination(_ObjectStorageBase):

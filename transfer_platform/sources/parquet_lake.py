@@ -1,6 +1,6 @@
-"""A Parquet "lake" on local disk (or a mounted bucket), the way an Athena/S3 source looks.
+"""A Parquet "lake" in a folder or an S3 bucket, the way an Athena/S3 source looks.
 
-Layout, under ``connection.path``:
+Layout, under ``connection.path`` (or ``connection.bucket`` and ``prefix``: :class:`S3Lake`):
 
 - ``multi_tenant``: ``<path>/<table>/`` holds a table's Parquet files, every tenant's rows in
   them, told apart by the model's ``organization_column``;
@@ -18,11 +18,11 @@ pushes into the Parquet scan (row-group statistics).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, TypeVar
 
 from transfer_platform.config.checks import tenant_schema_problem
-from transfer_platform.config.models import ModelConfig, ParquetSource
+from transfer_platform.config.models import ModelConfig, ParquetSource, PathConnection
 from transfer_platform.connections import spark_error_reason
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
 from transfer_platform.sources.base import (
@@ -49,18 +49,20 @@ class ParquetLakeReader:
     def __init__(self, source: ParquetSource) -> None:
         self.source = source
         self.what = f"Parquet source '{source.name}'"
+        self.lake = FolderLake(source.connection.path) if isinstance(source.connection, PathConnection) \
+            else S3Lake(source)
 
     @property
     def multi_tenant(self) -> bool:
         return self.source.tenancy == "multi_tenant"
 
     def check(self, destination: str | None = None) -> None:
-        if not self.source.connection.path.is_dir():
+        if not self.lake.is_dir(self.lake.root):
             raise ConnectionFailure(
-                f"{self.what} (folder {self.source.connection.path}){for_destination(destination)}",
+                f"{self.what} ({self.lake.describe(self.lake.root)}){for_destination(destination)}",
                 reason="the folder does not exist",
                 fix="create the lake or correct connection.path (relative paths start at the "
-                    "configuration file's folder)",
+                    "configuration file's folder), or the bucket and prefix",
             )
 
     def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
@@ -70,12 +72,13 @@ class ParquetLakeReader:
         from transfer_platform.probes import Probe, current_user, no_recipient
 
         probe = Probe(target)
-        root = self.source.connection.path
-        name = f"read folder {root}"
-        if not _readable(root):
-            probe.failed(name, "it does not exist or cannot be listed" if not root.is_dir() else
-                         "it cannot be listed", f"create the lake or correct connection.path, and let "
-                         f"the user transfers run as ({current_user()}) read it (chmod -R a+rX)")
+        root = self.lake.root
+        name = f"read {self.lake.describe(root)}"
+        if not self.lake.readable(root):
+            probe.failed(name, "it does not exist or cannot be listed", f"create the lake or correct "
+                         f"connection.path (or the bucket and prefix), and let the user transfers run "
+                         f"as ({current_user()}) read it (chmod -R a+rX; on S3 s3:ListBucket and "
+                         "s3:GetObject)")
             return probe.checks
         probe.passed(name)
         for model in models:
@@ -85,7 +88,6 @@ class ParquetLakeReader:
         return probe.checks
 
     def _probe_table(self, probe: Probe, request: ReadRequest) -> None:
-        import pyarrow.dataset as pads
 
         model = request.model
         try:
@@ -93,15 +95,16 @@ class ParquetLakeReader:
         except ConfigError as exc:
             probe.failed(f"read model '{model.model_name}'", exc.problems[0].message, exc.problems[0].fix)
             return
-        name = f"read model '{model.model_name}' ({'tables under ' if model.source_query else ''}{folder})"
-        if not _readable(folder):
+        name = (f"read model '{model.model_name}' ({'tables under ' if model.source_query else ''}"
+                f"{self.lake.describe(folder)})")
+        if not self.lake.readable(folder):
             probe.failed(name, "the folder does not exist or cannot be listed", self._layout_fix())
             return
         if model.source_query:
             probe.passed(name, "the source_query's columns are checked when it runs")
             return
         try:
-            columns = pads.dataset(folder, format="parquet").schema.names
+            columns = self.lake.dataset(folder).schema.names
         except (OSError, ValueError) as exc:
             probe.failed(name, str(exc).splitlines()[0], "make every file in the folder a readable Parquet file")
             return
@@ -143,9 +146,9 @@ class ParquetLakeReader:
 
     # -- where the tables are ---------------------------------------------------------------------
 
-    def tables_root(self, request: ReadRequest) -> Path:
+    def tables_root(self, request: ReadRequest) -> PurePath:
         """The folder whose sub-folders are the tables this tenant's read can see."""
-        root = self.source.connection.path
+        root = self.lake.root
         if self.multi_tenant:
             return root
         problem = tenant_schema_problem("parquet", request.tenant_id, uses_source_query=False)
@@ -157,33 +160,37 @@ class ParquetLakeReader:
                 "give the recipient an id_in_provider_system that is a plain folder name")])
         return root / request.tenant_id
 
-    def _missing_folder(self, folder: Path, request: ReadRequest, fix: str) -> ConnectionFailure:
+    def _missing_folder(self, folder: PurePath, request: ReadRequest, fix: str) -> ConnectionFailure:
         return ConnectionFailure(
-            f"folder {folder} of {self.what} (model '{request.model.model_name}', destination "
+            f"{self.lake.describe(folder)} of {self.what} (model '{request.model.model_name}', destination "
             f"'{request.destination}')", reason="it does not exist", fix=fix)
 
     def _table(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         folder = self.tables_root(request) / request.model.source_table
-        if not folder.is_dir():
+        if not self.lake.is_dir(folder):
             raise self._missing_folder(folder, request, self._layout_fix())
-        return self._spark_step(request, f"reading {folder}",
-                                lambda: spark.read.parquet(literal_path(folder)))
+        return self._spark_step(request, f"reading {self.lake.describe(folder)}",
+                                lambda: self.lake.frame(spark, folder, self._tenant_filter(request)))
+
+    def _tenant_filter(self, request: ReadRequest) -> tuple[str, str] | None:
+        """(column, tenant id) for a multi-tenant table: rows of other tenants need not be read."""
+        return (request.model.organization_column, request.tenant_id) if self.multi_tenant else None
 
     def _query(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         root = self.tables_root(request)
-        if not root.is_dir():
+        if not self.lake.is_dir(root):
             raise self._missing_folder(root, request, self._layout_fix())
         query = request.model.source_query
         session = spark.newSession()  # its own temporary views; same SparkContext and settings
         views = []
-        for folder in mentioned_table_folders(root, query):
-            self._spark_step(request, f"reading {folder}",
-                             lambda folder=folder: session.read.parquet(literal_path(folder))
+        for folder in mentioned_table_folders(self.lake.subfolders(root), query):
+            self._spark_step(request, f"reading {self.lake.describe(folder)}",
+                             lambda folder=folder: self.lake.frame(session, folder, None)
                              .createOrReplaceTempView(spark_view_name(folder.name)))
             views.append(folder.name)
         return self._spark_step(
             request, f"running source_query over the tables {', '.join(views) or '(none found)'} "
-                     f"of {root}", lambda: session.sql(query))
+                     f"of {self.lake.describe(root)}", lambda: session.sql(query))
 
     def _spark_step(self, request: ReadRequest, doing: str, step: Callable[[], T]) -> T:
         from py4j.protocol import Py4JJavaError
@@ -206,12 +213,119 @@ class ParquetLakeReader:
                 "<connection.path>/<id_in_provider_system>/<table>")
 
 
-def _readable(folder: Path) -> bool:
-    try:
-        next(iter(folder.iterdir()), None)
-    except OSError:
-        return False
-    return True
+class FolderLake:
+    """A lake in a folder, read by Spark itself (its filters pushed into the Parquet scan)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def describe(self, folder: PurePath) -> str:
+        return f"folder {folder}"
+
+    def is_dir(self, folder: PurePath) -> bool:
+        return Path(folder).is_dir()
+
+    def readable(self, folder: PurePath) -> bool:
+        try:
+            next(iter(Path(folder).iterdir()), None)
+        except OSError:
+            return False
+        return True
+
+    def subfolders(self, folder: PurePath) -> list[PurePath]:
+        return [p for p in Path(folder).iterdir() if p.is_dir()]
+
+    def dataset(self, folder: PurePath):  # noqa: ANN201 - a pyarrow Dataset
+        import pyarrow.dataset as pads
+
+        return pads.dataset(folder, format="parquet")
+
+    def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None) -> DataFrame:
+        return spark.read.parquet(literal_path(Path(folder)))  # the caller filters; Spark pushes it down
+
+
+class S3Lake:
+    """A lake in an S3 bucket (under ``prefix``), read by pyarrow's S3 file system: Spark's own
+    S3 connector (hadoop-aws) is not available. A table's files are scanned by Arrow, the tenant's
+    rows only for a multi-tenant table, and handed to Spark as one Arrow table per read."""
+
+    def __init__(self, source: ParquetSource) -> None:
+        c = source.connection
+        self.connection = c
+        self.where = f"bucket {c.bucket} at {c.endpoint_url or f'AWS S3 ({c.region})'}"
+        self.root = PurePosixPath(c.bucket, *[p for p in c.prefix.split("/") if p])
+        self._source = source
+        self._fs = None
+
+    @property
+    def fs(self):  # noqa: ANN201 - a pyarrow S3FileSystem, made at the first use
+        if self._fs is None:
+            from pyarrow import fs
+
+            c, where = self.connection, f"source '{self._source.name}'.connection"
+            keys = {}
+            if c.access_key_id is not None:
+                keys["access_key"] = c.access_key_id.resolve(f"{where}.access_key_id").get_secret_value()
+            if c.secret_access_key is not None:
+                keys["secret_key"] = c.secret_access_key.resolve(f"{where}.secret_access_key").get_secret_value()
+            self._fs = fs.S3FileSystem(region=c.region, endpoint_override=c.endpoint_url,
+                                       force_virtual_addressing=not c.path_style and c.endpoint_url is None,
+                                       connect_timeout=5, request_timeout=60, **keys)
+        return self._fs
+
+    def describe(self, folder: PurePath) -> str:
+        key = "/".join(folder.parts[1:])
+        return f"prefix {key or '/'} of {self.where}"
+
+    def _list(self, folder: PurePath) -> list:
+        from pyarrow import fs
+
+        try:
+            return self.fs.get_file_info(fs.FileSelector(str(folder), allow_not_found=True))
+        except OSError as exc:
+            raise ConnectionFailure(f"Parquet source '{self._source.name}' ({self.describe(folder)})",
+                                    reason=str(exc).split(" (Request ID")[0],
+                                    fix="check connection.bucket, prefix, endpoint_url, region and the "
+                                        "keys (s3:ListBucket and s3:GetObject on the prefix)") from None
+
+    def is_dir(self, folder: PurePath) -> bool:
+        return bool(self._list(folder))
+
+    def readable(self, folder: PurePath) -> bool:
+        try:
+            return self.is_dir(folder)
+        except ConnectionFailure:
+            return False
+
+    def subfolders(self, folder: PurePath) -> list[PurePath]:
+        from pyarrow import fs
+
+        return [PurePosixPath(info.path) for info in self._list(folder) if info.type == fs.FileType.Directory]
+
+    def dataset(self, folder: PurePath):  # noqa: ANN201 - a pyarrow Dataset
+        import pyarrow.dataset as pads
+
+        return pads.dataset(str(folder), filesystem=self.fs, format="parquet")
+
+    def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None) -> DataFrame:
+        import pyarrow.dataset as pads
+
+        try:
+            dataset = self.dataset(folder)
+            rows = dataset.to_table(filter=None if tenant is None else pads.field(tenant[0]) == tenant[1])
+        except OSError as exc:
+            raise ConnectionFailure(f"Parquet source '{self._source.name}' ({self.describe(folder)})",
+                                    reason=str(exc).split(" (Request ID")[0],
+                                    fix="check the keys' s3:GetObject on the prefix") from None
+        if not rows.num_rows:  # Spark infers no schema from zero Arrow rows: give it the files'
+            return spark.createDataFrame([], _spark_schema(rows.schema))
+        return spark.createDataFrame(rows)
+
+
+def _spark_schema(schema):  # noqa: ANN001, ANN202 - pyarrow Schema -> Spark StructType
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
 
 
 def literal_path(folder: Path) -> str:
@@ -221,12 +335,11 @@ def literal_path(folder: Path) -> str:
     return "".join("\\" + ch if ch in _GLOB_CHARACTERS else ch for ch in str(folder))
 
 
-def mentioned_table_folders(root: Path, query: str) -> list[Path]:
-    """Sub-folders of ``root`` whose name appears in ``query`` (case-insensitive): the tables a
-    query can name. The others are not opened."""
+def mentioned_table_folders(folders: list[PurePath], query: str) -> list[PurePath]:
+    """The sub-folders (of a lake's root) whose name appears in ``query`` (case-insensitive): the
+    tables a query can name. The others are not opened."""
     text = query.casefold()
-    return sorted(p for p in root.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and p.name.casefold() in text)
+    return sorted(p for p in folders if not p.name.startswith(".") and p.name.casefold() in text)
 
 
 def spark_view_name(name: str) -> str:
