@@ -1,8 +1,12 @@
 """Transfer statuses that need real worker processes: PENDING, RUNNING, CANCELLED, KILLED, ORPHANED.
 
 One real ``dagster-daemon`` (see :func:`test_daemon.running_platform`) for the module runs transfers
-enqueued as ``transfer-platform transfer --enqueue`` does; hourly windows make them long enough to
-act on. Both destinations are disabled, so the sensor enqueues nothing of its own.
+enqueued as ``transfer-platform transfer --enqueue`` does. Both destinations are disabled, so the
+sensor enqueues nothing of its own. The transfers acted on must still be running when the test acts,
+however slow the machine: with minute windows over three days (4,320 windows, about 15 minutes of
+work) none can end first, and no passing run waits for that, since each is cancelled or killed.
+(With hourly windows, about 20 s, a loaded machine let the transfer to be cancelled finish before
+`transfer-platform cancel` arrived: "SUCCESS", not KILLED.)
 
 - ``killed`` (acme_delta) runs; ``transfer-platform cancel`` stops it: the run ends CANCELED with a
   start time, and ``transfer-platform transfers --json`` shows KILLED;
@@ -89,7 +93,7 @@ def kill_family(pids: list[int]) -> None:
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlatform]:
     destinations = {"acme": {"is_enabled": False}, "globex": {"is_enabled": False}}
     with pytest.MonkeyPatch.context() as patch, running_platform(
-            tmp_path_factory.mktemp("lifecycle"), patch, destinations=destinations, window=3600) as running:
+            tmp_path_factory.mktemp("lifecycle"), patch, destinations=destinations, window=60) as running:
         yield running
 
 
