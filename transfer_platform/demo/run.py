@@ -1,12 +1,15 @@
 """``transfer-platform demo``: backfill, change the source, transfer incrementally, check.
 
-Runs on an embedded default: a Parquet lake and Delta destinations on local disk, Spark in
-local mode, no server. With ``DAGSTER_HOME`` set, every window is also reported to that Dagster
-instance, so ``dagster dev`` shows it materialized.
+Runs on an embedded default: a Parquet lake and Delta destinations on local disk (one recipient
+also receives two models as Parquet files with signed manifests in a folder, which the demo reads
+as a consumer would: signature, checksums, latest version per key), Spark in local mode, no
+server. With ``DAGSTER_HOME`` set, every window is also reported to that Dagster instance, so
+``dagster dev`` shows it materialized.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -15,21 +18,30 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.demo import sample_data
+from transfer_platform.destinations.base import arrow_schema, writer_for
 from transfer_platform.destinations.delta import DeltaWriter
+from transfer_platform.destinations.manifests import (
+    load_signing_key,
+    new_signing_key,
+    public_key_text,
+    verify_manifest,
+)
+from transfer_platform.destinations.object_storage import latest_per_key
 from transfer_platform.spark_session import get_spark_session
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
 
 
-def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name: str) -> bool:
-    """Does the Delta table hold exactly the tenant's source rows (every column, every value)?"""
-    from deltalake import DeltaTable
-
+def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name: str,
+                      public_key: str | None = None) -> bool:
+    """Does the destination hold exactly the tenant's source rows (every column, every value)?
+    Object storage: as a consumer reads it (:func:`consumed_rows`, with ``public_key``)."""
     destination = config.destination(destination_name)
     model = config.model(model_name)
     tenant = config.recipient(destination.recipient).id_in_provider_system
@@ -38,17 +50,46 @@ def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name:
     source = source.filter(pc.equal(source.column(model.organization_column), tenant))
     source = source.select([c.name_in_source for c in model.columns]).rename_columns(
         [c.destination_name for c in model.columns])
-    delivered = DeltaTable(str(DeltaWriter(destination).table_path(model))).to_pyarrow_table()
+    if destination.vendor == "local":
+        delivered = consumed_rows(config, destination_name, model_name, public_key)
+    else:
+        from deltalake import DeltaTable
+
+        delivered = DeltaTable(str(DeltaWriter(destination).table_path(model))).to_pyarrow_table()
     keys = [(c.destination_name, "ascending") for c in model.primary_key]
     source = source.sort_by(keys)
     delivered = delivered.select(source.column_names).cast(source.schema).sort_by(keys)
     return source.equals(delivered)
 
 
+def consumed_rows(config: PlatformConfig, destination_name: str, model_name: str, public_key: str) -> pa.Table:
+    """A consumer's reading of a ``local`` object-storage destination: every manifest of the
+    model verified with the pinned public key, every file it names against its SHA-256, then the
+    rows of the last generation with, per key, the latest last-modified version."""
+    destination = config.destination(destination_name)
+    model = config.model(model_name)
+    bucket = Path(destination.connection.path)
+    folder = bucket / destination.connection.prefix / "_manifests" / model_name
+    manifests = sorted((json.loads(p.read_text()) for p in folder.rglob("manifest_*.json")),
+                       key=lambda m: (m["generation"], m["end_time"]))
+    tables = []
+    for manifest in manifests:
+        verify_manifest(manifest, public_key)  # raises unless signed by that key, unchanged
+        if manifest["generation"] != manifests[-1]["generation"]:
+            continue
+        for entry in manifest["files"]:
+            data = (bucket / entry["data_file_key"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["sha256_checksum"]:
+                raise ValueError(f"{entry['data_file_key']} is not the file its manifest names")
+            tables.append(pq.read_table(pa.BufferReader(data)))
+    rows = pa.concat_tables(tables) if tables else arrow_schema(model).empty_table()
+    return latest_per_key(rows.cast(arrow_schema(model)), model)
+
+
 def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[tuple[str, str], ModelSummary]:
     results = {}
     for destination in config.destinations:
-        writer = DeltaWriter(destination)
+        writer = writer_for(destination)
         now = datetime.now(UTC)
         request = TransferRequest(spark=spark, config=config, destination=destination.name,
                                   writer=writer, transfer_id=f"{label}-{uuid.uuid4().hex[:8]}", now=now)
@@ -66,22 +107,22 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
     return results
 
 
-def _print_table(title: str, config: PlatformConfig, results: dict, check: bool) -> bool:
+def _print_table(title: str, config: PlatformConfig, results: dict, check: bool, public_key: str) -> bool:
     print(f"\n== {title}")
-    header = f"{'recipient':<9} {'model':<9} {'status':<7} {'windows':>7} {'rows':>7} {'delta':>7}  {'watermark':<32}"
+    header = f"{'destination':<13} {'model':<9} {'status':<7} {'windows':>7} {'rows':>7} {'delta':>7}  {'watermark':<32}"
     print(header + ("  equals source" if check else ""))
     all_equal = True
     for destination in config.destinations:
         for model in config.models_for(destination):
             summary = results[(destination.name, model.model_name)].as_dict()
-            line = (f"{destination.recipient:<9} {model.model_name:<9} {summary['status']:<7} "
+            line = (f"{destination.name:<13} {model.model_name:<9} {summary['status']:<7} "
                     f"{summary['windows']:>7} {summary['rows_transferred']:>7} "
                     f"{summary['delta_rows_transferred']:>7}  {summary['watermark'] or '-':<32}")
             if summary["status"] != "SUCCESS":
                 all_equal = False
                 line += f"  ERROR: {summary['error']}"
             elif check:
-                equal = tenant_rows_equal(config, destination.name, model.model_name)
+                equal = tenant_rows_equal(config, destination.name, model.model_name, public_key)
                 all_equal &= equal
                 line += "  yes" if equal else "  NO"
             print(line)
@@ -96,6 +137,7 @@ def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0)
     started = datetime.now(UTC)
     lake = workdir / "lake"
     counts = sample_data.generate_lake(lake, started, days=days, scale=scale)
+    public_key = _signing_key(workdir)
     config_path = workdir / "transfer_platform.yaml"
     min_start = int(started.timestamp()) - days * 86_400 - 3_599  # any second works
     sample_data.write_config(config_path, lake="lake", destinations="destinations", min_start_epoch=min_start)
@@ -113,15 +155,33 @@ def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0)
     spark = get_spark_session(config.spark)
     t0 = time.perf_counter()
     backfill = _transfer_all(config, spark, instance, "backfill")
-    ok = _print_table(f"backfill ({time.perf_counter() - t0:.1f} s)", config, backfill, check=True)
+    ok = _print_table(f"backfill ({time.perf_counter() - t0:.1f} s)", config, backfill, check=True,
+                      public_key=public_key)
 
     time.sleep(1.0)  # let the clock move past the backfill's "now"
     changes = sample_data.change_lake(lake, datetime.now(UTC))
     print(f"\nchanged the lake: {json.dumps(changes)}")
     t0 = time.perf_counter()
     incremental = _transfer_all(config, spark, instance, "incremental")
-    ok &= _print_table(f"incremental ({time.perf_counter() - t0:.1f} s)", config, incremental, check=True)
+    ok &= _print_table(f"incremental ({time.perf_counter() - t0:.1f} s)", config, incremental, check=True,
+                       public_key=public_key)
+    print("acme_files: every manifest verified with the pinned public key, every file with its SHA-256")
     print("\nresult:", "every destination equals its tenant's source rows" if ok else "MISMATCH (see above)")
     return ok
 
 
+
+
+def _signing_key(workdir: Path) -> str:
+    """The object-storage destination's signing key: the variable's if set, else a new pair, the
+    private key put in the environment and written to ``demo.env`` (source it before ``dagster
+    dev``); returns the public key, which the demo pins as a consumer would."""
+    variable = sample_data.SIGNING_KEY_VARIABLE
+    if os.environ.get(variable):
+        public = public_key_text(load_signing_key(os.environ[variable]))
+    else:
+        private, public = new_signing_key()
+        os.environ[variable] = private
+    (workdir / "demo.env").write_text(f"export {variable}={os.environ[variable]}\n")
+    (workdir / "public_key").write_text(public + "\n")
+    return public

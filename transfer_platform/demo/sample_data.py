@@ -14,6 +14,8 @@ import yaml
 #: tenant ids as the provider stores them: one has a quote in it, on purpose
 TENANTS = {"acme": "org-acme", "globex": "org-globex", "oreilly": "org-o'reilly"}
 DAYS = 90
+#: the variable holding the private key the demo's object-storage destination signs manifests with
+SIGNING_KEY_VARIABLE = "TRANSFER_PLATFORM_DEMO_SIGNING_KEY"
 
 TABLES: dict[str, dict] = {
     "accounts": {"rows_per_tenant": 1_500, "window": None},  # no window: one per transfer
@@ -139,6 +141,11 @@ def write_config(path: Path, *, lake: str, destinations: str, min_start_epoch: i
             {"name": f"{name}_delta", "recipient": name, "vendor": "delta",
              "connection": {"path": f"{destinations}/{name}"}, "frequency_minutes": 60}
             for name in TENANTS
+        ] + [  # acme also takes two models as Parquet files with signed manifests
+            {"name": "acme_files", "recipient": "acme", "vendor": "local",
+             "connection": {"path": f"{destinations}/acme_files", "prefix": "provider"},
+             "signing_key": "${" + SIGNING_KEY_VARIABLE + "}", "enabled_models": ["accounts", "invoices"],
+             "frequency_minutes": 60},
         ],
         "spark": {"master": "local[2]", "driver_memory": "1g"},
     }
