@@ -64,11 +64,20 @@ class S3Connection(StrictModel):
     secret_access_key: EnvRef | None = None
     path_style: bool = False  # bucket in the path, not the host name (most S3-compatible stores)
 
+    def place(self) -> Place:
+        prefix = tuple(p for p in self.prefix.split("/") if p)
+        return Place("s3", ((self.endpoint_url or "aws").rstrip("/").lower(), self.bucket), prefix,
+                     f"bucket {self.bucket}, prefix {self.prefix.strip('/') or '(none)'}")
+
 
 def _folder_or_bucket(value: object) -> str:
     """A connection with a ``bucket`` is an S3 one, any other a folder's (errors name its fields)."""
     has_bucket = isinstance(value, S3Connection) or (isinstance(value, dict) and "bucket" in value)
     return "bucket" if has_bucket else "folder"
+
+
+FolderOrBucket = Annotated[Annotated[PathConnection, Tag("folder")] | Annotated[S3Connection, Tag("bucket")],
+                           Discriminator(_folder_or_bucket)]
 
 
 # -- sources ---------------------------------------------------------------------------------
@@ -109,8 +118,7 @@ class ParquetSource(_SourceBase):
     """A Parquet "lake" in a folder or an S3 bucket: one folder of Parquet files per ``source_table``."""
 
     vendor: Literal["parquet"]
-    connection: Annotated[Annotated[PathConnection, Tag("folder")] | Annotated[S3Connection, Tag("bucket")],
-                          Discriminator(_folder_or_bucket)]
+    connection: FolderOrBucket
 
 
 SourceConfig = Annotated[PostgresSource | MysqlSource | ParquetSource, Field(discriminator="vendor")]
@@ -296,9 +304,11 @@ class DeltaDestination(_DestinationBase):
     """Delta Lake tables under ``path`` (one table per model), written with delta-rs."""
 
     vendor: Literal["delta"]
-    connection: PathConnection
+    connection: FolderOrBucket  # a bucket: the tables under s3://<bucket>/<prefix>/
 
     def place(self) -> Place:
+        if isinstance(self.connection, S3Connection):
+            return self.connection.place()
         return folder_place(self.connection.path, "folder")
 
 
@@ -346,10 +356,7 @@ class S3Destination(_ObjectStorageBase):
     connection: S3Connection
 
     def place(self) -> Place:
-        c = self.connection
-        prefix = tuple(p for p in c.prefix.split("/") if p)
-        return Place("s3", ((c.endpoint_url or "aws").rstrip("/").lower(), c.bucket), prefix,
-                     f"bucket {c.bucket}, prefix {c.prefix.strip('/') or '(none)'}")
+        return self.connection.place()
 
 
 DestinationConfig = Annotated[PostgresDestination | DeltaDestination | LocalStorageDestination | S3Destination,

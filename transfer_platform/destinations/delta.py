@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from transfer_platform.config.models import DeltaDestination, ModelConfig
+from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
 from transfer_platform.core.sql import marked_deleted
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
@@ -47,6 +47,7 @@ from transfer_platform.destinations.base import (
     refuse_bad_rows,
 )
 from transfer_platform.destinations.locks import FolderLocks
+from transfer_platform.destinations.s3 import S3Locks, S3Store, storage_options
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
@@ -90,29 +91,66 @@ class DeltaWriter:
     def __init__(self, destination: DeltaDestination) -> None:
         self.destination = destination
         self.name = destination.name
-        self.root = Path(destination.connection.path)
+        connection = destination.connection
         self._locks = FolderLocks()  # the models' locks this writer holds
+        if isinstance(connection, S3Connection):  # tables under s3://<bucket>/<prefix>/
+            owner = f"destination '{destination.name}'"
+            self.s3: S3Store | None = S3Store(connection, owner)
+            self.prefix = connection.prefix.strip("/")
+            self.root = f"s3://{connection.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+            self.options: dict[str, str] | None = storage_options(connection, owner)
+            self._s3_locks = S3Locks(self.s3)
+        else:
+            self.s3, self.options, self._s3_locks = None, None, S3Locks(None)
+            self.root = Path(connection.path)
 
     def close(self) -> None:
         """Release the models' locks (delta-rs opens its files per call)."""
         self._locks.release_all()
+        self._s3_locks.release_all()
 
     def __del__(self) -> None:  # a writer dropped without close() still releases its locks
-        if getattr(self, "_locks", None):
+        if getattr(self, "_locks", None) or getattr(self, "_s3_locks", None):
             self.close()
 
     def check(self) -> None:
+        if self.s3 is not None:
+            self.s3.keys(self._key() + "/")  # reach, log in, list: raises ConnectionFailure
+            return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConnectionFailure(f"Delta destination '{self.name}' (folder {self.root})",
                                     reason=str(exc), fix="check connection.path and its permissions") from None
 
-    def table_path(self, model: ModelConfig) -> Path:
-        return self.root / model.model_name
+    def table_path(self, model: ModelConfig) -> str:
+        """Where the model's table is: a folder, or an ``s3://`` URI."""
+        return f"{self.root}/{model.model_name}"
 
-    def refresh_path(self, model: ModelConfig) -> Path:
-        return self.root / REFRESH_DIR / model.model_name
+    def refresh_path(self, model: ModelConfig) -> str:
+        return f"{self.root}/{REFRESH_DIR}/{model.model_name}"
+
+    # -- the table, in a folder or a bucket -----------------------------------------------------
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def _open(self, location: str) -> DeltaTable:
+        from deltalake import DeltaTable
+
+        return DeltaTable(location, storage_options=self.options)
+
+    def _exists(self, location: str) -> bool:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(location, storage_options=self.options)
+
+    def _remove(self, location: str) -> None:
+        if self.s3 is None:
+            shutil.rmtree(location, ignore_errors=True)
+            return
+        folder = location.removeprefix(f"s3://{self.s3.bucket}/") + "/"
+        self.s3.delete(self.s3.keys(folder))
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -122,7 +160,7 @@ class DeltaWriter:
         self.check()
         self.lock_model(model, transfer_id)
         path = self.table_path(model)
-        live = DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
+        live = self._open(path) if self._exists(path) else None
         state = ModelState() if live is None else read_state(live)
         if full_refresh:
             return Prepared(state, self._begin_refresh(model, state))
@@ -130,21 +168,21 @@ class DeltaWriter:
         if pending is not None:
             return Prepared(state, pending)
         if live is None:
-            DeltaTable.create(str(path), schema=arrow_schema(model), name=model.model_name)
+            DeltaTable.create(path, schema=arrow_schema(model), name=model.model_name,
+                              storage_options=self.options)
             return Prepared(state)
         return Prepared(state, None, self._evolve(model, live, state))
 
     def committed_state(self, model: ModelConfig) -> Prepared:
         """The states recorded in the live table's and the refresh table's commits, read only:
         no folder is created (unlike :meth:`check`), a missing table means nothing committed."""
-        from deltalake import DeltaTable
 
         path = self.table_path(model)
-        state = read_state(DeltaTable(str(path))) if DeltaTable.is_deltatable(str(path)) else ModelState()
+        state = read_state(self._open(path)) if self._exists(path) else ModelState()
         aside_path = self.refresh_path(model)
-        if not DeltaTable.is_deltatable(str(aside_path)):
+        if not self._exists(aside_path):
             return Prepared(state)
-        aside = DeltaTable(str(aside_path))
+        aside = self._open(aside_path)
         if _schema_of(aside) != arrow_schema(model):  # as _pending_refresh: it would start again
             return Prepared(state, ModelState(high_watermark=state.high_watermark))
         return Prepared(state, read_state(aside))
@@ -158,18 +196,17 @@ class DeltaWriter:
         return self._merge(batch, load, batch.nbytes)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import write_deltalake
 
-        aside = DeltaTable(str(self.refresh_path(model)))
+        aside = self._open(self.refresh_path(model))
         state = read_state(aside)
         path = self.table_path(model)
-        changes_schema = (not DeltaTable.is_deltatable(str(path))
-                          or _schema_of(DeltaTable(str(path))) != arrow_schema(model))
+        changes_schema = not self._exists(path) or _schema_of(self._open(path)) != arrow_schema(model)
         rows = aside.to_pyarrow_dataset().scanner(columns=arrow_schema(model).names).to_reader()
-        write_deltalake(str(path), rows, mode="overwrite", name=model.model_name,
+        write_deltalake(path, rows, mode="overwrite", name=model.model_name, storage_options=self.options,
                         schema_mode="overwrite" if changes_schema else None,
                         commit_properties=_commit(state, transfer_id))
-        shutil.rmtree(self.refresh_path(model), ignore_errors=True)
+        self._remove(self.refresh_path(model))
         return state
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
@@ -177,14 +214,13 @@ class DeltaWriter:
         changed since is left alone): one MERGE commit per batch of ``DELETE_BATCH_ROWS`` rows
         brought from Spark one partition at a time (memory stays flat), each carrying the
         model's current state."""
-        from deltalake import DeltaTable
 
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
         schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         match = " AND ".join(f"t.{_sql_name(c)} = s.{_sql_name(c)}" for c in columns)
         deleted = 0
         for batch in _batches(frame.select(*columns), schema, DELETE_BATCH_ROWS):
-            table = DeltaTable(str(self.table_path(model)))
+            table = self._open(self.table_path(model))
             metrics = (table.merge(batch, predicate=match, source_alias="s", target_alias="t",
                                    commit_properties=_commit(read_state(table), transfer_id))
                        .when_matched_delete().execute())
@@ -194,13 +230,15 @@ class DeltaWriter:
     def has_table(self, model: ModelConfig) -> bool:
         """A Delta table with data files (Spark cannot read a Parquet scan of no files: an empty
         table counts as none)."""
-        return _is_delta_table(self.table_path(model)) and bool(self._current_files(model))
+        return self._exists(self.table_path(model)) and bool(self._current_files(model))
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         files = self._current_files(model)
         if not files:  # a table with no data files yet: Spark cannot read zero paths
             ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
             return spark.createDataFrame([], ddl)
+        if self.s3 is not None:  # Spark has no S3 connector here: the table through delta-rs
+            return spark.createDataFrame(self._open(self.table_path(model)).to_pyarrow_table())
         return spark.read.parquet(*files)
 
     # -- one transfer per model ----------------------------------------------------------------
@@ -210,6 +248,10 @@ class DeltaWriter:
         when this writer closes, or when its process dies) so that two transfers of one model to
         this folder never interleave; a second one waits up to ``LOCK_WAIT_SECONDS``, then is
         refused naming the first. The file says who holds it."""
+        if self.s3 is not None:  # a lock object (see destinations/s3.py)
+            self._s3_locks.acquire(self._key(LOCK_DIR, f"{model.model_name}.json"), model.model_name,
+                                   transfer_id, destination=self.name, wait_seconds=LOCK_WAIT_SECONDS)
+            return
         self._locks.acquire(self.root / LOCK_DIR, model.model_name, transfer_id, destination=self.name,
                             wait_seconds=LOCK_WAIT_SECONDS)
 
@@ -222,6 +264,8 @@ class DeltaWriter:
         from transfer_platform.probes import Probe
 
         probe = Probe(target)
+        if self.s3 is not None:
+            return self._probe_bucket(probe)
         created = _missing_parents(self.root)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -235,13 +279,33 @@ class DeltaWriter:
                                                        "creates it" if created else "it exists")
             folders = [self.root] + [p for p in (self.root / LOCK_DIR,) if p.is_dir()]
             for model in models:
-                if _is_delta_table(self.table_path(model)):
-                    folders += [self.table_path(model), self.table_path(model) / "_delta_log"]
+                if self._exists(self.table_path(model)):
+                    folders += [Path(self.table_path(model)), Path(self.table_path(model)) / "_delta_log"]
             for folder in folders:
                 _probe_folder(probe, folder)
         finally:
             for folder in reversed(created):
                 shutil.rmtree(folder, ignore_errors=True)
+        return probe.checks
+
+    def _probe_bucket(self, probe: Probe) -> list[Check]:
+        """S3: reach and list, then an object written, read and deleted under the prefix."""
+        try:
+            self.check()
+        except ConnectionFailure as exc:
+            probe.failed(f"reach and list {self.s3.where}", exc.reason, exc.fix)
+            return probe.checks
+        probe.passed(f"reach and list {self.s3.where}")
+        key = self._key(LOCK_DIR, f"_tp_probe_{uuid.uuid4().hex[:12]}")
+        step = f"write, read and delete objects under {self.root}"
+        try:
+            self.s3.put(key, b"transfer_platform test-connection probe")
+            self.s3.get(key)
+            self.s3.delete([key])
+        except ConnectionFailure as exc:
+            probe.failed(step, exc.reason, exc.fix)
+        else:
+            probe.passed(step)
         return probe.checks
 
     # -- full refresh and schema --------------------------------------------------------------
@@ -251,18 +315,17 @@ class DeltaWriter:
 
         state = ModelState(high_watermark=live.high_watermark)
         path = self.refresh_path(model)
-        shutil.rmtree(path, ignore_errors=True)
-        DeltaTable.create(str(path), schema=arrow_schema(model), name=model.model_name,
+        self._remove(path)
+        DeltaTable.create(path, schema=arrow_schema(model), name=model.model_name, storage_options=self.options,
                           commit_properties=_commit(state, "begin-refresh"))
         return state
 
     def _pending_refresh(self, model: ModelConfig, live: ModelState) -> ModelState | None:
-        from deltalake import DeltaTable
 
         path = self.refresh_path(model)
-        if not DeltaTable.is_deltatable(str(path)):
+        if not self._exists(path):
             return None
-        aside = DeltaTable(str(path))
+        aside = self._open(path)
         if _schema_of(aside) != arrow_schema(model):  # the model changed meanwhile: start again
             return self._begin_refresh(model, live)
         return read_state(aside)
@@ -296,11 +359,11 @@ class DeltaWriter:
     # -- steps --------------------------------------------------------------------------------
 
     def _merge(self, batch: pa.Table, load: WindowLoad, volume: int) -> WindowResult:
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import write_deltalake
 
         model = load.model
         path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
-        table = DeltaTable(str(path))
+        table = self._open(path)
         state = read_state(table)
         refuse_bad_rows(batch, model, self.name)
         lm_values = batch.column(model.last_modified.destination_name)
@@ -337,16 +400,15 @@ class DeltaWriter:
                 predicate=None if deleted is None else f"NOT ({deleted})").execute()
             if model.removes_deleted_rows:
                 rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
-        table = DeltaTable(str(path))
+        table = self._open(path)
         if table.version() == before:  # nothing changed: record the state in an empty commit
             write_deltalake(table, batch.schema.empty_table(), mode="append", commit_properties=commit)
         return WindowResult(batch.num_rows, int(delta_rows), volume,
                             max_lm, new_state, rows_deleted)
 
     def _current_files(self, model: ModelConfig) -> list[str]:
-        from deltalake import DeltaTable
 
-        return DeltaTable(str(self.table_path(model))).file_uris()
+        return self._open(self.table_path(model)).file_uris()
 
 
 def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
@@ -359,12 +421,6 @@ def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Tabl
             rows = []
     if rows:
         yield pa.Table.from_pylist(rows, schema=schema)
-
-
-def _is_delta_table(path: Path) -> bool:
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(str(path))
 
 
 def _missing_parents(path: Path) -> list[Path]:

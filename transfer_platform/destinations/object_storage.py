@@ -34,7 +34,6 @@ import io
 import json
 import os
 import re
-import socket
 import uuid
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -56,8 +55,9 @@ from transfer_platform.destinations.base import (
     batch_changes,
     refuse_bad_rows,
 )
-from transfer_platform.destinations.locks import FolderLocks, holder_text, running_message
-from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch, TransferRunning
+from transfer_platform.destinations.locks import FolderLocks
+from transfer_platform.destinations.s3 import S3Locks, S3Store
+from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
 
@@ -68,8 +68,6 @@ if TYPE_CHECKING:
 
 #: how long a transfer waits for the lock of a model that another transfer holds
 LOCK_WAIT_SECONDS = 10
-#: an S3 lock object renewed longer ago than this is a dead transfer's (each window renews it)
-S3_LOCK_LEASE_SECONDS = 900
 BOOKKEEPING = "_transfer_platform"
 
 
@@ -143,109 +141,18 @@ class FolderStore:
                                      f"delete files in {self.root}, or point connection.path elsewhere")
 
 
-class S3Store:
-    """Objects in an S3 bucket through boto3 (an S3-compatible store through its endpoint URL)."""
-
-    def __init__(self, destination: S3Destination) -> None:
-        import boto3
-        from botocore.config import Config
-
-        c = destination.connection
-        self.bucket = c.bucket
-        self.where = f"bucket {c.bucket} at {c.endpoint_url or f'AWS S3 ({c.region})'}"
-        where = f"destination '{destination.name}'.connection"
-        credentials = {}
-        if c.access_key_id is not None:
-            credentials["aws_access_key_id"] = c.access_key_id.resolve(f"{where}.access_key_id").get_secret_value()
-        if c.secret_access_key is not None:
-            credentials["aws_secret_access_key"] = c.secret_access_key.resolve(
-                f"{where}.secret_access_key").get_secret_value()
-        self.client = boto3.client(
-            "s3", endpoint_url=c.endpoint_url, region_name=c.region, **credentials,
-            config=Config(s3={"addressing_style": "path" if c.path_style else "auto"},
-                          connect_timeout=5, read_timeout=60, retries={"max_attempts": 3}))
-
-    def put(self, key: str, data: bytes, **conditions: str) -> str:
-        answer = self._call("write", key, self.client.put_object, Bucket=self.bucket, Key=key, Body=data,
-                            **conditions)
-        return answer["ETag"].strip('"')
-
-    def get(self, key: str) -> bytes | None:
-        return self.get_with_etag(key)[0]
-
-    def get_with_etag(self, key: str) -> tuple[bytes | None, str | None]:
-        from botocore.exceptions import ClientError
-
-        try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None, None
-            raise self._failure("read", key, exc) from None
-        except Exception as exc:  # noqa: BLE001 - an unreachable endpoint, a timeout
-            raise self._failure("read", key, exc) from None
-        return answer["Body"].read(), answer["ETag"].strip('"')
-
-    def keys(self, prefix: str) -> list[str]:
-        pages = self._call("list", prefix, lambda: list(self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix)))
-        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
-
-    def delete(self, keys: list[str], **conditions: str) -> None:
-        if conditions:  # one object, only if it is still the one we saw
-            for key in keys:
-                self._call("delete", key, self.client.delete_object, Bucket=self.bucket, Key=key, **conditions)
-            return
-        for start in range(0, len(keys), 1000):
-            chunk = [{"Key": key} for key in keys[start:start + 1000]]
-            self._call("delete", chunk[0]["Key"], self.client.delete_objects, Bucket=self.bucket,
-                       Delete={"Objects": chunk, "Quiet": True})
-
-    def _call(self, what: str, key: str, call, *args, **kwargs):  # noqa: ANN001, ANN202
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - botocore's errors, told apart in _failure
-            raise self._failure(what, key, exc) from None
-
-    def _failure(self, what: str, key: str, exc: Exception) -> Exception:
-        from botocore.exceptions import ClientError, EndpointConnectionError
-
-        if isinstance(exc, ClientError):
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code == "PreconditionFailed":
-                return _LostRace(code)
-            fixes = {
-                "NoSuchBucket": "create the bucket, or correct connection.bucket",
-                "InvalidAccessKeyId": "correct the access key id (connection.access_key_id's variable)",
-                "SignatureDoesNotMatch": "correct the secret (connection.secret_access_key's variable)",
-                "AccessDenied": f"grant the key s3:GetObject, s3:PutObject, s3:DeleteObject and "
-                                f"s3:ListBucket on {self.bucket} (see the README's Permissions)",
-            }
-            reason = f"{code}: {exc.response.get('Error', {}).get('Message', '')}".strip(": ")
-            return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
-                                     fix=fixes.get(code, "check connection.bucket, endpoint_url, region and the keys"))
-        reason = ("the endpoint cannot be reached" if isinstance(exc, EndpointConnectionError)
-                  else f"{type(exc).__name__}: {exc}")
-        return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
-                                 fix="check connection.endpoint_url and that the store is running")
-
-
-class _LostRace(Exception):
-    """A conditional write or delete found the object changed (another transfer's lock)."""
-
-
 class ObjectStorageWriter:
     def __init__(self, destination: LocalStorageDestination | S3Destination) -> None:
         self.destination = destination
         self.name = destination.name
         self.store: Store = (FolderStore(destination.connection.path) if destination.vendor == "local"
-                             else S3Store(destination))
+                             else S3Store(destination.connection, f"destination '{destination.name}'"))
         self.prefix = destination.connection.prefix.strip("/")
         self.bucket_name = (str(destination.connection.path) if destination.vendor == "local"
                             else destination.connection.bucket)
         self._key: Any = None  # the signing key, read at the first manifest
         self._folder_locks = FolderLocks()
-        self._s3_locks: dict[str, tuple[str, str]] = {}  # model -> (lock key, its ETag)
+        self._s3_locks = S3Locks(self.store) if isinstance(self.store, S3Store) else S3Locks(None)
         self._transfers: dict[str, dict[str, Any]] = {}  # model -> this transfer's files and manifest
 
     # -- keys ---------------------------------------------------------------------------------
@@ -267,10 +174,7 @@ class ObjectStorageWriter:
                 with suppress(Exception):
                     self.store.delete([self._book(model, "pending", f"{_safe(transfer['transfer_id'])}.json")])
         self._folder_locks.release_all()
-        for key, etag in self._s3_locks.values():
-            with suppress(Exception):
-                self.store.delete([key], IfMatch=f"\"{etag}\"")
-        self._s3_locks.clear()
+        self._s3_locks.release_all()
         self._transfers.clear()
 
     def __del__(self) -> None:  # a writer dropped without close() still releases its locks
@@ -347,7 +251,7 @@ class ObjectStorageWriter:
             self._write_book(model, {**book, "state": state.to_json(), "generation": generation,
                                      "columns": _columns(model)})
         transfer["settled"] = True
-        self._renew_lock(model)
+        self._s3_locks.renew(model.model_name, transfer["transfer_id"])
         rows_deleted = _newly_marked(batch, model, before)
         return WindowResult(batch.num_rows, delta_rows, volume, max_lm, state, rows_deleted)
 
@@ -391,42 +295,14 @@ class ObjectStorageWriter:
     # -- one transfer per model ----------------------------------------------------------------
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
-        """A folder: the model's ``flock`` (as Delta's). A bucket: a lock object created only if
-        absent (a conditional write), renewed by each window, taken over once older than
-        ``S3_LOCK_LEASE_SECONDS`` (its transfer died), deleted at close."""
+        """A folder: the model's ``flock`` (as Delta's). A bucket: :class:`S3Locks`."""
         if self.destination.vendor == "local":
             self._folder_locks.acquire(Path(self.destination.connection.path) / self._book("_locks"),
                                        model.model_name, transfer_id, destination=self.name,
                                        wait_seconds=LOCK_WAIT_SECONDS)
             return
-        if model.model_name in self._s3_locks:
-            return
-        import time
-
-        key = self._book(model.model_name, "lock.json")
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
-        while True:
-            try:
-                etag = self.store.put(key, holder_text(transfer_id).encode(), IfNoneMatch="*")
-                self._s3_locks[model.model_name] = (key, etag)
-                return
-            except _LostRace:
-                held, held_etag = self.store.get_with_etag(key)
-                if held is not None and _expired(held):
-                    with suppress(_LostRace):  # someone else took it over first: wait as for them
-                        self.store.delete([key], IfMatch=f"\"{held_etag}\"")
-                    continue
-                if time.monotonic() >= deadline:
-                    raise TransferRunning(running_message(model.model_name, self.name,
-                                                          (held or b"").decode(errors="replace"))) from None
-                time.sleep(0.2)
-
-    def _renew_lock(self, model: ModelConfig) -> None:
-        if model.model_name in self._s3_locks:
-            key, etag = self._s3_locks[model.model_name]
-            transfer_id = self._transfers[model.model_name]["transfer_id"]
-            self._s3_locks[model.model_name] = (key, self.store.put(key, holder_text(transfer_id).encode(),
-                                                                     IfMatch=f"\"{etag}\""))
+        self._s3_locks.acquire(self._book(model.model_name, "lock.json"), model.model_name, transfer_id,
+                               destination=self.name, wait_seconds=LOCK_WAIT_SECONDS)
 
     # -- test-connection ----------------------------------------------------------------------
 
@@ -595,17 +471,3 @@ def _columns(model: ModelConfig) -> dict[str, str]:
 
 def _safe(transfer_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", transfer_id)
-
-
-def _expired(lock: bytes) -> bool:
-    """A lock object whose transfer is gone: renewed longer ago than the lease, or held by a
-    process of this machine that no longer runs (a transfer killed outright)."""
-    try:
-        holder = json.loads(lock)
-        since = datetime.fromisoformat(holder["since"])
-    except (ValueError, KeyError, TypeError):
-        return True
-    if holder.get("host") == socket.gethostname() and not Path(f"/proc/{holder.get('pid')}").exists():
-        return True
-    return (datetime.now(UTC) - since).total_seconds() > S3_LOCK_LEASE_SECONDS
-

@@ -18,7 +18,8 @@ from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import DESTINATION, normalize
+from transfer_platform_tests.integration.helpers import DESTINATION, DeltaTables, normalize
+from transfer_platform_tests.s3_server import S3Server, s3_server
 
 # -- MariaDB / MySQL ------------------------------------------------------------------------------
 
@@ -174,3 +175,28 @@ def config_for(source: dict, model: dict, *, tenant: str, dst_schema: str) -> Pl
 def mysql_source(database: str, **settings) -> dict:
     """A ``vendor: mysql`` source block for the test server (``settings`` added as they are)."""
     return {"vendor": "mysql", "connection": mysql_connection_config(database), **settings}
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3-compatible server (moto) in its own process, for the whole session."""
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(params=["folder", "s3"])
+def delta_tables(request: pytest.FixtureRequest, tmp_path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, DeltaTables]:
+    """A Delta destination's connection and where its tables are: a folder, or a new bucket of
+    the S3 server (the keys as environment references)."""
+    if request.param == "folder":
+        return {"path": str(tmp_path / "delta")}, DeltaTables(str(tmp_path / "delta"))
+    server = request.getfixturevalue("s3")
+    bucket = f"delta-{uuid.uuid4().hex[:12]}"
+    server.create_bucket(bucket)
+    monkeypatch.setenv("TP_DELTA_KEY_ID", server.access_key)
+    monkeypatch.setenv("TP_DELTA_SECRET", server.secret_key)
+    connection = {"bucket": bucket, "prefix": "recipient/rcpt", "endpoint_url": server.endpoint, "path_style": True,
+                  "access_key_id": "${TP_DELTA_KEY_ID}", "secret_access_key": "${TP_DELTA_SECRET}"}
+    options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+               "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key}
+    return connection, DeltaTables(f"s3://{bucket}/recipient/rcpt", options, server.client(), bucket)

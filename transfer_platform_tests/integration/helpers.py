@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
+from deltalake import DeltaTable
 
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
@@ -163,13 +166,14 @@ def with_columns(config: PlatformConfig, *, add: list = (), remove: list[str] = 
 
 
 def lake_config(lake, delta_root, *, tenant: str, min_start: datetime) -> PlatformConfig:
-    """The events model from a Parquet lake (folder ``events``) to one Delta destination."""
+    """The events model from a Parquet lake (folder ``events``) to one Delta destination
+    (``delta_root``: its folder, or its connection: a bucket's, say)."""
     return parse_config({
         "sources": [{"name": "src", "vendor": "parquet", "connection": {"path": str(lake)}}],
         "models": [events_model("events", min_start=min_start)],
         "recipients": [{"name": "rcpt", "id_in_provider_system": tenant}],
         "destinations": [{"name": DESTINATION, "vendor": "delta", "recipient": "rcpt",
-                          "connection": {"path": str(delta_root)}}],
+                          "connection": delta_root if isinstance(delta_root, dict) else {"path": str(delta_root)}}],
     }, now=datetime(2024, 6, 1, tzinfo=UTC))
 
 
@@ -188,3 +192,24 @@ def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t
         writer.close()
     (summary,) = summaries
     return summary
+
+
+@dataclass(frozen=True)
+class DeltaTables:
+    """Where a Delta destination's tables are: a folder, or a bucket with delta-rs's storage
+    options (and a client to list what is left there)."""
+
+    root: str
+    options: dict[str, str] | None = None
+    client: Any = None
+    bucket: str | None = None
+
+    def table(self, model: str = MODEL) -> DeltaTable:
+        return DeltaTable(f"{self.root}/{model}", storage_options=self.options)
+
+    def anything_at(self, relative: str) -> bool:
+        """Whether any file is left at ``relative`` (a folder under the root)."""
+        if self.client is None:
+            return Path(self.root, relative).exists()
+        prefix = self.root.removeprefix(f"s3://{self.bucket}/") + f"/{relative}/"
+        return bool(self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix).get("KeyCount"))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.watermarks import ModelState
@@ -209,9 +208,11 @@ SCHEMA_ROWS_TENANT = "org-o'reilly"
 
 
 @pytest.fixture
-def delta_setup(tmp_path: Path):
-    lake, delta_root = tmp_path / "lake", tmp_path / "delta"
-    config = lake_config(lake, delta_root, tenant=SCHEMA_ROWS_TENANT, min_start=MIN_START)
+def delta_setup(tmp_path: Path, delta_tables):
+    """A folder or a bucket (``delta_tables``)."""
+    lake = tmp_path / "lake"
+    connection, delta_root = delta_tables
+    config = lake_config(lake, connection, tenant=SCHEMA_ROWS_TENANT, min_start=MIN_START)
     rows = make_rows([SCHEMA_ROWS_TENANT, "globex"], 20, DATA_DAYS, seed=23)
     write_lake(lake, rows)
     return config, lake, delta_root, rows
@@ -221,7 +222,7 @@ def test_delta_refresh_publishes_in_one_commit_and_replaces_a_changed_schema(spa
     config, lake, delta_root, rows = delta_setup
     assert transfer(spark, config, NOW1).status == "SUCCESS"
     before = delivered(delta_root)
-    version = DeltaTable(str(delta_root / MODEL)).version()
+    version = delta_root.table().version()
     kept = [r for r in rows if r[0] != before[0][0]]  # one row deleted in the source
     write_lake(lake, kept)
     expected = normalize(r for r in kept if r[1] == SCHEMA_ROWS_TENANT)
@@ -229,24 +230,24 @@ def test_delta_refresh_publishes_in_one_commit_and_replaces_a_changed_schema(spa
     seen = []
     items = refresh_step_by_step(
         spark, config, NOW2,
-        lambda: seen.append((DeltaTable(str(delta_root / MODEL)).version(), delivered(delta_root))))
+        lambda: seen.append((delta_root.table().version(), delivered(delta_root))))
 
     assert len(seen) == 7
     assert all(v == version and rows_now == before for v, rows_now in seen)
     assert isinstance(items[-1], ModelState)
-    table = DeltaTable(str(delta_root / MODEL))
+    table = delta_root.table()
     assert table.version() == version + 1  # one overwrite commit publishes the whole refresh
     assert delivered(delta_root) == expected
     assert read_state(table).watermark == NOW2
-    assert not (delta_root / REFRESH_DIR / MODEL).exists()
+    assert not delta_root.anything_at(f"{REFRESH_DIR}/{MODEL}")
 
     # a changed type: refused by an incremental transfer, applied by a full refresh
     changed = with_columns(config, types={"id": "decimal"})
     refused = transfer(spark, changed, NOW2 + timedelta(hours=1), transfer_id="t3")
     assert refused.error_type == "SchemaMismatch"
     assert "--full-refresh" in refused.error
-    assert DeltaTable(str(delta_root / MODEL)).version() == version + 1
+    assert delta_root.table().version() == version + 1
     refresh_step_by_step(spark, changed, NOW2 + timedelta(hours=1), lambda: None)
-    table = DeltaTable(str(delta_root / MODEL))
+    table = delta_root.table()
     assert pa.schema(table.schema().to_arrow()).field("id").type == pa.decimal128(38, 9)
     assert delivered(delta_root) == expected

@@ -4,7 +4,6 @@ the lake's rows: each recipient receives exactly its own, first in full, then wh
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,18 +20,16 @@ from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import reader_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.s3_server import S3Server, s3_server
+from transfer_platform_tests.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 
 BUCKET = "provider-lake"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with s3_server(tmp_path_factory.mktemp("s3")) as server:
-        server.create_bucket(BUCKET)
-        yield server
+@pytest.fixture(scope="module", autouse=True)
+def _bucket(s3: S3Server) -> None:  # the session's S3 server (integration/conftest.py)
+    s3.create_bucket(BUCKET)
 
 
 def upload(server: S3Server, root: Path, prefix: str, *, per_tenant: bool) -> None:

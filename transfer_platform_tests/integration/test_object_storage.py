@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,7 +35,7 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
-from transfer_platform_tests.s3_server import S3Server, s3_server
+from transfer_platform_tests.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +44,9 @@ PREFIX = "tp/acme"
 PRIVATE, PUBLIC = new_signing_key()
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with s3_server(tmp_path_factory.mktemp("s3")) as server:
-        server.create_bucket(BUCKET)
-        yield server
+@pytest.fixture(scope="module", autouse=True)
+def _bucket(s3: S3Server) -> None:  # the session's S3 server (integration/conftest.py)
+    s3.create_bucket(BUCKET)
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
-"""Parquet lake -> Delta Lake transfers end to end on ``tmp_path``: backfill, incremental, tie-break,
-bad rows, with the state read back from the Delta commit metadata."""
+"""Parquet lake -> Delta Lake transfers end to end: backfill, incremental, tie-break, bad rows, with
+the state read back from the Delta commit metadata; each test on a local folder and in an S3
+bucket (a real S3-compatible server in its own process, through delta-rs's storage options)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
 
 from transfer_platform.destinations.delta import read_state
 from transfer_platform_tests.integration import helpers
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
     MODEL,
+    DeltaTables,
     day,
     make_rows,
     normalize,
@@ -46,8 +47,9 @@ def write_lake(lake: Path, rows: list) -> None:
     pq.write_table(table, folder / f"part-{datetime.now(UTC).timestamp():.6f}.parquet")
 
 
-def delivered(delta_root: Path) -> list:
-    table = DeltaTable(str(delta_root / MODEL)).to_pyarrow_table()
+def delivered(delta_root: DeltaTables | Path) -> list:
+    tables = delta_root if isinstance(delta_root, DeltaTables) else DeltaTables(str(delta_root))
+    table = tables.table().to_pyarrow_table()
     return normalize(tuple(r[c] for c in SCHEMA.names) for r in table.to_pylist())
 
 
@@ -56,10 +58,10 @@ def tenant_rows(rows: list, tenant: str = TENANT) -> list:
 
 
 @pytest.fixture
-def lake_config(tmp_path):
-    lake, delta_root = tmp_path / "lake", tmp_path / "delta"
-    config = helpers.lake_config(lake, delta_root, tenant=TENANT, min_start=MIN_START)
-    return config, lake, delta_root
+def lake_config(tmp_path, delta_tables):
+    connection, delta_root = delta_tables
+    config = helpers.lake_config(tmp_path / "lake", connection, tenant=TENANT, min_start=MIN_START)
+    return config, tmp_path / "lake", delta_root
 
 
 def test_parquet_lake_to_delta_backfill_then_incremental(spark, lake_config):
@@ -75,7 +77,7 @@ def test_parquet_lake_to_delta_backfill_then_incremental(spark, lake_config):
     assert first.windows == 6
     assert delivered(delta_root) == expected
     assert (first.rows_transferred, first.delta_rows_transferred) == (31, 31)
-    state = read_state(DeltaTable(str(delta_root / MODEL)))
+    state = read_state(delta_root.table())
     assert state.watermark == NOW1
     assert state.high_watermark == LOOKBACK_ROW_AT
 
@@ -96,14 +98,14 @@ def test_parquet_lake_to_delta_backfill_then_incremental(spark, lake_config):
     assert delivered(delta_root) == tenant_rows(rows)
     # the row 100 s before NOW1 is re-read (300 s lookback) but is not new
     assert (second.rows_transferred, second.delta_rows_transferred) == (4 + 2 + 1, 4 + 2)
-    state = read_state(DeltaTable(str(delta_root / MODEL)))
+    state = read_state(delta_root.table())
     assert state.watermark == NOW2
     assert state.high_watermark == inserted[-1][2]
 
     # a transfer with nothing new still records its progress
     third = transfer(spark, config, NOW2 + timedelta(hours=1), transfer_id="t3")
     assert third.status == "SUCCESS", third.error
-    assert read_state(DeltaTable(str(delta_root / MODEL))).watermark == NOW2 + timedelta(hours=1)
+    assert read_state(delta_root.table()).watermark == NOW2 + timedelta(hours=1)
     assert delivered(delta_root) == tenant_rows(rows)
 
 
@@ -115,13 +117,13 @@ def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
     keep, tie = [r for r in tenant_rows(rows)][:2]
 
     # the destination gets a newer version of `keep` and a same-time version of `tie` from elsewhere
-    table = DeltaTable(str(delta_root / MODEL))
+    table = delta_root.table()
     dst_newer = NOW1 + timedelta(hours=5, microseconds=654321)
     tie_at = NOW1 + timedelta(hours=2, microseconds=5)
     table.update(predicate=f"id = {keep[0]}",
                  updates={"updated_at": f"'{dst_newer.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'",
                           "payload": "'destination newer'"})
-    table = DeltaTable(str(delta_root / MODEL))
+    table = delta_root.table()
     table.update(predicate=f"id = {tie[0]}",
                  updates={"updated_at": f"'{tie_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'",
                           "payload": "'destination, same time'"})
@@ -138,7 +140,7 @@ def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
     assert got[tie[0]][2:] == (tie_at, "source, same time")
 
     # a duplicate key in a batch: refused, nothing committed
-    version = DeltaTable(str(delta_root / MODEL)).version()
+    version = delta_root.table().version()
     before = delivered(delta_root)
     rows += [(tie[0], TENANT, NOW2 + timedelta(minutes=10), "dup a"),
              (tie[0], TENANT, NOW2 + timedelta(minutes=20), "dup b")]
@@ -150,9 +152,9 @@ def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
     assert f"model '{MODEL}'" in failed.error
     assert f"destination '{DESTINATION}'" in failed.error
     assert f"id={tie[0]}" in failed.error
-    assert DeltaTable(str(delta_root / MODEL)).version() == version
+    assert delta_root.table().version() == version
     assert delivered(delta_root) == before
-    assert read_state(DeltaTable(str(delta_root / MODEL))).watermark == NOW2
+    assert read_state(delta_root.table()).watermark == NOW2
 
 
 def test_delta_refuses_a_null_primary_key(spark, lake_config):
@@ -161,7 +163,7 @@ def test_delta_refuses_a_null_primary_key(spark, lake_config):
     rows = make_rows([TENANT, "globex"], 6, DATA_DAYS, seed=10)
     write_lake(lake, rows)
     assert transfer(spark, config, NOW1).status == "SUCCESS"
-    version = DeltaTable(str(delta_root / MODEL)).version()
+    version = delta_root.table().version()
     write_lake(lake, [*rows, (None, TENANT, NOW1 + timedelta(minutes=5), "no key")])
 
     for attempt in ("t2", "t3"):
@@ -171,6 +173,6 @@ def test_delta_refuses_a_null_primary_key(spark, lake_config):
         assert failed.error_type == "DataError"
         assert "NULL primary key value (id)" in failed.error
         assert f"model '{MODEL}'" in failed.error
-        assert DeltaTable(str(delta_root / MODEL)).version() == version
+        assert delta_root.table().version() == version
         assert delivered(delta_root) == tenant_rows(rows)
-        assert read_state(DeltaTable(str(delta_root / MODEL))).watermark == NOW1
+        assert read_state(delta_root.table()).watermark == NOW1

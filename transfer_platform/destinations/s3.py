@@ -1,0 +1,183 @@
+"""S3 for destinations (boto3): objects by key, and a model's lock as an object.
+
+Errors name the bucket, the endpoint and S3's reason, never a secret (the keys are read from the
+environment variables the configuration names, and remembered for log redaction).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from contextlib import suppress
+from datetime import UTC, datetime
+from pathlib import Path
+
+from transfer_platform.config.models import S3Connection
+from transfer_platform.destinations.locks import holder_text, running_message
+from transfer_platform.errors import ConnectionFailure, TransferRunning
+
+#: a lock object renewed longer ago than this is a dead transfer's (each window renews it)
+S3_LOCK_LEASE_SECONDS = 900
+
+
+class S3Store:
+    """Objects in an S3 bucket through boto3 (an S3-compatible store through its endpoint URL)."""
+
+    def __init__(self, c: S3Connection, owner: str) -> None:
+        """``owner``: what the connection belongs to, as errors name it ("destination 'x'")."""
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = c.bucket
+        self.where = f"bucket {c.bucket} at {c.endpoint_url or f'AWS S3 ({c.region})'}"
+        where = f"{owner}.connection"
+        credentials = {}
+        if c.access_key_id is not None:
+            credentials["aws_access_key_id"] = c.access_key_id.resolve(f"{where}.access_key_id").get_secret_value()
+        if c.secret_access_key is not None:
+            credentials["aws_secret_access_key"] = c.secret_access_key.resolve(
+                f"{where}.secret_access_key").get_secret_value()
+        self.client = boto3.client(
+            "s3", endpoint_url=c.endpoint_url, region_name=c.region, **credentials,
+            config=Config(s3={"addressing_style": "path" if c.path_style else "auto"},
+                          connect_timeout=5, read_timeout=60, retries={"max_attempts": 3}))
+
+    def put(self, key: str, data: bytes, **conditions: str) -> str:
+        answer = self._call("write", key, self.client.put_object, Bucket=self.bucket, Key=key, Body=data,
+                            **conditions)
+        return answer["ETag"].strip('"')
+
+    def get(self, key: str) -> bytes | None:
+        return self.get_with_etag(key)[0]
+
+    def get_with_etag(self, key: str) -> tuple[bytes | None, str | None]:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None, None
+            raise self._failure("read", key, exc) from None
+        except Exception as exc:  # noqa: BLE001 - an unreachable endpoint, a timeout
+            raise self._failure("read", key, exc) from None
+        return answer["Body"].read(), answer["ETag"].strip('"')
+
+    def keys(self, prefix: str) -> list[str]:
+        pages = self._call("list", prefix, lambda: list(self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)))
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+    def delete(self, keys: list[str], **conditions: str) -> None:
+        if conditions:  # one object, only if it is still the one we saw
+            for key in keys:
+                self._call("delete", key, self.client.delete_object, Bucket=self.bucket, Key=key, **conditions)
+            return
+        for start in range(0, len(keys), 1000):
+            chunk = [{"Key": key} for key in keys[start:start + 1000]]
+            self._call("delete", chunk[0]["Key"], self.client.delete_objects, Bucket=self.bucket,
+                       Delete={"Objects": chunk, "Quiet": True})
+
+    def _call(self, what: str, key: str, call, *args, **kwargs):  # noqa: ANN001, ANN202
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - botocore's errors, told apart in _failure
+            raise self._failure(what, key, exc) from None
+
+    def _failure(self, what: str, key: str, exc: Exception) -> Exception:
+        from botocore.exceptions import ClientError, EndpointConnectionError
+
+        if isinstance(exc, ClientError):
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "PreconditionFailed":
+                return _LostRace(code)
+            fixes = {
+                "NoSuchBucket": "create the bucket, or correct connection.bucket",
+                "InvalidAccessKeyId": "correct the access key id (connection.access_key_id's variable)",
+                "SignatureDoesNotMatch": "correct the secret (connection.secret_access_key's variable)",
+                "AccessDenied": f"grant the key s3:GetObject, s3:PutObject, s3:DeleteObject and "
+                                f"s3:ListBucket on {self.bucket} (see the README's Permissions)",
+            }
+            reason = f"{code}: {exc.response.get('Error', {}).get('Message', '')}".strip(": ")
+            return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
+                                     fix=fixes.get(code, "check connection.bucket, endpoint_url, region and the keys"))
+        reason = ("the endpoint cannot be reached" if isinstance(exc, EndpointConnectionError)
+                  else f"{type(exc).__name__}: {exc}")
+        return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
+                                 fix="check connection.endpoint_url and that the store is running")
+
+
+class _LostRace(Exception):
+    """A conditional write or delete found the object changed (another transfer's lock)."""
+
+
+class S3Locks:
+    """Model locks as objects: created only if absent (S3's conditional write), renewed by each
+    window, taken over when their holder is gone (:func:`_expired`), deleted at release."""
+
+    def __init__(self, store: S3Store | None) -> None:
+        self.store = store
+        self._held: dict[str, tuple[str, str]] = {}  # model -> (lock key, its ETag)
+
+    def acquire(self, key: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
+        if model in self._held:
+            return
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                self._held[model] = (key, self.store.put(key, holder_text(transfer_id).encode(), IfNoneMatch="*"))
+                return
+            except _LostRace:
+                held, held_etag = self.store.get_with_etag(key)
+                if held is not None and _expired(held):
+                    with suppress(_LostRace):  # someone else took it over first: wait as for them
+                        self.store.delete([key], IfMatch=f'"{held_etag}"')
+                    continue
+                if time.monotonic() >= deadline:
+                    raise TransferRunning(running_message(model, destination,
+                                                          (held or b"").decode(errors="replace"))) from None
+                time.sleep(0.2)
+
+    def renew(self, model: str, transfer_id: str) -> None:
+        if model in self._held:
+            key, etag = self._held[model]
+            self._held[model] = (key, self.store.put(key, holder_text(transfer_id).encode(), IfMatch=f'"{etag}"'))
+
+    def release_all(self) -> None:
+        for key, etag in self._held.values():
+            with suppress(Exception):
+                self.store.delete([key], IfMatch=f'"{etag}"')
+        self._held.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+
+def _expired(lock: bytes) -> bool:
+    """A lock object whose transfer is gone: renewed longer ago than the lease, or held by a
+    process of this machine that no longer runs (a transfer killed outright)."""
+    try:
+        holder = json.loads(lock)
+        since = datetime.fromisoformat(holder["since"])
+    except (ValueError, KeyError, TypeError):
+        return True
+    if holder.get("host") == socket.gethostname() and not Path(f"/proc/{holder.get('pid')}").exists():
+        return True
+    return (datetime.now(UTC) - since).total_seconds() > S3_LOCK_LEASE_SECONDS
+
+
+def storage_options(c: S3Connection, owner: str) -> dict[str, str]:
+    """delta-rs's options for the connection (its keys read from their variables)."""
+    options = {"AWS_REGION": c.region}
+    if c.endpoint_url:
+        options["AWS_ENDPOINT_URL"] = c.endpoint_url
+        options["AWS_ALLOW_HTTP"] = str(c.endpoint_url.startswith("http://")).lower()
+    if c.path_style:
+        options["AWS_FORCE_PATH_STYLE"] = "true"
+    if c.access_key_id is not None:
+        options["AWS_ACCESS_KEY_ID"] = c.access_key_id.resolve(f"{owner}.connection.access_key_id").get_secret_value()
+    if c.secret_access_key is not None:
+        options["AWS_SECRET_ACCESS_KEY"] = c.secret_access_key.resolve(
+            f"{owner}.connection.secret_access_key").get_secret_value()
+    return options
