@@ -294,8 +294,10 @@ def test_a_killed_transfer_leaves_no_unnamed_file_after_the_next(tmp_path: Path,
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert len(bucket.data_files("items")) < 72, "the transfer was not stopped midway"
-    result = subprocess.run(cli, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    debug = {**env, "TRANSFER_PLATFORM_LOG_LEVEL": "DEBUG"}  # boto3, py4j and ours log all they do
+    result = subprocess.run(cli, cwd=tmp_path, env=debug, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "botocore" in result.stderr, "boto3's DEBUG log was not on"
     for model in ("items", "notes"):
         assert set(bucket.data_files(model)) == named_files(bucket, model), model
         assert consumed(bucket, model) == lake_rows(tmp_path, model)
