@@ -67,6 +67,14 @@ def test_validate_refuses_a_bad_signing_key_and_shared_prefixes(tmp_path: Path, 
     assert "destinations a, g write to the same place" in problems(local)
     delta_inside = [{"name": "a", "recipient": "acme", "vendor": "delta", "connection": {"path": "out/g"}}, local[0]]
     assert "write to the same place" in problems(delta_inside)
+    # Delta in a bucket and object storage in the same bucket: refused where the prefixes meet,
+    # whatever the vendors (and per endpoint: the same bucket name at another store is another place)
+    delta_s3 = {"name": "d", "recipient": "acme", "vendor": "delta",
+                "connection": {"bucket": BUCKET, "prefix": "x/acme/delta", "endpoint_url": "http://127.0.0.1:1"}}
+    assert "destinations d, g write to the same place" in problems([delta_s3, s3_destination("g", "globex", "x")])
+    assert problems([delta_s3, s3_destination("g", "globex", "x/globex")]) == ""
+    elsewhere = {**delta_s3, "connection": {**delta_s3["connection"], "endpoint_url": "http://127.0.0.1:2"}}
+    assert problems([elsewhere, s3_destination("g", "globex", "x")]) == ""
 
     monkeypatch.delenv("TP_TEST_SIGNING_KEY")
     text = problems([s3_destination("a", "acme", "x")])
