@@ -17,6 +17,10 @@ carried on by the next transfer.
 Schema evolution on an incremental transfer: a column added to the model is added (NULL in rows
 delivered before it), a column removed from the model is dropped, a changed type or primary key
 is refused with the advice to run a full refresh.
+
+Every statement's text comes from ``postgres_sql.py`` (imported as ``sql``), planned and tested
+without a database; this module runs them, in order, in their transactions, and turns what
+PostgreSQL refuses into errors that name the fix.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from transfer_platform.core.sql import (
 )
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations import postgres_sql as sql
 from transfer_platform.destinations.base import (
     Prepared,
     WindowLoad,
@@ -166,7 +171,7 @@ class PostgresWriter:
         self._ensure_schema()
         conn.execute(status_ddl(self.status_table))
         if "refresh_state" not in self._columns(self.status_table):  # a table from an older version
-            conn.execute(f"ALTER TABLE {self.status_table} ADD COLUMN IF NOT EXISTS refresh_state jsonb")
+            conn.execute(sql.add_refresh_state_column(self.status_table))
         self.lock_model(model, transfer_id)
         self._drop_stale_staging(model)  # under the lock: no live transfer of the model owns any
         state = self.read_state(model)
@@ -185,13 +190,12 @@ class PostgresWriter:
         conn = self.conn
         with self._translated_errors(), conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
-            (exists,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.status_table,)).fetchone()
+            (exists,) = conn.execute(sql.TABLE_EXISTS, (self.status_table,)).fetchone()
             if not exists:
                 return Prepared(ModelState())
             has_refresh = "refresh_state" in self._columns(self.status_table)  # older tables lack it
-            row = conn.execute(
-                f"SELECT state::text, {'refresh_state::text' if has_refresh else 'NULL'} "
-                f"FROM {self.status_table} WHERE data_model_name = %s", (model.model_name,)).fetchone()
+            row = conn.execute(sql.read_states(self.status_table, has_refresh=has_refresh),
+                               (model.model_name,)).fetchone()
             state = ModelState.from_json(row[0] if row else None)
             if row is None or row[1] is None:
                 return Prepared(state)
@@ -206,12 +210,11 @@ class PostgresWriter:
         loader that only has ``USAGE, CREATE`` on its own schema does not hold."""
         import psycopg
 
-        exists = self.conn.execute("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)",
-                                   (self.schema,)).fetchone()[0]
+        exists = self.conn.execute(sql.SCHEMA_EXISTS, (self.schema,)).fetchone()[0]
         if exists:
             return
         try:
-            self.conn.execute(f"CREATE SCHEMA {quote_ident(self.schema)}")
+            self.conn.execute(sql.create_schema(self.schema))
         except psycopg.errors.DuplicateSchema:
             pass  # another transfer created it meanwhile
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -242,9 +245,7 @@ class PostgresWriter:
             ) from None
 
     def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
-        row = self.conn.execute(
-            f"SELECT {column}::text FROM {self.status_table} WHERE data_model_name = %s", (model.model_name,)
-        ).fetchone()
+        row = self.conn.execute(sql.read_state(self.status_table, column), (model.model_name,)).fetchone()
         return ModelState.from_json(row[0] if row else None)
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
@@ -253,13 +254,12 @@ class PostgresWriter:
         target = qualified(self.schema, target_name)
         staging_name = STAGING_PREFIX + staging_suffix(model.model_name, load.transfer_id)
         staging = qualified(self.schema, staging_name)
-        self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+        self.conn.execute(sql.drop_table(staging))
         # an empty target that nothing depends on can be *replaced* by the staging table: the batch
         # is then written once (no merge); the staging table is logged so that it can become it
         swappable = self._is_empty(target)
         # the target's columns without its constraints: a NULL key is refused by our check, by name
-        self.conn.execute(f"CREATE {'' if swappable else 'UNLOGGED '}TABLE {staging} AS "
-                          f"SELECT * FROM {target} WITH NO DATA")
+        self.conn.execute(sql.staging_like(staging, target, logged=swappable))
         swappable = swappable and self._replaceable(target, staging)
         ids = {"transfer_id": load.transfer_id, "destination": self.name, "model": model.model_name}
         try:
@@ -267,24 +267,21 @@ class PostgresWriter:
             log_phase("stage", **ids, staging_table=staging_name)
             return self._merge(load, target_name, staging, swappable=swappable)
         finally:
-            self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+            self.conn.execute(sql.drop_table(staging))
             log_phase("clean up", **ids, staging_table=staging_name)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         conn = self.conn
         live, aside = self.table(model), self.refresh_table(model)
-        columns = ", ".join(quote_ident(c.destination_name) for c in model.columns)
         with self._translated_errors(), conn.transaction():
             state = self._lock_state(model, "refresh_state")
             if self._columns_match(model, live):
-                conn.execute(f"TRUNCATE {live}")
-                conn.execute(f"INSERT INTO {live} ({columns}) SELECT {columns} FROM {aside}")
-                conn.execute(f"DROP TABLE {aside}")
+                for statement in sql.copy_into_live(live, aside, [c.destination_name for c in model.columns]):
+                    conn.execute(statement)
             else:
                 self._replace_live_table(model)
             self._record_state(model, state, transfer_id)
-            conn.execute(f"UPDATE {self.status_table} SET refresh_state = NULL WHERE data_model_name = %s",
-                         (model.model_name,))
+            conn.execute(sql.set_refresh_state(self.status_table), (None, model.model_name))
         return state
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
@@ -292,24 +289,22 @@ class PostgresWriter:
         changed since is left alone): staged like a batch (COPY from Spark's workers, so memory
         stays flat), then one ``DELETE ... USING`` in one transaction."""
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
-        names = ", ".join(quote_ident(c) for c in columns)
         staging = qualified(self.schema, STAGING_PREFIX + staging_suffix(model.model_name, transfer_id))
         with self._translated_errors():
-            self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
-            self.conn.execute(f"CREATE UNLOGGED TABLE {staging} AS SELECT {names} FROM {self.table(model)} "
-                              "WITH NO DATA")
+            self.conn.execute(sql.drop_table(staging))
+            self.conn.execute(sql.staging_like(staging, self.table(model), logged=False, columns=columns))
             try:
                 self._stage(frame.select(*columns), staging)
                 with self.conn.transaction():
                     return self.conn.execute(delete_matching_sql(self.table(model), staging, columns)).rowcount
             finally:
-                self.conn.execute(f"DROP TABLE IF EXISTS {staging}")
+                self.conn.execute(sql.drop_table(staging))
 
     def has_table(self, model: ModelConfig) -> bool:
         import psycopg
 
         try:
-            return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table(model),)).fetchone()[0]
+            return self.conn.execute(sql.TABLE_EXISTS, (self.table(model),)).fetchone()[0]
         except psycopg.Error as exc:
             raise DataError(
                 f"reading the state of PostgreSQL destination '{self.name}' failed: "
@@ -364,8 +359,7 @@ class PostgresWriter:
         import psycopg
 
         connection = self.destination.connection
-        (exists,) = conn.execute("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)",
-                                 (self.schema,)).fetchone()
+        (exists,) = conn.execute(sql.SCHEMA_EXISTS, (self.schema,)).fetchone()
         for index, (name, statements) in enumerate(steps):
             if index == 0 and exists:
                 continue  # the schema is there: the loader does not need to create it
@@ -387,11 +381,7 @@ class PostgresWriter:
         """A table of another role cannot be altered or dropped by the loader (evolution, full
         refresh): each existing model table, refresh table and the status table must be its."""
         tables = [self.status_table] + [t for m in models for t in (self.table(m), self.refresh_table(m))]
-        foreign = [qualified(*row) for row in conn.execute(
-            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.oid = ANY(ARRAY["
-            + ", ".join("to_regclass(%s)" for _ in tables)
-            + "]) AND NOT pg_has_role(current_user, c.relowner, 'USAGE')", tables).fetchall()]
+        foreign = [qualified(*row) for row in conn.execute(sql.not_owned(len(tables)), tables).fetchall()]
         if foreign:
             probe.failed(name, f"owned by another role: {', '.join(foreign)}",
                          "; ".join(f"ALTER TABLE {t} OWNER TO {role}" for t in foreign))
@@ -406,17 +396,14 @@ class PostgresWriter:
         state = ModelState(high_watermark=live.high_watermark)
         aside = self.refresh_table(model)
         with self.conn.transaction():
-            self.conn.execute(f"DROP TABLE IF EXISTS {aside}")
+            self.conn.execute(sql.drop_table(aside))
             self.conn.execute(target_ddl(aside, model))
             self._ensure_status_row(model)
-            self.conn.execute(f"UPDATE {self.status_table} SET refresh_state = %s::jsonb "
-                              "WHERE data_model_name = %s", (state.to_json(), model.model_name))
+            self.conn.execute(sql.set_refresh_state(self.status_table), (state.to_json(), model.model_name))
         return state
 
     def _pending_refresh(self, model: ModelConfig) -> ModelState | None:
-        row = self.conn.execute(
-            f"SELECT refresh_state::text FROM {self.status_table} WHERE data_model_name = %s",
-            (model.model_name,)).fetchone()
+        row = self.conn.execute(sql.read_state(self.status_table, "refresh_state"), (model.model_name,)).fetchone()
         if row is None or row[0] is None:
             return None
         if not self._columns_match(model, self.refresh_table(model)):
@@ -429,7 +416,7 @@ class PostgresWriter:
 
         conn = self.conn
         try:
-            conn.execute(f"DROP TABLE IF EXISTS {self.table(model)}")
+            conn.execute(sql.drop_table(self.table(model)))
         except psycopg.errors.DependentObjectsStillExist:
             raise SchemaMismatch(
                 f"model '{model.model_name}' -> destination '{self.name}': the full refresh changes "
@@ -443,16 +430,10 @@ class PostgresWriter:
 
     def _columns(self, table: str) -> dict[str, str]:
         """Column name -> type as ``format_type`` writes it; empty if the table does not exist."""
-        return dict(self.conn.execute(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
-            "ORDER BY a.attnum", (table,)).fetchall())
+        return dict(self.conn.execute(sql.COLUMNS, (table,)).fetchall())
 
     def _primary_key(self, table: str) -> list[str]:
-        return [r[0] for r in self.conn.execute(
-            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
-            "ORDER BY a.attname", (table,)).fetchall()]
+        return [r[0] for r in self.conn.execute(sql.PRIMARY_KEY, (table,)).fetchall()]
 
     def _columns_match(self, model: ModelConfig, table: str) -> bool:
         expected = {c.destination_name: TYPES[c.data_type].postgres for c in model.columns}
@@ -485,13 +466,12 @@ class PostgresWriter:
         changes = []
         with self.conn.transaction():
             for column in added:
-                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {quote_ident(column.destination_name)} "
-                                  f"{TYPES[column.data_type].postgres}")
+                self.conn.execute(sql.add_column(table, column.destination_name, TYPES[column.data_type].postgres))
                 changes.append(f"added column {column.destination_name} ({column.data_type}) to {table}; "
                                "rows delivered before hold NULL in it until they change or a full "
                                "refresh runs")
             for name in dropped:
-                self.conn.execute(f"ALTER TABLE {table} DROP COLUMN {quote_ident(name)}")
+                self.conn.execute(sql.drop_column(table, name))
                 changes.append(f"dropped column {name} from {table} (no longer in the model)")
         return tuple(changes)
 
@@ -506,9 +486,8 @@ class PostgresWriter:
         from pyspark.errors import PySparkException
 
         connection = self.destination.connection
-        columns = ", ".join(quote_ident(c) for c in frame.columns)
         copy = partial(copy_partition, postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
-                       f"COPY {staging} ({columns}) FROM STDIN (FORMAT csv)")
+                       sql.copy_csv(staging, frame.columns))
         limit = self.destination.max_concurrent_queries_per_transfer
         try:
             frame.coalesce(limit).mapInArrow(copy, "rows long").collect()
@@ -533,7 +512,7 @@ class PostgresWriter:
             if model.removes_deleted_rows:  # rows marked deleted are removed, never inserted
                 skip, rows_deleted = marked_deleted(marker.destination_name, marker.data_type), 0
                 if swappable:  # an empty target: nothing to remove, and the staging table becomes it
-                    conn.execute(f"DELETE FROM {staging} WHERE {skip}")
+                    conn.execute(sql.delete_where(staging, skip))
             if not (swappable and self._swap_in(load, target_name, staging)):
                 self._refuse_duplicate_keys(load, staging)
                 primary_key = [c.destination_name for c in model.primary_key]
@@ -554,8 +533,7 @@ class PostgresWriter:
                 load.progress, batch_max_last_modified=max_lm, configured_start=load.configured_start
             )
             if load.into_refresh:
-                conn.execute(f"UPDATE {self.status_table} SET refresh_state = %s::jsonb "
-                             "WHERE data_model_name = %s", (new_state.to_json(), model.model_name))
+                conn.execute(sql.set_refresh_state(self.status_table), (new_state.to_json(), model.model_name))
             else:
                 self._record_state(model, new_state, load.transfer_id)
         return WindowResult(rows, delta_rows, int(volume or 0), max_lm, new_state, rows_deleted)
@@ -563,26 +541,14 @@ class PostgresWriter:
     # -- the empty-target fast path -----------------------------------------------------------
 
     def _is_empty(self, table: str) -> bool:
-        return self.conn.execute(f"SELECT NOT EXISTS (SELECT FROM {table})").fetchone()[0]
+        return self.conn.execute(sql.is_empty(table)).fetchone()[0]
 
     def _replaceable(self, target: str, staging: str) -> bool:
         """Nothing would be lost by replacing ``target`` with ``staging``: no index but the primary
         key, no trigger, view, policy, publication or comment on it, and the same owner, grants,
         storage options and row security as a table created now."""
-        (extra,) = self.conn.execute(
-            "SELECT count(*) FROM pg_depend d WHERE d.refclassid = 'pg_class'::regclass "
-            "AND d.refobjid = %(t)s::regclass "
-            "AND NOT (d.deptype = 'i' AND d.classid IN ('pg_type'::regclass, 'pg_class'::regclass)) "
-            "AND NOT (d.classid = 'pg_constraint'::regclass AND d.objid IN "
-            "(SELECT oid FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'p'))",
-            {"t": target}).fetchone()
-        (alike,) = self.conn.execute(
-            "SELECT t.relowner = s.relowner AND t.relacl IS NOT DISTINCT FROM s.relacl "
-            "AND t.reloptions IS NOT DISTINCT FROM s.reloptions AND t.relrowsecurity = s.relrowsecurity "
-            "AND NOT EXISTS (SELECT FROM pg_description c WHERE c.objoid = t.oid "
-            "AND c.classoid = 'pg_class'::regclass) "
-            "FROM pg_class t, pg_class s WHERE t.oid = %s::regclass AND s.oid = %s::regclass",
-            (target, staging)).fetchone()
+        (extra,) = self.conn.execute(sql.DEPENDENTS_BUT_THE_KEY, {"t": target}).fetchone()
+        (alike,) = self.conn.execute(sql.SAME_OWNER_GRANTS_AND_OPTIONS, (target, staging)).fetchone()
         return extra == 0 and bool(alike)
 
     def _swap_in(self, load: WindowLoad, target_name: str, staging: str) -> bool:
@@ -595,19 +561,18 @@ class PostgresWriter:
         model = load.model
         conn = self.conn
         target = qualified(self.schema, target_name)
-        conn.execute(f"LOCK TABLE {target} IN ACCESS EXCLUSIVE MODE")
+        conn.execute(sql.lock_exclusive(target))
         if not self._is_empty(target):
             return False
-        keys = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
         try:
             with conn.transaction():
-                conn.execute(f"ALTER TABLE {staging} ADD PRIMARY KEY ({keys})")
+                conn.execute(sql.add_primary_key(staging, [c.destination_name for c in model.primary_key]))
         except psycopg.errors.UniqueViolation:
             self._refuse_duplicate_keys(load, staging)
             raise  # not reached: the check above names the duplicate
         try:
             with conn.transaction():
-                conn.execute(f"DROP TABLE {target}")
+                conn.execute(sql.drop_table(target, if_exists=False))
         except psycopg.errors.DependentObjectsStillExist:
             return False
         self._rename_into(staging, target_name)
@@ -617,26 +582,18 @@ class PostgresWriter:
         """Rename ``table`` (in this schema) to ``name``, its primary key to ``<name>_pkey``."""
         target = qualified(self.schema, name)
         conn = self.conn
-        conn.execute(f"ALTER TABLE {table} RENAME TO {quote_ident(name)}")
-        (pkey,) = conn.execute(
-            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
-            (target,)).fetchone()
-        conn.execute(f"ALTER TABLE {target} RENAME CONSTRAINT {quote_ident(pkey)} "
-                     f"TO {quote_ident(name + '_pkey')}")
+        conn.execute(sql.rename_table(table, name))
+        (pkey,) = conn.execute(sql.PRIMARY_KEY_NAME, (target,)).fetchone()
+        conn.execute(sql.rename_constraint(target, pkey, name + "_pkey"))
 
     def _ensure_status_row(self, model: ModelConfig) -> None:
-        self.conn.execute(
-            f"INSERT INTO {self.status_table} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING",
-            (model.model_name,),
-        )
+        self.conn.execute(sql.ensure_status_row(self.status_table), (model.model_name,))
 
     def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
         """The model's state, its status row locked until the transaction ends (one writer at a time)."""
         self._ensure_status_row(model)
-        row = self.conn.execute(
-            f"SELECT {column}::text FROM {self.status_table} WHERE data_model_name = %s FOR UPDATE",
-            (model.model_name,),
-        ).fetchone()
+        row = self.conn.execute(sql.read_state(self.status_table, column, for_update=True),
+                                (model.model_name,)).fetchone()
         return ModelState.from_json(row[0] if row else None)
 
     @contextmanager
@@ -670,33 +627,25 @@ class PostgresWriter:
     def _refuse_null_values(self, load: WindowLoad, staging: str) -> None:
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
-        key_sql = ", ".join(quote_ident(k) for k in keys)
         for key in keys:
-            row = self.conn.execute(
-                f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(key)} IS NULL LIMIT 1").fetchone()
+            row = self.conn.execute(sql.first_key_where_null(staging, keys, key)).fetchone()
             if row is not None:
                 raise null_key_error(model, self.name, key, dict(zip(keys, row, strict=True)))
         lm_name = model.last_modified.destination_name
-        row = self.conn.execute(
-            f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(lm_name)} IS NULL LIMIT 1"
-        ).fetchone()
+        row = self.conn.execute(sql.first_key_where_null(staging, keys, lm_name)).fetchone()
         if row is not None:
             raise null_last_modified_error(model, self.name, dict(zip(keys, row, strict=True)))
 
     def _refuse_duplicate_keys(self, load: WindowLoad, staging: str) -> None:
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
-        key_sql = ", ".join(quote_ident(k) for k in keys)
-        row = self.conn.execute(
-            f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
-        ).fetchone()
+        row = self.conn.execute(sql.first_duplicate_key(staging, keys)).fetchone()
         if row is not None:
             raise duplicate_key_error(model, self.name, dict(zip(keys, row, strict=False)), row[-1])
 
     def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         self.conn.execute(
-            f"UPDATE {self.status_table} SET transfer_last_updated_at = %s, high_watermark = %s, "
-            "state = %s::jsonb, last_transfer_id = %s, updated_at = now() WHERE data_model_name = %s",
+            sql.record_state(self.status_table),
             (state.watermark, state.high_watermark, state.to_json(), transfer_id, model.model_name),
         )
 
@@ -717,13 +666,11 @@ class PostgresWriter:
         try:
             # wait a little: a killed transfer's session ends a moment after its process
             with conn.transaction():
-                conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_SECONDS}s'")
+                conn.execute(sql.lock_timeout(LOCK_WAIT_SECONDS))
                 conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         except psycopg.errors.LockNotAvailable:
             holder = conn.execute(
-                "SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a "
-                "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                "AND l.classid = %s AND l.objid = %s LIMIT 1",
+                sql.ADVISORY_LOCK_HOLDER,
                 ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
             who = (f"{holder[0] or 'a session'}, connected since {holder[1]:%Y-%m-%d %H:%M:%S}"
                    if holder else "a session that has just ended")
@@ -737,11 +684,8 @@ class PostgresWriter:
 
     def _drop_stale_staging(self, model: ModelConfig) -> None:
         prefix = STAGING_PREFIX + staging_suffix(model.model_name, "")
-        stale = self.conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
-            (self.schema, prefix),
-        ).fetchall()
+        stale = self.conn.execute(sql.TABLES_STARTING_WITH, (self.schema, prefix)).fetchall()
         for (name,) in stale:
-            self.conn.execute(f"DROP TABLE IF EXISTS {qualified(self.schema, name)}")
+            self.conn.execute(sql.drop_table(qualified(self.schema, name)))
             log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name,
                       model=model.model_name, staging_table=name, left_by_a_dead_transfer=True)

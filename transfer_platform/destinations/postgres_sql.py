@@ -1,7 +1,8 @@
 """The SQL text of the PostgreSQL destination, planned without a database (tested as text).
 
-``destinations/postgres.py`` runs these statements; the upsert and the soft delete are planned in
-``core/sql.py`` (shared with the sources' quoting).
+``destinations/postgres.py`` runs these statements, and only these; the upsert and the soft delete
+are planned in ``core/sql.py`` (shared with the sources' quoting). Table arguments are qualified
+names already quoted (``core.sql.qualified``); column and schema names are quoted here.
 """
 
 from __future__ import annotations
@@ -78,3 +79,154 @@ def delete_matching_sql(target: str, staging: str, columns: list[str]) -> str:
     """Delete the ``target`` rows equal to a staged row on every one of ``columns``."""
     match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
     return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"
+
+
+# -- catalog look-ups (parameters only) -----------------------------------------------------------
+
+SCHEMA_EXISTS = "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)"
+TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"  # creates nothing, needs no right on the table
+#: column name -> type as format_type writes it (nothing if the table does not exist)
+COLUMNS = ("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+           "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum")
+PRIMARY_KEY = ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+               "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+               "ORDER BY a.attname")
+PRIMARY_KEY_NAME = "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'"
+#: objects depending on table %(t)s other than its row type and its primary key (index, trigger,
+#: view, policy, publication, ...): replacing the table would lose them
+DEPENDENTS_BUT_THE_KEY = (
+    "SELECT count(*) FROM pg_depend d WHERE d.refclassid = 'pg_class'::regclass "
+    "AND d.refobjid = %(t)s::regclass "
+    "AND NOT (d.deptype = 'i' AND d.classid IN ('pg_type'::regclass, 'pg_class'::regclass)) "
+    "AND NOT (d.classid = 'pg_constraint'::regclass AND d.objid IN "
+    "(SELECT oid FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'p'))")
+#: two tables (target, staging) with the same owner, grants, storage options and row security, the
+#: first without a comment
+SAME_OWNER_GRANTS_AND_OPTIONS = (
+    "SELECT t.relowner = s.relowner AND t.relacl IS NOT DISTINCT FROM s.relacl "
+    "AND t.reloptions IS NOT DISTINCT FROM s.reloptions AND t.relrowsecurity = s.relrowsecurity "
+    "AND NOT EXISTS (SELECT FROM pg_description c WHERE c.objoid = t.oid "
+    "AND c.classoid = 'pg_class'::regclass) "
+    "FROM pg_class t, pg_class s WHERE t.oid = %s::regclass AND s.oid = %s::regclass")
+#: who holds advisory lock (classid, objid): application name and connection time
+ADVISORY_LOCK_HOLDER = (
+    "SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a "
+    "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.classid = %s AND l.objid = %s LIMIT 1")
+TABLES_STARTING_WITH = "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)"
+
+
+def not_owned(count: int) -> str:
+    """Which of ``count`` tables (parameters, qualified names) exist and are not the current
+    role's: (schema, table) rows."""
+    return ("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"WHERE c.oid = ANY(ARRAY[{', '.join(['to_regclass(%s)'] * count)}]) "
+            "AND NOT pg_has_role(current_user, c.relowner, 'USAGE')")
+
+
+# -- statements on already-quoted tables (``qualified``) and quoted here column names ---------------
+
+def create_schema(schema: str) -> str:
+    return f"CREATE SCHEMA {quote_ident(schema)}"
+
+
+def drop_table(table: str, *, if_exists: bool = True) -> str:
+    return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
+
+
+def staging_like(staging: str, target: str, *, logged: bool, columns: list[str] | None = None) -> str:
+    """An empty staging table with ``target``'s columns (all, or ``columns``), no constraints;
+    unlogged unless it may become the target."""
+    names = "*" if columns is None else ", ".join(quote_ident(c) for c in columns)
+    return f"CREATE {'' if logged else 'UNLOGGED '}TABLE {staging} AS SELECT {names} FROM {target} WITH NO DATA"
+
+
+def copy_csv(staging: str, columns: list[str]) -> str:
+    return f"COPY {staging} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN (FORMAT csv)"
+
+
+def copy_into_live(live: str, aside: str, columns: list[str]) -> list[str]:
+    """Publish a refresh into a live table whose columns match (its identity kept: views, grants)."""
+    names = ", ".join(quote_ident(c) for c in columns)
+    return [f"TRUNCATE {live}", f"INSERT INTO {live} ({names}) SELECT {names} FROM {aside}", drop_table(aside, if_exists=False)]
+
+
+def delete_where(table: str, condition: str) -> str:
+    return f"DELETE FROM {table} WHERE {condition}"
+
+
+def is_empty(table: str) -> str:
+    return f"SELECT NOT EXISTS (SELECT FROM {table})"
+
+
+def lock_exclusive(table: str) -> str:
+    return f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+
+
+def lock_timeout(seconds: int) -> str:
+    return f"SET LOCAL lock_timeout = '{int(seconds)}s'"
+
+
+def add_primary_key(table: str, columns: list[str]) -> str:
+    return f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(quote_ident(c) for c in columns)})"
+
+
+def add_column(table: str, column: str, postgres_type: str) -> str:
+    return f"ALTER TABLE {table} ADD COLUMN {quote_ident(column)} {postgres_type}"
+
+
+def drop_column(table: str, column: str) -> str:
+    return f"ALTER TABLE {table} DROP COLUMN {quote_ident(column)}"
+
+
+def rename_table(table: str, name: str) -> str:
+    return f"ALTER TABLE {table} RENAME TO {quote_ident(name)}"
+
+
+def rename_constraint(table: str, old: str, new: str) -> str:
+    return f"ALTER TABLE {table} RENAME CONSTRAINT {quote_ident(old)} TO {quote_ident(new)}"
+
+
+def first_key_where_null(staging: str, keys: list[str], column: str) -> str:
+    """The key of one staged row whose ``column`` is NULL (to name it in the error)."""
+    key_sql = ", ".join(quote_ident(k) for k in keys)
+    return f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(column)} IS NULL LIMIT 1"
+
+
+def first_duplicate_key(staging: str, keys: list[str]) -> str:
+    """One key staged more than once, with its count."""
+    key_sql = ", ".join(quote_ident(k) for k in keys)
+    return f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
+
+
+# -- the status table (``_transfer_status``): parameters (state json, model name) -------------------
+
+def add_refresh_state_column(status: str) -> str:
+    return f"ALTER TABLE {status} ADD COLUMN IF NOT EXISTS refresh_state jsonb"  # older tables lack it
+
+
+def ensure_status_row(status: str) -> str:
+    return f"INSERT INTO {status} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING"
+
+
+def read_state(status: str, column: str = "state", *, for_update: bool = False) -> str:
+    if column not in ("state", "refresh_state"):
+        raise ValueError(f"not a state column: {column!r}")
+    return (f"SELECT {column}::text FROM {status} WHERE data_model_name = %s"
+            + (" FOR UPDATE" if for_update else ""))
+
+
+def read_states(status: str, *, has_refresh: bool) -> str:
+    """The state and the refresh state (NULL where the table predates that column)."""
+    return (f"SELECT state::text, {'refresh_state::text' if has_refresh else 'NULL'} "
+            f"FROM {status} WHERE data_model_name = %s")
+
+
+def set_refresh_state(status: str) -> str:
+    return f"UPDATE {status} SET refresh_state = %s::jsonb WHERE data_model_name = %s"
+
+
+def record_state(status: str) -> str:
+    """Parameters: watermark, high watermark, state json, transfer id, model name."""
+    return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, "
+            "state = %s::jsonb, last_transfer_id = %s, updated_at = now() WHERE data_model_name = %s")

@@ -56,3 +56,45 @@ def test_probe_steps_undo_what_they_do_in_order():
     assert [name.split(" ")[0] for name, _ in steps] == ["create", "create", "insert,", "add", "rename", "drop"]
     statements = [sql for _, group in steps for sql in group]
     assert statements[-2:] == ['DROP TABLE "s"."_tp_probe_x_r"', 'DROP TABLE "s"."_tp_probe_x_s"']
+
+
+def test_every_name_is_quoted_and_no_value_is_inlined():
+    """Identifiers from the configuration may hold quotes: each statement quotes them; values
+    (states, model names) are always parameters."""
+    from transfer_platform.destinations import postgres_sql as sql
+
+    status, live, aside = '"s"."_transfer_status"', '"s"."ev""ents"', '"s"."_tp_refresh_x"'
+    assert sql.create_schema('pro"vider') == 'CREATE SCHEMA "pro""vider"'
+    assert sql.copy_into_live(live, aside, ["id", 'pay"load']) == [
+        'TRUNCATE "s"."ev""ents"',
+        'INSERT INTO "s"."ev""ents" ("id", "pay""load") SELECT "id", "pay""load" FROM "s"."_tp_refresh_x"',
+        'DROP TABLE "s"."_tp_refresh_x"']
+    assert sql.staging_like('"s"."st"', live, logged=False, columns=["id", 'u"t']) == (
+        'CREATE UNLOGGED TABLE "s"."st" AS SELECT "id", "u""t" FROM "s"."ev""ents" WITH NO DATA')
+    assert sql.staging_like('"s"."st"', live, logged=True) == (
+        'CREATE TABLE "s"."st" AS SELECT * FROM "s"."ev""ents" WITH NO DATA')
+    assert sql.copy_csv('"s"."st"', ['a"b']) == 'COPY "s"."st" ("a""b") FROM STDIN (FORMAT csv)'
+    assert sql.add_column(live, 'n"ew', "text") == 'ALTER TABLE "s"."ev""ents" ADD COLUMN "n""ew" text'
+    assert sql.drop_column(live, "old") == 'ALTER TABLE "s"."ev""ents" DROP COLUMN "old"'
+    assert sql.rename_constraint(live, "a_pkey", 'ev"ents_pkey') == (
+        'ALTER TABLE "s"."ev""ents" RENAME CONSTRAINT "a_pkey" TO "ev""ents_pkey"')
+    assert sql.first_duplicate_key('"s"."st"', ["id", "org"]) == (
+        'SELECT "id", "org", count(*) FROM "s"."st" GROUP BY "id", "org" HAVING count(*) > 1 LIMIT 1')
+    assert sql.first_key_where_null('"s"."st"', ["id"], 'up"d') == (
+        'SELECT "id" FROM "s"."st" WHERE "up""d" IS NULL LIMIT 1')
+    assert sql.not_owned(3).count("to_regclass(%s)") == 3
+    assert sql.read_state(status, "refresh_state", for_update=True) == (
+        'SELECT refresh_state::text FROM "s"."_transfer_status" WHERE data_model_name = %s FOR UPDATE')
+    assert sql.record_state(status).count("%s") == 5
+    assert sql.set_refresh_state(status).count("%s") == 2
+    for text in (sql.read_state(status), sql.ensure_status_row(status), sql.set_refresh_state(status)):
+        assert "events" not in text  # the model name is a parameter
+
+
+def test_a_state_column_other_than_the_two_is_refused():
+    import pytest
+
+    from transfer_platform.destinations import postgres_sql as sql
+
+    with pytest.raises(ValueError, match="not a state column"):
+        sql.read_state('"s"."_transfer_status"', "state; DROP TABLE x")
