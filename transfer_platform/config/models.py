@@ -64,6 +64,15 @@ class S3Connection(StrictModel):
     secret_access_key: EnvRef | None = None
     path_style: bool = False  # bucket in the path, not the host name (most S3-compatible stores)
 
+    def credentials(self, owner: str, names: tuple[str, str]) -> dict[str, str]:
+        """{``names[0]``: access key id, ``names[1]``: secret}, each read from its variable, as a
+        client library's keyword arguments or options; one not configured is left out (the
+        client's own chain then finds it). ``owner`` names the source or destination in errors."""
+        refs = (self.access_key_id, self.secret_access_key)
+        fields = ("access_key_id", "secret_access_key")
+        return {name: ref.resolve(f"{owner}.connection.{field}").get_secret_value()
+                for name, ref, field in zip(names, refs, fields, strict=True) if ref is not None}
+
     def place(self) -> Place:
         prefix = tuple(p for p in self.prefix.split("/") if p)
         return Place("s3", ((self.endpoint_url or "aws").rstrip("/").lower(), self.bucket), prefix,

@@ -205,3 +205,24 @@ def batch_changes(batch: pa.Table, model: ModelConfig, state: ModelState) -> tup
         return max_lm, batch.num_rows
     newer = pc.greater(lm_values, pa.scalar(kind.value(state.high_watermark), lm_values.type))
     return max_lm, int(pc.sum(newer).as_py() or 0)
+
+
+def newly_marked(batch: pa.Table, model: ModelConfig, state: ModelState) -> int:
+    """Rows of ``batch`` marked deleted and newer than the state's high watermark (all marked
+    rows before the first delivery): the soft deletes a batch delivers."""
+    marker = model.deletion_marker
+    if marker is None or not batch.num_rows:
+        return 0
+    marks = batch.column(marker.destination_name)
+    flagged = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
+    if state.high_watermark is not None:
+        lm_values = batch.column(model.last_modified.destination_name)
+        bound = pa.scalar(model.change_column.value(state.high_watermark), lm_values.type)
+        flagged = pc.and_(flagged, pc.greater(lm_values, bound))
+    return int(pc.sum(flagged).as_py() or 0)
+
+
+def empty_frame(spark: SparkSession, model: ModelConfig) -> DataFrame:
+    """No rows, with the model's columns in Spark's types (Spark reads no schema from zero files)."""
+    ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
+    return spark.createDataFrame([], ddl)

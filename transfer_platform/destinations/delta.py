@@ -31,12 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
 from transfer_platform.core.sql import marked_deleted
-from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     Prepared,
@@ -44,10 +42,12 @@ from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
     batch_changes,
+    empty_frame,
+    newly_marked,
     refuse_bad_rows,
 )
 from transfer_platform.destinations.locks import FolderLocks
-from transfer_platform.destinations.s3 import S3Locks, S3Store, storage_options
+from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
@@ -235,8 +235,7 @@ class DeltaWriter:
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         files = self._current_files(model)
         if not files:  # a table with no data files yet: Spark cannot read zero paths
-            ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
-            return spark.createDataFrame([], ddl)
+            return empty_frame(spark, model)
         if self.s3 is not None:  # Spark has no S3 connector here: the table through delta-rs
             return spark.createDataFrame(self._open(self.table_path(model)).to_pyarrow_table())
         return spark.read.parquet(*files)
@@ -265,7 +264,8 @@ class DeltaWriter:
 
         probe = Probe(target)
         if self.s3 is not None:
-            return self._probe_bucket(probe)
+            key = self._key(LOCK_DIR, f"_tp_probe_{uuid.uuid4().hex[:12]}")
+            return probe_objects(probe, self.check, self.s3, key, self.root)
         created = _missing_parents(self.root)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -286,26 +286,6 @@ class DeltaWriter:
         finally:
             for folder in reversed(created):
                 shutil.rmtree(folder, ignore_errors=True)
-        return probe.checks
-
-    def _probe_bucket(self, probe: Probe) -> list[Check]:
-        """S3: reach and list, then an object written, read and deleted under the prefix."""
-        try:
-            self.check()
-        except ConnectionFailure as exc:
-            probe.failed(f"reach and list {self.s3.where}", exc.reason, exc.fix)
-            return probe.checks
-        probe.passed(f"reach and list {self.s3.where}")
-        key = self._key(LOCK_DIR, f"_tp_probe_{uuid.uuid4().hex[:12]}")
-        step = f"write, read and delete objects under {self.root}"
-        try:
-            self.s3.put(key, b"transfer_platform test-connection probe")
-            self.s3.get(key)
-            self.s3.delete([key])
-        except ConnectionFailure as exc:
-            probe.failed(step, exc.reason, exc.fix)
-        else:
-            probe.passed(step)
         return probe.checks
 
     # -- full refresh and schema --------------------------------------------------------------
@@ -366,8 +346,6 @@ class DeltaWriter:
         table = self._open(path)
         state = read_state(table)
         refuse_bad_rows(batch, model, self.name)
-        lm_values = batch.column(model.last_modified.destination_name)
-        kind = model.change_column  # an epoch, a date or text: compared as the column's values
         max_lm, delta_rows = batch_changes(batch, model, state)
         new_state = state.after_window(
             load.progress, batch_max_last_modified=max_lm,
@@ -376,14 +354,8 @@ class DeltaWriter:
         commit = _commit(new_state, load.transfer_id)
         before = table.version()
         marker = model.deletion_marker
-        rows_deleted = 0
-        if marker is not None and not model.removes_deleted_rows:  # kept: those newly marked
-            marks = batch.column(marker.destination_name)
-            flagged = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
-            if state.high_watermark is not None:
-                flagged = pc.and_(flagged, pc.greater(
-                    lm_values, pa.scalar(kind.value(state.high_watermark), lm_values.type)))
-            rows_deleted = int(pc.sum(flagged).as_py() or 0)
+        # kept: those newly marked; removed: counted by the MERGE below
+        rows_deleted = 0 if model.removes_deleted_rows else newly_marked(batch, model, state)
         if batch.num_rows:
             join, newer = merge_predicates(model)
             merge = table.merge(batch, predicate=join, source_alias="s", target_alias="t",

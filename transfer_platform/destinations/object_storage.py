@@ -53,10 +53,12 @@ from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
     batch_changes,
+    empty_frame,
+    newly_marked,
     refuse_bad_rows,
 )
 from transfer_platform.destinations.locks import FolderLocks
-from transfer_platform.destinations.s3 import S3Locks, S3Store
+from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects
 from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
@@ -192,7 +194,7 @@ class ObjectStorageWriter:
         self.store.put(self._book(model.model_name, "pending", f"{_safe(transfer_id)}.json"),
                        json.dumps({"transfer_id": transfer_id, "dt": day}).encode())
         self._transfers[model.model_name] = {"transfer_id": transfer_id, "dt": day, "files": [],
-                                             "start_time": None, "settled": True}
+                                             "start_time": None, "settled": True, "book": book}
         refresh = book.get("refresh")
         if full_refresh or (refresh is not None and refresh["columns"] != _columns(model)):
             if refresh is not None:  # an unfinished refresh started again: its files go
@@ -221,7 +223,7 @@ class ObjectStorageWriter:
         schema = arrow_schema(model)
         batch = frame.toArrow().select(schema.names).cast(schema)
         refuse_bad_rows(batch, model, self.name)
-        book = self._read_book(model)
+        book = self._transfers[model.model_name]["book"]  # ours, under the lock
         before = ModelState.from_json((book["refresh"] if load.into_refresh else book).get("state"))
         max_lm, delta_rows = batch_changes(batch, model, before)
         state = before.after_window(load.progress, batch_max_last_modified=max_lm,
@@ -252,11 +254,11 @@ class ObjectStorageWriter:
                                      "columns": _columns(model)})
         transfer["settled"] = True
         self._s3_locks.renew(model.model_name, transfer["transfer_id"])
-        rows_deleted = _newly_marked(batch, model, before)
+        rows_deleted = newly_marked(batch, model, before)  # delivered with their marker
         return WindowResult(batch.num_rows, delta_rows, volume, max_lm, state, rows_deleted)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
-        book = self._read_book(model)
+        book = self._transfers[model.model_name]["book"]  # ours, under the lock
         refresh = book["refresh"]
         state = ModelState.from_json(refresh["state"])
         generation = book.get("generation", 0) + 1
@@ -272,10 +274,7 @@ class ObjectStorageWriter:
         the latest last-modified version, rows marked deleted dropped (unless kept)."""
         rows = self.delivered_rows(model)
         if not rows.num_rows:
-            from transfer_platform.core.types import TYPES
-
-            ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
-            return spark.createDataFrame([], ddl)
+            return empty_frame(spark, model)
         return spark.createDataFrame(rows)
 
     def delivered_rows(self, model: ModelConfig) -> pa.Table:
@@ -311,31 +310,8 @@ class ObjectStorageWriter:
         (where transfers write, manifests and bookkeeping included)."""
         from transfer_platform.probes import Probe
 
-        probe = Probe(target)
-        try:
-            self.check()
-        except ConnectionFailure as exc:
-            probe.failed(f"reach and list {self.store.where}", exc.reason, exc.fix)
-            probe.skipped([f"write, read and delete objects under {self._k() or '/'}"], "not reachable")
-            return probe.checks
-        probe.passed(f"reach and list {self.store.where}")
         key = self._k(BOOKKEEPING, f"_tp_probe_{uuid.uuid4().hex[:12]}")
-        step = f"write, read, replace and delete objects under {self._k() or '/'}"
-        try:
-            self.store.put(key, b"transfer_platform test-connection probe")
-            assert self.store.get(key) is not None
-            self.store.put(key, b"replaced")
-            self.store.delete([key])
-        except (ConnectionFailure, OSError, AssertionError) as exc:
-            probe.failed(step, getattr(exc, "reason", None) or str(exc),
-                         getattr(exc, "fix", None) or f"let the user transfers run as write and delete "
-                                                      f"in {self.store.where}")
-        else:
-            probe.passed(step)
-        finally:
-            with suppress(Exception):
-                self.store.delete([key])
-        return probe.checks
+        return probe_objects(Probe(target), self.check, self.store, key, self._k() or "/")
 
     # -- steps --------------------------------------------------------------------------------
 
@@ -344,7 +320,11 @@ class ObjectStorageWriter:
         return {} if data is None else json.loads(data)
 
     def _write_book(self, model: ModelConfig, book: dict[str, Any]) -> None:
+        """Write the model's ``state.json``; a transfer at work keeps the copy it wrote (it holds
+        the model's lock, so no one else writes it), rather than reading it back each window."""
         self.store.put(self._book(model.model_name, "state.json"), json.dumps(book).encode())
+        if model.model_name in self._transfers:
+            self._transfers[model.model_name]["book"] = book
 
     def _write_manifest(self, model: ModelConfig, transfer: dict[str, Any], kind: str, generation: int,
                         files: list[dict[str, str]], *, end: datetime, state: ModelState) -> None:
@@ -442,21 +422,6 @@ def latest_per_key(rows: pa.Table, model: ModelConfig) -> pa.Table:
         gone = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
         rows = rows.filter(pc.invert(gone))
     return rows
-
-
-def _newly_marked(batch: pa.Table, model: ModelConfig, before: ModelState) -> int:
-    """Rows delivered newly marked deleted (newer than the previous high watermark)."""
-    marker = model.deletion_marker
-    if marker is None or not batch.num_rows:
-        return 0
-    marks = batch.column(marker.destination_name)
-    flagged = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
-    if before.high_watermark is not None:
-        lm_values = batch.column(model.last_modified.destination_name)
-        kind = model.change_column
-        flagged = pc.and_(flagged, pc.greater(lm_values, pa.scalar(kind.value(before.high_watermark),
-                                                                   lm_values.type)))
-    return int(pc.sum(flagged).as_py() or 0)
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

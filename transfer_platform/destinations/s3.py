@@ -12,10 +12,16 @@ import time
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import S3Connection
 from transfer_platform.destinations.locks import holder_text, running_message
 from transfer_platform.errors import ConnectionFailure, TransferRunning
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from transfer_platform.probes import Check, Probe
 
 #: a lock object renewed longer ago than this is a dead transfer's (each window renews it)
 S3_LOCK_LEASE_SECONDS = 900
@@ -31,13 +37,7 @@ class S3Store:
 
         self.bucket = c.bucket
         self.where = f"bucket {c.bucket} at {c.endpoint_url or f'AWS S3 ({c.region})'}"
-        where = f"{owner}.connection"
-        credentials = {}
-        if c.access_key_id is not None:
-            credentials["aws_access_key_id"] = c.access_key_id.resolve(f"{where}.access_key_id").get_secret_value()
-        if c.secret_access_key is not None:
-            credentials["aws_secret_access_key"] = c.secret_access_key.resolve(
-                f"{where}.secret_access_key").get_secret_value()
+        credentials = c.credentials(owner, ("aws_access_key_id", "aws_secret_access_key"))
         self.client = boto3.client(
             "s3", endpoint_url=c.endpoint_url, region_name=c.region, **credentials,
             config=Config(s3={"addressing_style": "path" if c.path_style else "auto"},
@@ -175,9 +175,35 @@ def storage_options(c: S3Connection, owner: str) -> dict[str, str]:
         options["AWS_ALLOW_HTTP"] = str(c.endpoint_url.startswith("http://")).lower()
     if c.path_style:
         options["AWS_FORCE_PATH_STYLE"] = "true"
-    if c.access_key_id is not None:
-        options["AWS_ACCESS_KEY_ID"] = c.access_key_id.resolve(f"{owner}.connection.access_key_id").get_secret_value()
-    if c.secret_access_key is not None:
-        options["AWS_SECRET_ACCESS_KEY"] = c.secret_access_key.resolve(
-            f"{owner}.connection.secret_access_key").get_secret_value()
+    options |= c.credentials(owner, ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
     return options
+
+
+def probe_objects(probe: Probe, check: Callable[[], None], store, key: str, under: str) -> list[Check]:  # noqa: ANN001
+    """``test-connection`` where transfers write objects (a bucket, or object storage's folder):
+    ``check()`` reaches and lists; then ``key`` is written, read back, replaced and deleted (and
+    deleted whatever happens)."""
+    reach = f"reach and list {store.where}"
+    step = f"write, read, replace and delete objects under {under}"
+    try:
+        check()
+    except ConnectionFailure as exc:
+        probe.failed(reach, exc.reason, exc.fix)
+        probe.skipped([step], "not reachable")
+        return probe.checks
+    probe.passed(reach)
+    try:
+        store.put(key, b"transfer_platform test-connection probe")
+        if store.get(key) is None:
+            probe.failed(step, "an object just written could not be read back",
+                         f"check that reads after writes see the object in {store.where}")
+        else:
+            store.put(key, b"replaced")
+            store.delete([key])
+            probe.passed(step)
+    except ConnectionFailure as exc:
+        probe.failed(step, exc.reason, exc.fix)
+    finally:
+        with suppress(Exception):
+            store.delete([key])
+    return probe.checks

@@ -262,12 +262,8 @@ class S3Lake:
         if self._fs is None:
             from pyarrow import fs
 
-            c, where = self.connection, f"source '{self._source.name}'.connection"
-            keys = {}
-            if c.access_key_id is not None:
-                keys["access_key"] = c.access_key_id.resolve(f"{where}.access_key_id").get_secret_value()
-            if c.secret_access_key is not None:
-                keys["secret_key"] = c.secret_access_key.resolve(f"{where}.secret_access_key").get_secret_value()
+            c = self.connection
+            keys = c.credentials(f"source '{self._source.name}'", ("access_key", "secret_key"))
             self._fs = fs.S3FileSystem(region=c.region, endpoint_override=c.endpoint_url,
                                        force_virtual_addressing=not c.path_style and c.endpoint_url is None,
                                        connect_timeout=5, request_timeout=60, **keys)

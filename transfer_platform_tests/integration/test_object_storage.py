@@ -328,3 +328,20 @@ def test_bad_buckets_and_keys_fail_clearly_and_never_show_the_secret(tmp_path: P
         for word in words:
             assert word in text, (case, text)
         assert s3.secret_key not in text, case
+
+
+def test_test_connection_writes_reads_and_deletes_a_probe_object_and_leaves_nothing(
+        tmp_path: Path, vendor: str, server: S3Server | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config_path, bucket = platform(tmp_path, vendor, server)
+    config = load_config(config_path)
+    before = bucket.objects() if vendor == "s3" else []
+    checks = writer_for(config.destination("acme_files")).probe(config.models, "acme_files")
+    assert [c.outcome for c in checks] == ["PASS", "PASS"], checks
+    assert (bucket.objects() if vendor == "s3" else [p for p in (tmp_path / "exports").rglob("*") if p.is_file()]) \
+        == before, "the probe left an object behind"
+    if vendor == "s3":  # a wrong secret: reaching fails with S3's reason, the write is skipped
+        monkeypatch.setenv("TP_TEST_S3_SECRET", "wrong-" + server.secret_key)
+        checks = writer_for(load_config(config_path).destination("acme_files")).probe(config.models, "acme_files")
+        assert [c.outcome for c in checks] == ["FAIL", "SKIP"], checks
+        assert "SignatureDoesNotMatch" in checks[0].detail
