@@ -661,3 +661,21 @@ def test_destinations_in_different_schemas_or_paths_are_accepted():
     _same_postgres_schema(raw)
     raw["destinations"][1]["connection"]["schema"] = "other"
     parse_config(raw, now=NOW)
+
+
+def test_the_readme_object_storage_example_is_valid(monkeypatch):
+    """The *Object storage* block, added to the configuration example: it validates, the signing
+    key's variable checked as validate checks it."""
+    from transfer_platform.destinations.manifests import new_signing_key
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    main = yaml.safe_load(readme.split("## Configuration", 1)[1].split("```yaml", 1)[1].split("```", 1)[0])
+    section = readme.split("**Object storage**", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    main["destinations"] += yaml.safe_load(section)["destinations"]
+    monkeypatch.setenv("ACME_MANIFEST_KEY", new_signing_key()[0])
+    config = parse_config(main, now=NOW)
+    bucket = config.destination("acme_bucket")
+    assert (bucket.vendor, bucket.connection.bucket, bucket.connection.path_style) == ("s3", "acme-exports", True)
+    monkeypatch.delenv("ACME_MANIFEST_KEY")
+    with pytest.raises(ConfigError, match="ACME_MANIFEST_KEY is not set"):
+        parse_config(main, now=NOW)

@@ -345,3 +345,30 @@ def test_test_connection_writes_reads_and_deletes_a_probe_object_and_leaves_noth
         checks = writer_for(load_config(config_path).destination("acme_files")).probe(config.models, "acme_files")
         assert [c.outcome for c in checks] == ["FAIL", "SKIP"], checks
         assert "SignatureDoesNotMatch" in checks[0].detail
+
+
+def test_the_lookback_writes_a_row_again_and_the_consumers_rule_keeps_one(
+        spark, tmp_path: Path, vendor: str, server: S3Server | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed (transfers, "Object storage destinations"): append-only, "Lookback windows may cause
+    the same data to be written multiple times", to be deduplicated downstream. With a 5-minute
+    lookback, a row changed a minute ago is in the first transfer's files and again in the next
+    one's (the next read starts at the last delivered value minus the lookback); the consumer's
+    rule (latest last-modified per key) still yields exactly the tenant's rows."""
+    monkeypatch.chdir(tmp_path)
+    config_path, bucket = platform(tmp_path, vendor, server)
+    config = yaml.safe_load(config_path.read_text())
+    config["sources"][0]["lookback_window"] = 300
+    config_path.write_text(yaml.safe_dump(config))
+    recent = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
+    append_to_lake(tmp_path, "items", [{"id": 30_001, "organization_id": TENANTS["acme"], "updated_at": recent,
+                                        "v": "a minute ago"}])
+    transfer(spark, config_path, "first")
+    transfer(spark, config_path, "second")
+
+    def copies(transfer_id: str) -> int:
+        (manifest,) = [m for m in bucket.manifests("items") if m["transfer_id"] == transfer_id]
+        return sum(row["id"] == 30_001 for entry in manifest["files"]
+                   for row in pq.read_table(io.BytesIO(bucket.get(entry["data_file_key"]))).to_pylist())
+
+    assert (copies("first"), copies("second")) == (1, 1)
+    assert consumed(bucket, "items") == lake_rows(tmp_path, "items")
