@@ -245,6 +245,24 @@ def cmd_signing_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spark_server(args: argparse.Namespace) -> int:
+    """Run the Spark Connect server that transfers share, in the foreground, until stopped."""
+    from transfer_platform.spark_session import (
+        DEFAULT_CONNECT_PORT,
+        Endpoint,
+        remote_endpoint,
+        serve,
+    )
+
+    path = find_config_path(args.config)
+    named = args.config or os.environ.get("TRANSFER_PLATFORM_CONFIG")
+    settings = load_config(path).spark if named or path.is_file() else None  # else the defaults
+    endpoint = remote_endpoint(settings) or Endpoint("127.0.0.1", DEFAULT_CONNECT_PORT)
+    endpoint = Endpoint(args.host or endpoint.host, args.port or endpoint.port)
+    serve(settings, endpoint, ready=lambda message: print(message, flush=True))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
 
@@ -293,6 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("transfer_id")
     sub.add_parser("signing-key", help="print a new Ed25519 key pair for signing object-storage manifests "
                                        "(private: the destination's signing_key variable; public: consumers)")
+    server = sub.add_parser("spark-server", help="run the Spark Connect server that transfers share "
+                                                 "(spark.remote), with the file's spark settings, until stopped")
+    server.add_argument("--host", help="address to listen on (default: spark.remote's host, else 127.0.0.1)")
+    server.add_argument("--port", type=int, help="port (default: spark.remote's port, else 15002)")
     demo = sub.add_parser("demo", help="run the embedded demo (no server needed)")
     demo.add_argument("--dir", default="demo_output", help="working folder (recreated)")
     return parser
@@ -304,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
                 "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
-                "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key}
+                "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key,
+                "spark-server": cmd_spark_server}
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:

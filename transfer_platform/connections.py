@@ -112,7 +112,9 @@ def spark_error_reason(exc: BaseException) -> str:
     """The useful first line of a Spark/py4j error (a Java exception's message)."""
     text = str(exc)
     if "Traceback (most recent call last)" in text:  # raised in a Python worker: its last line
-        last = [line.strip() for line in text.splitlines() if line.strip()][-1]
+        # (Spark Connect ends the message with a line of its own: "SQLSTATE: 38000")
+        last = [line.strip() for line in text.splitlines()
+                if line.strip() and not line.strip().startswith("SQLSTATE:")][-1]
         return last.split(": ", 1)[1] if ": " in last else last
     for marker in ("PSQLException:", "SQLException:", "AnalysisException:", "Exception:"):
         if marker in text:

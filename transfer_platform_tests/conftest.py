@@ -54,9 +54,54 @@ def pg_conn() -> Iterator[psycopg.Connection]:
         yield conn
 
 
+#: ``TP_TEST_SPARK=connect``: the tests that move data run against a Spark Connect server that
+#: the session starts (``transfer-platform spark-server``), every Spark of the session its client:
+#: the ``spark`` fixture, and the command lines and Dagster runs the tests start (through
+#: ``$TRANSFER_PLATFORM_SPARK_REMOTE``). ``scripts/dev test`` runs the suite, then this lane.
+SPARK_MODE = os.environ.get("TP_TEST_SPARK", "local")
+#: the tests the Connect lane runs: everything that moves data through Spark
+CONNECT_LANE = ("transfer_platform_tests/integration/", "transfer_platform_tests/test_cli_transfers.py",
+                "transfer_platform_tests/orchestration/test_transfer_job.py",
+                # not test_daemon.py: its proof that two destinations ran at once needs runs longer
+                # than the queue's launch gap; against a warm server a run takes ~2 s and they did not
+                "transfer_platform_tests/orchestration/test_several_destinations.py")
+#: tests that start Spark servers of their own (a Connect server on a standalone cluster)
+OWN_SPARK = ("transfer_platform_tests/integration/test_standalone_cluster.py",)
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    if SPARK_MODE not in ("local", "connect"):
+        raise pytest.UsageError(f"TP_TEST_SPARK={SPARK_MODE!r}: write local (the default) or connect")
+    if SPARK_MODE == "connect":
+        root = Path(str(config.rootpath))
+        keep = [i for i in items if (path := str(Path(str(i.path)).relative_to(root))).startswith(CONNECT_LANE)
+                and not path.startswith(OWN_SPARK)]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+
+@pytest.fixture(scope="session", autouse=SPARK_MODE == "connect")
+def spark_server(tmp_path_factory: pytest.TempPathFactory):
+    """In the Connect lane: the session's Spark Connect server, named to every process the tests
+    start; else None (each process runs a local Spark)."""
+    if SPARK_MODE != "connect":
+        yield None
+        return
+    from transfer_platform.spark_session import REMOTE_ENV_VAR
+    from transfer_platform_tests.spark_server import spark_connect_server
+
+    with spark_connect_server(tmp_path_factory.mktemp("spark_connect")) as server:
+        os.environ[REMOTE_ENV_VAR] = server.url
+        try:
+            yield server
+        finally:
+            del os.environ[REMOTE_ENV_VAR]
+
+
 @pytest.fixture(scope="session")
-def spark():
-    """One small, quiet Spark session for the whole test session."""
+def spark(spark_server):
+    """One small, quiet Spark session for the whole test session: a local one, or in the
+    Connect lane a client of the session's Spark Connect server."""
     from transfer_platform.config.models import SparkSettings
     from transfer_platform.spark_session import get_spark_session
 

@@ -374,9 +374,27 @@ DESTINATION_VENDORS = tuple(vendors.DESTINATIONS)
 
 
 class SparkSettings(StrictModel):
+    """Where transfers run their Spark work.
+
+    Without ``remote``: a Spark started inside each process that transfers (the embedded default:
+    nothing to run beside it, ~11 s of start-up per process). With ``remote``
+    (``sc://host:port``): a long-lived Spark Connect server that every run shares; ``master``,
+    ``driver_memory`` and ``conf`` then describe that server (``transfer-platform spark-server``
+    starts it with them). ``$TRANSFER_PLATFORM_SPARK_REMOTE`` overrides ``remote``."""
+
     master: str = "local[2]"
     driver_memory: str = "2g"
     conf: dict[str, str] = Field(default_factory=dict)
+    remote: str | None = None
+
+    @field_validator("remote")
+    @classmethod
+    def _remote_endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            from transfer_platform.spark_session import parse_endpoint
+
+            parse_endpoint(value)
+        return value
 
 
 class PlatformConfig(StrictModel):

@@ -9,7 +9,7 @@ among them the JDBC options and, base64-encoded, the pickled function the Postgr
 Spark's Python workers. So every value read here is remembered, and from the first one on every
 log record of the process is redacted when it is made (the log record factory; py4j's loggers
 also carry :class:`SecretsFilter`, should the factory be replaced): the value plain, URL-encoded,
-JSON/repr-escaped and base64-encoded (at any of the three alignments inside a longer base64 text,
+JSON/repr-escaped, as protobuf's text format escapes it (Spark Connect's plans) and base64-encoded (at any of the three alignments inside a longer base64 text,
 standard or URL-safe) becomes ``***``, whatever level a logger is set to.
 """
 
@@ -88,11 +88,22 @@ def secret_forms(value: str) -> set[str]:
     raw = value.encode()
     forms = {value, quote(value, safe=""), quote(value), quote_plus(value), json.dumps(value)[1:-1],
              repr(value)[1:-1]}
+    forms |= _protobuf_text_forms(value)
     for encode in (base64.b64encode, base64.urlsafe_b64encode):
         for shift in range(3):
             encoded = encode(b"\0" * shift + raw).decode()
             forms.add(encoded[4 if shift else 0:4 * ((shift + len(raw)) // 3)])
     return {form for form in forms if len(form) >= _MIN_FORM}
+
+
+def _protobuf_text_forms(value: str) -> set[str]:
+    """``value`` as protobuf's text format writes a string field (a Spark Connect client logs
+    its plans, the JDBC options among them, so at DEBUG)."""
+    try:
+        from google.protobuf import text_encoding
+    except ImportError:  # no Spark Connect client here
+        return set()
+    return {text_encoding.CEscape(value.encode(), False), text_encoding.CEscape(value, True)}
 
 
 def remember_secret(value: str) -> None:

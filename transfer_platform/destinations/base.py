@@ -84,6 +84,11 @@ class DestinationWriter(Protocol):
         """Stage ``frame``, refuse it if it breaks a rule (NULL key, NULL last-modified, duplicate
         key), then merge it and record the new state in one commit; clean up staging either way."""
 
+    def write_empty(self, load: WindowLoad) -> WindowResult:
+        """Record a window in which the source holds no row (asked before it was read): the state
+        moves on in one commit, as :meth:`write_window` of no rows would, with no Spark job and
+        no staging."""
+
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         """Replace the live table by the one built aside, and its state by the refresh's, in one
         commit: readers see the old table until then, never an empty or half-built one."""

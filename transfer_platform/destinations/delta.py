@@ -1,12 +1,23 @@
 """Delta Lake destination, written with the ``deltalake`` package (delta-rs).
 
-Per window: Spark hands the batch to the driver as Arrow (``DataFrame.toArrow``; delta-rs merges
-from memory in any case, and no staging files means nothing for a crash to leave behind), the
-batch is checked (no NULL key or last-modified value, no duplicate key), and one MERGE commit
-upserts it on the primary key (never replacing a row by an older one; an ``is_append_only``
-model's MERGE only inserts rows whose key is new) with the model's new state in the commit's
-metadata. When the MERGE changes nothing, delta-rs makes no commit, so an empty
-append records the state instead. A crash before the commit changes nothing.
+Per window, without ever holding the window in the process that transfers: Spark's executors
+stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder,
+or the bucket through ``pyarrow.fs.S3FileSystem``: Spark has no S3 connector here), each Python
+worker writing its partition ``BATCH_ROWS`` rows at a time (``mapInArrow``, which works in a local
+session and through Spark Connect alike). The window is hash-partitioned and sorted on the primary
+key first, so every copy of a key lands next to the others in one partition: each worker finds
+NULL keys, NULL last-modified values and duplicate keys, and sums what the window changes (rows
+newer than the high watermark, soft deletes, its largest last-modified value), and hands back
+only that summary per file. The batch is refused (same errors as ``refuse_bad_rows``) before any
+commit; otherwise one MERGE commit upserts the staged files, read back ``BATCH_ROWS`` rows at a
+time (a ``pyarrow`` scanner streamed into delta-rs), on the primary key (never replacing a row by
+an older one; an ``is_append_only`` model's MERGE only inserts rows whose key is new) with the
+model's new state in the commit's metadata. When the MERGE changes nothing, delta-rs makes no
+commit, so an empty append records the state instead. The window's staging is removed whatever
+happens; a crash before the commit changes nothing, and what a killed transfer left in
+``_tp_staging/<model>/`` is removed by the model's next transfer (under the model's lock).
+(delta-rs's MERGE itself builds its hash join in Rust memory from the source and the target
+files it reads: that part is delta-rs's and is not bounded by ``BATCH_ROWS``.)
 
 One transfer per model at a time, however it was started: the writer holds an exclusive
 ``flock`` on ``_tp_locks/<model>.lock`` in the destination folder from ``prepare`` until
@@ -26,11 +37,13 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
@@ -42,9 +55,12 @@ from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
     batch_changes,
+    duplicate_key_error,
     empty_frame,
     newly_marked,
-    refuse_bad_rows,
+    null_key_error,
+    null_last_modified_error,
+    staging_suffix,
 )
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
@@ -63,6 +79,15 @@ TRANSFER_KEY = "transfer_platform.transfer_id"
 REFRESH_DIR = "_refresh"
 DELETE_BATCH_ROWS = 100_000
 LOCK_DIR = "_tp_locks"
+#: a window being staged: ``<root>/_tp_staging/<model>/<window>/part-*.parquet``
+STAGING_DIR = "_tp_staging"
+#: rows per Arrow batch wherever a window's rows are handled: a staged file's row groups, and
+#: the batches the MERGE reads back from the staged files in the process that transfers
+BATCH_ROWS = 10_000
+#: staged files the MERGE's reader opens ahead, and batches it decodes ahead (pyarrow's own
+#: defaults, 4 and 16, would hold more batches in memory at once)
+_FRAGMENT_READAHEAD = 1
+_BATCH_READAHEAD = 2
 #: how long a transfer waits for the lock of a model that another transfer holds
 LOCK_WAIT_SECONDS = 10
 _HISTORY_PAGE = 100
@@ -159,6 +184,7 @@ class DeltaWriter:
 
         self.check()
         self.lock_model(model, transfer_id)
+        self._drop_staging(self._staging_path(model))  # a dead transfer's windows: ours alone under the lock
         path = self.table_path(model)
         live = self._open(path) if self._exists(path) else None
         state = ModelState() if live is None else read_state(live)
@@ -188,12 +214,38 @@ class DeltaWriter:
         return Prepared(state, read_state(aside))
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
-        # the batch comes to the driver as Arrow (delta-rs merges from memory anyway): no files
-        # to stage, so nothing for a crash to leave behind
-        batch = frame.toArrow().select(arrow_schema(load.model).names).cast(arrow_schema(load.model))
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  rows=batch.num_rows, in_memory_bytes=batch.nbytes)
-        return self._merge(batch, load, batch.nbytes)
+        """Stage the window in the destination (Spark's executors write it), refuse it if it breaks
+        a rule, then one MERGE from the staged files (read back ``BATCH_ROWS`` rows at a time);
+        the window's staging is removed either way."""
+        model = load.model
+        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
+        table = self._open(path)
+        state = read_state(table)
+        folder = self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
+                                           f"{uuid.uuid4().hex[:12]}")
+        try:
+            staged = self._stage(frame, model, state, folder)
+            log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
+                      rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
+            self._refuse_bad_rows(staged, model)
+            source = None
+            if staged.rows:
+                filesystem = _filesystem(self.options)
+                source = (pads.dataset(staged.files, schema=arrow_schema(model), format="parquet",
+                                       filesystem=filesystem)
+                          .scanner(batch_size=BATCH_ROWS, batch_readahead=_BATCH_READAHEAD,
+                                   fragment_readahead=_FRAGMENT_READAHEAD)
+                          .to_reader())
+            return self._merge(path, table, state, source, staged, load)
+        finally:
+            self._drop_staging(folder)
+
+    def write_empty(self, load: WindowLoad) -> WindowResult:
+        """The window holds no row: its state alone, in one (empty) commit; no Spark job."""
+        model = load.model
+        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
+        table = self._open(path)
+        return self._merge(path, table, read_state(table), None, _Staged.empty(), load)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         from deltalake import write_deltalake
@@ -338,15 +390,53 @@ class DeltaWriter:
 
     # -- steps --------------------------------------------------------------------------------
 
-    def _merge(self, batch: pa.Table, load: WindowLoad, volume: int) -> WindowResult:
+    def _staging_path(self, model: ModelConfig, window: str = "") -> str:
+        """A window's staging folder (or the model's, without ``window``): a local path, or an
+        ``s3://`` URI."""
+        return f"{self.root}/{STAGING_DIR}/{model.model_name}" + (f"/{window}" if window else "")
+
+    def _drop_staging(self, location: str) -> None:
+        self._remove(location)
+
+    def _stage(self, frame: DataFrame, model: ModelConfig, state: ModelState, folder: str) -> _Staged:
+        """Spark's executors write the window into ``folder`` (one Parquet file per non-empty
+        partition) and hand back one summary row per file: nothing of the window but that comes
+        to this process."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        schema = arrow_schema(model)
+        keys = [F.col(_spark_name(c.destination_name)) for c in model.primary_key]
+        where = _arrow_path(folder) if self.s3 is not None else str(Path(folder).resolve())
+        stage = partial(_stage_partition, folder=where, options=self.options, schema=schema,
+                        model=model, state=state, batch_rows=BATCH_ROWS)
+        rows = (frame.select(*[F.col(_spark_name(name)) for name in schema.names])
+                .repartition(*keys).sortWithinPartitions(*keys)
+                .mapInArrow(stage, _SUMMARY_DDL).collect())
+        return _Staged.of(rows, model)
+
+    def _refuse_bad_rows(self, staged: _Staged, model: ModelConfig) -> None:
+        """``refuse_bad_rows`` for the whole window, from the staged files' summaries: a NULL key
+        (by key column, in order), then a NULL last-modified value, then a duplicate key."""
+        keys = [c.destination_name for c in model.primary_key]
+        for key in keys:
+            found = staged.first(f"null_key:{key}")
+            if found is not None:
+                raise null_key_error(model, self.name, key, {k: found[k] for k in keys})
+        found = staged.first("null_last_modified")
+        if found is not None:
+            raise null_last_modified_error(model, self.name, {k: found[k] for k in keys})
+        found = staged.first("duplicate")
+        if found is not None:
+            raise duplicate_key_error(model, self.name, {k: found[k] for k in keys}, found[_COUNT])
+
+    def _merge(self, path: str, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | None,
+               staged: _Staged, load: WindowLoad) -> WindowResult:
+        """One commit of ``source`` (the checked window, or ``None``: no row) into ``table``,
+        with the model's new state."""
         from deltalake import write_deltalake
 
         model = load.model
-        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
-        table = self._open(path)
-        state = read_state(table)
-        refuse_bad_rows(batch, model, self.name)
-        max_lm, delta_rows = batch_changes(batch, model, state)
+        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
         new_state = state.after_window(
             load.progress, batch_max_last_modified=max_lm,
             configured_start=load.configured_start,
@@ -355,11 +445,11 @@ class DeltaWriter:
         before = table.version()
         marker = model.deletion_marker
         # kept: those newly marked; removed: counted by the MERGE below
-        rows_deleted = 0 if model.removes_deleted_rows else newly_marked(batch, model, state)
-        if batch.num_rows:
+        rows_deleted = 0 if model.removes_deleted_rows else staged.marked
+        if source is not None:
             join, newer = merge_predicates(model)
-            merge = table.merge(batch, predicate=join, source_alias="s", target_alias="t",
-                                commit_properties=commit)
+            merge = table.merge(source, predicate=join, source_alias="s", target_alias="t",
+                                commit_properties=commit, streamed_exec=True)
             deleted = None
             if model.removes_deleted_rows:  # removed where the delete is not older; never inserted
                 deleted = marked_deleted(marker.destination_name, marker.data_type, "s").replace('"', "`")
@@ -374,13 +464,211 @@ class DeltaWriter:
                 rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
         table = self._open(path)
         if table.version() == before:  # nothing changed: record the state in an empty commit
-            write_deltalake(table, batch.schema.empty_table(), mode="append", commit_properties=commit)
-        return WindowResult(batch.num_rows, int(delta_rows), volume,
-                            max_lm, new_state, rows_deleted)
+            write_deltalake(table, arrow_schema(model).empty_table(), mode="append", commit_properties=commit)
+        return WindowResult(staged.rows, staged.delta_rows, staged.volume, max_lm, new_state, rows_deleted)
 
     def _current_files(self, model: ModelConfig) -> list[str]:
 
         return self._open(self.table_path(model)).file_uris()
+
+
+# -- staging a window in Spark's executors ------------------------------------------------------
+
+_KIND, _COUNT = "__tp_kind", "__tp_count"
+#: what ``mapInArrow`` hands back per staged file (``summary``: an Arrow IPC stream of the rows
+#: a check found, and of the file's largest last-modified value)
+_SUMMARY_DDL = "file string, rows long, volume long, delta_rows long, marked long, summary binary"
+
+
+def _spark_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _arrow_path(location: str) -> str:
+    """A local path as it is; ``s3://bucket/key`` as pyarrow's S3 filesystem names it."""
+    return location.removeprefix("s3://")
+
+
+def _filesystem(options: dict[str, str] | None):  # -> pyarrow.fs.FileSystem
+    """pyarrow's file system for the destination: the local one, or S3 built from delta-rs's
+    storage options (the same endpoint, region, keys and addressing)."""
+    from urllib.parse import urlsplit
+
+    from pyarrow import fs
+
+    if options is None:
+        return fs.LocalFileSystem()
+    kwargs: dict = {"region": options.get("AWS_REGION"), "access_key": options.get("AWS_ACCESS_KEY_ID"),
+                    "secret_key": options.get("AWS_SECRET_ACCESS_KEY")}
+    endpoint = options.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        parts = urlsplit(endpoint)
+        kwargs |= {"endpoint_override": parts.netloc + parts.path.rstrip("/"), "scheme": parts.scheme,
+                   "force_virtual_addressing": options.get("AWS_FORCE_PATH_STYLE") != "true"}
+    return fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+def _summary_schema(model: ModelConfig) -> pa.Schema:
+    schema = arrow_schema(model)
+    names = dict.fromkeys([c.destination_name for c in model.primary_key] + [model.last_modified.destination_name])
+    return pa.schema([schema.field(name) for name in names] + [(_KIND, pa.string()), (_COUNT, pa.int64())])
+
+
+class _Duplicates:
+    """The first key that repeats in a stream of batches sorted on the key, and how many times
+    it appears (its run may span batches); only the previous row's key is kept."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        self.previous: pa.Table | None = None  # the last row's key columns
+        self.found: pa.Table | None = None
+        self.count = 0
+        self._running = False  # the found key's run goes on into the next batch
+
+    def feed(self, batch: pa.Table) -> None:
+        rows = batch.num_rows
+        if not rows:
+            return
+        same = self._same_as_previous(batch)
+        start = 0
+        if self._running:
+            stop = _first(same, False, 0)
+            self.count += (rows if stop < 0 else stop)
+            self._running = stop < 0
+            start = rows if stop < 0 else stop
+        if self.found is None and start < rows:
+            at = _first(same, True, start)
+            if at >= 0:
+                self.found = batch.select(self.keys).slice(at, 1)
+                stop = _first(same, False, at + 1)
+                self.count = 2 + ((rows if stop < 0 else stop) - (at + 1))
+                self._running = stop < 0
+        self.previous = batch.select(self.keys).slice(rows - 1, 1)
+
+    def _same_as_previous(self, batch: pa.Table) -> pa.Array:
+        """Per row: whether its key equals the row's before it (NULLs never equal)."""
+        same = None
+        for key in self.keys:
+            column = batch.column(key).combine_chunks()
+            before = (self.previous.column(key).combine_chunks() if self.previous is not None
+                      else pa.nulls(1, column.type))
+            shifted = pa.concat_arrays([before, column.slice(0, len(column) - 1)])
+            equal = pc.fill_null(pc.equal(column, shifted), False)
+            same = equal if same is None else pc.and_(same, equal)
+        return same
+
+
+def _first(flags: pa.Array, value: bool, start: int) -> int:
+    """The index of the first ``value`` in ``flags`` from ``start``, or -1."""
+    if start >= len(flags):
+        return -1
+    found = pc.index(flags, value, start=start).as_py()
+    return -1 if found is None else found
+
+
+def _stage_partition(batches: Iterable[pa.RecordBatch], *, folder: str, options: dict[str, str] | None,
+                     schema: pa.Schema, model: ModelConfig, state: ModelState,
+                     batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """In an executor's Python worker: write one partition of the window (sorted on the key)
+    into one Parquet file under ``folder``, ``batch_rows`` rows per row group, and yield one
+    summary row for it (nothing for an empty partition)."""
+    import pyarrow.parquet as pq
+
+    filesystem = _filesystem(options)
+    summary_schema = _summary_schema(model)
+    keys = [c.destination_name for c in model.primary_key]
+    lm_name = model.last_modified.destination_name
+    duplicates = _Duplicates(keys)
+    found: dict[str, pa.Table] = {}  # check -> the first row it found
+    writer, path = None, f"{folder}/part-{uuid.uuid4().hex}.parquet"
+    rows = volume = delta_rows = marked = 0
+    largest = None
+    try:
+        for arrived in batches:
+            if not arrived.num_rows:
+                continue
+            batch = pa.Table.from_batches([arrived]).select(schema.names).cast(schema)
+            if writer is None:
+                filesystem.create_dir(folder, recursive=True)
+                writer = pq.ParquetWriter(path, schema, filesystem=filesystem)
+            writer.write_table(batch, row_group_size=batch_rows)
+            rows += batch.num_rows
+            volume += batch.nbytes
+            delta_rows += batch_changes(batch, model, state)[1]
+            marked += newly_marked(batch, model, state)
+            for kind, column in [*((f"null_key:{k}", k) for k in keys), ("null_last_modified", lm_name)]:
+                if kind not in found:
+                    nulls = batch.filter(pc.is_null(batch.column(column)))
+                    if nulls.num_rows:
+                        found[kind] = nulls.slice(0, 1)
+            duplicates.feed(batch)
+            high = pc.max(batch.column(lm_name))
+            if high.is_valid and (largest is None or pc.greater(high, largest).as_py()):
+                largest = high
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        return
+    if duplicates.found is not None:
+        found["duplicate"] = duplicates.found
+    parts = [_summary_row(table, kind, duplicates.count if kind == "duplicate" else 1, summary_schema)
+             for kind, table in found.items()]
+    if largest is not None:
+        parts.append(_summary_row(pa.table({lm_name: pa.array([largest.as_py()], largest.type)}), "max",
+                                  0, summary_schema))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, summary_schema) as stream:
+        for part in parts:
+            stream.write_table(part)
+    yield pa.RecordBatch.from_pylist(
+        [{"file": path, "rows": rows, "volume": volume, "delta_rows": delta_rows, "marked": marked,
+          "summary": sink.getvalue().to_pybytes()}],
+        schema=pa.schema([("file", pa.string()), ("rows", pa.int64()), ("volume", pa.int64()),
+                          ("delta_rows", pa.int64()), ("marked", pa.int64()), ("summary", pa.binary())]))
+
+
+def _summary_row(row: pa.Table, kind: str, count: int, schema: pa.Schema) -> pa.Table:
+    """One row of the summary: ``row``'s key and last-modified columns (NULL where it lacks one)."""
+    columns = [row.column(f.name).cast(f.type) if f.name in row.column_names else pa.nulls(1, f.type)
+               for f in schema if f.name not in (_KIND, _COUNT)]
+    return pa.Table.from_arrays([*columns, pa.array([kind]), pa.array([count], pa.int64())], schema=schema)
+
+
+class _Staged:
+    """A staged window as this process knows it: its files and what the executors summed up."""
+
+    def __init__(self, files: list[str], rows: int, volume: int, delta_rows: int, marked: int,
+                 found: pa.Table | None, max_last_modified: object) -> None:
+        self.files, self.rows, self.volume = files, rows, volume
+        self.delta_rows, self.marked = delta_rows, marked
+        self._found = found
+        self.max_last_modified = max_last_modified  # the last-modified column's value, or None
+
+    @classmethod
+    def empty(cls) -> _Staged:
+        return cls([], 0, 0, 0, 0, None, None)
+
+    @classmethod
+    def of(cls, rows: list, model: ModelConfig) -> _Staged:
+        summaries = [pa.ipc.open_stream(row["summary"]).read_all() for row in rows]
+        found = pa.concat_tables(summaries) if summaries else None
+        largest = None
+        if found is not None:
+            highs = found.filter(pc.equal(found.column(_KIND), "max")).column(model.last_modified.destination_name)
+            largest = pc.max(highs).as_py() if len(highs) else None
+        return cls([row["file"] for row in rows], sum(row["rows"] for row in rows),
+                   sum(row["volume"] for row in rows), sum(row["delta_rows"] for row in rows),
+                   sum(row["marked"] for row in rows), found, largest)
+
+    def first(self, kind: str) -> dict | None:
+        """The first row a check of ``kind`` found in any file (as Python values), or None."""
+        if self._found is None:
+            return None
+        rows = self._found.filter(pc.equal(self._found.column(_KIND), kind))
+        if not rows.num_rows:
+            return None
+        return rows.slice(0, 1).to_pylist()[0]
 
 
 def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:

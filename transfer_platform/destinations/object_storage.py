@@ -219,9 +219,14 @@ class ObjectStorageWriter:
         return Prepared(state, ModelState.from_json(refresh["state"]))
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
+        schema = arrow_schema(load.model)
+        return self._write_batch(frame.toArrow().select(schema.names).cast(schema), load)
+
+    def write_empty(self, load: WindowLoad) -> WindowResult:
+        return self._write_batch(arrow_schema(load.model).empty_table(), load)
+
+    def _write_batch(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
         model, name = load.model, load.model.model_name
-        schema = arrow_schema(model)
-        batch = frame.toArrow().select(schema.names).cast(schema)
         refuse_bad_rows(batch, model, self.name)
         book = self._transfers[model.model_name]["book"]  # ours, under the lock
         before = ModelState.from_json((book["refresh"] if load.into_refresh else book).get("state"))

@@ -9,10 +9,20 @@ leaves the target and the watermark as they were; the next transfer drops the or
 table in :meth:`PostgresWriter.prepare`.
 
 A full refresh loads the same way into a table built aside (``_tp_refresh_<model hash>``), with
-its progress in ``_transfer_status.refresh_state``; once complete, one transaction swaps it in:
-the live table is truncated and refilled when its columns match the model (grants and views on
-it survive), dropped and replaced by the aside table when they do not. An unfinished refresh is
-carried on by the next transfer.
+its progress in ``_transfer_status.refresh_state``; once complete, one transaction publishes it and
+moves the watermark. When nothing depends on the live table's identity (the empty-target fast
+path's check: no view, foreign key, trigger, extra index, policy, publication, comment, grant or
+owner of its own; and the aside table's columns and key exactly the live table's), the aside table
+is analyzed, both tables are locked (waiting at most ``LOCK_WAIT_SECONDS`` for the live table's
+readers, else refused with nothing changed), the live table is dropped and the aside table and its
+key renamed into its place: every row is written once. With no live table yet, the aside table is
+renamed into its place. When something does depend on it, the live table is truncated
+and refilled from the aside table (merged into, when another table's foreign key references it:
+``TRUNCATE`` refuses that), its identity (OID) kept, so its views, foreign keys, grants and
+triggers survive. When its columns no longer match the model, it is dropped and replaced by the
+aside table (refused, naming the fix, if a view depends on it). Until that commit readers see the
+old table whole; a crash before it changes nothing. An unfinished refresh is carried on by the
+next transfer.
 
 Schema evolution on an incremental transfer: a column added to the model is added (NULL in rows
 delivered before it), a column removed from the model is dropped, a changed type or primary key
@@ -270,16 +280,29 @@ class PostgresWriter:
             self.conn.execute(sql.drop_table(staging))
             log_phase("clean up", **ids, staging_table=staging_name)
 
+    def write_empty(self, load: WindowLoad) -> WindowResult:
+        """The window holds no row: only its state, in one transaction (no staging table)."""
+        model = load.model
+        state_column = "refresh_state" if load.into_refresh else "state"
+        with self._translated_errors(), self.conn.transaction():
+            state = self._lock_state(model, state_column)
+            new_state = state.after_window(load.progress, batch_max_last_modified=None,
+                                           configured_start=load.configured_start)
+            if load.into_refresh:
+                self.conn.execute(sql.set_refresh_state(self.status_table), (new_state.to_json(), model.model_name))
+            else:
+                self._record_state(model, new_state, load.transfer_id)
+        return WindowResult(0, 0, 0, None, new_state)
+
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         conn = self.conn
         live, aside = self.table(model), self.refresh_table(model)
         with self._translated_errors(), conn.transaction():
             state = self._lock_state(model, "refresh_state")
-            if self._columns_match(model, live):
-                for statement in sql.copy_into_live(live, aside, [c.destination_name for c in model.columns]):
-                    conn.execute(statement)
-            else:
+            if not self._columns_match(model, live):  # a new shape, or no live table yet
                 self._replace_live_table(model)
+            elif not (self._swappable(live, aside) and self._swap_refresh(model)):
+                self._refill_live_table(model)
             self._record_state(model, state, transfer_id)
             conn.execute(sql.set_refresh_state(self.status_table), (None, model.model_name))
         return state
@@ -410,6 +433,73 @@ class PostgresWriter:
             # the model changed while a refresh was unfinished: start that refresh again
             return self._begin_refresh(model, self.read_state(model))
         return ModelState.from_json(row[0])
+
+    def _swappable(self, live: str, aside: str) -> bool:
+        """The aside table can replace the live one and nothing is lost: the fast path's check
+        (dependents, owner, grants, options, columns in order) and the same primary key."""
+        return self._replaceable(live, aside) and bool(self.conn.execute(sql.SAME_PRIMARY_KEY, (live, aside)).fetchone()[0])
+
+    def _swap_refresh(self, model: ModelConfig) -> bool:
+        """Publish the complete aside table by replacing the live one, in the current transaction:
+        the aside table is analyzed (readers' plans get statistics at once), both tables are
+        locked, waiting at most ``LOCK_WAIT_SECONDS`` for the live table's readers (refused after
+        that, nothing changed), the check is made again under the lock, the live table dropped and
+        the aside table and its key renamed into its place. False, with the lock held and nothing
+        else changed (but the aside table's statistics), if something came to depend on the live
+        table meanwhile: the caller refills it instead."""
+        import psycopg
+
+        conn = self.conn
+        live, aside = self.table(model), self.refresh_table(model)
+        conn.execute(sql.analyze(aside))  # before the lock: readers are not kept waiting for it
+        conn.execute(sql.lock_timeout(LOCK_WAIT_SECONDS))
+        try:
+            with conn.transaction():
+                conn.execute(sql.lock_exclusive(live, aside))
+        except psycopg.errors.LockNotAvailable:
+            raise TransferRunning(
+                f"model '{model.model_name}' -> destination '{self.name}': the full refresh is "
+                f"complete but was not published: other sessions kept {live} in use for "
+                f"{LOCK_WAIT_SECONDS} s (publishing needs it alone for a moment). Nothing changed: "
+                "readers still see the old table, and the refresh built aside is kept. Fix: run the "
+                "transfer again once the long queries on the table have ended; it publishes the "
+                "refresh") from None
+        if not self._swappable(live, aside):
+            return False
+        try:
+            with conn.transaction():
+                conn.execute(sql.drop_table(live, if_exists=False))
+        except psycopg.errors.DependentObjectsStillExist:
+            return False
+        self._rename_into(aside, model.model_name)
+        return True
+
+    def _refill_live_table(self, model: ModelConfig) -> None:
+        """Something depends on the live table's identity: its rows are replaced, not it. Truncated
+        and refilled; merged (rows deleted, inserted, updated) when another table's foreign key
+        references it, since ``TRUNCATE`` refuses that: a row the refresh removes but a referencing
+        row still needs is refused by the key (nothing published), or follows its ``ON DELETE``."""
+        import psycopg
+
+        conn = self.conn
+        live, aside = self.table(model), self.refresh_table(model)
+        columns = [c.destination_name for c in model.columns]
+        (referenced,) = conn.execute(sql.REFERENCED_BY_ANOTHER_TABLE, (live,)).fetchone()
+        if not referenced:
+            for statement in sql.copy_into_live(live, aside, columns):
+                conn.execute(statement)
+            return
+        try:
+            for statement in sql.merge_into_live(live, aside, columns, [c.destination_name for c in model.primary_key]):
+                conn.execute(statement)
+        except psycopg.errors.ForeignKeyViolation as exc:
+            raise DataError(
+                f"the full refresh removes rows of {live} that another table's foreign key still "
+                f"references ({exc.diag.message_detail or exc.diag.message_primary}); nothing was "
+                "published, the refresh built aside is kept",
+                model=model.model_name, destination=self.name,
+                fix="delete or repoint the referencing rows (or give the foreign key ON DELETE CASCADE "
+                    "or SET NULL), then run the transfer again: it publishes the refresh") from None
 
     def _replace_live_table(self, model: ModelConfig) -> None:
         import psycopg
@@ -544,12 +634,17 @@ class PostgresWriter:
         return self.conn.execute(sql.is_empty(table)).fetchone()[0]
 
     def _replaceable(self, target: str, staging: str) -> bool:
-        """Nothing would be lost by replacing ``target`` with ``staging``: no index but the primary
-        key, no trigger, view, policy, publication or comment on it, and the same owner, grants,
-        storage options and row security as a table created now."""
+        """Nothing would be lost by replacing ``target`` with ``staging`` (the empty-target fast
+        path, a full refresh's publish): no index but the primary key, no trigger, view, foreign
+        key, check, default, policy, publication, rule or comment on it, nothing using its row
+        type; the same owner, grants, storage options, persistence, replica identity and row
+        security as ``staging``; the same columns in the same order (type, collation, NOT NULL,
+        column grants, statistics settings)."""
         (extra,) = self.conn.execute(sql.DEPENDENTS_BUT_THE_KEY, {"t": target}).fetchone()
+        if extra:
+            return False
         (alike,) = self.conn.execute(sql.SAME_OWNER_GRANTS_AND_OPTIONS, (target, staging)).fetchone()
-        return extra == 0 and bool(alike)
+        return bool(alike) and bool(self.conn.execute(sql.SAME_COLUMNS, (target, staging)).fetchone()[0])
 
     def _swap_in(self, load: WindowLoad, target_name: str, staging: str) -> bool:
         """Make the loaded staging table the target, in the current transaction: its primary key

@@ -93,21 +93,61 @@ PRIMARY_KEY = ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrel
                "ORDER BY a.attname")
 PRIMARY_KEY_NAME = "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'"
 #: objects depending on table %(t)s other than its row type and its primary key (index, trigger,
-#: view, policy, publication, ...): replacing the table would lose them
+#: view, policy, publication, foreign key, check, default, ...), or on its row type (a function
+#: returning it, a column of that type): replacing the table would lose them
 DEPENDENTS_BUT_THE_KEY = (
-    "SELECT count(*) FROM pg_depend d WHERE d.refclassid = 'pg_class'::regclass "
+    "SELECT count(*) FROM pg_depend d WHERE ((d.refclassid = 'pg_class'::regclass "
     "AND d.refobjid = %(t)s::regclass "
     "AND NOT (d.deptype = 'i' AND d.classid IN ('pg_type'::regclass, 'pg_class'::regclass)) "
     "AND NOT (d.classid = 'pg_constraint'::regclass AND d.objid IN "
-    "(SELECT oid FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'p'))")
-#: two tables (target, staging) with the same owner, grants, storage options and row security, the
-#: first without a comment
+    "(SELECT oid FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'p'))) "
+    "OR (d.refclassid = 'pg_type'::regclass AND d.refobjid = "
+    "(SELECT reltype FROM pg_class WHERE oid = %(t)s::regclass) "
+    "AND NOT (d.deptype = 'i' AND d.classid = 'pg_type'::regclass)))")
+#: two tables (target, replacement) with the same owner, grants, storage options, persistence,
+#: tablespace, access method, replica identity and row security, neither a partition nor an
+#: inheritance child, the first without a comment (on it, its columns, its key) or security label
 SAME_OWNER_GRANTS_AND_OPTIONS = (
     "SELECT t.relowner = s.relowner AND t.relacl IS NOT DISTINCT FROM s.relacl "
     "AND t.reloptions IS NOT DISTINCT FROM s.reloptions AND t.relrowsecurity = s.relrowsecurity "
-    "AND NOT EXISTS (SELECT FROM pg_description c WHERE c.objoid = t.oid "
-    "AND c.classoid = 'pg_class'::regclass) "
+    "AND t.relforcerowsecurity = s.relforcerowsecurity AND t.relpersistence = s.relpersistence "
+    "AND t.reltablespace = s.reltablespace AND t.relam = s.relam AND t.relreplident = s.relreplident "
+    "AND NOT t.relispartition AND NOT s.relispartition "
+    "AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid IN (t.oid, s.oid)) "
+    "AND NOT EXISTS (SELECT FROM pg_description c WHERE (c.objoid = t.oid "
+    "AND c.classoid = 'pg_class'::regclass) OR (c.classoid = 'pg_constraint'::regclass AND c.objoid IN "
+    "(SELECT oid FROM pg_constraint WHERE conrelid = t.oid)) OR (c.classoid = 'pg_class'::regclass "
+    "AND c.objoid IN (SELECT indexrelid FROM pg_index WHERE indrelid = t.oid))) "
+    "AND NOT EXISTS (SELECT FROM pg_seclabel l WHERE l.objoid = t.oid AND l.classoid = 'pg_class'::regclass) "
     "FROM pg_class t, pg_class s WHERE t.oid = %s::regclass AND s.oid = %s::regclass")
+#: two tables (target, replacement) whose columns are alike, in the same order: name, type and
+#: modifier, collation, NOT NULL (outside the primary key), column grants, the n_distinct options
+#: (the only ones a user sets; a server may keep others of its own there), statistics target,
+#: storage, compression, identity, generated, default
+SAME_COLUMNS = (
+    "WITH tables(rel, n) AS (VALUES (%s::regclass, 1), (%s::regclass, 2)), "
+    "columns AS (SELECT n, array_agg(ROW(a.attname, a.atttypid, a.atttypmod, a.attcollation, "
+    "a.attnotnull AND NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = a.attrelid "
+    "AND i.indisprimary AND a.attnum = ANY(i.indkey)), "
+    "a.attacl, ARRAY(SELECT o FROM unnest(a.attoptions) o WHERE o LIKE 'n\\_distinct%%' ORDER BY o), "
+    "a.attstattarget, a.attstorage, a.attcompression, a.attidentity, "
+    "a.attgenerated, a.atthasdef)::text ORDER BY a.attnum) AS described "
+    "FROM tables JOIN pg_attribute a ON a.attrelid = tables.rel AND a.attnum > 0 AND NOT a.attisdropped "
+    "GROUP BY n) "
+    "SELECT count(*) = 2 AND count(DISTINCT described) = 1 FROM columns")
+#: two tables (target, replacement) with the same primary key: its columns in key order, its
+#: deferrability and its index's options and tablespace
+SAME_PRIMARY_KEY = (
+    "WITH tables(rel, n) AS (VALUES (%s::regclass, 1), (%s::regclass, 2)), "
+    "keys AS (SELECT n, ROW(k.condeferrable, k.condeferred, x.reloptions, x.reltablespace, "
+    "(SELECT array_agg(a.attname ORDER BY o.ord) FROM unnest(i.indkey) WITH ORDINALITY o(attnum, ord) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = o.attnum))::text AS described "
+    "FROM tables JOIN pg_constraint k ON k.conrelid = tables.rel AND k.contype = 'p' "
+    "JOIN pg_index i ON i.indexrelid = k.conindid JOIN pg_class x ON x.oid = i.indexrelid) "
+    "SELECT count(*) = 2 AND count(DISTINCT described) = 1 FROM keys")
+#: whether another table's foreign key references table %s (``TRUNCATE`` refuses such a table)
+REFERENCED_BY_ANOTHER_TABLE = ("SELECT EXISTS (SELECT FROM pg_constraint WHERE contype = 'f' "
+                               "AND confrelid = %s::regclass AND conrelid <> confrelid)")
 #: who holds advisory lock (classid, objid): application name and connection time
 ADVISORY_LOCK_HOLDER = (
     "SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a "
@@ -146,9 +186,32 @@ def copy_csv(staging: str, columns: list[str]) -> str:
 
 
 def copy_into_live(live: str, aside: str, columns: list[str]) -> list[str]:
-    """Publish a refresh into a live table whose columns match (its identity kept: views, grants)."""
+    """Publish a refresh into a live table whose columns match by copying its rows (its identity
+    kept: views, foreign keys, grants, triggers); used when something depends on that identity."""
     names = ", ".join(quote_ident(c) for c in columns)
     return [f"TRUNCATE {live}", f"INSERT INTO {live} ({names}) SELECT {names} FROM {aside}", drop_table(aside, if_exists=False)]
+
+
+def merge_into_live(live: str, aside: str, columns: list[str], key: list[str]) -> list[str]:
+    """Publish a refresh into a live table that another table's foreign key references (which
+    ``TRUNCATE`` refuses), its identity kept: delete the rows whose key the aside table lacks (the
+    foreign key's ``ON DELETE`` applies, as to any delete), insert the new rows, update the changed
+    ones (an unchanged row is not written)."""
+    q = quote_ident
+    names = ", ".join(q(c) for c in columns)
+    match = " AND ".join(f"a.{q(k)} = t.{q(k)}" for k in key)
+    rest = [c for c in columns if c not in key]
+    if rest:
+        before = ", ".join(f"t.{q(c)}" for c in rest)
+        after = ", ".join(f"EXCLUDED.{q(c)}" for c in rest)
+        conflict = (f"DO UPDATE SET {', '.join(f'{q(c)} = EXCLUDED.{q(c)}' for c in rest)} "
+                    f"WHERE ROW({before}) IS DISTINCT FROM ROW({after})")
+    else:
+        conflict = "DO NOTHING"
+    return [f"DELETE FROM {live} AS t WHERE NOT EXISTS (SELECT FROM {aside} AS a WHERE {match})",
+            f"INSERT INTO {live} AS t ({names}) SELECT {names} FROM {aside} "
+            f"ON CONFLICT ({', '.join(q(k) for k in key)}) {conflict}",
+            drop_table(aside, if_exists=False)]
 
 
 def delete_where(table: str, condition: str) -> str:
@@ -159,8 +222,12 @@ def is_empty(table: str) -> str:
     return f"SELECT NOT EXISTS (SELECT FROM {table})"
 
 
-def lock_exclusive(table: str) -> str:
-    return f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+def lock_exclusive(*tables: str) -> str:
+    return f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE"
+
+
+def analyze(table: str) -> str:
+    return f"ANALYZE {table}"
 
 
 def lock_timeout(seconds: int) -> str:

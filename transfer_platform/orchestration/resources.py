@@ -10,7 +10,7 @@ from dagster_pyspark import LazyPySparkResource
 from transfer_platform.config import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.base import DestinationWriter, writer_for
-from transfer_platform.spark_session import spark_conf
+from transfer_platform.spark_session import session_from_conf, spark_conf, stop_session
 
 
 class TransferPlatformResource(ConfigurableResource):
@@ -31,7 +31,22 @@ def _load(path: str, _mtime_ns: int) -> PlatformConfig:
     return load_config(path)
 
 
+class TransferSparkResource(LazyPySparkResource):
+    """Dagster's lazy PySpark resource, whose session is the platform's: a local Spark whose JVM
+    log drops passwords, or a client of the Spark Connect server (checked: reachable, same
+    version), released on the server when the run ends."""
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            self._spark_session = session_from_conf(self.spark_config)
+
+    def teardown_after_execution(self, context) -> None:  # noqa: ANN001
+        stop_session(self._spark_session)
+        self._spark_session = None
+
+
 def spark_resource(config: PlatformConfig) -> LazyPySparkResource:
     """One SparkSession per run, created when a step first needs it, shared by every model of
-    the run (the definitions use the in-process executor so that a run is one process)."""
-    return LazyPySparkResource(spark_config=spark_conf(config.spark))
+    the run (the definitions use the in-process executor so that a run is one process); with
+    ``spark.remote``, a session of the shared Spark Connect server instead of a Spark of its own."""
+    return TransferSparkResource(spark_config=spark_conf(config.spark))

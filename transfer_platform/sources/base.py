@@ -36,6 +36,11 @@ class SourceReader(Protocol):
         (and rows whose last-modified value is NULL, so that they are refused, not lost), with
         the model's destination column names and types."""
 
+    def windows_with_rows(self, spark: SparkSession, requests: list[ReadRequest]) -> list[bool] | None:
+        """Which of ``requests`` (windows of one model and tenant, in order) might hold a row, found
+        in one query for them all (never a Spark job per window): a window said to hold none is not
+        read. ``True`` where unsure; ``None`` when it cannot tell (each window is then read)."""
+
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """How many rows :meth:`read` would return for ``request``, counted where the rows are
         (a ``COUNT`` run by the database, or the Parquet scan with the read's filters) without
@@ -45,6 +50,14 @@ class SourceReader(Protocol):
         """``test-connection``: reach, log in, then each model's read as a transfer sends it (for
         the tenants in ``tenants``, by model), returning no row and changing nothing; one
         :class:`Check` per step, a failure with its grant or setting."""
+
+
+def analyzed(frame: DataFrame) -> DataFrame:
+    """``frame``, its plan analyzed now: a Spark Connect client builds a DataFrame without asking
+    the server, so a missing table or column, or a refused read, surfaces here (where the reader
+    names it), as a local Spark's does when the DataFrame is made."""
+    _ = frame.schema
+    return frame
 
 
 def for_destination(destination: str | None) -> str:

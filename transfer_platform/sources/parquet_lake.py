@@ -17,13 +17,18 @@ pushes into the Parquet scan (row-group statistics).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, TypeVar
 
 from transfer_platform.config.checks import tenant_schema_problem
 from transfer_platform.config.models import ModelConfig, ParquetSource, PathConnection
 from transfer_platform.connections import spark_error_reason
+from transfer_platform.core.timeutil import EPOCH
+from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
 from transfer_platform.sources.base import (
     ReadRequest,
@@ -135,6 +140,34 @@ class ParquetLakeReader:
             frame = frame.where(spark_col(model.organization_column) == F.lit(request.tenant_id))
         return to_model_columns(frame, model)
 
+    def windows_with_rows(self, spark: SparkSession, requests: list[ReadRequest]) -> list[bool] | None:
+        """Which windows hold a row, from one Spark job over their whole range: the distinct
+        buckets (as long as the shortest window) that the tenant's last-modified values fall in; a
+        window holds a row if a bucket it overlaps does. A timestamp column only (else ``None``)."""
+        from pyspark.sql import functions as F
+
+        if not requests or requests[0].model.change_column.kind != "timestamp":
+            return None
+        lower = min(r.bounds.lower for r in requests)
+        upper = max(r.bounds.upper for r in requests)
+        whole = replace(requests[0], bounds=ReadBounds(lower, upper, Window(lower, upper)))
+        step_us = max(1, min(int((r.bounds.upper - r.bounds.lower) / MICROSECOND) for r in requests))
+        lm = spark_col(requests[0].model.last_modified.destination_name)
+        bucket = F.floor(F.unix_micros(lm) / F.lit(step_us))
+        found = self._spark_step(whole, f"finding the windows with rows in {self._what_is_read(whole)}",
+                                 self.read(spark, whole).select(bucket.alias("b")).distinct().collect)
+        buckets = sorted(row.b for row in found if row.b is not None)
+        if len(buckets) < len(found):  # a NULL last-modified value: every window reads (and refuses) it
+            return [True] * len(requests)
+
+        def holds_rows(request: ReadRequest) -> bool:
+            first = _micros(request.bounds.lower) // step_us
+            last = (_micros(request.bounds.upper) - 1) // step_us
+            i = bisect.bisect_left(buckets, first)
+            return i < len(buckets) and buckets[i] <= last
+
+        return [holds_rows(r) for r in requests]
+
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """The rows of :meth:`read`, counted by Spark (its filters are pushed into the Parquet
         scan, and the model's casts are not evaluated)."""
@@ -197,7 +230,9 @@ class ParquetLakeReader:
         from pyspark.errors import PySparkException
 
         try:
-            return step()
+            result = step()
+            _ = getattr(result, "schema", None)  # a DataFrame's plan analyzed now (see base.analyzed)
+            return result
         except (Py4JJavaError, PySparkException) as exc:
             raise DataError(
                 f"{doing} ({self.what}) failed: {spark_error_reason(exc)}",
@@ -341,3 +376,10 @@ def mentioned_table_folders(folders: list[PurePath], query: str) -> list[PurePat
 def spark_view_name(name: str) -> str:
     """A folder name as a Spark identifier (quoted: folder names may hold '-' or spaces)."""
     return "`" + name.replace("`", "``") + "`"
+
+
+MICROSECOND = timedelta(microseconds=1)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - EPOCH) // MICROSECOND

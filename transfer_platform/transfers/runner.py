@@ -28,7 +28,7 @@ from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import DestinationWriter, WindowLoad, WindowResult
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.phases import log_phase
-from transfer_platform.sources.base import ReadRequest, reader_for
+from transfer_platform.sources.base import ReadRequest, SourceReader, reader_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -108,13 +108,26 @@ def transfer_model(
                                     partitions=partitions, start=request.start, end=request.end)
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
               built_aside=refreshing, watermark=state.watermark)
-    for window in planned:
+    reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
+    holding_rows = _windows_with_rows(reader, request.spark, reads)
+    checked = False  # the source's columns and last-modified kind, checked by the first read
+    for window, read in zip(planned, reads, strict=True):
         bounds = window.bounds
-        log_phase("read", **ids, read_from=bounds.lower, read_until=bounds.upper)
-        frame = reader.read(request.spark, ReadRequest(model, recipient.id_in_provider_system, bounds,
-                                                              destination.name))
         load = WindowLoad(model=model, transfer_id=request.transfer_id, progress=bounds.progress,
                           configured_start=windowing.configured_start, into_refresh=refreshing)
+        if not next(holding_rows):
+            if not checked:  # made, not run: the reader's checks without a Spark job
+                reader.read(request.spark, read)
+                checked = True
+            result = request.writer.write_empty(load)
+            log_phase("load", **ids, read_from=bounds.lower, read_until=bounds.upper, rows_transferred=0,
+                      empty=True, watermark=result.state.watermark)
+            key = None if window.partition is None else windowing.partition_key(window.partition)
+            yield WindowOutcome(window, result, key, refreshing)
+            continue
+        log_phase("read", **ids, read_from=bounds.lower, read_until=bounds.upper)
+        frame = reader.read(request.spark, read)
+        checked = True
         try:
             result = request.writer.write_window(frame, load)
         except (Py4JJavaError, PySparkException) as exc:
@@ -136,6 +149,21 @@ def transfer_model(
         published = request.writer.publish_refresh(model, request.transfer_id)
         log_phase("publish", **ids, watermark=published.watermark)
         yield published
+
+
+#: windows asked at once which of them hold rows: the answer is at most this many windows old
+#: when a window is read (a row committed meanwhile is found by the next transfer's lookback)
+LOOKAHEAD_WINDOWS = 200
+
+
+def _windows_with_rows(reader: SourceReader, spark: SparkSession, reads: list[ReadRequest]) -> Iterator[bool]:
+    """For each read in turn, whether it may hold a row: asked of the source ``LOOKAHEAD_WINDOWS``
+    windows at a time, just before they are moved, so that an empty window costs no Spark job
+    and no staging."""
+    for start in range(0, len(reads), LOOKAHEAD_WINDOWS):
+        chunk = reads[start:start + LOOKAHEAD_WINDOWS]
+        answer = reader.windows_with_rows(spark, chunk)
+        yield from answer if answer is not None else [True] * len(chunk)
 
 
 class PartitionTally:

@@ -98,3 +98,33 @@ def test_a_state_column_other_than_the_two_is_refused():
 
     with pytest.raises(ValueError, match="not a state column"):
         sql.read_state('"s"."_transfer_status"', "state; DROP TABLE x")
+
+
+def test_publishing_a_refresh_by_swap_locks_both_tables_and_analyzes_the_aside_one():
+    from transfer_platform.destinations import postgres_sql as sql
+
+    assert sql.lock_exclusive('"s"."ev""ents"') == 'LOCK TABLE "s"."ev""ents" IN ACCESS EXCLUSIVE MODE'
+    assert sql.lock_exclusive('"s"."ev""ents"', '"s"."_tp_refresh_x"') == (
+        'LOCK TABLE "s"."ev""ents", "s"."_tp_refresh_x" IN ACCESS EXCLUSIVE MODE')
+    assert sql.analyze('"s"."_tp_refresh_x"') == 'ANALYZE "s"."_tp_refresh_x"'
+    # the identity checks take both tables as parameters, never inlined
+    for text in (sql.SAME_OWNER_GRANTS_AND_OPTIONS, sql.SAME_COLUMNS, sql.SAME_PRIMARY_KEY):
+        assert text.count("%s::regclass") == 2
+    assert sql.REFERENCED_BY_ANOTHER_TABLE.count("%s") == 1
+    assert "%(t)s" in sql.DEPENDENTS_BUT_THE_KEY
+
+
+def test_a_refresh_into_a_table_a_foreign_key_references_is_merged_not_truncated():
+    from transfer_platform.destinations import postgres_sql as sql
+
+    live, aside = '"s"."ev""ents"', '"s"."_tp_refresh_x"'
+    assert sql.merge_into_live(live, aside, ["id", "org", 'pay"load'], ["id", "org"]) == [
+        'DELETE FROM "s"."ev""ents" AS t WHERE NOT EXISTS (SELECT FROM "s"."_tp_refresh_x" AS a '
+        'WHERE a."id" = t."id" AND a."org" = t."org")',
+        'INSERT INTO "s"."ev""ents" AS t ("id", "org", "pay""load") SELECT "id", "org", "pay""load" '
+        'FROM "s"."_tp_refresh_x" ON CONFLICT ("id", "org") DO UPDATE SET "pay""load" = EXCLUDED."pay""load" '
+        'WHERE ROW(t."pay""load") IS DISTINCT FROM ROW(EXCLUDED."pay""load")',
+        'DROP TABLE "s"."_tp_refresh_x"']
+    only_key = sql.merge_into_live(live, aside, ["id"], ["id"])
+    assert only_key[1].endswith('ON CONFLICT ("id") DO NOTHING')
+    assert "TRUNCATE" not in " ".join(only_key)

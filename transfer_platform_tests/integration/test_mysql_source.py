@@ -26,6 +26,7 @@ from transfer_platform_tests.integration.helpers import (
     day,
     destination_rows,
     events_model,
+    jdbc_read_partitions,
     make_rows,
     normalize,
     status_row,
@@ -75,7 +76,7 @@ def test_last_modified_values_arrive_with_their_microseconds(
     if parallel > 1:  # the read really is split into that many queries
         bounds = ReadBounds(MIN_START, NOW1, Window(MIN_START, NOW1))
         frame = reader_for(cfg.source("src")).read(spark, ReadRequest(cfg.model(MODEL), TENANT, bounds))
-        assert frame.rdd.getNumPartitions() == parallel
+        assert jdbc_read_partitions(frame) == parallel
         assert normalize(frame.collect()) == expected
 
 

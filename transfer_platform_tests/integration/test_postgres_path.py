@@ -36,6 +36,7 @@ from transfer_platform_tests.integration.helpers import (
     destination_rows,
     events_model,
     insert_rows,
+    jdbc_read_partitions,
     make_rows,
     normalize,
     pg_config,
@@ -125,7 +126,7 @@ def test_backfill_delivers_exactly_the_tenants_rows(spark, pg_conn, source, dst_
         model = config.model(MODEL)
         bounds = ReadBounds(MIN_START, NOW1, Window(MIN_START, NOW1))
         frame = reader_for(config.source("src")).read(spark, ReadRequest(model, TENANT, bounds))
-        assert frame.rdd.getNumPartitions() == parallel
+        assert jdbc_read_partitions(frame) == parallel
         assert normalize(frame.collect()) == expected
 
 

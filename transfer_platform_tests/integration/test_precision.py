@@ -57,6 +57,7 @@ from transfer_platform_tests.integration.helpers import (
     events_model,
     insert_rows,
     normalize,
+    rows_by_partition,
     source_rows,
     status_row,
 )
@@ -290,8 +291,8 @@ def test_microseconds_arrive_intact_in_timestamptz_and_timestamp_columns(
     if parallel > 1:  # the rows around each split point really straddle two of Spark's queries
         last = ReadBounds(at(3), now, Window(at(3), now))
         frame = reader_for(config.source("src")).read(spark, ReadRequest(config.model(MODEL), TENANT, last))
-        parts = frame.selectExpr("unix_micros(updated_at) AS us").rdd.glom().map(
-            lambda part: {r.us for r in part}).collect()
+        by_partition = rows_by_partition(frame, "unix_micros(updated_at) AS us")
+        parts = [set(by_partition.get(i, ())) for i in range(parallel)]
         for i, edge in enumerate(splits):
             assert (edge - EPOCH) // US in parts[i + 1]
             assert (edge - US - EPOCH) // US in parts[i]

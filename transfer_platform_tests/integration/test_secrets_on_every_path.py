@@ -54,6 +54,7 @@ from transfer_platform.config import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import JOB_NAME as INTEGRITY_JOB
 from transfer_platform.orchestration.checks import integrity_check_keys
+from transfer_platform.spark_session import REMOTE_ENV_VAR, is_remote
 from transfer_platform_tests.conftest import pg_connection_config
 from transfer_platform_tests.integration.conftest import (
     mysql_connect,
@@ -75,6 +76,7 @@ from transfer_platform_tests.orchestration.test_coordinator import (
     transfer_run_config,
     workspace,
 )
+from transfer_platform_tests.spark_server import SparkServer, spark_connect_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
@@ -289,7 +291,44 @@ CLI_COMMANDS = [  # (argv, exit status)
 ]
 
 
-def test_the_command_line_at_debug_never_shows_a_password(platform: Platform, pg_conn: psycopg.Connection) -> None:
+@pytest.fixture
+def spark_at_debug(spark_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SparkServer | None]:
+    """In the Connect lane: a Spark Connect server of this test's own, its log4j at DEBUG from its
+    start (its log is read like the command line's), named to every Spark client the test makes;
+    and the Connect client's logger at DEBUG (it logs every plan it sends, a read's JDBC options
+    included). Else None: the local Spark is at DEBUG by the configuration file."""
+    if spark_server is None:
+        yield None
+        return
+    client_log = logging.getLogger("pyspark.sql.connect.logging")
+    disabled, level = client_log.disabled, client_log.level
+    with spark_connect_server(tmp_path / "debug_server", conf={"spark.log.level": "DEBUG"}) as server:
+        monkeypatch.setenv(REMOTE_ENV_VAR, server.url)
+        monkeypatch.setenv("SPARK_CONNECT_LOG_LEVEL", "debug")
+        client_log.disabled = False
+        client_log.setLevel(logging.DEBUG)
+        try:
+            yield server
+        finally:
+            client_log.disabled, client_log.level = disabled, level
+
+
+def assert_spark_logged_at_debug(server: SparkServer | None, python_log: str, jvm_log: bytes | None,
+                                 secrets: list[str]) -> None:
+    """The Spark side was at DEBUG and shows no secret: the Connect client's plans (with a server),
+    and the JVM's log4j (the local JVM's, or the Connect server's)."""
+    if server is not None:
+        assert "Executing plan" in python_log  # the Connect client's DEBUG log of each plan
+        jvm_log = server.log.read_bytes()
+    if jvm_log is None:
+        warnings.warn("the shared JVM writes to a terminal (pytest -s): its log was not read", stacklevel=2)
+        return
+    assert re.search(rb"^\d\d/\d\d/\d\d [\d:]{8} DEBUG \w+: ", jvm_log, re.MULTILINE)  # log4j's format
+    assert_no_secret("the JVM's log (Spark at DEBUG)", jvm_log, secrets)
+
+
+def test_the_command_line_at_debug_never_shows_a_password(platform: Platform, pg_conn: psycopg.Connection,
+                                                          spark_at_debug: SparkServer | None) -> None:
     argvs = [["--config", str(platform.config_path), *argv] for argv, _ in CLI_COMMANDS]
     env = {**os.environ, **platform.env, "TRANSFER_PLATFORM_LOG_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
     done = subprocess.run([sys.executable, "-c", DRIVER.format(loggers=DEBUG_LOGGERS), json.dumps(argvs)],
@@ -302,10 +341,11 @@ def test_the_command_line_at_debug_never_shows_a_password(platform: Platform, pg
     # the failures are the ones meant, each named
     assert "Access denied for user" in stdout + stderr
     assert f"127.0.0.1:{UNREACHABLE_PORT}" in stdout + stderr
-    # everything was at DEBUG: py4j's commands, Spark's log4j, ours
-    assert "DEBUG py4j" in stderr
+    # everything was at DEBUG: py4j's commands or the Connect client's plans, Spark's log4j, ours
     assert "INFO transfer_platform.phases" in stderr
-    assert re.search(r"^\d\d/\d\d/\d\d [\d:]{8} DEBUG \w+: ", stderr, re.MULTILINE)  # log4j's format
+    if spark_at_debug is None:
+        assert "DEBUG py4j" in stderr
+    assert_spark_logged_at_debug(spark_at_debug, stderr, done.stderr, platform.secrets)
 
     assert_no_secret("the command line's stdout", done.stdout, platform.secrets)
     assert_no_secret("the command line's stderr (Python, the JVM, the Python workers)", done.stderr,
@@ -328,7 +368,9 @@ query {
 def shared_jvm_stderr(spark) -> bytes | None:
     """What the shared session's JVM wrote to its stderr during this test: it inherited pytest's
     capture file when the session started (pytest empties it at every test phase); None if it
-    writes to a terminal or pipe instead (``pytest -s``)."""
+    writes to a terminal or pipe instead (``pytest -s``), or is a Connect server's."""
+    if is_remote(spark):
+        return None
     path = f"/proc/{spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}/fd/2"
     if not stat.S_ISREG(os.stat(path).st_mode):
         return None
@@ -336,11 +378,18 @@ def shared_jvm_stderr(spark) -> bytes | None:
 
 
 @pytest.fixture
-def everything_at_debug(spark) -> Iterator[None]:
+def everything_at_debug(spark, spark_at_debug) -> Iterator[None]:
     """Every Python logger and Spark's log4j at DEBUG (the shared session's levels restored
-    afterwards)."""
+    afterwards; in the Connect lane, ``spark_at_debug``'s server is at DEBUG)."""
     loggers = [logging.getLogger(name) for name in DEBUG_LOGGERS]
     levels = [logger.level for logger in loggers]
+    if spark_at_debug is not None:
+        for logger in loggers:
+            logger.setLevel(logging.DEBUG)
+        yield
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        return
     jvm_level = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel().toString()
     for logger in loggers:
         logger.setLevel(logging.DEBUG)
@@ -354,13 +403,13 @@ def everything_at_debug(spark) -> Iterator[None]:
 
 
 def test_dagster_runs_their_events_and_graphql_never_show_a_password(
-        platform: Platform, spark, pg_conn: psycopg.Connection, tmp_path: Path, everything_at_debug,
+        platform: Platform, spark, pg_conn: psycopg.Connection, tmp_path: Path, everything_at_debug, spark_at_debug,
         caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     home = tmp_path / "dagster_home"
     home.mkdir()
     python_logs = {"managed_python_loggers": ["transfer_platform", "py4j", "py4j.clientserver",
-                                              "py4j.java_gateway", "pyspark"],
+                                              "py4j.java_gateway", "pyspark", "pyspark.sql.connect.logging"],
                    "python_log_level": "DEBUG"}
     config = load_config(platform.config_path)
     defs = build_definitions(str(platform.config_path))
@@ -399,7 +448,8 @@ def test_dagster_runs_their_events_and_graphql_never_show_a_password(
             assert_no_secret(f"the run config of run {run.run_id}", json.dumps(run.run_config), platform.secrets)
             assert_no_secret(f"the tags of run {run.run_id}", json.dumps(run.tags), platform.secrets)
             records = instance.all_logs(run.run_id)
-            py4j_debug_records += sum(r.user_message.startswith("Command to send") for r in records)
+            py4j_debug_records += sum(r.user_message.startswith(("Command to send", "Executing plan"))
+                                      for r in records)
             for record in records:
                 assert_no_secret(f"an event log record of run {run.run_id}", serialize_value(record),
                                  platform.secrets)
@@ -425,14 +475,11 @@ def test_dagster_runs_their_events_and_graphql_never_show_a_password(
     for path in sorted(home.rglob("*")):  # run and event log storages, compute logs, anything else
         if path.is_file():
             assert_no_secret(f"the instance's file {path.relative_to(home)}", path.read_bytes(), platform.secrets)
-    assert any(r.name.startswith("py4j") and r.levelno == logging.DEBUG for r in caplog.records)
-    assert_no_secret("Python log records", "\n".join(log_record_texts(caplog.records)), platform.secrets)
+    python_log = "\n".join(log_record_texts(caplog.records))
+    assert_no_secret("Python log records", python_log, platform.secrets)
+    if spark_at_debug is None:
+        assert any(r.name.startswith("py4j") and r.levelno == logging.DEBUG for r in caplog.records)
     captured = capfd.readouterr()
     assert_no_secret("this process's stdout", captured.out, platform.secrets)
     assert_no_secret("this process's stderr", captured.err, platform.secrets)
-    jvm_output = shared_jvm_stderr(spark)
-    if jvm_output is None:
-        warnings.warn("the shared JVM writes to a terminal (pytest -s): its log was not read", stacklevel=1)
-    else:
-        assert re.search(rb"^\d\d/\d\d/\d\d [\d:]{8} DEBUG \w+: ", jvm_output, re.MULTILINE)
-        assert_no_secret("the shared JVM's log (Spark at DEBUG)", jvm_output, platform.secrets)
+    assert_spark_logged_at_debug(spark_at_debug, python_log, shared_jvm_stderr(spark), platform.secrets)

@@ -48,3 +48,5 @@ def test_production_settings_store_runs_in_postgres_and_queue_them_under_the_lim
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 16
         run = instance.create_run_for_job(dg.GraphDefinition("noop").to_job(), run_id=str(uuid.uuid4()))
         assert instance.get_run_by_id(run.run_id) is not None  # stored in PostgreSQL
+        instance.report_engine_event("stored with a NOTIFY to listeners", run)  # the event log too
+        assert any("stored with a NOTIFY to listeners" in (r.message or "") for r in instance.all_logs(run.run_id))

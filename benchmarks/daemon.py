@@ -1,0 +1,165 @@
+"""Transfers launched by the real ``dagster-daemon`` (issue 13's cases b and c), as production
+runs them: a code server (``dagster api grpc``) and the daemon with the repository's run
+coordinator, the instance on PostgreSQL storage (a database of its own, dropped afterwards; SQLite
+reports "database is locked" under concurrent runs), every run its own process, enqueued as
+``transfer-platform transfer --enqueue`` does. Spark: the configuration file's (``spark.remote``
+for a warm server).
+
+- :meth:`Daemon.one_run`: queued -> success of one enqueued transfer, from the run's own
+  timestamps (created, started, ended);
+- :meth:`Daemon.sustained`: for ``minutes``, every destination whose previous transfer ended is
+  given a few changed rows and enqueued again; transfers per hour = successes / elapsed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from benchmarks.common import PG, pg_connect
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+@dataclass
+class Daemon:
+    """A Dagster home on a PostgreSQL database of its own, a code server and a daemon."""
+
+    folder: Path
+    config_path: Path
+    max_concurrent_runs: int = 4
+    database: str = field(default_factory=lambda: f"tp_bench_dagster_{uuid.uuid4().hex[:6]}")
+    processes: list = field(default_factory=list)
+
+    def __enter__(self) -> Daemon:
+        import dagster as dg
+
+        with pg_connect(autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {self.database}")
+        home = self.folder / "dagster_home"
+        home.mkdir(parents=True)
+        instance = yaml.safe_load((REPO / "dagster.yaml").read_text())
+        instance["run_coordinator"]["config"]["max_concurrent_runs"] = self.max_concurrent_runs
+        instance["storage"] = {"postgres": {"postgres_db": {
+            "hostname": PG["host"], "port": PG["port"], "db_name": self.database, "username": PG["user"],
+            "scheme": "postgresql+psycopg2"}}}  # as deploy/dagster.production.yaml says why
+        (home / "dagster.yaml").write_text(yaml.safe_dump(instance))
+        socket = self.folder / "code_server.sock"
+        workspace = self.folder / "workspace.yaml"
+        workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {
+            "socket": str(socket), "location_name": "transfer_platform"}}]}))
+        self.env = {**{k: v for k, v in os.environ.items() if k != "TRANSFER_PLATFORM_SPARK_REMOTE"},
+                    "DAGSTER_HOME": str(home), "TRANSFER_PLATFORM_CONFIG": str(self.config_path),
+                    "TRANSFER_PLATFORM_WORKSPACE": str(workspace)}
+        os.environ.update({k: self.env[k] for k in ("DAGSTER_HOME", "TRANSFER_PLATFORM_CONFIG",
+                                                    "TRANSFER_PLATFORM_WORKSPACE")})
+        self.instance = dg.DagsterInstance.get()  # creates the storage before two processes race to
+        self._start([str(BIN / "dagster"), "api", "grpc", "--socket", str(socket), "--module-name",
+                     "transfer_platform.definitions", "--attribute", "defs", "--location-name",
+                     "transfer_platform"], "code_server.log")
+        self._wait(lambda: _serving(socket), "the code server")
+        self._start([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], "daemon.log")
+        return self
+
+    def _start(self, argv: list[str], log: str) -> None:
+        self.processes.append(subprocess.Popen(argv, env=self.env, cwd=self.folder, start_new_session=True,
+                                               stdout=(self.folder / log).open("w"), stderr=subprocess.STDOUT))
+
+    def _wait(self, condition, what: str, timeout: float = 600) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: not done in {timeout} s (logs in {self.folder})")
+            time.sleep(0.2)
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.processes:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        self.instance.dispose()
+        time.sleep(1)  # run workers' connections close with their processes
+        with pg_connect(autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
+        shutil.rmtree(self.folder / "dagster_home", ignore_errors=True)
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def enqueue(self, destination: str) -> str:
+        from transfer_platform.config import load_config
+        from transfer_platform.orchestration.transfers import TransferOrder, enqueue
+
+        return enqueue(self.instance, load_config(self.config_path), self.config_path,
+                       TransferOrder(destination=destination, models=[]))
+
+    def status(self, run_id: str) -> str:
+        return self.instance.get_run_by_id(run_id).status.value
+
+    def wait(self, run_id: str, timeout: float = 900) -> dict:
+        """Wait for the run to finish; its timestamps (created, started, ended) and status."""
+        self._wait(lambda: self.status(run_id) in FINISHED, f"run {run_id}", timeout)
+        record = self.instance.get_run_record_by_id(run_id)
+        return {"status": record.dagster_run.status.value, "created": record.create_timestamp.timestamp(),
+                "started": record.start_time, "ended": record.end_time}
+
+    def one_run(self, destination: str, before=lambda: None) -> dict:  # noqa: ANN001
+        """Enqueue one transfer of ``destination`` (after ``before()``, untimed); its queued ->
+        started -> ended seconds from the run's own timestamps."""
+        before()
+        run = self.wait(self.enqueue(destination))
+        if run["status"] != "SUCCESS":
+            raise RuntimeError(f"the daemon's run of {destination} ended {run['status']} (logs in {self.folder})")
+        return {"queued_to_success_s": run["ended"] - run["created"], "queued_to_start_s": run["started"] - run["created"],
+                "run_s": run["ended"] - run["started"]}
+
+    def sustained(self, destinations: list[str], minutes: float, change) -> dict:  # noqa: ANN001
+        """Keep every destination busy for ``minutes``: whenever its previous transfer ended,
+        ``change(destination)`` (untimed) and enqueue it again. Transfers per hour from the
+        successes that ended inside the period."""
+        start = time.time()
+        end = start + minutes * 60
+        active: dict[str, str] = {}
+        runs: list[str] = []
+        while time.time() < end:
+            for destination in destinations:
+                run_id = active.get(destination)
+                if run_id is None or self.status(run_id) in FINISHED:
+                    change(destination)
+                    active[destination] = self.enqueue(destination)
+                    runs.append(active[destination])
+            time.sleep(0.5)
+        records = [self.instance.get_run_record_by_id(r) for r in runs]
+        done = [r for r in records if r.dagster_run.status.value == "SUCCESS" and r.end_time and r.end_time <= end]
+        failed = [r for r in records if r.dagster_run.status.value == "FAILURE"]
+        if failed:
+            raise RuntimeError(f"{len(failed)} of the daemon's runs failed (logs in {self.folder})")
+        elapsed = end - start
+        latency = sorted(r.end_time - r.create_timestamp.timestamp() for r in done)
+        return {"minutes": minutes, "destinations": len(destinations), "transfers": len(done),
+                "transfers_per_hour": round(len(done) * 3600 / elapsed),
+                "median_queued_to_success_s": round(latency[len(latency) // 2], 2) if latency else None,
+                "max_concurrent_runs": self.max_concurrent_runs}
+
+
+def _serving(socket: Path) -> bool:
+    from dagster._grpc.client import DagsterGrpcClient  # pinned Dagster
+
+    if not socket.exists():
+        return False
+    try:
+        DagsterGrpcClient(socket=str(socket)).ping("up")
+        return True
+    except Exception:  # noqa: BLE001 - not serving yet
+        return False

@@ -1,0 +1,151 @@
+"""An empty window costs no Spark job and no staging, and still commits and reports on its own.
+
+From the seeds: a model's ``max_transfer_time_window_seconds`` is the largest increment a commit
+may cover, so a backfill of a sparse tenant is many windows, most of them empty; each still moves
+the watermark on by itself (a failure later resumes after the last one). The source is asked once
+per batch of windows which of them hold the tenant's rows (PostgreSQL: an ``EXISTS`` per window in
+one query, no Spark); only those are read by Spark and staged.
+
+The expectation of which windows hold rows comes from the rows themselves: a window holds a row
+when one of the tenant's rows has its last-modified value inside the window's read bounds (or is
+NULL: then every window reads it and the transfer refuses it).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from transfer_platform.config import parse_config
+from transfer_platform.sources.jdbc import JdbcReader
+from transfer_platform_tests.conftest import pg_connection_config
+from transfer_platform_tests.integration.helpers import (
+    DESTINATION,
+    create_events,
+    day,
+    destination_rows,
+    events_model,
+    insert_rows,
+    normalize,
+    source_rows,
+    status_row,
+    transfer,
+)
+
+pytestmark = pytest.mark.integration
+
+TENANT, OTHER = "sparse'one", "busy"
+MIN_START = day(1, 1)
+NOW = day(3, 1) + timedelta(hours=5)  # 61 daily windows (2024 is a leap year), the last in progress
+ROWS = [(1, TENANT, day(1, 3) + timedelta(hours=2), "a"), (2, TENANT, day(1, 3) + timedelta(hours=9), "b"),
+        (3, TENANT, day(2, 10) + timedelta(microseconds=1), "c"), (4, TENANT, day(3, 1) + timedelta(hours=1), "d")]
+# the other tenant's rows fill other days: they must not make the recipient's windows read
+OTHERS = [(100 + d, OTHER, day(1, 1) + timedelta(days=d, hours=3), "x") for d in range(59)]
+
+
+def config_for(vendor: str, source_schema: str, where) -> object:  # noqa: ANN001
+    connection = {"postgres": pg_connection_config(where), "delta": {"path": str(where)},
+                  "local": {"path": str(where)}}[vendor]
+    destination = {"name": DESTINATION, "recipient": "rcpt", "vendor": vendor, "connection": connection}
+    if vendor == "local":
+        destination["signing_key"] = "${TP_TEST_SIGNING_KEY}"
+    return parse_config({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [events_model(f"{source_schema}.events", min_start=MIN_START)],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "destinations": [destination],
+    }, now=NOW)
+
+
+@pytest.fixture
+def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The bounds of every read Spark was given (the real read runs)."""
+    reads = []
+    real = JdbcReader.read
+
+    def recording(self, spark, request):  # noqa: ANN001, ANN202
+        reads.append((request.bounds.lower, request.bounds.upper))
+        return real(self, spark, request)
+
+    monkeypatch.setattr(JdbcReader, "read", recording)
+    return reads
+
+
+def delivered(vendor: str, pg_conn, where) -> list:  # noqa: ANN001
+    if vendor == "postgres":
+        return destination_rows(pg_conn, where)
+    if vendor == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(where / "events")).to_pyarrow_table()
+    else:
+        import pyarrow.dataset as pads
+
+        table = pads.dataset(str(where / "events"), format="parquet").to_table()
+    return normalize(zip(*(table.column(c).to_pylist() for c in ("id", "organization_id", "updated_at", "payload")),
+                         strict=True))
+
+
+@pytest.mark.parametrize("vendor", ["postgres", "delta", "local"])
+def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits(
+        spark, pg_conn, pg_schema, dst_schema, tmp_path, monkeypatch, read_windows, vendor) -> None:
+    from transfer_platform.destinations.manifests import new_signing_key
+
+    monkeypatch.setenv("TP_TEST_SIGNING_KEY", new_signing_key()[0])
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, ROWS + OTHERS)
+    where = dst_schema if vendor == "postgres" else tmp_path / "dest"
+    config = config_for(vendor, pg_schema, where)
+    outcomes = []
+    from transfer_platform.destinations.base import writer_for
+    from transfer_platform.transfers.runner import TransferRequest, run_transfer
+
+    writer = writer_for(config.destination(DESTINATION))
+    staged = []  # the windows handed to Spark to read and stage (the real write runs)
+    write_window = writer.write_window
+
+    def recording(frame, load):  # noqa: ANN001, ANN202
+        staged.append(load.progress)
+        return write_window(frame, load)
+
+    writer.write_window = recording
+    try:
+        (summary,) = run_transfer(
+            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
+                            now=NOW), config.models_for(config.destination(DESTINATION)),
+            on_window=lambda model, outcome: outcomes.append(outcome))
+    finally:
+        writer.close()
+
+    assert summary.status == "SUCCESS", summary.error
+    assert summary.windows == len(outcomes) == 61  # every window committed and reported
+    ends = [o.planned.bounds.progress.end for o in outcomes]
+    assert ends == sorted(ends)
+    assert [o.result.state.watermark for o in outcomes] == ends  # each moved the watermark on itself
+    holding = [o for o in outcomes if any(o.planned.bounds.lower <= r[2] < o.planned.bounds.upper for r in ROWS)]
+    assert len(holding) == 3  # Jan 3, Feb 10, Mar 1
+    assert staged == [o.planned.bounds.progress for o in holding]  # Spark read and staged those, nothing else
+    # the reader made the first (empty) window's frame without running it (its columns checked),
+    # then the three windows' frames
+    first = outcomes[0].planned.bounds
+    assert read_windows == [(first.lower, first.upper)] + [(o.planned.bounds.lower, o.planned.bounds.upper)
+                                                           for o in holding]
+    assert sum(o.result.rows_transferred for o in outcomes) == len(ROWS)
+    expected = source_rows(pg_conn, pg_schema, TENANT)
+    assert delivered(vendor, pg_conn, where) == expected
+    assert summary.state.watermark == NOW
+    assert summary.state.high_watermark == max(r[2] for r in ROWS)
+    if vendor == "postgres":
+        assert status_row(pg_conn, dst_schema)["watermark"] == NOW
+
+
+def test_a_null_last_modified_value_makes_every_window_read_and_is_refused(
+        spark, pg_conn, pg_schema, dst_schema, read_windows) -> None:
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, [*ROWS, (9, TENANT, None, "no last-modified value")])
+    summary = transfer(spark, config_for("postgres", pg_schema, dst_schema), NOW)
+    assert summary.status == "ERROR"
+    assert "NULL" in summary.error
+    assert read_windows  # the first window read it (it holds the NULL row) and refused it
+    assert status_row(pg_conn, dst_schema) is None or status_row(pg_conn, dst_schema)["watermark"] is None
