@@ -205,7 +205,8 @@ def batch_changes(batch: pa.Table, model: ModelConfig, state: ModelState) -> tup
         return None, 0
     lm_values = batch.column(model.last_modified.destination_name)
     kind = model.change_column  # an epoch, a date or text: compared as the column's values
-    max_lm = kind.moment(pc.max(lm_values).as_py())
+    high = pc.max(lm_values).as_py()  # None when every value is NULL (refused by the caller's checks)
+    max_lm = None if high is None else kind.moment(high)
     if state.high_watermark is None:
         return max_lm, batch.num_rows
     newer = pc.greater(lm_values, pa.scalar(kind.value(state.high_watermark), lm_values.type))

@@ -9,8 +9,8 @@ next model, so a cancelled run kept its worker, JVM and code server alive until 
 was done (seen once stopping ``dagster dev`` during a transfer; not reproduced at will here).
 
 Here, once the first window has committed, a SIGINT is sent while the next window's rows are read
-from Spark (a watcher thread waits for the main thread to be in PySpark's ``load_stream``; hourly
-windows over three days). ``run_transfer`` must raise ``KeyboardInterrupt``, record no model error,
+from Spark (a watcher thread waits for the main thread to be in PySpark's ``collect``, the Spark job
+that stages a window, or its ``load_stream``; hourly windows over three days). ``run_transfer`` must raise ``KeyboardInterrupt``, record no model error,
 start no other model, and leave the destination holding exactly the windows it committed.
 """
 
@@ -37,6 +37,9 @@ from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, wri
 
 pytestmark = pytest.mark.integration
 
+#: where the main thread is while a window's Spark job runs or hands its rows back
+SPARK_JOB_FRAMES = {"collect", "load_stream", "toArrow"}
+
 
 def test_an_interrupt_stops_the_transfer_and_fails_no_model(spark, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # the lake and destination paths are relative to the configuration
@@ -51,7 +54,7 @@ def test_an_interrupt_stops_the_transfer_and_fails_no_model(spark, tmp_path: Pat
     def interrupt_while_collecting() -> None:
         while not stop.is_set():
             frame = sys._current_frames().get(main)
-            while frame is not None and frame.f_code.co_name != "load_stream":
+            while frame is not None and frame.f_code.co_name not in SPARK_JOB_FRAMES:
                 frame = frame.f_back
             if frame is not None:
                 os.kill(os.getpid(), signal.SIGINT)
