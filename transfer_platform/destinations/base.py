@@ -84,6 +84,11 @@ class DestinationWriter(Protocol):
         """Stage ``frame``, refuse it if it breaks a rule (NULL key, NULL last-modified, duplicate
         key), then merge it and record the new state in one commit; clean up staging either way."""
 
+    def write_arrow(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
+        """:meth:`write_window` for a window already read into this process as Arrow (columns
+        and types of :func:`arrow_schema`): a small window read together with its neighbours in
+        one Spark job, so that it costs no Spark job of its own."""
+
     def write_empty(self, load: WindowLoad) -> WindowResult:
         """Record a window in which the source holds no row (asked before it was read): the state
         moves on in one commit, as :meth:`write_window` of no rows would, with no Spark job and

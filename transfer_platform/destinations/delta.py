@@ -60,6 +60,7 @@ from transfer_platform.destinations.base import (
     newly_marked,
     null_key_error,
     null_last_modified_error,
+    refuse_bad_rows,
     staging_suffix,
 )
 from transfer_platform.destinations.locks import FolderLocks
@@ -239,6 +240,19 @@ class DeltaWriter:
             return self._merge(path, table, state, source, staged, load)
         finally:
             self._drop_staging(folder)
+
+    def write_arrow(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
+        """A window already read into this process (with others, in one Spark job, so it is
+        small): checked here, then one MERGE from memory; nothing is staged."""
+        model = load.model
+        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
+        table = self._open(path)
+        state = read_state(table)
+        refuse_bad_rows(batch, model, self.name)
+        staged = _Staged.of_batch(batch, model, state)
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
+                  rows=staged.rows, in_memory_bytes=staged.volume)
+        return self._merge(path, table, state, batch if batch.num_rows else None, staged, load)
 
     def write_empty(self, load: WindowLoad) -> WindowResult:
         """The window holds no row: its state alone, in one (empty) commit; no Spark job."""
@@ -429,7 +443,8 @@ class DeltaWriter:
         if found is not None:
             raise duplicate_key_error(model, self.name, {k: found[k] for k in keys}, found[_COUNT])
 
-    def _merge(self, path: str, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | None,
+    def _merge(self, path: str, table: DeltaTable, state: ModelState,
+               source: pa.RecordBatchReader | pa.Table | None,
                staged: _Staged, load: WindowLoad) -> WindowResult:
         """One commit of ``source`` (the checked window, or ``None``: no row) into ``table``,
         with the model's new state."""
@@ -449,7 +464,8 @@ class DeltaWriter:
         if source is not None:
             join, newer = merge_predicates(model)
             merge = table.merge(source, predicate=join, source_alias="s", target_alias="t",
-                                commit_properties=commit, streamed_exec=True)
+                                commit_properties=commit,
+                                streamed_exec=isinstance(source, pa.RecordBatchReader))
             deleted = None
             if model.removes_deleted_rows:  # removed where the delete is not older; never inserted
                 deleted = marked_deleted(marker.destination_name, marker.data_type, "s").replace('"', "`")
@@ -589,7 +605,8 @@ def _stage_partition(batches: Iterable[pa.RecordBatch], *, folder: str, options:
                 continue
             batch = pa.Table.from_batches([arrived]).select(schema.names).cast(schema)
             if writer is None:
-                filesystem.create_dir(folder, recursive=True)
+                if options is None:  # a folder; in a bucket, a folder marker would outlive the staging
+                    filesystem.create_dir(folder, recursive=True)
                 writer = pq.ParquetWriter(path, schema, filesystem=filesystem)
             writer.write_table(batch, row_group_size=batch_rows)
             rows += batch.num_rows
@@ -660,6 +677,13 @@ class _Staged:
         return cls([row["file"] for row in rows], sum(row["rows"] for row in rows),
                    sum(row["volume"] for row in rows), sum(row["delta_rows"] for row in rows),
                    sum(row["marked"] for row in rows), found, largest)
+
+    @classmethod
+    def of_batch(cls, batch: pa.Table, model: ModelConfig, state: ModelState) -> _Staged:
+        """What the executors would have summed up, for a window in memory (already checked)."""
+        _, delta_rows = batch_changes(batch, model, state)
+        largest = pc.max(batch.column(model.last_modified.destination_name)).as_py() if batch.num_rows else None
+        return cls([], batch.num_rows, batch.nbytes, delta_rows, newly_marked(batch, model, state), None, largest)
 
     def first(self, kind: str) -> dict | None:
         """The first row a check of ``kind`` found in any file (as Python values), or None."""

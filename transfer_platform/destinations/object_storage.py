@@ -222,6 +222,10 @@ class ObjectStorageWriter:
         schema = arrow_schema(load.model)
         return self._write_batch(frame.toArrow().select(schema.names).cast(schema), load)
 
+    def write_arrow(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
+        """A window already read into this process (with others, in one Spark job)."""
+        return self._write_batch(batch, load)
+
     def write_empty(self, load: WindowLoad) -> WindowResult:
         return self._write_batch(arrow_schema(load.model).empty_table(), load)
 

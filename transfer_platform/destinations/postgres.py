@@ -36,7 +36,7 @@ PostgreSQL refuses into errors that name the fix.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING
@@ -88,6 +88,7 @@ from transfer_platform.phases import log_phase
 
 if TYPE_CHECKING:
     import psycopg
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.probes import Check, Probe
@@ -105,25 +106,35 @@ def copy_partition(connect: dict, copy_sql: str, batches: Iterator) -> Iterator:
     pyarrow's CSV quotes every string and leaves NULLs bare (PostgreSQL's CSV reads a bare empty
     field as NULL, ``""`` as an empty string) and writes timestamps with microseconds and ``Z``.
     """
-    import io
-
     import psycopg
     import pyarrow as pa
-    import pyarrow.csv as pa_csv
 
-    options = pa_csv.WriteOptions(include_header=False)
-    rows = 0
     try:
-        with psycopg.connect(**connect) as conn, conn.cursor().copy(copy_sql) as copy:
-            for batch in batches:
-                buffer = io.BytesIO()
-                pa_csv.write_csv(batch, buffer, options)
-                copy.write(buffer.getvalue())
-                rows += batch.num_rows
+        with psycopg.connect(**connect) as conn:
+            rows = copy_batches(conn, copy_sql, batches)
     except psycopg.Error as exc:
         # the first line only: a clear reason, never the connection settings
         raise RuntimeError(f"COPY into the staging table failed: {str(exc).strip().splitlines()[0]}") from None
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+def copy_batches(conn: psycopg.Connection, copy_sql: str, batches: Iterable) -> int:
+    """Arrow record batches into ``copy_sql`` (``COPY ... FROM STDIN (FORMAT csv)``) on ``conn``,
+    one batch of CSV at a time; the rows written. In a Spark Python worker (``copy_partition``)
+    or in this process (a window read with others, already here as Arrow)."""
+    import io
+
+    import pyarrow.csv as pa_csv
+
+    options = pa_csv.WriteOptions(include_header=False)
+    rows = 0
+    with conn.cursor().copy(copy_sql) as copy:
+        for batch in batches:
+            buffer = io.BytesIO()
+            pa_csv.write_csv(batch, buffer, options)
+            copy.write(buffer.getvalue())
+            rows += batch.num_rows
+    return rows
 
 
 def full_refresh_fix(destination: str, model: str) -> str:
@@ -259,6 +270,15 @@ class PostgresWriter:
         return ModelState.from_json(row[0] if row else None)
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
+        return self._write(load, partial(self._stage, frame))
+
+    def write_arrow(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
+        """A window already read into this process (with others, in one Spark job): COPY from
+        here into the staging table, then as :meth:`write_window`."""
+        return self._write(load, partial(self._copy, load, batch))
+
+    def _write(self, load: WindowLoad, stage: Callable[[str], None]) -> WindowResult:
+        """Create the staging table, ``stage`` the batch into it, check and merge; drop it."""
         model = load.model
         target_name = self.refresh_table_name(model) if load.into_refresh else model.model_name
         target = qualified(self.schema, target_name)
@@ -273,7 +293,7 @@ class PostgresWriter:
         swappable = swappable and self._replaceable(target, staging)
         ids = {"transfer_id": load.transfer_id, "destination": self.name, "model": model.model_name}
         try:
-            self._stage(frame, staging)
+            stage(staging)
             log_phase("stage", **ids, staging_table=staging_name)
             return self._merge(load, target_name, staging, swappable=swappable)
         finally:
@@ -587,6 +607,17 @@ class PostgresWriter:
                 raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
                                         reason=reason) from None
             raise
+
+    def _copy(self, load: WindowLoad, batch: pa.Table, staging: str) -> None:
+        import psycopg
+
+        with self._translated_errors():
+            try:
+                copy_batches(self.conn, sql.copy_csv(staging, batch.column_names), batch.to_batches())
+            except (psycopg.DataError, psycopg.IntegrityError) as exc:  # a value the column cannot hold
+                raise DataError(f"COPY into the staging table failed: {str(exc).strip().splitlines()[0]}",
+                                model=load.model.model_name, destination=self.name,
+                                fix="check that each column's data_type matches the source values") from None
 
     def _merge(self, load: WindowLoad, target_name: str, staging: str, *, swappable: bool) -> WindowResult:
         model = load.model

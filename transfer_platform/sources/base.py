@@ -36,10 +36,12 @@ class SourceReader(Protocol):
         (and rows whose last-modified value is NULL, so that they are refused, not lost), with
         the model's destination column names and types."""
 
-    def windows_with_rows(self, spark: SparkSession, requests: list[ReadRequest]) -> list[bool] | None:
-        """Which of ``requests`` (windows of one model and tenant, in order) might hold a row, found
-        in one query for them all (never a Spark job per window): a window said to hold none is not
-        read. ``True`` where unsure; ``None`` when it cannot tell (each window is then read)."""
+    def window_rows(self, spark: SparkSession, requests: list[ReadRequest], up_to: int) -> list[int] | None:
+        """For each of ``requests`` (windows of one model and tenant, in order), how many rows it
+        may read, counted up to ``up_to`` (``up_to`` means "that many or more"), found in one query
+        for them all (never a Spark job per window). Never fewer than the read returns: ``0`` only
+        for a window that holds no row (it is not read). ``None`` when it cannot tell (each
+        window is then read on its own)."""
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """How many rows :meth:`read` would return for ``request``, counted where the rows are

@@ -93,7 +93,6 @@ _TIMESTAMP_BOUND_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 class PostgresDialect:
     name = "postgres"
     label = "PostgreSQL"
-    no_table = ""  # SELECT ... WHERE needs no FROM
     driver = "org.postgresql.Driver"
     session_init = "SET TIME ZONE 'UTC'"
     case_sensitive_columns = True  # the query quotes every name
@@ -157,7 +156,6 @@ class PostgresDialect:
 class MysqlDialect:
     name = "mysql"
     label = "MySQL"
-    no_table = " FROM DUAL"
     driver = "org.mariadb.jdbc.Driver"  # Debian's libmariadb-java; it also speaks to MySQL
     session_init = "SET time_zone = '+00:00'"
     case_sensitive_columns = False
@@ -381,28 +379,31 @@ class JdbcReader:
         check_last_modified_type(frame, request, self.source.name)
         return to_model_columns(self._exact_tenant(frame, request), request.model)
 
-    def windows_with_rows(self, spark: SparkSession, requests: list[ReadRequest]) -> list[bool] | None:
-        """Which of ``requests`` (windows of one model and tenant) would read a row, asked of the
-        database directly, without Spark: ``SELECT 0 WHERE EXISTS (<read 0>) UNION ALL SELECT 1
-        WHERE EXISTS (<read 1>) ...``, each ``EXISTS`` the window's own read (tenant, bounds,
-        NULL last-modified values), stopping at its first row on the index the read uses.
-        ``OCCUPANCY_BATCH`` windows a query. A row that Spark's exact tenant match would drop
-        still counts: a window is read whenever it might hold a row. ``None`` when the database
-        does not answer; each window is then read (and reports the failure itself)."""
+    def window_rows(self, spark: SparkSession, requests: list[ReadRequest], up_to: int) -> list[int] | None:
+        """How many rows each of ``requests`` (windows of one model and tenant) would read, up to
+        ``up_to``, asked of the database directly, without Spark: ``SELECT 0, COUNT(*) FROM
+        (SELECT 1 FROM (<read 0>) LIMIT <up_to>) UNION ALL ...``, each count the window's own read
+        (tenant, bounds, NULL last-modified values) stopping after ``up_to`` rows on the index the
+        read uses. A row that Spark's exact tenant match would drop still counts: never fewer than
+        the read returns. ``None`` when the database does not answer; each window is then read
+        (and reports the failure itself)."""
         if not requests:
             return []
         dialect = self.dialect
-        parts = [f"SELECT {i} AS tp_window{dialect.no_table} WHERE EXISTS ({self.query_for(r)})"
+        one, rows = quote_ident("tp_one", dialect.name), quote_ident("tp_rows", dialect.name)
+        parts = [f"SELECT {i} AS tp_window, COUNT(*) AS {rows} FROM (SELECT 1 AS {one} FROM "
+                 f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect.name)} "
+                 f"LIMIT {int(up_to)}) AS tp_counted{i}"
                  for i, r in enumerate(requests)]
         try:
-            rows = dialect.select_rows(self.source.connection, self.what, " UNION ALL ".join(parts),
-                                       self.default_schema_for(requests[0]))
+            found = dialect.select_rows(self.source.connection, self.what, " UNION ALL ".join(parts),
+                                        self.default_schema_for(requests[0]))
         except Exception:  # noqa: BLE001 - any refusal: the windows' reads report it properly
-            _LOG.debug("asking %s which windows hold rows failed; every window is read", self.what,
+            _LOG.debug("counting the rows of %s's windows failed; every window is read", self.what,
                        exc_info=True)
             return None
-        found = {row[0] for row in rows}
-        return [i in found for i in range(len(requests))]
+        counted = {int(window): int(n) for window, n in found}
+        return [counted.get(i, up_to) for i in range(len(requests))]
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """``SELECT COUNT(*) FROM (<query_for(request)>)``, run by the database through Spark's

@@ -140,10 +140,11 @@ class ParquetLakeReader:
             frame = frame.where(spark_col(model.organization_column) == F.lit(request.tenant_id))
         return to_model_columns(frame, model)
 
-    def windows_with_rows(self, spark: SparkSession, requests: list[ReadRequest]) -> list[bool] | None:
-        """Which windows hold a row, from one Spark job over their whole range: the distinct
-        buckets (as long as the shortest window) that the tenant's last-modified values fall in; a
-        window holds a row if a bucket it overlaps does. A timestamp column only (else ``None``)."""
+    def window_rows(self, spark: SparkSession, requests: list[ReadRequest], up_to: int) -> list[int] | None:
+        """How many rows each window may read, from one Spark job over their whole range: the
+        tenant's rows counted per bucket (as long as the shortest window) of last-modified values;
+        a window may read the rows of every bucket it overlaps (so never fewer than it reads).
+        A timestamp column only (else ``None``)."""
         from pyspark.sql import functions as F
 
         if not requests or requests[0].model.change_column.kind != "timestamp":
@@ -154,19 +155,19 @@ class ParquetLakeReader:
         step_us = max(1, min(int((r.bounds.upper - r.bounds.lower) / MICROSECOND) for r in requests))
         lm = spark_col(requests[0].model.last_modified.destination_name)
         bucket = F.floor(F.unix_micros(lm) / F.lit(step_us))
-        found = self._spark_step(whole, f"finding the windows with rows in {self._what_is_read(whole)}",
-                                 self.read(spark, whole).select(bucket.alias("b")).distinct().collect)
-        buckets = sorted(row.b for row in found if row.b is not None)
-        if len(buckets) < len(found):  # a NULL last-modified value: every window reads (and refuses) it
-            return [True] * len(requests)
+        found = self._spark_step(whole, f"counting the rows of {self._what_is_read(whole)} by window",
+                                 self.read(spark, whole).groupBy(bucket.alias("b")).count().collect)
+        if any(row.b is None for row in found):  # a NULL last-modified value: every window reads (and refuses) it
+            return None
+        found = sorted((row.b, row["count"]) for row in found)
+        buckets = [b for b, _ in found]
 
-        def holds_rows(request: ReadRequest) -> bool:
-            first = _micros(request.bounds.lower) // step_us
-            last = (_micros(request.bounds.upper) - 1) // step_us
-            i = bisect.bisect_left(buckets, first)
-            return i < len(buckets) and buckets[i] <= last
+        def rows_of(request: ReadRequest) -> int:
+            first = bisect.bisect_left(buckets, _micros(request.bounds.lower) // step_us)
+            last = bisect.bisect_right(buckets, (_micros(request.bounds.upper) - 1) // step_us)
+            return min(up_to, sum(n for _, n in found[first:last]))
 
-        return [holds_rows(r) for r in requests]
+        return [rows_of(r) for r in requests]
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """The rows of :meth:`read`, counted by Spark (its filters are pushed into the Parquet

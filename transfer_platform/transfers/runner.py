@@ -13,7 +13,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
 from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.connections import spark_error_reason
@@ -25,13 +28,18 @@ from transfer_platform.core.planning import (
 from transfer_platform.core.timeutil import from_epoch_seconds, isoformat
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
-from transfer_platform.destinations.base import DestinationWriter, WindowLoad, WindowResult
+from transfer_platform.destinations.base import (
+    DestinationWriter,
+    WindowLoad,
+    WindowResult,
+    arrow_schema,
+)
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.phases import log_phase
 from transfer_platform.sources.base import ReadRequest, SourceReader, reader_for
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 _LOG = logging.getLogger("transfer_platform.transfer")
 
@@ -85,9 +93,6 @@ def transfer_model(
     A full refresh (asked for, or left unfinished by an earlier transfer) loads a table built
     aside and yields the published live state last, once that table has replaced the live one.
     """
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
     config = request.config
     destination = config.destination(request.destination)
     recipient = config.recipient(destination.recipient)
@@ -109,61 +114,163 @@ def transfer_model(
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
               built_aside=refreshing, watermark=state.watermark)
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
-    holding_rows = _windows_with_rows(reader, request.spark, reads)
-    checked = False  # the source's columns and last-modified kind, checked by the first read
-    for window, read in zip(planned, reads, strict=True):
-        bounds = window.bounds
-        load = WindowLoad(model=model, transfer_id=request.transfer_id, progress=bounds.progress,
-                          configured_start=windowing.configured_start, into_refresh=refreshing)
-        if not next(holding_rows):
-            if not checked:  # made, not run: the reader's checks without a Spark job
-                reader.read(request.spark, read)
-                checked = True
-            result = request.writer.write_empty(load)
-            log_phase("load", **ids, read_from=bounds.lower, read_until=bounds.upper, rows_transferred=0,
-                      empty=True, watermark=result.state.watermark)
-            key = None if window.partition is None else windowing.partition_key(window.partition)
-            yield WindowOutcome(window, result, key, refreshing)
-            continue
-        log_phase("read", **ids, read_from=bounds.lower, read_until=bounds.upper)
-        frame = reader.read(request.spark, read)
-        checked = True
-        try:
-            result = request.writer.write_window(frame, load)
-        except (Py4JJavaError, PySparkException) as exc:
-            # Spark reads lazily: a bad value (a failed cast, a NULL key) surfaces while staging.
-            # As a DataError it names the model and does not stop the transfer's other models.
-            raise DataError(
-                f"reading or staging the window {isoformat(bounds.lower)} <= last_modified < "
-                f"{isoformat(bounds.upper)} failed: {spark_error_reason(exc)}",
-                model=model.model_name, destination=destination.name,
-                fix="check that each column's data_type matches the source values, that the "
-                    "primary key columns hold no NULLs and that source_query runs",
-            ) from None
-        log_phase("load", **ids, rows_transferred=result.rows_transferred,
-                  delta_rows_transferred=result.delta_rows_transferred, rows_deleted=result.rows_deleted,
-                  volume_bytes=result.volume_bytes, watermark=result.state.watermark)
-        key = None if window.partition is None else windowing.partition_key(window.partition)
-        yield WindowOutcome(window, result, key, refreshing)
+    move = _WindowMover(request, model, reader, windowing, refreshing, ids)
+    for step, indices in _steps(_window_rows(reader, request.spark, reads)):
+        if step == "empty":
+            yield move.empty(planned[indices[0]], reads[indices[0]])
+        elif step == "together":
+            yield from move.together([planned[i] for i in indices], [reads[i] for i in indices])
+        else:
+            yield move.alone(planned[indices[0]], reads[indices[0]])
     if refreshing:
         published = request.writer.publish_refresh(model, request.transfer_id)
         log_phase("publish", **ids, watermark=published.watermark)
         yield published
 
 
-#: windows asked at once which of them hold rows: the answer is at most this many windows old
+#: windows asked at once how many rows they hold: the answer is at most this many windows old
 #: when a window is read (a row committed meanwhile is found by the next transfer's lookback)
 LOOKAHEAD_WINDOWS = 200
+#: neighbouring windows that read at most this many rows in all are read together, in one Spark
+#: job, into this process as Arrow (so this bounds its memory), then committed one by one; a
+#: window that may read more is read alone and staged by Spark's executors
+RUN_ROWS = 50_000
+#: at most this many windows in one such Spark job (a union of their reads)
+RUN_WINDOWS = 64
 
 
-def _windows_with_rows(reader: SourceReader, spark: SparkSession, reads: list[ReadRequest]) -> Iterator[bool]:
-    """For each read in turn, whether it may hold a row: asked of the source ``LOOKAHEAD_WINDOWS``
-    windows at a time, just before they are moved, so that an empty window costs no Spark job
-    and no staging."""
+def _window_rows(reader: SourceReader, spark: SparkSession, reads: list[ReadRequest]) -> Iterator[int | None]:
+    """For each read in turn, how many rows it may hold (up to ``RUN_ROWS + 1``; ``None``: not
+    known): asked of the source ``LOOKAHEAD_WINDOWS`` windows at a time, just before they are
+    moved, so that an empty window costs no Spark job and no staging."""
     for start in range(0, len(reads), LOOKAHEAD_WINDOWS):
         chunk = reads[start:start + LOOKAHEAD_WINDOWS]
-        answer = reader.windows_with_rows(spark, chunk)
-        yield from answer if answer is not None else [True] * len(chunk)
+        answer = reader.window_rows(spark, chunk, RUN_ROWS + 1)
+        yield from answer if answer is not None else [None] * len(chunk)
+
+
+def _steps(sizes: Iterator[int | None]) -> Iterator[tuple[str, list[int]]]:
+    """How the windows (by index, in order) are moved: ``("empty", [i])`` holds no row,
+    ``("together", [i, j, ...])`` neighbours read in one Spark job (``RUN_ROWS``, ``RUN_WINDOWS``),
+    ``("alone", [i])`` read and staged on its own (large, or of unknown size)."""
+    run: list[int] = []
+    rows = 0
+    for i, size in enumerate(sizes):
+        if run and (size is None or size == 0 or rows + size > RUN_ROWS or len(run) == RUN_WINDOWS):
+            yield "together", run
+            run, rows = [], 0
+        if size == 0:
+            yield "empty", [i]
+        elif size is None or size > RUN_ROWS:
+            yield "alone", [i]
+        else:
+            run.append(i)
+            rows += size
+    if run:
+        yield "together", run
+
+
+class _WindowMover:
+    """Moves one model's windows for :func:`transfer_model`, each committed and reported on its own."""
+
+    def __init__(self, request: TransferRequest, model: ModelConfig, reader: SourceReader,
+                 windowing: ModelWindowing, refreshing: bool, ids: dict[str, Any]) -> None:
+        self.request, self.model, self.reader = request, model, reader
+        self.windowing, self.refreshing, self.ids = windowing, refreshing, ids
+        self.checked = False  # the source's columns and last-modified kind, checked by a first read
+
+    def _load(self, window: PlannedWindow) -> WindowLoad:
+        return WindowLoad(model=self.model, transfer_id=self.request.transfer_id, progress=window.bounds.progress,
+                          configured_start=self.windowing.configured_start, into_refresh=self.refreshing)
+
+    def _outcome(self, window: PlannedWindow, result: WindowResult) -> WindowOutcome:
+        key = None if window.partition is None else self.windowing.partition_key(window.partition)
+        return WindowOutcome(window, result, key, self.refreshing)
+
+    def _read(self, read: ReadRequest) -> DataFrame:
+        frame = self.reader.read(self.request.spark, read)
+        self.checked = True
+        return frame
+
+    def empty(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
+        """A window with no row: its state alone (the first one's frame is made, not run, so
+        that the reader's checks of columns and kinds still apply)."""
+        if not self.checked:
+            self._read(read)
+        result = self.request.writer.write_empty(self._load(window))
+        log_phase("load", **self.ids, read_from=window.bounds.lower, read_until=window.bounds.upper,
+                  rows_transferred=0, empty=True, watermark=result.state.watermark)
+        return self._outcome(window, result)
+
+    def alone(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
+        bounds = window.bounds
+        log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper)
+        frame = self._read(read)
+        with self._spark_errors(bounds.lower, bounds.upper):
+            result = self.request.writer.write_window(frame, self._load(window))
+        self._log_load(result)
+        return self._outcome(window, result)
+
+    def together(self, windows: list[PlannedWindow], reads: list[ReadRequest]) -> Iterator[WindowOutcome]:
+        """Small windows (one, or neighbours): one Spark job reads them all (a union of their own reads,
+        each row tagged with its window) into this process as Arrow; each window is then checked
+        and committed on its own. If that job fails, each window is moved alone, so that those
+        before the bad one commit and the error names its window."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
+        log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows))
+        frames = [self._read(read).withColumn(WINDOW_COLUMN, F.lit(i)) for i, read in enumerate(reads)]
+        try:
+            with self._spark_errors(lower, upper):
+                table = reduce(lambda a, b: a.unionByName(b), frames).toArrow()
+        except DataError as exc:
+            if _cancelled(exc):
+                raise
+            _LOG.debug("reading %d windows together failed (%s); each is read alone", len(windows), exc)
+            for window, read in zip(windows, reads, strict=True):
+                yield self.alone(window, read)
+            return
+        schema = arrow_schema(self.model)
+        tags = table.column(WINDOW_COLUMN)
+        for i, window in enumerate(windows):
+            batch = table.filter(pc.equal(tags, i)).select(schema.names).cast(schema)
+            result = self.request.writer.write_arrow(batch, self._load(window))
+            self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper)
+            yield self._outcome(window, result)
+
+    def _log_load(self, result: WindowResult, **where: Any) -> None:
+        log_phase("load", **self.ids, **where, rows_transferred=result.rows_transferred,
+                  delta_rows_transferred=result.delta_rows_transferred, rows_deleted=result.rows_deleted,
+                  volume_bytes=result.volume_bytes, watermark=result.state.watermark)
+
+    @contextmanager
+    def _spark_errors(self, lower: datetime, upper: datetime) -> Iterator[None]:
+        """Spark reads lazily: a bad value (a failed cast, a NULL key) surfaces while staging. As a
+        DataError it names the model and does not stop the transfer's other models."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        try:
+            yield
+        except (Py4JJavaError, PySparkException) as exc:
+            raise DataError(
+                f"reading or staging the window {isoformat(lower)} <= last_modified < "
+                f"{isoformat(upper)} failed: {spark_error_reason(exc)}",
+                model=self.model.model_name, destination=self.request.destination,
+                fix="check that each column's data_type matches the source values, that the "
+                    "primary key columns hold no NULLs and that source_query runs",
+            ) from None
+
+
+#: the column that tags each row of windows read together with its window
+WINDOW_COLUMN = "__tp_window"
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """Whether a Spark error is the cancellation of the job (PySpark's SIGINT handler cancels
+    every job): an interrupt, never a reason to read again."""
+    return "cancel" in str(exc).lower()
 
 
 class PartitionTally:

@@ -19,6 +19,7 @@ import pytest
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import delta
 from transfer_platform.destinations.delta import STAGING_DIR, DeltaWriter, read_state
+from transfer_platform.transfers import runner
 from transfer_platform_tests.integration import helpers
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
@@ -42,6 +43,7 @@ NOW = day(3, 2) + timedelta(hours=1)  # windows [3/1, 3/2) (every row) and [3/2,
 LATER = day(3, 3) + timedelta(hours=1)
 BATCH = 1_000  # BATCH_ROWS in these tests
 WINDOW = 25_000  # rows in the big window: 25 batches
+LOOKBACK = timedelta(seconds=300)  # the Parquet source's: each read starts this long before the high watermark
 
 
 def big_window(count: int, *, seed: int = 1, start_id: int = 1) -> list:
@@ -61,7 +63,10 @@ def staged_files(tables: DeltaTables) -> list[str]:
 
 @pytest.fixture
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of ``BATCH`` rows, and every window with more rows than that read alone and
+    staged by the executors (not read with its neighbours into this process)."""
     monkeypatch.setattr(delta, "BATCH_ROWS", BATCH)
+    monkeypatch.setattr(runner, "RUN_ROWS", BATCH)
 
 
 @pytest.fixture
@@ -103,27 +108,40 @@ def test_a_window_larger_than_the_batch_size_moves_exactly(spark, lake_setup):
 
     assert second.status == "SUCCESS", second.error
     # re-read too, unchanged: the rows of the parquet source's 300 s lookback before the high watermark
-    reread = [r for r in mine if r[0] not in later and r[2] >= state.high_watermark - timedelta(seconds=300)]
+    reread = [r for r in mine if r[0] not in later and r[2] >= state.high_watermark - LOOKBACK]
     assert reread
     assert second.rows_transferred == len(later) + len(added) + len(reread)
     assert second.delta_rows_transferred == len(later) + len(added)
     assert delivered(tables) == tenant_rows([later.get(r[0], r) for r in rows] + added, TENANT)
-    assert read_state(tables.table()).high_watermark == max(r[2] for r in later.values())
+    assert read_state(tables.table()).high_watermark == max(r[2] for r in [*later.values(), *added])
     assert staged_files(tables) == []
 
 
-def peak_arrow_bytes(run) -> int:  # noqa: ANN001
+def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]:  # noqa: ANN001
     """The most Arrow memory (pyarrow's pools, in this process) held above what was held before,
-    sampled every millisecond while ``run()`` runs."""
+    sampled every millisecond while ``run()`` runs, outside delta-rs's MERGE (which builds its
+    hash join from the source in memory of its own: delta-rs's part, not ours); and what each
+    MERGE was handed as its source."""
     base = pa.total_allocated_bytes()
-    peak, done = base, threading.Event()
+    peak, done, merging, sources = base, threading.Event(), threading.Event(), []
+    merge = DeltaWriter._merge
+
+    def watched(self, path, table, state, source, staged, load):  # noqa: ANN001, ANN202, PLR0913
+        sources.append(source)
+        merging.set()
+        try:
+            return merge(self, path, table, state, source, staged, load)
+        finally:
+            merging.clear()
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, pa.total_allocated_bytes())
+            if not merging.is_set():
+                peak = max(peak, pa.total_allocated_bytes())
             done.wait(0.001)
 
+    monkeypatch.setattr(DeltaWriter, "_merge", watched)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
@@ -131,12 +149,14 @@ def peak_arrow_bytes(run) -> int:  # noqa: ANN001
     finally:
         done.set()
         sampler.join()
-    return peak - base
+        monkeypatch.setattr(DeltaWriter, "_merge", merge)
+    return peak - base, sources
 
 
-def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, small_batches):
-    """A window of 4N rows costs this process no more Arrow memory than one of N: a few batches,
-    not the window (which the old path held whole, as ``DataFrame.toArrow``)."""
+def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, small_batches, monkeypatch):
+    """A window of 4N rows costs this process no more Arrow memory than one of N while it is read,
+    staged and checked: a few batches, not the window (which the old path held whole, as
+    ``DataFrame.toArrow``); the MERGE is handed a stream of batches, not a table."""
     peaks, sizes = {}, {}
     for count in (20_000, 80_000):
         lake, root = tmp_path / f"lake{count}", tmp_path / f"delta{count}"
@@ -149,13 +169,14 @@ def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, 
             nonlocal summary
             summary = transfer(spark, config, NOW)
 
-        peaks[count] = peak_arrow_bytes(run)
+        peaks[count], sources = peak_arrow_bytes(run, monkeypatch)
         assert summary.status == "SUCCESS", summary.error
         assert summary.rows_transferred == count
+        assert any(isinstance(source, pa.RecordBatchReader) for source in sources), sources
+        assert not any(isinstance(source, pa.Table) for source in sources), sources
         sizes[count] = DeltaTables(str(root)).table().to_pyarrow_table().nbytes  # the window, in Arrow
     batch_bytes = sizes[80_000] / 80_000 * BATCH
-    # readahead: a staged file's row group and a few decoded batches; pyarrow rounds allocations
-    bound = 32 * batch_bytes + 2**20
+    bound = 32 * batch_bytes + 2**20  # pyarrow rounds allocations
     assert peaks[80_000] < bound, (peaks, sizes, bound)
     assert peaks[20_000] < bound, (peaks, sizes, bound)
     assert peaks[80_000] < sizes[80_000] / 4, (peaks, sizes)
@@ -179,8 +200,9 @@ def test_a_bad_row_in_a_big_window_is_refused_and_nothing_is_committed(spark, la
     assert failed.status == "ERROR"
     assert failed.error_type == "DataError"
     assert f"model '{MODEL}'" in failed.error
-    if bad == "duplicate":  # the row itself and its two copies
-        assert f"duplicate primary key in one batch: id={key!r} appears 3 times" in failed.error
+    if bad == "duplicate":  # its two copies (the row itself is before the read's start)
+        assert read_state(tables.table()).high_watermark - LOOKBACK > next(r[2] for r in rows if r[0] == key)
+        assert f"duplicate primary key in one batch: id={key!r} appears 2 times" in failed.error
     else:
         assert "a row has a NULL primary key value (id) at key id=None" in failed.error
     assert tables.table().version() == version
@@ -265,6 +287,8 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
     after = transfer(spark, config, LATER, transfer_id="next")
 
     assert after.status == "SUCCESS", after.error
-    assert after.rows_transferred == len(added)
+    high = max(r[2] for r in rows if r[1] == TENANT)
+    reread = [r for r in rows if r[1] == TENANT and r[2] >= high - LOOKBACK]  # the lookback, read again
+    assert (after.rows_transferred, after.delta_rows_transferred) == (len(added) + len(reread), len(added))
     assert delivered(tables) == tenant_rows(rows + added, TENANT)
     assert staged_files(tables) == []
