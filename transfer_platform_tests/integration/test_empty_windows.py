@@ -3,8 +3,8 @@
 From the seeds: a model's ``max_transfer_time_window_seconds`` is the largest increment a commit
 may cover, so a backfill of a sparse tenant is many windows, most of them empty; each still moves
 the watermark on by itself (a failure later resumes after the last one). The source is asked once
-per batch of windows which of them hold the tenant's rows (PostgreSQL: an ``EXISTS`` per window in
-one query, no Spark); only those are read by Spark and staged.
+per batch of windows how many of the tenant's rows each holds (PostgreSQL: a bounded ``COUNT``
+per window in one query, no Spark); only those holding rows are read by Spark.
 
 The expectation of which windows hold rows comes from the rows themselves: a window holds a row
 when one of the tenant's rows has its last-modified value inside the window's read bounds (or is
@@ -102,14 +102,16 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
     writer = writer_for(config.destination(DESTINATION))
-    staged = []  # the windows handed to Spark to read and stage (the real write runs)
-    write_window = writer.write_window
+    staged = []  # the windows Spark read, staged or into this process (the real writes run)
+    write_window, write_arrow = writer.write_window, writer.write_arrow
 
-    def recording(frame, load):  # noqa: ANN001, ANN202
-        staged.append(load.progress)
-        return write_window(frame, load)
+    def recording(write):  # noqa: ANN001, ANN202
+        def write_read_window(batch, load):  # noqa: ANN001, ANN202
+            staged.append(load.progress)
+            return write(batch, load)
+        return write_read_window
 
-    writer.write_window = recording
+    writer.write_window, writer.write_arrow = recording(write_window), recording(write_arrow)
     try:
         (summary,) = run_transfer(
             TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",

@@ -1,0 +1,171 @@
+"""Small neighbouring windows are read in one Spark job, and each still commits on its own.
+
+From the seeds: ``max_transfer_time_window_seconds`` is the largest increment a commit may cover,
+so a backfill is many windows, each committing its rows and moving the watermark on by itself.
+Reading each in a Spark job of its own made a window's fixed cost that of a job; the source now
+says how many rows each window holds (a bounded ``COUNT`` per window, one query), neighbours of at
+most ``RUN_ROWS`` rows in all are read by one Spark job into the transferring process, and each is
+then checked and committed alone. A window larger than that is read alone and staged by Spark.
+
+Expectations come from the rows: a window holds the rows whose last-modified value is inside its
+read bounds; every window commits in order with its own watermark; the destination ends equal to
+the tenant's rows. A bad row in a later window leaves the earlier ones committed.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from transfer_platform.config import parse_config
+from transfer_platform.destinations.base import writer_for
+from transfer_platform.transfers import runner
+from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform_tests.conftest import pg_connection_config
+from transfer_platform_tests.integration.helpers import (
+    DESTINATION,
+    create_events,
+    day,
+    events_model,
+    insert_rows,
+    source_rows,
+)
+from transfer_platform_tests.integration.test_empty_windows import delivered
+
+pytestmark = pytest.mark.integration
+
+TENANT, OTHER = "tenant'one", "other"
+MIN_START = day(1, 1)
+NOW = day(1, 8) + timedelta(hours=5)  # daily windows from Jan 1st: 8 of them, the last in progress
+# Jan 1st..5th hold 1..5 rows of the tenant (neighbours), Jan 6th none, Jan 7th 12 rows
+ROWS = ([(100 * d + k, TENANT, day(1, d) + timedelta(hours=k, microseconds=d), f"{100 * d + k}")
+         for d in range(1, 6) for k in range(d)]
+        + [(700 + k, TENANT, day(1, 7) + timedelta(minutes=k), f"{700 + k}") for k in range(12)])
+OTHERS = [(5000 + d, OTHER, day(1, d) + timedelta(hours=3), "x") for d in range(1, 9)]
+
+
+def config_for(vendor: str, source_schema: str, where, payload_type: str = "string") -> object:  # noqa: ANN001
+    connection = {"postgres": pg_connection_config(where), "delta": {"path": str(where)},
+                  "local": {"path": str(where)}}[vendor]
+    destination = {"name": DESTINATION, "recipient": "rcpt", "vendor": vendor, "connection": connection}
+    if vendor == "local":
+        destination["signing_key"] = "${TP_TEST_SIGNING_KEY}"
+    model = events_model(f"{source_schema}.events", min_start=MIN_START)
+    model["columns"][3]["data_type"] = payload_type
+    return parse_config({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [model],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "destinations": [destination],
+    }, now=NOW)
+
+
+def holding(outcomes: list) -> list:
+    return [o for o in outcomes if any(o.planned.bounds.lower <= r[2] < o.planned.bounds.upper for r in ROWS)]
+
+
+def run(spark, config) -> tuple:  # noqa: ANN001
+    """One transfer, recording each window's outcome and how each read window was written:
+    ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged."""
+    writer = writer_for(config.destination(DESTINATION))
+    outcomes, writes = [], []
+    write_window, write_arrow = writer.write_window, writer.write_arrow
+
+    def recording(how, write):  # noqa: ANN001, ANN202
+        def written(batch, load):  # noqa: ANN001, ANN202
+            writes.append((how, load.progress))
+            return write(batch, load)
+        return written
+
+    writer.write_window, writer.write_arrow = recording("staged", write_window), recording("arrow", write_arrow)
+    try:
+        (summary,) = run_transfer(
+            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
+                            now=NOW), config.models_for(config.destination(DESTINATION)),
+            on_window=lambda model, outcome: outcomes.append(outcome))
+    finally:
+        writer.close()
+    return summary, outcomes, writes
+
+
+@pytest.fixture
+def spark_jobs(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The windows of each joint read (one Spark job each; the real read runs)."""
+    jobs = []
+    together = runner._WindowMover.together
+
+    def recording(self, windows, reads):  # noqa: ANN001, ANN202
+        jobs.append([w.bounds.progress for w in windows])
+        return together(self, windows, reads)
+
+    monkeypatch.setattr(runner._WindowMover, "together", recording)
+    return jobs
+
+
+@pytest.mark.parametrize("vendor", ["postgres", "delta", "local"])
+def test_neighbouring_small_windows_share_a_spark_job_and_commit_one_by_one(
+        spark, pg_conn, pg_schema, dst_schema, tmp_path, monkeypatch, spark_jobs, vendor) -> None:
+    from transfer_platform.destinations.manifests import new_signing_key
+
+    monkeypatch.setenv("TP_TEST_SIGNING_KEY", new_signing_key()[0])
+    monkeypatch.setattr(runner, "RUN_ROWS", 10)  # Jan 1st..4th: 10 rows; Jan 5th starts another run
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, ROWS + OTHERS)
+    where = dst_schema if vendor == "postgres" else tmp_path / "dest"
+    config = config_for(vendor, pg_schema, where)
+
+    summary, outcomes, writes = run(spark, config)
+
+    assert summary.status == "SUCCESS", summary.error
+    assert [o.planned.bounds.progress.end for o in outcomes] == [day(1, d) for d in range(2, 9)] + [NOW]
+    assert [o.result.state.watermark for o in outcomes] == [o.planned.bounds.progress.end for o in outcomes]
+    full = holding(outcomes)
+    assert [o.result.rows_transferred for o in full] == [1, 2, 3, 4, 5, 12]
+    progress = [o.planned.bounds.progress for o in full]
+    # one job for Jan 1st..4th (10 rows), one for Jan 5th (the 6th is empty, the 7th too big)
+    assert spark_jobs == [progress[:4], progress[4:5]]
+    assert writes == [("arrow", p) for p in progress[:5]] + [("staged", progress[5])]
+    assert delivered(vendor, pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
+    assert summary.state.high_watermark == max(r[2] for r in ROWS)
+
+
+def test_a_duplicate_key_in_a_later_window_leaves_the_earlier_windows_committed(
+        spark, pg_conn, pg_schema, tmp_path, spark_jobs) -> None:
+    from deltalake import DeltaTable
+
+    from transfer_platform.destinations.delta import read_state
+
+    create_events(pg_conn, pg_schema, primary_key=False)
+    copy = (300, TENANT, day(1, 3) + timedelta(hours=20), "the same key again")
+    insert_rows(pg_conn, pg_schema, ROWS + OTHERS + [copy])
+    config = config_for("delta", pg_schema, tmp_path / "dest")
+
+    summary, outcomes, _ = run(spark, config)
+
+    assert summary.status == "ERROR"
+    assert "duplicate primary key in one batch: id=300 appears 2 times" in summary.error
+    assert len(spark_jobs) == 1  # Jan 1st..5th in one job; the model stops at its bad window
+    assert [o.planned.bounds.progress.end for o in outcomes] == [day(1, 2), day(1, 3)]  # Jan 1st, 2nd
+    table = DeltaTable(str(tmp_path / "dest" / "events"))
+    assert read_state(table).watermark == day(1, 3)
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == sorted(
+        r[0] for r in ROWS if r[2] < day(1, 3))
+
+
+def test_a_window_that_fails_in_spark_is_named_after_the_earlier_ones_commit(
+        spark, pg_conn, pg_schema, tmp_path, spark_jobs) -> None:
+    """A value Spark cannot cast fails the joint job; each window is then read alone, so the
+    windows before the bad one commit and the error names the bad window's bounds."""
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, ROWS + [(399, TENANT, day(1, 3) + timedelta(hours=21), "not a number")])
+    config = config_for("delta", pg_schema, tmp_path / "dest", payload_type="integer")
+
+    summary, outcomes, _ = run(spark, config)
+
+    assert summary.status == "ERROR", summary
+    assert summary.error_type == "DataError"
+    assert "<= last_modified < 2024-01-04T00:00:00.000000+00:00 failed" in summary.error  # Jan 3rd's read
+    assert "'not a number'" in summary.error
+    assert [o.planned.bounds.progress.end for o in outcomes] == [day(1, 2), day(1, 3)]
+    assert len(spark_jobs[0]) > 1  # the joint read was tried first
