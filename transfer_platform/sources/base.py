@@ -43,6 +43,11 @@ class SourceReader(Protocol):
         for a window that holds no row (it is not read). ``None`` when it cannot tell (each
         window is then read on its own)."""
 
+    def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
+        """The rows of each of ``requests`` (neighbouring windows of one model and tenant), as
+        :meth:`read` returns them, in one frame (one Spark job), each row with the index of its
+        window in ``WINDOW_COLUMN`` (a row in two windows' bounds, their lookback, comes twice)."""
+
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """How many rows :meth:`read` would return for ``request``, counted where the rows are
         (a ``COUNT`` run by the database, or the Parquet scan with the read's filters) without
@@ -79,8 +84,23 @@ def spark_col(name: str) -> Column:
     return F.col(quoted_name(name))
 
 
-def to_model_columns(frame: DataFrame, model: ModelConfig) -> DataFrame:
-    """Select the model's columns from a frame of source names, renamed and cast.
+#: the column that tags each row of windows read together with its window's index
+WINDOW_COLUMN = "__tp_window"
+
+
+def union_of_reads(reader: SourceReader, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
+    """:meth:`SourceReader.read_together` as the union of each window's own read."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F  # noqa: N812
+
+    frames = [reader.read(spark, r).withColumn(WINDOW_COLUMN, F.lit(i)) for i, r in enumerate(requests)]
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def to_model_columns(frame: DataFrame, model: ModelConfig, keep: tuple[str, ...] = ()) -> DataFrame:
+    """Select the model's columns from a frame of source names, renamed and cast (and the
+    columns named in ``keep``, as they are).
 
     One ``selectExpr`` of SQL text: the Column API costs three JVM round trips per column, a
     noticeable part of a small window's time. A text last-modified column is checked on the way:
@@ -94,7 +114,7 @@ def to_model_columns(frame: DataFrame, model: ModelConfig) -> DataFrame:
             cast = _checked_text(model, cast)
         return f"{cast} AS {quoted_name(c.destination_name)}"
 
-    return frame.selectExpr(*[select(c) for c in model.columns])
+    return frame.selectExpr(*[select(c) for c in model.columns], *[quoted_name(name) for name in keep])
 
 
 def _sql_string(text: str) -> str:

@@ -75,6 +75,7 @@ from transfer_platform.sources.base import (
     required_columns,
     spark_col,
     to_model_columns,
+    union_of_reads,
 )
 
 if TYPE_CHECKING:
@@ -404,6 +405,10 @@ class JdbcReader:
             return None
         counted = {int(window): int(n) for window, n in found}
         return [counted.get(i, up_to) for i in range(len(requests))]
+
+    def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
+        """Each window's own query (its partitions), all in one Spark job."""
+        return union_of_reads(self, spark, requests)
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """``SELECT COUNT(*) FROM (<query_for(request)>)``, run by the database through Spark's

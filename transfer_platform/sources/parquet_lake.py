@@ -31,6 +31,7 @@ from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
 from transfer_platform.sources.base import (
+    WINDOW_COLUMN,
     ReadRequest,
     check_last_modified_type,
     columns_mismatch,
@@ -42,7 +43,7 @@ from transfer_platform.sources.base import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from transfer_platform.probes import Check, Probe
 
@@ -122,7 +123,9 @@ class ParquetLakeReader:
             return
         probe.passed(name)
 
-    def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+    def _source_rows(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+        """The tenant's rows in the request's bounds (or with a NULL last-modified value), with
+        the source's column names and types."""
         from pyspark.sql import functions as F
 
         model = request.model
@@ -132,13 +135,30 @@ class ParquetLakeReader:
         if missing:
             raise columns_mismatch(request, self.source.name, missing, frame.columns)
         check_last_modified_type(frame, request, self.source.name)
-        lm = spark_col(model.last_modified.name_in_source)
-        bounds, kind = request.bounds, model.change_column  # compared in the column's own type
-        in_window = (lm >= F.lit(kind.bound(bounds.lower))) & (lm < F.lit(kind.bound(bounds.upper)))
-        frame = frame.where(in_window | lm.isNull())
+        frame = frame.where(_in_bounds(model, request.bounds) | _last_modified(model).isNull())
         if self.multi_tenant:
             frame = frame.where(spark_col(model.organization_column) == F.lit(request.tenant_id))
-        return to_model_columns(frame, model)
+        return frame
+
+    def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+        return to_model_columns(self._source_rows(spark, request), request.model)
+
+    def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
+        """One scan of the windows' whole range (not one per window: a scan lists the folder and
+        reads the files' footers), each row tagged with every window whose bounds hold its
+        last-modified value (a row in a lookback comes twice); a NULL one goes to the first
+        window, which refuses it."""
+        from pyspark.sql import functions as F
+
+        model = requests[0].model
+        lower = min(r.bounds.lower for r in requests)
+        upper = max(r.bounds.upper for r in requests)
+        whole = replace(requests[0], bounds=ReadBounds(lower, upper, Window(lower, upper)))
+        frame = self._source_rows(spark, whole)
+        tags = F.array(*[F.when(_in_bounds(model, r.bounds), F.lit(i)) for i, r in enumerate(requests)])
+        windows = F.when(_last_modified(model).isNull(), F.array(F.lit(0))).otherwise(
+            F.filter(tags, lambda tag: tag.isNotNull()))
+        return to_model_columns(frame.withColumn(WINDOW_COLUMN, F.explode(windows)), model, keep=(WINDOW_COLUMN,))
 
     def window_rows(self, spark: SparkSession, requests: list[ReadRequest], up_to: int) -> list[int] | None:
         """How many rows each window may read, from one Spark job over their whole range: the
@@ -380,6 +400,18 @@ def spark_view_name(name: str) -> str:
 
 
 MICROSECOND = timedelta(microseconds=1)
+
+
+def _last_modified(model: ModelConfig) -> Column:
+    return spark_col(model.last_modified.name_in_source)
+
+
+def _in_bounds(model: ModelConfig, bounds: ReadBounds) -> Column:
+    """``lower <= last-modified < upper``, compared in the column's own type."""
+    from pyspark.sql import functions as F
+
+    lm, kind = _last_modified(model), model.change_column
+    return (lm >= F.lit(kind.bound(bounds.lower))) & (lm < F.lit(kind.bound(bounds.upper)))
 
 
 def _micros(moment: datetime) -> int:

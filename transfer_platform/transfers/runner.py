@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
@@ -36,7 +35,7 @@ from transfer_platform.destinations.base import (
 )
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.phases import log_phase
-from transfer_platform.sources.base import ReadRequest, SourceReader, reader_for
+from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, SourceReader, reader_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -212,18 +211,17 @@ class _WindowMover:
         return self._outcome(window, result)
 
     def together(self, windows: list[PlannedWindow], reads: list[ReadRequest]) -> Iterator[WindowOutcome]:
-        """Small windows (one, or neighbours): one Spark job reads them all (a union of their own reads,
+        """Small windows (one, or neighbours): one Spark job reads them all (``read_together``:
         each row tagged with its window) into this process as Arrow; each window is then checked
         and committed on its own. If that job fails, each window is moved alone, so that those
         before the bad one commit and the error names its window."""
-        from pyspark.sql import functions as F  # noqa: N812
-
         lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
         log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows))
-        frames = [self._read(read).withColumn(WINDOW_COLUMN, F.lit(i)) for i, read in enumerate(reads)]
+        frame = self.reader.read_together(self.request.spark, reads)
+        self.checked = True
         try:
             with self._spark_errors(lower, upper):
-                table = reduce(lambda a, b: a.unionByName(b), frames).toArrow()
+                table = frame.toArrow()
         except DataError as exc:
             if _cancelled(exc):
                 raise
@@ -261,10 +259,6 @@ class _WindowMover:
                 fix="check that each column's data_type matches the source values, that the "
                     "primary key columns hold no NULLs and that source_query runs",
             ) from None
-
-
-#: the column that tags each row of windows read together with its window
-WINDOW_COLUMN = "__tp_window"
 
 
 def _cancelled(exc: BaseException) -> bool:

@@ -169,3 +169,44 @@ def test_a_window_that_fails_in_spark_is_named_after_the_earlier_ones_commit(
     assert "'not a number'" in summary.error
     assert [o.planned.bounds.progress.end for o in outcomes] == [day(1, 2), day(1, 3)]
     assert len(spark_jobs[0]) > 1  # the joint read was tried first
+
+
+def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> None:
+    """The lake scans the windows' whole range once and tags each row with its windows: the same
+    rows per window as each window's own read, a row in a lookback in both windows, a NULL
+    last-modified value in the first window (which refuses it), another tenant's rows in none."""
+    from transfer_platform.core.windows import ReadBounds, Window
+    from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, reader_for
+    from transfer_platform_tests.integration.helpers import lake_config
+    from transfer_platform_tests.integration.test_parquet_delta_path import write_lake
+
+    lookback = timedelta(seconds=300)
+    rows = [(1, TENANT, day(1, 1) + timedelta(hours=5), "a"),
+            (2, TENANT, day(1, 2) - timedelta(seconds=10), "in Jan 2nd's lookback"),
+            (3, TENANT, day(1, 2) + timedelta(hours=1), "b"), (4, TENANT, day(1, 3) + timedelta(hours=2), "c"),
+            (5, TENANT, None, "no last-modified value"), (6, OTHER, day(1, 2) + timedelta(hours=1), "x"),
+            (7, TENANT, day(1, 4) + timedelta(hours=1), "after the last window")]
+    write_lake(tmp_path / "lake", rows)
+    config = lake_config(tmp_path / "lake", tmp_path / "delta", tenant=TENANT, min_start=MIN_START)
+    model = config.models[0]
+    requests = [ReadRequest(model, TENANT, ReadBounds(day(1, d) - (lookback if d > 1 else timedelta()),
+                                                      day(1, d + 1), Window(day(1, d), day(1, d + 1))))
+                for d in (1, 2, 3)]
+    reader = reader_for(config.source("src"))
+
+    together = reader.read_together(spark, requests).toArrow()
+
+    def ids(table) -> list:  # noqa: ANN001
+        return sorted(table.column("id").to_pylist())
+
+    tags = together.column(WINDOW_COLUMN).to_pylist()
+    for i, request in enumerate(requests):
+        mine = together.filter([t == i for t in tags]).drop_columns([WINDOW_COLUMN])
+        alone = reader.read(spark, request).toArrow()
+        if i == 0:
+            assert ids(mine) == ids(alone) == [1, 2, 5]
+        else:  # the NULL row is read by every window alone, by the first one only together
+            assert ids(mine) == [i for i in ids(alone) if i != 5]
+        assert mine.sort_by("id").equals(alone.filter([r != 5 for r in alone.column("id").to_pylist()]).sort_by("id")
+                                         if i else alone.sort_by("id"))
+    assert ids(together.filter([t == 1 for t in tags])) == [2, 3]  # row 2 in Jan 2nd's lookback too
