@@ -117,6 +117,7 @@ class DeltaWriter:
     def __init__(self, destination: DeltaDestination) -> None:
         self.destination = destination
         self.name = destination.name
+        self._tables: dict[str, DeltaTable] = {}  # see _window_table
         connection = destination.connection
         self._locks = FolderLocks()  # the models' locks this writer holds
         if isinstance(connection, S3Connection):  # tables under s3://<bucket>/<prefix>/
@@ -131,7 +132,8 @@ class DeltaWriter:
             self.root = Path(connection.path)
 
     def close(self) -> None:
-        """Release the models' locks (delta-rs opens its files per call)."""
+        """Release the models' locks and forget the tables opened for windows."""
+        self._tables.clear()
         self._locks.release_all()
         self._s3_locks.release_all()
 
@@ -166,6 +168,15 @@ class DeltaWriter:
 
         return DeltaTable(location, storage_options=self.options)
 
+    def _window_table(self, location: str) -> DeltaTable:
+        """The table a window commits to, opened once per model's transfer (opening replays its
+        log, which grows by a commit per window): under the model's lock no one else commits to
+        it, and delta-rs brings the object up to date with each of our commits."""
+        table = self._tables.get(location)
+        if table is None:
+            table = self._tables[location] = self._open(location)
+        return table
+
     def _exists(self, location: str) -> bool:
         from deltalake import DeltaTable
 
@@ -181,6 +192,7 @@ class DeltaWriter:
     # -- protocol -----------------------------------------------------------------------------
 
     def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
+        self._tables.clear()  # opened again: what follows commits or replaces tables
         from deltalake import DeltaTable
 
         self.check()
@@ -220,7 +232,7 @@ class DeltaWriter:
         the window's staging is removed either way."""
         model = load.model
         path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
-        table = self._open(path)
+        table = self._window_table(path)
         state = read_state(table)
         folder = self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
                                            f"{uuid.uuid4().hex[:12]}")
@@ -246,7 +258,7 @@ class DeltaWriter:
         small): checked here, then one MERGE from memory; nothing is staged."""
         model = load.model
         path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
-        table = self._open(path)
+        table = self._window_table(path)
         state = read_state(table)
         refuse_bad_rows(batch, model, self.name)
         staged = _Staged.of_batch(batch, model, state)
@@ -258,10 +270,11 @@ class DeltaWriter:
         """The window holds no row: its state alone, in one (empty) commit; no Spark job."""
         model = load.model
         path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
-        table = self._open(path)
+        table = self._window_table(path)
         return self._merge(path, table, read_state(table), None, _Staged.empty(), load)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
+        self._tables.clear()  # opened again: what follows commits or replaces tables
         from deltalake import write_deltalake
 
         aside = self._open(self.refresh_path(model))
@@ -280,6 +293,7 @@ class DeltaWriter:
         changed since is left alone): one MERGE commit per batch of ``DELETE_BATCH_ROWS`` rows
         brought from Spark one partition at a time (memory stays flat), each carrying the
         model's current state."""
+        self._tables.clear()  # opened again: what follows commits or replaces tables
 
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
         schema = pa.schema([arrow_schema(model).field(c) for c in columns])
@@ -447,7 +461,15 @@ class DeltaWriter:
                source: pa.RecordBatchReader | pa.Table | None,
                staged: _Staged, load: WindowLoad) -> WindowResult:
         """One commit of ``source`` (the checked window, or ``None``: no row) into ``table``,
-        with the model's new state."""
+        with the model's new state. A failed commit makes the table be opened again."""
+        try:
+            return self._commit(table, state, source, staged, load)
+        except BaseException:
+            self._tables.pop(path, None)
+            raise
+
+    def _commit(self, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | pa.Table | None,
+                staged: _Staged, load: WindowLoad) -> WindowResult:
         from deltalake import write_deltalake
 
         model = load.model
@@ -478,7 +500,6 @@ class DeltaWriter:
                 predicate=None if deleted is None else f"NOT ({deleted})").execute()
             if model.removes_deleted_rows:
                 rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
-        table = self._open(path)
         if table.version() == before:  # nothing changed: record the state in an empty commit
             write_deltalake(table, arrow_schema(model).empty_table(), mode="append", commit_properties=commit)
         return WindowResult(staged.rows, staged.delta_rows, staged.volume, max_lm, new_state, rows_deleted)
