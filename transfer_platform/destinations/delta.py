@@ -37,13 +37,11 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
-from functools import partial
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
@@ -54,17 +52,13 @@ from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
     arrow_schema,
-    batch_changes,
-    duplicate_key_error,
     empty_frame,
-    newly_marked,
-    null_key_error,
-    null_last_modified_error,
     refuse_bad_rows,
     staging_suffix,
 )
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
+from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
@@ -237,13 +231,14 @@ class DeltaWriter:
         folder = self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
                                            f"{uuid.uuid4().hex[:12]}")
         try:
-            staged = self._stage(frame, model, state, folder)
+            staged = stage(frame, model, state, self._staging_location(folder), self.options,
+                           batch_rows=BATCH_ROWS)
             log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                       rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
-            self._refuse_bad_rows(staged, model)
+            refuse_staged(staged, model, self.name)
             source = None
             if staged.rows:
-                filesystem = _filesystem(self.options)
+                filesystem = staging_filesystem(self.options)
                 source = (pads.dataset(staged.files, schema=arrow_schema(model), format="parquet",
                                        filesystem=filesystem)
                           .scanner(batch_size=BATCH_ROWS, batch_readahead=_BATCH_READAHEAD,
@@ -261,7 +256,7 @@ class DeltaWriter:
         table = self._window_table(path)
         state = read_state(table)
         refuse_bad_rows(batch, model, self.name)
-        staged = _Staged.of_batch(batch, model, state)
+        staged = Staged.of_batch(batch, model, state)
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                   rows=staged.rows, in_memory_bytes=staged.volume)
         return self._merge(path, table, state, batch if batch.num_rows else None, staged, load)
@@ -271,7 +266,7 @@ class DeltaWriter:
         model = load.model
         path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
         table = self._window_table(path)
-        return self._merge(path, table, read_state(table), None, _Staged.empty(), load)
+        return self._merge(path, table, read_state(table), None, Staged.empty(), load)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         self._tables.clear()  # opened again: what follows commits or replaces tables
@@ -423,53 +418,26 @@ class DeltaWriter:
         ``s3://`` URI."""
         return f"{self.root}/{STAGING_DIR}/{model.model_name}" + (f"/{window}" if window else "")
 
+    def _staging_location(self, folder: str) -> str:
+        """``folder`` as pyarrow's file system (of :func:`staging_filesystem`) names it."""
+        return folder.removeprefix("s3://") if self.s3 is not None else str(Path(folder).resolve())
+
     def _drop_staging(self, location: str) -> None:
         self._remove(location)
 
-    def _stage(self, frame: DataFrame, model: ModelConfig, state: ModelState, folder: str) -> _Staged:
-        """Spark's executors write the window into ``folder`` (one Parquet file per non-empty
-        partition) and hand back one summary row per file: nothing of the window but that comes
-        to this process."""
-        from pyspark.sql import functions as F  # noqa: N812
-
-        schema = arrow_schema(model)
-        keys = [F.col(_spark_name(c.destination_name)) for c in model.primary_key]
-        where = _arrow_path(folder) if self.s3 is not None else str(Path(folder).resolve())
-        stage = partial(_stage_partition, folder=where, options=self.options, schema=schema,
-                        model=model, state=state, batch_rows=BATCH_ROWS)
-        rows = (frame.select(*[F.col(_spark_name(name)) for name in schema.names])
-                .repartition(*keys).sortWithinPartitions(*keys)
-                .mapInArrow(stage, _SUMMARY_DDL).collect())
-        return _Staged.of(rows, model)
-
-    def _refuse_bad_rows(self, staged: _Staged, model: ModelConfig) -> None:
-        """``refuse_bad_rows`` for the whole window, from the staged files' summaries: a NULL key
-        (by key column, in order), then a NULL last-modified value, then a duplicate key."""
-        keys = [c.destination_name for c in model.primary_key]
-        for key in keys:
-            found = staged.first(f"null_key:{key}")
-            if found is not None:
-                raise null_key_error(model, self.name, key, {k: found[k] for k in keys})
-        found = staged.first("null_last_modified")
-        if found is not None:
-            raise null_last_modified_error(model, self.name, {k: found[k] for k in keys})
-        found = staged.first("duplicate")
-        if found is not None:
-            raise duplicate_key_error(model, self.name, {k: found[k] for k in keys}, found[_COUNT])
-
     def _merge(self, path: str, table: DeltaTable, state: ModelState,
                source: pa.RecordBatchReader | pa.Table | None,
-               staged: _Staged, load: WindowLoad) -> WindowResult:
+               staged: Staged, load: WindowLoad) -> WindowResult:
         """One commit of ``source`` (the checked window, or ``None``: no row) into ``table``,
         with the model's new state. A failed commit makes the table be opened again."""
         try:
-            return self._commit(table, state, source, staged, load)
+            return self._commit_window(table, state, source, staged, load)
         except BaseException:
             self._tables.pop(path, None)
             raise
 
-    def _commit(self, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | pa.Table | None,
-                staged: _Staged, load: WindowLoad) -> WindowResult:
+    def _commit_window(self, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | pa.Table | None,
+                       staged: Staged, load: WindowLoad) -> WindowResult:
         from deltalake import write_deltalake
 
         model = load.model
@@ -507,213 +475,6 @@ class DeltaWriter:
     def _current_files(self, model: ModelConfig) -> list[str]:
 
         return self._open(self.table_path(model)).file_uris()
-
-
-# -- staging a window in Spark's executors ------------------------------------------------------
-
-_KIND, _COUNT = "__tp_kind", "__tp_count"
-#: what ``mapInArrow`` hands back per staged file (``summary``: an Arrow IPC stream of the rows
-#: a check found, and of the file's largest last-modified value)
-_SUMMARY_DDL = "file string, rows long, volume long, delta_rows long, marked long, summary binary"
-
-
-def _spark_name(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _arrow_path(location: str) -> str:
-    """A local path as it is; ``s3://bucket/key`` as pyarrow's S3 filesystem names it."""
-    return location.removeprefix("s3://")
-
-
-def _filesystem(options: dict[str, str] | None):  # -> pyarrow.fs.FileSystem
-    """pyarrow's file system for the destination: the local one, or S3 built from delta-rs's
-    storage options (the same endpoint, region, keys and addressing)."""
-    from urllib.parse import urlsplit
-
-    from pyarrow import fs
-
-    if options is None:
-        return fs.LocalFileSystem()
-    kwargs: dict = {"region": options.get("AWS_REGION"), "access_key": options.get("AWS_ACCESS_KEY_ID"),
-                    "secret_key": options.get("AWS_SECRET_ACCESS_KEY")}
-    endpoint = options.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        parts = urlsplit(endpoint)
-        kwargs |= {"endpoint_override": parts.netloc + parts.path.rstrip("/"), "scheme": parts.scheme,
-                   "force_virtual_addressing": options.get("AWS_FORCE_PATH_STYLE") != "true"}
-    return fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None})
-
-
-def _summary_schema(model: ModelConfig) -> pa.Schema:
-    schema = arrow_schema(model)
-    names = dict.fromkeys([c.destination_name for c in model.primary_key] + [model.last_modified.destination_name])
-    return pa.schema([schema.field(name) for name in names] + [(_KIND, pa.string()), (_COUNT, pa.int64())])
-
-
-class _Duplicates:
-    """The first key that repeats in a stream of batches sorted on the key, and how many times
-    it appears (its run may span batches); only the previous row's key is kept."""
-
-    def __init__(self, keys: list[str]) -> None:
-        self.keys = keys
-        self.previous: pa.Table | None = None  # the last row's key columns
-        self.found: pa.Table | None = None
-        self.count = 0
-        self._running = False  # the found key's run goes on into the next batch
-
-    def feed(self, batch: pa.Table) -> None:
-        rows = batch.num_rows
-        if not rows:
-            return
-        same = self._same_as_previous(batch)
-        start = 0
-        if self._running:
-            stop = _first(same, False, 0)
-            self.count += (rows if stop < 0 else stop)
-            self._running = stop < 0
-            start = rows if stop < 0 else stop
-        if self.found is None and start < rows:
-            at = _first(same, True, start)
-            if at >= 0:
-                self.found = batch.select(self.keys).slice(at, 1)
-                stop = _first(same, False, at + 1)
-                self.count = 2 + ((rows if stop < 0 else stop) - (at + 1))
-                self._running = stop < 0
-        self.previous = batch.select(self.keys).slice(rows - 1, 1)
-
-    def _same_as_previous(self, batch: pa.Table) -> pa.Array:
-        """Per row: whether its key equals the row's before it (NULLs never equal)."""
-        same = None
-        for key in self.keys:
-            column = batch.column(key).combine_chunks()
-            before = (self.previous.column(key).combine_chunks() if self.previous is not None
-                      else pa.nulls(1, column.type))
-            shifted = pa.concat_arrays([before, column.slice(0, len(column) - 1)])
-            equal = pc.fill_null(pc.equal(column, shifted), False)
-            same = equal if same is None else pc.and_(same, equal)
-        return same
-
-
-def _first(flags: pa.Array, value: bool, start: int) -> int:
-    """The index of the first ``value`` in ``flags`` from ``start``, or -1."""
-    if start >= len(flags):
-        return -1
-    found = pc.index(flags, value, start=start).as_py()
-    return -1 if found is None else found
-
-
-def _stage_partition(batches: Iterable[pa.RecordBatch], *, folder: str, options: dict[str, str] | None,
-                     schema: pa.Schema, model: ModelConfig, state: ModelState,
-                     batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """In an executor's Python worker: write one partition of the window (sorted on the key)
-    into one Parquet file under ``folder``, ``batch_rows`` rows per row group, and yield one
-    summary row for it (nothing for an empty partition)."""
-    import pyarrow.parquet as pq
-
-    filesystem = _filesystem(options)
-    summary_schema = _summary_schema(model)
-    keys = [c.destination_name for c in model.primary_key]
-    lm_name = model.last_modified.destination_name
-    duplicates = _Duplicates(keys)
-    found: dict[str, pa.Table] = {}  # check -> the first row it found
-    writer, path = None, f"{folder}/part-{uuid.uuid4().hex}.parquet"
-    rows = volume = delta_rows = marked = 0
-    largest = None
-    try:
-        for arrived in batches:
-            if not arrived.num_rows:
-                continue
-            batch = pa.Table.from_batches([arrived]).select(schema.names).cast(schema)
-            if writer is None:
-                if options is None:  # a folder; in a bucket, a folder marker would outlive the staging
-                    filesystem.create_dir(folder, recursive=True)
-                writer = pq.ParquetWriter(path, schema, filesystem=filesystem)
-            writer.write_table(batch, row_group_size=batch_rows)
-            rows += batch.num_rows
-            volume += batch.nbytes
-            delta_rows += batch_changes(batch, model, state)[1]
-            marked += newly_marked(batch, model, state)
-            for kind, column in [*((f"null_key:{k}", k) for k in keys), ("null_last_modified", lm_name)]:
-                if kind not in found:
-                    nulls = batch.filter(pc.is_null(batch.column(column)))
-                    if nulls.num_rows:
-                        found[kind] = nulls.slice(0, 1)
-            duplicates.feed(batch)
-            high = pc.max(batch.column(lm_name))
-            if high.is_valid and (largest is None or pc.greater(high, largest).as_py()):
-                largest = high
-    finally:
-        if writer is not None:
-            writer.close()
-    if writer is None:
-        return
-    if duplicates.found is not None:
-        found["duplicate"] = duplicates.found
-    parts = [_summary_row(table, kind, duplicates.count if kind == "duplicate" else 1, summary_schema)
-             for kind, table in found.items()]
-    if largest is not None:
-        parts.append(_summary_row(pa.table({lm_name: pa.array([largest.as_py()], largest.type)}), "max",
-                                  0, summary_schema))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, summary_schema) as stream:
-        for part in parts:
-            stream.write_table(part)
-    yield pa.RecordBatch.from_pylist(
-        [{"file": path, "rows": rows, "volume": volume, "delta_rows": delta_rows, "marked": marked,
-          "summary": sink.getvalue().to_pybytes()}],
-        schema=pa.schema([("file", pa.string()), ("rows", pa.int64()), ("volume", pa.int64()),
-                          ("delta_rows", pa.int64()), ("marked", pa.int64()), ("summary", pa.binary())]))
-
-
-def _summary_row(row: pa.Table, kind: str, count: int, schema: pa.Schema) -> pa.Table:
-    """One row of the summary: ``row``'s key and last-modified columns (NULL where it lacks one)."""
-    columns = [row.column(f.name).cast(f.type) if f.name in row.column_names else pa.nulls(1, f.type)
-               for f in schema if f.name not in (_KIND, _COUNT)]
-    return pa.Table.from_arrays([*columns, pa.array([kind]), pa.array([count], pa.int64())], schema=schema)
-
-
-class _Staged:
-    """A staged window as this process knows it: its files and what the executors summed up."""
-
-    def __init__(self, files: list[str], rows: int, volume: int, delta_rows: int, marked: int,
-                 found: pa.Table | None, max_last_modified: object) -> None:
-        self.files, self.rows, self.volume = files, rows, volume
-        self.delta_rows, self.marked = delta_rows, marked
-        self._found = found
-        self.max_last_modified = max_last_modified  # the last-modified column's value, or None
-
-    @classmethod
-    def empty(cls) -> _Staged:
-        return cls([], 0, 0, 0, 0, None, None)
-
-    @classmethod
-    def of(cls, rows: list, model: ModelConfig) -> _Staged:
-        summaries = [pa.ipc.open_stream(row["summary"]).read_all() for row in rows]
-        found = pa.concat_tables(summaries) if summaries else None
-        largest = None
-        if found is not None:
-            highs = found.filter(pc.equal(found.column(_KIND), "max")).column(model.last_modified.destination_name)
-            largest = pc.max(highs).as_py() if len(highs) else None
-        return cls([row["file"] for row in rows], sum(row["rows"] for row in rows),
-                   sum(row["volume"] for row in rows), sum(row["delta_rows"] for row in rows),
-                   sum(row["marked"] for row in rows), found, largest)
-
-    @classmethod
-    def of_batch(cls, batch: pa.Table, model: ModelConfig, state: ModelState) -> _Staged:
-        """What the executors would have summed up, for a window in memory (already checked)."""
-        _, delta_rows = batch_changes(batch, model, state)
-        largest = pc.max(batch.column(model.last_modified.destination_name)).as_py() if batch.num_rows else None
-        return cls([], batch.num_rows, batch.nbytes, delta_rows, newly_marked(batch, model, state), None, largest)
-
-    def first(self, kind: str) -> dict | None:
-        """The first row a check of ``kind`` found in any file (as Python values), or None."""
-        if self._found is None:
-            return None
-        rows = self._found.filter(pc.equal(self._found.column(_KIND), kind))
-        if not rows.num_rows:
-            return None
-        return rows.slice(0, 1).to_pylist()[0]
 
 
 def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
