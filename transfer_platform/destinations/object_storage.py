@@ -58,7 +58,8 @@ from transfer_platform.destinations.base import (
     refuse_bad_rows,
 )
 from transfer_platform.destinations.locks import FolderLocks
-from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects
+from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
+from transfer_platform.destinations.staging import Staged, refuse_staged, stage
 from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
@@ -71,6 +72,8 @@ if TYPE_CHECKING:
 #: how long a transfer waits for the lock of a model that another transfer holds
 LOCK_WAIT_SECONDS = 10
 BOOKKEEPING = "_transfer_platform"
+#: rows per row group of a large window's files (written by Spark's executors)
+BATCH_ROWS = 10_000
 
 
 class Store(Protocol):
@@ -87,6 +90,12 @@ class Store(Protocol):
         """Every object key under ``prefix`` (a folder-like prefix ending in '/')."""
 
     def delete(self, keys: list[str]) -> None: ...
+
+    def etag(self, key: str, md5: str) -> str:
+        """The ETag of an object written by pyarrow (``md5``: its content's)."""
+
+    def location(self, key: str) -> str:
+        """``key`` as pyarrow's file system (of ``staging_filesystem``) names it."""
 
 
 class FolderStore:
@@ -118,6 +127,14 @@ class FolderStore:
             return None
         except OSError as exc:
             raise self._failure("read", key, exc) from None
+
+    def etag(self, key: str, md5: str) -> str:
+        """A file written whole: its MD5, as a single-part S3 upload's ETag."""
+        return md5
+
+    def location(self, key: str) -> str:
+        """``key`` as pyarrow's local file system names it."""
+        return str((self.root / key).resolve())
 
     def keys(self, prefix: str) -> list[str]:
         folder = self.root / prefix
@@ -156,6 +173,9 @@ class ObjectStorageWriter:
         self._folder_locks = FolderLocks()
         self._s3_locks = S3Locks(self.store) if isinstance(self.store, S3Store) else S3Locks(None)
         self._transfers: dict[str, dict[str, Any]] = {}  # model -> this transfer's files and manifest
+        # pyarrow's S3 file system for the executors that write a large window's files
+        self._options = (None if destination.vendor == "local"
+                         else storage_options(destination.connection, f"destination '{destination.name}'"))
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -219,8 +239,31 @@ class ObjectStorageWriter:
         return Prepared(state, ModelState.from_json(refresh["state"]))
 
     def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
-        schema = arrow_schema(load.model)
-        return self._write_batch(frame.toArrow().select(schema.names).cast(schema), load)
+        """A window read alone (a large one): Spark's executors write its files where they are
+        delivered (one per partition, ``BATCH_ROWS`` rows per row group, their digests read back
+        there) and check it; only their summaries come here. A refused window's files are deleted
+        at once (a crash leaves them to the next transfer: no manifest names them)."""
+        model, name = load.model, load.model.model_name
+        transfer = self._transfers[name]
+        before = self._state_before(load)
+        transfer["settled"] = False  # until a manifest (or the refresh's list) names its files
+        folder = self._k(name, f"dt={transfer['dt']}")
+        staged = stage(frame, model, before, self.store.location(folder), self._options, batch_rows=BATCH_ROWS,
+                       file_prefix=f"part-{_safe(transfer['transfer_id'])}-", compression="zstd", digests=True)
+        keys = [f"{folder}/{file.rsplit('/', 1)[-1]}" for file in staged.files]
+        try:
+            refuse_staged(staged, model, self.name)
+            entries = [{"data_file_key": key, "sha256_checksum": sha256, "etag": self.store.etag(key, md5)}
+                       for key, (sha256, md5, _) in zip(keys, staged.digests, strict=True)]
+        except BaseException:
+            self.store.delete(keys)
+            transfer["settled"] = True  # nothing unnamed left
+            raise
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=name,
+                  rows=staged.rows, files=len(keys), bytes=sum(size for _, _, size in staged.digests))
+        staged.volume = sum(size for _, _, size in staged.digests)  # the files' bytes, as a window here
+        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
+        return self._commit_window(load, before, entries, max_lm, staged)
 
     def write_arrow(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
         """A window already read into this process (with others, in one Spark job)."""
@@ -230,17 +273,13 @@ class ObjectStorageWriter:
         return self._write_batch(arrow_schema(load.model).empty_table(), load)
 
     def _write_batch(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
+        """A window here as Arrow (small, or empty): checked, written as one file, committed."""
         model, name = load.model, load.model.model_name
         refuse_bad_rows(batch, model, self.name)
-        book = self._transfers[model.model_name]["book"]  # ours, under the lock
-        before = ModelState.from_json((book["refresh"] if load.into_refresh else book).get("state"))
-        max_lm, delta_rows = batch_changes(batch, model, before)
-        state = before.after_window(load.progress, batch_max_last_modified=max_lm,
-                                    configured_start=load.configured_start)
+        before = self._state_before(load)
         transfer = self._transfers[name]
-        transfer["start_time"] = transfer["start_time"] or load.progress.start.isoformat()
-        volume = 0
         transfer["settled"] = False  # until a manifest (or the refresh's list) names its file
+        entries, volume = [], 0
         if batch.num_rows:
             data = io.BytesIO()
             pq.write_table(batch, data, compression="zstd")
@@ -249,10 +288,28 @@ class ObjectStorageWriter:
             key = self._k(name, f"dt={transfer['dt']}",
                           f"part-{_safe(transfer['transfer_id'])}-{uuid.uuid4().hex[:12]}.parquet")
             etag = self.store.put(key, data)
-            entry = {"data_file_key": key, "sha256_checksum": hashlib.sha256(data).hexdigest(), "etag": etag}
-            (book["refresh"]["files"] if load.into_refresh else transfer["files"]).append(entry)
+            entries.append({"data_file_key": key, "sha256_checksum": hashlib.sha256(data).hexdigest(), "etag": etag})
             log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=name,
                       rows=batch.num_rows, file=key, bytes=volume)
+        max_lm, delta_rows = batch_changes(batch, model, before)
+        staged = Staged([], batch.num_rows, volume, delta_rows, newly_marked(batch, model, before), None, None)
+        return self._commit_window(load, before, entries, max_lm, staged)
+
+    def _state_before(self, load: WindowLoad) -> ModelState:
+        book = self._transfers[load.model.model_name]["book"]  # ours, under the lock
+        return ModelState.from_json((book["refresh"] if load.into_refresh else book).get("state"))
+
+    def _commit_window(self, load: WindowLoad, before: ModelState, entries: list[dict[str, str]],
+                       max_lm: datetime | None, staged: Staged) -> WindowResult:
+        """Name the window's files (written) in the transfer's manifest, then record the state;
+        a full refresh's files are only listed in its book until it is published."""
+        model, name = load.model, load.model.model_name
+        transfer = self._transfers[name]
+        book = transfer["book"]
+        state = before.after_window(load.progress, batch_max_last_modified=max_lm,
+                                    configured_start=load.configured_start)
+        transfer["start_time"] = transfer["start_time"] or load.progress.start.isoformat()
+        (book["refresh"]["files"] if load.into_refresh else transfer["files"]).extend(entries)
         if load.into_refresh:  # progress of a refresh: its files, not yet delivered
             self._write_book(model, {**book, "refresh": {**book["refresh"], "state": state.to_json()}})
         else:
@@ -263,8 +320,8 @@ class ObjectStorageWriter:
                                      "columns": _columns(model)})
         transfer["settled"] = True
         self._s3_locks.renew(model.model_name, transfer["transfer_id"])
-        rows_deleted = newly_marked(batch, model, before)  # delivered with their marker
-        return WindowResult(batch.num_rows, delta_rows, volume, max_lm, state, rows_deleted)
+        # rows delivered with their deletion marker count as deleted
+        return WindowResult(staged.rows, staged.delta_rows, staged.volume, max_lm, state, staged.marked)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         book = self._transfers[model.model_name]["book"]  # ours, under the lock

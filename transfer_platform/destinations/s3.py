@@ -51,6 +51,14 @@ class S3Store:
     def get(self, key: str) -> bytes | None:
         return self.get_with_etag(key)[0]
 
+    def etag(self, key: str, md5: str) -> str:
+        """An object's ETag, asked of the store (an object written in parts has no MD5 ETag)."""
+        return self._call("read", key, self.client.head_object, Bucket=self.bucket, Key=key)["ETag"].strip('"')
+
+    def location(self, key: str) -> str:
+        """``key`` as pyarrow's S3 file system names it."""
+        return f"{self.bucket}/{key}"
+
     def get_with_etag(self, key: str) -> tuple[bytes | None, str | None]:
         from botocore.exceptions import ClientError
 

@@ -77,7 +77,7 @@ _KIND, _COUNT = "__tp_kind", "__tp_count"
 #: what ``mapInArrow`` hands back per staged file (``summary``: an Arrow IPC stream of the rows
 #: a check found, and of the file's largest last-modified value)
 _SUMMARY_DDL = ("file string, rows long, volume long, delta_rows long, marked long, summary binary, "
-                "sha256 string, md5 string")
+                "sha256 string, md5 string, size long")
 
 
 def _spark_name(name: str) -> str:
@@ -219,29 +219,32 @@ def stage_partition(batches: Iterable[pa.RecordBatch], *, folder: str, options: 
     if largest is not None:
         parts.append(_summary_row(pa.table({lm_name: pa.array([largest.as_py()], largest.type)}), "max",
                                   0, summary_schema))
-    sha256, md5 = _digests(filesystem, path) if digests else (None, None)
+    sha256, md5, size = _digests(filesystem, path) if digests else (None, None, None)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, summary_schema) as stream:
         for part in parts:
             stream.write_table(part)
     yield pa.RecordBatch.from_pylist(
         [{"file": path, "rows": rows, "volume": volume, "delta_rows": delta_rows, "marked": marked,
-          "summary": sink.getvalue().to_pybytes(), "sha256": sha256, "md5": md5}],
+          "summary": sink.getvalue().to_pybytes(), "sha256": sha256, "md5": md5,
+          "size": size}],
         schema=pa.schema([("file", pa.string()), ("rows", pa.int64()), ("volume", pa.int64()),
                           ("delta_rows", pa.int64()), ("marked", pa.int64()), ("summary", pa.binary()),
-                          ("sha256", pa.string()), ("md5", pa.string())]))
+                          ("sha256", pa.string()), ("md5", pa.string()), ("size", pa.int64())]))
 
 
-def _digests(filesystem, path: str) -> tuple[str, str]:  # noqa: ANN001 - a pyarrow FileSystem
-    """A written file's SHA-256 and MD5 (a single-part upload's ETag), read back a chunk at a time."""
+def _digests(filesystem, path: str) -> tuple[str, str, int]:  # noqa: ANN001 - a pyarrow FileSystem
+    """A written file's SHA-256, MD5 (a single-part upload's ETag) and size, read back a chunk at
+    a time."""
     import hashlib
 
-    sha256, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+    sha256, md5, size = hashlib.sha256(), hashlib.md5(usedforsecurity=False), 0
     with filesystem.open_input_stream(path) as stream:
         while chunk := stream.read(_DIGEST_CHUNK):
             sha256.update(chunk)
             md5.update(chunk)
-    return sha256.hexdigest(), md5.hexdigest()
+            size += len(chunk)
+    return sha256.hexdigest(), md5.hexdigest(), size
 
 
 def _summary_row(row: pa.Table, kind: str, count: int, schema: pa.Schema) -> pa.Table:
@@ -257,7 +260,7 @@ class Staged:
     def __init__(self, files: list[str], rows: int, volume: int, delta_rows: int, marked: int,
                  found: pa.Table | None, max_last_modified: object, digests: list | None = None) -> None:
         self.files, self.rows, self.volume = files, rows, volume
-        self.digests = digests or []  # per file: (SHA-256, MD5), when asked
+        self.digests = digests or []  # per file: (SHA-256, MD5, bytes), when asked
         self.delta_rows, self.marked = delta_rows, marked
         self._found = found
         self.max_last_modified = max_last_modified  # the last-modified column's value, or None
@@ -277,7 +280,7 @@ class Staged:
         return cls([row["file"] for row in rows], sum(row["rows"] for row in rows),
                    sum(row["volume"] for row in rows), sum(row["delta_rows"] for row in rows),
                    sum(row["marked"] for row in rows), found, largest,
-                   [(row["sha256"], row["md5"]) for row in rows])
+                   [(row["sha256"], row["md5"], row["size"]) for row in rows])
 
     @classmethod
     def of_batch(cls, batch: pa.Table, model: ModelConfig, state: ModelState) -> Staged:

@@ -17,6 +17,7 @@ import pytest
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.postgres_sql import target_ddl
+from transfer_platform.transfers import runner
 from transfer_platform_tests.integration.helpers import (
     MODEL,
     Row,
@@ -133,9 +134,12 @@ def test_a_key_twice_in_one_batch_is_still_refused(spark, setup):
 
 
 @pytest.mark.parametrize("is_append_only", [True, False], ids=["append-only", "normal"])
-def test_a_full_refresh_fills_the_table_aside_the_same_way(spark, setup, is_append_only):
+def test_a_full_refresh_fills_the_table_aside_the_same_way(spark, setup, is_append_only, monkeypatch):
     """A row delivered aside by the refresh's first window changes in the source before the
-    second window reads it again: the append-only model keeps the version it inserted first."""
+    second window reads it again: the append-only model keeps the version it inserted first.
+    (Each window read alone, ``RUN_ROWS`` 0: small neighbours are otherwise read in one job, before
+    the first commits.)"""
+    monkeypatch.setattr(runner, "RUN_ROWS", 0)
     config = append_only(setup.config, is_append_only)
     rows = make_rows([TENANT, "globex"], 12, DATA_DAYS, seed=33)
     setup.write(rows)

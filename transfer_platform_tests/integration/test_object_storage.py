@@ -33,6 +33,7 @@ from transfer_platform.destinations import object_storage
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
 from transfer_platform_tests.s3_server import S3Server
@@ -174,10 +175,18 @@ def server(vendor: str, request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     return s3
 
 
+@pytest.mark.parametrize("written_by", ["transferring process", "executors"])
 def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_path: Path, vendor: str,
                                                                     server: S3Server | None,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    written_by: str) -> None:
+    """Small windows come to the transferring process (read together) and are written from there;
+    with ``RUN_ROWS`` 0 every window is read alone and Spark's executors write its files (several
+    per window, their digests read back where they were written)."""
     monkeypatch.chdir(tmp_path)
+    if written_by == "executors":
+        monkeypatch.setattr(runner, "RUN_ROWS", 0)
+        monkeypatch.setattr(object_storage, "BATCH_ROWS", 2)
     config_path, bucket = platform(tmp_path, vendor, server)
     summaries = transfer(spark, config_path, "backfill-1")
     for model in ("items", "notes"):
@@ -196,6 +205,10 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
             heads = {e["data_file_key"]: e["etag"] for e in manifest["files"]}
             for key, etag in heads.items():
                 assert server.client().head_object(Bucket=BUCKET, Key=key)["ETag"].strip('"') == etag
+    if written_by == "executors":  # their files: row groups of BATCH_ROWS rows
+        groups = [pq.ParquetFile(io.BytesIO(bucket.get(k))).metadata for k in named_files(bucket, "items")]
+        assert all(g.row_group(i).num_rows <= 2 for g in groups for i in range(g.num_row_groups))
+        assert any(g.num_row_groups > 1 for g in groups)
     summary = {s.model: s for s in summaries}
     assert summary["items"].rows_transferred == len(lake_rows(tmp_path, "items"))
     assert summary["items"].volume_bytes == sum(
@@ -372,3 +385,30 @@ def test_the_lookback_writes_a_row_again_and_the_consumers_rule_keeps_one(
 
     assert (copies("first"), copies("second")) == (1, 1)
     assert consumed(bucket, "items") == lake_rows(tmp_path, "items")
+
+
+def test_a_bad_row_in_a_window_the_executors_write_leaves_no_file_and_no_state(
+        spark, tmp_path: Path, vendor: str, server: S3Server | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A duplicate key in a window written by the executors: refused by name, its files deleted at
+    once, no manifest, the state as it was."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "RUN_ROWS", 0)
+    config_path, bucket = platform(tmp_path, vendor, server)
+    transfer(spark, config_path, "backfill-1")
+    before = (bucket.objects(), consumed(bucket, "items"))
+    config = load_config(config_path)
+    watermark = writer_for(config.destination("acme_files")).committed_state(config.model("items")).state
+    old = lake_rows(tmp_path, "items")[0]
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    append_to_lake(tmp_path, "items", [{**old, "updated_at": now, "v": "copy a"},
+                                       {**old, "updated_at": now, "v": "copy b"}])
+    writer = writer_for(config.destination("acme_files"))
+    try:
+        (items,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
+                                                transfer_id="refused", now=datetime.now(UTC)), [config.model("items")])
+    finally:
+        writer.close()
+    assert items.status == "ERROR"
+    assert f"duplicate primary key in one batch: id={old['id']!r} appears 2 times" in items.error
+    assert (bucket.objects(), consumed(bucket, "items")) == before
+    assert writer_for(config.destination("acme_files")).committed_state(config.model("items")).state == watermark
