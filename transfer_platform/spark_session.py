@@ -48,7 +48,11 @@ JARS_ENV_VAR = "TRANSFER_PLATFORM_JDBC_JARS"
 #: (Spark's BasicConnectionProvider logs the JDBC properties, password included, at DEBUG; a
 #: Spark Connect server logs each plan it receives, a read's options as ``key: "password"
 #: value: "..."``); MariaDB's "(using password: YES)" is no value
-JVM_PASSWORD_MESSAGE = r"""(?is).*(password|passwd)["']?+\s*+(?:[=:]|value\s*+:)\s*+["']?+(?![*]|(YES|NO)\)).*"""
+#: also any message naming ``AWS_SECRET_ACCESS_KEY``: the function Spark ships to the executors
+#: that stage a large window in a bucket carries the bucket's keys (delta-rs's option names), and a
+#: Spark Connect server at DEBUG logs each plan, that function's pickled bytes in it
+JVM_PASSWORD_MESSAGE = (r"""(?is).*(?:(password|passwd)["']?+\s*+(?:[=:]|value\s*+:)\s*+["']?+(?![*]|(YES|NO)\))"""
+                        r"""|AWS_SECRET_ACCESS_KEY).*""")
 
 
 def jdbc_jars() -> list[str]:

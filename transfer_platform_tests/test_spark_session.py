@@ -100,3 +100,21 @@ def test_a_server_of_another_spark_version_is_refused_naming_both(client: str, s
 ])
 def test_the_jvm_log_filter_drops_a_message_with_a_password(message: str, dropped: bool) -> None:
     assert bool(re.fullmatch(JVM_PASSWORD_MESSAGE, message)) is dropped
+
+
+def test_the_jvm_log_filter_drops_a_plan_shipping_a_buckets_keys_to_the_executors() -> None:
+    """What a Spark Connect server at DEBUG logs of a plan staging a window in a bucket: the
+    function for the executors, pickled (its options hold the secret key), as protobuf text."""
+    from functools import partial
+
+    from google.protobuf import text_encoding
+    from pyspark import cloudpickle
+
+    from transfer_platform.destinations.staging import stage_partition
+
+    shipped = cloudpickle.dumps(partial(stage_partition, folder="bucket/_tp_staging/m/w",
+                                        options={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+                                                 "AWS_SECRET_ACCESS_KEY": "s3cret-key"}))
+    message = f'python_udf {{\n  command: "{text_encoding.CEscape(shipped, as_utf8=False)}"\n}}'
+    assert "s3cret-key" in message
+    assert re.fullmatch(JVM_PASSWORD_MESSAGE, message)
