@@ -44,18 +44,22 @@ ROWS = [(1, TENANT, day(1, 3) + timedelta(hours=2), "a"), (2, TENANT, day(1, 3) 
 OTHERS = [(100 + d, OTHER, day(1, 1) + timedelta(days=d, hours=3), "x") for d in range(59)]
 
 
-def config_for(vendor: str, source_schema: str, where) -> object:  # noqa: ANN001
+def config_for(vendor: str, source_schema: str, where, *, tenant: str = TENANT,  # noqa: ANN001
+               payload_type: str = "string", now=NOW) -> object:  # noqa: ANN001
+    """The events model from PostgreSQL to one destination of ``vendor`` (in ``where``)."""
     connection = {"postgres": pg_connection_config(where), "delta": {"path": str(where)},
                   "local": {"path": str(where)}}[vendor]
     destination = {"name": DESTINATION, "recipient": "rcpt", "vendor": vendor, "connection": connection}
     if vendor == "local":
         destination["signing_key"] = "${TP_TEST_SIGNING_KEY}"
+    model = events_model(f"{source_schema}.events", min_start=MIN_START)
+    model["columns"][3]["data_type"] = payload_type
     return parse_config({
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [events_model(f"{source_schema}.events", min_start=MIN_START)],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "models": [model],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": tenant}],
         "destinations": [destination],
-    }, now=NOW)
+    }, now=now)
 
 
 @pytest.fixture

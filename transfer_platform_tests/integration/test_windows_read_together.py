@@ -18,16 +18,14 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.conftest import pg_connection_config
+from transfer_platform_tests.integration import test_empty_windows as empty_windows
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
     create_events,
     day,
-    events_model,
     insert_rows,
     source_rows,
 )
@@ -46,19 +44,7 @@ OTHERS = [(5000 + d, OTHER, day(1, d) + timedelta(hours=3), "x") for d in range(
 
 
 def config_for(vendor: str, source_schema: str, where, payload_type: str = "string") -> object:  # noqa: ANN001
-    connection = {"postgres": pg_connection_config(where), "delta": {"path": str(where)},
-                  "local": {"path": str(where)}}[vendor]
-    destination = {"name": DESTINATION, "recipient": "rcpt", "vendor": vendor, "connection": connection}
-    if vendor == "local":
-        destination["signing_key"] = "${TP_TEST_SIGNING_KEY}"
-    model = events_model(f"{source_schema}.events", min_start=MIN_START)
-    model["columns"][3]["data_type"] = payload_type
-    return parse_config({
-        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [model],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
-        "destinations": [destination],
-    }, now=NOW)
+    return empty_windows.config_for(vendor, source_schema, where, tenant=TENANT, payload_type=payload_type, now=NOW)
 
 
 def holding(outcomes: list) -> list:
