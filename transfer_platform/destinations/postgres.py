@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -190,7 +190,7 @@ class PostgresWriter:
     def _prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool) -> Prepared:
         conn = self.conn
         self._ensure_schema()
-        conn.execute(status_ddl(self.status_table))
+        self._ensure_status_table()
         if "refresh_state" not in self._columns(self.status_table):  # a table from an older version
             conn.execute(sql.add_refresh_state_column(self.status_table))
         self.lock_model(model, transfer_id)
@@ -236,8 +236,8 @@ class PostgresWriter:
             return
         try:
             self.conn.execute(sql.create_schema(self.schema))
-        except psycopg.errors.DuplicateSchema:
-            pass  # another transfer created it meanwhile
+        except (psycopg.errors.DuplicateSchema, psycopg.errors.UniqueViolation):
+            pass  # another transfer created it meanwhile (a race shows as either)
         except psycopg.errors.InsufficientPrivilege as exc:
             connection = self.destination.connection
             raise MissingPrivilege(
@@ -247,6 +247,15 @@ class PostgresWriter:
                        f"{quote_ident(connection.username)}), or GRANT CREATE ON DATABASE "
                        f"{quote_ident(connection.database)} TO {quote_ident(connection.username)}"),
             ) from None
+
+    def _ensure_status_table(self) -> None:
+        """``CREATE TABLE IF NOT EXISTS`` of the status table, which two transfers starting on a new
+        destination at once may both run (before any model's lock): PostgreSQL then refuses the
+        second with a duplicate type or key, which means the table is there."""
+        import psycopg
+
+        with suppress(psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable, psycopg.errors.UniqueViolation):
+            self.conn.execute(status_ddl(self.status_table))  # or another transfer created it meanwhile
 
     @contextmanager
     def _missing_privileges(self) -> Iterator[None]:

@@ -186,3 +186,44 @@ def test_two_transfer_commands_at_once_never_interleave(spark, pg_conn, pg_schem
     assert destination_rows(pg_conn, dst_schema) == expected
     assert tables_in(pg_conn, dst_schema) == ["_transfer_status", MODEL]
     assert status_row(pg_conn, dst_schema)["high_watermark"] == max(r[2] for r in expected)
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_transfers_of_several_models_starting_at_once_on_a_new_destination_all_start(pg_schema, new_schema,
+                                                                                    round_) -> None:
+    """Before any model's lock, each transfer makes sure the destination's status table exists
+    (``CREATE TABLE IF NOT EXISTS``); transfers of six models starting at once on a new schema
+    race there (PostgreSQL refuses all but one with a duplicate type), and every one must start."""
+    import threading
+
+    from transfer_platform.config import parse_config
+    from transfer_platform.destinations.base import writer_for
+    from transfer_platform_tests.conftest import pg_connection_config
+    from transfer_platform_tests.integration.helpers import DESTINATION, day, events_model
+
+    models = [{**events_model(f"{pg_schema}.events", min_start=day(1, 1)), "model_name": f"m{i}"} for i in range(6)]
+    config = parse_config({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": models, "recipients": [{"name": "rcpt", "id_in_provider_system": "acme"}],
+        "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "postgres",
+                          "connection": pg_connection_config(new_schema())}],
+    }, now=day(2, 1))
+    start, errors = threading.Barrier(len(models)), []
+
+    def prepare(model) -> None:  # noqa: ANN001
+        writer = writer_for(config.destination(DESTINATION))
+        try:
+            writer.conn.execute("SELECT 1")  # connected before the start: they all race
+            start.wait()
+            writer.prepare(model, f"t-{model.model_name}")
+        except Exception as exc:  # noqa: BLE001 - collected, asserted below
+            errors.append(exc)
+        finally:
+            writer.close()
+
+    threads = [threading.Thread(target=prepare, args=(model,)) for model in config.models]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
