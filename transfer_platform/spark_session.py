@@ -210,10 +210,17 @@ def connect(endpoint: Endpoint) -> SparkSession:
 
 
 def _release(session: SparkSession) -> None:
+    # at exit the server may be gone (it drops idle sessions itself): PySpark's warning about it
+    # would only be noise, written to whatever stream is still open
+    client_log = logging.getLogger("pyspark.sql.connect.logging")
+    level = client_log.level
+    client_log.setLevel(logging.ERROR)
     try:
         session.stop()
-    except Exception:  # noqa: BLE001 - at exit: the server may be gone; it drops idle sessions itself
+    except Exception:  # noqa: BLE001
         _LOG.debug("releasing the Spark Connect session failed", exc_info=True)
+    finally:
+        client_log.setLevel(level)
 
 
 def check_versions(client: str, server: str, endpoint: Endpoint) -> None:
