@@ -205,16 +205,22 @@ def connect(endpoint: Endpoint) -> SparkSession:
                                 f"server: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                                 fix=_how_to_start(endpoint)) from None
     check_versions(pyspark.__version__, server_version, endpoint)
-    atexit.register(_release, session)  # a command line's session ends with its process
+    atexit.register(_release, session, endpoint)  # a command line's session ends with its process
     return session
 
 
-def _release(session: SparkSession) -> None:
-    # at exit the server may be gone (it drops idle sessions itself): PySpark's warning about it
-    # would only be noise, written to whatever stream is still open
+def _release(session: SparkSession, endpoint: Endpoint) -> None:
+    """Release the session on the server, if the server is still there (it drops idle sessions
+    itself): at exit, a server gone would cost the client's retries and PySpark's error log,
+    written to whatever stream is still open."""
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=1):
+            pass
+    except OSError:
+        return
     client_log = logging.getLogger("pyspark.sql.connect.logging")
     level = client_log.level
-    client_log.setLevel(logging.ERROR)
+    client_log.setLevel(logging.CRITICAL)
     try:
         session.stop()
     except Exception:  # noqa: BLE001
