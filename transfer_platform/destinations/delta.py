@@ -242,7 +242,9 @@ class DeltaWriter:
                 source = (pads.dataset(staged.files, schema=arrow_schema(model), format="parquet",
                                        filesystem=filesystem)
                           .scanner(batch_size=BATCH_ROWS, batch_readahead=_BATCH_READAHEAD,
-                                   fragment_readahead=_FRAGMENT_READAHEAD)
+                                   fragment_readahead=_FRAGMENT_READAHEAD,
+                                   # a row group at a time, not the whole file's column chunks
+                                   fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
                           .to_reader())
             return self._merge(path, table, state, source, staged, load)
         finally:

@@ -154,11 +154,11 @@ def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]: 
 
 
 def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, small_batches, monkeypatch):
-    """A window of 4N rows costs this process no more Arrow memory than one of N while it is read,
+    """A window of 8N rows costs this process no more Arrow memory than one of N while it is read,
     staged and checked: a few batches, not the window (which the old path held whole, as
     ``DataFrame.toArrow``); the MERGE is handed a stream of batches, not a table."""
     peaks, sizes = {}, {}
-    for count in (20_000, 80_000):
+    for count in (20_000, 160_000):
         lake, root = tmp_path / f"lake{count}", tmp_path / f"delta{count}"
         config = helpers.lake_config(lake, root, tenant=TENANT, min_start=MIN_START)
         rows = big_window(count, seed=count)
@@ -175,11 +175,11 @@ def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, 
         assert any(issubclass(source, pa.RecordBatchReader) for source in sources), sources
         assert not any(issubclass(source, pa.Table) for source in sources), sources
         sizes[count] = DeltaTables(str(root)).table().to_pyarrow_table().nbytes  # the window, in Arrow
-    batch_bytes = sizes[80_000] / 80_000 * BATCH
+    batch_bytes = sizes[160_000] / 160_000 * BATCH
     bound = 32 * batch_bytes + 2**20  # pyarrow rounds allocations
-    assert peaks[80_000] < bound, (peaks, sizes, bound)
+    assert peaks[160_000] < bound, (peaks, sizes, bound)
     assert peaks[20_000] < bound, (peaks, sizes, bound)
-    assert peaks[80_000] < sizes[80_000] / 4, (peaks, sizes)
+    assert peaks[160_000] < sizes[160_000] / 3, (peaks, sizes)
 
 
 @pytest.mark.parametrize("bad", ["duplicate", "null key"])
