@@ -225,9 +225,7 @@ class DeltaWriter:
         a rule, then one MERGE from the staged files (read back ``BATCH_ROWS`` rows at a time);
         the window's staging is removed either way."""
         model = load.model
-        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
-        table = self._window_table(path)
-        state = read_state(table)
+        path, table, state = self._target(load)
         folder = self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
                                            f"{uuid.uuid4().hex[:12]}")
         try:
@@ -254,9 +252,7 @@ class DeltaWriter:
         """A window already read into this process (with others, in one Spark job, so it is
         small): checked here, then one MERGE from memory; nothing is staged."""
         model = load.model
-        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
-        table = self._window_table(path)
-        state = read_state(table)
+        path, table, state = self._target(load)
         refuse_bad_rows(batch, model, self.name)
         staged = Staged.of_batch(batch, model, state)
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
@@ -265,10 +261,14 @@ class DeltaWriter:
 
     def write_empty(self, load: WindowLoad) -> WindowResult:
         """The window holds no row: its state alone, in one (empty) commit; no Spark job."""
-        model = load.model
-        path = self.refresh_path(model) if load.into_refresh else self.table_path(model)
+        path, table, state = self._target(load)
+        return self._merge(path, table, state, None, Staged.empty(), load)
+
+    def _target(self, load: WindowLoad) -> tuple[str, DeltaTable, ModelState]:
+        """The table a window commits to (the live one, or the refresh's built aside) and its state."""
+        path = self.refresh_path(load.model) if load.into_refresh else self.table_path(load.model)
         table = self._window_table(path)
-        return self._merge(path, table, read_state(table), None, Staged.empty(), load)
+        return path, table, read_state(table)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         self._tables.clear()  # opened again: what follows commits or replaces tables
