@@ -218,14 +218,20 @@ def batch_changes(batch: pa.Table, model: ModelConfig, state: ModelState) -> tup
     return max_lm, int(pc.sum(newer).as_py() or 0)
 
 
+def marked_mask(batch: pa.Table, model: ModelConfig) -> pa.ChunkedArray:
+    """Which rows of ``batch`` are marked deleted (a boolean marker true, a timestamp marker set;
+    as :func:`transfer_platform.core.sql.marked_deleted`). The model has a deletion marker."""
+    marker = model.deletion_marker
+    marks = batch.column(marker.destination_name)
+    return pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
+
+
 def newly_marked(batch: pa.Table, model: ModelConfig, state: ModelState) -> int:
     """Rows of ``batch`` marked deleted and newer than the state's high watermark (all marked
     rows before the first delivery): the soft deletes a batch delivers."""
-    marker = model.deletion_marker
-    if marker is None or not batch.num_rows:
+    if model.deletion_marker is None or not batch.num_rows:
         return 0
-    marks = batch.column(marker.destination_name)
-    flagged = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
+    flagged = marked_mask(batch, model)
     if state.high_watermark is not None:
         lm_values = batch.column(model.last_modified.destination_name)
         bound = pa.scalar(model.change_column.value(state.high_watermark), lm_values.type)

@@ -13,7 +13,12 @@ commit; otherwise one MERGE commit upserts the staged files, read back ``BATCH_R
 time (a ``pyarrow`` scanner streamed into delta-rs), on the primary key (never replacing a row by
 an older one; an ``is_append_only`` model's MERGE only inserts rows whose key is new) with the
 model's new state in the commit's metadata. When the MERGE changes nothing, delta-rs makes no
-commit, so an empty append records the state instead. The window's staging is removed whatever
+commit, so an empty append records the state instead. A window read into this process (small,
+read with its neighbours) whose keys cannot be in the table is appended instead of merged (a
+fraction of a MERGE's cost: no join with the table's files): the table was empty when the
+transfer first committed to it and no key of the window was written by an earlier window of this
+transfer (the writer remembers them, up to ``APPEND_KEYS_MAX`` keys; a MERGE after that). That is
+a backfill's or a full refresh's table, window after window. The window's staging is removed whatever
 happens; a crash before the commit changes nothing, and what a killed transfer left in
 ``_tp_staging/<model>/`` is removed by the model's next transfer (under the model's lock).
 (delta-rs's MERGE itself builds its hash join in Rust memory from the source and the target
@@ -38,10 +43,12 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
@@ -53,6 +60,7 @@ from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
     empty_frame,
+    marked_mask,
     refuse_bad_rows,
     staging_suffix,
 )
@@ -86,6 +94,9 @@ _BATCH_READAHEAD = 2
 #: how long a transfer waits for the lock of a model that another transfer holds
 LOCK_WAIT_SECONDS = 10
 _HISTORY_PAGE = 100
+#: keys of the windows appended to a table that was empty, remembered to tell that the next
+#: window's keys are new (a Python set: ~100 bytes a key); beyond, every window is merged
+APPEND_KEYS_MAX = 1_000_000
 
 def _sql_name(name: str) -> str:
     """delta-rs predicates quote identifiers with backticks (double quotes make strings)."""
@@ -107,11 +118,24 @@ def merge_predicates(model: ModelConfig) -> tuple[str, str]:
     return join, f"{newer} OR (s.{lm} = t.{lm} AND ({differs}))"
 
 
+@dataclass
+class _WindowTarget:
+    """A table windows commit to in one model's transfer, opened once (opening replays its log,
+    which grows by a commit per window): under the model's lock no one else commits to it, and
+    delta-rs brings the object up to date with each of our commits. ``state``: the model's state
+    in its newest commit; ``keys``: every key in the table, while it is known (see the module's
+    docstring), else ``None``."""
+
+    table: DeltaTable
+    state: ModelState
+    keys: set | None
+
+
 class DeltaWriter:
     def __init__(self, destination: DeltaDestination) -> None:
         self.destination = destination
         self.name = destination.name
-        self._tables: dict[str, DeltaTable] = {}  # see _window_table
+        self._tables: dict[str, _WindowTarget] = {}  # see _target
         connection = destination.connection
         self._locks = FolderLocks()  # the models' locks this writer holds
         if isinstance(connection, S3Connection):  # tables under s3://<bucket>/<prefix>/
@@ -161,15 +185,6 @@ class DeltaWriter:
         from deltalake import DeltaTable
 
         return DeltaTable(location, storage_options=self.options)
-
-    def _window_table(self, location: str) -> DeltaTable:
-        """The table a window commits to, opened once per model's transfer (opening replays its
-        log, which grows by a commit per window): under the model's lock no one else commits to
-        it, and delta-rs brings the object up to date with each of our commits."""
-        table = self._tables.get(location)
-        if table is None:
-            table = self._tables[location] = self._open(location)
-        return table
 
     def _exists(self, location: str) -> bool:
         from deltalake import DeltaTable
@@ -225,11 +240,12 @@ class DeltaWriter:
         a rule, then one MERGE from the staged files (read back ``BATCH_ROWS`` rows at a time);
         the window's staging is removed either way."""
         model = load.model
-        path, table, state = self._target(load)
+        path, target = self._target(load)
+        target.keys = None  # not read here: the table's keys are no longer known
         folder = self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
                                            f"{uuid.uuid4().hex[:12]}")
         try:
-            staged = stage(frame, model, state, self._staging_location(folder), self.options,
+            staged = stage(frame, model, target.state, self._staging_location(folder), self.options,
                            batch_rows=BATCH_ROWS)
             log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                       rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
@@ -244,7 +260,7 @@ class DeltaWriter:
                                    # a row group at a time, not the whole file's column chunks
                                    fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
                           .to_reader())
-            return self._merge(path, table, state, source, staged, load)
+            return self._merge(path, target, source, staged, load)
         finally:
             self._drop_staging(folder)
 
@@ -252,23 +268,34 @@ class DeltaWriter:
         """A window already read into this process (with others, in one Spark job, so it is
         small): checked here, then one MERGE from memory; nothing is staged."""
         model = load.model
-        path, table, state = self._target(load)
+        path, target = self._target(load)
         refuse_bad_rows(batch, model, self.name)
-        staged = Staged.of_batch(batch, model, state)
+        staged = Staged.of_batch(batch, model, state=target.state)
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                   rows=staged.rows, in_memory_bytes=staged.volume)
-        return self._merge(path, table, state, batch if batch.num_rows else None, staged, load)
+        keys = _keys(batch, model) if target.keys is not None and batch.num_rows else None
+        append = keys is not None and target.keys.isdisjoint(keys)
+        if keys is not None:
+            target.keys.update(keys)
+            if len(target.keys) > APPEND_KEYS_MAX:
+                target.keys = None
+        return self._merge(path, target, batch if batch.num_rows else None, staged, load, append=append)
 
     def write_empty(self, load: WindowLoad) -> WindowResult:
         """The window holds no row: its state alone, in one (empty) commit; no Spark job."""
-        path, table, state = self._target(load)
-        return self._merge(path, table, state, None, Staged.empty(), load)
+        path, target = self._target(load)
+        return self._merge(path, target, None, Staged.empty(), load)
 
-    def _target(self, load: WindowLoad) -> tuple[str, DeltaTable, ModelState]:
-        """The table a window commits to (the live one, or the refresh's built aside) and its state."""
+    def _target(self, load: WindowLoad) -> tuple[str, _WindowTarget]:
+        """The table a window commits to (the live one, or the refresh's built aside), opened
+        once per model's transfer (see :class:`_WindowTarget`)."""
         path = self.refresh_path(load.model) if load.into_refresh else self.table_path(load.model)
-        table = self._window_table(path)
-        return path, table, read_state(table)
+        target = self._tables.get(path)
+        if target is None:
+            table = self._open(path)
+            target = self._tables[path] = _WindowTarget(table, read_state(table),
+                                                        None if table.file_uris() else set())
+        return path, target
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         self._tables.clear()  # opened again: what follows commits or replaces tables
@@ -427,19 +454,21 @@ class DeltaWriter:
     def _drop_staging(self, location: str) -> None:
         self._remove(location)
 
-    def _merge(self, path: str, table: DeltaTable, state: ModelState,
-               source: pa.RecordBatchReader | pa.Table | None,
-               staged: Staged, load: WindowLoad) -> WindowResult:
-        """One commit of ``source`` (the checked window, or ``None``: no row) into ``table``,
-        with the model's new state. A failed commit makes the table be opened again."""
+    def _merge(self, path: str, target: _WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
+               staged: Staged, load: WindowLoad, *, append: bool = False) -> WindowResult:
+        """One commit of ``source`` (the checked window, or ``None``: no row) into the target's
+        table, with the model's new state (appended: its keys are known to be new). A failed
+        commit makes the table be opened again."""
         try:
-            return self._commit_window(table, state, source, staged, load)
+            result = self._commit_window(target.table, target.state, source, staged, load, append=append)
         except BaseException:
             self._tables.pop(path, None)
             raise
+        target.state = result.state
+        return result
 
     def _commit_window(self, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | pa.Table | None,
-                       staged: Staged, load: WindowLoad) -> WindowResult:
+                       staged: Staged, load: WindowLoad, *, append: bool) -> WindowResult:
         from deltalake import write_deltalake
 
         model = load.model
@@ -453,7 +482,11 @@ class DeltaWriter:
         marker = model.deletion_marker
         # kept: those newly marked; removed: counted by the MERGE below
         rows_deleted = 0 if model.removes_deleted_rows else staged.marked
-        if source is not None:
+        if append and isinstance(source, pa.Table):  # what the MERGE below does when no key matches
+            if model.removes_deleted_rows:  # a delete of a row the table does not hold: nothing
+                source = source.filter(pc.invert(marked_mask(source, model)))
+            write_deltalake(table, source, mode="append", commit_properties=commit)
+        elif source is not None:
             join, newer = merge_predicates(model)
             merge = table.merge(source, predicate=join, source_alias="s", target_alias="t",
                                 commit_properties=commit,
@@ -527,6 +560,12 @@ def _probe_folder(probe: Probe, folder: Path) -> None:
             path.unlink(missing_ok=True)
         if sub.is_dir():
             sub.rmdir()
+
+
+def _keys(batch: pa.Table, model: ModelConfig) -> list:
+    """The batch's primary keys, as values (one column) or tuples."""
+    columns = [batch.column(c.destination_name).to_pylist() for c in model.primary_key]
+    return columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
 
 
 def _commit(state: ModelState, transfer_id: str):  # -> CommitProperties

@@ -126,11 +126,11 @@ def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]: 
     peak, done, merging, sources = base, threading.Event(), threading.Event(), []
     merge = DeltaWriter._merge
 
-    def watched(self, path, table, state, source, staged, load):  # noqa: ANN001, ANN202, PLR0913
+    def watched(self, path, target, source, staged, load, **how):  # noqa: ANN001, ANN003, ANN202, PLR0913
         sources.append(type(source))  # not the reader itself: holding it would hold its buffers
         merging.set()
         try:
-            return merge(self, path, table, state, source, staged, load)
+            return merge(self, path, target, source, staged, load, **how)
         finally:
             merging.clear()
 
