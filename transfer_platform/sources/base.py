@@ -27,6 +27,10 @@ class ReadRequest:
 
 
 class SourceReader(Protocol):
+    #: whether :meth:`window_rows` costs no Spark job (a database's ``COUNT``); else neighbouring
+    #: windows are first read together up to a bound, and counted only if that bound is passed
+    counts_without_spark: bool
+
     def check(self, destination: str | None = None) -> None:
         """Raise ``ConnectionFailure`` naming host and port (and the destination, when given)
         if the source cannot be reached."""

@@ -218,6 +218,8 @@ class MysqlDialect:
 
 
 class JdbcReader:
+    counts_without_spark = True  # window_rows: one COUNT query of the database
+
     def __init__(self, source: PostgresSource | MysqlSource,
                  dialect: PostgresDialect | MysqlDialect) -> None:
         self.source = source

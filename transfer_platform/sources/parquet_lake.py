@@ -52,6 +52,8 @@ _GLOB_CHARACTERS = frozenset("\\*?[]{}")
 
 
 class ParquetLakeReader:
+    counts_without_spark = False  # window_rows: a Spark job over the files
+
     def __init__(self, source: ParquetSource) -> None:
         self.source = source
         self.what = f"Parquet source '{source.name}'"

@@ -114,13 +114,10 @@ def transfer_model(
               built_aside=refreshing, watermark=state.watermark)
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
     move = _WindowMover(request, model, reader, windowing, refreshing, ids)
-    for step, indices in _steps(_window_rows(reader, request.spark, reads)):
-        if step == "empty":
-            yield move.empty(planned[indices[0]], reads[indices[0]])
-        elif step == "together":
-            yield from move.together([planned[i] for i in indices], [reads[i] for i in indices])
-        else:
-            yield move.alone(planned[indices[0]], reads[indices[0]])
+    steps = (_steps(_window_rows(reader, request.spark, reads)) if reader.counts_without_spark
+             else _unknown_steps(len(reads)))
+    for step, indices in steps:
+        yield from move.step(step, [planned[i] for i in indices], [reads[i] for i in indices])
     if refreshing:
         published = request.writer.publish_refresh(model, request.transfer_id)
         log_phase("publish", **ids, watermark=published.watermark)
@@ -169,6 +166,14 @@ def _steps(sizes: Iterator[int | None]) -> Iterator[tuple[str, list[int]]]:
         yield "together", run
 
 
+def _unknown_steps(windows: int) -> Iterator[tuple[str, list[int]]]:
+    """For a source that counts rows with a Spark job: ``("unknown", [i, j, ...])``, up to
+    ``RUN_WINDOWS`` neighbours read together up to ``RUN_ROWS`` rows; only if they hold more
+    are they counted (and moved as :func:`_steps` says)."""
+    for start in range(0, windows, RUN_WINDOWS):
+        yield "unknown", list(range(start, min(start + RUN_WINDOWS, windows)))
+
+
 class _WindowMover:
     """Moves one model's windows for :func:`transfer_model`, each committed and reported on its own."""
 
@@ -191,6 +196,17 @@ class _WindowMover:
         self.checked = True
         return frame
 
+    def step(self, step: str, windows: list[PlannedWindow], reads: list[ReadRequest]) -> Iterator[WindowOutcome]:
+        """Move the windows of one step of :func:`_steps` or :func:`_unknown_steps`."""
+        if step == "empty":
+            yield self.empty(windows[0], reads[0])
+        elif step == "together":
+            yield from self.together(windows, reads)
+        elif step == "unknown":
+            yield from self.together(windows, reads, up_to=RUN_ROWS)
+        else:
+            yield self.alone(windows[0], reads[0])
+
     def empty(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
         """A window with no row: its state alone (the first one's frame is made, not run, so
         that the reader's checks of columns and kinds still apply)."""
@@ -210,18 +226,21 @@ class _WindowMover:
         self._log_load(result)
         return self._outcome(window, result)
 
-    def together(self, windows: list[PlannedWindow], reads: list[ReadRequest]) -> Iterator[WindowOutcome]:
+    def together(self, windows: list[PlannedWindow], reads: list[ReadRequest], *,
+                 up_to: int | None = None) -> Iterator[WindowOutcome]:
         """Small windows (one, or neighbours): one Spark job reads them all (``read_together``:
         each row tagged with its window) into this process as Arrow; each window is then checked
-        and committed on its own. If that job fails, each window is moved alone, so that those
-        before the bad one commit and the error names its window."""
+        and committed on its own (one with no row as :meth:`empty`). If that job fails, each
+        window is moved alone, so that those before the bad one commit and the error names its
+        window. ``up_to``: their sizes are not known; the job reads at most one row more, and
+        if there are more, the windows are counted and moved as :func:`_steps` says."""
         lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
         log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows))
         frame = self.reader.read_together(self.request.spark, reads)
         self.checked = True
         try:
             with self._spark_errors(lower, upper):
-                table = frame.toArrow()
+                table = (frame if up_to is None else frame.limit(up_to + 1)).toArrow()
         except DataError as exc:
             if _cancelled(exc):
                 raise
@@ -229,10 +248,19 @@ class _WindowMover:
             for window, read in zip(windows, reads, strict=True):
                 yield self.alone(window, read)
             return
+        if up_to is not None and table.num_rows > up_to:
+            del table
+            sizes = self.reader.window_rows(self.request.spark, reads, RUN_ROWS + 1) or [None] * len(reads)
+            for step, indices in _steps(iter(sizes)):
+                yield from self.step(step, [windows[i] for i in indices], [reads[i] for i in indices])
+            return
         schema = arrow_schema(self.model)
         tags = table.column(WINDOW_COLUMN)
         for i, window in enumerate(windows):
             batch = table.filter(pc.equal(tags, i)).select(schema.names).cast(schema)
+            if not batch.num_rows:
+                yield self.empty(window, reads[i])
+                continue
             result = self.request.writer.write_arrow(batch, self._load(window))
             self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper)
             yield self._outcome(window, result)

@@ -1,0 +1,124 @@
+"""A Parquet lake's windows are read together without being counted first, unless they hold more
+than one joint read may bring into the transferring process.
+
+A database counts each window's rows with one ``COUNT`` query, no Spark; a lake can only count
+with a Spark job over its files, which cost as much as reading a few small windows. So up to
+``RUN_WINDOWS`` neighbouring windows are read in one Spark job, at most ``RUN_ROWS + 1`` rows;
+if they hold no more than ``RUN_ROWS``, that one job was all (empty windows included); otherwise
+they are counted and moved as a database's are (small ones together, large ones alone and staged
+by Spark).
+
+From the seeds: every window still commits and reports on its own, each moving the watermark on.
+Expectations come from the rows: a window holds the rows whose last-modified value is inside its
+read bounds; the destination ends equal to the tenant's rows.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from transfer_platform.destinations.base import writer_for
+from transfer_platform.sources.parquet_lake import ParquetLakeReader
+from transfer_platform.transfers import runner
+from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform_tests.integration import helpers
+from transfer_platform_tests.integration.helpers import DESTINATION, DeltaTables, day
+from transfer_platform_tests.integration.test_parquet_delta_path import (
+    delivered,
+    tenant_rows,
+    write_lake,
+)
+
+pytestmark = pytest.mark.integration
+
+TENANT, OTHER = "sparse'one", "busy"
+MIN_START = day(1, 1)
+NOW = day(3, 1) + timedelta(hours=5)  # 61 daily windows (2024 is a leap year), the last in progress
+# the tenant: 2 rows on Jan 3rd, 1 on Feb 10th, 3 on Feb 11th; the other tenant every day
+ROWS = ([(1, TENANT, day(1, 3) + timedelta(hours=2), "a"), (2, TENANT, day(1, 3) + timedelta(hours=9), "b"),
+         (3, TENANT, day(2, 10) + timedelta(microseconds=1), "c")]
+        + [(10 + k, TENANT, day(2, 11) + timedelta(hours=k), "d") for k in range(3)]
+        + [(100 + d, OTHER, day(1, 1) + timedelta(days=d, hours=3), "x") for d in range(59)])
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The lake reader's joint reads and counts, in order, with how many windows each covered
+    (the real ones run)."""
+    seen = []
+    for name in ("read_together", "window_rows"):
+        real = getattr(ParquetLakeReader, name)
+
+        def recording(self, spark, requests, *more, real=real, name=name):  # noqa: ANN001, ANN002, ANN202
+            seen.append((name, len(requests)))
+            return real(self, spark, requests, *more)
+
+        monkeypatch.setattr(ParquetLakeReader, name, recording)
+    return seen
+
+
+def run(spark, config) -> tuple:  # noqa: ANN001
+    writer = writer_for(config.destination(DESTINATION))
+    outcomes, writes = [], []
+    write_window, write_arrow = writer.write_window, writer.write_arrow
+
+    def recording(how, write):  # noqa: ANN001, ANN202
+        def written(batch, load):  # noqa: ANN001, ANN202
+            writes.append((how, load.progress.start))
+            return write(batch, load)
+        return written
+
+    writer.write_window, writer.write_arrow = recording("staged", write_window), recording("arrow", write_arrow)
+    try:
+        (summary,) = run_transfer(
+            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
+                            now=NOW), config.models_for(config.destination(DESTINATION)),
+            on_window=lambda model, outcome: outcomes.append(outcome))
+    finally:
+        writer.close()
+    return summary, outcomes, writes
+
+
+def holding_rows(outcomes: list) -> list:
+    """The windows' starts and how many of the tenant's rows their read bounds hold."""
+    return [(o.planned.bounds.progress.start,
+             sum(1 for r in ROWS if r[1] == TENANT and o.planned.bounds.lower <= r[2] < o.planned.bounds.upper))
+            for o in outcomes]
+
+
+def transferred(spark, tmp_path) -> tuple:  # noqa: ANN001
+    write_lake(tmp_path / "lake", ROWS)
+    config = helpers.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
+                                 min_start=MIN_START)
+    summary, outcomes, writes = run(spark, config)
+    assert summary.status == "SUCCESS", summary.error
+    assert summary.windows == len(outcomes) == 61  # every window committed and reported, in order
+    assert [o.result.state.watermark for o in outcomes] == [o.planned.bounds.progress.end for o in outcomes]
+    assert [o.result.rows_transferred for o in outcomes] == [n for _, n in holding_rows(outcomes)]
+    assert delivered(DeltaTables(str(tmp_path / "dest"))) == tenant_rows(ROWS, TENANT)
+    return outcomes, writes
+
+
+def test_sparse_windows_of_a_lake_are_one_spark_job_and_no_count(spark, tmp_path, calls) -> None:
+    outcomes, writes = transferred(spark, tmp_path)
+
+    assert calls == [("read_together", 61)]
+    assert writes == [("arrow", start) for start, n in holding_rows(outcomes) if n]  # the others: empty commits
+
+
+def test_windows_holding_more_than_a_joint_read_may_bring_are_counted_then_moved_by_size(
+        spark, tmp_path, calls, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "RUN_ROWS", 2)  # Jan 3rd: 2 rows; Feb 10th: 1; Feb 11th: 3 (> 2)
+    outcomes, writes = transferred(spark, tmp_path)
+
+    # the first joint read found more than 2 rows: the windows were counted (a lake's count may
+    # be more than a window reads, never less), then moved by size: small ones into this
+    # process, read together, Feb 11th (3 rows) alone and staged by Spark
+    assert calls[:2] == [("read_together", 61), ("window_rows", 61)]
+    assert {name for name, _ in calls[2:]} == {"read_together"}
+    rows = dict(holding_rows(outcomes))
+    assert ("staged", day(2, 11)) in writes
+    assert all(rows[start] <= 2 for how, start in writes if how == "arrow")
+    assert {start for start, n in rows.items() if n} <= {start for _, start in writes}
