@@ -6,7 +6,9 @@ reports "database is locked" under concurrent runs), every run its own process, 
 for a warm server).
 
 - :meth:`Daemon.one_run`: queued -> success of one enqueued transfer, from the run's own
-  timestamps (created, started, ended);
+  timestamps (created, launched by the daemon, started by its run worker, ended), enqueued when
+  no other run is queued or in progress (the sensor's first tick enqueues every destination
+  once: a run waiting behind it would measure that run);
 - :meth:`Daemon.sustained`: for ``minutes``, every destination whose previous transfer ended is
   given a few changed rows and enqueued again; transfers per hour = successes / elapsed.
 """
@@ -108,21 +110,35 @@ class Daemon:
         return self.instance.get_run_by_id(run_id).status.value
 
     def wait(self, run_id: str, timeout: float = 900) -> dict:
-        """Wait for the run to finish; its timestamps (created, started, ended) and status."""
+        """Wait for the run to finish; its timestamps (created, launched, started, ended) and status."""
+        from dagster import DagsterEventType
+
         self._wait(lambda: self.status(run_id) in FINISHED, f"run {run_id}", timeout)
         record = self.instance.get_run_record_by_id(run_id)
+        launched = [e.timestamp for e in self.instance.all_logs(run_id, of_type=DagsterEventType.PIPELINE_STARTING)]
         return {"status": record.dagster_run.status.value, "created": record.create_timestamp.timestamp(),
-                "started": record.start_time, "ended": record.end_time}
+                "launched": launched[0] if launched else None, "started": record.start_time,
+                "ended": record.end_time}
+
+    def idle(self) -> bool:
+        """No run queued or in progress."""
+        from dagster import DagsterRunStatus, RunsFilter
+
+        busy = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+        return self.instance.get_runs_count(RunsFilter(statuses=busy)) == 0
 
     def one_run(self, destination: str, before=lambda: None) -> dict:  # noqa: ANN001
-        """Enqueue one transfer of ``destination`` (after ``before()``, untimed); its queued ->
-        started -> ended seconds from the run's own timestamps."""
+        """Enqueue one transfer of ``destination`` once the queue is idle (after ``before()``,
+        untimed); its queued -> launched -> started -> ended seconds from the run's own records."""
+        self._wait(self.idle, "an idle run queue")
         before()
         run = self.wait(self.enqueue(destination))
         if run["status"] != "SUCCESS":
             raise RuntimeError(f"the daemon's run of {destination} ended {run['status']} (logs in {self.folder})")
         return {"queued_to_success_s": run["ended"] - run["created"], "queued_to_start_s": run["started"] - run["created"],
-                "run_s": run["ended"] - run["started"]}
+                "queued_to_launch_s": run["launched"] - run["created"],
+                "launch_to_start_s": run["started"] - run["launched"], "run_s": run["ended"] - run["started"]}
 
     def sustained(self, destinations: list[str], minutes: float, change) -> dict:  # noqa: ANN001
         """Keep every destination busy for ``minutes``: whenever its previous transfer ended,

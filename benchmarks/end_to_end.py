@@ -18,8 +18,11 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``cli_incremental_{cold,warm}``: 1% of the tenant's rows changed (untimed), then
   ``transfer-platform transfer d0`` as its own process, cold and warm;
 - ``daemon_incremental_*`` (``--daemon``): the same incremental enqueued (``--enqueue``) and run
-  by the real ``dagster-daemon`` against the warm server: queued -> success, queued -> started and
-  the run itself, from the run's timestamps (``benchmarks/daemon.py``);
+  by the real ``dagster-daemon`` against the warm server, on an idle queue: queued -> success,
+  queued -> started (split: queued -> launched by the daemon, launched -> started by the run
+  worker process) and the run itself, from the run's records (``benchmarks/daemon.py``); the
+  destinations' integrity checks are off (their first, once the backfill is in, would hold the
+  next transfer of the destination in the queue until it ends);
 - ``daemon_sustained`` (``--daemon``): ``--small-destinations`` destinations of 1,000-row tenants,
   each enqueued again as soon as its previous transfer ended (one row changed first), for
   ``--sustained-minutes``: transfers per hour through the daemon;
@@ -201,13 +204,15 @@ def daemon_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant
     small = add_small_tenants(args.small_destinations, args.rows + 1)
     raw = platform_raw([TENANT, *small], PREFIX, min_start=tenant.now - timedelta(days=400))
     raw["spark"] = {"master": "local[2]", "driver_memory": "2g", "remote": server_url}
+    for destination in raw["destinations"]:  # the sensor's daily integrity runs would queue transfers behind them
+        destination["integrity_check_frequency_minutes"] = None
     config = folder / "daemon.yaml"
     config.write_text(yaml.safe_dump(raw))
     cases = {}
     with Daemon(folder / "daemon", config, max_concurrent_runs=args.max_concurrent_runs) as daemon:
         runs = [daemon.one_run("d0", before=tenant.change) for _ in range(args.runs)]
         tenant.check(destination_schema(PREFIX, 0))
-        for key in ("queued_to_success_s", "queued_to_start_s", "run_s"):
+        for key in ("queued_to_success_s", "queued_to_start_s", "queued_to_launch_s", "launch_to_start_s", "run_s"):
             cases[f"daemon_incremental_{key}"] = {**stats([r[key] for r in runs]), "rows": tenant.changed}
         destinations = [f"d{i}" for i in range(1, len(small) + 1)]
         for destination in destinations:  # the backfills first, untimed
