@@ -13,8 +13,10 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -86,24 +88,37 @@ def consumed_rows(config: PlatformConfig, destination_name: str, model_name: str
     return latest_per_key(rows.cast(arrow_schema(model)), model)
 
 
+#: destinations the demo moves at once, as the daemon runs transfers of different destinations
+#: side by side (threads sharing the one Spark session; each destination's windows in order)
+DESTINATIONS_AT_ONCE = 2
+
+
 def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[tuple[str, str], ModelSummary]:
-    results = {}
-    for destination in config.destinations:
+    reporting = threading.Lock()  # one window reported to the Dagster instance at a time
+
+    def transfer(destination) -> dict[tuple[str, str], ModelSummary]:  # noqa: ANN001
         writer = writer_for(destination)
-        now = datetime.now(UTC)
-        request = TransferRequest(spark=spark, config=config, destination=destination.name,
-                                  writer=writer, transfer_id=f"{label}-{uuid.uuid4().hex[:8]}", now=now)
+        request = TransferRequest(spark=spark, config=config, destination=destination.name, writer=writer,
+                                  transfer_id=f"{label}-{uuid.uuid4().hex[:8]}", now=datetime.now(UTC))
         on_window = None
         if instance is not None:
             from transfer_platform.orchestration.reporting import RunlessReporter
 
-            on_window = RunlessReporter(instance, config, destination.name)
+            report = RunlessReporter(instance, config, destination.name)
 
+            def on_window(model, outcome) -> None:  # noqa: ANN001
+                with reporting:
+                    report(model, outcome)
         try:
-            for summary in run_transfer(request, config.models_for(destination), on_window=on_window):
-                results[(destination.name, summary.model)] = summary
+            return {(destination.name, summary.model): summary
+                    for summary in run_transfer(request, config.models_for(destination), on_window=on_window)}
         finally:
             writer.close()  # releases the models' locks for the next transfer
+
+    results = {}
+    with ThreadPoolExecutor(DESTINATIONS_AT_ONCE, thread_name_prefix="demo-transfer") as pool:
+        for done in pool.map(transfer, config.destinations):
+            results.update(done)
     return results
 
 

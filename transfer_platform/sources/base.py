@@ -13,6 +13,9 @@ from transfer_platform.core.windows import ReadBounds
 from transfer_platform.errors import DataError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from transfer_platform.probes import Check
@@ -49,8 +52,13 @@ class SourceReader(Protocol):
 
     def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
         """The rows of each of ``requests`` (neighbouring windows of one model and tenant), as
-        :meth:`read` returns them, in one frame (one Spark job), each row with the index of its
-        window in ``WINDOW_COLUMN`` (a row in two windows' bounds, their lookback, comes twice)."""
+        :meth:`read` returns them, in one frame (one Spark job), which :meth:`tagged` turns,
+        once in this process as Arrow, into each row with the index of its window in
+        ``WINDOW_COLUMN`` (a row in two windows' bounds, their lookback, comes twice)."""
+
+    def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
+        """What :meth:`read_together`'s frame brought into this process (``requests`` the same),
+        as the model's columns and ``WINDOW_COLUMN``."""
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """How many rows :meth:`read` would return for ``request``, counted where the rows are
@@ -100,6 +108,34 @@ def union_of_reads(reader: SourceReader, spark: SparkSession, requests: list[Rea
 
     frames = [reader.read(spark, r).withColumn(WINDOW_COLUMN, F.lit(i)) for i, r in enumerate(requests)]
     return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def in_bounds_tags(table: pa.Table, column: str, requests: list[ReadRequest]) -> pa.Table:
+    """``table``'s rows tagged with each window (of ``requests``) whose read bounds hold the
+    value in ``column`` (``lower <= value < upper``, compared in the column's own type: the
+    bounds as the last-modified kind writes them, then cast to it), in ``WINDOW_COLUMN``; a row
+    in two windows' bounds comes twice; a NULL value goes to the first window (which refuses
+    it). ``column`` itself is dropped."""
+    import pyarrow as pa  # noqa: F811 - at run time too
+    import pyarrow.compute as pc
+
+    values = table.column(column)
+    kind = requests[0].model.change_column
+
+    def bound(moment: datetime) -> pa.Scalar:
+        return pa.scalar(kind.bound(moment)).cast(values.type)
+
+    rows, tags = [], []
+    for i, request in enumerate(requests):
+        inside = pc.and_(pc.greater_equal(values, bound(request.bounds.lower)),
+                         pc.less(values, bound(request.bounds.upper)))
+        if i == 0:
+            inside = pc.or_kleene(inside, pc.is_null(values))
+        found = pc.indices_nonzero(pc.fill_null(inside, False))
+        rows.append(found)
+        tags.append(pa.array([i] * len(found), pa.int32()))
+    return (table.drop_columns([column]).take(pa.concat_arrays(rows))
+            .append_column(WINDOW_COLUMN, pa.concat_arrays(tags)))
 
 
 def to_model_columns(frame: DataFrame, model: ModelConfig, keep: tuple[str, ...] = ()) -> DataFrame:

@@ -79,6 +79,7 @@ from transfer_platform.sources.base import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.probes import Check, Probe
@@ -409,8 +410,12 @@ class JdbcReader:
         return [counted.get(i, up_to) for i in range(len(requests))]
 
     def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
-        """Each window's own query (its partitions), all in one Spark job."""
+        """Each window's own query (its partitions), all in one Spark job, each tagged with its
+        window."""
         return union_of_reads(self, spark, requests)
+
+    def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
+        return table  # tagged by each window's query
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """``SELECT COUNT(*) FROM (<query_for(request)>)``, run by the database through Spark's

@@ -254,6 +254,7 @@ class _WindowMover:
             for step, indices in _steps(iter(sizes)):
                 yield from self.step(step, [windows[i] for i in indices], [reads[i] for i in indices])
             return
+        table = self.reader.tagged(table, reads)
         schema = arrow_schema(self.model)
         tags = table.column(WINDOW_COLUMN)
         for i, window in enumerate(windows):

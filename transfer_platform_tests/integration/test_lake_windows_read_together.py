@@ -122,3 +122,29 @@ def test_windows_holding_more_than_a_joint_read_may_bring_are_counted_then_moved
     assert ("staged", day(2, 11)) in writes
     assert all(rows[start] <= 2 for how, start in writes if how == "arrow")
     assert {start for start, n in rows.items() if n} <= {start for _, start in writes}
+
+
+def test_a_folder_read_again_keeps_its_inferred_schema_until_its_files_change(spark, tmp_path) -> None:
+    """Spark infers a folder's schema with a job of its own; it is inferred again only when the
+    folder's files change, so a column added to the lake is seen by the next read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from transfer_platform.sources import parquet_lake
+    from transfer_platform.sources.parquet_lake import FolderLake
+
+    folder = tmp_path / "lake" / "events"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [1], "payload": ["a"]}), folder / "part-0.parquet")
+    lake = FolderLake(tmp_path / "lake")
+
+    first = lake.frame(spark, folder, None)
+    again = lake.frame(spark, folder, None)
+    assert first.columns == again.columns == ["id", "payload"]
+    assert sum(1 for key in parquet_lake._INFERRED if key[0] == str(folder)) == 1  # one inference for both
+
+    (folder / "part-0.parquet").unlink()
+    pq.write_table(pa.table({"id": [1], "payload": ["a"], "added": [2.5]}), folder / "part-1.parquet")
+    changed = lake.frame(spark, folder, None)
+    assert changed.columns == ["id", "payload", "added"]
+    assert changed.collect()[0]["added"] == 2.5

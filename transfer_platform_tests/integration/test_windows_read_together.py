@@ -158,7 +158,8 @@ def test_a_window_that_fails_in_spark_is_named_after_the_earlier_ones_commit(
 
 
 def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> None:
-    """The lake scans the windows' whole range once and tags each row with its windows: the same
+    """The lake scans the windows' whole range once, and each row is tagged with its windows (in
+    this process, from the last-modified value as the source holds it): the same
     rows per window as each window's own read, a row in a lookback in both windows, a NULL
     last-modified value in the first window (which refuses it), another tenant's rows in none."""
     from transfer_platform.core.windows import ReadBounds, Window
@@ -180,7 +181,7 @@ def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> No
                 for d in (1, 2, 3)]
     reader = reader_for(config.source("src"))
 
-    together = reader.read_together(spark, requests).toArrow()
+    together = reader.tagged(reader.read_together(spark, requests).toArrow(), requests)
 
     def ids(table) -> list:  # noqa: ANN001
         return sorted(table.column("id").to_pylist())
