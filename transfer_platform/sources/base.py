@@ -100,16 +100,6 @@ def spark_col(name: str) -> Column:
 WINDOW_COLUMN = "__tp_window"
 
 
-def union_of_reads(reader: SourceReader, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
-    """:meth:`SourceReader.read_together` as the union of each window's own read."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F  # noqa: N812
-
-    frames = [reader.read(spark, r).withColumn(WINDOW_COLUMN, F.lit(i)) for i, r in enumerate(requests)]
-    return reduce(lambda a, b: a.unionByName(b), frames)
-
-
 def in_bounds_tags(table: pa.Table, column: str, requests: list[ReadRequest]) -> pa.Table:
     """``table``'s rows tagged with each window (of ``requests``) whose read bounds hold the
     value in ``column`` (``lower <= value < upper``, compared in the column's own type: the

@@ -64,15 +64,20 @@ def config_for(vendor: str, source_schema: str, where, *, tenant: str = TENANT, 
 
 @pytest.fixture
 def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The bounds of every read Spark was given (the real read runs)."""
+    """The bounds of every read Spark was given, alone or with other windows (the real reads run)."""
     reads = []
-    real = JdbcReader.read
+    real, together = JdbcReader.read, JdbcReader.read_together
 
     def recording(self, spark, request):  # noqa: ANN001, ANN202
         reads.append((request.bounds.lower, request.bounds.upper))
         return real(self, spark, request)
 
+    def recording_together(self, spark, requests):  # noqa: ANN001, ANN202
+        reads.extend((request.bounds.lower, request.bounds.upper) for request in requests)
+        return together(self, spark, requests)
+
     monkeypatch.setattr(JdbcReader, "read", recording)
+    monkeypatch.setattr(JdbcReader, "read_together", recording_together)
     return reads
 
 
