@@ -32,6 +32,7 @@ from deltalake import DeltaTable
 from transfer_platform.config import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
+from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
 
@@ -43,6 +44,7 @@ SPARK_JOB_FRAMES = {"collect", "load_stream", "toArrow"}
 
 def test_an_interrupt_stops_the_transfer_and_fails_no_model(spark, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # the lake and destination paths are relative to the configuration
+    monkeypatch.setattr(runner, "RUN_WINDOWS", 1)  # a Spark job per window (else 64 share one): one to land in
     config = load_config(write_config(tmp_path, window=3600))
     writer = writer_for(config.destination("acme_delta"))
     request = TransferRequest(spark=spark, config=config, destination="acme_delta", writer=writer,
