@@ -19,23 +19,21 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.destinations.base import writer_for
 from transfer_platform.sources.parquet_lake import ParquetLakeReader
 from transfer_platform.transfers import runner
-from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.integration import helpers
-from transfer_platform_tests.integration.helpers import DESTINATION, DeltaTables, day
+from transfer_platform_tests.integration.helpers import DeltaTables, day
+from transfer_platform_tests.integration.test_empty_windows import MIN_START, NOW, OTHER, TENANT
 from transfer_platform_tests.integration.test_parquet_delta_path import (
     delivered,
     tenant_rows,
     write_lake,
 )
+from transfer_platform_tests.integration.test_windows_read_together import run
 
 pytestmark = pytest.mark.integration
 
-TENANT, OTHER = "sparse'one", "busy"
-MIN_START = day(1, 1)
-NOW = day(3, 1) + timedelta(hours=5)  # 61 daily windows (2024 is a leap year), the last in progress
+# TENANT, OTHER, MIN_START, NOW: as for a database source's empty windows (61 daily windows)
 # the tenant: 2 rows on Jan 3rd, 1 on Feb 10th, 3 on Feb 11th; the other tenant every day
 ROWS = ([(1, TENANT, day(1, 3) + timedelta(hours=2), "a"), (2, TENANT, day(1, 3) + timedelta(hours=9), "b"),
          (3, TENANT, day(2, 10) + timedelta(microseconds=1), "c")]
@@ -59,28 +57,6 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list:
     return seen
 
 
-def run(spark, config) -> tuple:  # noqa: ANN001
-    writer = writer_for(config.destination(DESTINATION))
-    outcomes, writes = [], []
-    write_window, write_arrow = writer.write_window, writer.write_arrow
-
-    def recording(how, write):  # noqa: ANN001, ANN202
-        def written(batch, load):  # noqa: ANN001, ANN202
-            writes.append((how, load.progress.start))
-            return write(batch, load)
-        return written
-
-    writer.write_window, writer.write_arrow = recording("staged", write_window), recording("arrow", write_arrow)
-    try:
-        (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
-                            now=NOW), config.models_for(config.destination(DESTINATION)),
-            on_window=lambda model, outcome: outcomes.append(outcome))
-    finally:
-        writer.close()
-    return summary, outcomes, writes
-
-
 def holding_rows(outcomes: list) -> list:
     """The windows' starts and how many of the tenant's rows their read bounds hold."""
     return [(o.planned.bounds.progress.start,
@@ -92,7 +68,8 @@ def transferred(spark, tmp_path) -> tuple:  # noqa: ANN001
     write_lake(tmp_path / "lake", ROWS)
     config = helpers.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
                                  min_start=MIN_START)
-    summary, outcomes, writes = run(spark, config)
+    summary, outcomes, writes = run(spark, config, NOW)
+    writes = [(how, window.start) for how, window in writes]
     assert summary.status == "SUCCESS", summary.error
     assert summary.windows == len(outcomes) == 61  # every window committed and reported, in order
     assert [o.result.state.watermark for o in outcomes] == [o.planned.bounds.progress.end for o in outcomes]

@@ -51,7 +51,7 @@ def holding(outcomes: list) -> list:
     return [o for o in outcomes if any(o.planned.bounds.lower <= r[2] < o.planned.bounds.upper for r in ROWS)]
 
 
-def run(spark, config) -> tuple:  # noqa: ANN001
+def run(spark, config, now=NOW) -> tuple:  # noqa: ANN001
     """One transfer, recording each window's outcome and how each read window was written:
     ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged."""
     writer = writer_for(config.destination(DESTINATION))
@@ -68,7 +68,7 @@ def run(spark, config) -> tuple:  # noqa: ANN001
     try:
         (summary,) = run_transfer(
             TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
-                            now=NOW), config.models_for(config.destination(DESTINATION)),
+                            now=now), config.models_for(config.destination(DESTINATION)),
             on_window=lambda model, outcome: outcomes.append(outcome))
     finally:
         writer.close()
