@@ -53,6 +53,7 @@ from transfer_platform.orchestration.dagster_fixes import (
     dev_stop_installed,
     install_dev_stop,
 )
+from transfer_platform.orchestration.run_worker import WORKER_TAG
 from transfer_platform.orchestration.sensors import TRIGGER_TAG
 from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
 from transfer_platform_tests.orchestration.platform_fixtures import (
@@ -216,6 +217,8 @@ def test_sigterm_during_a_transfer_cancels_it_and_the_next_one_resumes(tmp_path:
                      420)
         (run,) = dev.sensor_transfers()
         assert run.status == dg.DagsterRunStatus.STARTED, run.status
+        # started by dagster.yaml's launcher: its worker watches for dagster dev (run_worker)
+        assert WORKER_TAG in dev.instance.get_run_by_id(run.run_id).tags
         install_dev_stop()  # (here, only to see that this Dagster still has what it patches)
         assert dev_stop_installed(), "Dagster's code server changed: see dagster_fixes.install_dev_stop"
 

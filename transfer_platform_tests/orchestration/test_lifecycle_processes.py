@@ -12,13 +12,15 @@ work) none can end first, and no passing run waits for that, since each is cance
   start time, and ``transfer-platform transfers --json`` shows KILLED;
 - ``pending`` (acme_delta too, max_concurrent_transfers 1) waits behind it, PENDING; cancelled
   while queued it is CANCELLED, with no start time;
-- ``orphaned`` (globex_delta) runs, then the control plane loses it: the code server that launched
-  it and the run worker (with its Spark JVM) are SIGKILLed, as when their machine dies. Dagster
+- ``orphaned`` (globex_delta) runs, then the control plane loses it: the process that started it
+  (the run launcher's preloaded parent) and the run worker (with its Spark JVM) are SIGKILLed, as
+  when their machine dies. Dagster
   still says STARTED and the heartbeat stops; the sweep, run with a clock 4 minutes ahead
   (ORPHANED_AFTER is 3 minutes), fails and tags it, and ``transfers --json`` shows ORPHANED with
   submitted/started/ended times;
-- a run worker SIGKILLed while its code server lives is failed by the code server itself (it
-  watches its children): the sweep reads its engine event and reports ORPHANED too.
+- a run worker SIGKILLed while the process that started it lives is failed by that process (it
+  watches its children, as Dagster's code server does): the sweep reads its engine event and
+  reports ORPHANED too.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def running_with_heartbeat(platform: RunningPlatform, run_id: str) -> bool:
     return run.status == dg.DagsterRunStatus.STARTED and HEARTBEAT_TAG in run.tags
 
 
-def test_worker_killed_under_a_live_code_server_is_orphaned(platform: RunningPlatform) -> None:
+def test_worker_killed_under_a_live_parent_is_orphaned(platform: RunningPlatform) -> None:
     instance = platform.instance
     run_id = platform.enqueue("globex_delta")
     platform.wait_for("a running transfer with a heartbeat", lambda: running_with_heartbeat(platform, run_id), 240)
@@ -147,14 +149,15 @@ def test_killed_cancelled_and_orphaned_transfers(platform: RunningPlatform) -> N
     platform.wait_for("the cancelled transfer's worker to exit", lambda: not alive(killed_worker), 30)
     killed_beat = instance.get_run_by_id(killed).tags[HEARTBEAT_TAG]
 
-    # ORPHANED: the code server that launched the run and the run worker die together
+    # ORPHANED: the process that started the run and the run worker die together
     assert running_with_heartbeat(platform, orphaned)
     pid = worker_pid(platform, orphaned)
-    server = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert b"api\0grpc" in Path(f"/proc/{server}/cmdline").read_bytes(), "the worker's parent is not a code server"
-    family = [server, pid, *descendants(pid)]
+    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert b"transfer_platform.orchestration.run_worker" in Path(f"/proc/{parent}/cmdline").read_bytes(), (
+        "the worker's parent is not the run launcher's preloaded parent")
+    family = [parent, pid, *descendants(pid)]
     kill_family(family)
-    platform.wait_for("the code server, the worker and its Spark JVM to go",
+    platform.wait_for("the worker's parent, the worker and its Spark JVM to go",
                       lambda: not any(map(alive, family)), 60)
     last_beat = instance.get_run_by_id(orphaned).tags[HEARTBEAT_TAG]
     time.sleep(3 * 2)  # three heartbeat intervals: no beat, and nobody noticed

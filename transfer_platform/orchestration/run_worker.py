@@ -1,0 +1,244 @@
+"""The preloaded parent of :class:`~transfer_platform.orchestration.launcher.PreloadedRunLauncher`'s
+run workers: ``python -m transfer_platform.orchestration.run_worker``, started by the launcher.
+
+Dagster's code server starts every run in a new ``spawn``-ed Python (hard-coded in its
+``StartRun``), which imports Dagster, the code location and the data path's libraries again: about
+2.5 s of a small incremental's 5.5 s through the daemon on this 2-core machine, and as much CPU per
+run, which under sustained load is what limits transfers per hour. This process pays that once:
+
+1. its first line on stdin is ``{"instance_ref": ..., "origin": ...}`` (serialized by Dagster's
+   serdes): the Dagster instance and the code location (a ``RepositoryPythonOrigin``) it serves;
+2. it imports Dagster's run machinery, the code location's definitions and the data path's
+   libraries (:data:`WARM_IMPORTS`), opens nothing (no thread, no connection: it forks), and says
+   ``{"ready": ..., "threads": n}`` on its control stream (its original stdout; its own output and
+   its runs' go to stderr);
+3. for each ``{"run_id": ...}`` line it forks a run worker, answers ``{"run_id", "pid",
+   "started"}`` (``started``: the worker's start time in ``/proc``, which tells it from a later
+   process with the same pid), and the worker executes the run exactly as ``dagster api
+   execute_run`` does (``_execute_run_command_body``, pinned Dagster), then exits;
+4. a worker that dies before its run finished (SIGKILL, the OOM killer) is reported as Dagster's
+   code server reports it (the engine event "Run execution process for <id> was terminated by
+   signal ..." and the run failed), which ``transfer_platform.orchestration.lifecycle`` reads;
+5. when its code changed since it imported it (a file of the code location's package or the
+   configuration file: :func:`code_stamp`) it answers ``{"run_id", "refused": "stale"}`` without
+   forking and takes no more runs; the launcher starts a fresh one for that run;
+6. it exits when its stdin closes (the launcher's process is gone); running workers go on, as
+   runs of a code server outlive the daemon.
+
+A fork carries no thread into the worker: the parent refuses to fork if a thread runs
+(``"refused": "threads"``), and the launcher then uses Dagster's own path for that code location.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, TextIO
+
+#: modules a transfer imports, imported once by the parent (a missing one is skipped)
+WARM_IMPORTS = ("dagster._cli.api", "dagster._core.execution.api", "transfer_platform.transfers.runner",
+                "transfer_platform.destinations.postgres", "transfer_platform.destinations.delta",
+                "transfer_platform.destinations.object_storage", "transfer_platform.sources.jdbc",
+                "transfer_platform.sources.parquet_lake", "pyspark.sql.connect.session", "pyarrow",
+                "pyarrow.parquet", "pandas", "psycopg", "deltalake")
+WORKER_TAG = "transfer_platform/run_worker"  # "<host> <pid> <start time>" of a run's worker
+
+
+def process_start_time(pid: int) -> str | None:
+    """The start time of ``pid`` in ``/proc`` (clock ticks since boot), None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def code_stamp(module: str) -> list:
+    """What, changed, makes imported code stale: the files of ``module``'s top package (names,
+    sizes, modification times) and the configuration file ``transfer_platform`` reads."""
+    stamp: list = []
+    spec = importlib.util.find_spec(module.split(".")[0])
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(Path(folder).rglob("*.py")):
+            with suppress(OSError):
+                status = path.stat()
+                stamp.append([str(path), status.st_size, status.st_mtime_ns])
+    with suppress(Exception):  # no configuration file: the run reports it
+        from transfer_platform.config import find_config_path
+
+        config = find_config_path(None)
+        status = Path(config).stat()
+        stamp.append([str(config), status.st_size, status.st_mtime_ns])
+    return stamp
+
+
+class Parent:
+    """The preloaded process: reads requests, forks run workers, reaps them."""
+
+    def __init__(self, control: TextIO) -> None:
+        self.control = control
+        self.children: dict[int, str] = {}  # pid -> run id
+
+    def say(self, message: dict[str, Any]) -> None:
+        self.control.write(json.dumps(message) + "\n")
+        self.control.flush()
+
+    def main(self) -> None:
+        from dagster._core.instance.ref import InstanceRef
+        from dagster._core.origin import RepositoryPythonOrigin
+        from dagster._serdes import deserialize_value
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by its stdin closing; workers are not
+        requests = Lines(sys.stdin.fileno())
+        header = requests.next(on_wait=lambda: None)
+        if header is None:
+            return
+        header = json.loads(header)
+        self.instance_ref = deserialize_value(header["instance_ref"], InstanceRef)
+        self.origin = deserialize_value(header["origin"], RepositoryPythonOrigin)
+        module = getattr(self.origin.code_pointer, "module", None) or "transfer_platform"
+        self.stamp = code_stamp(module)
+        started = time.perf_counter()
+        preload(self.origin)
+        self.say({"ready": round(time.perf_counter() - started, 3), "threads": threading.active_count()})
+        while (line := requests.next(on_wait=self.reap)) is not None:
+            if line.strip() and not self.start(json.loads(line)["run_id"], module):
+                break
+        while self.children:  # stdin closed: the workers outlive us, but are reaped while we wait
+            self.reap(block=True)
+
+    def start(self, run_id: str, module: str) -> bool:
+        """Fork the worker of ``run_id``; False when the parent must go (its code is stale, or a
+        thread it would carry into the fork started)."""
+        refused = ("stale" if code_stamp(module) != self.stamp
+                   else "threads" if threading.active_count() > 1 else None)
+        if refused:
+            self.say({"run_id": run_id, "refused": refused})
+            return False
+        pid = os.fork()
+        if pid == 0:
+            os.close(self.control.fileno())  # the launcher sees this stream end with the parent
+            os._exit(execute(self.instance_ref, run_id))
+        self.children[pid] = run_id
+        self.say({"run_id": run_id, "pid": pid, "started": process_start_time(pid)})
+        return True
+
+    def reap(self, block: bool = False) -> None:
+        while self.children:
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            if pid == 0:
+                return
+            run_id = self.children.pop(pid, None)
+            code = os.waitstatus_to_exitcode(status)
+            if run_id is not None and code != 0:
+                _report_crash(self.instance_ref, run_id, code)
+
+
+class Lines:
+    """Lines of a file descriptor, read unbuffered (a forked worker must not inherit read-ahead),
+    calling ``on_wait()`` every 0.5 s while none comes."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def next(self, on_wait: Callable[[], None]) -> str | None:
+        while b"\n" not in self.buffer:
+            readable, _, _ = select.select([self.fd], [], [], 0.5)
+            on_wait()
+            if readable:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    return None
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
+def preload(origin: Any) -> None:  # noqa: ANN401 - a RepositoryPythonOrigin
+    """Import what a run imports; nothing here may start a thread or open a connection."""
+    for name in WARM_IMPORTS:
+        with suppress(Exception):
+            importlib.import_module(name)
+    with suppress(Exception):  # a code location that does not load fails its run, with Dagster's error
+        from dagster._utils.hosted_user_process import recon_repository_from_origin
+
+        recon_repository_from_origin(origin).get_definition()
+
+
+def execute(instance_ref: Any, run_id: str) -> int:  # noqa: ANN401 - an InstanceRef
+    """In the forked worker: the run, as ``dagster api execute_run`` executes it; the exit code."""
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # the launcher's requests are the parent's
+        os.close(devnull)
+        from dagster._cli.api import _execute_run_command_body  # pinned Dagster
+        from dagster._cli.utils import get_instance_for_cli
+        from dagster._utils.interrupts import capture_interrupts
+
+        with capture_interrupts(), get_instance_for_cli(instance_ref=instance_ref) as instance:
+            _watch_dagster_dev(instance, run_id)
+            _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+        return 0
+    except BaseException:  # noqa: BLE001 - a worker never returns into the parent's loop
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # noqa: ANN401 - a DagsterInstance
+    """Under ``dagster dev``: cancel the run when ``dagster dev`` is gone, as its code servers'
+    runs are (``dagster_fixes.install_dev_stop``)."""
+    if os.environ.get("DAGSTER_IS_DEV_CLI") != "1":
+        return
+    from transfer_platform.orchestration import dagster_fixes
+
+    def watch() -> None:
+        while not dagster_fixes._dev_has_exited():
+            time.sleep(0.5)
+        with suppress(Exception):
+            run = instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                instance.report_run_canceling(run, message=dagster_fixes.DEV_STOPPED)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="dagster-dev-watch", daemon=True).start()
+
+
+def _report_crash(instance_ref: Any, run_id: str, exit_code: int) -> None:  # noqa: ANN401
+    """A worker that died with its run unfinished: failed, as Dagster's code server says it."""
+    from dagster import DagsterInstance
+    from dagster._utils import get_run_crash_explanation
+
+    with suppress(Exception), DagsterInstance.from_ref(instance_ref) as instance:
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return
+        message = get_run_crash_explanation(prefix=f"Run execution process for {run_id}", exit_code=exit_code)
+        instance.report_engine_event(message, run)
+        instance.report_run_failed(run)
+
+
+def main(run: Callable[[TextIO], None] = lambda control: Parent(control).main()) -> None:
+    control = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # print() of the code and of the runs goes to stderr; stdout is the launcher's
+    run(control)
+
+
+if __name__ == "__main__":
+    main()
