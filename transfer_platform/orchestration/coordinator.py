@@ -119,7 +119,30 @@ def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
 
 
 class TransferRunCoordinator(QueuedRunCoordinator):
-    """``QueuedRunCoordinator`` + the configuration's tags and limits (see the module docstring)."""
+    """``QueuedRunCoordinator`` + the configuration's tags and limits (see the module docstring).
+
+    ``dequeue_interval_seconds`` may be a fraction here (Dagster's schema takes whole seconds,
+    its daemon any number): a run waits on average half of it plus the daemon's half-second
+    polling of its own loop before it is launched, the largest part of a small transfer's latency.
+    """
+
+    @classmethod
+    def config_type(cls) -> dict:
+        from dagster import Field
+
+        return {**super().config_type(), "dequeue_interval_seconds": Field(
+            float, is_required=False,
+            description="Seconds between the daemon's passes over the run queue (fractions allowed).")}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):  # noqa: ANN001, ANN206 - Dagster's signature
+        interval = config_value.get("dequeue_interval_seconds")
+        if interval is not None and interval <= 0:
+            raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
+        coordinator = super().from_config_value(inst_data, {**config_value, "dequeue_interval_seconds": None})
+        if interval is not None:
+            coordinator._dequeue_interval_seconds = interval  # noqa: SLF001 - read by the daemon only
+        return coordinator
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run

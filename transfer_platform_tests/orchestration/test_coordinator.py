@@ -310,3 +310,19 @@ def test_the_run_queue_starts_only_what_the_limits_allow(tmp_path: Path, monkeyp
         assert status(acme_notes) == dg.DagsterRunStatus.QUEUED  # acme's only slot is taken
         assert status(acme_check) == dg.DagsterRunStatus.QUEUED  # no integrity beside a transfer
         assert status(globex_again) == dg.DagsterRunStatus.QUEUED  # globex/items already runs
+
+
+def test_the_dequeue_interval_takes_fractions_and_reaches_the_daemon(tmp_path: Path) -> None:
+    from dagster._daemon.controller import create_daemon_of_type
+
+    shipped = yaml.safe_load((dagster_home(tmp_path) / "dagster.yaml").read_text())
+    interval = shipped["run_coordinator"]["config"]["dequeue_interval_seconds"]
+    assert interval == 0.5  # Dagster's own schema takes whole seconds only
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        daemon = create_daemon_of_type(QueuedRunCoordinatorDaemon.daemon_type(), instance)
+        assert daemon.interval_seconds == interval
+    for bad in (0, -1):
+        shipped["run_coordinator"]["config"]["dequeue_interval_seconds"] = bad
+        (tmp_path / "dagster_home" / "dagster.yaml").write_text(yaml.safe_dump(shipped))
+        with pytest.raises(ValueError, match="dequeue_interval_seconds must be > 0"):
+            dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")).run_coordinator  # noqa: B018
