@@ -2,8 +2,10 @@
 runs them: a code server (``dagster api grpc``) and the daemon with the repository's run
 coordinator, the instance on PostgreSQL storage (a database of its own, dropped afterwards; SQLite
 reports "database is locked" under concurrent runs), every run its own process, enqueued as
-``transfer-platform transfer --enqueue`` does. Spark: the configuration file's (``spark.remote``
-for a warm server).
+``transfer-platform transfer --enqueue`` does, launched by the shipped ``dagster.yaml``'s run
+launcher (runs forked from a preloaded parent) or, with ``default_launcher``, Dagster's (a process
+spawned by the code server per run). Spark: the configuration file's (``spark.remote`` for a warm
+server).
 
 - :meth:`Daemon.one_run`: queued -> success of one enqueued transfer, from the run's own
   timestamps (created, launched by the daemon, started by its run worker, ended), enqueued when
@@ -42,6 +44,7 @@ class Daemon:
     folder: Path
     config_path: Path
     max_concurrent_runs: int = 4
+    default_launcher: bool = False  # Dagster's DefaultRunLauncher instead of the shipped one
     database: str = field(default_factory=lambda: f"tp_bench_dagster_{uuid.uuid4().hex[:6]}")
     processes: list = field(default_factory=list)
 
@@ -54,6 +57,8 @@ class Daemon:
         home.mkdir(parents=True)
         instance = yaml.safe_load((REPO / "dagster.yaml").read_text())
         instance["run_coordinator"]["config"]["max_concurrent_runs"] = self.max_concurrent_runs
+        if self.default_launcher:
+            del instance["run_launcher"]
         instance["storage"] = {"postgres": {"postgres_db": {
             "hostname": PG["host"], "port": PG["port"], "db_name": self.database, "username": PG["user"],
             "scheme": "postgresql+psycopg2"}}}  # as deploy/dagster.production.yaml says why

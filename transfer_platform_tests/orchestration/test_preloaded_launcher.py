@@ -9,6 +9,7 @@ process it ran in), so each case takes seconds. The daemon's own runs through it
   the run sees it; a parent that died is replaced;
 - a worker SIGKILLed: the run fails with the code server's words ("was terminated by signal"),
   which the lifecycle sweep reads;
+- the launcher disposed (its daemon stops): the running worker goes on, its parent exits after it;
 - ``terminate``: the worker is interrupted, the run ends CANCELED;
 - a parent that cannot fork (a thread started on import): the run goes to Dagster's own path,
   with an engine event saying why.
@@ -133,6 +134,13 @@ def finished(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun:
     return instance.get_run_by_id(run_id)
 
 
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def messages(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     return [e.message or "" for e in instance.all_logs(run_id)]
 
@@ -176,11 +184,16 @@ def test_a_killed_worker_fails_its_run_and_terminate_cancels(tmp_path: Path, ins
 
     cancelled = launch(instance, launcher, location, wait=True)
     wait_for("the worker to start its op", lambda: (location.out / f"{cancelled.run_id}.json").exists())
+    launcher.dispose()  # the daemon stops: its parent takes no more runs, the running one goes on
+    parent = location.record(cancelled.run_id)["ppid"]
+    assert instance.get_run_by_id(cancelled.run_id).status == dg.DagsterRunStatus.STARTED
+    assert alive(parent), "the parent left before its running worker"
     other = PreloadedRunLauncher()  # terminate from another process's launcher (the webserver, the CLI)
     other.register_instance(instance)
     assert other.terminate(cancelled.run_id)
     assert finished(instance, cancelled.run_id).status == dg.DagsterRunStatus.CANCELED
     assert not other.terminate(cancelled.run_id)  # finished: nothing to terminate
+    wait_for("the parent to exit after its last worker", lambda: not alive(parent))
 
 
 def test_a_parent_that_cannot_fork_leaves_the_run_to_dagster(tmp_path: Path, instance: dg.DagsterInstance,
