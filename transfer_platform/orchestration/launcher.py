@@ -85,7 +85,10 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         for _attempt in range(2):  # a parent that ended, or whose code changed, is replaced once
             parent = self._parents.get(key)
             if parent is None or not parent.alive():
-                parent = self._parents[key] = _Parent(self._instance, origin)
+                try:
+                    parent = self._parents[key] = _Parent(self._instance, origin)
+                except OSError as exc:  # the code location's Python is not on this machine
+                    return False, f"its parent process did not start: {exc}"
             answer = parent.request(run.run_id, START_TIMEOUT_SECONDS)
             if answer.get("pid"):
                 self._instance.add_run_tags(run.run_id, {
