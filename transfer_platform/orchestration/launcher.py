@@ -19,7 +19,8 @@ takes nothing else with it, and is failed as the code server fails it).
   platform without ``fork``.
 - ``terminate`` (the UI's Terminate, ``transfer-platform cancel``) interrupts the worker (SIGINT,
   as the code server does) from any process on the same machine: the run's
-  ``transfer_platform/run_worker`` tag names its host, pid and start time.
+  ``transfer_platform/run_worker`` tag names its host, pid and start time. From another machine
+  the run is marked CANCELING and the worker's cancellation thread (Dagster's) interrupts it.
 
 Runs execute on the machine of the process that launched them (the daemon), with its environment
 (``DefaultRunLauncher``: the code server's machine and environment).
@@ -113,10 +114,14 @@ class PreloadedRunLauncher(DefaultRunLauncher):
             return super().terminate(run_id)
         host, pid, started = run.tags[WORKER_TAG].split()
         self._instance.report_run_canceling(run)
-        if host != socket.gethostname() or process_start_time(int(pid)) != started:
+        if host != socket.gethostname():
             self._instance.report_engine_event(
-                f"The run's worker (pid {pid} on {host}) is not running on this machine: not interrupted.",
-                run, cls=self.__class__)
+                f"The run's worker runs on {host} (pid {pid}): it interrupts itself when it sees the run "
+                "CANCELING (run_monitoring.cancellation_thread_poll_interval_seconds).", run, cls=self.__class__)
+            return True
+        if process_start_time(int(pid)) != started:
+            self._instance.report_engine_event(
+                f"The run's worker (pid {pid}) is gone: nothing to interrupt.", run, cls=self.__class__)
             return False
         os.kill(int(pid), signal.SIGINT)
         return True

@@ -15,7 +15,8 @@ run, which under sustained load is what limits transfers per hour. This process 
 3. for each ``{"run_id": ...}`` line it forks a run worker, answers ``{"run_id", "pid",
    "started"}`` (``started``: the worker's start time in ``/proc``, which tells it from a later
    process with the same pid), and the worker executes the run exactly as ``dagster api
-   execute_run`` does (``_execute_run_command_body``, pinned Dagster), then exits;
+   execute_run`` does (``_execute_run_command_body``, pinned Dagster), with Dagster's run
+   cancellation thread (a run marked CANCELING from elsewhere is interrupted), then exits;
 4. a worker that dies before its run finished (SIGKILL, the OOM killer) is reported as Dagster's
    code server reports it (the engine event "Run execution process for <id> was terminated by
    signal ..." and the run failed), which ``transfer_platform.orchestration.lifecycle`` reads;
@@ -185,11 +186,18 @@ def execute(instance_ref: Any, run_id: str) -> int:  # noqa: ANN401 - an Instanc
         os.close(devnull)
         from dagster._cli.api import _execute_run_command_body  # pinned Dagster
         from dagster._cli.utils import get_instance_for_cli
+        from dagster._core.execution.run_cancellation_thread import start_run_cancellation_thread
         from dagster._utils.interrupts import capture_interrupts
 
         with capture_interrupts(), get_instance_for_cli(instance_ref=instance_ref) as instance:
             _watch_dagster_dev(instance, run_id)
-            _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+            # a run marked CANCELING from another machine: interrupted at the thread's next look
+            # (run_monitoring.cancellation_thread_poll_interval_seconds, 10 s by default)
+            _thread, stop = start_run_cancellation_thread(instance, run_id)
+            try:
+                _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+            finally:
+                stop.set()
         return 0
     except BaseException:  # noqa: BLE001 - a worker never returns into the parent's loop
         import traceback

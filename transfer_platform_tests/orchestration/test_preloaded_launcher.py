@@ -10,7 +10,8 @@ process it ran in), so each case takes seconds. The daemon's own runs through it
 - a worker SIGKILLed: the run fails with the code server's words ("was terminated by signal"),
   which the lifecycle sweep reads;
 - the launcher disposed (its daemon stops): the running worker goes on, its parent exits after it;
-- ``terminate``: the worker is interrupted, the run ends CANCELED;
+- ``terminate``: the worker is interrupted, the run ends CANCELED; for a worker on another
+  machine, by its cancellation thread;
 - a parent that cannot fork (a thread started on import): the run goes to Dagster's own path,
   with an engine event saying why.
 """
@@ -104,7 +105,8 @@ class Location:
 def instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as test_instance:
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home"), overrides={
+            "run_monitoring": {"cancellation_thread_poll_interval_seconds": 1}}) as test_instance:
         yield test_instance
 
 
@@ -194,6 +196,16 @@ def test_a_killed_worker_fails_its_run_and_terminate_cancels(tmp_path: Path, ins
     assert finished(instance, cancelled.run_id).status == dg.DagsterRunStatus.CANCELED
     assert not other.terminate(cancelled.run_id)  # finished: nothing to terminate
     wait_for("the parent to exit after its last worker", lambda: not alive(parent))
+
+    # the worker on another machine (its tag says so): the run is marked CANCELING, and the worker's
+    # cancellation thread interrupts it (the instance polls every second here)
+    elsewhere = launch(instance, other, location, wait=True)
+    wait_for("the worker to start its op", lambda: (location.out / f"{elsewhere.run_id}.json").exists())
+    _host, pid, started = instance.get_run_by_id(elsewhere.run_id).tags[WORKER_TAG].split()
+    instance.add_run_tags(elsewhere.run_id, {WORKER_TAG: f"another-machine {pid} {started}"})
+    assert other.terminate(elsewhere.run_id)
+    assert finished(instance, elsewhere.run_id).status == dg.DagsterRunStatus.CANCELED
+    other.dispose()
 
 
 def test_a_parent_that_cannot_fork_leaves_the_run_to_dagster(tmp_path: Path, instance: dg.DagsterInstance,
