@@ -88,7 +88,7 @@ class Parent:
 
     def __init__(self, control: TextIO) -> None:
         self.control = control
-        self.children: dict[int, str] = {}  # pid -> run id
+        self.children: dict[int, str | None] = {}  # pid -> run id (None: a crash reporter)
 
     def say(self, message: dict[str, Any]) -> None:
         self.control.write(json.dumps(message) + "\n")
@@ -135,14 +135,25 @@ class Parent:
         return True
 
     def reap(self, block: bool = False) -> None:
+        """Collect ended workers; one that ended badly is reported by a short-lived fork (so this
+        process never opens the instance, and stays without threads or connections to fork)."""
         while self.children:
-            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:  # none left (they were collected elsewhere)
+                self.children.clear()
+                return
             if pid == 0:
                 return
             run_id = self.children.pop(pid, None)
             code = os.waitstatus_to_exitcode(status)
             if run_id is not None and code != 0:
-                _report_crash(self.instance_ref, run_id, code)
+                reporter = os.fork()
+                if reporter == 0:
+                    os.close(self.control.fileno())
+                    _report_crash(self.instance_ref, run_id, code)
+                    os._exit(0)
+                self.children[reporter] = None
 
 
 class Lines:
