@@ -57,11 +57,10 @@ WORKER_TAG = "transfer_platform/run_worker"  # "<host> <pid> <start time>" of a 
 
 def process_start_time(pid: int) -> str | None:
     """The start time of ``pid`` in ``/proc`` (clock ticks since boot), None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
+    from transfer_platform.orchestration.dagster_fixes import _stat
+
+    fields = _stat(pid)
+    return fields[19] if fields else None
 
 
 def code_stamp(module: str) -> list:
@@ -253,10 +252,10 @@ def _report_crash(instance_ref: Any, run_id: str, exit_code: int) -> None:  # no
         instance.report_run_failed(run)
 
 
-def main(run: Callable[[TextIO], None] = lambda control: Parent(control).main()) -> None:
+def main() -> None:
     control = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # print() of the code and of the runs goes to stderr; stdout is the launcher's
-    run(control)
+    Parent(control).main()
 
 
 if __name__ == "__main__":

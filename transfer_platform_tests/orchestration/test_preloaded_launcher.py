@@ -35,7 +35,7 @@ from dagster._core.launcher import LaunchRunContext
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 
 from transfer_platform.orchestration.launcher import NO_FORK, PreloadedRunLauncher
-from transfer_platform.orchestration.run_worker import WORKER_TAG
+from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
 
 pytestmark = pytest.mark.integration
 
@@ -136,13 +136,6 @@ def finished(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun:
     return instance.get_run_by_id(run_id)
 
 
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def messages(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     return [e.message or "" for e in instance.all_logs(run_id)]
 
@@ -189,13 +182,13 @@ def test_a_killed_worker_fails_its_run_and_terminate_cancels(tmp_path: Path, ins
     launcher.dispose()  # the daemon stops: its parent takes no more runs, the running one goes on
     parent = location.record(cancelled.run_id)["ppid"]
     assert instance.get_run_by_id(cancelled.run_id).status == dg.DagsterRunStatus.STARTED
-    assert alive(parent), "the parent left before its running worker"
+    assert process_start_time(parent), "the parent left before its running worker"
     other = PreloadedRunLauncher()  # terminate from another process's launcher (the webserver, the CLI)
     other.register_instance(instance)
     assert other.terminate(cancelled.run_id)
     assert finished(instance, cancelled.run_id).status == dg.DagsterRunStatus.CANCELED
     assert not other.terminate(cancelled.run_id)  # finished: nothing to terminate
-    wait_for("the parent to exit after its last worker", lambda: not alive(parent))
+    wait_for("the parent to exit after its last worker", lambda: process_start_time(parent) is None)
 
     # the worker on another machine (its tag says so): the run is marked CANCELING, and the worker's
     # cancellation thread interrupts it (the instance polls every second here)
