@@ -48,7 +48,7 @@ def parse_config(raw: Any, *, base_dir: Path | None = None, now: datetime | None
                  source: str | None = None) -> PlatformConfig:
     if not isinstance(raw, dict):
         raise ConfigError([Problem("(top level)", "expected a mapping with sources, models, recipients, destinations",
-                                   "see the README's configuration example")], source=source)
+                                   "see docs/configuration.md")], source=source)
     try:
         config = PlatformConfig.model_validate(raw)
     except ValidationError as exc:
@@ -84,7 +84,7 @@ def _problems_from_validation(exc: ValidationError) -> list[Problem]:
         fix = ""
         if kind == "extra_forbidden":
             message = "unknown field"
-            fix = "remove it or check its spelling against the README's configuration reference"
+            fix = "remove it or check its spelling against the configuration reference (docs/configuration.md)"
         elif kind == "missing":
             fix = "add this field"
         elif kind == "union_tag_invalid":

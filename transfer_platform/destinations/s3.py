@@ -105,7 +105,7 @@ class S3Store:
                 "InvalidAccessKeyId": "correct the access key id (connection.access_key_id's variable)",
                 "SignatureDoesNotMatch": "correct the secret (connection.secret_access_key's variable)",
                 "AccessDenied": f"grant the key s3:GetObject, s3:PutObject, s3:DeleteObject and "
-                                f"s3:ListBucket on {self.bucket} (see the README's Permissions)",
+                                f"s3:ListBucket on {self.bucket} (see docs/permissions.md)",
             }
             reason = f"{code}: {exc.response.get('Error', {}).get('Message', '')}".strip(": ")
             return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,

@@ -12,7 +12,7 @@ as soon as that window's data and watermark have committed (the specs are ``skip
 over many windows (single-run backfill) shows each window materialized as it finishes, and a
 failure in window k keeps the windows before k. An IO manager cannot do this: Dagster calls
 ``handle_output`` once for the whole range and records its own events only after it returns
-(see the README's design section).
+(see docs/design.md).
 
 With ``dry_run: true`` in the op's config the body only plans (``transfers/dry_run.py``): one log
 line and one ``AssetObservation`` with the plan per selected model, nothing moved or materialized.

@@ -644,9 +644,9 @@ def test_the_defaults_and_settings_with_an_effect_pass():
     assert config.destination("acme_pg").connection.schema_ == "provider_data"
 
 
-def test_the_readme_configuration_example_is_valid():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    example = readme.split("## Configuration", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+def test_the_documented_configuration_example_is_valid():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    example = page.split("## A complete example", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
     config = parse_config(yaml.safe_load(example), now=NOW)
     events = config.model("events")
     assert events.is_append_only is False
@@ -663,14 +663,15 @@ def test_destinations_in_different_schemas_or_paths_are_accepted():
     parse_config(raw, now=NOW)
 
 
-def test_the_readme_object_storage_example_is_valid(monkeypatch):
-    """The *Object storage* block, added to the configuration example: it validates, the signing
-    key's variable checked as validate checks it."""
+def test_the_documented_object_storage_example_is_valid(monkeypatch):
+    """The block of docs/object-storage.md, added to the configuration example: it validates, the
+    signing key's variable checked as validate checks it."""
     from transfer_platform.destinations.manifests import new_signing_key
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    main = yaml.safe_load(readme.split("## Configuration", 1)[1].split("```yaml", 1)[1].split("```", 1)[0])
-    section = readme.split("**Object storage**", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    page = (docs / "configuration.md").read_text()
+    main = yaml.safe_load(page.split("## A complete example", 1)[1].split("```yaml", 1)[1].split("```", 1)[0])
+    section = (docs / "object-storage.md").read_text().split("```yaml", 1)[1].split("```", 1)[0]
     main["destinations"] += yaml.safe_load(section)["destinations"]
     monkeypatch.setenv("ACME_MANIFEST_KEY", new_signing_key()[0])
     config = parse_config(main, now=NOW)

@@ -131,7 +131,7 @@ def lake_rows(root: Path, table: str, tenant: str = "acme") -> list[dict]:
 
 
 def consumed(bucket: Bucket, model: str) -> list[dict]:
-    """A consumer's reading, per the README: verify each manifest with the pinned public key and
+    """A consumer's reading, per docs/object-storage.md: verify each manifest with the pinned public key and
     each file with its checksum; from the last FULL_REFRESH manifest on (or all), read the files,
     keep per key the latest last-modified version."""
     manifests = sorted(bucket.manifests(model), key=lambda m: m["end_time"])

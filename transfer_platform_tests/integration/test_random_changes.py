@@ -23,7 +23,7 @@ The expectation is the seeds' (change detection: the next transfer starts at "th
 updated_at value that was transferred", less the lookback), not the code's: a row whose value is
 no older than its tenant's last delivered value minus the lookback arrives in the next transfer
 whenever it commits. Anchoring the read at the previous transfer's clock fails this test (checked
-by mutation, see the README).
+by mutation, see docs/design.md).
 
 After every transfer the destination holds, for every source row older than "now", exactly that
 row, nothing else but earlier versions of that tenant's rows, no staging table, and a watermark

@@ -5,7 +5,7 @@ configured start at an odd second, a backfill makes exactly the reads the docume
 partitions on the largest cron grid not above the window (weeks start on Mondays), reads of the
 window size inside a minute when the window is below one, the first read clipped to the start and
 the last to "now". The expected reads come from :func:`read_edges`, an oracle written here from the
-README, not from the planner. Rows sit on every read boundary and 1 µs either side of it: each
+docs/design.md (Windows), not from the planner. Rows sit on every read boundary and 1 µs either side of it: each
 arrives exactly once (with no lookback the reads' row counts add up to the rows delivered), and
 nothing before the start or at/after "now" is read.
 

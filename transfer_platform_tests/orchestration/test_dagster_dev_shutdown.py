@@ -1,6 +1,6 @@
-"""``dagster dev`` started as the README says stops cleanly and promptly on SIGTERM (issue 12).
+"""``dagster dev`` started as docs/dagster-ui.md says stops cleanly and promptly on SIGTERM (issue 12).
 
-The README's command (``python -m transfer_platform.dagster_dev -w workspace.yaml``, which becomes
+The documented command (``python -m transfer_platform.dagster_dev -w workspace.yaml``, which becomes
 ``dagster dev``) runs from the repository with a Dagster home holding the repository's
 ``dagster.yaml`` and ``$TRANSFER_PLATFORM_CONFIG`` set (a free ``--port``: the machine is shared).
 One destination is enabled, so the ``transfer_schedule`` sensor enqueues its transfer on its first
@@ -137,7 +137,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def dagster_dev(root: Path, *, window: int | None, sigint_ignored: bool = False) -> Iterator[Dev]:
-    """``dagster dev`` as the README starts it, for one enabled destination (``globex_delta``);
+    """``dagster dev`` as docs/dagster-ui.md starts it, for one enabled destination (``globex_delta``);
     ``sigint_ignored``: as a background job of a script starts it."""
     config_path = write_config(root, destinations={"globex": {"frequency_minutes": 15}}, window=window)
     config = yaml.safe_load(config_path.read_text())

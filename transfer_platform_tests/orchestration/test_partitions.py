@@ -24,7 +24,7 @@ MINUTE, HOUR, DAY, WEEK = 60, 3_600, 86_400, 7 * 86_400
 FIRST_MONDAY = datetime(1970, 1, 5, tzinfo=UTC)
 MINUTE_FMT, DAY_FMT = "%Y-%m-%dT%H:%M", "%Y-%m-%d"
 
-# window size -> (grid seconds, cron, key format): the README's "largest cron grid not above it"
+# window size -> (grid seconds, cron, key format): docs/design.md's "largest cron grid not above it"
 GRID_TABLE = {
     1: (MINUTE, "* * * * *", MINUTE_FMT),
     7: (MINUTE, "* * * * *", MINUTE_FMT),

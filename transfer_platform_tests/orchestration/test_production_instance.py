@@ -1,4 +1,4 @@
-"""The production instance settings of the README (deploy/dagster.production.yaml) load for real:
+"""The production instance settings of docs/operations.md (deploy/dagster.production.yaml) load for real:
 storage on PostgreSQL (dagster-postgres) and transfer_platform's run coordinator with the
 configuration's limits."""
 
