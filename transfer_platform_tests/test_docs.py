@@ -310,3 +310,28 @@ def test_the_full_layout_names_every_part_of_the_package() -> None:
              if p.name not in ("__init__.py", "__pycache__")}
     assert there - package == set(), "docs/design.md's layout does not name these parts of the package"
     assert package - there == set(), "docs/design.md's layout names parts the package does not have"
+
+
+# -- links -------------------------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to '-'."""
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in page.read_text().splitlines() if re.match(r"^#{1,6} ", line)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_between_the_pages_resolve(page: Path) -> None:
+    """A relative link names a file that exists and, with '#', a heading of that file."""
+    broken = []
+    for target in _LINK.findall(page.read_text()):
+        if re.match(r"^[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in anchors(linked)):
+            broken.append(target)
+    assert broken == [], f"{page.name}: links to no such file or heading"
