@@ -32,6 +32,8 @@ import yaml
 from transfer_platform.config import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
+from transfer_platform.destinations.object_storage import ObjectStorageWriter
+from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
 from transfer_platform_tests.s3_server import S3Server
@@ -259,3 +261,48 @@ def test_a_reader_following_the_documentation_holds_the_sources_rows(
               for t, m in found.items()}
     for before, after in (("t1-backfill", "t2-incremental"), ("t3-refresh", "t4-incremental")):
         assert window[before][0] < window[after][0] < window[before][1] <= window[after][1]
+
+
+def test_a_transfer_that_dies_after_its_manifest_leaves_the_next_one_a_greater_sequence(
+        spark, tmp_path: Path, destination: tuple[dict, Objects], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest is written, the state after it is not (the process dies there): the window is
+    delivered again by the next transfer, whose manifest must come after the dead one's."""
+    connection, objects = destination
+    monkeypatch.chdir(tmp_path)
+    lake = Lake(tmp_path)
+    config_path = configure(tmp_path, dict(connection))
+    transfer(spark, config_path, "t1-backfill")
+    lake.change(update=(1, 2), insert=(100,))
+
+    real_manifest, real_book = ObjectStorageWriter._write_manifest, ObjectStorageWriter._write_book
+    written = []
+
+    def manifest_then_note(self, *args, **kwargs) -> None:  # noqa: ANN001
+        real_manifest(self, *args, **kwargs)
+        written.append(1)
+
+    def book_unless_after_a_manifest(self, *args, **kwargs) -> None:  # noqa: ANN001
+        if written:
+            raise ConnectionFailure("object storage", reason="the process died", fix="-")
+        real_book(self, *args, **kwargs)
+
+    monkeypatch.setattr(ObjectStorageWriter, "_write_manifest", manifest_then_note)
+    monkeypatch.setattr(ObjectStorageWriter, "_write_book", book_unless_after_a_manifest)
+    config = load_config(config_path)
+    writer = writer_for(config.destination("acme_files"))
+    try:
+        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
+                                                  transfer_id="t2-dies", now=datetime.now(UTC)), config.models)
+    finally:
+        writer.close()
+    assert summary.status != "SUCCESS"
+    assert written, "the transfer did not die after its manifest"
+    monkeypatch.setattr(ObjectStorageWriter, "_write_manifest", real_manifest)
+    monkeypatch.setattr(ObjectStorageWriter, "_write_book", real_book)
+
+    transfer(spark, config_path, "t3-next")
+    found = {m["transfer_id"]: m["sequence"] for m in (json.loads(objects.get(k)) for k in
+                                                       objects.keys(f"{PREFIX}/_manifests/{MODEL}/"))}
+    assert found["t1-backfill"] < found["t2-dies"] < found["t3-next"], found
+    assert consume(objects, MODEL, primary_key="id", last_modified="updated_at", deleted="is_deleted") \
+        == lake.acme_rows()
