@@ -30,6 +30,7 @@ from transfer_platform.demo import sample_data
 from transfer_platform.destinations.base import arrow_schema, writer_for
 from transfer_platform.destinations.delta import DeltaWriter
 from transfer_platform.destinations.manifests import (
+    application_order,
     load_signing_key,
     new_signing_key,
     public_key_text,
@@ -66,19 +67,18 @@ def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name:
 
 def consumed_rows(config: PlatformConfig, destination_name: str, model_name: str, public_key: str) -> pa.Table:
     """A consumer's reading of a ``local`` object-storage destination: every manifest of the
-    model verified with the pinned public key, every file it names against its SHA-256, then the
-    rows of the last generation with, per key, the latest last-modified version."""
+    model verified with the pinned public key, every file it applies against its SHA-256, the
+    manifests applied in the documented order (by ``sequence``, from the last FULL_REFRESH on),
+    then per key the latest last-modified version."""
     destination = config.destination(destination_name)
     model = config.model(model_name)
     bucket = Path(destination.connection.path)
     folder = bucket / destination.connection.prefix / "_manifests" / model_name
-    manifests = sorted((json.loads(p.read_text()) for p in folder.rglob("manifest_*.json")),
-                       key=lambda m: (m["generation"], m["end_time"]))
+    manifests = [json.loads(p.read_text()) for p in folder.rglob("manifest_*.json")]
     tables = []
     for manifest in manifests:
         verify_manifest(manifest, public_key)  # raises unless signed by that key, unchanged
-        if manifest["generation"] != manifests[-1]["generation"]:
-            continue
+    for manifest in application_order(manifests):
         for entry in manifest["files"]:
             data = (bucket / entry["data_file_key"]).read_bytes()
             if hashlib.sha256(data).hexdigest() != entry["sha256_checksum"]:

@@ -32,6 +32,7 @@ class WindowLoad:
     progress: Window  # the part of the configured range this batch completes
     configured_start: datetime
     into_refresh: bool = False  # a full refresh: load the table being built aside, not the live one
+    read_from: datetime | None = None  # where the batch's read began (the lookback below progress included)
 
 
 @dataclass(frozen=True)

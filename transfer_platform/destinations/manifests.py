@@ -1,5 +1,5 @@
-"""Manifests of object-storage transfers: what they hold, how they are signed, how a consumer
-verifies one.
+"""Manifests of object-storage transfers: what they hold, how they are signed, the order a consumer
+applies them in.
 
 A manifest names the Parquet files that one transfer of one model delivered (each with its
 SHA-256 and ETag). It is signed with Ed25519 over its ``files`` list, written canonically (JSON,
@@ -12,6 +12,13 @@ provider gives it (never the one a manifest carries alone), then, for each manif
 2. reads each ``data_file_key`` (relative to the bucket) and compares its SHA-256 with
    ``sha256_checksum``.
 
+Version 2 (:data:`VERSION`): ``start_time`` and ``end_time`` are when the transfer started and
+when its part for this model ended (UTC), ``window_start`` and ``window_end`` the range of
+last-modified values its windows covered, ``model_id`` :func:`model_id` of the model's name, and
+``sequence`` the order a consumer applies a model's manifests in (:func:`application_order`).
+Version 1 had no ``sequence`` or window fields; its ``start_time`` and ``end_time`` were its
+windows' range.
+
 The signing key is an environment variable holding the 32-byte Ed25519 private key in base64, or
 a PEM (PKCS#8) private key; ``transfer-platform signing-key`` makes one.
 """
@@ -21,13 +28,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import uuid
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-VERSION = 1
+VERSION = 2
+#: ``model_id`` is ``uuid5(NAMESPACE_URL, MODEL_ID_PREFIX + model_name)``
+MODEL_ID_PREFIX = "transfer-platform:model:"
+FULL_REFRESH = "FULL_REFRESH"
 KEY_FORMAT = ("the base64 of a 32-byte Ed25519 private key, or a PEM (PKCS#8) Ed25519 private key; "
               "`transfer-platform signing-key` makes one")
 
@@ -35,6 +46,26 @@ KEY_FORMAT = ("the base64 of a 32-byte Ed25519 private key, or a PEM (PKCS#8) Ed
 def signed_bytes(files: list[dict[str, Any]]) -> bytes:
     """What the signature covers: the files list as canonical JSON."""
     return json.dumps(files, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def model_id(model_name: str) -> str:
+    """A model's stable UUID: the same name gives the same id, on any machine, in any release."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, MODEL_ID_PREFIX + model_name))
+
+
+def application_order(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manifests of one model a consumer applies, in the order it applies them: from the last
+    FULL_REFRESH on (it starts by discarding every row held), by ``sequence``. A version 1
+    manifest has none: those come before every version 2 one, by generation, the FULL_REFRESH of
+    a generation first, then by ``end_time``."""
+    def place(manifest: dict[str, Any]) -> tuple:
+        if manifest.get("version", 1) >= 2:
+            return (1, manifest["sequence"])
+        return (0, manifest.get("generation", 0), manifest["transfer_type"] != FULL_REFRESH, manifest["end_time"])
+
+    ordered = sorted(manifests, key=place)
+    refreshes = [i for i, manifest in enumerate(ordered) if manifest["transfer_type"] == FULL_REFRESH]
+    return ordered[refreshes[-1]:] if refreshes else ordered
 
 
 def load_signing_key(text: str) -> Ed25519PrivateKey:

@@ -21,10 +21,17 @@ crash between the manifest and ``state.json`` re-delivers that window next time.
 
 **Append-only**, as the reference says: files are never rewritten, the lookback re-delivers rows,
 an update arrives as a new version of its row and a soft delete as the row with its marker.
-Consumers keep, per primary key, the row with the latest last-modified value (and drop it if it is
-marked deleted). A full refresh writes a new generation: its files, then one FULL_REFRESH manifest
-(generation + 1) when complete; a consumer replaces what it holds by the rows that manifest names.
-Integrity checks read the files that the current generation's manifests name, deduplicated so.
+A full refresh writes a new generation: its files, then one FULL_REFRESH manifest (generation + 1)
+when complete.
+
+**The order of manifests.** Each manifest carries ``sequence``, taken from ``state.json`` under
+the model's lock and recorded there before the manifest is first written: each transfer of a model
+that writes a manifest has a greater one than every transfer before it, whatever the machines'
+clocks say. Consumers apply a model's manifests in increasing ``sequence``
+(:func:`manifests.application_order`): a FULL_REFRESH one discards every row held first; per
+primary key the row with the latest last-modified value is held (on a tie the one applied later),
+rows marked deleted included, and dropped only when the rows are read. Integrity checks read
+exactly that (:meth:`ObjectStorageWriter.delivered_rows`).
 """
 
 from __future__ import annotations
@@ -173,6 +180,7 @@ class ObjectStorageWriter:
         self._folder_locks = FolderLocks()
         self._s3_locks = S3Locks(self.store) if isinstance(self.store, S3Store) else S3Locks(None)
         self._transfers: dict[str, dict[str, Any]] = {}  # model -> this transfer's files and manifest
+        self._started: str | None = None  # when this transfer started (its manifests' start_time)
         # pyarrow's S3 file system for the executors that write a large window's files
         self._options = (None if destination.vendor == "local"
                          else storage_options(destination.connection, f"destination '{destination.name}'"))
@@ -198,6 +206,7 @@ class ObjectStorageWriter:
         self._folder_locks.release_all()
         self._s3_locks.release_all()
         self._transfers.clear()
+        self._started = None
 
     def __del__(self) -> None:  # a writer dropped without close() still releases its locks
         if getattr(self, "_folder_locks", None) or getattr(self, "_s3_locks", None):
@@ -214,7 +223,7 @@ class ObjectStorageWriter:
         self.store.put(self._book(model.model_name, "pending", f"{_safe(transfer_id)}.json"),
                        json.dumps({"transfer_id": transfer_id, "dt": day}).encode())
         self._transfers[model.model_name] = {"transfer_id": transfer_id, "dt": day, "files": [],
-                                             "start_time": None, "settled": True, "book": book}
+                                             "start_time": self._start_time(), "settled": True, "book": book}
         refresh = book.get("refresh")
         if full_refresh or (refresh is not None and refresh["columns"] != _columns(model)):
             if refresh is not None:  # an unfinished refresh started again: its files go
@@ -308,14 +317,16 @@ class ObjectStorageWriter:
         book = transfer["book"]
         state = before.after_window(load.progress, batch_max_last_modified=max_lm,
                                     configured_start=load.configured_start)
-        transfer["start_time"] = transfer["start_time"] or load.progress.start.isoformat()
         (book["refresh"]["files"] if load.into_refresh else transfer["files"]).extend(entries)
         if load.into_refresh:  # progress of a refresh: its files, not yet delivered
-            self._write_book(model, {**book, "refresh": {**book["refresh"], "state": state.to_json()}})
+            self._write_book(model, {**book, "refresh": {**book["refresh"], "state": state.to_json(),
+                                                         **_widened(book["refresh"], load)}})
         else:
             generation = book.get("generation", 0)
+            transfer.update(_widened(transfer, load))
             self._write_manifest(model, transfer, "INCREMENTAL", generation, transfer["files"],
-                                 end=load.progress.end, state=state)
+                                 window=transfer, state=state)
+            book = transfer["book"]  # with the sequence the manifest took
             self._write_book(model, {**book, "state": state.to_json(), "generation": generation,
                                      "columns": _columns(model)})
         transfer["settled"] = True
@@ -329,9 +340,9 @@ class ObjectStorageWriter:
         state = ModelState.from_json(refresh["state"])
         generation = book.get("generation", 0) + 1
         transfer = self._transfers[model.model_name]
-        self._write_manifest(model, transfer, "FULL_REFRESH", generation, refresh["files"],
-                             end=datetime.now(UTC), state=state)
-        self._write_book(model, {"state": state.to_json(), "generation": generation,
+        self._write_manifest(model, transfer, manifests.FULL_REFRESH, generation, refresh["files"],
+                             window=refresh, state=state)
+        self._write_book(model, {"state": state.to_json(), "generation": generation, "sequence": transfer["sequence"],
                                  "columns": refresh["columns"], "refresh": None})
         return state
 
@@ -393,18 +404,39 @@ class ObjectStorageWriter:
             self._transfers[model.model_name]["book"] = book
 
     def _write_manifest(self, model: ModelConfig, transfer: dict[str, Any], kind: str, generation: int,
-                        files: list[dict[str, str]], *, end: datetime, state: ModelState) -> None:
+                        files: list[dict[str, str]], *, window: dict[str, Any], state: ModelState) -> None:
+        """Write (or write again, grown) the transfer's manifest of the model; ``window``: where
+        its ``window_start`` and ``window_end`` are (:func:`_widened`)."""
         name = model.model_name
         key = self._k("_manifests", name, f"dt={transfer['dt']}", f"manifest_{_safe(transfer['transfer_id'])}.json")
+        signing_key = self._signing_key()  # a bad key fails before the sequence is taken
+        self._take_sequence(model, transfer)
         manifest = {
-            "version": manifests.VERSION, "transfer_id": transfer["transfer_id"],
-            "start_time": transfer["start_time"], "end_time": end.isoformat(),
-            "model_id": hashlib.sha1(name.encode()).hexdigest()[:16], "model_name": name,
+            "version": manifests.VERSION, "transfer_id": transfer["transfer_id"], "sequence": transfer["sequence"],
+            "start_time": transfer["start_time"], "end_time": _now(),
+            "window_start": window.get("window_start"), "window_end": window.get("window_end"),
+            "model_id": manifests.model_id(name), "model_name": name,
             "bucket_name": self.bucket_name, "bucket_prefix": self.prefix, "manifest_file_key": key,
             "file_format": "PARQUET", "transfer_type": kind, "generation": generation,
             "files": list(files), "transfer_platform_state": json.loads(state.to_json()),
         }
-        self.store.put(key, json.dumps(manifests.sign(manifest, self._signing_key()), indent=1).encode())
+        self.store.put(key, json.dumps(manifests.sign(manifest, signing_key), indent=1).encode())
+
+    def _take_sequence(self, model: ModelConfig, transfer: dict[str, Any]) -> None:
+        """The transfer's ``sequence``, once, before its first manifest: one more than the last one
+        ``state.json`` records, recorded there first (under the model's lock), so that a transfer
+        that dies after its manifest and before its state still leaves the next one a greater number."""
+        if transfer.get("sequence") is None:
+            book = transfer["book"]
+            sequence = book.get("sequence", 0) + 1
+            self._write_book(model, {**book, "sequence": sequence})
+            transfer["sequence"] = sequence
+
+    def _start_time(self) -> str:
+        """When this transfer started: its first model's ``prepare`` (a writer serves one transfer)."""
+        if self._started is None:
+            self._started = _now()
+        return self._started
 
     def _signing_key(self):  # noqa: ANN202 - an Ed25519PrivateKey
         if self._key is None:
@@ -418,15 +450,12 @@ class ObjectStorageWriter:
         return self._key
 
     def _current_files(self, model: ModelConfig) -> list[dict[str, str]]:
-        """The files that the manifests of the model's current generation name."""
-        generation = self._read_book(model).get("generation", 0)
-        files = []
-        for key in self.store.keys(self._k("_manifests", model.model_name) + "/"):
-            if key.endswith(".json"):
-                manifest = json.loads(self.store.get(key) or b"{}")
-                if manifest.get("generation") == generation:
-                    files += manifest["files"]
-        return files
+        """The files a consumer applies, in the order it applies them (from the last FULL_REFRESH
+        manifest on, by sequence; each manifest's files in their order)."""
+        found = [json.loads(self.store.get(key) or b"{}")
+                 for key in self.store.keys(self._k("_manifests", model.model_name) + "/") if key.endswith(".json")]
+        return [entry for manifest in manifests.application_order([m for m in found if m])
+                for entry in manifest["files"]]
 
     def _file(self, entry: dict[str, str]) -> bytes:
         data = self.store.get(entry["data_file_key"])
@@ -473,12 +502,15 @@ class ObjectStorageWriter:
 
 
 def latest_per_key(rows: pa.Table, model: ModelConfig) -> pa.Table:
-    """The consumer's rule: per primary key the row with the latest last-modified value (rows
-    marked deleted then dropped, unless the model keeps them)."""
+    """The consumer's rule over ``rows`` in the order they were applied: per primary key the row
+    with the latest last-modified value, on a tie the one applied later (rows marked deleted then
+    dropped, unless the model keeps them)."""
     keys = [c.destination_name for c in model.primary_key]
     lm = model.last_modified.destination_name
     if rows.num_rows:
-        rows = rows.sort_by([(lm, "descending")])
+        applied = pa.array(range(rows.num_rows), pa.int64())
+        rows = rows.append_column("_applied", applied).sort_by([(lm, "descending"), ("_applied", "descending")])
+        rows = rows.drop_columns(["_applied"])
         first = (rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
                  .group_by(keys, use_threads=False).aggregate([("_row", "min")]))
         rows = rows.take(first.column("_row_min"))
@@ -494,6 +526,21 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """A file's rows with the model's columns now (a column it lacks is NULL)."""
     return pa.table({f.name: table.column(f.name).cast(f.type) if f.name in table.column_names
                      else pa.nulls(table.num_rows, f.type) for f in schema}, schema=schema)
+
+
+def _widened(holder: dict[str, Any], load: WindowLoad) -> dict[str, str]:
+    """``window_start`` and ``window_end`` of ``holder`` (a transfer, or a refresh's record)
+    widened to cover what ``load`` read: from where its read began (the lookback included) to the
+    end of its window."""
+    start, end = load.read_from or load.progress.start, load.progress.end
+    if holder.get("window_start") is not None:
+        start = min(start, datetime.fromisoformat(holder["window_start"]))
+        end = max(end, datetime.fromisoformat(holder["window_end"]))
+    return {"window_start": start.isoformat(), "window_end": end.isoformat()}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
 
 
 def _columns(model: ModelConfig) -> dict[str, str]:

@@ -185,7 +185,8 @@ class _WindowMover:
 
     def _load(self, window: PlannedWindow) -> WindowLoad:
         return WindowLoad(model=self.model, transfer_id=self.request.transfer_id, progress=window.bounds.progress,
-                          configured_start=self.windowing.configured_start, into_refresh=self.refreshing)
+                          configured_start=self.windowing.configured_start, into_refresh=self.refreshing,
+                          read_from=window.bounds.lower)
 
     def _outcome(self, window: PlannedWindow, result: WindowResult) -> WindowOutcome:
         key = None if window.partition is None else self.windowing.partition_key(window.partition)

@@ -5,19 +5,26 @@ accepts only an unchanged manifest signed by the pinned key; ``signing-key`` mak
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
 
 from transfer_platform.cli import main
 from transfer_platform.config import load_config
+from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.destinations.manifests import (
+    application_order,
     load_signing_key,
+    model_id,
     new_signing_key,
     sign,
     verify_manifest,
 )
+from transfer_platform.destinations.object_storage import latest_per_key
 from transfer_platform.errors import ConfigError
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
 
@@ -100,3 +107,47 @@ def test_a_manifest_verifies_only_unchanged_and_with_the_pinned_key() -> None:
         verify_manifest(forged, PUBLIC)
     with pytest.raises(ValueError, match="does not match"):  # a forger's key put in the pinned key's place
         verify_manifest({**forged, "signature_public_key": PUBLIC}, PUBLIC)
+
+
+def test_manifests_apply_by_sequence_from_the_last_full_refresh_after_every_version_1_one() -> None:
+    """Version 2 manifests by ``sequence`` (whatever their times say), from the last FULL_REFRESH
+    on; version 1 ones (no sequence: written before it existed) come first, by generation, the
+    refresh of a generation before its other manifests."""
+    def v1(name: str, kind: str, generation: int, end: str) -> dict:
+        return {"version": 1, "transfer_id": name, "transfer_type": kind, "generation": generation,
+                "end_time": end, "files": []}
+
+    def v2(name: str, kind: str, sequence: int, end: str) -> dict:
+        return {"version": 2, "transfer_id": name, "transfer_type": kind, "sequence": sequence, "generation": 9,
+                "end_time": end, "files": []}
+
+    old = [v1("a", "INCREMENTAL", 0, "2026-01-01"), v1("r", "FULL_REFRESH", 1, "2026-01-03"),
+           v1("b", "INCREMENTAL", 1, "2026-01-02"),  # an explicit past window: ended "before" r
+           v1("c", "INCREMENTAL", 1, "2026-01-04")]
+    assert [m["transfer_id"] for m in application_order(old[::-1])] == ["r", "b", "c"]
+    new = [v2("x", "INCREMENTAL", 1, "2026-02-05"), v2("y", "INCREMENTAL", 2, "2026-02-01"),  # a slower clock
+           v2("z", "INCREMENTAL", 3, "2026-02-06")]
+    assert [m["transfer_id"] for m in application_order(new[::-1] + old)] == ["r", "b", "c", "x", "y", "z"]
+    refreshed = [*new, v2("R", "FULL_REFRESH", 4, "2026-01-01"), v2("w", "INCREMENTAL", 5, "2026-03-01")]
+    assert [m["transfer_id"] for m in application_order(old + refreshed[::-1])] == ["R", "w"]
+
+
+def test_a_model_id_is_the_documented_uuid5_of_its_name() -> None:
+    assert model_id("orders") == str(uuid.uuid5(uuid.NAMESPACE_URL, "transfer-platform:model:orders"))
+    assert model_id("orders") != model_id("order_items")
+
+
+def test_the_consumers_rule_keeps_the_latest_version_and_on_a_tie_the_later_one(tmp_path: Path) -> None:
+    """Rows in the order they were applied: per key the latest last-modified value wins; at the
+    same value the row applied later (it was read from the source later)."""
+    model = load_config(write_config(tmp_path)).model("items")
+    early, late = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    rows = pa.Table.from_pylist([
+        {"id": 1, "organization_id": "o", "updated_at": late, "v": "newest"},
+        {"id": 1, "organization_id": "o", "updated_at": early, "v": "older, applied later"},
+        {"id": 2, "organization_id": "o", "updated_at": early, "v": "first"},
+        {"id": 2, "organization_id": "o", "updated_at": early, "v": "same time, applied later"},
+        {"id": 3, "organization_id": "o", "updated_at": early, "v": "alone"},
+    ], schema=arrow_schema(model))
+    kept = {r["id"]: r["v"] for r in latest_per_key(rows, model).to_pylist()}
+    assert kept == {1: "newest", 2: "same time, applied later", 3: "alone"}

@@ -131,17 +131,18 @@ def lake_rows(root: Path, table: str, tenant: str = "acme") -> list[dict]:
 
 
 def consumed(bucket: Bucket, model: str) -> list[dict]:
-    """A consumer's reading, per docs/object-storage.md: verify each manifest with the pinned public key and
-    each file with its checksum; from the last FULL_REFRESH manifest on (or all), read the files,
-    keep per key the latest last-modified version."""
-    manifests = sorted(bucket.manifests(model), key=lambda m: m["end_time"])
+    """A consumer's reading, as the manifest documentation says: verify each manifest with the
+    pinned public key and each file with its checksum; apply the manifests in increasing
+    ``sequence`` (a FULL_REFRESH one discards what is held first), keeping per key the row with
+    the latest last-modified value (on a tie the later one)."""
+    manifests = sorted(bucket.manifests(model), key=lambda m: m["sequence"])
+    latest: dict[int, dict] = {}
     for manifest in manifests:
         verify_manifest(manifest, PUBLIC)
         assert manifest["file_format"] == "PARQUET"
         assert manifest["model_name"] == model
-    refreshes = [i for i, m in enumerate(manifests) if m["transfer_type"] == "FULL_REFRESH"]
-    latest: dict[int, dict] = {}
-    for manifest in manifests[refreshes[-1] if refreshes else 0:]:
+        if manifest["transfer_type"] == "FULL_REFRESH":
+            latest.clear()
         for entry in manifest["files"]:
             data = bucket.get(entry["data_file_key"])
             assert hashlib.sha256(data).hexdigest() == entry["sha256_checksum"]
@@ -278,8 +279,9 @@ def test_full_refresh_writes_a_new_generation(spark, tmp_path: Path, vendor: str
     config_path, bucket = platform(tmp_path, vendor, server)
     transfer(spark, config_path, "first")
     transfer(spark, config_path, "refresh", full_refresh=True)
-    manifests = sorted(bucket.manifests("items"), key=lambda m: m["end_time"])
+    manifests = sorted(bucket.manifests("items"), key=lambda m: m["sequence"])
     assert [m["transfer_type"] for m in manifests] == ["INCREMENTAL", "FULL_REFRESH"]
+    assert [m["generation"] for m in manifests] == [0, 1]
     assert {e["data_file_key"] for e in manifests[0]["files"]}.isdisjoint(
         {e["data_file_key"] for e in manifests[1]["files"]})
     refreshed = []
