@@ -40,7 +40,7 @@ DEFAULT_CONNECT_PORT = 15002
 #: how long a client keeps retrying a Connect server that does not answer (Spark's default policy
 #: waits ~10 minutes): waits of 0.1, 0.3, 0.9, 2.7 and 3 s (plus up to 0.5 s of jitter on the last
 #: two), ~7.5 s in all, then the call fails (and the transfer with it, see :func:`server_lost`).
-#: A server whose port refuses connections is not retried at all (:func:`_server_policy`).
+#: A server whose port refuses connections is not retried at all (:func:`connect_retry_policy`).
 _RETRIES = {"max_retries": 5, "initial_backoff": 100, "max_backoff": 3000, "backoff_multiplier": 3.0}
 #: how long a probe of a Connect server's port waits for an answer
 PROBE_TIMEOUT_S = 2.0
@@ -204,7 +204,7 @@ def _port_refuses(endpoint: Endpoint) -> bool:
         return False  # a timeout, an unreachable network: maybe a blip, retried
 
 
-def _server_policy(endpoint: Endpoint) -> Any:
+def connect_retry_policy(endpoint: Endpoint) -> Any:
     """The retry policy of a client of ``endpoint``: Spark's default policy (what it retries: gRPC
     ``UNAVAILABLE`` and errors the server marks retryable) with the ``_RETRIES`` budget, except
     that a call is not retried once the server's port refuses connections: its process is gone,
@@ -242,7 +242,7 @@ def connect(endpoint: Endpoint) -> SparkSession:
     session = SparkSession.builder.remote(endpoint.url).create()
     _ENDPOINTS[session] = endpoint
     client = session.client
-    client.set_retry_policies([_server_policy(endpoint)])
+    client.set_retry_policies([connect_retry_policy(endpoint)])
     try:
         server_version = session.version
     except (PySparkException, OSError) as exc:
@@ -292,15 +292,16 @@ class SparkServerLost(ConnectionFailure):
     blame = "platform"
 
     def __init__(self, endpoint: Endpoint, reason: str) -> None:
-        self.endpoint = endpoint
         super().__init__(
-            f"the Spark Connect server {endpoint.url}", host=endpoint.host, port=endpoint.port,
-            reason=f"it stopped answering during the transfer ({reason}); the transfer stopped there: "
-                   f"windows committed before stay committed, nothing else was written",
+            f"the Spark Connect server {endpoint.url}",
+            reason=f"it stopped answering during the transfer ({reason}), which stopped there: the "
+                   f"windows committed before stay committed, no other window was committed",
             fix=f"see the server's log for why it stopped (out of memory: raise spark.driver_memory), "
                 f"start it again with `transfer-platform --config <file> spark-server` on {endpoint.host} "
                 f"(it listens on port {endpoint.port} when the file's spark.remote says {endpoint.url}), "
                 f"then run the transfer again: it resumes after the last committed window")
+        self.endpoint = endpoint
+        self.host, self.port = endpoint.host, endpoint.port  # named once in the message: the URL
 
 
 def _grpc_unavailable(exc: BaseException | None) -> bool:

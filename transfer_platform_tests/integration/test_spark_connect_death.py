@@ -164,6 +164,8 @@ def test_a_server_killed_mid_transfer_ends_it_quickly_naming_the_server(
     # every model fails with the server's error, the first one's included
     assert all(f"Spark Connect server {server.url}" in m["error"] for m in result["models"]), result
     watermarks = _assert_only_committed_windows(pg_conn, pg_schema, dst_schema)
+    # the models after the first did not start: not even their tables were created
+    assert set(tables_in(pg_conn, dst_schema)) <= {MODELS[0], "_transfer_status"}
     if kill_point == "between_windows":
         assert watermarks[MODELS[0]] is not None  # what committed before the kill stayed
         assert watermarks[MODELS[0]] < start + timedelta(days=days)  # and it was mid-transfer
