@@ -18,6 +18,8 @@ import signal
 import socket
 import sys
 import threading
+import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +37,13 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger("transfer_platform.spark")
 REMOTE_ENV_VAR = "TRANSFER_PLATFORM_SPARK_REMOTE"
 DEFAULT_CONNECT_PORT = 15002
-#: how long a client keeps retrying a Connect server that stopped answering (Spark's default
-#: policy waits ~10 minutes): about 15 s, then the transfer fails and says so
-_RETRIES = {"max_retries": 5, "initial_backoff": 200, "max_backoff": 5000, "backoff_multiplier": 4.0}
+#: how long a client keeps retrying a Connect server that does not answer (Spark's default policy
+#: waits ~10 minutes): waits of 0.1, 0.3, 0.9, 2.7 and 3 s (plus up to 0.5 s of jitter on the last
+#: two), ~7.5 s in all, then the call fails (and the transfer with it, see :func:`server_lost`).
+#: A server whose port refuses connections is not retried at all (:func:`connect_retry_policy`).
+_RETRIES = {"max_retries": 5, "initial_backoff": 100, "max_backoff": 3000, "backoff_multiplier": 3.0}
+#: how long a probe of a Connect server's port waits for an answer
+PROBE_TIMEOUT_S = 2.0
 #: JDBC drivers from Debian's libpostgresql-jdbc-java and libmariadb-java
 DEFAULT_JDBC_JARS = (
     "/usr/share/java/postgresql.jar",
@@ -178,25 +184,65 @@ def _how_to_start(endpoint: Endpoint) -> str:
             f"and unset ${REMOTE_ENV_VAR} to run Spark inside each transfer")
 
 
+def _refused(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why nothing accepts a connection at ``endpoint`` (``"Connection refused"``), or None."""
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _port_refuses(endpoint: Endpoint) -> bool:
+    """Whether nothing listens at ``endpoint`` any more: its host answers, refusing the connection."""
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=PROBE_TIMEOUT_S):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False  # a timeout, an unreachable network: maybe a blip, retried
+
+
+def connect_retry_policy(endpoint: Endpoint) -> Any:
+    """The retry policy of a client of ``endpoint``: Spark's default policy (what it retries: gRPC
+    ``UNAVAILABLE`` and errors the server marks retryable) with the ``_RETRIES`` budget, except
+    that a call is not retried once the server's port refuses connections: its process is gone,
+    and a server started again holds none of the session's state, so waiting cannot save the
+    call (or the transfer). PySpark's retries are meant to be extended by subclassing
+    (``pyspark/sql/connect/client/retries.py``; ``SparkConnectClient.set_retry_policies``)."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class ServerPolicy(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            return super().can_retry(e) and not _port_refuses(endpoint)
+
+    return ServerPolicy(**_RETRIES)
+
+
+#: the endpoint of each Connect client session :func:`connect` made (PySpark keeps the port private)
+_ENDPOINTS: weakref.WeakKeyDictionary[Any, Endpoint] = weakref.WeakKeyDictionary()
+
+
 def connect(endpoint: Endpoint) -> SparkSession:
     """A client session of the Connect server at ``endpoint``: fails at once (never retries for
     minutes) when nothing answers there, and when the server's Spark version is not the client's."""
     import pyspark
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
-    from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    try:
-        with socket.create_connection((endpoint.host, endpoint.port), timeout=5):
-            pass
-    except OSError as exc:
+    refused = _refused(endpoint, timeout=5)
+    if refused is not None:
         raise ConnectionFailure(f"the Spark Connect server {endpoint.url}", host=endpoint.host,
-                                port=endpoint.port, reason=exc.strerror or str(exc),
-                                fix=_how_to_start(endpoint)) from None
+                                port=endpoint.port, reason=refused, fix=_how_to_start(endpoint))
+    # PySpark warns once per call that gave up retrying; the call's error says it, and a transfer
+    # reports it as SparkServerLost: the warning would only add a line with a source path to stderr
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]", category=UserWarning)
     # a session of its own on the server, whatever this process opened before (a run's, a test's)
     session = SparkSession.builder.remote(endpoint.url).create()
+    _ENDPOINTS[session] = endpoint
     client = session.client
-    client.set_retry_policies([DefaultPolicy(**_RETRIES)])
+    client.set_retry_policies([connect_retry_policy(endpoint)])
     try:
         server_version = session.version
     except (PySparkException, OSError) as exc:
@@ -213,10 +259,7 @@ def _release(session: SparkSession, endpoint: Endpoint) -> None:
     """Release the session on the server, if the server is still there (it drops idle sessions
     itself): at exit, a server gone would cost the client's retries and PySpark's error log,
     written to whatever stream is still open."""
-    try:
-        with socket.create_connection((endpoint.host, endpoint.port), timeout=1):
-            pass
-    except OSError:
+    if _refused(endpoint, timeout=1) is not None:
         return
     client_log = logging.getLogger("pyspark.sql.connect.logging")
     level = client_log.level
@@ -242,10 +285,68 @@ class SparkVersionMismatch(TransferPlatformError):
     """The Spark Connect server and the client are different Spark versions."""
 
 
+class SparkServerLost(ConnectionFailure):
+    """The Spark Connect server a transfer uses stopped answering while the transfer ran (it was
+    killed, ran out of memory, its machine went away). The transfer stops: every model, at once."""
+
+    blame = "platform"
+
+    def __init__(self, endpoint: Endpoint, reason: str) -> None:
+        super().__init__(
+            f"the Spark Connect server {endpoint.url}",
+            reason=f"it stopped answering during the transfer ({reason}), which stopped there: the "
+                   f"windows committed before stay committed, no other window was committed",
+            fix=f"see the server's log for why it stopped (out of memory: raise spark.driver_memory), "
+                f"start it again with `transfer-platform --config <file> spark-server` on {endpoint.host} "
+                f"(it listens on port {endpoint.port} when the file's spark.remote says {endpoint.url}), "
+                f"then run the transfer again: it resumes after the last committed window")
+        self.endpoint = endpoint
+        self.host, self.port = endpoint.host, endpoint.port  # named once in the message: the URL
+
+
+def _grpc_unavailable(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an error it was raised from, says the server did not answer
+    (gRPC ``UNAVAILABLE``: refused, reset, unreachable), after the client's retries."""
+    import grpc
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, SparkConnectGrpcException) and exc.getGrpcStatusCode() == grpc.StatusCode.UNAVAILABLE:
+            return True
+        if isinstance(exc, grpc.RpcError) and callable(getattr(exc, "code", None)) \
+                and exc.code() == grpc.StatusCode.UNAVAILABLE:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def server_lost(spark: SparkSession | None, exc: BaseException | None = None) -> SparkServerLost | None:
+    """For a Spark Connect client session whose call failed with ``exc``: the error to report if
+    the server is gone (the call's gRPC status says it did not answer, or its port now refuses a
+    connection), else None (a local session, or a server that is there: ``exc`` is the call's
+    own failure). Costs one connection attempt to the server's port, on a failure only."""
+    endpoint = _ENDPOINTS.get(spark) if spark is not None and is_remote(spark) else None
+    if endpoint is None:
+        return None
+    refused = _refused(endpoint)
+    if refused is not None:
+        return SparkServerLost(endpoint, refused)
+    if _grpc_unavailable(exc):
+        return SparkServerLost(endpoint, "gRPC UNAVAILABLE")
+    return None
+
+
 def stop_session(session: SparkSession | None) -> None:
-    """Release a Connect client's session on the server (a local session is left to its process)."""
-    if session is not None and is_remote(session):
-        session.stop()
+    """Release a Connect client's session on the server (a local session is left to its process);
+    a server that is gone is not asked (that would cost the client's retries)."""
+    if session is None or not is_remote(session):
+        return
+    endpoint = _ENDPOINTS.get(session)
+    if endpoint is not None and _refused(endpoint, timeout=1) is not None:
+        session.release_session_on_close = False  # stop() then only closes the client's channel
+    session.stop()
 
 
 def is_remote(session: SparkSession) -> bool:

@@ -65,8 +65,10 @@ CONNECT_LANE = ("transfer_platform_tests/integration/", "transfer_platform_tests
                 # not test_daemon.py: its proof that two destinations ran at once needs runs longer
                 # than the queue's launch gap; against a warm server a run takes ~2 s and they did not
                 "transfer_platform_tests/orchestration/test_several_destinations.py")
-#: tests that start Spark servers of their own (a Connect server on a standalone cluster)
-OWN_SPARK = ("transfer_platform_tests/integration/test_standalone_cluster.py",)
+#: tests that start Spark servers of their own (a Connect server on a standalone cluster, one
+#: that they kill)
+OWN_SPARK = ("transfer_platform_tests/integration/test_standalone_cluster.py",
+             "transfer_platform_tests/integration/test_spark_connect_death.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001

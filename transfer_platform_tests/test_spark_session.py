@@ -15,9 +15,11 @@ from transfer_platform.spark_session import (
     JVM_PASSWORD_MESSAGE,
     REMOTE_ENV_VAR,
     Endpoint,
+    SparkServerLost,
     SparkVersionMismatch,
     check_versions,
     connect,
+    connect_retry_policy,
     parse_endpoint,
     remote_endpoint,
     spark_conf,
@@ -72,6 +74,48 @@ def test_nothing_listening_fails_at_once_naming_the_endpoint_and_how_to_start_it
     assert f"sc://127.0.0.1:{port}" in message
     assert "transfer-platform --config <file> spark-server" in message
     assert REMOTE_ENV_VAR in message
+
+
+def _unavailable(port: int) -> Exception:
+    """What a gRPC call to ``127.0.0.1:port`` raises when nothing answers there: a real
+    ``grpc.RpcError`` with status UNAVAILABLE (what a Spark Connect client gets from a dead server)."""
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel, pytest.raises(grpc.RpcError) as failed:
+        channel.unary_unary("/spark.connect.SparkConnectService/AnalyzePlan")(b"", timeout=10)
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value
+    return failed.value
+
+
+def test_a_server_whose_port_refuses_is_not_retried_and_one_that_listens_is() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        port = listening.getsockname()[1]
+        error = _unavailable(port)  # not listened on yet: refused
+        listening.listen()
+        # a blip: the call failed, the server's port still takes connections
+        assert connect_retry_policy(Endpoint("127.0.0.1", port)).can_retry(error)
+    # the server's process is gone: nothing to wait for
+    assert not connect_retry_policy(Endpoint("127.0.0.1", port)).can_retry(error)
+
+
+def test_a_blip_is_retried_for_seconds_not_minutes() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        state = connect_retry_policy(Endpoint("127.0.0.1", port)).to_state()
+        waits = list(iter(state.next_attempt, None))
+    assert len(waits) >= 2
+    assert sum(waits) < 10_000  # ms: a transfer on a dead server fails within ~15 s
+
+
+def test_a_lost_server_is_named_with_how_to_start_it_again() -> None:
+    message = str(SparkServerLost(Endpoint("10.0.0.7", 15002), "Connection refused"))
+    assert message.startswith("cannot reach the Spark Connect server sc://10.0.0.7:15002: it stopped answering")
+    assert "sc://10.0.0.7:15002 at 10.0.0.7:15002" not in message  # the server named once, by its URL
+    assert "`transfer-platform --config <file> spark-server` on 10.0.0.7" in message
+    assert "run the transfer again" in message
 
 
 @pytest.mark.parametrize(("client", "server", "refused"), [

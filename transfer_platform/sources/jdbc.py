@@ -64,7 +64,13 @@ from transfer_platform.core.sql import (
 )
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
-from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
+from transfer_platform.errors import (
+    ConfigError,
+    ConnectionFailure,
+    DataError,
+    Problem,
+    TransferPlatformError,
+)
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
@@ -77,6 +83,7 @@ from transfer_platform.sources.base import (
     spark_col,
     to_model_columns,
 )
+from transfer_platform.spark_session import server_lost
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -473,10 +480,14 @@ class JdbcReader:
         return frame.where(spark_col(org) == F.lit(request.tenant_id))
 
     def _read_failure(self, spark: SparkSession, request: ReadRequest, base: dict[str, str],
-                      exc: BaseException) -> DataError:
-        """Why the read failed: missing columns if the relation lacks some, a last-modified column
-        of another kind than the model says (its bounds then do not compare), else the driver's
-        reason."""
+                      exc: BaseException) -> TransferPlatformError:
+        """Why the read failed: the Spark Connect server gone (then the relation is not asked
+        about: that would wait for the server again), missing columns if the relation lacks some,
+        a last-modified column of another kind than the model says (its bounds then do not
+        compare), else the driver's reason."""
+        lost = server_lost(spark, exc)
+        if lost is not None:
+            return lost
         relation = self._relation_schema(spark, request, base)
         if relation is not None:
             available = relation.columns

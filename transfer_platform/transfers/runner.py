@@ -36,6 +36,7 @@ from transfer_platform.destinations.base import (
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.phases import log_phase
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, SourceReader, reader_for
+from transfer_platform.spark_session import SparkServerLost, server_lost
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -282,6 +283,9 @@ class _WindowMover:
         try:
             yield
         except (Py4JJavaError, PySparkException) as exc:
+            lost = server_lost(self.request.spark, exc)
+            if lost is not None:
+                raise lost from None
             raise DataError(
                 f"reading or staging the window {isoformat(lower)} <= last_modified < "
                 f"{isoformat(upper)} failed: {spark_error_reason(exc)}",
@@ -387,11 +391,19 @@ def transfer_models(
     An interrupt (SIGINT: a cancelled Dagster run, ``dagster dev`` stopping, Ctrl-C) stops them
     all with ``KeyboardInterrupt`` before another window starts, even when it landed in a Spark or
     Arrow call and came out as that call's error (PySpark cancels the job on SIGINT) or not at all:
-    it is never taken for a failed model. A window is committed whole or not at all."""
+    it is never taken for a failed model. A window is committed whole or not at all.
+
+    A Spark Connect server that stops answering (:class:`SparkServerLost`) fails the model it
+    happened in and, at once, every model after it, with the same error: none of them starts, so
+    none waits for the server again."""
     interrupted = threading.Event()
+    lost: SparkServerLost | None = None
     for model in models:
         summary = ModelSummary(model.model_name)
         summaries.append(summary)
+        if lost is not None:
+            _fail(request, summary, lost)
+            continue
         items = transfer_model(request, model, partitions=partitions)
         try:
             while True:
@@ -411,11 +423,18 @@ def transfer_models(
                     continue
                 summary.add(item)
                 yield model, item
-        except TransferPlatformError as exc:
-            summary.fail(exc)
-            log_phase("error", transfer_id=request.transfer_id, destination=request.destination,
-                      model=model.model_name, sink=request.log, level=logging.ERROR,
-                      error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - any failure: was it the Spark Connect server's?
+            lost = exc if isinstance(exc, SparkServerLost) else server_lost(request.spark, exc)
+            if lost is None and not isinstance(exc, TransferPlatformError):
+                raise
+            _fail(request, summary, lost or exc)
+
+
+def _fail(request: TransferRequest, summary: ModelSummary, exc: TransferPlatformError) -> None:
+    summary.fail(exc)
+    log_phase("error", transfer_id=request.transfer_id, destination=request.destination,
+              model=summary.model, sink=request.log, level=logging.ERROR,
+              error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
 
 
 _DONE = object()
