@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import textwrap
 import uuid
@@ -29,6 +30,15 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+_FRAME = re.compile(r"^(at |\.\.\. \d+ more|Caused by: |Traceback |File \")")
+
+
+def one_line(text: str) -> str:
+    """A message on one line: its lines joined, stack frames (Java's or Python's) left out."""
+    kept = [line.strip() for line in str(text).strip().splitlines()]
+    return " ".join(line for line in kept if line and not _FRAME.match(line))
+
+
 def problem_line(problem: Problem, source: str | None = None) -> str:
     """A configuration problem on one line: where, what, and the fix."""
     where = f"{source}: " if source and source != problem.path else ""
@@ -39,8 +49,7 @@ def error_lines(exc: TransferPlatformError) -> list[str]:
     """What the command line prints for an error: one line per configuration problem, else one."""
     if isinstance(exc, ConfigError):
         return [f"error: {problem_line(p, exc.source)}" for p in exc.problems]
-    text = " ".join(line.strip() for line in str(exc).strip().splitlines())
-    return [f"error: {text}"]
+    return [f"error: {one_line(str(exc))}"]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -159,7 +168,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     print(json.dumps({"transfer_id": transfer_id, "destination": destination.name, "status": status,
                       "models": [s.as_dict() for s in summaries]}, indent=2))
     if failed:
-        print(f"error: {failed[0].model}: {failed[0].error}", file=sys.stderr)
+        print(f"error: {failed[0].model}: {one_line(failed[0].error)}", file=sys.stderr)
         return 1
     return 0
 
@@ -180,7 +189,7 @@ def _dry_run(args: argparse.Namespace, config, destination: str, models, now: da
     print(json.dumps(plan_as_dict(destination, now, plans), indent=2))
     failed = [p for p in plans if p.error is not None]
     if failed:
-        print(f"error: {failed[0].model}: {failed[0].error}", file=sys.stderr)
+        print(f"error: {failed[0].model}: {one_line(failed[0].error)}", file=sys.stderr)
         return 1
     return 0
 
@@ -248,7 +257,7 @@ def cmd_sweep_deletes(args: argparse.Namespace) -> int:
             failed.append(f"{model.model_name}: {exc}")
     print(json.dumps({"sweep_id": sweep_id, "models": reports}, indent=2))
     if failed:
-        print(f"error: {failed[0]}", file=sys.stderr)
+        print(f"error: {one_line(failed[0])}", file=sys.stderr)
         return 1
     return 0
 

@@ -34,7 +34,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 def test_every_subcommand_and_option_is_described() -> None:
     parser = build_parser()
     for name, sub in _subcommands(parser).items():
-        assert sub.description and len(sub.description) > 20, name
+        assert len(sub.description or "") > 20, name
         for action in sub._actions:  # noqa: SLF001 - argparse keeps them there
             assert action.help, f"{name} {action.option_strings or action.dest} has no help"
     assert "TRANSFER_PLATFORM_LOG_LEVEL" in parser.format_help()
@@ -77,7 +77,8 @@ def test_a_transfer_prints_json_on_stdout_and_progress_without_spark_on_stderr(t
     lines = done.stderr.strip().splitlines()
     assert lines[0].startswith("starting Spark")
     assert "items 0/4 windows, 0 rows, 0:00" in lines
-    assert lines[-1].startswith("items 4/4 windows, 12 rows, ") and lines[-1].endswith(", done")
+    assert lines[-1].startswith("items 4/4 windows, 12 rows, ")
+    assert lines[-1].endswith(", done")
     noise = [line for line in lines if any(marker in line for marker in JVM_LINES)]
     assert noise == []
     assert "Traceback" not in done.stderr
@@ -186,3 +187,11 @@ def test_integrity_from_the_command_line(tmp_path: Path, spark, capsys: pytest.C
     assert (model["status"], model["missing"], model["rows_compared"]) == ("FAILED", 1, 2)
     assert model["examples"] == {"missing": ["id=3"]}
     assert "missing 1:" in err
+
+
+def test_an_error_is_one_line_without_stack_frames() -> None:
+    from transfer_platform.cli import one_line
+
+    text = ("model 'items' -> destination 'd': reading failed: boom\n\tat org.apache.spark.Foo(Foo.java:1)\n"
+            "Caused by: java.io.IOException: x\n\t... 12 more\nFix: check the source")
+    assert one_line(text) == "model 'items' -> destination 'd': reading failed: boom Fix: check the source"

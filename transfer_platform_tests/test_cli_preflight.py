@@ -125,7 +125,7 @@ def test_a_secret_whose_variable_is_unset_warns_in_validate_and_stops_a_transfer
     variable; the secret of another destination's source is not asked for."""
     variable = "TP_TEST_PREFLIGHT_UNSET_PASSWORD"
     source = {"name": "lake", "vendor": "postgres",
-              "connection": {**pg_connection_config(), "password": "${%s}" % variable}}
+              "connection": {**pg_connection_config(), "password": f"${{{variable}}}"}}
     path = write_config(tmp_path, source=source)
     assert variable not in os.environ
     code, out, err, _ = cli("--config", str(path), "validate")

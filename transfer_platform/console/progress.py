@@ -128,7 +128,7 @@ class BarProgress:
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn(what + ", {task.fields[rows]:,} rows"), TimeElapsedColumn(), TextColumn("~"),
             TimeRemainingColumn(), TextColumn("left"),
-            console=Console(file=stream), redirect_stdout=False, redirect_stderr=False)
+            console=Console(file=stream), redirect_stdout=False, redirect_stderr=True)
         self._tasks: dict[str, int] = {}
         self._rows: dict[str, int] = {}
 

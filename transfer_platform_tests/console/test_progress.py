@@ -9,7 +9,13 @@ import threading
 
 import pytest
 
-from transfer_platform.console.progress import BarProgress, PlainProgress, clock, progress_for, progress_line
+from transfer_platform.console.progress import (
+    BarProgress,
+    PlainProgress,
+    clock,
+    progress_for,
+    progress_line,
+)
 
 
 @pytest.mark.parametrize(("args", "line"), [
