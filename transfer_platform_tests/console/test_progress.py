@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import threading
+import time
 
 import pytest
 
@@ -90,7 +92,11 @@ def test_a_terminal_gets_a_bar_and_a_pipe_plain_lines() -> None:
             progress.advanced("events", 5)
             progress.advanced("events", 5)
             progress.close()
-        shown = os.read(main, 65536).decode(errors="replace")
+        shown = ""
+        deadline = time.monotonic() + 10
+        while "2/2" not in shown and time.monotonic() < deadline:  # the terminal's bytes, as they come
+            if select.select([main], [], [], 1.0)[0]:
+                shown += os.read(main, 65536).decode(errors="replace")
     finally:
         os.close(main)
         os.close(other)
