@@ -85,9 +85,9 @@ def _spark(config, args: argparse.Namespace):  # noqa: ANN001, ANN202 - Platform
         except TransferPlatformError:
             raise
         except Exception as exc:
-            tail = output.tail(1)
+            tail = output.tail(3)
             raise SparkDidNotStart(f"Spark did not start: {_one_line(exc)}"
-                                   + (f" (the JVM said: {tail[0]})" if tail else "")
+                                   + (f" (its last output: {' | '.join(tail)})" if tail else "")
                                    + ". Fix: check Java 17 and the spark settings of the configuration; "
                                    "run again with --verbose to see the JVM's output") from exc
 

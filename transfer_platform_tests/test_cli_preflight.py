@@ -153,3 +153,18 @@ def test_bad_usage_is_one_line_too(tmp_path: Path) -> None:
         assert_refused(code, out, err, seconds, needle, "--help")
     code, out, err, seconds = cli("--config", str(path), "validate", env={"TRANSFER_PLATFORM_LOG_LEVEL": "LOUD"})
     assert_refused(code, out, err, seconds, "TRANSFER_PLATFORM_LOG_LEVEL='LOUD' is not a log level")
+
+
+def test_without_a_problem_spark_is_tried_and_its_failure_is_one_line(tmp_path: Path) -> None:
+    """The premise of the tests above: with a sound configuration the same process does try to
+    start Spark, which fails there (no Java), on one line quoting the JVM launcher's last words."""
+    path = write_config(tmp_path)
+    code, out, err, _ = cli("--config", str(path), "transfer", "acme_delta")
+    assert code == 1, err
+    assert out == ""
+    starting, failure = err.strip().splitlines()
+    assert starting.startswith("starting Spark")
+    assert failure.startswith("error: Spark did not start: ")
+    assert "/nonexistent-java/bin/java" in failure
+    assert "Traceback" not in err
+    assert not (tmp_path / "dest").exists()
