@@ -130,11 +130,10 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     config = load_config(path)
     destination = config.destination(args.destination)
     models = _models(config, destination, args.model)
-    now = datetime.now(UTC)
-    check_before_spark(config, destination.name, models, now=now, start=args.start, end=args.end,
-                       source=str(path))
+    check_before_spark(config, destination.name, models, now=datetime.now(UTC), start=args.start,
+                       end=args.end, source=str(path))
     if args.dry_run:
-        return _dry_run(args, config, destination.name, models, now)
+        return _dry_run(args, config, destination.name, models)
     reporter = None
     if os.environ.get("DAGSTER_HOME"):
         from dagster import DagsterInstance
@@ -155,7 +154,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     transfer_id = uuid.uuid4().hex
     request = TransferRequest(spark=spark, config=config,
                               destination=destination.name, writer=writer, transfer_id=transfer_id,
-                              now=now, full_refresh=args.full_refresh,
+                              now=datetime.now(UTC), full_refresh=args.full_refresh,
                               log=logging.getLogger("transfer_platform.transfer"),
                               start=args.start, end=args.end, on_plan=progress.planned)
     try:
@@ -173,12 +172,13 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(args: argparse.Namespace, config, destination: str, models, now: datetime) -> int:  # noqa: ANN001
+def _dry_run(args: argparse.Namespace, config, destination: str, models) -> int:  # noqa: ANN001
     """Print the plan of the transfer (windows, read bounds, row counts); change nothing."""
     from transfer_platform.console.progress import progress_for
     from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
 
     spark = _spark(config, args)
+    now = datetime.now(UTC)  # the plan's clock, once Spark is up (as a transfer's)
     progress = progress_for(sys.stderr, what="windows counted", label=lambda model: f"{model} (dry run)")
     try:
         plans = plan_transfer(spark, config, destination, models, now, full_refresh=args.full_refresh,
@@ -274,9 +274,9 @@ def cmd_integrity(args: argparse.Namespace) -> int:
     config = load_config(path)
     destination = config.destination(args.destination)
     models = _models(config, destination, args.model)
-    now = datetime.now(UTC)
-    check_before_spark(config, destination.name, models, now=now, source=str(path))
+    check_before_spark(config, destination.name, models, now=datetime.now(UTC), source=str(path))
     spark = _spark(config, args)
+    now = datetime.now(UTC)  # the checks' clock, captured once and passed down
     results = []
     for model in models:
         print(f"{model.model_name}: comparing the source's rows with the destination's", file=sys.stderr, flush=True)
