@@ -1,5 +1,9 @@
 """``transfer-platform``: validate the configuration; test a source or destination; run or enqueue
-a transfer; list and cancel transfers; run the demo."""
+a transfer; check a destination's integrity; list and cancel transfers; run the demo.
+
+Output: stdout holds only the result (a JSON summary, a transfer id, a table), stderr the
+progress, warnings and errors. Errors are one line each: exit 2 for a configuration or usage
+error, 1 for a failure at run time; a traceback only with --verbose."""
 
 from __future__ import annotations
 
@@ -7,14 +11,18 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
+import textwrap
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 from transfer_platform.config import find_config_path, load_config
 from transfer_platform.core.lifecycle import STATUSES
-from transfer_platform.errors import ConfigError, TransferPlatformError
+from transfer_platform.errors import ConfigError, Problem, TransferPlatformError
+
+LOG_LEVEL_ENV = "TRANSFER_PLATFORM_LOG_LEVEL"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -22,21 +30,86 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+_FRAME = re.compile(r"^(at |\.\.\. \d+ more|Caused by: |Traceback |File \")")
+
+
+def one_line(text: str) -> str:
+    """A message on one line: its lines joined, stack frames (Java's or Python's) left out."""
+    kept = [line.strip() for line in str(text).strip().splitlines()]
+    return " ".join(line for line in kept if line and not _FRAME.match(line))
+
+
+def problem_line(problem: Problem, source: str | None = None) -> str:
+    """A configuration problem on one line: where, what, and the fix."""
+    where = f"{source}: " if source and source != problem.path else ""
+    return f"{where}{problem.path}: {problem.message}" + (f"; fix: {problem.fix}" if problem.fix else "")
+
+
+def error_lines(exc: TransferPlatformError) -> list[str]:
+    """What the command line prints for an error: one line per configuration problem, else one."""
+    if isinstance(exc, ConfigError):
+        return [f"error: {problem_line(p, exc.source)}" for p in exc.problems]
+    return [f"error: {one_line(str(exc))}"]
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    """Check the file; every problem with its path and fix (exit 2). A secret whose variable is
+    not set here is a warning only: validate may run where secrets are not set (CI); a transfer
+    refuses to start without it."""
+    from transfer_platform.config.secrets import unset_secrets
+
     path = find_config_path(args.config)
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+    config = load_config(path)
+    entries = [(f"sources[{i}] ({s.name})", s) for i, s in enumerate(config.sources)]
+    entries += [(f"destinations[{i}] ({d.name})", d) for i, d in enumerate(config.destinations)]
+    for problem in unset_secrets(entries):
+        print(f"warning: {problem.path}: {problem.message}, so a transfer here would refuse to start; "
+              f"fix: {problem.fix}", file=sys.stderr)
     print(f"{path}: valid ({len(config.sources)} source(s), {len(config.models)} model(s), "
           f"{len(config.recipients)} recipient(s), {len(config.destinations)} destination(s))")
     return 0
 
 
+def _spark(config, args: argparse.Namespace):  # noqa: ANN001, ANN202 - PlatformConfig -> SparkSession
+    """The session, started with the JVM's output (banner, log, Java stack traces) kept off the
+    terminal unless --verbose."""
+    from transfer_platform.console.streams import child_output
+    from transfer_platform.spark_session import get_spark_session, remote_endpoint
+
+    endpoint = remote_endpoint(config.spark)
+    print(f"starting Spark ({f'Spark Connect server {endpoint.url}' if endpoint else config.spark.master})",
+          file=sys.stderr, flush=True)
+    with child_output(args.verbose) as output:
+        try:
+            return get_spark_session(config.spark)
+        except TransferPlatformError:
+            raise
+        except Exception as exc:
+            tail = output.tail(3)
+            raise SparkDidNotStart(f"Spark did not start: {_one_line(exc)}"
+                                   + (f" (its last output: {' | '.join(tail)})" if tail else "")
+                                   + ". Fix: check Java 17 and the spark settings of the configuration; "
+                                   "run again with --verbose to see the JVM's output") from exc
+
+
+class SparkDidNotStart(TransferPlatformError):
+    """The local Spark (its JVM) could not be started."""
+
+
+def _models(config, destination, wanted: list[str] | None):  # noqa: ANN001, ANN202
+    models = config.models_for(destination)
+    if wanted:
+        known = {m.model_name for m in models}
+        unknown = [m for m in wanted if m not in known]
+        if unknown:
+            raise ConfigError(f"destination {destination.name!r} does not receive model(s) {unknown}; "
+                              f"it receives: {sorted(known)}")
+        models = [m for m in models if m.model_name in wanted]
+    return models
+
+
 def cmd_transfer(args: argparse.Namespace) -> int:
     from transfer_platform.destinations.base import writer_for
-    from transfer_platform.spark_session import get_spark_session
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
     if args.enqueue and args.dry_run:
@@ -50,59 +123,73 @@ def cmd_transfer(args: argparse.Namespace) -> int:
               "here, in this process, is not listed there: add --enqueue to run it through the queue with "
               "its tags, or drop --tag", file=sys.stderr)
         return 2
-    config = load_config(args.config)
+    from transfer_platform.console.progress import progress_for
+    from transfer_platform.transfers.preflight import check_before_spark
+
+    path = find_config_path(args.config)
+    config = load_config(path)
     destination = config.destination(args.destination)
-    models = config.models_for(destination)
-    if args.model:
-        known = {m.model_name for m in models}
-        unknown = [m for m in args.model if m not in known]
-        if unknown:
-            raise ConfigError(f"destination {destination.name!r} does not receive model(s) {unknown}; "
-                              f"it receives: {sorted(known)}")
-        models = [m for m in models if m.model_name in args.model]
+    models = _models(config, destination, args.model)
+    check_before_spark(config, destination.name, models, now=datetime.now(UTC), start=args.start,
+                       end=args.end, source=str(path))
     if args.dry_run:
         return _dry_run(args, config, destination.name, models)
-    on_window = None
+    reporter = None
     if os.environ.get("DAGSTER_HOME"):
         from dagster import DagsterInstance
 
         from transfer_platform.orchestration.reporting import RunlessReporter
 
-        on_window = RunlessReporter(DagsterInstance.get(), config, destination.name)
+        reporter = RunlessReporter(DagsterInstance.get(), config, destination.name)
+
+    spark = _spark(config, args)
+    progress = progress_for(sys.stderr)
+
+    def on_window(model, outcome) -> None:  # noqa: ANN001
+        if reporter is not None:
+            reporter(model, outcome)
+        progress.advanced(model.model_name, outcome.result.rows_transferred)
 
     writer = writer_for(destination)
     transfer_id = uuid.uuid4().hex
-    request = TransferRequest(spark=get_spark_session(config.spark), config=config,
+    request = TransferRequest(spark=spark, config=config,
                               destination=destination.name, writer=writer, transfer_id=transfer_id,
                               now=datetime.now(UTC), full_refresh=args.full_refresh,
                               log=logging.getLogger("transfer_platform.transfer"),
-                              start=args.start, end=args.end)
+                              start=args.start, end=args.end, on_plan=progress.planned)
     try:
         summaries = run_transfer(request, models, on_window=on_window)
     finally:
+        progress.close()
         writer.close()
     failed = [s for s in summaries if s.status != "SUCCESS"]
     status = "SUCCESS" if not failed else ("ERROR" if len(failed) == len(summaries) else "PARTIAL_FAILURE")
     print(json.dumps({"transfer_id": transfer_id, "destination": destination.name, "status": status,
                       "models": [s.as_dict() for s in summaries]}, indent=2))
     if failed:
-        print(f"error: {failed[0].model}: {failed[0].error}", file=sys.stderr)
+        print(f"error: {failed[0].model}: {one_line(failed[0].error)}", file=sys.stderr)
         return 1
     return 0
 
 
 def _dry_run(args: argparse.Namespace, config, destination: str, models) -> int:  # noqa: ANN001
     """Print the plan of the transfer (windows, read bounds, row counts); change nothing."""
-    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.console.progress import progress_for
     from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
 
-    now = datetime.now(UTC)
-    plans = plan_transfer(get_spark_session(config.spark), config, destination, models, now,
-                          full_refresh=args.full_refresh, start=args.start, end=args.end)
+    spark = _spark(config, args)
+    now = datetime.now(UTC)  # the plan's clock, once Spark is up (as a transfer's)
+    progress = progress_for(sys.stderr, what="windows counted", label=lambda model: f"{model} (dry run)")
+    try:
+        plans = plan_transfer(spark, config, destination, models, now, full_refresh=args.full_refresh,
+                              start=args.start, end=args.end, on_plan=progress.planned,
+                              on_count=progress.advanced)
+    finally:
+        progress.close()
     print(json.dumps(plan_as_dict(destination, now, plans), indent=2))
     failed = [p for p in plans if p.error is not None]
     if failed:
-        print(f"error: {failed[0].model}: {failed[0].error}", file=sys.stderr)
+        print(f"error: {failed[0].model}: {one_line(failed[0].error)}", file=sys.stderr)
         return 1
     return 0
 
@@ -117,14 +204,23 @@ def _instance():  # -> DagsterInstance
 
 
 def _enqueue(args: argparse.Namespace) -> int:
+    """Submit the transfer and print its id alone on stdout: the code server Dagster starts to
+    launch it writes its log elsewhere (nowhere; on stderr with --verbose). Secrets are not
+    checked here: the run reads them where it runs."""
+    from transfer_platform.console.streams import child_output
     from transfer_platform.orchestration.transfers import TransferOrder, enqueue
+    from transfer_platform.transfers.preflight import window_problems
 
     path = find_config_path(args.config)
     config = load_config(path)
+    problems = window_problems(args.start, args.end, datetime.now(UTC))
+    if problems:
+        raise ConfigError(problems)
     order = TransferOrder(destination=args.destination, models=args.model or [], full_refresh=args.full_refresh,
                           start=args.start, end=args.end, tags=args.tag)
-    with _instance() as instance:
-        print(enqueue(instance, config, path, order))
+    with _instance() as instance, child_output(args.verbose):
+        transfer_id = enqueue(instance, config, path, order)
+    print(transfer_id, flush=True)
     return 0
 
 
@@ -138,10 +234,11 @@ def cmd_test_connection(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_deletes(args: argparse.Namespace) -> int:
-    from transfer_platform.spark_session import get_spark_session
     from transfer_platform.transfers.delete_sweep import sweep_deletes
+    from transfer_platform.transfers.preflight import check_before_spark
 
-    config = load_config(args.config)
+    path = find_config_path(args.config)
+    config = load_config(path)
     destination = config.destination(args.destination)
     swept = [m for m in config.models_for(destination) if m.delete_detection == "sweep"]
     models = [m for m in swept if not args.model or m.model_name in args.model]
@@ -149,7 +246,8 @@ def cmd_sweep_deletes(args: argparse.Namespace) -> int:
     if unknown or not models:
         raise ConfigError(f"destination {destination.name!r} sweeps no model(s) {unknown or '(none given)'}; "
                           f"models with delete_detection: sweep there: {[m.model_name for m in swept]}")
-    spark, sweep_id, failed = get_spark_session(config.spark), uuid.uuid4().hex, []
+    check_before_spark(config, destination.name, models, now=datetime.now(UTC), source=str(path))
+    spark, sweep_id, failed = _spark(config, args), uuid.uuid4().hex, []
     reports = []
     for model in models:
         try:
@@ -159,9 +257,60 @@ def cmd_sweep_deletes(args: argparse.Namespace) -> int:
             failed.append(f"{model.model_name}: {exc}")
     print(json.dumps({"sweep_id": sweep_id, "models": reports}, indent=2))
     if failed:
-        print(f"error: {failed[0]}", file=sys.stderr)
+        print(f"error: {one_line(failed[0])}", file=sys.stderr)
         return 1
     return 0
+
+
+def cmd_integrity(args: argparse.Namespace) -> int:
+    """Compare (primary key, last-modified) of each model's source rows of the recipient with the
+    destination (the check Dagster runs as the asset check ``integrity``); the counts as JSON on
+    stdout, what each failure means and its fix on stderr; exit 1 unless every model is clean."""
+    from transfer_platform.core.timeutil import isoformat
+    from transfer_platform.transfers.integrity import check_integrity, describe
+    from transfer_platform.transfers.preflight import check_before_spark
+
+    path = find_config_path(args.config)
+    config = load_config(path)
+    destination = config.destination(args.destination)
+    models = _models(config, destination, args.model)
+    check_before_spark(config, destination.name, models, now=datetime.now(UTC), source=str(path))
+    spark = _spark(config, args)
+    now = datetime.now(UTC)  # the checks' clock, captured once and passed down
+    results = []
+    for model in models:
+        print(f"{model.model_name}: comparing the source's rows with the destination's", file=sys.stderr, flush=True)
+        try:
+            report = check_integrity(spark, config, destination.name, model, now)
+        except TransferPlatformError as exc:
+            results.append({"model": model.model_name, "status": "ERROR", "error": str(exc)})
+            print(error_lines(exc)[0], file=sys.stderr)
+            continue
+        results.append({"model": model.model_name, "status": "PASSED" if report.passed else "FAILED",
+                        **report.counts, "failures": report.failures, "horizon": isoformat(report.horizon),
+                        "watermark": isoformat(report.watermark), "examples": report.examples})
+        print(describe(report, model.source_name), file=sys.stderr)
+    clean = all(r["status"] == "PASSED" for r in results)
+    print(json.dumps({"destination": destination.name, "checked_at": isoformat(now),
+                      "status": "PASSED" if clean else "FAILED", "models": results}, indent=2))
+    return 0 if clean else 1
+
+
+def _when(moment: str | None) -> str:
+    """A time of the transfer list: ISO-8601 to the second, with its zone (UTC)."""
+    if moment is None:
+        return "-"
+    return datetime.fromisoformat(moment).astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _duration(transfer: dict, now: datetime) -> str:
+    """From start to end (to now while it runs); ``-`` before it starts."""
+    from transfer_platform.console.progress import clock
+
+    if transfer["started_at"] is None:
+        return "-"
+    end = datetime.fromisoformat(transfer["ended_at"]) if transfer["ended_at"] else now
+    return clock((end - datetime.fromisoformat(transfer["started_at"])).total_seconds())
 
 
 def cmd_transfers(args: argparse.Namespace) -> int:
@@ -176,11 +325,13 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(found, indent=2))
         return 0
-    print(f"{'id':36}  {'destination':14} {'status':15} {'submitted_at':25} {'ended_at':25} "
-          f"{'rows':>8} {'delta':>8} {'mb':>8}  tags")
+    now = datetime.now(UTC)
+    print(f"{'id':36}  {'destination':14} {'status':15} {'submitted_at':25} {'started_at':25} "
+          f"{'ended_at':25} {'duration':>8} {'rows':>8} {'delta':>8} {'mb':>8}  tags")
     for t in found:
-        print(f"{t['id']:36}  {t['destination'] or '-':14} {t['status']:15} {t['submitted_at'][:25]:25} "
-              f"{(t['ended_at'] or '-')[:25]:25} {t['rows_transferred']:>8} {t['delta_rows_transferred']:>8} "
+        print(f"{t['id']:36}  {t['destination'] or '-':14} {t['status']:15} {_when(t['submitted_at']):25} "
+              f"{_when(t['started_at']):25} {_when(t['ended_at']):25} {_duration(t, now):>8} "
+              f"{t['rows_transferred']:>8} {t['delta_rows_transferred']:>8} "
               f"{t['volume_transferred_in_mb']:>8}  {','.join(f'{k}={v}' for k, v in t['tags'].items())}")
         for model, metrics in t["models"].items():
             print(f"    {model}: {metrics['windows']} window(s), {metrics['rows_transferred']} rows, "
@@ -269,74 +420,179 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if run_demo(Path(args.dir)) else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line (exit 2), pointing at ``--help``."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+ENVIRONMENT = f"""environment:
+  TRANSFER_PLATFORM_CONFIG   the configuration file when --config is not given
+  {LOG_LEVEL_ENV}  DEBUG, INFO, WARNING (default; INFO with --verbose), ERROR
+  DAGSTER_HOME               the Dagster instance of --enqueue, transfers and cancel
+
+output: stdout holds the result (JSON, a transfer id, a table); progress, warnings and errors go
+to stderr. Exit 0: done; 1: a failure at run time; 2: a configuration or usage error."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transfer-platform")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="transfer-platform", description=__doc__)
-    parser.add_argument("--config", help="configuration file (default: $TRANSFER_PLATFORM_CONFIG, "
-                                         "else ./transfer_platform.yaml)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("validate", help="check the configuration and print every problem with its fix")
-    transfer = sub.add_parser("transfer", help="transfer a destination's models now")
-    transfer.add_argument("destination")
-    transfer.add_argument("--model", action="append", help="only this model (repeatable)")
+    # --config and --verbose are accepted before and after the subcommand (a subcommand's copy
+    # leaves the value alone unless it is given there: its default is SUPPRESS)
+    def options(target: argparse.ArgumentParser, default: bool) -> None:
+        target.add_argument("--config", metavar="PATH", default=None if default else argparse.SUPPRESS,
+                            help="configuration file (default: $TRANSFER_PLATFORM_CONFIG, else "
+                                 "./transfer_platform.yaml)")
+        target.add_argument("-v", "--verbose", action="store_true", default=False if default else argparse.SUPPRESS,
+                            help="show Spark's and Dagster's own output (the JVM's banner, log and Java "
+                                 "stack traces), INFO log lines, and a traceback with any error")
+
+    common = argparse.ArgumentParser(add_help=False)
+    options(common, default=False)
+    parser = _Parser(prog="transfer-platform", description=__doc__, epilog=ENVIRONMENT,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    options(parser, default=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
+        text = textwrap.fill(f"{summary[0].upper()}{summary[1:]}. {description}".strip(), width=100)
+        return sub.add_parser(name, help=summary, description=text,
+                              parents=[common], epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    command("validate", "check the configuration and print every problem with its fix",
+            "Exit 2 if there is any. A secret whose environment variable is not set here is a warning "
+            "(exit 0): validate may run where secrets are not set, such as CI; a transfer refuses to "
+            "start without it.")
+    transfer = command("transfer", "transfer a destination's models now",
+                       "Runs here, in this process (progress on stderr, a JSON summary per model on "
+                       "stdout), or with --enqueue through the Dagster instance's queue. Before Spark "
+                       "starts, the configuration, the secrets' variables and --start/--end are checked.")
+    transfer.add_argument("destination", help="the destination's name in the configuration")
+    transfer.add_argument("--model", action="append", metavar="MODEL", help="only this model (repeatable)")
     transfer.add_argument("--full-refresh", action="store_true",
                           help="start again from the configured start and reset the watermark")
-    transfer.add_argument("--start", type=_moment, help="start_transfer_window_at (ISO-8601, inclusive)")
-    transfer.add_argument("--end", type=_moment, help="end_transfer_window_at (ISO-8601, exclusive)")
+    transfer.add_argument("--start", type=_moment, metavar="TIME",
+                          help="start_transfer_window_at (ISO-8601, inclusive; UTC unless a zone is given)")
+    transfer.add_argument("--end", type=_moment, metavar="TIME",
+                          help="end_transfer_window_at (ISO-8601, exclusive; UTC unless a zone is given)")
     transfer.add_argument("--tag", type=_tag, action=_Tags, default={}, metavar="KEY=VALUE",
                           help="label the transfer (repeatable; ^[A-Za-z0-9_-]+$ on both sides; with --enqueue: "
                                "the labels are kept with the transfer in the instance)")
     transfer.add_argument("--enqueue", action="store_true",
                           help="submit to the Dagster instance's queue ($DAGSTER_HOME; limits apply) "
-                               "and print the transfer id, instead of running here")
+                               "and print the transfer id alone on stdout, instead of running here")
     transfer.add_argument("--dry-run", action="store_true",
                           help="print the windows that would move, their read bounds and row counts "
                                "(a COUNT run by the source); change nothing anywhere")
-    probe = sub.add_parser("test-connection", help="check that a source or destination is reachable and "
-                                                   "grants every right transfers need (one line per "
-                                                   "check; exit 1 if any fails); changes nothing")
-    probe.add_argument("name", metavar="SOURCE_OR_DESTINATION")
-    sweep = sub.add_parser("sweep-deletes", help="remove a destination's rows whose key is gone from the "
-                                                 "source (models with delete_detection: sweep), now")
-    sweep.add_argument("destination")
-    sweep.add_argument("--model", action="append", help="only this model (repeatable)")
-    listing = sub.add_parser("transfers", help="list transfers with status and metrics ($DAGSTER_HOME)")
-    listing.add_argument("--destination")
-    listing.add_argument("--status", choices=STATUSES)
-    listing.add_argument("--tag", type=_tag_filter, action=_Tags, default={}, metavar="KEY.VALUE")
-    listing.add_argument("--ended-before", type=_moment, help="exclusive")
-    listing.add_argument("--ended-after", type=_moment, help="inclusive")
-    listing.add_argument("--limit", type=int, default=100)
-    listing.add_argument("--json", action="store_true")
-    cancel = sub.add_parser("cancel", help="cancel a pending transfer or stop a running one")
-    cancel.add_argument("transfer_id")
-    sub.add_parser("signing-key", help="print a new Ed25519 key pair for signing object-storage manifests "
-                                       "(private: the destination's signing_key variable; public: consumers)")
-    server = sub.add_parser("spark-server", help="run the Spark Connect server that transfers share "
-                                                 "(spark.remote), with the file's spark settings, until stopped")
+    probe = command("test-connection", "check that a source or destination is reachable and grants every "
+                    "right transfers need", "One line per check; exit 1 if any fails; changes nothing.")
+    probe.add_argument("name", metavar="SOURCE_OR_DESTINATION", help="a source's or destination's name")
+    integrity = command("integrity", "compare a destination's rows with its sources' (integrity checks)",
+                        "Per model: (primary key, last-modified) of the recipient's source rows against "
+                        "the destination's, as the Dagster asset check does: rows compared, missing, "
+                        "stale, incorrect, orphaned and pending as JSON on stdout, what each failure "
+                        "means and its fix on stderr. Exit 1 unless every model is clean. Changes nothing.")
+    integrity.add_argument("destination", help="the destination's name in the configuration")
+    integrity.add_argument("--model", action="append", metavar="MODEL", help="only this model (repeatable)")
+    sweep = command("sweep-deletes", "remove a destination's rows whose key is gone from the source, now",
+                    "For models with delete_detection: sweep.")
+    sweep.add_argument("destination", help="the destination's name in the configuration")
+    sweep.add_argument("--model", action="append", metavar="MODEL", help="only this model (repeatable)")
+    listing = command("transfers", "list transfers with status and metrics ($DAGSTER_HOME)",
+                      "Newest first; times are ISO-8601 with their zone (UTC), duration from start to end.")
+    listing.add_argument("--destination", help="only this destination's transfers")
+    listing.add_argument("--status", choices=STATUSES, help="only transfers in this status")
+    listing.add_argument("--tag", type=_tag_filter, action=_Tags, default={}, metavar="KEY.VALUE",
+                         help="only transfers with this tag (repeatable: all must match)")
+    listing.add_argument("--ended-before", type=_moment, metavar="TIME", help="ended before this time (exclusive)")
+    listing.add_argument("--ended-after", type=_moment, metavar="TIME", help="ended at or after this time (inclusive)")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    listing.add_argument("--json", action="store_true", help="JSON with every field, instead of a table")
+    cancel = command("cancel", "cancel a pending transfer or stop a running one")
+    cancel.add_argument("transfer_id", help="the id `transfer --enqueue` printed (or `transfers` lists)")
+    command("signing-key", "print a new Ed25519 key pair for signing object-storage manifests",
+            "The private key goes into the variable a destination's signing_key names; the public key "
+            "to consumers.")
+    server = command("spark-server", "run the Spark Connect server that transfers share (spark.remote)",
+                     "With the file's spark settings, in the foreground, until stopped.")
     server.add_argument("--host", help="address to listen on (default: spark.remote's host, else 127.0.0.1)")
     server.add_argument("--port", type=int, help="port (default: spark.remote's port, else 15002)")
-    demo = sub.add_parser("demo", help="run the embedded demo (no server needed)")
+    demo = command("demo", "run the embedded demo (no server needed)")
     demo.add_argument("--dir", default="demo_output", help="working folder (recreated)")
     return parser
 
 
+class _LineFormatter(logging.Formatter):
+    """``warning: message`` (the level in lower case, like the command's own lines)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {super().format(record)}"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (a progress bar swaps it)."""
+
+    @property
+    def stream(self):  # noqa: ANN201
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # noqa: ANN001
+        pass
+
+
+def _configure_logging(verbose: bool) -> str | None:
+    """Set the log level ($TRANSFER_PLATFORM_LOG_LEVEL, else WARNING, INFO with --verbose);
+    the error, if the variable names no level."""
+    name = os.environ.get(LOG_LEVEL_ENV) or ("INFO" if verbose else "WARNING")
+    level = logging.getLevelName(name.strip().upper())
+    if not isinstance(level, int):
+        return (f"${LOG_LEVEL_ENV}={name!r} is not a log level; fix: set it to DEBUG, INFO, WARNING "
+                "or ERROR, or unset it")
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s") if verbose
+                         else _LineFormatter("%(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("TRANSFER_PLATFORM_LOG_LEVEL", "WARNING"),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    problem = _configure_logging(args.verbose)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
                 "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
                 "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key,
-                "spark-server": cmd_spark_server}
+                "spark-server": cmd_spark_server, "integrity": cmd_integrity}
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if args.verbose:
+            logging.getLogger("transfer_platform").error("traceback", exc_info=True)
+        for line in error_lines(exc):
+            print(line, file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        print("error: interrupted (windows committed before the interrupt are kept; run the transfer "
+              "again to continue)", file=sys.stderr)
+        return 130
     except Exception as exc:  # noqa: BLE001 - the command line ends with one line, not a traceback
-        print(f"error: unexpected {_one_line(exc)} (set TRANSFER_PLATFORM_LOG_LEVEL=DEBUG for details)",
-              file=sys.stderr)
-        logging.getLogger("transfer_platform").debug("traceback", exc_info=True)
+        if args.verbose:
+            logging.getLogger("transfer_platform").error("traceback", exc_info=True)
+        print(f"error: unexpected {_one_line(exc)}" + ("" if args.verbose else " (run again with --verbose "
+              "for the traceback)"), file=sys.stderr)
         return 1
 
 

@@ -46,10 +46,51 @@ def check_config(config: PlatformConfig, now: datetime) -> list[Problem]:
             problems.append(Problem(f"recipients[{i}] ({recipient.name}).id_in_provider_system",
                                     "contains a NUL character, which no source can store or match",
                                     "remove the NUL character"))
+    problems += _check_start_epochs(config, now)
     problems += _check_models(config, now)
     problems += _check_destinations(config)
     problems += _check_schema_tenants(config)
     problems += _check_settings_without_effect(config)
+    return problems
+
+
+#: seconds in an average Gregorian year (to name the year a misread epoch would be)
+_SECONDS_PER_YEAR = 31_556_952
+
+
+def start_epoch_problem(seconds: int, now: datetime) -> tuple[str, str] | None:
+    """What is wrong with a start given in seconds since 1970 (``min_start_time_epoch``,
+    ``default_full_refresh_min_start_time_epoch``) and its fix, or ``None``: a start after
+    ``now`` moves nothing (and one in milliseconds lies beyond any date a clock can hold)."""
+    now_seconds = int(now.timestamp())
+    if seconds <= now_seconds:
+        return None
+    year = 1970 + seconds // _SECONDS_PER_YEAR
+    # from 1e11 on, seconds are past the year 5000 while milliseconds are after 1973 (and so on)
+    for unit, factor in (("milliseconds", 1_000), ("microseconds", 1_000_000), ("nanoseconds", 1_000_000_000)):
+        if seconds >= factor * 100_000_000 and seconds // factor <= now_seconds:
+            return (f"{seconds} looks like {unit} since 1970: read as seconds it is the year {year}",
+                    f"write seconds since 1970: {seconds // factor}")
+    if year > 9999:
+        return (f"{seconds} is not a time in seconds since 1970 (it would be the year {year})",
+                f"write the earliest time to transfer in seconds since 1970 (now is {now_seconds})")
+    return (f"{seconds} is in the future ({from_epoch_seconds(seconds):%Y-%m-%d %H:%M:%S} UTC): no row "
+            "could be transferred before then",
+            f"write the earliest last-modified time to transfer, in seconds since 1970 (now is {now_seconds})")
+
+
+def _check_start_epochs(config: PlatformConfig, now: datetime) -> list[Problem]:
+    problems: list[Problem] = []
+    for i, model in enumerate(config.models):
+        problem = start_epoch_problem(model.min_start_time_epoch, now)
+        if problem:
+            problems.append(Problem(f"models[{i}] ({model.model_name}).min_start_time_epoch", *problem))
+    for i, recipient in enumerate(config.recipients):
+        start = recipient.default_full_refresh_min_start_time_epoch
+        problem = None if start is None else start_epoch_problem(start, now)
+        if problem:
+            problems.append(Problem(f"recipients[{i}] ({recipient.name}).default_full_refresh_min_start_time_epoch",
+                                    *problem))
     return problems
 
 
@@ -177,6 +218,8 @@ def _check_partition_count(config: PlatformConfig, model, path: str, now: dateti
         r.default_full_refresh_min_start_time_epoch for r in config.recipients
         if r.default_full_refresh_min_start_time_epoch is not None
     ]
+    if any(start_epoch_problem(start, now) for start in starts):
+        return []  # reported by _check_start_epochs
     earliest = from_epoch_seconds(min(starts))
     count = int((now - earliest).total_seconds() // grid.seconds) + 1
     if count <= MAX_PARTITIONS_PER_ASSET:

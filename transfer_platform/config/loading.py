@@ -37,10 +37,15 @@ def load_config(path: str | os.PathLike[str] | None = None, *, now: datetime | N
                      f"pass --config PATH, set {ENV_VAR}, or create {DEFAULT_FILE} in the working directory")]
         )
     try:
-        raw = yaml.safe_load(config_path.read_text()) or {}
+        raw = yaml.safe_load(config_path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(str(config_path), f"not valid YAML: {exc}", "fix the YAML syntax")],
                           source=str(config_path)) from None
+    if raw is None or raw == {}:
+        raise ConfigError([Problem(str(config_path), "the configuration file is empty",
+                                   "add its sources, models, recipients and destinations (see the "
+                                   "configuration reference), or point --config at the right file")],
+                          source=str(config_path))
     return parse_config(raw, base_dir=config_path.parent, now=now, source=str(config_path))
 
 

@@ -171,3 +171,34 @@ def install_log_redaction() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, SecretsFilter) for f in logger.filters):
             logger.addFilter(SecretsFilter())
+
+
+# -- references whose variable is not set ---------------------------------------------------------
+
+
+def env_refs(value: Any, path: str) -> list[tuple[str, EnvRef]]:
+    """Every secret reference inside ``value`` (a configuration entry, walked through its fields,
+    lists and mappings), with its path in the file (``destinations[0] (acme).connection.password``)."""
+    if isinstance(value, EnvRef):
+        return [(path, value)]
+    found: list[tuple[str, EnvRef]] = []
+    if isinstance(value, BaseModel):
+        for name, info in type(value).model_fields.items():
+            found += env_refs(getattr(value, name), f"{path}.{info.alias or name}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found += env_refs(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found += env_refs(item, f"{path}.{key}")
+    return found
+
+
+def unset_secrets(entries: list[tuple[str, Any]]) -> list[Problem]:
+    """One problem per secret reference, in ``entries`` (path, configuration entry), whose
+    environment variable is not set in this process (an empty value counts as set)."""
+    return [Problem(path, f"environment variable {ref.env} is not set",
+                    f"export {ref.env}=... in the environment of this command (and of the Dagster "
+                    "daemon and code server that run transfers)")
+            for entry_path, entry in entries for path, ref in env_refs(entry, entry_path)
+            if os.environ.get(ref.env) is None]

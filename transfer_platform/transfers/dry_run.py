@@ -14,6 +14,7 @@ log or attach :meth:`ModelPlan.as_dict`. Nothing in a plan holds connection sett
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -107,23 +108,28 @@ def plan_transfer(
     start: datetime | None = None,
     end: datetime | None = None,
     partitions: list[Window] | None = None,
+    on_plan: Callable[[str, int], None] | None = None,
+    on_count: Callable[[str, int], None] | None = None,
 ) -> list[ModelPlan]:
     """The plan of a transfer of ``models`` to ``destination`` at ``now``, changing nothing.
 
     The arguments mean what they mean for a transfer (``TransferRequest`` and
     ``transfer_model(partitions=)``). A model whose source or destination cannot be read gets
-    ``status: ERROR`` and its reason; the others are still planned."""
+    ``status: ERROR`` and its reason; the others are still planned. ``on_plan(model, windows)``
+    and ``on_count(model, rows)`` (after each window is counted) follow the work (progress)."""
     writer = writer_for(config.destination(destination))
     try:
         return [_plan_model(spark, config, destination, writer, model, now, full_refresh=full_refresh,
-                            start=start, end=end, partitions=partitions) for model in models]
+                            start=start, end=end, partitions=partitions, on_plan=on_plan,
+                            on_count=on_count) for model in models]
     finally:
         writer.close()
 
 
 def _plan_model(spark: SparkSession, config: PlatformConfig, destination_name: str, writer, model: ModelConfig,  # noqa: ANN001
                 now: datetime, *, full_refresh: bool, start: datetime | None, end: datetime | None,
-                partitions: list[Window] | None) -> ModelPlan:
+                partitions: list[Window] | None, on_plan: Callable[[str, int], None] | None = None,
+                on_count: Callable[[str, int], None] | None = None) -> ModelPlan:
     plan = ModelPlan(model.model_name)
     destination = config.destination(destination_name)
     tenant = config.recipient(destination.recipient).id_in_provider_system
@@ -146,9 +152,13 @@ def _plan_model(spark: SparkSession, config: PlatformConfig, destination_name: s
             plan.refresh_watermark = state.watermark
         planned = plan_transfer_windows(windowing, now=now, state=state, refreshing=refreshing,
                                         partitions=partitions, start=start, end=end)
+        if on_plan is not None:
+            on_plan(model.model_name, len(planned))
         for window in planned:
             bounds = window.bounds
             rows = reader.count(spark, ReadRequest(model, tenant, bounds, destination_name))
+            if on_count is not None:
+                on_count(model.model_name, rows)
             key = None if window.partition is None else windowing.partition_key(window.partition)
             plan.windows.append(WindowPlan(key, bounds.lower, bounds.upper, bounds.progress.start,
                                            bounds.progress.end, rows))

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
@@ -80,6 +80,8 @@ class TransferRequest:
     log: Any = field(default=_LOG)
     start: datetime | None = None  # start_transfer_window_at (inclusive): only windows from here
     end: datetime | None = None  # end_transfer_window_at (exclusive)
+    #: told each model's number of planned windows before the first moves (progress displays)
+    on_plan: Callable[[str, int], None] | None = None
 
 
 def transfer_model(
@@ -113,6 +115,8 @@ def transfer_model(
                                     partitions=partitions, start=request.start, end=request.end)
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
               built_aside=refreshing, watermark=state.watermark)
+    if request.on_plan is not None:
+        request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
     move = _WindowMover(request, model, reader, windowing, refreshing, ids)
     steps = (_steps(_window_rows(reader, request.spark, reads)) if reader.counts_without_spark
@@ -471,9 +475,52 @@ def run_transfer(
     *,
     on_window: Callable[[ModelConfig, WindowOutcome], None] | None = None,
 ) -> list[ModelSummary]:
-    """Transfer several models to one destination; a failing model does not stop the others."""
+    """Transfer several models to one destination; a failing model does not stop the others.
+    A recipient none of whose rows was ever delivered, and whose tenant id the sources do not
+    hold, gets one warning (:func:`tenant_without_rows`)."""
     summaries: list[ModelSummary] = []
     for model, outcome in transfer_models(request, models, summaries):
         if on_window is not None:
             on_window(model, outcome)
+    warning = tenant_without_rows(request, models, summaries)
+    if warning is not None:
+        request.log.warning(warning)
     return summaries
+
+
+#: the upper bound of "every row the source holds from the configured start on"
+_OPEN_END = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+def tenant_without_rows(request: TransferRequest, models: list[ModelConfig],
+                        summaries: list[ModelSummary]) -> str | None:
+    """One warning when models moved no row, the destination has never received one of them,
+    and their sources hold no row for the recipient's tenant id from the configured start on:
+    a mistyped ``id_in_provider_system`` would otherwise look like a successful transfer. Asked
+    (one ``COUNT`` per such model) only while nothing was ever delivered, so incremental
+    transfers that find nothing new cost nothing more."""
+    destination = request.config.destination(request.destination)
+    recipient = request.config.recipient(destination.recipient)
+    tenant = recipient.id_in_provider_system
+    empty = []
+    for model, summary in zip(models, summaries, strict=False):
+        never = summary.state is None or summary.state.high_watermark is None
+        if summary.status != "SUCCESS" or summary.rows_transferred or not never:
+            continue
+        start = windowing_for(request.config, request.destination, model).configured_start
+        bounds = ReadBounds(start, _OPEN_END, Window(start, _OPEN_END))
+        try:
+            rows = reader_for(request.config.source(model.source_name)).count(
+                request.spark, ReadRequest(model, tenant, bounds, destination.name))
+        except TransferPlatformError:
+            continue  # the transfer read this source a moment ago; a failure now is no finding
+        if rows == 0:
+            empty.append(model)
+    if not empty:
+        return None
+    sources = sorted({m.source_name for m in empty})
+    return (f"recipient {recipient.name!r} (id_in_provider_system {tenant!r}) received no row: "
+            f"source(s) {', '.join(sources)} hold no row for that tenant id in model(s) "
+            f"{', '.join(m.model_name for m in empty)} from the configured start on. If the id is "
+            f"mistyped, fix id_in_provider_system of recipient {recipient.name!r}; if the tenant "
+            "has no rows yet, nothing is wrong")
