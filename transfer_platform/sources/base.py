@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Protocol
 
 from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -179,16 +182,32 @@ def model_columns(frame: DataFrame, request: ReadRequest, source_name: str, *, k
 def _quiet_analysis() -> Iterator[None]:
     """PySpark logs each analysis error it raises, with the Java stack, on its
     ``SQLQueryContextLogger``; a cast refused here becomes a one-line ``ConfigError`` (or is
-    raised again), so that log is off meanwhile."""
-    from pyspark.logger import PySparkLogger
-
-    # PySpark's own logger class: a plain logger of that name would break its structured calls
-    logger = PySparkLogger.getLogger("SQLQueryContextLogger")
-    before, logger.disabled = logger.disabled, True
+    raised again), so that log is dropped meanwhile, in this thread only (transfers of several
+    destinations run in threads)."""
+    _quiet_filter()
+    was = getattr(_QUIET, "on", False)
+    _QUIET.on = True
     try:
         yield
     finally:
-        logger.disabled = before
+        _QUIET.on = was
+
+
+_QUIET = threading.local()
+
+
+class _DropWhileQuiet(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_QUIET, "on", False)
+
+
+@cache
+def _quiet_filter() -> None:
+    """Put :class:`_DropWhileQuiet` on PySpark's logger, once (its own logger class: a plain
+    logger of that name would break PySpark's structured calls)."""
+    from pyspark.logger import PySparkLogger
+
+    PySparkLogger.getLogger("SQLQueryContextLogger").addFilter(_DropWhileQuiet())
 
 
 def cast_mismatch(frame: DataFrame, request: ReadRequest, source_name: str) -> ConfigError | None:
@@ -209,8 +228,8 @@ def cast_mismatch(frame: DataFrame, request: ReadRequest, source_name: str) -> C
     for column in model.columns:
         if castable(column.name_in_source, column.data_type):
             continue
-        found = next(f.dataType.simpleString() for f in frame.schema.fields
-                     if f.name.casefold() == column.name_in_source.casefold())
+        found = next((f.dataType.simpleString() for f in frame.schema.fields
+                      if f.name.casefold() == column.name_in_source.casefold()), "an unknown type")
         readable = [t for t in TYPES if castable(column.name_in_source, t)]
         return ConfigError([Problem(
             _where(request),
