@@ -89,6 +89,10 @@ def transfer_model(
     Yields the model's committed state first, then one outcome per window, each already
     committed. A failure in window k raises after windows before k have been yielded.
 
+    Nothing in the destination is created, altered or dropped before the read is proven on the
+    source (:meth:`SourceReader.check_read`): a model that does not fit its source fails with the
+    destination exactly as it was.
+
     A full refresh (asked for, or left unfinished by an earlier transfer) loads a table built
     aside and yields the published live state last, once that table has replaced the live one.
     """
