@@ -528,7 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--host", help="address to listen on (default: spark.remote's host, else 127.0.0.1)")
     server.add_argument("--port", type=int, help="port (default: spark.remote's port, else 15002)")
     demo = command("demo", "run the embedded demo (no server needed)")
-    demo.add_argument("--dir", default="demo_output", help="working folder (recreated)")
+    demo.add_argument("--dir", default="demo_output",
+                      help="working folder: new, empty, or an earlier demo's (then emptied); any other "
+                           "folder is refused")
     return parser
 
 

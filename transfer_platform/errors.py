@@ -2,9 +2,11 @@
 
 Three families, so callers (the CLI, Dagster, later the lifecycle) can tell who must act:
 
-- ``ConfigError``: the user must change the configuration (or the environment it references).
+- ``ConfigError``: the user must change the configuration (or the environment it references),
+  including a model that does not fit its source (a column the source does not return, a type
+  that cannot be read as the model's data_type).
 - ``DataError``: the source data breaks a rule (duplicate primary key, NULL last-modified value,
-  a query whose columns do not match the model); the provider must fix the data or the model.
+  a value that cannot be cast); the provider must fix the data or the model.
 - ``ConnectionFailure``: a database or path cannot be reached; retrying may help.
 
 Messages name the model, destination and value involved and say how to fix the problem.

@@ -173,6 +173,9 @@ class ModelConfig(StrictModel):
     )
     min_start_time_epoch: int = Field(default=0, ge=0)
     is_append_only: bool = False
+    # a destination column the model no longer has is dropped by an incremental transfer only with
+    # this (a full refresh rebuilds the table anyway); without it such a transfer is refused
+    allow_column_drop: bool = False
     # with a column marked is_deleted_marker: deliver marked rows with the marker instead of removing them
     keep_deleted_rows: bool = False
     # hard deletes (rows gone from the source): "sweep" compares the tenant's keys on a schedule

@@ -37,6 +37,7 @@ from transfer_platform.destinations.manifests import (
     verify_manifest,
 )
 from transfer_platform.destinations.object_storage import latest_per_key
+from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.spark_session import get_spark_session
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
 
@@ -144,11 +145,37 @@ def _print_table(title: str, config: PlatformConfig, results: dict, check: bool,
     return all_equal
 
 
-def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0) -> bool:
+#: the file that marks a folder as the demo's output: only such a folder is emptied by a later demo
+MARKER = ".transfer_platform_demo"
+
+
+def prepare_workdir(workdir: Path) -> Path:
+    """The demo's folder (resolved), empty but for :data:`MARKER`: created if missing, used if
+    empty, emptied if an earlier demo made it (it holds the marker). Anything else (a file, a
+    folder with other contents) is refused with ``ConfigError`` and left as it is: the demo never
+    deletes what it did not make."""
     workdir = workdir.resolve()
-    if workdir.exists():
+    fix = ("give --dir a new or empty folder (default: demo_output), or remove this one yourself "
+           "if nothing in it is needed")
+    if workdir.exists() and not workdir.is_dir():
+        raise ConfigError([Problem("demo --dir", f"{workdir} is not a folder; the demo writes a folder of "
+                                   "its own there", fix)])
+    if workdir.is_dir() and any(workdir.iterdir()):
+        if not (workdir / MARKER).is_file():
+            raise ConfigError([Problem(
+                "demo --dir", f"{workdir} is not empty and is not an earlier demo's output (it has no "
+                f"{MARKER} file); the demo empties its folder, so it does not use this one", fix)])
         shutil.rmtree(workdir)
-    (workdir).mkdir(parents=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / MARKER).write_text("written by transfer-platform demo: this folder is emptied by the "
+                                  "next demo that uses it\n")
+    return workdir
+
+
+def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0) -> bool:
+    """Run the demo in ``workdir`` (see :func:`prepare_workdir`); whether every destination
+    equals its tenant's source rows."""
+    workdir = prepare_workdir(workdir)
     started = datetime.now(UTC)
     lake = workdir / "lake"
     counts = sample_data.generate_lake(lake, started, days=days, scale=scale)

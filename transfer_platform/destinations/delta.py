@@ -34,8 +34,10 @@ A full refresh loads the same way into a Delta table built aside (``_refresh/<mo
 own state in its commits); once complete, one overwrite commit of the live table publishes it
 (with ``schema_mode="overwrite"`` when the columns changed), so readers see the old version until
 then. Schema evolution on an incremental transfer: a column added to the model is added by an
-empty ``schema_mode="merge"`` append; a column removed is dropped by rewriting the table in one
-overwrite commit (delta-rs cannot drop a column in place); a changed type is refused.
+empty ``schema_mode="merge"`` append; a column removed is dropped, only with the model's
+``allow_column_drop`` (otherwise refused, naming it), by rewriting the table in one overwrite
+commit (delta-rs cannot drop a column in place); a changed type is refused. Refusals come before
+the first commit.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
+from transfer_platform.core.columns import column_changes, refuse_column_drops
 from transfer_platform.core.sql import marked_deleted
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
@@ -426,8 +429,10 @@ class DeltaWriter:
                     f"is {existing.field(field.name).type} in the Delta table but the model says "
                     f"{field.type}; a type is never changed in place. Fix: run a full refresh: "
                     f"transfer-platform transfer {self.name} --model {model.model_name} --full-refresh")
-        added = [f.name for f in wanted if f.name not in existing.names]
-        dropped = [name for name in existing.names if name not in wanted.names]
+        planned = column_changes(existing.names, wanted.names)
+        added, dropped = planned.added, planned.dropped
+        refuse_column_drops(model.model_name, self.name, f"Delta table {self.table_path(model)}", dropped,
+                            allowed=model.allow_column_drop)
         commit = _commit(state, "schema-evolution")
         if dropped:  # one overwrite commit with the model's columns (added ones NULL)
             rows = pa.RecordBatchReader.from_batches(wanted, _project(table, wanted))

@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config.models import LocalStorageDestination, ModelConfig, S3Destination
+from transfer_platform.core.columns import column_changes, refuse_column_drops
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import manifests
 from transfer_platform.destinations.base import (
@@ -218,13 +219,15 @@ class ObjectStorageWriter:
         self._clean_dead_transfers(model)
         book = self._read_book(model)
         state = ModelState.from_json(book.get("state"))
-        changes = self._schema_changes(model, book)
+        refresh = book.get("refresh")
+        # a full refresh (asked for, or one carried on) delivers the model's columns as a new
+        # generation: only an incremental transfer changes the columns under consumers
+        changes = () if full_refresh or refresh is not None else self._schema_changes(model, book)
         day = datetime.now(UTC).strftime("%Y-%m-%d")
         self.store.put(self._book(model.model_name, "pending", f"{_safe(transfer_id)}.json"),
                        json.dumps({"transfer_id": transfer_id, "dt": day}).encode())
         self._transfers[model.model_name] = {"transfer_id": transfer_id, "dt": day, "files": [],
                                              "start_time": self._start_time(), "settled": True, "book": book}
-        refresh = book.get("refresh")
         if full_refresh or (refresh is not None and refresh["columns"] != _columns(model)):
             if refresh is not None:  # an unfinished refresh started again: its files go
                 self.store.delete([f["data_file_key"] for f in refresh["files"]])
@@ -495,6 +498,8 @@ class ObjectStorageWriter:
                     f"delivered as {before[column]} but the model now says {kind}; a type is never "
                     f"changed under consumers. Fix: run a full refresh: transfer-platform transfer "
                     f"{self.name} --model {model.model_name} --full-refresh")
+        refuse_column_drops(model.model_name, self.name, f"the files delivered to {self.store.where}",
+                            column_changes(list(before), list(now)).dropped, allowed=model.allow_column_drop)
         return tuple([f"added column {c} to {model.model_name}'s files from now on (earlier files lack it)"
                       for c in now if c not in before]
                      + [f"column {c} is no longer in {model.model_name}'s files from now on"

@@ -25,8 +25,10 @@ old table whole; a crash before it changes nothing. An unfinished refresh is car
 next transfer.
 
 Schema evolution on an incremental transfer: a column added to the model is added (NULL in rows
-delivered before it), a column removed from the model is dropped, a changed type or primary key
-is refused with the advice to run a full refresh.
+delivered before it), a column removed from the model is dropped only with the model's
+``allow_column_drop`` (otherwise refused, naming it: ``core/columns.py``), a changed type or
+primary key is refused with the advice to run a full refresh. Every refusal comes before the first
+``ALTER``; the transfer proved its read on the source before that (``SourceReader.check_read``).
 
 Every statement's text comes from ``postgres_sql.py`` (imported as ``sql``), planned and tested
 without a database; this module runs them, in order, in their transactions, and turns what
@@ -49,6 +51,7 @@ from transfer_platform.connections import (
     postgres_jdbc_url,
     spark_error_reason,
 )
+from transfer_platform.core.columns import column_changes, refuse_column_drops
 from transfer_platform.core.sql import (
     marked_deleted,
     plan_soft_delete,
@@ -579,9 +582,10 @@ class PostgresWriter:
             raise SchemaMismatch(
                 f"{where}: the primary key of {table} is ({', '.join(actual_key)}) but the model's is "
                 f"({', '.join(wanted_key)}). Fix: {fix}")
-        wanted = [c.destination_name for c in model.columns]
-        added = [c for c in model.columns if c.destination_name not in existing]
-        dropped = [name for name in existing if name not in wanted]
+        planned = column_changes(list(existing), [c.destination_name for c in model.columns])
+        refuse_column_drops(model.model_name, self.name, table, planned.dropped, allowed=model.allow_column_drop)
+        added = [c for c in model.columns if c.destination_name in planned.added]
+        dropped = planned.dropped
         changes = []
         with self.conn.transaction():
             for column in added:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Protocol
 
 from transfer_platform.config.models import ColumnConfig, ModelConfig
 from transfer_platform.core.last_modified import DATA_TYPE_OF_KIND
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.windows import ReadBounds
-from transfer_platform.errors import DataError
+from transfer_platform.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -37,6 +41,15 @@ class SourceReader(Protocol):
     def check(self, destination: str | None = None) -> None:
         """Raise ``ConnectionFailure`` naming host and port (and the destination, when given)
         if the source cannot be reached."""
+
+    def check_read(self, spark: SparkSession, request: ReadRequest) -> None:
+        """Prove that the model's read works on the source as it is now, before a transfer
+        changes anything in a destination: every column the model names (and the organization
+        column) is there, the last-modified column is of the configured kind, and each column's
+        source type can be read as its ``data_type`` (Spark's own cast rules). Found from the
+        source's columns and types alone (a query that returns no row, the Parquet files'
+        footers): no row is read. Raises ``ConfigError`` naming the model, the column, what the
+        source has, and the fix."""
 
     def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         """Rows of ``request.model`` for one tenant with ``lower <= last_modified < upper``
@@ -147,6 +160,96 @@ def to_model_columns(frame: DataFrame, model: ModelConfig, keep: tuple[str, ...]
     return frame.selectExpr(*[select(c) for c in model.columns], *[quoted_name(name) for name in keep])
 
 
+def model_columns(frame: DataFrame, request: ReadRequest, source_name: str, *, keep: tuple[str, ...] = (),
+                  analyze: bool = False) -> DataFrame:
+    """:func:`to_model_columns` of a reader's frame (``analyze``: its plan analyzed now, as
+    :func:`analyzed`), a column whose source type Spark cannot cast to its ``data_type`` refused
+    by name (:func:`cast_mismatch`) instead of as Spark's analysis error."""
+    from pyspark.errors import AnalysisException
+
+    with _quiet_analysis():
+        try:
+            selected = to_model_columns(frame, request.model, keep)
+            return analyzed(selected) if analyze else selected
+        except AnalysisException:
+            mismatch = cast_mismatch(frame, request, source_name)
+            if mismatch is None:
+                raise
+            raise mismatch from None
+
+
+@contextmanager
+def _quiet_analysis() -> Iterator[None]:
+    """PySpark logs each analysis error it raises, with the Java stack, on its
+    ``SQLQueryContextLogger``; a cast refused here becomes a one-line ``ConfigError`` (or is
+    raised again), so that log is dropped meanwhile, in this thread only (transfers of several
+    destinations run in threads)."""
+    _quiet_filter()
+    was = getattr(_QUIET, "on", False)
+    _QUIET.on = True
+    try:
+        yield
+    finally:
+        _QUIET.on = was
+
+
+_QUIET = threading.local()
+
+
+class _DropWhileQuiet(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_QUIET, "on", False)
+
+
+@cache
+def _quiet_filter() -> None:
+    """Put :class:`_DropWhileQuiet` on PySpark's logger, once (its own logger class: a plain
+    logger of that name would break PySpark's structured calls)."""
+    from pyspark.logger import PySparkLogger
+
+    PySparkLogger.getLogger("SQLQueryContextLogger").addFilter(_DropWhileQuiet())
+
+
+def cast_mismatch(frame: DataFrame, request: ReadRequest, source_name: str) -> ConfigError | None:
+    """The error for the first model column whose source type (in ``frame``, of source names)
+    Spark cannot cast to the column's ``data_type``, listing the data types it can be read as;
+    ``None`` if every column can be cast. Asks Spark's analyzer, one cast at a time (no row is
+    read): the failure path only."""
+    from pyspark.errors import AnalysisException
+
+    def castable(source: str, data_type: str) -> bool:
+        try:
+            analyzed(frame.selectExpr(f"CAST({quoted_name(source)} AS {TYPES[data_type].spark})"))
+        except AnalysisException:
+            return False
+        return True
+
+    model = request.model
+    for column in model.columns:
+        if castable(column.name_in_source, column.data_type):
+            continue
+        found = next((f.dataType.simpleString() for f in frame.schema.fields
+                      if f.name.casefold() == column.name_in_source.casefold()), "an unknown type")
+        readable = [t for t in TYPES if castable(column.name_in_source, t)]
+        return ConfigError([Problem(
+            _where(request),
+            f"column {column.name_in_source!r} is {found} in the {_relation(model)} of source "
+            f"'{source_name}', which cannot be read as data_type {column.data_type}",
+            f"give it a data_type that {found} can be read as ({', '.join(readable) or 'none'}), "
+            "or convert it in a source_query (CAST(... AS ...) AS " + column.name_in_source + ")",
+        )])
+    return None
+
+
+def _where(request: ReadRequest) -> str:
+    """Where a model's problem is, for a ``ConfigError`` raised while reading."""
+    return f"model '{request.model.model_name}' -> destination '{request.destination}'"
+
+
+def _relation(model: ModelConfig) -> str:
+    return "source_query" if model.source_query else f"source_table {model.source_table!r}"
+
+
 def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -193,15 +296,15 @@ def check_last_modified_type(frame: DataFrame, request: ReadRequest, source_name
     expected = DATA_TYPE_OF_KIND[model.change_column.kind]
     if found == expected:
         return
-    raise DataError(
+    raise ConfigError([Problem(
+        _where(request),
         f"the last-modified column {column.name_in_source!r} of source '{source_name}' is "
         f"{field.dataType.simpleString()} there, but the model reads it as "
         f"{model.change_column.kind} (data_type {column.data_type})",
-        model=model.model_name, destination=request.destination,
-        fix=(f"write {_WRITE[found]} on that column in the model" if found else
-             "use a column that holds timestamps, dates, epoch integers or formatted text, or "
-             "convert it in a source_query"),
-    )
+        f"write {_WRITE[found]} on that column in the model" if found else
+        "use a column that holds timestamps, dates, epoch integers or formatted text, or "
+        "convert it in a source_query",
+    )])
 
 
 def required_columns(model: ModelConfig, *, multi_tenant: bool) -> list[str]:
@@ -223,18 +326,17 @@ def missing_columns(required: Sequence[str], available: Iterable[str], *,
 
 
 def columns_mismatch(request: ReadRequest, source_name: str, missing: Sequence[str],
-                     available: Sequence[str]) -> DataError:
+                     available: Sequence[str]) -> ConfigError:
     """The error for a source_query (or table) that lacks columns the model names."""
     model = request.model
-    what = "source_query" if model.source_query else f"source_table {model.source_table!r}"
-    return DataError(
-        f"the {what} of source '{source_name}' does not return the column(s) "
+    return ConfigError([Problem(
+        _where(request),
+        f"the {_relation(model)} of source '{source_name}' does not return the column(s) "
         f"{', '.join(missing)} named by the model; it returns: {', '.join(available) or '(nothing)'}",
-        model=model.model_name, destination=request.destination,
-        fix="make it return every column named in the model's columns (name_in_source) and its "
-            "organization_column, renaming with AS where the names differ (SELECT lm AS "
-            "updated_at ...), or correct name_in_source in the model",
-    )
+        "correct name_in_source in the model's columns (or its organization_column), or make the "
+        "source return every column they name, renaming with AS where the names differ (SELECT "
+        "lm AS updated_at ...)",
+    )])
 
 
 def reader_for(source) -> SourceReader:  # noqa: ANN001 - any configured source

@@ -79,9 +79,9 @@ from transfer_platform.sources.base import (
     columns_mismatch,
     for_destination,
     missing_columns,
+    model_columns,
     required_columns,
     spark_col,
-    to_model_columns,
 )
 from transfer_platform.spark_session import server_lost
 
@@ -376,10 +376,16 @@ class JdbcReader:
             "numPartitions": str(parallel),
         }
 
+    def check_read(self, spark: SparkSession, request: ReadRequest) -> None:
+        """The read's query as a transfer sends it, its columns and types asked by Spark's JDBC
+        reader (``SELECT * FROM (<query>) WHERE 1=0``: no row), then the model's casts analyzed."""
+        dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
+        model_columns(self._load(spark, request, dbtable, {}), request, self.source.name, analyze=True)
+
     def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
         frame = self._load(spark, request, dbtable, self.partition_options(request))
-        return to_model_columns(frame, request.model)
+        return model_columns(frame, request, self.source.name)
 
     def _load(self, spark: SparkSession, request: ReadRequest, dbtable: str, partitions: dict[str, str]) -> DataFrame:
         """The JDBC relation of ``dbtable`` (a failure to read it named and explained), its
@@ -432,7 +438,7 @@ class JdbcReader:
             f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect)}"
             for i, r in enumerate(requests))
         frame = self._load(spark, requests[0], derived_table(union, dialect=dialect), {})
-        return to_model_columns(frame, requests[0].model, keep=(WINDOW_COLUMN,))
+        return model_columns(frame, requests[0], self.source.name, keep=(WINDOW_COLUMN,))
 
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
         return table  # tagged by each window's query
@@ -484,7 +490,7 @@ class JdbcReader:
         """Why the read failed: the Spark Connect server gone (then the relation is not asked
         about: that would wait for the server again), missing columns if the relation lacks some,
         a last-modified column of another kind than the model says (its bounds then do not
-        compare), else the driver's reason."""
+        compare), both ``ConfigError``, else the driver's reason."""
         lost = server_lost(spark, exc)
         if lost is not None:
             return lost
@@ -498,7 +504,7 @@ class JdbcReader:
                 return columns_mismatch(request, self.source.name, missing, available)
             try:
                 check_last_modified_type(relation, request, self.source.name)
-            except DataError as mismatch:
+            except ConfigError as mismatch:
                 return mismatch
         return DataError(
             f"reading {self.what} failed: {spark_error_reason(exc)}",

@@ -38,9 +38,9 @@ from transfer_platform.sources.base import (
     for_destination,
     in_bounds_tags,
     missing_columns,
+    model_columns,
     required_columns,
     spark_col,
-    to_model_columns,
 )
 
 if TYPE_CHECKING:
@@ -127,13 +127,14 @@ class ParquetLakeReader:
             return
         probe.passed(name)
 
-    def _source_rows(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+    def _source_rows(self, spark: SparkSession, request: ReadRequest, *, rows: bool = True) -> DataFrame:
         """The tenant's rows in the request's bounds (or with a NULL last-modified value), with
-        the source's column names and types."""
+        the source's column names and types (``rows=False``: the same frame over no row, from the
+        files' footers, for :meth:`check_read`)."""
         from pyspark.sql import functions as F
 
         model = request.model
-        frame = self._query(spark, request) if model.source_query else self._table(spark, request)
+        frame = self._query(spark, request, rows) if model.source_query else self._table(spark, request, rows)
         required = required_columns(model, multi_tenant=self.multi_tenant)
         missing = missing_columns(required, frame.columns, case_sensitive=False)
         if missing:
@@ -144,8 +145,13 @@ class ParquetLakeReader:
             frame = frame.where(spark_col(model.organization_column) == F.lit(request.tenant_id))
         return frame
 
+    def check_read(self, spark: SparkSession, request: ReadRequest) -> None:
+        """The read's frame over no row (the table's or the query's columns and types, from the
+        files' footers), its columns, last-modified kind and casts checked."""
+        model_columns(self._source_rows(spark, request, rows=False), request, self.source.name, analyze=True)
+
     def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
-        return to_model_columns(self._source_rows(spark, request), request.model)
+        return model_columns(self._source_rows(spark, request), request, self.source.name)
 
     def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
         """One scan of the windows' whole range (not one per window: a scan lists the folder and
@@ -158,7 +164,7 @@ class ParquetLakeReader:
         upper = max(r.bounds.upper for r in requests)
         whole = replace(requests[0], bounds=ReadBounds(lower, upper, Window(lower, upper)))
         frame = self._source_rows(spark, whole).withColumn(_SOURCE_LAST_MODIFIED, _last_modified(model))
-        return to_model_columns(frame, model, keep=(_SOURCE_LAST_MODIFIED,))
+        return model_columns(frame, whole, self.source.name, keep=(_SOURCE_LAST_MODIFIED,))
 
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
         """Each row with every window whose bounds hold its last-modified value (a row in a
@@ -224,18 +230,18 @@ class ParquetLakeReader:
             f"{self.lake.describe(folder)} of {self.what} (model '{request.model.model_name}', destination "
             f"'{request.destination}')", reason="it does not exist", fix=fix)
 
-    def _table(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+    def _table(self, spark: SparkSession, request: ReadRequest, rows: bool = True) -> DataFrame:
         folder = self.tables_root(request) / request.model.source_table
         if not self.lake.is_dir(folder):
             raise self._missing_folder(folder, request, self._layout_fix())
         return self._spark_step(request, f"reading {self.lake.describe(folder)}",
-                                lambda: self.lake.frame(spark, folder, self._tenant_filter(request)))
+                                lambda: self.lake.frame(spark, folder, self._tenant_filter(request), rows=rows))
 
     def _tenant_filter(self, request: ReadRequest) -> tuple[str, str] | None:
         """(column, tenant id) for a multi-tenant table: rows of other tenants need not be read."""
         return (request.model.organization_column, request.tenant_id) if self.multi_tenant else None
 
-    def _query(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+    def _query(self, spark: SparkSession, request: ReadRequest, rows: bool = True) -> DataFrame:
         root = self.tables_root(request)
         if not self.lake.is_dir(root):
             raise self._missing_folder(root, request, self._layout_fix())
@@ -244,7 +250,7 @@ class ParquetLakeReader:
         views = []
         for folder in mentioned_table_folders(self.lake.subfolders(root), query):
             self._spark_step(request, f"reading {self.lake.describe(folder)}",
-                             lambda folder=folder: self.lake.frame(session, folder, None)
+                             lambda folder=folder: self.lake.frame(session, folder, None, rows=rows)
                              .createOrReplaceTempView(spark_view_name(folder.name)))
             views.append(folder.name)
         return self._spark_step(
@@ -301,8 +307,10 @@ class FolderLake:
 
         return pads.dataset(folder, format="parquet")
 
-    def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None) -> DataFrame:
-        """The folder's rows (the caller filters; Spark pushes it down). Spark infers a folder's
+    def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None, *,
+              rows: bool = True) -> DataFrame:
+        """The folder's rows (the caller filters; Spark pushes it down; ``rows`` makes no
+        difference: no row is read until the frame runs). Spark infers a folder's
         schema with a job of its own (a footer read; ~0.2 s warm): the schema it inferred is kept
         for as long as the folder holds the same files (names, sizes, modification times), so a
         model's reads after the first, and its next transfer if nothing was written, skip it."""
@@ -391,19 +399,24 @@ class S3Lake:
 
         return pads.dataset(str(folder), filesystem=self.fs, format="parquet")
 
-    def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None) -> DataFrame:
+    def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None, *,
+              rows: bool = True) -> DataFrame:
+        """The table's rows (the tenant's), scanned here; ``rows=False``: none, with the
+        columns and types of the files (the dataset's schema: a footer read)."""
         import pyarrow.dataset as pads
 
         try:
             dataset = self.dataset(folder)
-            rows = dataset.to_table(filter=None if tenant is None else pads.field(tenant[0]) == tenant[1])
+            if not rows:
+                return spark.createDataFrame([], _spark_schema(dataset.schema))
+            table = dataset.to_table(filter=None if tenant is None else pads.field(tenant[0]) == tenant[1])
         except OSError as exc:
             raise ConnectionFailure(f"Parquet source '{self._source.name}' ({self.describe(folder)})",
                                     reason=str(exc).split(" (Request ID")[0],
                                     fix="check the keys' s3:GetObject on the prefix") from None
-        if not rows.num_rows:  # Spark infers no schema from zero Arrow rows: give it the files'
-            return spark.createDataFrame([], _spark_schema(rows.schema))
-        return spark.createDataFrame(rows)
+        if not table.num_rows:  # Spark infers no schema from zero Arrow rows: give it the files'
+            return spark.createDataFrame([], _spark_schema(table.schema))
+        return spark.createDataFrame(table)
 
 
 def _spark_schema(schema):  # noqa: ANN001, ANN202 - pyarrow Schema -> Spark StructType

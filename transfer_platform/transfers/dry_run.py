@@ -27,7 +27,7 @@ from transfer_platform.core.windows import Window
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import TransferPlatformError
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform.transfers.runner import windowing_for
+from transfer_platform.transfers.runner import proof_bounds, windowing_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -137,6 +137,8 @@ def _plan_model(spark: SparkSession, config: PlatformConfig, destination_name: s
         windowing = windowing_for(config, destination_name, model)
         reader = reader_for(config.source(model.source_name))
         reader.check(destination_name)
+        # as transfer_model: a model that does not fit its source is named before anything else
+        reader.check_read(spark, ReadRequest(model, tenant, proof_bounds(windowing, now), destination_name))
         committed = writer.committed_state(model)
         plan.watermark = committed.state.watermark
         plan.most_recent_last_updated_at = committed.state.high_watermark

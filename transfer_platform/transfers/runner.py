@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
@@ -39,7 +39,7 @@ from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, SourceRea
 from transfer_platform.spark_session import SparkServerLost, server_lost
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 _LOG = logging.getLogger("transfer_platform.transfer")
 
@@ -92,6 +92,10 @@ def transfer_model(
     Yields the model's committed state first, then one outcome per window, each already
     committed. A failure in window k raises after windows before k have been yielded.
 
+    Nothing in the destination is created, altered or dropped before the read is proven on the
+    source (:meth:`SourceReader.check_read`): a model that does not fit its source fails with the
+    destination exactly as it was.
+
     A full refresh (asked for, or left unfinished by an earlier transfer) loads a table built
     aside and yields the published live state last, once that table has replaced the live one.
     """
@@ -105,6 +109,10 @@ def transfer_model(
 
     reader = reader_for(source)
     reader.check(destination.name)
+    # the read proven on the source as it is (columns, kinds, casts; no row read) before the
+    # writer's prepare creates, alters or drops anything: a mistyped model changes nothing
+    reader.check_read(request.spark, ReadRequest(model, recipient.id_in_provider_system,
+                                                 proof_bounds(windowing, request.now), destination.name))
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.full_refresh)
     for change in prepared.schema_changes:
         log_phase("schema", **ids, level=logging.WARNING, change=change)
@@ -127,6 +135,14 @@ def transfer_model(
         published = request.writer.publish_refresh(model, request.transfer_id)
         log_phase("publish", **ids, watermark=published.watermark)
         yield published
+
+
+def proof_bounds(windowing: ModelWindowing, now: datetime) -> ReadBounds:
+    """Bounds for :meth:`SourceReader.check_read`: any would do (no row is read); the configured
+    range up to ``now``, so that the query is the one a transfer sends."""
+    start = windowing.configured_start
+    end = max(now, start + timedelta(seconds=1))
+    return ReadBounds(start, end, Window(start, end))
 
 
 #: windows asked at once how many rows they hold: the answer is at most this many windows old
@@ -186,7 +202,6 @@ class _WindowMover:
                  windowing: ModelWindowing, refreshing: bool, ids: dict[str, Any]) -> None:
         self.request, self.model, self.reader = request, model, reader
         self.windowing, self.refreshing, self.ids = windowing, refreshing, ids
-        self.checked = False  # the source's columns and last-modified kind, checked by a first read
 
     def _load(self, window: PlannedWindow) -> WindowLoad:
         return WindowLoad(model=self.model, transfer_id=self.request.transfer_id, progress=window.bounds.progress,
@@ -197,15 +212,10 @@ class _WindowMover:
         key = None if window.partition is None else self.windowing.partition_key(window.partition)
         return WindowOutcome(window, result, key, self.refreshing)
 
-    def _read(self, read: ReadRequest) -> DataFrame:
-        frame = self.reader.read(self.request.spark, read)
-        self.checked = True
-        return frame
-
     def step(self, step: str, windows: list[PlannedWindow], reads: list[ReadRequest]) -> Iterator[WindowOutcome]:
         """Move the windows of one step of :func:`_steps` or :func:`_unknown_steps`."""
         if step == "empty":
-            yield self.empty(windows[0], reads[0])
+            yield self.empty(windows[0])
         elif step == "together":
             yield from self.together(windows, reads)
         elif step == "unknown":
@@ -213,11 +223,9 @@ class _WindowMover:
         else:
             yield self.alone(windows[0], reads[0])
 
-    def empty(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
-        """A window with no row: its state alone (the first one's frame is made, not run, so
-        that the reader's checks of columns and kinds still apply)."""
-        if not self.checked:
-            self._read(read)
+    def empty(self, window: PlannedWindow) -> WindowOutcome:
+        """A window with no row: its state alone (the read was proven before anything was
+        written: :meth:`SourceReader.check_read`)."""
         result = self.request.writer.write_empty(self._load(window))
         log_phase("load", **self.ids, read_from=window.bounds.lower, read_until=window.bounds.upper,
                   rows_transferred=0, empty=True, watermark=result.state.watermark)
@@ -226,7 +234,7 @@ class _WindowMover:
     def alone(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
         bounds = window.bounds
         log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper)
-        frame = self._read(read)
+        frame = self.reader.read(self.request.spark, read)
         with self._spark_errors(bounds.lower, bounds.upper):
             result = self.request.writer.write_window(frame, self._load(window))
         self._log_load(result)
@@ -243,7 +251,6 @@ class _WindowMover:
         lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
         log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows))
         frame = self.reader.read_together(self.request.spark, reads)
-        self.checked = True
         try:
             with self._spark_errors(lower, upper):
                 table = (frame if up_to is None else frame.limit(up_to + 1)).toArrow()
@@ -266,7 +273,7 @@ class _WindowMover:
         for i, window in enumerate(windows):
             batch = table.filter(pc.equal(tags, i)).select(schema.names).cast(schema)
             if not batch.num_rows:
-                yield self.empty(window, reads[i])
+                yield self.empty(window)
                 continue
             result = self.request.writer.write_arrow(batch, self._load(window))
             self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper)

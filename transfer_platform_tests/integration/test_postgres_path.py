@@ -317,6 +317,7 @@ def test_a_failing_model_does_not_stop_the_others(spark, pg_conn, source, dst_sc
 
 @pytest.mark.parametrize("side", ["source", "destination"])
 def test_an_unreachable_database_is_named_with_host_and_port(spark, pg_conn, pg_schema, dst_schema, side):
+    create_events(pg_conn, pg_schema)  # the source's model fits: only the unreachable side fails
     config = pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT, min_start=day(3, 1),
                        **{f"{'source' if side == 'source' else 'dst'}_port": 5999})
 

@@ -1,6 +1,7 @@
 """Schema evolution on incremental transfers: a column added to the model appears in the
-destination on the next transfer, a column removed from the model is dropped from it, a changed
-primary key is refused (a changed type: see test_full_refresh.py). PostgreSQL and Delta.
+destination on the next transfer, a column removed from the model is dropped from it (with the
+model's allow_column_drop; without it: test_schema_safety.py), a changed primary key is refused (a
+changed type: see test_full_refresh.py). PostgreSQL and Delta.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ NOW2 = day(3, 5) + timedelta(hours=6)
 NOW3 = day(3, 6)
 TENANT = "acme"
 AMOUNT = ColumnConfig(name_in_source="amount", data_type="integer")
+
+
+def allowing_drops(config):  # noqa: ANN001, ANN201 - a PlatformConfig
+    """The same configuration, its (single) model with ``allow_column_drop: true``."""
+    model = config.model(MODEL).model_copy(update={"allow_column_drop": True})
+    return config.model_copy(update={"models": [model]})
 
 
 def pg_columns(conn, schema: str) -> dict[str, str]:
@@ -78,8 +85,8 @@ def test_postgres_columns_follow_the_model(spark, pg_conn, pg_schema, dst_schema
     watermark = status_row(pg_conn, dst_schema)["watermark"]
     assert watermark == NOW2
 
-    # the column is removed from the model again, and payload too: both are dropped
-    removed = with_columns(config, remove=["payload"])
+    # the column is removed from the model again, and payload too: both are dropped, as allowed
+    removed = allowing_drops(with_columns(config, remove=["payload"]))
     third = transfer(spark, removed, NOW3, transfer_id="t3")
     assert third.status == "SUCCESS", third.error
     assert list(pg_columns(pg_conn, dst_schema)) == ["id", "organization_id", "updated_at"]
@@ -90,6 +97,7 @@ def test_postgres_columns_follow_the_model(spark, pg_conn, pg_schema, dst_schema
 
 def test_postgres_primary_key_change_is_refused(spark, pg_conn, pg_schema, dst_schema):
     create_events(pg_conn, pg_schema)
+    pg_conn.execute(f'ALTER TABLE "{pg_schema}".events ADD COLUMN amount bigint')
     insert_rows(pg_conn, pg_schema, make_rows([TENANT], 10, DATA_DAYS, seed=32))
     config = pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT, min_start=MIN_START)
     assert transfer(spark, config, NOW1).status == "SUCCESS"
@@ -143,7 +151,7 @@ def test_delta_columns_follow_the_model(spark, tmp_path):
                                key=lambda r: r["id"])
     assert read_state(table).watermark == NOW2
 
-    third = transfer(spark, with_columns(config, remove=["payload"]), NOW3, transfer_id="t3")
+    third = transfer(spark, allowing_drops(with_columns(config, remove=["payload"])), NOW3, transfer_id="t3")
     assert third.status == "SUCCESS", third.error
     table = DeltaTable(str(root / MODEL))
     assert pa.schema(table.schema().to_arrow()).names == ["id", "organization_id", "updated_at"]

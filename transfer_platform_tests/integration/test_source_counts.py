@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.core.windows import ReadBounds, Window
-from transfer_platform.errors import DataError
+from transfer_platform.errors import ConfigError
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform_tests.integration.conftest import config_for, mysql_insert_rows, mysql_source
 from transfer_platform_tests.integration.helpers import (
@@ -77,5 +77,5 @@ def test_postgres_count_follows_the_read(spark, pg_conn, pg_schema) -> None:
 
     # a count that cannot run fails as the read does: with the model, never the connection settings
     broken = model.model_copy(update={"source_query": f'SELECT id FROM "{pg_schema}".events'})
-    with pytest.raises(DataError, match="does not return the column"):
+    with pytest.raises(ConfigError, match="does not return the column"):
         reader.count(spark, ReadRequest(broken, "o'reilly\\x", WHOLE, "dst"))

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from transfer_platform.core.windows import ReadBounds, Window
-from transfer_platform.errors import DataError
+from transfer_platform.errors import ConfigError
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform_tests.conftest import pg_connection_config
 from transfer_platform_tests.integration.conftest import (
@@ -200,7 +200,7 @@ def test_a_query_missing_model_columns_is_refused_clearly(spark, mismatch_source
     config = config_for(source, query_model(query), tenant=TENANT, dst_schema=dst_schema)
     bounds = ReadBounds(day(3, 1), NOW, Window(day(3, 1), NOW))
 
-    with pytest.raises(DataError) as caught:
+    with pytest.raises(ConfigError) as caught:
         reader_for(config.source("src")).read(spark, ReadRequest(config.model(MODEL), TENANT, bounds,
                                                                  DESTINATION))
 
@@ -209,7 +209,7 @@ def test_a_query_missing_model_columns_is_refused_clearly(spark, mismatch_source
     assert f"destination '{DESTINATION}'" in text
     assert "does not return the column(s) organization_id, updated_at, payload" in text
     assert "it returns: id, org, lm" in text
-    assert "AS updated_at" in caught.value.fix
+    assert "AS updated_at" in caught.value.problems[0].fix
 
 
 def test_a_query_missing_only_the_organization_column_is_refused(spark, pg_conn, pg_schema, dst_schema):
@@ -223,7 +223,7 @@ def test_a_query_missing_only_the_organization_column_is_refused(spark, pg_conn,
     summary = transfer(spark, config, NOW)
 
     assert summary.status == "ERROR"
-    assert summary.error_type == "DataError"
+    assert summary.error_type == "ConfigError"
     assert "does not return the column(s) organization_id named by the model" in summary.error
     assert "it returns: id, updated_at, payload" in summary.error
     assert f"destination '{DESTINATION}'" in summary.error

@@ -1,0 +1,47 @@
+"""Which columns of a delivered table a model's columns would add or drop, and the rule that a
+column is dropped from a recipient's table only when the provider said so.
+
+A destination column the model no longer has is dropped by an incremental transfer only with the
+model's ``allow_column_drop: true``; a full refresh rebuilds the table with the model's columns
+whatever the setting. Otherwise the transfer is refused before anything changes, naming the
+column: a mistyped ``name_in_destination`` (or a column taken out of the model by mistake) must
+never cost a recipient a column and its values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from transfer_platform.errors import SchemaMismatch
+
+
+@dataclass(frozen=True)
+class ColumnChanges:
+    """What bringing a table's columns to the model's would do, in the model's (added) and the
+    table's (dropped) order."""
+
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+def column_changes(existing: Sequence[str], wanted: Sequence[str]) -> ColumnChanges:
+    """The columns of ``wanted`` that ``existing`` lacks, and those of ``existing`` not wanted."""
+    have, want = set(existing), set(wanted)
+    return ColumnChanges(tuple(c for c in wanted if c not in have), tuple(c for c in existing if c not in want))
+
+
+def refuse_column_drops(model: str, destination: str, holder: str, dropped: Sequence[str], *,
+                        allowed: bool) -> None:
+    """Raise ``SchemaMismatch`` if ``dropped`` (columns of ``holder``, the delivered table or
+    files, that the model no longer has) is not empty and the model does not allow drops."""
+    if not dropped or allowed:
+        return
+    names = ", ".join(f"'{c}'" for c in dropped)
+    raise SchemaMismatch(
+        f"model '{model}' -> destination '{destination}': the model no longer has the column(s) {names} "
+        f"of {holder}; a column is dropped from what a recipient holds only by a full refresh or with "
+        f"allow_column_drop, so nothing was changed. Fix: if the column was renamed "
+        f"or mistyped in the model, correct its name_in_source or name_in_destination; to drop it, "
+        f"set allow_column_drop: true on model '{model}' (then transfer again), or run a full refresh: "
+        f"transfer-platform transfer {destination} --model {model} --full-refresh")
