@@ -369,7 +369,9 @@ class JdbcReader:
             "numPartitions": str(parallel),
         }
 
-    def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+    def read(self, spark: SparkSession, request: ReadRequest, *, with_origin: bool = False) -> DataFrame:
+        """``with_origin`` adds nothing: a database's rows come from no file (a conflict between
+        two versions of a row is named by their values)."""
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
         frame = self._load(spark, request, dbtable, self.partition_options(request))
         return to_model_columns(frame, request.model)
