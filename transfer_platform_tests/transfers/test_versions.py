@@ -90,7 +90,8 @@ def test_a_conflict_names_key_last_modified_value_and_both_files():
     assert "model 'items' -> destination 'dest'" in message
     assert "key id=7, org='a'" in message
     assert f"updated_at={T2.isoformat()}" in message
-    assert "/lake/items/part 1.parquet" in message and "s3://bucket/items/part-2.parquet" in message
+    assert "/lake/items/part 1.parquet" in message
+    assert "s3://bucket/items/part-2.parquet" in message
     assert "they differ in v" in message
     assert "part-0" not in message  # the older version is not part of the conflict
 
@@ -100,8 +101,10 @@ def test_a_conflict_without_files_names_the_two_rows_values():
     with pytest.raises(DataError) as refused:
         latest_versions(rows, model(), "dest")
     message = str(refused.value)
-    assert "key id=7, org='a'" in message and f"updated_at={T2.isoformat()}" in message
-    assert "v='one', x=1.0" in message and "v='two', x=2.0" in message
+    assert "key id=7, org='a'" in message
+    assert f"updated_at={T2.isoformat()}" in message
+    assert "v='one', x=1.0" in message
+    assert "v='two', x=2.0" in message
 
 
 def test_origins_are_shown_as_paths():
