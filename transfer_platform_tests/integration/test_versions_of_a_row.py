@@ -7,13 +7,15 @@ destination must then hold the later version and the transfer succeed, on every 
 (PostgreSQL, Delta, object storage) and on both paths (small windows read together into this
 process as Arrow; large ones staged by Spark's executors); a copy of a file changes nothing. Two
 different versions with the same last-modified value are a real conflict: refused, naming key,
-value and both files, nothing written, the watermark where it was. Expectations come from the
+value and both files, nothing written, the watermark where it was. The lake is a folder, or a
+bucket of a real S3-compatible server (moto, in its own process). Expectations come from the
 lake's files: per key, the row with the latest last-modified value.
 """
 
 from __future__ import annotations
 
-import shutil
+import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
 from transfer_platform_tests.conftest import pg_connection_config
+from transfer_platform_tests.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -61,9 +64,56 @@ def destination(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyt
             "signing_key": "${TP_TEST_SIGNING_KEY}"}
 
 
-def config_for(lake: Path, destination: dict) -> PlatformConfig:
+@dataclass
+class Lake:
+    """The table ``items`` of a lake: files in a folder (``root``), mirrored into a bucket when
+    ``server`` is given (the source then reads the bucket)."""
+
+    root: Path
+    server: S3Server | None = None
+    bucket: str = ""
+
+    def connection(self) -> dict:
+        if self.server is None:
+            return {"path": str(self.root)}
+        return {"bucket": self.bucket, "prefix": "warehouse", "endpoint_url": self.server.endpoint,
+                "path_style": True, "access_key_id": "${TP_LAKE_KEY_ID}", "secret_access_key": "${TP_LAKE_SECRET}"}
+
+    def write(self, name: str, rows: list[tuple[int, datetime, str]]) -> str:
+        """A new file of ``rows``; returns the file as an error names it."""
+        file = self.root / "items" / name
+        file.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([{"id": i, "organization_id": TENANT, "updated_at": at, "v": v}
+                                             for i, at, v in rows], schema=SCHEMA), file)
+        return self._put(name, file.read_bytes())
+
+    def copy(self, name: str, new_name: str) -> str:
+        data = (self.root / "items" / name).read_bytes()
+        (self.root / "items" / new_name).write_bytes(data)
+        return self._put(new_name, data)
+
+    def _put(self, name: str, data: bytes) -> str:
+        if self.server is None:
+            return str(self.root / "items" / name)
+        self.server.client().put_object(Bucket=self.bucket, Key=f"warehouse/items/{name}", Body=data)
+        return f"s3://{self.bucket}/warehouse/items/{name}"
+
+
+@pytest.fixture(params=["folder", "s3"])
+def lake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lake:
+    if request.param == "folder":
+        return Lake(tmp_path / "lake")
+    server: S3Server = request.getfixturevalue("s3")  # the session's S3 server (integration/conftest.py)
+    bucket = f"lake-{uuid.uuid4().hex[:12]}"
+    server.create_bucket(bucket)
+    monkeypatch.setenv("TP_LAKE_KEY_ID", server.access_key)
+    monkeypatch.setenv("TP_LAKE_SECRET", server.secret_key)
+    return Lake(tmp_path / "lake", server, bucket)
+
+
+def config_for(lake: Lake, destination: dict) -> PlatformConfig:
     return parse_config({
-        "sources": [{"name": "lake", "vendor": "parquet", "connection": {"path": str(lake)},
+        "sources": [{"name": "lake", "vendor": "parquet", "connection": lake.connection(),
                      "lookback_window": 600}],
         "models": [{
             "model_name": "items", "source_name": "lake", "source_table": "items",
@@ -81,18 +131,10 @@ def config_for(lake: Path, destination: dict) -> PlatformConfig:
     })
 
 
-def write_file(lake: Path, name: str, rows: list[tuple[int, datetime, str]]) -> Path:
-    file = lake / "items" / name
-    file.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist([{"id": i, "organization_id": TENANT, "updated_at": at, "v": v}
-                                         for i, at, v in rows], schema=SCHEMA), file)
-    return file
-
-
-def latest_in_lake(lake: Path) -> list[dict]:
+def latest_in_lake(lake: Lake) -> list[dict]:
     """Per key, the row with the latest last-modified value among all the lake's files."""
     latest: dict[int, dict] = {}
-    for row in pq.read_table(lake / "items", schema=SCHEMA).to_pylist():
+    for row in pq.read_table(lake.root / "items", schema=SCHEMA).to_pylist():
         if row["id"] not in latest or row["updated_at"] > latest[row["id"]]["updated_at"]:
             latest[row["id"]] = row
     return sorted(latest.values(), key=lambda r: r["id"])
@@ -140,23 +182,22 @@ def committed(config: PlatformConfig):  # noqa: ANN201 - the model's committed M
         writer.close()
 
 
-def backfilled(spark, tmp_path: Path, destination: dict) -> tuple[Path, PlatformConfig]:  # noqa: ANN001
+def backfilled(spark, tmp_path: Path, lake: Lake, destination: dict) -> PlatformConfig:  # noqa: ANN001
     """A lake whose row ``KEY`` changed once a few minutes ago (its own file), delivered."""
-    lake = tmp_path / "lake"
-    write_file(lake, "part-0.parquet", [(i, NOW - timedelta(days=1, hours=i), f"v{i}") for i in range(1, 6)])
-    write_file(lake, "part-1.parquet", [(KEY, NOW - timedelta(minutes=4), "first change")])
+    lake.write("part-0.parquet", [(i, NOW - timedelta(days=1, hours=i), f"v{i}") for i in range(1, 6)])
+    lake.write("part-1.parquet", [(KEY, NOW - timedelta(minutes=4), "first change")])
     config = config_for(lake, destination)
     summary = transfer(spark, config, "backfill")
     assert summary.status == "SUCCESS", summary.error
     assert held(config, tmp_path)[0] == latest_in_lake(lake)
-    return lake, config
+    return config
 
 
 def test_a_row_changed_twice_inside_the_lookback_arrives_as_its_latest_version(
-        spark, tmp_path: Path, destination: dict, path: str) -> None:
-    lake, config = backfilled(spark, tmp_path, destination)
-    second = write_file(lake, "part-2.parquet", [(KEY, NOW - timedelta(minutes=2), "second change")])
-    shutil.copy(second, lake / "items" / "part-2-copy.parquet")  # the same file landed twice
+        spark, tmp_path: Path, lake: Lake, destination: dict, path: str) -> None:
+    config = backfilled(spark, tmp_path, lake, destination)
+    lake.write("part-2.parquet", [(KEY, NOW - timedelta(minutes=2), "second change")])
+    lake.copy("part-2.parquet", "part-2-copy.parquet")  # the same file landed twice
 
     summary = transfer(spark, config, "incremental")
 
@@ -170,20 +211,84 @@ def test_a_row_changed_twice_inside_the_lookback_arrives_as_its_latest_version(
 
 
 def test_two_different_versions_with_the_same_last_modified_value_are_refused_by_name(
-        spark, tmp_path: Path, destination: dict, path: str) -> None:
-    lake, config = backfilled(spark, tmp_path, destination)
+        spark, tmp_path: Path, lake: Lake, destination: dict, path: str) -> None:
+    config = backfilled(spark, tmp_path, lake, destination)
     before, state = held(config, tmp_path), committed(config)
     when = NOW - timedelta(minutes=2)
-    one = write_file(lake, "part-2.parquet", [(KEY, when, "one value")])
-    other = write_file(lake, "part 3.parquet", [(KEY, when, "another value"), (KEY + 1, when, "fine")])
+    one = lake.write("part-2.parquet", [(KEY, when, "one value")])
+    other = lake.write("part 3.parquet", [(KEY, when, "another value"), (KEY + 1, when, "fine")])
 
     summary = transfer(spark, config, "refused")
 
     assert summary.status == "ERROR"
     assert f"key id={KEY}" in summary.error
     assert f"updated_at={when.isoformat()}" in summary.error
-    assert str(one) in summary.error
-    assert str(other) in summary.error
+    assert one in summary.error
+    assert other in summary.error
     assert "part-1.parquet" not in summary.error  # the older version is no part of the conflict
     assert held(config, tmp_path) == before  # nothing written (no file either)
     assert committed(config) == state  # the watermark did not move
+
+
+# -- a database's source_query that returns a key twice (a join over a table of changes) ----------
+
+def changes_config(pg_schema: str, dst_schema: str) -> PlatformConfig:
+    query = (f'SELECT e.id, e.organization_id, c.updated_at, c.payload AS v FROM "{pg_schema}".events e '
+             f'JOIN "{pg_schema}".changes c ON c.id = e.id')
+    return parse_config({
+        "sources": [{"name": "db", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [{
+            "model_name": "items", "source_name": "db", "source_query": query,
+            "organization_column": "organization_id",
+            "min_start_time_epoch": int((NOW - timedelta(days=2)).timestamp()),
+            "max_transfer_time_window_seconds": 86_400,
+            "columns": [
+                {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+                {"name_in_source": "organization_id", "data_type": "string"},
+                {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+                {"name_in_source": "v", "data_type": "string"},
+            ]}],
+        "recipients": [{"name": "acme", "id_in_provider_system": TENANT}],
+        "destinations": [{"name": "acme_dest", "recipient": "acme", "vendor": "postgres",
+                          "connection": pg_connection_config(dst_schema)}],
+    })
+
+
+def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, str]]) -> None:  # noqa: ANN001
+    pg_conn.execute(f'CREATE TABLE "{pg_schema}".events (id bigint PRIMARY KEY, organization_id text)')
+    pg_conn.execute(f'CREATE TABLE "{pg_schema}".changes (id bigint, updated_at timestamptz, payload text)')
+    pg_conn.execute(f'INSERT INTO "{pg_schema}".events VALUES (1, %s), (2, %s), (3, %s)', (TENANT, TENANT, "globex"))
+    with pg_conn.cursor() as cur:
+        cur.executemany(f'INSERT INTO "{pg_schema}".changes VALUES (%s, %s, %s)', changes)
+
+
+def test_a_source_query_returning_a_key_twice_delivers_its_latest_version(
+        spark, pg_conn, pg_schema: str, dst_schema: str, path: str) -> None:
+    changes_source(pg_conn, pg_schema, [
+        (1, NOW - timedelta(hours=3), "old"), (1, NOW - timedelta(hours=1), "new"),
+        (2, NOW - timedelta(hours=2), "only"), (3, NOW - timedelta(hours=1), "other tenant's")])
+    config = changes_config(pg_schema, dst_schema)
+
+    summary = transfer(spark, config, "t1")
+
+    assert summary.status == "SUCCESS", summary.error
+    assert [(r["id"], r["v"]) for r in held(config, Path())[0]] == [(1, "new"), (2, "only")]
+    assert (summary.rows_transferred, summary.versions_superseded) == (2, 1)
+
+
+def test_a_source_query_conflict_names_the_key_the_value_and_both_rows_values(
+        spark, pg_conn, pg_schema: str, dst_schema: str, path: str) -> None:
+    when = NOW - timedelta(hours=1)
+    changes_source(pg_conn, pg_schema, [(1, when, "one payload"), (1, when, "another payload"),
+                                        (2, when, "fine")])
+    config = changes_config(pg_schema, dst_schema)
+
+    summary = transfer(spark, config, "t1")
+
+    assert summary.status == "ERROR"
+    assert "key id=1" in summary.error
+    assert f"updated_at={when.isoformat()}" in summary.error
+    assert "v='one payload'" in summary.error
+    assert "v='another payload'" in summary.error
+    assert held(config, Path())[0] == []  # nothing delivered
+    assert committed(config).high_watermark is None
