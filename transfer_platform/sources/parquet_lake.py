@@ -407,12 +407,13 @@ class S3Lake:
 
         try:
             dataset = self.dataset(folder)
-            columns = None
-            if origin:
-                columns = {name: pads.field(name) for name in dataset.schema.names}
-                columns[ORIGIN_COLUMN] = pc.binary_join_element_wise("s3://", pads.field("__filename"), "")
+            # "__filename": Arrow's name for a row's file (bucket/key), in a list of columns only
+            columns = [*dataset.schema.names, "__filename"] if origin else None
             rows = dataset.to_table(columns=columns,
                                     filter=None if tenant is None else pads.field(tenant[0]) == tenant[1])
+            if origin:
+                files = pc.binary_join_element_wise("s3://", rows.column("__filename"), "")
+                rows = rows.drop_columns(["__filename"]).append_column(ORIGIN_COLUMN, files)
         except OSError as exc:
             raise ConnectionFailure(f"Parquet source '{self._source.name}' ({self.describe(folder)})",
                                     reason=str(exc).split(" (Request ID")[0],

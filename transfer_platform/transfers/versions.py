@@ -154,7 +154,7 @@ class ResolvedFrame:
     ``ORIGIN_COLUMN`` if the read had it) and what it counts once Spark has run them."""
 
     frame: DataFrame
-    observation: Observation
+    observation: Observation | None
 
     def delivered(self, model: ModelConfig) -> DataFrame:
         """The model's columns only: what a destination stages."""
@@ -163,17 +163,20 @@ class ResolvedFrame:
     def counts(self) -> tuple[int, int]:
         """(older versions, identical copies) left out; only once an action ran the frame (the
         destination's staging), else a local session waits for one."""
+        if self.observation is None:
+            return 0, 0
         found = self.observation.get
         return int(found.get("older_versions") or 0), int(found.get("identical_copies") or 0)
 
 
-def latest_versions_frame(frame: DataFrame, model: ModelConfig) -> ResolvedFrame:
+def latest_versions_frame(frame: DataFrame, model: ModelConfig, *, counted: bool = True) -> ResolvedFrame:
     """:func:`latest_versions` in Spark, for a window its executors stage: per key, ordered by
     last-modified value (latest first) and a hash of the row, a row is left out if it is older
     than the key's first or equal to the row before it in every column (its hash and
     last-modified value). Rows of a conflict are all kept, so the destination's duplicate-key
     check refuses the window before anything is written. One window partitioned by the key:
-    the shuffle the staging's own partitioning by key then reuses."""
+    the shuffle the staging's own partitioning by key then reuses. ``counted``: observe how many
+    rows were left out (:meth:`ResolvedFrame.counts`)."""
     from pyspark.sql import Observation, Window
     from pyspark.sql import functions as F
 
@@ -187,10 +190,11 @@ def latest_versions_frame(frame: DataFrame, model: ModelConfig) -> ResolvedFrame
               .withColumn(_PREVIOUS_HASH, F.lag(F.col(_HASH)).over(ordered)))
     older = F.coalesce(lm < F.col(_LATEST), F.lit(False))
     copy = F.coalesce((lm == F.col(_PREVIOUS_LM)) & (F.col(_HASH) == F.col(_PREVIOUS_HASH)), F.lit(False))
-    observation = Observation()
-    observed = marked.observe(observation, F.sum(F.when(older, 1).otherwise(0)).alias("older_versions"),
-                              F.sum(F.when(~older & copy, 1).otherwise(0)).alias("identical_copies"))
-    kept = observed.where(~(older | copy)).drop(_HASH, _LATEST, _PREVIOUS_LM, _PREVIOUS_HASH)
+    observation = Observation() if counted else None
+    if observation is not None:
+        marked = marked.observe(observation, F.sum(F.when(older, 1).otherwise(0)).alias("older_versions"),
+                                F.sum(F.when(~older & copy, 1).otherwise(0)).alias("identical_copies"))
+    kept = marked.where(~(older | copy)).drop(_HASH, _LATEST, _PREVIOUS_LM, _PREVIOUS_HASH)
     return ResolvedFrame(kept, observation)
 
 
