@@ -64,6 +64,11 @@ class SourceReader(Protocol):
         """What :meth:`read_together`'s frame brought into this process (``requests`` the same),
         as the model's columns and ``WINDOW_COLUMN`` (and ``ORIGIN_COLUMN``, if it came)."""
 
+    def keys_unique(self, request: ReadRequest) -> bool:
+        """Whether the source itself keeps the model's primary key unique (a database's unique
+        index on the table): one version per key then costs a window that Spark stages nothing.
+        ``False`` when it cannot tell."""
+
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """How many rows :meth:`read` would return for ``request``, counted where the rows are
         (a ``COUNT`` run by the database, or the Parquet scan with the read's filters) without

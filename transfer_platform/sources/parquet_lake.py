@@ -163,6 +163,10 @@ class ParquetLakeReader:
         frame = self._source_rows(spark, whole, origin=True).withColumn(_SOURCE_LAST_MODIFIED, _last_modified(model))
         return to_model_columns(frame, model, keep=(_SOURCE_LAST_MODIFIED, *_origin_of(frame)))
 
+    def keys_unique(self, request: ReadRequest) -> bool:
+        """Never known: a lake is append-only, each version of a row in a file of its own."""
+        return False
+
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
         """Each row with every window whose bounds hold its last-modified value (a row in a
         lookback comes twice); a NULL one goes to the first window, which refuses it."""

@@ -189,6 +189,7 @@ class _WindowMover:
         self.request, self.model, self.reader = request, model, reader
         self.windowing, self.refreshing, self.ids = windowing, refreshing, ids
         self.checked = False  # the source's columns and last-modified kind, checked by a first read
+        self._keys_unique: bool | None = None  # asked of the source once, at the first large window
 
     def _load(self, window: PlannedWindow) -> WindowLoad:
         return WindowLoad(model=self.model, transfer_id=self.request.transfer_id, progress=window.bounds.progress,
@@ -227,13 +228,17 @@ class _WindowMover:
     def alone(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
         bounds = window.bounds
         log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper)
-        resolved = latest_versions_frame(self._read(read), self.model)
+        frame = self._read(read)
+        if self._keys_unique is None:
+            self._keys_unique = self.reader.keys_unique(read)
+        resolved = None if self._keys_unique else latest_versions_frame(frame, self.model)
         with self._spark_errors(bounds.lower, bounds.upper):
             try:
-                result = self.request.writer.write_window(resolved.delivered(self.model), self._load(window))
+                result = self.request.writer.write_window(
+                    frame if resolved is None else resolved.delivered(self.model), self._load(window))
             except DuplicateKey as refused:  # two versions of a key share its latest last-modified value
-                raise conflict_of(resolved, self.model, refused) or refused from None
-            older, copies = resolved.counts()
+                raise (None if resolved is None else conflict_of(resolved, self.model, refused)) or refused from None
+            older, copies = (0, 0) if resolved is None else resolved.counts()
         result = self._superseded(result, older, copies, window)
         self._log_load(result)
         return self._outcome(window, result)

@@ -26,13 +26,15 @@ import pytest
 from deltalake import DeltaTable
 
 from transfer_platform.config import parse_config
-from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.models import ColumnConfig, ModelConfig, PlatformConfig
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key
+from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
 from transfer_platform_tests.conftest import pg_connection_config
+from transfer_platform_tests.integration.conftest import mysql_connection_config
 from transfer_platform_tests.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
@@ -296,3 +298,53 @@ def test_a_source_query_conflict_names_the_key_the_value_and_both_rows_values(
     assert "v='another payload'" in summary.error
     assert held(config, Path())[0] == []  # nothing delivered
     assert committed(config).high_watermark is None
+
+
+# -- a database table whose key is unique needs no resolution by Spark ------------------------------
+
+def key_model(source_table: str | None, *, query: str | None = None) -> ModelConfig:
+    return ModelConfig(model_name="m", source_name="db", source_table=source_table, source_query=query,
+                       organization_column="org", columns=[
+                           ColumnConfig(name_in_source="id", data_type="integer", is_primary_key=True),
+                           ColumnConfig(name_in_source="Region", data_type="string", is_primary_key=True),
+                           ColumnConfig(name_in_source="updated_at", data_type="timestamp", is_last_modified=True)])
+
+
+UNIQUE_CASES = [  # table DDL (after the name), is the model's key (id, Region) unique in it
+    ("primary-key-on-the-key", '(id bigint, "Region" text, org text, updated_at timestamptz, PRIMARY KEY (id, "Region"))', True),
+    ("primary-key-on-part-of-the-key", '(id bigint PRIMARY KEY, "Region" text, org text, updated_at timestamptz)', True),
+    ("no-index", '(id bigint, "Region" text, org text, updated_at timestamptz)', False),
+    ("unique-with-another-column", '(id bigint, "Region" text, org text, updated_at timestamptz, UNIQUE (id, org))', False),
+    ("unique-with-included-column", '(id bigint, "Region" text, org text, updated_at timestamptz, '
+                                    'UNIQUE (id) INCLUDE (org))', True),
+]
+
+
+@pytest.mark.parametrize(("ddl", "unique"), [c[1:] for c in UNIQUE_CASES], ids=[c[0] for c in UNIQUE_CASES])
+def test_postgres_says_whether_a_table_keeps_the_key_unique(pg_conn, pg_schema: str, ddl: str, unique: bool) -> None:
+    pg_conn.execute(f'CREATE TABLE "{pg_schema}"."T" {ddl}')
+    reader = reader_for(parse_config({
+        "sources": [{"name": "db", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [], "recipients": [], "destinations": []}).source("db"))
+    request = ReadRequest(key_model(f"{pg_schema}.T"), TENANT, None)  # type: ignore[arg-type]
+    assert reader.keys_unique(request) is unique
+    assert reader.keys_unique(ReadRequest(key_model(None, query=f'SELECT * FROM "{pg_schema}"."T"'), TENANT,
+                                          None)) is False  # type: ignore[arg-type]
+    pg_conn.execute(f'CREATE VIEW "{pg_schema}".v AS SELECT * FROM "{pg_schema}"."T"')
+    assert reader.keys_unique(ReadRequest(key_model(f"{pg_schema}.v"), TENANT, None)) is False  # type: ignore[arg-type]
+    assert reader.keys_unique(ReadRequest(key_model(f"{pg_schema}.missing"), TENANT, None)) is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("ddl", "unique"), [
+    ("(id BIGINT, region VARCHAR(10), org VARCHAR(10), updated_at DATETIME(6), PRIMARY KEY (id, region))", True),
+    ("(id BIGINT, region VARCHAR(10), org VARCHAR(10), updated_at DATETIME(6), UNIQUE KEY (id, org))", False),
+    ("(id BIGINT, region VARCHAR(10), org VARCHAR(10), updated_at DATETIME(6))", False),
+], ids=["primary-key", "unique-with-another-column", "no-index"])
+def test_mysql_says_whether_a_table_keeps_the_key_unique(mysql_conn, mysql_database: str, ddl: str,
+                                                         unique: bool) -> None:
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE t {ddl}")
+    reader = reader_for(parse_config({
+        "sources": [{"name": "db", "vendor": "mysql", "connection": mysql_connection_config(mysql_database)}],
+        "models": [], "recipients": [], "destinations": []}).source("db"))
+    assert reader.keys_unique(ReadRequest(key_model("t"), TENANT, None)) is unique  # type: ignore[arg-type]
