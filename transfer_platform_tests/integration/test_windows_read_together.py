@@ -190,7 +190,7 @@ def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> No
     tags = together.column(WINDOW_COLUMN).to_pylist()
     for i, request in enumerate(requests):
         mine = together.filter([t == i for t in tags]).drop_columns([WINDOW_COLUMN])
-        alone = reader.read(spark, request).toArrow()
+        alone = reader.read(spark, request, with_origin=True).toArrow()  # each row with its file, as together
         if i == 0:
             assert ids(mine) == ids(alone) == [1, 2, 5]
         else:  # the NULL row is read by every window alone, by the first one only together
