@@ -111,3 +111,24 @@ def test_origins_are_shown_as_paths():
     assert show_origin("file:/tmp/a%20b/p.parquet") == "/tmp/a b/p.parquet"
     assert show_origin("s3://b/k.parquet") == "s3://b/k.parquet"
     assert show_origin(None) is None
+
+
+def test_the_rows_superseded_are_added_up_per_partition_and_reported_to_dagster():
+    from transfer_platform.core.planning import PlannedWindow
+    from transfer_platform.core.watermarks import ModelState
+    from transfer_platform.core.windows import ReadBounds, Window
+    from transfer_platform.destinations.base import WindowResult
+    from transfer_platform.orchestration.reporting import window_metadata
+    from transfer_platform.transfers.runner import ModelSummary, PartitionTally, WindowOutcome
+
+    partition = Window(T1, T3)
+    chunks = [Window(T1, T2), Window(T2, T3)]
+    tally, summary, done = PartitionTally(), ModelSummary("items"), None
+    for chunk, superseded in zip(chunks, (2, 3), strict=True):
+        outcome = WindowOutcome(PlannedWindow(partition, ReadBounds(chunk.start, chunk.end, chunk), chunk == chunks[-1]),
+                                WindowResult(1, 1, 10, None, ModelState(), versions_superseded=superseded), None)
+        summary.add(outcome)
+        done = tally.add(outcome)
+    assert done is not None
+    assert window_metadata(done, "t1")["versions_superseded"].value == 5
+    assert summary.as_dict()["versions_superseded"] == 5
