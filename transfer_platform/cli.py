@@ -334,8 +334,10 @@ def cmd_transfers(args: argparse.Namespace) -> int:
               f"{t['rows_transferred']:>8} {t['delta_rows_transferred']:>8} "
               f"{t['volume_transferred_in_mb']:>8}  {','.join(f'{k}={v}' for k, v in t['tags'].items())}")
         for model, metrics in t["models"].items():
+            superseded = metrics.get("versions_superseded") or 0
             print(f"    {model}: {metrics['windows']} window(s), {metrics['rows_transferred']} rows, "
-                  f"{metrics['delta_rows_transferred']} delta, latest {metrics['most_recent_last_updated_at']}")
+                  f"{metrics['delta_rows_transferred']} delta, latest {metrics['most_recent_last_updated_at']}"
+                  + (f", {superseded} older version(s) or copies left out" if superseded else ""))
         for error in t["errors"]:
             print(f"    error in {error['step']}: {error['error']}")
     return 0

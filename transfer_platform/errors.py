@@ -64,6 +64,16 @@ class DataError(TransferPlatformError):
         super().__init__(f"model '{model}' -> destination '{destination}': {message}. Fix: {fix}")
 
 
+class DuplicateKey(DataError):
+    """A window holds one primary key twice (after one version per key was chosen: two rows of
+    the key share its latest last-modified value). ``key_values``: the key, by column."""
+
+    def __init__(self, message: str, *, model: str, destination: str, fix: str,
+                 key_values: dict[str, object]) -> None:
+        self.key_values = key_values
+        super().__init__(message, model=model, destination=destination, fix=fix)
+
+
 class ConnectionFailure(TransferPlatformError):
     """A database or storage location cannot be reached. Retrying may help."""
 

@@ -1,6 +1,7 @@
 """Structured logs: one JSON line per phase of a model's transfer.
 
-Phases: ``plan``, ``read``, ``stage``, ``load`` (merge + watermark commit), ``publish`` (a full
+Phases: ``plan``, ``read``, ``versions`` (rows of a key left out of a window because a later
+version, or an identical copy, was delivered), ``stage``, ``load`` (merge + watermark commit), ``publish`` (a full
 refresh swapped in), ``clean up`` (staging dropped), ``schema`` (columns added or dropped),
 ``error``. Every line carries ``transfer_id``, ``destination`` and ``model``; values are counts,
 times and names, never connection settings, so no secret can reach a log.
@@ -18,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 LOGGER = logging.getLogger("transfer_platform.phases")
-PHASES = ("plan", "read", "stage", "load", "publish", "clean up", "schema", "error")
+PHASES = ("plan", "read", "versions", "stage", "load", "publish", "clean up", "schema", "error")
 
 
 def phase_line(phase: str, *, transfer_id: str, destination: str, model: str, **fields: Any) -> str:

@@ -15,7 +15,7 @@ from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
-from transfer_platform.errors import DataError
+from transfer_platform.errors import DataError, DuplicateKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,6 +54,9 @@ class WindowResult:
     # rows the window removed because the source marks them deleted (or, with keep_deleted_rows,
     # rows it delivered newly marked deleted: newer than the previous high watermark)
     rows_deleted: int = 0
+    # rows read but not delivered: a key's older versions and identical copies of the one delivered
+    # (set by the transfer, which chooses one version per key before the writer sees the window)
+    versions_superseded: int = 0
 
 
 class DestinationWriter(Protocol):
@@ -157,12 +160,13 @@ def null_last_modified_error(model: ModelConfig, destination: str, key_values: d
     )
 
 
-def duplicate_key_error(model: ModelConfig, destination: str, key_values: dict, count: int) -> DataError:
-    return DataError(
+def duplicate_key_error(model: ModelConfig, destination: str, key_values: dict, count: int) -> DuplicateKey:
+    return DuplicateKey(
         f"duplicate primary key in one batch: {offending_key(model, key_values)} appears {count} times",
         model=model.model_name, destination=destination,
         fix="make the primary key unique per tenant in the source, or mark the right columns "
             "with is_primary_key",
+        key_values={c.destination_name: key_values.get(c.destination_name) for c in model.primary_key},
     )
 
 

@@ -16,6 +16,7 @@ def window_metadata(outcome: WindowOutcome, transfer_id: str) -> dict:
         "rows_transferred": MetadataValue.int(result.rows_transferred),
         "delta_rows_transferred": MetadataValue.int(result.delta_rows_transferred),
         "rows_deleted": MetadataValue.int(result.rows_deleted),
+        "versions_superseded": MetadataValue.int(result.versions_superseded),
         "volume_transferred_in_mb": MetadataValue.float(round(result.volume_bytes / 1_048_576, 4)),
         "watermark": MetadataValue.text(isoformat(result.state.watermark) or "unset"),
         "read_from": MetadataValue.text(isoformat(bounds.lower)),

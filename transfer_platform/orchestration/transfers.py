@@ -144,11 +144,13 @@ def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # noqa: ANN0
             metadata = {k: v.value for k, v in materialization.metadata.items()}
             model = models.setdefault(materialization.asset_key.path[-1], {
                 "windows": 0, "rows_transferred": 0, "delta_rows_transferred": 0, "rows_deleted": 0,
+                "versions_superseded": 0,
                 "volume_transferred_in_mb": 0.0, "most_recent_last_updated_at": None})
             model["windows"] += 1
             model["rows_transferred"] += int(metadata.get("rows_transferred", 0))
             model["delta_rows_transferred"] += int(metadata.get("delta_rows_transferred", 0))
             model["rows_deleted"] += int(metadata.get("rows_deleted", 0))
+            model["versions_superseded"] += int(metadata.get("versions_superseded", 0))
             model["volume_transferred_in_mb"] += float(metadata.get("volume_transferred_in_mb", 0.0))
             latest = metadata.get("most_recent_last_updated_at")
             if latest is not None:
@@ -172,6 +174,7 @@ def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # noqa: ANN0
         "rows_transferred": sum(m["rows_transferred"] for m in models.values()),
         "delta_rows_transferred": sum(m["delta_rows_transferred"] for m in models.values()),
         "rows_deleted": sum(m["rows_deleted"] for m in models.values()),
+        "versions_superseded": sum(m["versions_superseded"] for m in models.values()),
         "volume_transferred_in_mb": round(sum(m["volume_transferred_in_mb"] for m in models.values()), 4),
         "tags": user_tags_of(dict(run.tags)),
         "models": models,

@@ -51,10 +51,13 @@ class SourceReader(Protocol):
         footers): no row is read. Raises ``ConfigError`` naming the model, the column, what the
         source has, and the fix."""
 
-    def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+    def read(self, spark: SparkSession, request: ReadRequest, *, with_origin: bool = False) -> DataFrame:
         """Rows of ``request.model`` for one tenant with ``lower <= last_modified < upper``
         (and rows whose last-modified value is NULL, so that they are refused, not lost), with
-        the model's destination column names and types."""
+        the model's destination column names and types. ``with_origin``: and, where the source
+        knows it (a lake's table: the file), where each row was read from, in
+        ``ORIGIN_COLUMN``, to name the files of two conflicting versions of a row
+        (``transfer_platform/transfers/versions.py``)."""
 
     def window_rows(self, spark: SparkSession, requests: list[ReadRequest], up_to: int) -> list[int] | None:
         """For each of ``requests`` (windows of one model and tenant, in order), how many rows it
@@ -67,11 +70,17 @@ class SourceReader(Protocol):
         """The rows of each of ``requests`` (neighbouring windows of one model and tenant), as
         :meth:`read` returns them, in one frame (one Spark job), which :meth:`tagged` turns,
         once in this process as Arrow, into each row with the index of its window in
-        ``WINDOW_COLUMN`` (a row in two windows' bounds, their lookback, comes twice)."""
+        ``WINDOW_COLUMN`` (a row in two windows' bounds, their lookback, comes twice), and
+        its origin where :meth:`read` ``with_origin`` has one."""
 
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
         """What :meth:`read_together`'s frame brought into this process (``requests`` the same),
-        as the model's columns and ``WINDOW_COLUMN``."""
+        as the model's columns and ``WINDOW_COLUMN`` (and ``ORIGIN_COLUMN``, if it came)."""
+
+    def keys_unique(self, request: ReadRequest) -> bool:
+        """Whether the source itself keeps the model's primary key unique (a database's unique
+        index on the table): one version per key then costs a window that Spark stages nothing.
+        ``False`` when it cannot tell."""
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """How many rows :meth:`read` would return for ``request``, counted where the rows are
@@ -111,6 +120,8 @@ def spark_col(name: str) -> Column:
 
 #: the column that tags each row of windows read together with its window's index
 WINDOW_COLUMN = "__tp_window"
+#: where a row was read from (a lake's file: see ``SourceReader.read``'s ``with_origin``)
+ORIGIN_COLUMN = "__tp_origin"
 
 
 def in_bounds_tags(table: pa.Table, column: str, requests: list[ReadRequest]) -> pa.Table:

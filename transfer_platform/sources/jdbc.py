@@ -57,6 +57,7 @@ from transfer_platform.core.sql import (
     derived_table,
     qualified,
     quote_ident,
+    quote_literal,
     search_path_value,
     source_select,
     tenant_predicate,
@@ -154,6 +155,16 @@ class PostgresDialect:
             conn.rollback()
         return rows
 
+    def unique_key_sql(self, relation: str, schema: str | None, table: str, keys: list[str]) -> str:
+        """Whether a unique index (no predicate, no expression) of ``relation`` has only key
+        columns among its key columns: one row per key value then."""
+        names = "ARRAY[" + ", ".join(quote_literal(k) for k in keys) + "]::text[]"
+        return ("SELECT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = to_regclass("
+                f"{quote_literal(relation)}) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL "
+                "AND NOT EXISTS (SELECT 1 FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) "
+                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+                f"WHERE k.n <= i.indnkeyatts AND NOT (a.attname::text = ANY({names}))))")
+
     def grant(self, connection: DatabaseConnection, schema: str, table: str, columns: list[str],
               refused: str) -> str:
         role = quote_ident(connection.username)
@@ -216,6 +227,15 @@ class MysqlDialect:
             rows = list(cur.fetchall())
             conn.rollback()
         return rows
+
+    def unique_key_sql(self, relation: str, schema: str | None, table: str, keys: list[str]) -> str:
+        """Whether a unique index of ``schema.table`` (the connection's database if ``None``) has
+        only key columns (compared as MySQL compares column names: case-insensitively)."""
+        names = ", ".join(quote_literal(k, "mysql") for k in keys)
+        where = "DATABASE()" if schema is None else quote_literal(schema, "mysql")
+        return ("SELECT COUNT(*) > 0 FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS "
+                f"WHERE TABLE_SCHEMA = {where} AND TABLE_NAME = {quote_literal(table, 'mysql')} AND NON_UNIQUE = 0 "
+                f"GROUP BY INDEX_NAME HAVING SUM(COLUMN_NAME IS NULL OR COLUMN_NAME NOT IN ({names})) = 0) AS tp_unique")
 
     def grant(self, connection: DatabaseConnection, schema: str, table: str, columns: list[str],
               refused: str) -> str:
@@ -322,6 +342,27 @@ class JdbcReader:
         columns = required_columns(model, multi_tenant=self.multi_tenant)
         return source_select(self.relation_for(request), columns, predicates, dialect=dialect)
 
+    def keys_unique(self, request: ReadRequest) -> bool:
+        """Whether ``source_table`` holds each value of the model's primary key once, as a unique
+        index of the database says (asked of its catalog): choosing one version per key is then
+        no work for Spark. ``False`` for a ``source_query`` (a join can return a key twice), a
+        view, a table without such an index, or a catalog that does not answer."""
+        model = request.model
+        if model.source_query:
+            return False
+        if self.multi_tenant:
+            schema, _, table = model.source_table.rpartition(".")
+        else:
+            schema, table = self._tenant_schema(request), model.source_table
+        keys = [c.name_in_source for c in model.primary_key]
+        sql = self.dialect.unique_key_sql(self.relation_for(request), schema or None, table, keys)
+        try:
+            rows = self.dialect.select_rows(self.source.connection, self.what, sql, self.default_schema_for(request))
+        except Exception:  # noqa: BLE001 - any refusal: each window is then resolved as any other
+            _LOG.debug("asking %s for a unique index on %s failed", self.what, model.source_table, exc_info=True)
+            return False
+        return bool(rows and rows[0][0])
+
     def default_schema_for(self, request: ReadRequest) -> str | None:
         """The schema unqualified names resolve in: the tenant's, for a schema-tenanted query;
         else a multi-tenant PostgreSQL source's ``connection.schema`` (``validate`` refuses that
@@ -382,7 +423,9 @@ class JdbcReader:
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
         model_columns(self._load(spark, request, dbtable, {}), request, self.source.name, analyze=True)
 
-    def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+    def read(self, spark: SparkSession, request: ReadRequest, *, with_origin: bool = False) -> DataFrame:
+        """``with_origin`` adds nothing: a database's rows come from no file (a conflict between
+        two versions of a row is named by their values)."""
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
         frame = self._load(spark, request, dbtable, self.partition_options(request))
         return model_columns(frame, request, self.source.name)

@@ -32,6 +32,7 @@ from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
 from transfer_platform.sources.base import (
+    ORIGIN_COLUMN,
     ReadRequest,
     check_last_modified_type,
     columns_mismatch,
@@ -127,14 +128,17 @@ class ParquetLakeReader:
             return
         probe.passed(name)
 
-    def _source_rows(self, spark: SparkSession, request: ReadRequest, *, rows: bool = True) -> DataFrame:
+    def _source_rows(self, spark: SparkSession, request: ReadRequest, *, rows: bool = True,
+                     origin: bool = False) -> DataFrame:
         """The tenant's rows in the request's bounds (or with a NULL last-modified value), with
         the source's column names and types (``rows=False``: the same frame over no row, from the
-        files' footers, for :meth:`check_read`)."""
+        files' footers, for :meth:`check_read`; ``origin``: a table's rows with their file in
+        ``ORIGIN_COLUMN``; a ``source_query``'s rows have none)."""
         from pyspark.sql import functions as F
 
         model = request.model
-        frame = self._query(spark, request, rows) if model.source_query else self._table(spark, request, rows)
+        frame = (self._query(spark, request, rows) if model.source_query
+                 else self._table(spark, request, rows, origin))
         required = required_columns(model, multi_tenant=self.multi_tenant)
         missing = missing_columns(required, frame.columns, case_sensitive=False)
         if missing:
@@ -150,8 +154,9 @@ class ParquetLakeReader:
         files' footers), its columns, last-modified kind and casts checked."""
         model_columns(self._source_rows(spark, request, rows=False), request, self.source.name, analyze=True)
 
-    def read(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
-        return model_columns(self._source_rows(spark, request), request, self.source.name)
+    def read(self, spark: SparkSession, request: ReadRequest, *, with_origin: bool = False) -> DataFrame:
+        frame = self._source_rows(spark, request, origin=with_origin)
+        return model_columns(frame, request, self.source.name, keep=_origin_of(frame))
 
     def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
         """One scan of the windows' whole range (not one per window: a scan lists the folder and
@@ -163,8 +168,12 @@ class ParquetLakeReader:
         lower = min(r.bounds.lower for r in requests)
         upper = max(r.bounds.upper for r in requests)
         whole = replace(requests[0], bounds=ReadBounds(lower, upper, Window(lower, upper)))
-        frame = self._source_rows(spark, whole).withColumn(_SOURCE_LAST_MODIFIED, _last_modified(model))
-        return model_columns(frame, whole, self.source.name, keep=(_SOURCE_LAST_MODIFIED,))
+        frame = self._source_rows(spark, whole, origin=True).withColumn(_SOURCE_LAST_MODIFIED, _last_modified(model))
+        return model_columns(frame, whole, self.source.name, keep=(_SOURCE_LAST_MODIFIED, *_origin_of(frame)))
+
+    def keys_unique(self, request: ReadRequest) -> bool:
+        """Never known: a lake is append-only, each version of a row in a file of its own."""
+        return False
 
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
         """Each row with every window whose bounds hold its last-modified value (a row in a
@@ -230,12 +239,14 @@ class ParquetLakeReader:
             f"{self.lake.describe(folder)} of {self.what} (model '{request.model.model_name}', destination "
             f"'{request.destination}')", reason="it does not exist", fix=fix)
 
-    def _table(self, spark: SparkSession, request: ReadRequest, rows: bool = True) -> DataFrame:
+    def _table(self, spark: SparkSession, request: ReadRequest, rows: bool = True,
+               origin: bool = False) -> DataFrame:
         folder = self.tables_root(request) / request.model.source_table
         if not self.lake.is_dir(folder):
             raise self._missing_folder(folder, request, self._layout_fix())
         return self._spark_step(request, f"reading {self.lake.describe(folder)}",
-                                lambda: self.lake.frame(spark, folder, self._tenant_filter(request), rows=rows))
+                                lambda: self.lake.frame(spark, folder, self._tenant_filter(request), rows=rows,
+                                                        origin=origin))
 
     def _tenant_filter(self, request: ReadRequest) -> tuple[str, str] | None:
         """(column, tenant id) for a multi-tenant table: rows of other tenants need not be read."""
@@ -308,9 +319,10 @@ class FolderLake:
         return pads.dataset(folder, format="parquet")
 
     def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None, *,
-              rows: bool = True) -> DataFrame:
+              rows: bool = True, origin: bool = False) -> DataFrame:
         """The folder's rows (the caller filters; Spark pushes it down; ``rows`` makes no
-        difference: no row is read until the frame runs). Spark infers a folder's
+        difference: no row is read until the frame runs); ``origin``: with each row's file
+        (Spark's ``_metadata.file_path``, a ``file:`` URI) in ``ORIGIN_COLUMN``. Spark infers a folder's
         schema with a job of its own (a footer read; ~0.2 s warm): the schema it inferred is kept
         for as long as the folder holds the same files (names, sizes, modification times), so a
         model's reads after the first, and its next transfer if nothing was written, skip it."""
@@ -322,6 +334,8 @@ class FolderLake:
             _INFERRED[(path, files)] = frame.schema
             while len(_INFERRED) > _INFERRED_MAX:
                 _INFERRED.pop(next(iter(_INFERRED)))
+        if origin:
+            frame = frame.withColumn(ORIGIN_COLUMN, frame.metadataColumn("_metadata").getField("file_path"))
         return frame
 
 
@@ -400,16 +414,24 @@ class S3Lake:
         return pads.dataset(str(folder), filesystem=self.fs, format="parquet")
 
     def frame(self, spark: SparkSession, folder: PurePath, tenant: tuple[str, str] | None, *,
-              rows: bool = True) -> DataFrame:
+              rows: bool = True, origin: bool = False) -> DataFrame:
         """The table's rows (the tenant's), scanned here; ``rows=False``: none, with the
-        columns and types of the files (the dataset's schema: a footer read)."""
+        columns and types of the files (the dataset's schema: a footer read); ``origin``: with
+        each row's file (``s3://bucket/key``) in ``ORIGIN_COLUMN``."""
+        import pyarrow.compute as pc
         import pyarrow.dataset as pads
 
         try:
             dataset = self.dataset(folder)
             if not rows:
                 return spark.createDataFrame([], _spark_schema(dataset.schema))
-            table = dataset.to_table(filter=None if tenant is None else pads.field(tenant[0]) == tenant[1])
+            # "__filename": Arrow's name for a row's file (bucket/key), in a list of columns only
+            columns = [*dataset.schema.names, "__filename"] if origin else None
+            table = dataset.to_table(columns=columns,
+                                     filter=None if tenant is None else pads.field(tenant[0]) == tenant[1])
+            if origin:
+                files = pc.binary_join_element_wise("s3://", table.column("__filename"), "")
+                table = table.drop_columns(["__filename"]).append_column(ORIGIN_COLUMN, files)
         except OSError as exc:
             raise ConnectionFailure(f"Parquet source '{self._source.name}' ({self.describe(folder)})",
                                     reason=str(exc).split(" (Request ID")[0],
@@ -447,6 +469,11 @@ def spark_view_name(name: str) -> str:
 MICROSECOND = timedelta(microseconds=1)
 #: a joint read's copy of the source's last-modified value (see ParquetLakeReader.read_together)
 _SOURCE_LAST_MODIFIED = "__tp_source_last_modified"
+
+
+def _origin_of(frame: DataFrame) -> tuple[str, ...]:
+    """``(ORIGIN_COLUMN,)`` if ``frame`` has it, else ``()``."""
+    return (ORIGIN_COLUMN,) if ORIGIN_COLUMN in frame.columns else ()
 
 
 def _last_modified(model: ModelConfig) -> Column:

@@ -49,6 +49,7 @@ from transfer_platform.destinations.base import DestinationWriter, writer_for
 from transfer_platform.errors import DataError
 from transfer_platform.sources.base import ReadRequest, reader_for, spark_col
 from transfer_platform.transfers.runner import windowing_for
+from transfer_platform.transfers.versions import latest_versions_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -149,9 +150,10 @@ def check_integrity(spark: SparkSession, config: PlatformConfig, destination_nam
 
 def live_source_rows(spark: SparkSession, reader, model: ModelConfig,  # noqa: ANN001 - a SourceReader
                      request: ReadRequest) -> DataFrame:
-    """The source's key rows the destination should hold: those a transfer removes (marked
-    deleted, when the model removes deleted rows) are left out, as the transfer leaves them out."""
-    rows = reader.read(spark, request)
+    """The source's key rows the destination should hold: per key its latest version (as a
+    transfer chooses it: a lake keeps each version of a row), and those a transfer removes (marked
+    deleted, when the model removes deleted rows) left out, as the transfer leaves them out."""
+    rows = latest_versions_frame(reader.read(spark, request), model, counted=False).frame
     if not model.removes_deleted_rows:
         return rows
     from pyspark.sql import functions as F

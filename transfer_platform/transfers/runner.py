@@ -11,7 +11,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +33,17 @@ from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
 )
-from transfer_platform.errors import DataError, TransferPlatformError
+from transfer_platform.errors import DataError, DuplicateKey, TransferPlatformError
 from transfer_platform.phases import log_phase
-from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, SourceReader, reader_for
+from transfer_platform.sources.base import (
+    ORIGIN_COLUMN,
+    WINDOW_COLUMN,
+    ReadRequest,
+    SourceReader,
+    reader_for,
+)
 from transfer_platform.spark_session import SparkServerLost, server_lost
+from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -202,6 +209,7 @@ class _WindowMover:
                  windowing: ModelWindowing, refreshing: bool, ids: dict[str, Any]) -> None:
         self.request, self.model, self.reader = request, model, reader
         self.windowing, self.refreshing, self.ids = windowing, refreshing, ids
+        self._keys_unique: bool | None = None  # asked of the source once, at the first large window
 
     def _load(self, window: PlannedWindow) -> WindowLoad:
         return WindowLoad(model=self.model, transfer_id=self.request.transfer_id, progress=window.bounds.progress,
@@ -234,11 +242,30 @@ class _WindowMover:
     def alone(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
         bounds = window.bounds
         log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper)
-        frame = self.reader.read(self.request.spark, read)
+        frame = self.reader.read(self.request.spark, read, with_origin=True)
+        if self._keys_unique is None:
+            self._keys_unique = self.reader.keys_unique(read)
+        resolved = None if self._keys_unique else latest_versions_frame(frame, self.model)
         with self._spark_errors(bounds.lower, bounds.upper):
-            result = self.request.writer.write_window(frame, self._load(window))
+            try:
+                result = self.request.writer.write_window(
+                    frame if resolved is None else resolved.delivered(self.model), self._load(window))
+            except DuplicateKey as refused:  # two versions of a key share its latest last-modified value
+                raise (None if resolved is None else conflict_of(resolved, self.model, refused)) or refused from None
+            older, copies = (0, 0) if resolved is None else resolved.counts()
+        result = self._superseded(result, older, copies, window)
         self._log_load(result)
         return self._outcome(window, result)
+
+    def _superseded(self, result: WindowResult, older: int, copies: int, window: PlannedWindow) -> WindowResult:
+        """``result`` with the rows left out of its window because another version of their key
+        was delivered (``older`` versions, identical ``copies``), said in a log line if any."""
+        if not older + copies:
+            return result
+        log_phase("versions", **self.ids, read_from=window.bounds.lower, read_until=window.bounds.upper,
+                  versions_superseded=older + copies, older_versions=older, identical_copies=copies,
+                  rows_transferred=result.rows_transferred)
+        return replace(result, versions_superseded=older + copies)
 
     def together(self, windows: list[PlannedWindow], reads: list[ReadRequest], *,
                  up_to: int | None = None) -> Iterator[WindowOutcome]:
@@ -270,12 +297,19 @@ class _WindowMover:
         table = self.reader.tagged(table, reads)
         schema = arrow_schema(self.model)
         tags = table.column(WINDOW_COLUMN)
+        origin = [ORIGIN_COLUMN] if ORIGIN_COLUMN in table.column_names else []
         for i, window in enumerate(windows):
-            batch = table.filter(pc.equal(tags, i)).select(schema.names).cast(schema)
-            if not batch.num_rows:
+            rows = table.filter(pc.equal(tags, i))
+            if not rows.num_rows:
                 yield self.empty(window)
                 continue
-            result = self.request.writer.write_arrow(batch, self._load(window))
+            batch = rows.select(schema.names).cast(schema)
+            for name in origin:
+                batch = batch.append_column(name, rows.column(name))
+            resolved = latest_versions(batch, self.model, self.request.destination)
+            batch = resolved.table.select(schema.names)
+            result = self._superseded(self.request.writer.write_arrow(batch, self._load(window)),
+                                      resolved.older_versions, resolved.identical_copies, window)
             self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper)
             yield self._outcome(window, result)
 
@@ -336,6 +370,7 @@ class PartitionTally:
             max_last_modified=max(highest) if highest else None,
             state=last.result.state,
             rows_deleted=sum(p.result.rows_deleted for p in parts),
+            versions_superseded=sum(p.result.versions_superseded for p in parts),
         )
         bounds = ReadBounds(first.planned.bounds.lower, last.planned.bounds.upper,
                             Window(first.planned.bounds.progress.start, last.planned.bounds.progress.end))
@@ -353,6 +388,7 @@ class ModelSummary:
     rows_transferred: int = 0
     delta_rows_transferred: int = 0
     rows_deleted: int = 0
+    versions_superseded: int = 0
     volume_bytes: int = 0
     state: ModelState | None = None
     error: str | None = None
@@ -364,6 +400,7 @@ class ModelSummary:
         self.rows_transferred += outcome.result.rows_transferred
         self.delta_rows_transferred += outcome.result.delta_rows_transferred
         self.rows_deleted += outcome.result.rows_deleted
+        self.versions_superseded += outcome.result.versions_superseded
         self.volume_bytes += outcome.result.volume_bytes
         self.state = outcome.result.state
 
@@ -382,6 +419,7 @@ class ModelSummary:
             "rows_transferred": self.rows_transferred,
             "delta_rows_transferred": self.delta_rows_transferred,
             "rows_deleted": self.rows_deleted,
+            "versions_superseded": self.versions_superseded,
             "volume_transferred_in_mb": round(self.volume_bytes / 1_048_576, 3),
             "watermark": isoformat(state.watermark) if state else None,
             "most_recent_last_updated_at": isoformat(state.high_watermark) if state else None,

@@ -116,21 +116,28 @@ def test_an_append_only_model_inserts_new_rows_and_never_updates_delivered_ones(
 
 
 def test_a_key_twice_in_one_batch_is_still_refused(spark, setup):
+    """Two versions of a key with the same last-modified value: refused (DO NOTHING, and an
+    insert-only MERGE, would keep one of the two silently). Two versions with different values
+    are resolved by them: the later one is inserted."""
     config = append_only(setup.config, True)
     rows = make_rows([TENANT, "globex"], 10, DATA_DAYS, seed=32)
     setup.write(rows)
     assert transfer(spark, config, NOW1).status == "SUCCESS"
     before = setup.delivered()
-    # DO NOTHING (and an insert-only MERGE) would keep one of the two silently
-    twice = [(9002, TENANT, NOW1 + timedelta(hours=1), "first"), (9002, TENANT, NOW1 + timedelta(hours=2), "second")]
+    twice = [(9002, TENANT, NOW1 + timedelta(hours=1), "first"), (9002, TENANT, NOW1 + timedelta(hours=1), "second")]
     setup.write(rows + twice)
 
     summary = transfer(spark, config, NOW2, transfer_id="t2")
 
     assert summary.status == "ERROR"
     assert summary.error_type == "DataError"
-    assert "duplicate primary key in one batch: id=9002 appears 2 times" in summary.error
+    assert "two different versions of key id=9002 have the same, latest last-modified value" in summary.error
     assert setup.delivered() == before
+
+    setup.write([*rows, twice[0], (9002, TENANT, NOW1 + timedelta(hours=2), "second")])
+    summary = transfer(spark, config, NOW2, transfer_id="t3")
+    assert summary.status == "SUCCESS", summary.error
+    assert [r for r in setup.delivered() if r[0] == 9002] == [(9002, TENANT, NOW1 + timedelta(hours=2), "second")]
 
 
 @pytest.mark.parametrize("is_append_only", [True, False], ids=["append-only", "normal"])

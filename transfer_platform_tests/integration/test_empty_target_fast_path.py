@@ -121,7 +121,7 @@ def test_a_bad_first_batch_is_refused_by_name_and_leaves_the_empty_target(
     # in the first window (3-1), so that no earlier window has filled the target
     key, _, when, _ = next(r for r in source_rows(pg_conn, pg_schema, TENANT) if r[2] < day(3, 2))
     bad = {
-        "duplicate": (key, TENANT, when + timedelta(seconds=1), "dup"),
+        "duplicate": (key, TENANT, when, "dup"),  # another version with the same last-modified value
         "null_key": (None, TENANT, day(3, 1) + timedelta(hours=2), "no key"),
         "null_last_modified": (4242, TENANT, None, "no time"),
     }[problem]
@@ -132,7 +132,7 @@ def test_a_bad_first_batch_is_refused_by_name_and_leaves_the_empty_target(
 
     assert summary.status == "ERROR"
     assert summary.error_type == "DataError"
-    expected = {"duplicate": f"duplicate primary key in one batch: id={key} appears 2 times",
+    expected = {"duplicate": f"two different versions of key id={key} have the same, latest last-modified value",
                 "null_key": "NULL primary key value (id)",
                 "null_last_modified": "NULL last-modified value (updated_at) at key id=4242"}[problem]
     assert expected in summary.error

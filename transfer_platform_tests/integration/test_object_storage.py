@@ -391,8 +391,8 @@ def test_the_lookback_writes_a_row_again_and_the_consumers_rule_keeps_one(
 
 def test_a_bad_row_in_a_window_the_executors_write_leaves_no_file_and_no_state(
         spark, tmp_path: Path, vendor: str, server: S3Server | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A duplicate key in a window written by the executors: refused by name, its files deleted at
-    once, no manifest, the state as it was."""
+    """Two versions of a key with the same last-modified value in a window written by the
+    executors: refused by name, its files deleted at once, no manifest, the state as it was."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runner, "RUN_ROWS", 0)
     config_path, bucket = platform(tmp_path, vendor, server)
@@ -411,6 +411,6 @@ def test_a_bad_row_in_a_window_the_executors_write_leaves_no_file_and_no_state(
     finally:
         writer.close()
     assert items.status == "ERROR"
-    assert f"duplicate primary key in one batch: id={old['id']!r} appears 2 times" in items.error
+    assert f"two different versions of key id={old['id']!r} have the same, latest last-modified" in items.error
     assert (bucket.objects(), consumed(bucket, "items")) == before
     assert writer_for(config.destination("acme_files")).committed_state(config.model("items")).state == watermark

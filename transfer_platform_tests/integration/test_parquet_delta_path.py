@@ -139,11 +139,11 @@ def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
     assert got[keep[0]][2:] == (dst_newer, "destination newer")
     assert got[tie[0]][2:] == (tie_at, "source, same time")
 
-    # a duplicate key in a batch: refused, nothing committed
+    # two versions of a key with the same last-modified value in a batch: refused, nothing committed
     version = delta_root.table().version()
     before = delivered(delta_root)
     rows += [(tie[0], TENANT, NOW2 + timedelta(minutes=10), "dup a"),
-             (tie[0], TENANT, NOW2 + timedelta(minutes=20), "dup b")]
+             (tie[0], TENANT, NOW2 + timedelta(minutes=10), "dup b")]
     write_lake(lake, rows)
 
     failed = transfer(spark, config, NOW2 + timedelta(hours=1), transfer_id="t3")
@@ -151,7 +151,7 @@ def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
     assert failed.status == "ERROR"
     assert f"model '{MODEL}'" in failed.error
     assert f"destination '{DESTINATION}'" in failed.error
-    assert f"id={tie[0]}" in failed.error
+    assert f"two different versions of key id={tie[0]}" in failed.error
     assert delta_root.table().version() == version
     assert delivered(delta_root) == before
     assert read_state(delta_root.table()).watermark == NOW2

@@ -381,7 +381,8 @@ def test_the_recipients_start_overrides_the_models(spark, pg_conn, pg_schema, de
 )
 def test_after_a_failure_in_window_k_the_next_transfer_resumes_at_window_k(
         spark, pg_conn, pg_schema, destination, case, lookback, failing):
-    """Window k (index ``failing``) holds a key twice: windows before k commit, k is refused;
+    """Window k (index ``failing``) holds two versions of a key with the same last-modified value
+    (a conflict): windows before k commit, k is refused;
     once the source is fixed the next transfer starts at window k (one lookback before it) and
     the destination ends equal to the source."""
     back = 30 if lookback == "PT30S" else lookback
@@ -394,8 +395,8 @@ def test_after_a_failure_in_window_k_the_next_transfer_resumes_at_window_k(
     rows = placed_rows(moments)
     create_events(pg_conn, pg_schema, "events_nopk", primary_key=False)
     insert_rows(pg_conn, pg_schema, rows, "events_nopk")
-    key = next(r[0] for r in rows if r[1] == TENANT and broken_from < r[2] < broken_until)
-    duplicate = (key, TENANT, broken_from + (broken_until - broken_from) / 2, "the same key again")
+    key, _, at, _ = next(r for r in rows if r[1] == TENANT and broken_from < r[2] < broken_until)
+    duplicate = (key, TENANT, at, "the same key again")
     insert_rows(pg_conn, pg_schema, [duplicate], "events_nopk")
     config = make_config(pg_schema, destination, window=case.window, start=start, lookback=lookback,
                          table="events_nopk")

@@ -123,14 +123,15 @@ def test_a_duplicate_key_in_a_later_window_leaves_the_earlier_windows_committed(
     from transfer_platform.destinations.delta import read_state
 
     create_events(pg_conn, pg_schema, primary_key=False)
-    copy = (300, TENANT, day(1, 3) + timedelta(hours=20), "the same key again")
+    original = next(r for r in ROWS if r[0] == 300)
+    copy = (300, TENANT, original[2], "the same key again")  # the same last-modified value: a conflict
     insert_rows(pg_conn, pg_schema, ROWS + OTHERS + [copy])
     config = config_for("delta", pg_schema, tmp_path / "dest")
 
     summary, outcomes, _ = run(spark, config)
 
     assert summary.status == "ERROR"
-    assert "duplicate primary key in one batch: id=300 appears 2 times" in summary.error
+    assert "two different versions of key id=300 have the same, latest last-modified value" in summary.error
     assert len(spark_jobs) == 1  # Jan 1st..5th in one job; the model stops at its bad window
     assert [o.planned.bounds.progress.end for o in outcomes] == [day(1, 2), day(1, 3)]  # Jan 1st, 2nd
     table = DeltaTable(str(tmp_path / "dest" / "events"))
@@ -189,7 +190,7 @@ def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> No
     tags = together.column(WINDOW_COLUMN).to_pylist()
     for i, request in enumerate(requests):
         mine = together.filter([t == i for t in tags]).drop_columns([WINDOW_COLUMN])
-        alone = reader.read(spark, request).toArrow()
+        alone = reader.read(spark, request, with_origin=True).toArrow()  # each row with its file, as together
         if i == 0:
             assert ids(mine) == ids(alone) == [1, 2, 5]
         else:  # the NULL row is read by every window alone, by the first one only together

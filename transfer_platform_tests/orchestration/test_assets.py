@@ -147,7 +147,7 @@ def test_failure_in_window_three_keeps_windows_one_and_two(tmp_path: Path, spark
         assert instance.get_materialized_partitions(KEY) == set(keys[:2])
         failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
         message = failure.event_specific_data.user_failure_data.description
-        assert "duplicate primary key" in message
+        assert "two different versions of key" in message
         assert "id=1000" in message
         assert "acme_delta" in message
         assert _delivered(tmp_path) == _expected(rows, until=DAY0 + timedelta(days=2))
@@ -338,7 +338,7 @@ def test_a_failing_model_does_not_stop_the_other_models_of_its_op(tmp_path: Path
         assert instance.get_materialized_partitions(twins) == set()
         failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
         message = failure.event_specific_data.user_failure_data.description
-        assert "duplicate primary key" in message
+        assert "two different versions of key" in message
         assert failure.event_specific_data.user_failure_data.metadata["model"].value == "twins"
     assert _delivered(tmp_path) == _expected(rows)
 

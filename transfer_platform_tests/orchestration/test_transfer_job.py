@@ -257,7 +257,7 @@ def test_every_model_failing_is_an_error(platform: Path, instance: dg.DagsterIns
     (error,) = transfer["errors"]
     assert "items: " in error["error"]
     assert "notes: " in error["error"]
-    assert "duplicate primary key" in error["error"]
+    assert "two different versions of key" in error["error"]
     assert transfer["rows_transferred"] == 0
     assert transfer["models"] == {}
 
