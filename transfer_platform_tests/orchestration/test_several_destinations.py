@@ -30,8 +30,8 @@ from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME, integrity_check_keys
-from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
 from transfer_platform.orchestration.coordinator import RunPlacementError, placement, tags_for
+from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
 from transfer_platform.orchestration.repair import repair_requests
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, dest_slots_key, model_key
