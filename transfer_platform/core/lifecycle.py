@@ -61,7 +61,7 @@ def first_line(text: str | None) -> str:
     if not lines:
         return ""
     if lines[0].startswith("invalid configuration") and len(lines) > 1:
-        return f"{lines[0]}: {lines[1]}"
+        return f"{lines[0].rstrip(':')}: {lines[1]}"
     return lines[0]
 
 
