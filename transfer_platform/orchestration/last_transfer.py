@@ -52,6 +52,8 @@ def outcome(key: AssetKey, status: str, transfer_id: str, *, error: str | None =
             windows: int | None = None) -> AssetCheckEvaluation:
     """One model's outcome as the check's evaluation."""
     passed = status == "SUCCESS"
+    if blame is None and not passed and status not in _WARN_STATUSES:
+        blame = "platform"  # a user's cancel (WARN) blames nobody
     if passed:
         description = f"SUCCESS: {rows or 0} row(s) in {windows or 0} window(s) (transfer {transfer_id})"
     else:
@@ -66,7 +68,8 @@ def outcome(key: AssetKey, status: str, transfer_id: str, *, error: str | None =
     if not passed:
         metadata["error"] = MetadataValue.text(error or "")
         metadata["error_type"] = MetadataValue.text(error_type or "")
-        metadata["blame"] = MetadataValue.text(blame or "platform")
+    if blame:
+        metadata["blame"] = MetadataValue.text(blame)
     return AssetCheckEvaluation(
         asset_key=key, check_name=CHECK_NAME, passed=passed, description=description, metadata=metadata,
         severity=AssetCheckSeverity.WARN if status in _WARN_STATUSES else AssetCheckSeverity.ERROR)
@@ -119,8 +122,8 @@ def outcomes(summaries: list[ModelSummary], models: list[str], key_of_model: dic
     if stopped is not None:
         status, error_type, message = stopped
         done = {s.model for s in finished}
-        found += [outcome(key_of_model[m], status, transfer_id, error=message, error_type=error_type,
-                          blame="platform") for m in models if m not in done]
+        found += [outcome(key_of_model[m], status, transfer_id, error=message, error_type=error_type)
+                  for m in models if m not in done]
     return found
 
 

@@ -46,7 +46,7 @@ from dagster import (
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.schedule import due
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.orchestration.checks import INTEGRITY_JOB, JOB_NAME, integrity_check_keys
+from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
 from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.lifecycle import sweep
@@ -155,10 +155,11 @@ def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedA
         for index, group in enumerate(by_partitioning.values())]
 
 
-def transfer_schedule_sensor(asset_jobs: list) -> SensorDefinition:
-    """The sensor, with the jobs it launches and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
+def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinition:  # noqa: ANN001
+    """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`)
+    and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
     return sensor(
-        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, INTEGRITY_JOB, *asset_jobs],
+        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job, *asset_jobs],
         minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
                     "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "

@@ -215,7 +215,8 @@ def test_a_failing_model_does_not_stop_the_others_partial_failure(
     assert transfer["rows_transferred"] == 12
     (error,) = transfer["errors"]
     assert error["step"] == "run_transfer"
-    assert error["error"].startswith("items: model 'items' -> destination 'acme_delta': reading ")
+    assert error["error"].startswith("PARTIAL_FAILURE: 1 of 2 model(s) failed. items: model 'items' -> "
+                                     "destination 'acme_delta': reading ")
     assert "part-0.parquet" in error["error"]
     assert "notes" not in error["error"]
     assert list_transfers(instance, TransferFilter(status="SUCCESS")) == []
@@ -257,8 +258,8 @@ def test_every_model_failing_is_an_error(platform: Path, instance: dg.DagsterIns
     assert instance.get_materialized_partitions(NOTES) == set()
     transfer = only_transfer(instance, status="ERROR")
     (error,) = transfer["errors"]
-    assert "items: " in error["error"]
-    assert "notes: " in error["error"]
+    assert error["error"].startswith("ERROR: 2 of 2 model(s) failed. items: ")
+    assert "model 'notes' (DataError, blame: provider): " in error["error"]
     assert "duplicate primary key" in error["error"]
     assert transfer["rows_transferred"] == 0
     assert transfer["models"] == {}
