@@ -187,7 +187,10 @@ def _killed_workers(instance: DagsterInstance, now: datetime) -> list[str]:
             continue
         events = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
         died = any(any(text in (e.event_log_entry.message or "") for text in _WORKER_DIED) for e in events)
-        instance.add_run_tags(run.run_id, {SWEPT_TAG: "true", **({ORPHANED_TAG: "true"} if died else {})})
+        status = "ORPHANED" if died else run.tags.get(STATUS_TAG) or transfer_status(
+            run.status.value, dict(run.tags), started=record.start_time is not None)  # died before it said
+        instance.add_run_tags(run.run_id, {SWEPT_TAG: "true", STATUS_TAG: status,
+                                           **({ORPHANED_TAG: "true"} if died else {})})
         if died:
             found.append(run.run_id)
     return found

@@ -122,6 +122,7 @@ def test_worker_killed_under_a_live_parent_is_orphaned(platform: RunningPlatform
     sweep(instance, datetime.now(UTC) + ORPHANED_AFTER + timedelta(minutes=1))
     (listed,) = [t for t in list_transfers(instance, TransferFilter()) if t["id"] == run_id]
     assert listed["status"] == "ORPHANED", listed["status"]
+    assert instance.get_run_by_id(run_id).tags[STATUS_TAG] == "ORPHANED"  # shown in the runs list
 
 
 def test_killed_cancelled_and_orphaned_transfers(platform: RunningPlatform) -> None:
