@@ -207,6 +207,8 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
                     done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
                     if done is not None:
                         yield materialization(key_of_model[model.model_name], done, context.run.run_id)
+        except GeneratorExit:  # Dagster closed the step's generator: nothing more may be yielded
+            raise
         except BaseException as exc:  # reported on the models' last_transfer check, then raised on
             replacement, evaluations = stopped(context.instance, context.run.run_id, exc, summaries, names,
                                                key_by_name)
