@@ -48,6 +48,7 @@ from transfer_platform.orchestration.last_transfer import (
     as_result,
     check_spec,
     failure_description,
+    for_partition,
     latest,
     outcomes,
     stopped,
@@ -193,10 +194,15 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         key_by_name = {m: key_of_model[m] for m in names}
         checked = context.selected_asset_check_keys
 
+        planned = list(context.partition_keys) if partitions_def is not None else []
+
         def report(evaluations: list) -> Iterator:
-            """Selected checks are results of this step; the others (a backfill selects none) events."""
+            """Selected checks are results of this step (and, in a partitioned run, where Dagster
+            planned them: once per partition); the others (a backfill selects none) events."""
             for evaluation in evaluations:
                 if evaluation.asset_check_key in checked:
+                    for partition in planned:
+                        context.log_event(for_partition(evaluation, partition))
                     yield as_result(evaluation)
                 else:
                     context.log_event(evaluation)

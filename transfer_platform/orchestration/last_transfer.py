@@ -87,6 +87,14 @@ def as_result(evaluation: AssetCheckEvaluation) -> AssetCheckResult:
                             description=evaluation.description, metadata=evaluation.metadata)
 
 
+def for_partition(evaluation: AssetCheckEvaluation, partition: str) -> AssetCheckEvaluation:
+    """The same outcome for one partition: a partitioned run plans the check per partition."""
+    return AssetCheckEvaluation(
+        asset_key=evaluation.asset_key, check_name=evaluation.check_name, passed=evaluation.passed,
+        metadata=evaluation.metadata, severity=evaluation.severity, description=evaluation.description,
+        partition=partition)
+
+
 def report_runless(instance: DagsterInstance, evaluations: Iterable[AssetCheckEvaluation]) -> None:
     """Outcomes known outside the run (the sweep: EXPIRED, ORPHANED)."""
     for evaluation in evaluations:

@@ -183,3 +183,7 @@ def test_materialize_reports_the_check_it_runs_with_the_asset(config_path: Path,
     assert (items["runId"], items["status"]) == (result.run_id, "SUCCEEDED")
     shown = {t["key"]: t["value"] for t in graphql(context, RUN, runId=result.run_id)["runOrError"]["tags"]}
     assert shown["transfer_platform/status"] == "PARTIAL_FAILURE"
+    # the execution Dagster planned for the run's partition is answered too, not left skipped
+    executions = graphql(context, CHECK_EXECUTIONS.replace("limit: 1", "limit: 10"), path=BROKEN,
+                         check="last_transfer")["assetCheckExecutions"]
+    assert [e["status"] for e in executions] == ["FAILED", "FAILED"]
