@@ -11,12 +11,12 @@ import dagster as dg
 
 from transfer_platform.config import find_config_path, load_config
 from transfer_platform.orchestration.assets import source_specs, transfer_assets
-from transfer_platform.orchestration.checks import INTEGRITY_JOB, integrity_checks
+from transfer_platform.orchestration.checks import integrity_checks, integrity_job
 from transfer_platform.orchestration.connection_test_job import connection_test_job
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.io_manager import DestinationIOManager
 from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
-from transfer_platform.orchestration.sensors import transfer_schedule_sensor
+from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
 from transfer_platform.orchestration.transfer_job import transfer_job
 
 
@@ -25,11 +25,14 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config = load_config(path)
     platform = TransferPlatformResource(config_path=path)
     pyspark = spark_resource(config)
+    transfers = transfer_assets(config)
+    asset_jobs = transfer_assets_jobs(transfers)
+    integrity = integrity_job(config)
     return dg.Definitions(
-        assets=[*source_specs(config), *transfer_assets(config)],
+        assets=[*source_specs(config), *transfers],
         asset_checks=integrity_checks(config),
-        jobs=[transfer_job, INTEGRITY_JOB, connection_test_job, delete_sweep_job],
-        sensors=[transfer_schedule_sensor],
+        jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job, *asset_jobs],
+        sensors=[transfer_schedule_sensor(integrity, asset_jobs)],
         resources={
             "platform": platform,
             "pyspark": pyspark,

@@ -116,3 +116,11 @@ class SchemaMismatch(TransferPlatformError):
     """The destination table's schema cannot take the model as configured."""
 
     blame = "provider"
+
+
+class TransferCancelled(KeyboardInterrupt):
+    """A running transfer was stopped: cancelled by a user (the UI's Terminate, ``transfer-platform
+    cancel``) or its process was asked to stop. A ``KeyboardInterrupt``, so Dagster still ends the
+    run as cancelled; its message says what happened instead of a bare interrupt."""
+
+    blame = "platform"

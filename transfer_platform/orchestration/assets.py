@@ -44,6 +44,15 @@ from transfer_platform.orchestration.keys import (
     transfer_asset_key,
     transfer_group,
 )
+from transfer_platform.orchestration.last_transfer import (
+    as_result,
+    check_spec,
+    failure_description,
+    for_partition,
+    latest,
+    outcomes,
+    stopped,
+)
 from transfer_platform.orchestration.lifecycle import heartbeat, record_model_outcomes
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
 from transfer_platform.orchestration.reporting import materialization
@@ -146,6 +155,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
     @multi_asset(
         name=name,
         specs=specs,
+        check_specs=[check_spec(spec.key) for spec in specs],
         can_subset=True,
         partitions_def=partitions_def,
         backfill_policy=BackfillPolicy.single_run() if partitions_def else None,
@@ -156,6 +166,10 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         now = datetime.now(UTC)  # the run's clock, captured once and passed down
         current = platform.config
         models = [current.model(name) for key, name in model_of_key.items() if key in context.selected_asset_keys]
+        if not models:  # only last_transfer checks selected ("Execute checks"): report them again
+            for check_key in context.selected_asset_check_keys:
+                yield as_result(latest(context.instance, check_key.asset_key, context.run.run_id))
+            return
         partitions = None
         if partitions_def is not None:
             partitions = windows_for_keys(partitions_def, list(context.partition_keys))
@@ -166,6 +180,8 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         if config.dry_run:
             yield from _dry_run(context, pyspark, current, destination_name, models, now, key_of_model,
                                 full_refresh=full_refresh, partitions=partitions)
+            for check_key in context.selected_asset_check_keys:  # nothing moved: the last outcome stands
+                yield as_result(latest(context.instance, check_key.asset_key, context.run.run_id))
             return
         writer = platform.writer(destination_name)
         request = TransferRequest(
@@ -174,19 +190,47 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         )
         summaries: list[ModelSummary] = []
         tallies: dict[str, PartitionTally] = {}
+        names = [m.model_name for m in models]
+        key_by_name = {m: key_of_model[m] for m in names}
+        checked = context.selected_asset_check_keys
+
+        planned = list(context.partition_keys) if partitions_def is not None else []
+
+        def report(evaluations: list) -> Iterator:
+            """Selected checks are results of this step (and, in a partitioned run, where Dagster
+            planned them: once per partition); the others (a backfill selects none) events."""
+            for evaluation in evaluations:
+                if evaluation.asset_check_key in checked:
+                    for partition in planned:
+                        context.log_event(for_partition(evaluation, partition))
+                    yield as_result(evaluation)
+                else:
+                    context.log_event(evaluation)
+
         try:
             with heartbeat(context.instance, context.run.run_id):
                 for model, outcome in transfer_models(request, models, summaries, partitions=partitions):
                     done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
                     if done is not None:
                         yield materialization(key_of_model[model.model_name], done, context.run.run_id)
+        except GeneratorExit:  # Dagster closed the step's generator: nothing more may be yielded
+            raise
+        except BaseException as exc:  # reported on the models' last_transfer check, then raised on
+            replacement, evaluations = stopped(context.instance, context.run.run_id, exc, summaries, names,
+                                               key_by_name)
+            yield from report(evaluations)
+            if replacement is exc:
+                raise
+            raise replacement from None
         finally:
             writer.close()
         failed = [s for s in summaries if s.status != "SUCCESS"]
         # a model not reached (an exception above) is neither: the run is then ERROR or PARTIAL
-        record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed))
+        record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed),
+                              rows=sum(s.rows_transferred for s in summaries))
+        yield from report(outcomes(summaries, names, key_by_name, context.run.run_id))
         if failed:
-            raise _failure(destination_name, failed)
+            raise _failure(destination_name, failed, len(summaries))
 
     return _transfer
 
@@ -209,13 +253,10 @@ def _dry_run(context: AssetExecutionContext, pyspark: LazyPySparkResource, curre
                       metadata={"destination": destination_name, "model": ", ".join(p.model for p in failed)})
 
 
-def _failure(destination_name: str, failed: list[ModelSummary]) -> Failure:
-    """A clear failure in the UI instead of a traceback: one paragraph per failed model."""
-    if len(failed) == 1:
-        description = failed[0].error
-    else:
-        description = "\n\n".join(f"model {s.model!r}: {s.error}" for s in failed)
-    return Failure(description=description, metadata={
+def _failure(destination_name: str, failed: list[ModelSummary], total: int) -> Failure:
+    """A clear failure in the UI instead of a traceback: the one-line error first, then one
+    paragraph per failed model."""
+    return Failure(description=failure_description(failed, total), metadata={
         "destination": destination_name,
         "model": ", ".join(s.model for s in failed),
         "error_type": ", ".join(sorted({s.error_type for s in failed})),

@@ -37,6 +37,7 @@ _LOG = logging.getLogger("transfer_platform.coordinator")
 TRANSFER_JOB = "transfer"
 SWEEP_JOB = "delete_sweep"
 INTEGRITY_JOB = "integrity"
+INTEGRITY_CHECK = "integrity"  # checks.CHECK_NAME (a last_transfer check runs with its transfer)
 
 
 class RunPlacementError(Exception):
@@ -114,8 +115,8 @@ def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
     if unknown:
         raise RunPlacementError(f"destination {destination_name!r} does not receive model(s) {unknown}")
     models = [known[m] for m in model_names] if model_names else list(known.values())
-    return limit_tags(config, destination_name, models, kind,
-                      with_checks=kind == "transfer" and bool(run.asset_check_selection))
+    integrity = any(check.name == INTEGRITY_CHECK for check in run.asset_check_selection or ())
+    return limit_tags(config, destination_name, models, kind, with_checks=kind == "transfer" and integrity)
 
 
 class TransferRunCoordinator(QueuedRunCoordinator):

@@ -19,7 +19,7 @@ takes nothing else with it, and is failed as the code server fails it).
   platform without ``fork``.
 - ``terminate`` (the UI's Terminate, ``transfer-platform cancel``) interrupts the worker (SIGINT,
   as the code server does) from any process on the same machine: the run's
-  ``transfer_platform/run_worker`` tag names its host, pid and start time. From another machine
+  ``.dagster/transfer_platform/run_worker`` tag (hidden in the UI) names its host, pid and start time. From another machine
   the run is marked CANCELING and the worker's cancellation thread (Dagster's) interrupts it.
 
 Runs execute on the machine of the process that launched them (the daemon), with its environment

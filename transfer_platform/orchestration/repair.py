@@ -26,10 +26,9 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
 from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.run_tags import PREFIX, limit_tags
+from transfer_platform.orchestration.run_tags import PREFIX, TRIGGER_TAG, limit_tags
 
 REPAIR_TAG = f"{PREFIX}/repair_of"
-TRIGGER_TAG = f"{PREFIX}/trigger"
 _FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 
 

@@ -4,17 +4,27 @@ Every run that touches a destination carries tags saying which destination, mode
 it touches; the run queue (``dagster-daemon``) counts runs per tag and starts a queued run only
 when every limit holds:
 
-- ``transfer_platform/dest_slots_<N> = <destination>``: at most N runs per destination, N being
+- ``.dagster/transfer_platform/dest_slots_<N> = <destination>``: at most N runs per destination, N being
   the destination's ``max_concurrent_transfers`` (one rule per distinct N, limit N per value);
-- ``transfer_platform/model/<model> = <destination>``: one run per destination and model (a run
+- ``.dagster/transfer_platform/model/<model> = <destination>``: one run per destination and model (a run
   over several models carries one such tag per model);
-- ``transfer_platform/source/<source> = transfer``: at most the source's
+- ``.dagster/transfer_platform/source/<source> = transfer``: at most the source's
   ``max_concurrent_transfers`` runs reading from it;
 - integrity runs carry the model tags of *every* model of their destination, so an integrity run
   never runs beside a transfer to the same destination.
 
 The rules are generated from the configuration (:func:`queue_rules`) by the run coordinator, so
 they follow the file without editing ``dagster.yaml``. Nothing here imports Dagster.
+
+What a user reads in the runs list stays in sight under ``transfer_platform/``: the destination,
+the models, the kind, the transfer's status and rows moved (written when it ends), full refresh,
+the user's own tags and a repair's origin. Bookkeeping (the limit keys above, the heartbeat, the run
+worker, the scheduled tick, model counts, sweep markers) sits under :data:`HIDDEN_PREFIX`,
+``.dagster/transfer_platform/``: Dagster's webserver leaves every run tag whose key starts with
+``.dagster/`` out of its GraphQL answers (``dagster._core.storage.tags.HIDDEN_TAG_PREFIX``,
+``get_tag_type``), so the UI never shows them, while run storage, ``RunsFilter`` and the run
+queue's tag limits see them like any other tag. It is the one way Dagster offers: the UI's
+"pinned tags" are a per-browser setting.
 """
 
 from __future__ import annotations
@@ -24,26 +34,33 @@ import re
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 
 PREFIX = "transfer_platform"
+#: Dagster hides run tags starting with ".dagster/" (dagster._core.storage.tags.HIDDEN_TAG_PREFIX;
+#: test_run_tags asserts they still match)
+DAGSTER_HIDDEN_PREFIX = ".dagster/"
+HIDDEN_PREFIX = f"{DAGSTER_HIDDEN_PREFIX}{PREFIX}"
 DESTINATION_TAG = f"{PREFIX}/destination"
 MODELS_TAG = f"{PREFIX}/models"  # comma-separated model names
 KIND_TAG = f"{PREFIX}/kind"  # transfer | integrity | delete_sweep
 FULL_REFRESH_TAG = f"{PREFIX}/full_refresh"
 USER_TAG_PREFIX = f"{PREFIX}/tag/"  # user tags of `transfer --tag key=value`
+STATUS_TAG = f"{PREFIX}/status"  # Prequel's status of the transfer, once it has ended
+ROWS_TAG = f"{PREFIX}/rows_transferred"  # rows moved, once it has ended
+TRIGGER_TAG = f"{HIDDEN_PREFIX}/trigger"  # sensor | cli (Dagster shows sensor launches itself)
 KINDS = ("transfer", "integrity", "delete_sweep")
 
 USER_TAG_PATTERN = re.compile(r"[A-Za-z0-9_-]+")  # whole key and value (fullmatch)
 
 
 def dest_slots_key(limit: int) -> str:
-    return f"{PREFIX}/dest_slots_{limit}"
+    return f"{HIDDEN_PREFIX}/dest_slots_{limit}"
 
 
 def model_key(model: str) -> str:
-    return f"{PREFIX}/model/{model}"
+    return f"{HIDDEN_PREFIX}/model/{model}"
 
 
 def source_key(source: str) -> str:
-    return f"{PREFIX}/source/{source}"
+    return f"{HIDDEN_PREFIX}/source/{source}"
 
 
 def limit_tags(config: PlatformConfig, destination_name: str, models: list[ModelConfig], kind: str,

@@ -52,7 +52,7 @@ WARM_IMPORTS = ("dagster._cli.api", "dagster._core.execution.api", "transfer_pla
                 "transfer_platform.destinations.object_storage", "transfer_platform.sources.jdbc",
                 "transfer_platform.sources.parquet_lake", "pyspark.sql.connect.session", "pyarrow",
                 "pyarrow.parquet", "pandas", "psycopg", "deltalake")
-WORKER_TAG = "transfer_platform/run_worker"  # "<host> <pid> <start time>" of a run's worker
+WORKER_TAG = ".dagster/transfer_platform/run_worker"  # "<host> <pid> <start time>"; hidden (run_tags.HIDDEN_PREFIX)
 
 
 def process_start_time(pid: int) -> str | None:

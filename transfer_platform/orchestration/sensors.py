@@ -28,32 +28,41 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from dagster import (
+    AssetsDefinition,
+    AssetSelection,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
     RunsFilter,
+    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    define_asset_job,
     sensor,
 )
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.schedule import due
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.orchestration.checks import INTEGRITY_JOB, JOB_NAME, integrity_check_keys
+from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
 from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.lifecycle import sweep
 from transfer_platform.orchestration.repair import repair_requests
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, PREFIX, limit_tags
+from transfer_platform.orchestration.run_tags import (
+    DESTINATION_TAG,
+    HIDDEN_PREFIX,
+    KIND_TAG,
+    TRIGGER_TAG,
+    limit_tags,
+)
 from transfer_platform.orchestration.transfer_job import transfer_job
 
-SCHEDULED_FOR_TAG = f"{PREFIX}/scheduled_for"
-MISSED_TICKS_TAG = f"{PREFIX}/missed_ticks"
-TRIGGER_TAG = f"{PREFIX}/trigger"
+SCHEDULED_FOR_TAG = f"{HIDDEN_PREFIX}/scheduled_for"
+MISSED_TICKS_TAG = f"{HIDDEN_PREFIX}/missed_ticks"
 
 
 def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datetime
@@ -129,14 +138,37 @@ def has_succeeded(instance: DagsterInstance) -> Callable[[str], bool]:
     return delivered
 
 
-@sensor(name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, INTEGRITY_JOB], minimum_interval_seconds=60,
-        default_status=DefaultSensorStatus.RUNNING,
+def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedAssetJobDefinition
+    """The transfer assets as asset jobs, one per partitioning (a job's assets share one):
+    ``transfer_assets``, ``transfer_assets__1``, ... The sensor names them among its targets so
+    that the UI shows it as each transfer asset's automation, with its next tick (Dagster lists a
+    sensor there when one of its jobs selects the asset; the ``transfer`` job is an op job and
+    selects none). The sensor's scheduled runs are of the ``transfer`` job, which records
+    materializations of the same assets; launched by hand, these jobs are the UI's Materialize."""
+    by_partitioning: dict = {}
+    for definition in assets:
+        by_partitioning.setdefault(definition.partitions_def, []).append(definition)
+    return [define_asset_job(
+        "transfer_assets" + (f"__{index}" if index else ""), selection=AssetSelection.assets(*group),
+        description="materialize the selected transfer assets (as the UI's Materialize does); the "
+                    "transfer_schedule sensor keeps them up to date through the transfer job")
+        for index, group in enumerate(by_partitioning.values())]
+
+
+def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinition:  # noqa: ANN001
+    """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`)
+    and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
+    return sensor(
+        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job, *asset_jobs],
+        minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
                     "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "
-                    "cancels transfers pending > 6 h, fails orphaned ones.")
-def transfer_schedule_sensor(context: SensorEvaluationContext, platform: TransferPlatformResource):
+                    "cancels transfers pending > 6 h, fails orphaned ones.")(evaluate_schedule)
+
+
+def evaluate_schedule(context: SensorEvaluationContext, platform: TransferPlatformResource) -> SensorResult:
     now = datetime.now(UTC)
-    swept = sweep(context.instance, now)
+    swept = sweep(context.instance, now, platform.config)
     for kind, run_ids in swept.items():
         for run_id in run_ids:
             context.log.warning(f"transfer {run_id} {kind}")

@@ -18,19 +18,36 @@ and attaches the plan as its output's metadata; it moves nothing and reports no 
 
 from datetime import UTC, datetime
 
-from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
+from dagster import (
+    Config,
+    Failure,
+    MetadataValue,
+    OpExecutionContext,
+    Output,
+    job,
+    op,
+)
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from transfer_platform.core.timeutil import utc
 from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.lifecycle import heartbeat, record_model_outcomes
+from transfer_platform.orchestration.last_transfer import failure_description, outcomes, stopped
+from transfer_platform.orchestration.lifecycle import (
+    heartbeat,
+    record_model_outcomes,
+)
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
-from transfer_platform.transfers.runner import PartitionTally, TransferRequest, run_transfer
+from transfer_platform.transfers.runner import (
+    ModelSummary,
+    PartitionTally,
+    TransferRequest,
+    transfer_models,
+)
 
 
 class TransferConfig(Config):
@@ -71,12 +88,8 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
         yield _dry_run(context, pyspark, current, destination.name, models, now, config)
         return
     tallies: dict[str, PartitionTally] = {}
-
-    def on_window(model, outcome) -> None:
-        done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
-        if done is not None:
-            key = transfer_asset_key(destination.recipient, destination.name, model.model_name)
-            context.log_event(materialization(key, done, context.run.run_id))
+    key_of_model = {m.model_name: transfer_asset_key(destination.recipient, destination.name, m.model_name)
+                    for m in models}
 
     writer = platform.writer(destination.name)
     request = TransferRequest(
@@ -84,17 +97,32 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
         transfer_id=context.run.run_id, now=now, full_refresh=config.full_refresh, log=context.log,
         start=_moment(config.start), end=_moment(config.end),
     )
+    summaries: list[ModelSummary] = []
     try:
         with heartbeat(context.instance, context.run.run_id):
-            summaries = run_transfer(request, models, on_window=on_window)
+            for model, outcome in transfer_models(request, models, summaries):
+                done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
+                if done is not None:
+                    context.log_event(materialization(key_of_model[model.model_name], done, context.run.run_id))
+    except BaseException as exc:  # reported on the models' last_transfer check, then raised on
+        replacement, evaluations = stopped(context.instance, context.run.run_id, exc, summaries,
+                                           [m.model_name for m in models], key_of_model)
+        for evaluation in evaluations:
+            context.log_event(evaluation)
+        if replacement is exc:
+            raise
+        raise replacement from None
     finally:
         writer.close()
     failed = [s for s in summaries if s.status != "SUCCESS"]
-    record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed))
+    record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed),
+                          rows=sum(s.rows_transferred for s in summaries))
+    for evaluation in outcomes(summaries, [m.model_name for m in models], key_of_model, context.run.run_id):
+        context.log_event(evaluation)
     summary = {s.model: s.as_dict() for s in summaries}
     if failed:
         raise Failure(
-            description="; ".join(f"{s.model}: {s.error}" for s in failed),
+            description=failure_description(failed, len(summaries)),
             metadata={"models": MetadataValue.json(summary), "models_failed": len(failed),
                       "models_succeeded": len(summaries) - len(failed)},
         )

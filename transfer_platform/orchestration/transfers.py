@@ -25,6 +25,7 @@ from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     FULL_REFRESH_TAG,
     KIND_TAG,
+    TRIGGER_TAG,
     USER_TAG_PREFIX,
     limit_tags,
     transfer_op_config,
@@ -77,7 +78,7 @@ def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path
         op_config["end"] = order.end.isoformat()
     tags = {**limit_tags(config, destination.name, models, "transfer"),
             **{USER_TAG_PREFIX + k: v for k, v in order.tags.items()},
-            "transfer_platform/trigger": "cli"}
+            TRIGGER_TAG: "cli"}
     if order.full_refresh:
         tags[FULL_REFRESH_TAG] = "true"
     run_id = str(uuid.uuid4())

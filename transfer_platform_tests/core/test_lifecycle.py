@@ -12,6 +12,9 @@ from transfer_platform.core.lifecycle import (
     MODELS_SUCCEEDED_TAG,
     ORPHANED_TAG,
     STATUSES,
+    ended_status,
+    failure_headline,
+    first_line,
     transfer_status,
 )
 
@@ -80,3 +83,34 @@ def test_the_table_covers_every_dagster_run_status() -> None:
 
 def test_steps_default_to_none_succeeded() -> None:
     assert transfer_status("FAILURE", {}, started=True) == "ERROR"
+
+
+@pytest.mark.parametrize(("succeeded", "failed", "status"), [
+    pytest.param(3, 0, "SUCCESS", id="all"),
+    pytest.param(0, 0, "SUCCESS", id="no-model"),
+    pytest.param(2, 1, "PARTIAL_FAILURE", id="some"),
+    pytest.param(0, 2, "ERROR", id="none"),
+])
+def test_ended_status(succeeded: int, failed: int, status: str) -> None:
+    assert ended_status(succeeded, failed) == status
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    pytest.param("cannot reach host\n  more detail", "cannot reach host", id="first-line"),
+    pytest.param("\n\n  - late start\n", "late start", id="leading-blank"),
+    pytest.param("invalid configuration in x.yaml (1 problem(s)):\n  - models[0]: bad\n    fix: do y",
+                 "invalid configuration in x.yaml (1 problem(s)): models[0]: bad", id="config-error-header"),
+    pytest.param(None, "", id="none"),
+])
+def test_first_line(text: str | None, line: str) -> None:
+    assert first_line(text) == line
+
+
+def test_the_failure_headline_is_one_line_with_the_first_error_and_its_blame() -> None:
+    headline = failure_headline([("orders", "recipient", "role 'r' may not insert\nFix: GRANT ..."),
+                                 ("items", None, "boom")], total=3)
+    assert "\n" not in headline
+    assert headline == ("PARTIAL_FAILURE: 2 of 3 model(s) failed. orders: role 'r' may not insert "
+                        "[blame: recipient] (and 1 more model(s), below)")
+    assert failure_headline([("items", "provider", "duplicate key")], total=1) == (
+        "ERROR: 1 of 1 model(s) failed. items: duplicate key [blame: provider]")

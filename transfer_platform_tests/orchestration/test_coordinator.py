@@ -164,8 +164,8 @@ def test_an_asset_check_run_is_integrity_and_locks_every_model_of_its_destinatio
     assert placement(config, run) == ("acme_delta", ["items"], "integrity")
     tags = tags_for(config, run)
     assert tags[KIND_TAG] == "integrity"
-    assert tags["transfer_platform/model/items"] == "acme_delta"
-    assert tags["transfer_platform/model/notes"] == "acme_delta"  # not checked, still locked
+    assert tags[".dagster/transfer_platform/model/items"] == "acme_delta"
+    assert tags[".dagster/transfer_platform/model/notes"] == "acme_delta"  # not checked, still locked
 
 
 def test_a_run_spanning_two_destinations_is_refused_with_the_reason(config_path: Path) -> None:
@@ -274,8 +274,8 @@ def test_queue_config_is_the_base_rules_plus_the_generated_ones(config_path: Pat
         stat = config_path.stat()
         os.utime(config_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
         keys = [r["key"] for r in coordinator.get_run_queue_config().tag_concurrency_limits]
-        assert "transfer_platform/dest_slots_5" in keys
-        assert "transfer_platform/dest_slots_1" not in keys
+        assert ".dagster/transfer_platform/dest_slots_5" in keys
+        assert ".dagster/transfer_platform/dest_slots_1" not in keys
 
 
 def test_the_run_queue_starts_only_what_the_limits_allow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

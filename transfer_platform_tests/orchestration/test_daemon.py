@@ -195,7 +195,7 @@ def test_daemon_runs_queued_transfers_within_limits(tmp_path: Path, monkeypatch:
                 platform.enqueue("acme_delta", ["notes"])]
 
         def scheduled() -> list[dg.DagsterRun]:
-            return instance.get_runs(dg.RunsFilter(tags={"transfer_platform/trigger": "sensor"}))
+            return instance.get_runs(dg.RunsFilter(tags={".dagster/transfer_platform/trigger": "sensor"}))
 
         platform.wait_for("the sensor's scheduled transfer of globex_delta", lambda: bool(scheduled()), 120)
         (sensor_run,) = scheduled()

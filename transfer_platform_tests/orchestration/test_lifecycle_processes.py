@@ -38,10 +38,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from transfer_platform.config import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, ORPHANED_AFTER, ORPHANED_TAG
 from transfer_platform.orchestration.lifecycle import sweep
+from transfer_platform.orchestration.run_tags import STATUS_TAG
 from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
+from transfer_platform_tests.orchestration.test_coordinator import workspace
 from transfer_platform_tests.orchestration.test_daemon import RunningPlatform, running_platform
+from transfer_platform_tests.orchestration.test_ui_failures import RUN, graphql, last_check
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +122,7 @@ def test_worker_killed_under_a_live_parent_is_orphaned(platform: RunningPlatform
     sweep(instance, datetime.now(UTC) + ORPHANED_AFTER + timedelta(minutes=1))
     (listed,) = [t for t in list_transfers(instance, TransferFilter()) if t["id"] == run_id]
     assert listed["status"] == "ORPHANED", listed["status"]
+    assert instance.get_run_by_id(run_id).tags[STATUS_TAG] == "ORPHANED"  # shown in the runs list
 
 
 def test_killed_cancelled_and_orphaned_transfers(platform: RunningPlatform) -> None:
@@ -167,7 +172,7 @@ def test_killed_cancelled_and_orphaned_transfers(platform: RunningPlatform) -> N
     assert run.tags[HEARTBEAT_TAG] == last_beat
     assert sweep(instance, datetime.now(UTC)) == {"expired": [], "orphaned": []}
     later = datetime.fromisoformat(last_beat) + ORPHANED_AFTER + timedelta(minutes=1)
-    assert sweep(instance, later) == {"expired": [], "orphaned": [orphaned]}
+    assert sweep(instance, later, load_config(platform.config_path)) == {"expired": [], "orphaned": [orphaned]}
     run = instance.get_run_by_id(orphaned)
     assert run.status == dg.DagsterRunStatus.FAILURE
     assert run.tags[ORPHANED_TAG] == "true"
@@ -183,3 +188,22 @@ def test_killed_cancelled_and_orphaned_transfers(platform: RunningPlatform) -> N
     submitted, started, ended = (datetime.fromisoformat(listed[orphaned][k])
                                  for k in ("submitted_at", "started_at", "ended_at"))
     assert submitted <= started <= ended
+
+    # where users look (the webserver's GraphQL): the visible status tags, each model's
+    # last_transfer check, and a cancel that reads as one
+    with workspace(instance) as context:
+        shown = {run_id: {t["key"]: t["value"] for t in graphql(context, RUN, runId=run_id)["runOrError"]["tags"]}
+                 for run_id in (killed, pending, orphaned)}
+        assert [shown[r].get(STATUS_TAG) for r in (killed, pending, orphaned)] == ["KILLED", "CANCELLED", "ORPHANED"]
+        assert not [k for tags in shown.values() for k in tags if k.startswith(".dagster/")]
+        for model in ("items", "notes"):  # the model in progress and the one not reached
+            check = last_check(context, ["acme", "acme_delta", model])
+            assert (check["runId"], check["status"], check["evaluation"]["severity"]) == (killed, "FAILED", "WARN")
+            assert check["evaluation"]["description"].startswith("KILLED: cancelled by a user")
+            check = last_check(context, ["globex", "globex_delta", model])
+            assert (check["status"], check["evaluation"]["severity"]) == ("FAILED", "ERROR")
+            assert check["metadata"]["transfer_id"] == orphaned  # reported by the sweep, outside the run
+            assert check["evaluation"]["description"].startswith("ORPHANED: orphaned: no heartbeat since")
+    (cancelled,) = instance.all_logs(killed, of_type=dg.DagsterEventType.RUN_CANCELED)
+    assert cancelled.dagster_event.event_specific_data.error.message.startswith(
+        "transfer_platform.errors.TransferCancelled: cancelled by a user while it moved model 'items'")

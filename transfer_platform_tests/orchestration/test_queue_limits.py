@@ -101,17 +101,18 @@ def expected_tags(touch: Touch) -> dict[str, str]:
     tags = {
         "transfer_platform/destination": touch.destination,
         "transfer_platform/kind": touch.kind,
-        f"transfer_platform/dest_slots_{DEST_LIMIT[touch.destination]}": touch.destination,
+        f".dagster/transfer_platform/dest_slots_{DEST_LIMIT[touch.destination]}": touch.destination,
     }
     for model in touch.locked_models:
-        tags[f"transfer_platform/model/{model}"] = touch.destination
-        tags[f"transfer_platform/source/{SOURCE_OF[model]}"] = touch.kind
+        tags[f".dagster/transfer_platform/model/{model}"] = touch.destination
+        tags[f".dagster/transfer_platform/source/{SOURCE_OF[model]}"] = touch.kind
     return tags
 
 
 def limit_tags_of(run: dg.DagsterRun) -> dict[str, str]:
-    ignored = ("transfer_platform/models", "transfer_platform/trigger")
-    return {k: v for k, v in run.tags.items() if k.startswith("transfer_platform/") and k not in ignored}
+    limits = ("transfer_platform/destination", "transfer_platform/kind", ".dagster/transfer_platform/dest_slots_",
+              ".dagster/transfer_platform/model/", ".dagster/transfer_platform/source/")
+    return {k: v for k, v in run.tags.items() if k.startswith(limits)}
 
 
 def violations(active: list[Touch]) -> list[str]:

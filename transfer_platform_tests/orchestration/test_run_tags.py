@@ -50,13 +50,13 @@ def config(tmp_path: Path) -> PlatformConfig:
 def test_queue_rules_one_per_distinct_destination_limit_per_model_and_per_source(
         config: PlatformConfig) -> None:
     assert queue_rules(config) == [
-        {"key": "transfer_platform/dest_slots_1", "value": PER_VALUE, "limit": 1},
-        {"key": "transfer_platform/dest_slots_3", "value": PER_VALUE, "limit": 3},
-        {"key": "transfer_platform/model/items", "value": PER_VALUE, "limit": 1},
-        {"key": "transfer_platform/model/notes", "value": PER_VALUE, "limit": 1},
-        {"key": "transfer_platform/model/events", "value": PER_VALUE, "limit": 1},
-        {"key": "transfer_platform/source/lake", "limit": 4},
-        {"key": "transfer_platform/source/archive", "limit": 10},
+        {"key": ".dagster/transfer_platform/dest_slots_1", "value": PER_VALUE, "limit": 1},
+        {"key": ".dagster/transfer_platform/dest_slots_3", "value": PER_VALUE, "limit": 3},
+        {"key": ".dagster/transfer_platform/model/items", "value": PER_VALUE, "limit": 1},
+        {"key": ".dagster/transfer_platform/model/notes", "value": PER_VALUE, "limit": 1},
+        {"key": ".dagster/transfer_platform/model/events", "value": PER_VALUE, "limit": 1},
+        {"key": ".dagster/transfer_platform/source/lake", "limit": 4},
+        {"key": ".dagster/transfer_platform/source/archive", "limit": 10},
     ]
 
 
@@ -73,18 +73,18 @@ def test_transfer_tags_name_the_destination_its_slots_models_and_sources(config:
         DESTINATION_TAG: "globex_delta",
         KIND_TAG: "transfer",
         MODELS_TAG: "items,events",
-        "transfer_platform/dest_slots_3": "globex_delta",
-        "transfer_platform/model/items": "globex_delta",
-        "transfer_platform/model/events": "globex_delta",
-        "transfer_platform/source/lake": "transfer",
-        "transfer_platform/source/archive": "transfer",
+        ".dagster/transfer_platform/dest_slots_3": "globex_delta",
+        ".dagster/transfer_platform/model/items": "globex_delta",
+        ".dagster/transfer_platform/model/events": "globex_delta",
+        ".dagster/transfer_platform/source/lake": "transfer",
+        ".dagster/transfer_platform/source/archive": "transfer",
     }
 
 
 def test_a_one_model_transfer_locks_only_that_model(config: PlatformConfig) -> None:
     tags = limit_tags(config, "acme_delta", [config.model("notes")], "transfer")
     assert tags[dest_slots_key(1)] == "acme_delta"
-    assert [k for k in tags if k.startswith("transfer_platform/model/")] == [model_key("notes")]
+    assert [k for k in tags if k.startswith(".dagster/transfer_platform/model/")] == [model_key("notes")]
     assert source_key("archive") not in tags
 
 
@@ -94,12 +94,12 @@ def test_integrity_locks_every_model_of_its_destination_only(config: PlatformCon
     tags = limit_tags(config, "globex_delta", [config.model("items")], "integrity")
     assert tags[KIND_TAG] == "integrity"
     assert tags[MODELS_TAG] == "items"
-    assert {k: v for k, v in tags.items() if k.startswith("transfer_platform/model/")} == {
+    assert {k: v for k, v in tags.items() if k.startswith(".dagster/transfer_platform/model/")} == {
         model_key("items"): "globex_delta", model_key("events"): "globex_delta"}
     assert tags[source_key("lake")] == "integrity"
     assert tags[source_key("archive")] == "integrity"
     acme = limit_tags(config, "acme_delta", [], "integrity")
-    assert {k for k in acme if k.startswith("transfer_platform/model/")} == {
+    assert {k for k in acme if k.startswith(".dagster/transfer_platform/model/")} == {
         model_key("items"), model_key("notes"), model_key("events")}
 
 

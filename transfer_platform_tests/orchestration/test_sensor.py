@@ -104,7 +104,7 @@ def test_first_sight_requests_every_enabled_destination_at_its_tick(config: Plat
                                 SCHEDULED_FOR_TAG: isoformat(ticks[destination]),
                                 MISSED_TICKS_TAG: "0", TRIGGER_TAG: "sensor"}
     assert found["globex_delta"].tags[MODELS_TAG] == "items"
-    assert found["acme_delta"].tags["transfer_platform/dest_slots_2"] == "acme_delta"
+    assert found["acme_delta"].tags[".dagster/transfer_platform/dest_slots_2"] == "acme_delta"
 
 
 def test_each_tick_is_requested_once_with_a_stable_run_key(config: PlatformConfig) -> None:
@@ -196,7 +196,8 @@ def evaluate_between_ticks(config_path: Path, instance: dg.DagsterInstance, curs
 def test_the_sensor_requests_enabled_destinations_and_advances_its_cursor(config_path: Path,
                                                                          config: PlatformConfig) -> None:
     sensor = build_definitions(str(config_path)).resolve_sensor_def("transfer_schedule")
-    assert sorted(job.name for job in sensor.jobs) == ["delete_sweep", "integrity", "transfer"]
+    # the jobs it launches, and the transfer assets as a job: the UI shows it as their automation
+    assert sorted(job.name for job in sensor.jobs) == ["delete_sweep", "integrity", "transfer", "transfer_assets"]
     with dg.instance_for_test() as instance:
         result, now = evaluate_between_ticks(config_path, instance, None)
         expected = {d: latest_tick(f, now) for d, f in FREQUENCIES.items()}

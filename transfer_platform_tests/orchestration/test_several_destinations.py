@@ -31,6 +31,7 @@ from transfer_platform.definitions import build_definitions
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME, integrity_check_keys
 from transfer_platform.orchestration.coordinator import RunPlacementError, placement, tags_for
+from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
 from transfer_platform.orchestration.repair import repair_requests
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, dest_slots_key, model_key
@@ -116,7 +117,8 @@ def test_each_destination_and_model_is_an_asset_with_its_partitions_and_check(co
         days = days or node.partitions_def.get_partition_keys()
         assert node.partitions_def.get_partition_keys() == days  # 3 days of rows and today
     assert len(days) == 4
-    assert set(graph.asset_check_keys) == {dg.AssetCheckKey(k, CHECK_NAME) for k in expected}
+    assert set(graph.asset_check_keys) == {dg.AssetCheckKey(k, name) for k in expected
+                                           for name in (CHECK_NAME, LAST_TRANSFER)}
     config = load_config(config_path)
     for destination in DESTINATIONS:
         assert set(integrity_check_keys(config, destination)) == {

@@ -8,6 +8,7 @@ queued instance (the shipped ``dagster.yaml``; nothing dequeues): PENDING, CANCE
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from transfer_platform.config import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform.orchestration.run_tags import USER_TAG_PREFIX, limit_tags
+from transfer_platform.orchestration.run_tags import STATUS_TAG, USER_TAG_PREFIX, limit_tags
 from transfer_platform.orchestration.transfers import (
     TransferFilter,
     cancel,
@@ -37,6 +38,7 @@ from transfer_platform_tests.orchestration.test_coordinator import (
     transfer_run_config,
     workspace,
 )
+from transfer_platform_tests.orchestration.test_ui_failures import RUN, graphql, last_check
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
@@ -213,7 +215,8 @@ def test_a_failing_model_does_not_stop_the_others_partial_failure(
     assert transfer["rows_transferred"] == 12
     (error,) = transfer["errors"]
     assert error["step"] == "run_transfer"
-    assert error["error"].startswith("items: model 'items' -> destination 'acme_delta': reading ")
+    assert error["error"].startswith("PARTIAL_FAILURE: 1 of 2 model(s) failed. items: model 'items' -> "
+                                     "destination 'acme_delta': reading ")
     assert "part-0.parquet" in error["error"]
     assert "notes" not in error["error"]
     assert list_transfers(instance, TransferFilter(status="SUCCESS")) == []
@@ -255,8 +258,8 @@ def test_every_model_failing_is_an_error(platform: Path, instance: dg.DagsterIns
     assert instance.get_materialized_partitions(NOTES) == set()
     transfer = only_transfer(instance, status="ERROR")
     (error,) = transfer["errors"]
-    assert "items: " in error["error"]
-    assert "notes: " in error["error"]
+    assert error["error"].startswith("ERROR: 2 of 2 model(s) failed. items: ")
+    assert "model 'notes' (DataError, blame: provider): " in error["error"]
     assert "two different versions of key" in error["error"]
     assert transfer["rows_transferred"] == 0
     assert transfer["models"] == {}
@@ -326,8 +329,17 @@ def test_pending_cancelled_and_expired_transfers(queued) -> None:
     assert [t["id"] for t in list_transfers(instance, TransferFilter(
         ended_before=ended + timedelta(seconds=1)))] == [cancelled.run_id]
 
-    swept = sweep(instance, datetime.now(UTC) + timedelta(hours=7))
+    swept = sweep(instance, datetime.now(UTC) + timedelta(hours=7), load_config(os.environ[CONFIG_ENV]))
     assert sorted(swept["expired"]) == sorted([pending.run_id, expired.run_id])
+    # where users look (GraphQL): each run's visible status, the expired models' last_transfer check
+    shown = {r.run_id: {t["key"]: t["value"] for t in graphql(context, RUN, runId=r.run_id)["runOrError"]["tags"]}
+             for r in (pending, cancelled, expired)}
+    assert [shown[r.run_id].get(STATUS_TAG) for r in (pending, cancelled, expired)] == [
+        "EXPIRED", "CANCELLED", "EXPIRED"]
+    for model in ("items", "notes"):
+        check = last_check(context, ["acme", "acme_delta", model])
+        assert (check["runId"], check["status"], check["metadata"]["status"]) == ("", "FAILED", "EXPIRED")
+        assert check["evaluation"]["description"].startswith("EXPIRED: pending for more than 6:00:00")
     statuses = {t["id"]: t["status"] for t in list_transfers(instance, TransferFilter(destination="acme_delta"))}
     assert statuses == {pending.run_id: "EXPIRED", cancelled.run_id: "CANCELLED", expired.run_id: "EXPIRED"}
     assert [t["id"] for t in list_transfers(instance, TransferFilter(status="CANCELLED"))] == [cancelled.run_id]
