@@ -419,7 +419,7 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
 
-    return 0 if run_demo(Path(args.dir)) else 1
+    return 0 if run_demo(Path(args.dir), verbose=args.verbose) else 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -556,18 +556,29 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def _configure_logging(verbose: bool) -> str | None:
-    """Set the log level ($TRANSFER_PLATFORM_LOG_LEVEL, else WARNING, INFO with --verbose);
-    the error, if the variable names no level."""
+    """Set the log level ($TRANSFER_PLATFORM_LOG_LEVEL, else WARNING, INFO with --verbose) and
+    the lines' format (timestamped below WARNING); the error, if the variable names no level."""
     name = os.environ.get(LOG_LEVEL_ENV) or ("INFO" if verbose else "WARNING")
     level = logging.getLevelName(name.strip().upper())
     if not isinstance(level, int):
         return (f"${LOG_LEVEL_ENV}={name!r} is not a log level; fix: set it to DEBUG, INFO, WARNING "
                 "or ERROR, or unset it")
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s") if verbose
-                         else _LineFormatter("%(message)s"))
+    # a log asked for (--verbose, or INFO/DEBUG) gets each line's time, level and logger; the
+    # default (warnings and errors only) reads as the command's own words
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+                         if verbose or level < logging.WARNING else _LineFormatter("%(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     return None
+
+
+#: commands that take no configuration file, and why: a --config given to them is refused, not ignored
+_READS_NO_CONFIG = {
+    "demo": "it writes its own into --dir",
+    "signing-key": "it only makes a key pair",
+    "transfers": "it reads the Dagster instance in $DAGSTER_HOME",
+    "cancel": "it acts on the Dagster instance in $DAGSTER_HOME",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -580,6 +591,10 @@ def main(argv: list[str] | None = None) -> int:
                 "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
                 "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key,
                 "spark-server": cmd_spark_server, "integrity": cmd_integrity}
+    if args.config is not None and args.command in _READS_NO_CONFIG:
+        print(f"error: {args.command} reads no configuration file ({_READS_NO_CONFIG[args.command]}): "
+              "drop --config", file=sys.stderr)
+        return 2
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:

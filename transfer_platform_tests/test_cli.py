@@ -111,6 +111,21 @@ def test_tags_on_a_transfer_run_here_are_refused_not_dropped(tmp_path: Path, cap
     assert not (tmp_path / "dest").exists()
 
 
+@pytest.mark.parametrize("argv", [["demo", "--dir", "{tmp}/demo"], ["signing-key"], ["transfers"],
+                                  ["cancel", "some-id"]], ids=["demo", "signing-key", "transfers", "cancel"])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_config_given_to_a_command_that_reads_none_is_refused_not_ignored(tmp_path: Path, capsys, argv,
+                                                                          where) -> None:
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    config = ["--config", str(_config(tmp_path))]
+    assert main(config + argv if where == "before" else argv + config) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {argv[0]} reads no configuration file (")
+    assert captured.err.strip().endswith("drop --config")
+    assert captured.out == ""
+    assert not (tmp_path / "demo").exists()
+
+
 @pytest.mark.integration
 def test_transfer_failure_exits_non_zero_with_a_reason(tmp_path: Path, spark, capsys) -> None:
     (tmp_path / "lake" / "items").mkdir(parents=True)

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from transfer_platform.config import load_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.console.streams import child_output
 from transfer_platform.demo import sample_data
 from transfer_platform.destinations.base import arrow_schema, writer_for
 from transfer_platform.destinations.delta import DeltaWriter
@@ -172,9 +173,10 @@ def prepare_workdir(workdir: Path) -> Path:
     return workdir
 
 
-def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0) -> bool:
+def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0, verbose: bool = False) -> bool:
     """Run the demo in ``workdir`` (see :func:`prepare_workdir`); whether every destination
-    equals its tenant's source rows."""
+    equals its tenant's source rows. The local Spark's output (its banner, log and Java stack
+    traces) is kept off the terminal unless ``verbose``."""
     workdir = prepare_workdir(workdir)
     started = datetime.now(UTC)
     lake = workdir / "lake"
@@ -194,7 +196,8 @@ def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0)
         instance = DagsterInstance.get()
         print(f"reporting materializations to the Dagster instance in {os.environ['DAGSTER_HOME']}")
 
-    spark = get_spark_session(config.spark)
+    with child_output(verbose):
+        spark = get_spark_session(config.spark)
     t0 = time.perf_counter()
     backfill = _transfer_all(config, spark, instance, "backfill")
     ok = _print_table(f"backfill ({time.perf_counter() - t0:.1f} s)", config, backfill, check=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 
 import pymysql
 import pytest
@@ -169,7 +169,7 @@ def config_for(source: dict, model: dict, *, tenant: str, dst_schema: str) -> Pl
         "recipients": [{"name": "rcpt", "id_in_provider_system": tenant}],
         "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
                           "connection": pg_connection_config(dst_schema)}],
-    }, now=datetime(2024, 6, 1, tzinfo=UTC))
+    })
 
 
 def mysql_source(database: str, **settings) -> dict:

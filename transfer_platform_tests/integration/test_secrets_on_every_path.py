@@ -329,7 +329,8 @@ def assert_spark_logged_at_debug(server: SparkServer | None, python_log: str, jv
 
 def test_the_command_line_at_debug_never_shows_a_password(platform: Platform, pg_conn: psycopg.Connection,
                                                           spark_at_debug: SparkServer | None) -> None:
-    argvs = [["--config", str(platform.config_path), *argv] for argv, _ in CLI_COMMANDS]
+    # --verbose: the JVM's output (its log4j) on stderr too, where this test reads it
+    argvs = [["--verbose", "--config", str(platform.config_path), *argv] for argv, _ in CLI_COMMANDS]
     env = {**os.environ, **platform.env, "TRANSFER_PLATFORM_LOG_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
     done = subprocess.run([sys.executable, "-c", DRIVER.format(loggers=DEBUG_LOGGERS), json.dumps(argvs)],
                           env=env, capture_output=True, timeout=900, check=False)

@@ -114,12 +114,13 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
     return Lake(tmp_path / "lake", server, bucket)
 
 
-def config_for(lake: Lake, destination: dict) -> PlatformConfig:
+def items_config(source: dict, read: dict, destination: dict) -> PlatformConfig:
+    """Model ``items`` (id, organization_id, updated_at, v) read from ``source`` as ``read`` says
+    (``source_table`` or ``source_query``), for recipient ``acme`` into ``destination``."""
     return parse_config({
-        "sources": [{"name": "lake", "vendor": "parquet", "connection": lake.connection(),
-                     "lookback_window": 600}],
+        "sources": [source],
         "models": [{
-            "model_name": "items", "source_name": "lake", "source_table": "items",
+            "model_name": "items", "source_name": source["name"], **read,
             "organization_column": "organization_id",
             "min_start_time_epoch": int((NOW - timedelta(days=2)).timestamp()),
             "max_transfer_time_window_seconds": 86_400,
@@ -132,6 +133,11 @@ def config_for(lake: Lake, destination: dict) -> PlatformConfig:
         "recipients": [{"name": "acme", "id_in_provider_system": TENANT}],
         "destinations": [{"name": "acme_dest", "recipient": "acme", **destination}],
     })
+
+
+def config_for(lake: Lake, destination: dict) -> PlatformConfig:
+    return items_config({"name": "lake", "vendor": "parquet", "connection": lake.connection(),
+                         "lookback_window": 600}, {"source_table": "items"}, destination)
 
 
 def latest_in_lake(lake: Lake) -> list[dict]:
@@ -241,23 +247,9 @@ def test_two_different_versions_with_the_same_last_modified_value_are_refused_by
 def changes_config(pg_schema: str, dst_schema: str) -> PlatformConfig:
     query = (f'SELECT e.id, e.organization_id, c.updated_at, c.payload AS v FROM "{pg_schema}".events e '
              f'JOIN "{pg_schema}".changes c ON c.id = e.id')
-    return parse_config({
-        "sources": [{"name": "db", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [{
-            "model_name": "items", "source_name": "db", "source_query": query,
-            "organization_column": "organization_id",
-            "min_start_time_epoch": int((NOW - timedelta(days=2)).timestamp()),
-            "max_transfer_time_window_seconds": 86_400,
-            "columns": [
-                {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-                {"name_in_source": "organization_id", "data_type": "string"},
-                {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
-                {"name_in_source": "v", "data_type": "string"},
-            ]}],
-        "recipients": [{"name": "acme", "id_in_provider_system": TENANT}],
-        "destinations": [{"name": "acme_dest", "recipient": "acme", "vendor": "postgres",
-                          "connection": pg_connection_config(dst_schema)}],
-    })
+    return items_config({"name": "db", "vendor": "postgres", "connection": pg_connection_config()},
+                        {"source_query": query},
+                        {"vendor": "postgres", "connection": pg_connection_config(dst_schema)})
 
 
 def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, str]]) -> None:  # noqa: ANN001
