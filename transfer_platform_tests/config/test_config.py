@@ -22,6 +22,7 @@ from transfer_platform.config.loading import ENV_VAR
 from transfer_platform.config.models import MysqlSource
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError
+from transfer_platform.transfers.preflight import secrets_needed
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 SECRET = "s3cr3t-hunter2-value"
@@ -678,5 +679,13 @@ def test_the_documented_object_storage_example_is_valid(monkeypatch):
     bucket = config.destination("acme_bucket")
     assert (bucket.vendor, bucket.connection.bucket, bucket.connection.path_style) == ("s3", "acme-exports", True)
     monkeypatch.delenv("ACME_MANIFEST_KEY")
-    with pytest.raises(ConfigError, match="ACME_MANIFEST_KEY is not set"):
+    # unset, it stops only what needs it (a transfer to acme_bucket, before Spark starts), as a
+    # password's variable does: the other destinations' transfers and Dagster's definitions load
+    config = parse_config(main, now=NOW)
+    needed = secrets_needed(config, "acme_bucket", config.models_for(config.destination("acme_bucket")))
+    (problem,) = [p for p in needed if "signing_key" in p.path]
+    assert problem.path.endswith("(acme_bucket).signing_key")
+    assert "ACME_MANIFEST_KEY is not set" in problem.message
+    monkeypatch.setenv("ACME_MANIFEST_KEY", "not a key")
+    with pytest.raises(ConfigError, match="ACME_MANIFEST_KEY does not hold a signing key"):
         parse_config(main, now=NOW)

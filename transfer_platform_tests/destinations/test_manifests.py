@@ -83,10 +83,8 @@ def test_validate_refuses_a_bad_signing_key_and_shared_prefixes(tmp_path: Path, 
     elsewhere = {**delta_s3, "connection": {**delta_s3["connection"], "endpoint_url": "http://127.0.0.1:2"}}
     assert problems([elsewhere, s3_destination("g", "globex", "x")]) == ""
 
-    monkeypatch.delenv("TP_TEST_SIGNING_KEY")
-    text = problems([s3_destination("a", "acme", "x")])
-    assert "destinations[0] (a).signing_key" in text
-    assert "TP_TEST_SIGNING_KEY is not set" in text
+    monkeypatch.delenv("TP_TEST_SIGNING_KEY")  # unset: as any secret's, refused by a transfer to it
+    assert problems([s3_destination("a", "acme", "x")]) == ""
     monkeypatch.setenv("TP_TEST_SIGNING_KEY", "c2hvcnQ=")
     text = problems([s3_destination("a", "acme", "x")])
     assert "decodes to 5 bytes, not 32" in text
