@@ -47,13 +47,13 @@ from transfer_platform.orchestration.keys import (
 from transfer_platform.orchestration.last_transfer import (
     as_result,
     check_spec,
+    ended,
     failure_description,
     for_partition,
     latest,
-    outcomes,
     stopped,
 )
-from transfer_platform.orchestration.lifecycle import heartbeat, record_model_outcomes
+from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
@@ -224,11 +224,8 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             raise replacement from None
         finally:
             writer.close()
-        failed = [s for s in summaries if s.status != "SUCCESS"]
-        # a model not reached (an exception above) is neither: the run is then ERROR or PARTIAL
-        record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed),
-                              rows=sum(s.rows_transferred for s in summaries))
-        yield from report(outcomes(summaries, names, key_by_name, context.run.run_id))
+        failed, evaluations = ended(context.instance, context.run.run_id, summaries, names, key_by_name)
+        yield from report(evaluations)
         if failed:
             raise _failure(destination_name, failed, len(summaries))
 

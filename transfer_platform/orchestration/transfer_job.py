@@ -33,11 +33,8 @@ from pydantic import Field
 from transfer_platform.core.timeutil import utc
 from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.last_transfer import failure_description, outcomes, stopped
-from transfer_platform.orchestration.lifecycle import (
-    heartbeat,
-    record_model_outcomes,
-)
+from transfer_platform.orchestration.last_transfer import ended, failure_description, stopped
+from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.reporting import materialization
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
@@ -114,10 +111,9 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
         raise replacement from None
     finally:
         writer.close()
-    failed = [s for s in summaries if s.status != "SUCCESS"]
-    record_model_outcomes(context.instance, context.run.run_id, len(summaries) - len(failed), len(failed),
-                          rows=sum(s.rows_transferred for s in summaries))
-    for evaluation in outcomes(summaries, [m.model_name for m in models], key_of_model, context.run.run_id):
+    failed, evaluations = ended(context.instance, context.run.run_id, summaries, [m.model_name for m in models],
+                                key_of_model)
+    for evaluation in evaluations:
         context.log_event(evaluation)
     summary = {s.model: s.as_dict() for s in summaries}
     if failed:
