@@ -184,24 +184,25 @@ def _how_to_start(endpoint: Endpoint) -> str:
             f"and unset ${REMOTE_ENV_VAR} to run Spark inside each transfer")
 
 
-def _refused(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why nothing accepts a connection at ``endpoint`` (``"Connection refused"``), or None."""
+def _probe(endpoint: Endpoint, timeout: float) -> OSError | None:
+    """The error of a TCP connection to ``endpoint``, or None if something accepted it."""
     try:
         with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout):
             return None
     except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__
+        return exc
+
+
+def _refused(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why nothing accepts a connection at ``endpoint`` (``"Connection refused"``), or None."""
+    exc = _probe(endpoint, timeout)
+    return None if exc is None else exc.strerror or str(exc) or type(exc).__name__
 
 
 def _port_refuses(endpoint: Endpoint) -> bool:
-    """Whether nothing listens at ``endpoint`` any more: its host answers, refusing the connection."""
-    try:
-        with socket.create_connection((endpoint.host, endpoint.port), timeout=PROBE_TIMEOUT_S):
-            return False
-    except ConnectionRefusedError:
-        return True
-    except OSError:
-        return False  # a timeout, an unreachable network: maybe a blip, retried
+    """Whether nothing listens at ``endpoint`` any more: its host answers, refusing the connection
+    (a timeout or an unreachable network may be a blip: retried)."""
+    return isinstance(_probe(endpoint, PROBE_TIMEOUT_S), ConnectionRefusedError)
 
 
 def connect_retry_policy(endpoint: Endpoint) -> Any:
