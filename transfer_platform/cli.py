@@ -56,13 +56,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Check the file; every problem with its path and fix (exit 2). A secret whose variable is
     not set here is a warning only: validate may run where secrets are not set (CI); a transfer
     refuses to start without it."""
-    from transfer_platform.config.secrets import unset_secrets
+    from transfer_platform.transfers.preflight import unset_secrets_of
 
     path = find_config_path(args.config)
     config = load_config(path)
-    entries = [(f"sources[{i}] ({s.name})", s) for i, s in enumerate(config.sources)]
-    entries += [(f"destinations[{i}] ({d.name})", d) for i, d in enumerate(config.destinations)]
-    for problem in unset_secrets(entries):
+    for problem in unset_secrets_of(config):
         print(f"warning: {problem.path}: {problem.message}, so a transfer here would refuse to start; "
               f"fix: {problem.fix}", file=sys.stderr)
     print(f"{path}: valid ({len(config.sources)} source(s), {len(config.models)} model(s), "

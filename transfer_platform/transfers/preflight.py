@@ -22,13 +22,20 @@ from transfer_platform.core.timeutil import utc
 from transfer_platform.errors import ConfigError, Problem
 
 
+def unset_secrets_of(config: PlatformConfig, *, destinations: set[str] | None = None,
+                     sources: set[str] | None = None) -> list[Problem]:
+    """The secret references whose variable is unset, of the named destinations and sources (all
+    of them when ``None``), each at its path in the file."""
+    entries = [(f"destinations[{i}] ({d.name})", d) for i, d in enumerate(config.destinations)
+               if destinations is None or d.name in destinations]
+    entries += [(f"sources[{i}] ({s.name})", s) for i, s in enumerate(config.sources)
+                if sources is None or s.name in sources]
+    return unset_secrets(entries)
+
+
 def secrets_needed(config: PlatformConfig, destination: str, models: list[ModelConfig]) -> list[Problem]:
     """The secret references of the destination and of the models' sources whose variable is unset."""
-    entries = [(f"destinations[{i}] ({d.name})", d) for i, d in enumerate(config.destinations)
-               if d.name == destination]
-    used = {m.source_name for m in models}
-    entries += [(f"sources[{i}] ({s.name})", s) for i, s in enumerate(config.sources) if s.name in used]
-    return unset_secrets(entries)
+    return unset_secrets_of(config, destinations={destination}, sources={m.source_name for m in models})
 
 
 def window_problems(start: datetime | None, end: datetime | None, now: datetime) -> list[Problem]:
