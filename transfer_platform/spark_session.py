@@ -21,22 +21,24 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
+from transfer_platform import vendors
+from transfer_platform.config.endpoints import (  # noqa: F401 - DEFAULT_CONNECT_PORT: cli.py reads it here
+    DEFAULT_CONNECT_PORT,
+    Endpoint,
+    parse_endpoint,
+)
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferPlatformError
-
-if TYPE_CHECKING:
-    from transfer_platform.config.models import SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from transfer_platform.config.models import SparkSettings
+
 _LOG = logging.getLogger("transfer_platform.spark")
 REMOTE_ENV_VAR = "TRANSFER_PLATFORM_SPARK_REMOTE"
-DEFAULT_CONNECT_PORT = 15002
 #: how long a client keeps retrying a Connect server that does not answer (Spark's default policy
 #: waits ~10 minutes): waits of 0.1, 0.3, 0.9, 2.7 and 3 s (plus up to 0.5 s of jitter on the last
 #: two), ~7.5 s in all, then the call fails (and the transfer with it, see :func:`server_lost`).
@@ -44,11 +46,9 @@ DEFAULT_CONNECT_PORT = 15002
 _RETRIES = {"max_retries": 5, "initial_backoff": 100, "max_backoff": 3000, "backoff_multiplier": 3.0}
 #: how long a probe of a Connect server's port waits for an answer
 PROBE_TIMEOUT_S = 2.0
-#: JDBC drivers from Debian's libpostgresql-jdbc-java and libmariadb-java
-DEFAULT_JDBC_JARS = (
-    "/usr/share/java/postgresql.jar",
-    "/usr/share/java/mariadb-java-client.jar",
-)
+#: the JDBC drivers of the sources read over JDBC (their records: Debian's libpostgresql-jdbc-java
+#: and libmariadb-java)
+DEFAULT_JDBC_JARS = vendors.jdbc_jars()
 JARS_ENV_VAR = "TRANSFER_PLATFORM_JDBC_JARS"
 #: a JVM log message holding a password as a key/value pair whose value is not already masked
 #: (Spark's BasicConnectionProvider logs the JDBC properties, password included, at DEBUG; a
@@ -65,32 +65,6 @@ def jdbc_jars() -> list[str]:
     configured = os.environ.get(JARS_ENV_VAR)
     candidates = configured.split(",") if configured else list(DEFAULT_JDBC_JARS)
     return [jar for jar in candidates if Path(jar).is_file()]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A Spark Connect server's address."""
-
-    host: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        return f"sc://{self.host}:{self.port}"
-
-
-def parse_endpoint(url: str) -> Endpoint:
-    """``sc://host:port`` (the port defaults to 15002); a ``ValueError`` saying what to write."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme != "sc" or not parts.hostname or port == -1 or parts.path not in ("", "/") \
-            or parts.query or parts.username or parts.password:
-        raise ValueError(f"a Spark Connect endpoint is written sc://host:port (for example "
-                         f"sc://127.0.0.1:{DEFAULT_CONNECT_PORT}), not {url!r}")
-    return Endpoint(parts.hostname, port or DEFAULT_CONNECT_PORT)
 
 
 def remote_endpoint(settings: SparkSettings | None = None) -> Endpoint | None:

@@ -16,10 +16,6 @@ from transfer_platform.errors import Problem
 
 #: Dagster advises at most 100,000 partitions per asset
 MAX_PARTITIONS_PER_ASSET = 100_000
-#: longest schema name: PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1 bytes),
-#: which could select another tenant's schema; MySQL refuses names over 64 characters
-POSTGRES_MAX_IDENTIFIER_BYTES = 63
-MYSQL_MAX_IDENTIFIER_CHARS = 64
 
 
 def _duplicates(names: list[str]) -> list[str]:
@@ -247,7 +243,7 @@ def _check_destinations(config: PlatformConfig) -> list[Problem]:
     for i, destination in enumerate(config.destinations):
         path = f"destinations[{i}] ({destination.name})"
         problems += destination.problems(path)
-        if not destination.supports_delete_sweep:
+        if destination.vendor_record.only_adds_files:  # the hard-delete sweep deletes rows
             problems += [Problem(f"{path}.vendor", f"model {m.model_name!r} has delete_detection: sweep, "
                                  f"which a {destination.vendor} destination cannot apply (it only adds files)",
                                  f"set delete_detection: none on {m.model_name}, or leave it out of this "
@@ -272,29 +268,6 @@ def _check_shared_places(config: PlatformConfig) -> list[Problem]:
     return problems
 
 
-def tenant_schema_problem(vendor: str, tenant_id: str, *, uses_source_query: bool) -> str | None:
-    """Why ``tenant_id`` cannot name a tenant's schema (MySQL: database; Parquet: folder) of a
-    schema-tenanted source, or ``None`` if it can."""
-    if "\x00" in tenant_id:
-        return "it contains a NUL character"
-    if vendor == "postgres" and len(tenant_id.encode()) > POSTGRES_MAX_IDENTIFIER_BYTES:
-        return (f"it is {len(tenant_id.encode())} bytes long; PostgreSQL schema names are at most "
-                f"{POSTGRES_MAX_IDENTIFIER_BYTES} bytes (longer names are truncated, which could "
-                "select another tenant's schema)")
-    if vendor == "mysql":
-        if len(tenant_id) > MYSQL_MAX_IDENTIFIER_CHARS:
-            return f"MySQL database names are at most {MYSQL_MAX_IDENTIFIER_CHARS} characters"
-        if tenant_id != tenant_id.rstrip(" "):
-            return "MySQL database names cannot end with a space"
-        if uses_source_query and ("/" in tenant_id or "?" in tenant_id):
-            return ("a source_query runs with the tenant's database as the JDBC URL's database, "
-                    "where '/' and '?' are syntax (the driver does not decode them); source_table "
-                    "has no such limit")
-    if vendor == "parquet" and (tenant_id in (".", "..") or "/" in tenant_id):
-        return "it must be a single folder name (no '/', not '.' or '..')"
-    return None
-
-
 def _check_schema_tenants(config: PlatformConfig) -> list[Problem]:
     """Each recipient's id must be usable as its schema name in the schema-tenanted sources of the
     models its destination receives."""
@@ -310,8 +283,8 @@ def _check_schema_tenants(config: PlatformConfig) -> list[Problem]:
             source = sources.get(model.source_name)
             if source is None or source.tenancy != "schema_tenanted":
                 continue
-            problem = tenant_schema_problem(source.vendor, recipient.id_in_provider_system,
-                                            uses_source_query=model.source_query is not None)
+            problem = source.vendor_record.tenant_id_problem(recipient.id_in_provider_system,
+                                                             uses_source_query=model.source_query is not None)
             if problem and (recipient.name, problem) not in seen:
                 seen.add((recipient.name, problem))
                 problems.append(Problem(
@@ -326,21 +299,15 @@ def _check_schema_tenants(config: PlatformConfig) -> list[Problem]:
 def _check_settings_without_effect(config: PlatformConfig) -> list[Problem]:
     """Settings that this combination would silently ignore are refused, with the reason."""
     problems: list[Problem] = []
+    entries = [(f"sources[{i}] ({s.name})", "source", s) for i, s in enumerate(config.sources)]
+    entries += [(f"destinations[{i}] ({d.name})", "destination", d) for i, d in enumerate(config.destinations)]
+    for path, kind, entry in entries:
+        problems += _refused_settings(path, kind, entry)
+    refused = {p.path for p in problems}
     for i, source in enumerate(config.sources):
         path = f"sources[{i}] ({source.name})"
-        if source.vendor == "parquet" and source.max_concurrent_queries_per_transfer != 1:
-            problems.append(Problem(f"{path}.max_concurrent_queries_per_transfer",
-                                    "has no effect on a parquet source: Spark reads the lake's files in "
-                                    "parallel by itself (one task per file split), no query is split",
-                                    "remove max_concurrent_queries_per_transfer from this source"))
         schema = getattr(source.connection, "schema_", None)
-        if schema is not None and source.vendor == "mysql":
-            problems.append(Problem(f"{path}.connection.schema",
-                                    "has no effect on a mysql source: MySQL's schemas are its databases, "
-                                    "and the source reads connection.database (or the database a "
-                                    "qualified source_table names)",
-                                    "remove schema and put the database in connection.database"))
-        elif schema is not None and source.tenancy == "schema_tenanted":
+        if schema is not None and source.tenancy == "schema_tenanted" and f"{path}.connection.schema" not in refused:
             problems.append(Problem(f"{path}.connection.schema",
                                     "has no effect on a schema-tenanted source: each recipient's tables "
                                     "are read from the schema named by its id_in_provider_system",
@@ -355,11 +322,29 @@ def _check_settings_without_effect(config: PlatformConfig) -> list[Problem]:
                                     "compared with its id",
                                     "remove organization_column from this model (or make the source "
                                     "multi_tenant)"))
-    for i, destination in enumerate(config.destinations):
-        if destination.vendor == "delta" and destination.max_concurrent_queries_per_transfer != 1:
-            problems.append(Problem(f"destinations[{i}] ({destination.name}).max_concurrent_queries_per_transfer",
-                                    "has no effect on a delta destination: delta-rs writes each window "
-                                    "as one MERGE commit from the driver, there are no queries to run "
-                                    "in parallel",
-                                    "remove max_concurrent_queries_per_transfer from this destination"))
     return problems
+
+
+_ABSENT = object()
+
+
+def _refused_settings(path: str, kind: str, entry) -> list[Problem]:  # noqa: ANN001 - a source or destination
+    """The settings of ``entry`` that its vendor's record refuses (they would have no effect)."""
+    vendor = entry.vendor_record
+    return [Problem(f"{path}.{refusal.setting}", f"has no effect on a {vendor.name} {kind}: {refusal.reason}",
+                    refusal.fix)
+            for refusal in vendor.refuses
+            if _written(entry, refusal.setting) not in (_ABSENT, refusal.allowed)]
+
+
+def _written(entry, setting: str) -> object:  # noqa: ANN001 - a configuration model
+    """The value of ``setting`` (a dotted path of the names the file writes, aliases included)
+    in ``entry``; ``_ABSENT`` where the entry has no such field."""
+    value = entry
+    for part in setting.split("."):
+        fields = getattr(type(value), "model_fields", {})
+        name = next((n for n, f in fields.items() if (f.alias or n) == part), None)
+        if name is None:
+            return _ABSENT
+        value = getattr(value, name)
+    return value

@@ -10,13 +10,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from transfer_platform import vendors
 from transfer_platform.config.checks import check_config
-from transfer_platform.config.models import DESTINATION_VENDORS, SOURCE_VENDORS, PlatformConfig
+from transfer_platform.config.models import PlatformConfig
 from transfer_platform.errors import ConfigError, Problem
 
 ENV_VAR = "TRANSFER_PLATFORM_CONFIG"
 DEFAULT_FILE = "transfer_platform.yaml"
-_VENDOR_TAGS = set(SOURCE_VENDORS) | set(DESTINATION_VENDORS)
+_VENDOR_TAGS = set(vendors.SOURCES) | set(vendors.DESTINATIONS)
 
 
 def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -93,7 +94,8 @@ def _problems_from_validation(exc: ValidationError) -> list[Problem]:
         elif kind == "missing":
             fix = "add this field"
         elif kind == "union_tag_invalid":
-            fix = "use one of the vendors named above"
+            registry = vendors.DESTINATIONS if error["loc"][:1] == ("destinations",) else vendors.SOURCES
+            fix = f"use one of the vendors: {vendors.supported(registry)}"
         elif kind == "string_pattern_mismatch":
             fix = "use only letters, digits and underscores"
         problems.append(Problem(path, message, fix))

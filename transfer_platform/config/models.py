@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from transfer_platform import vendors
+from transfer_platform.config.endpoints import parse_endpoint
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.core.durations import parse_duration_seconds
 from transfer_platform.core.last_modified import LastModified
@@ -24,9 +25,6 @@ Name = Annotated[
           description="letters, digits and underscores"),
 ]
 
-#: lookback by source vendor (the reference system's table); anything else gets 5 minutes
-DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {"postgres": 30, "mysql": 5, "parquet": 300}
-OTHER_VENDOR_LOOKBACK_SECONDS = 300
 FREQUENCIES_MINUTES = (0, 15, 60, 360, 720, 1440)
 
 
@@ -107,10 +105,15 @@ class _SourceBase(StrictModel):
         return None if value is None else parse_duration_seconds(value)  # type: ignore[arg-type]
 
     @property
+    def vendor_record(self) -> vendors.Vendor:
+        """What the platform knows of this source's vendor (``transfer_platform/vendors.py``)."""
+        return vendors.SOURCES[self.vendor]  # type: ignore[attr-defined]
+
+    @property
     def lookback_seconds(self) -> int:
         if self.lookback_window is not None:
             return self.lookback_window
-        return DEFAULT_LOOKBACK_SECONDS.get(self.vendor, OTHER_VENDOR_LOOKBACK_SECONDS)  # type: ignore[attr-defined]
+        return self.vendor_record.default_lookback_seconds
 
 
 class PostgresSource(_SourceBase):
@@ -130,8 +133,8 @@ class ParquetSource(_SourceBase):
     connection: FolderOrBucket
 
 
+#: the ``vendor:`` value chooses the class (each vendor's record names its class: ``vendors.py``)
 SourceConfig = Annotated[PostgresSource | MysqlSource | ParquetSource, Field(discriminator="vendor")]
-SOURCE_VENDORS = tuple(vendors.SOURCES)
 
 # -- models ----------------------------------------------------------------------------------
 
@@ -274,9 +277,6 @@ class _DestinationBase(StrictModel):
     """What every destination has; a vendor's class adds its ``vendor`` and ``connection``, and
     says where it writes (:meth:`place`) and what else ``validate`` checks (:meth:`problems`)."""
 
-    #: the hard-delete sweep needs a destination that can delete rows
-    supports_delete_sweep: ClassVar[bool] = True
-
     name: Name
     recipient: str
     is_enabled: bool = True
@@ -289,6 +289,11 @@ class _DestinationBase(StrictModel):
     enabled_models: list[str] = Field(default_factory=list)
     max_concurrent_transfers: int = Field(default=1, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
+
+    @property
+    def vendor_record(self) -> vendors.Vendor:
+        """What the platform knows of this destination's vendor (``transfer_platform/vendors.py``)."""
+        return vendors.DESTINATIONS[self.vendor]  # type: ignore[attr-defined]
 
     def place(self) -> Place:
         raise NotImplementedError
@@ -327,11 +332,10 @@ class DeltaDestination(_DestinationBase):
 class _ObjectStorageBase(_DestinationBase):
     """Parquet files and signed manifests (``destinations/object_storage.py``)."""
 
-    supports_delete_sweep: ClassVar[bool] = False  # files are only added
     signing_key: EnvRef  # an Ed25519 private key: manifests are signed with it
 
     def problems(self, path: str) -> list:
-        from transfer_platform.destinations.manifests import KEY_FORMAT, load_signing_key
+        from transfer_platform.config.signing_keys import KEY_FORMAT, load_signing_key
         from transfer_platform.errors import Problem
 
         text = os.environ.get(self.signing_key.env)
@@ -370,9 +374,9 @@ class S3Destination(_ObjectStorageBase):
         return self.connection.place()
 
 
+#: the ``vendor:`` value chooses the class (each vendor's record names its class: ``vendors.py``)
 DestinationConfig = Annotated[PostgresDestination | DeltaDestination | LocalStorageDestination | S3Destination,
                               Field(discriminator="vendor")]
-DESTINATION_VENDORS = tuple(vendors.DESTINATIONS)
 
 
 class SparkSettings(StrictModel):
@@ -393,8 +397,6 @@ class SparkSettings(StrictModel):
     @classmethod
     def _remote_endpoint(cls, value: str | None) -> str | None:
         if value is not None:
-            from transfer_platform.spark_session import parse_endpoint
-
             parse_endpoint(value)
         return value
 

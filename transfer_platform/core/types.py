@@ -1,4 +1,5 @@
-"""The model's column types and what each becomes in Spark, PostgreSQL and Arrow."""
+"""The model's column types and what each becomes in Spark and Arrow (a destination's own type
+names are in its vendor record: ``vendors.py``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,28 @@ from dataclasses import dataclass
 class ColumnType:
     name: str
     spark: str  # Spark SQL DDL type name (for casts)
-    postgres: str
     arrow: str  # a pyarrow type factory call, resolved by the destination that needs it
+
+    @property
+    def postgres(self) -> str:
+        """Until ``destinations/postgres*.py`` read ``vendors.DESTINATIONS["postgres"].column_types``
+        themselves (then this goes)."""
+        from transfer_platform.vendors import DESTINATIONS
+
+        return DESTINATIONS["postgres"].column_types[self.name]
 
 
 TYPES: dict[str, ColumnType] = {
     t.name: t
     for t in (
-        ColumnType("string", "string", "text", "string"),
-        ColumnType("integer", "bigint", "bigint", "int64"),
-        ColumnType("float", "double", "double precision", "float64"),
-        ColumnType("boolean", "boolean", "boolean", "bool"),
-        ColumnType("timestamp", "timestamp", "timestamp with time zone", "timestamp_us_utc"),
-        ColumnType("date", "date", "date", "date32"),
-        ColumnType("decimal", "decimal(38,9)", "numeric(38,9)", "decimal_38_9"),
-        ColumnType("json", "string", "jsonb", "string"),
+        ColumnType("string", "string", "string"),
+        ColumnType("integer", "bigint", "int64"),
+        ColumnType("float", "double", "float64"),
+        ColumnType("boolean", "boolean", "bool"),
+        ColumnType("timestamp", "timestamp", "timestamp_us_utc"),
+        ColumnType("date", "date", "date32"),
+        ColumnType("decimal", "decimal(38,9)", "decimal_38_9"),
+        ColumnType("json", "string", "string"),
     )
 }
 

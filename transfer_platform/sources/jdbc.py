@@ -37,7 +37,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from transfer_platform.config.checks import tenant_schema_problem
 from transfer_platform.config.models import (
     DatabaseConnection,
     ModelConfig,
@@ -119,6 +118,14 @@ class PostgresDialect:
     def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
         return {}  # the URL carries it
 
+    def search_schema(self, connection: DatabaseConnection) -> str | None:
+        """Where a multi-tenant source's unqualified names resolve: ``connection.schema``."""
+        return connection.schema_
+
+    def table_schema(self, connection: DatabaseConnection) -> str:
+        """The schema of an unqualified ``source_table`` (named in a grant)."""
+        return connection.schema_ or "public"
+
     def ping(self, connection: DatabaseConnection, what: str) -> None:
         with connect_postgres(connection, what=what) as conn:
             conn.execute("SELECT 1")
@@ -186,6 +193,14 @@ class MysqlDialect:
 
     def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
         return {}  # the URL carries it
+
+    def search_schema(self, connection: DatabaseConnection) -> str | None:
+        """None: unqualified names resolve in connection.database (``schema`` is refused)."""
+        return None
+
+    def table_schema(self, connection: DatabaseConnection) -> str:
+        """The database of an unqualified ``source_table`` (named in a grant)."""
+        return connection.schema_ or connection.database
 
     def ping(self, connection: DatabaseConnection, what: str) -> None:
         with connect_mysql(connection, what=what) as conn, conn.cursor() as cur:
@@ -315,8 +330,7 @@ class JdbcReader:
                    "reads (and USAGE on their schemas)")
         else:
             schema, _, table = model.source_table.rpartition(".")
-            schema = (tenant if not self.multi_tenant else schema or self.source.connection.schema_
-                      or ("public" if self.dialect.name == "postgres" else self.source.connection.database))
+            schema = tenant if not self.multi_tenant else schema or self.dialect.table_schema(self.source.connection)
             fix = self.dialect.grant(self.source.connection, schema, table,
                                      required_columns(model, multi_tenant=self.multi_tenant), refused)
         probe.failed(name, refused.removeprefix("refused: "), fix)
@@ -368,14 +382,14 @@ class JdbcReader:
         else a multi-tenant PostgreSQL source's ``connection.schema`` (``validate`` refuses that
         setting on MySQL and on schema-tenanted sources, where it would have no effect)."""
         if self.multi_tenant:
-            return self.source.connection.schema_ if self.dialect.name == "postgres" else None
+            return self.dialect.search_schema(self.source.connection)
         if not request.model.source_query:
             return None
         return self._tenant_schema(request)
 
     def _tenant_schema(self, request: ReadRequest) -> str:
-        problem = tenant_schema_problem(self.source.vendor, request.tenant_id,
-                                        uses_source_query=request.model.source_query is not None)
+        problem = self.source.vendor_record.tenant_id_problem(
+            request.tenant_id, uses_source_query=request.model.source_query is not None)
         if problem:
             raise ConfigError([Problem(
                 f"models.{request.model.model_name} (destination '{request.destination}')",

@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, TypeVar
 
-from transfer_platform.config.checks import tenant_schema_problem
 from transfer_platform.config.models import ModelConfig, ParquetSource, PathConnection
 from transfer_platform.connections import spark_error_reason
 from transfer_platform.core.timeutil import EPOCH
@@ -225,7 +224,7 @@ class ParquetLakeReader:
         root = self.lake.root
         if self.multi_tenant:
             return root
-        problem = tenant_schema_problem("parquet", request.tenant_id, uses_source_query=False)
+        problem = self.source.vendor_record.tenant_id_problem(request.tenant_id, uses_source_query=False)
         if problem:
             raise ConfigError([Problem(
                 f"models.{request.model.model_name} (destination '{request.destination}')",
