@@ -287,12 +287,13 @@ def _check_schema_tenants(config: PlatformConfig) -> list[Problem]:
                                                              uses_source_query=model.source_query is not None)
             if problem and (recipient.name, problem) not in seen:
                 seen.add((recipient.name, problem))
+                container = source.vendor_record.tenant_container  # schema, database, folder
                 problems.append(Problem(
                     f"recipients[{i}] ({recipient.name}).id_in_provider_system",
-                    f"{recipient.id_in_provider_system!r} names the recipient's schema in "
+                    f"{recipient.id_in_provider_system!r} names the recipient's {container} in "
                     f"schema-tenanted source {source.name!r} (model {model.model_name!r}), but {problem}",
-                    "give the recipient an id_in_provider_system that can name its schema "
-                    "(MySQL: database; Parquet: folder), and rename the schema to match"))
+                    f"give the recipient an id_in_provider_system that can name its {container}, and "
+                    f"rename the {container} to match"))
     return problems
 
 

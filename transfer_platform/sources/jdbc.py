@@ -391,11 +391,12 @@ class JdbcReader:
         problem = self.source.vendor_record.tenant_id_problem(
             request.tenant_id, uses_source_query=request.model.source_query is not None)
         if problem:
+            container = self.source.vendor_record.tenant_container
             raise ConfigError([Problem(
                 f"models.{request.model.model_name} (destination '{request.destination}')",
-                f"tenant id {request.tenant_id!r} cannot name its schema in schema-tenanted "
+                f"tenant id {request.tenant_id!r} cannot name its {container} in schema-tenanted "
                 f"{self.what}: {problem}",
-                "give the recipient an id_in_provider_system that can name its schema")])
+                f"give the recipient an id_in_provider_system that can name its {container}")])
         return request.tenant_id
 
     # -- Spark --------------------------------------------------------------------------------

@@ -226,9 +226,10 @@ class ParquetLakeReader:
             return root
         problem = self.source.vendor_record.tenant_id_problem(request.tenant_id, uses_source_query=False)
         if problem:
+            container = self.source.vendor_record.tenant_container
             raise ConfigError([Problem(
                 f"models.{request.model.model_name} (destination '{request.destination}')",
-                f"tenant id {request.tenant_id!r} cannot name its folder in schema-tenanted "
+                f"tenant id {request.tenant_id!r} cannot name its {container} in schema-tenanted "
                 f"{self.what}: {problem}",
                 "give the recipient an id_in_provider_system that is a plain folder name")])
         return root / request.tenant_id
