@@ -10,7 +10,7 @@ whether it can delete rows. The configuration's checks, the core types and the r
 these records; nothing else switches on a vendor's name, and the vendor lists of the messages
 come from here.
 
-This module imports nothing of the platform, no driver, no Spark and no Dagster.
+Importing this module imports only the standard library: no driver, no Spark, no Dagster.
 """
 
 from __future__ import annotations
