@@ -189,6 +189,11 @@ EXECUTION_MODULE = Fenced(
     "dagster._core.execution.api", "", ("run_worker",),
     use="run_worker.WARM_IMPORTS (see dagster._cli.api)",
     public="none")
+LAUNCH_CONTEXT = Fenced(
+    "dagster._core.launcher", "LaunchRunContext", ("launcher",),
+    use="the annotation of PreloadedRunLauncher.launch_run's argument (imported for type checking only)",
+    public="none (dagster exports DefaultRunLauncher but not its context)",
+    attributes=("dagster_run", "workspace"))
 LAUNCHER_RUN_IDS = Fenced(
     "dagster._core.launcher.default_run_launcher", "DefaultRunLauncher._run_ids", ("run_worker",),
     use="the runs DefaultRunLauncher.join() waits for, to which the preloaded launcher adds its own",
@@ -280,6 +285,14 @@ def require(part: str) -> None:
     missing = problems(part)
     if missing:
         raise UnsupportedDagsterError("; ".join(missing))
+
+
+def warn_problems(*parts: str) -> None:
+    """One warning per part naming what this Dagster lacks of its names (none when nothing lacks)."""
+    for part in parts:
+        missing = problems(part)
+        if missing:
+            warn(f"transfer_platform ({PARTS[part]}): " + "; ".join(missing))
 
 
 def fork_refusal(version: str = DAGSTER_VERSION) -> str | None:
