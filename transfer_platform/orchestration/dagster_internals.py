@@ -190,7 +190,7 @@ EXECUTION_MODULE = Fenced(
     use="run_worker.WARM_IMPORTS (see dagster._cli.api)",
     public="none")
 LAUNCH_CONTEXT = Fenced(
-    "dagster._core.launcher", "LaunchRunContext", ("launcher",),
+    "dagster._core.launcher", "LaunchRunContext", ("run_worker",),
     use="the annotation of PreloadedRunLauncher.launch_run's argument (imported for type checking only)",
     public="none (dagster exports DefaultRunLauncher but not its context)",
     attributes=("dagster_run", "workspace"))

@@ -10,6 +10,8 @@ falls back to Dagster's own path with a warning, the coordinator refuses to star
 from __future__ import annotations
 
 import inspect
+import io
+import json
 import os
 import re
 import subprocess
@@ -33,7 +35,7 @@ from transfer_platform.orchestration.dagster_internals import (
 )
 from transfer_platform.orchestration.launcher import PreloadedRunLauncher
 from transfer_platform.orchestration.run_tags import DAGSTER_HIDDEN_PREFIX
-from transfer_platform.orchestration.run_worker import WORKER_TAG
+from transfer_platform.orchestration.run_worker import WORKER_TAG, Parent
 
 PACKAGE = Path(__file__).resolve().parents[2] / "transfer_platform"
 UNKNOWN = "1.99.0"
@@ -191,3 +193,15 @@ def test_on_the_proven_dagster_the_launcher_forks_without_a_warning(recwarn: pyt
     launcher = PreloadedRunLauncher(dagster_version=PROVEN_DAGSTER_VERSIONS[0])
     assert launcher.fork_refusal is None
     assert not [w for w in recwarn if issubclass(w.category, UnprovenDagsterWarning)]
+
+
+def test_a_run_worker_parent_on_an_unproven_dagster_refuses_every_run() -> None:
+    """The code location's Python may hold another Dagster than the daemon's: its parent says so,
+    and the launcher leaves that code location to Dagster's own path with that sentence."""
+    control = io.StringIO()
+    parent = Parent(control)
+    parent.unsupported = dagster_internals.fork_refusal(UNKNOWN)  # what main() finds on such a Dagster
+    assert parent.start("r1", "transfer_platform") is False
+    answer = json.loads(control.getvalue())
+    assert answer == {"run_id": "r1", "refused": "unsupported", "why": parent.unsupported}
+    assert not parent.children, "nothing was forked"
