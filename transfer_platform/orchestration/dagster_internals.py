@@ -20,7 +20,9 @@ At start-up each part checks its own names (:func:`problems`), so a Dagster with
 - the run coordinator (``coordinator.py``): refuses to start (:class:`UnsupportedDagsterError`), as
   its limits must hold;
 - the definitions and the partitions (``dagster_fixes.py``): a fix whose names are gone warns and is
-  not installed.
+  not installed; the definitions warn about what the sensor's repairs and the hidden run tags lack;
+- ``transfer --enqueue``: :class:`UnsupportedDagsterError`, a ``ConfigError`` the CLI reports as
+  such, names what its launch lacks.
 
 Public exports are used wherever Dagster has them (``dagster.DefaultRunLauncher``,
 ``dagster.QueuedRunCoordinator``, ``dagster.SubmitRunContext``, ``dagster.serialize_value`` /
