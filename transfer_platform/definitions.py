@@ -10,9 +10,11 @@ from __future__ import annotations
 import dagster as dg
 
 from transfer_platform.config import find_config_path, load_config
+from transfer_platform.orchestration import dagster_internals
 from transfer_platform.orchestration.assets import source_specs, transfer_assets
 from transfer_platform.orchestration.checks import integrity_checks, integrity_job
 from transfer_platform.orchestration.connection_test_job import connection_test_job
+from transfer_platform.orchestration.dagster_fixes import install as install_dagster_fixes
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.io_manager import DestinationIOManager
 from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
@@ -21,6 +23,8 @@ from transfer_platform.orchestration.transfer_job import transfer_job
 
 
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
+    install_dagster_fixes()  # the code server's: the epoch tick, runs cancelled when `dagster dev` stops
+    dagster_internals.warn_problems("repair", "run_tags")  # a Dagster lacking what the sensor uses: named
     path = str(find_config_path(config_path).resolve())
     config = load_config(path)
     platform = TransferPlatformResource(config_path=path)

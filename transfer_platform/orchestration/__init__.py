@@ -1,5 +1,6 @@
-"""The Dagster side: assets built from the configuration, resources, the IO manager."""
+"""The Dagster side: assets built from the configuration, resources, the IO manager.
 
-from transfer_platform.orchestration.dagster_fixes import install as _install_dagster_fixes
-
-_install_dagster_fixes()
+Importing it changes nothing of Dagster: the fixes of ``dagster_fixes`` are installed by what needs
+them (the definitions, the partitions, the run coordinator), and Dagster's private names are
+reached through ``dagster_internals`` only.
+"""

@@ -10,19 +10,27 @@ for the queue's rules at every pass, and it answers with the rules ``dagster.yam
 ones generated from the configuration, so the limits follow the file.
 
 A run it cannot place (assets of several destinations in one run, a configuration that does not
-load) is refused at submission with a message saying why: limits fail closed.
+load) is refused at submission with a message saying why: limits fail closed. So is a Dagster
+lacking a private name the coordinator uses: it does not start, and says which
+(:mod:`~transfer_platform.orchestration.dagster_internals`).
+
+When the webserver or the daemon starts it, it installs the epoch tick fix of
+:mod:`~transfer_platform.orchestration.dagster_fixes`, so that they compute the partition keys the
+code server computes.
 """
 
+from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING, Any
 
-from dagster import DagsterRun
-from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext  # pinned Dagster
-from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
+from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
 
 from transfer_platform.config import find_config_path, load_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.orchestration import dagster_internals
+from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
 from transfer_platform.orchestration.keys import destination_and_model
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
@@ -32,6 +40,9 @@ from transfer_platform.orchestration.run_tags import (
     queue_rules,
     transfer_op_config,
 )
+
+if TYPE_CHECKING:
+    from transfer_platform.orchestration.dagster_internals import RunQueueConfig
 
 _LOG = logging.getLogger("transfer_platform.coordinator")
 TRANSFER_JOB = "transfer"
@@ -127,6 +138,11 @@ class TransferRunCoordinator(QueuedRunCoordinator):
     polling of its own loop before it is launched, the largest part of a small transfer's latency.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - QueuedRunCoordinator's
+        dagster_internals.require("coordinator")  # a Dagster without what it uses: named, here
+        install_epoch_fix()  # the webserver's and the daemon's partition keys, as the code server's
+        super().__init__(*args, **kwargs)
+
     @classmethod
     def config_type(cls) -> dict:
         from dagster import Field
@@ -140,24 +156,27 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         interval = config_value.get("dequeue_interval_seconds")
         if interval is not None and interval <= 0:
             raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
+        if interval is not None:
+            dagster_internals.require("dequeue_interval")
         coordinator = super().from_config_value(inst_data, {**config_value, "dequeue_interval_seconds": None})
         if interval is not None:
-            coordinator._dequeue_interval_seconds = interval  # noqa: SLF001 - read by the daemon only
+            dagster_internals.set_dequeue_interval(coordinator, interval)  # read by the daemon only
         return coordinator
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run
+        instance = dagster_internals.plugin_instance(self)
         try:
             tags = tags_for(_config(), run)
         except Exception as exc:  # noqa: BLE001 - any failure refuses the run, with its reason
             message = f"transfer_platform cannot place run {run.run_id} under its limits: {exc}"
-            self._instance.report_engine_event(message, run)
-            self._instance.report_run_failed(run, message)
+            instance.report_engine_event(message, run)
+            instance.report_run_failed(run, message)
             raise RunPlacementError(message) from exc
         missing = {k: v for k, v in tags.items() if run.tags.get(k) != v}
         if missing:
-            self._instance.add_run_tags(run.run_id, missing)
-            run = self._instance.get_run_by_id(run.run_id) or run
+            instance.add_run_tags(run.run_id, missing)
+            run = instance.get_run_by_id(run.run_id) or run
         return super().submit_run(SubmitRunContext(run, context.workspace))
 
     def get_run_queue_config(self) -> RunQueueConfig:
@@ -167,4 +186,4 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         except Exception:
             _LOG.exception("cannot load the transfer_platform configuration; queued runs wait")
             raise
-        return base._replace(tag_concurrency_limits=[*base.tag_concurrency_limits, *generated])
+        return dagster_internals.with_tag_limits(base, generated)

@@ -1,5 +1,10 @@
 """Two fixes of Dagster behaviour (patches of private modules), installed by :func:`install`.
 
+Nothing is patched when this module is imported: each fix is installed, idempotently, by what
+needs it (below). The private names they patch are reached through
+:mod:`~transfer_platform.orchestration.dagster_internals`; a Dagster without them gets a warning
+naming what it lacks, and the fix is not installed.
+
 1. The cron tick at the Unix epoch (below); 2. runs left going when ``dagster dev`` stops
 (:func:`install_dev_stop`, see its docstring).
 
@@ -13,8 +18,9 @@ at 00:02 (or 00:15...): the configured start was in no partition.
 This is a last resort (STYLE: patching Dagster's private modules), kept as small as possible: the
 original function runs, and only when the tick it skipped is timestamp 0 itself (the search
 crossed 0 and minute 0 of the hour is on the grid) is that tick returned instead. It is installed
-when ``transfer_platform.orchestration`` is imported, which the code server (definitions), the
-webserver and the daemon (the run coordinator named in ``dagster.yaml``) all do, so the three
+(:func:`install_epoch_fix`) by what computes partition keys: the partitions of the definitions
+(``orchestration/partitions.py``: the code server, and any process building them) and the run
+coordinator named in ``dagster.yaml`` when the webserver or the daemon starts it, so the three
 compute the same partition keys. It installs itself only if the bug is present: once Dagster
 fixes it, nothing is patched (``installed()`` says which).
 """
@@ -29,28 +35,45 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+from transfer_platform.orchestration import dagster_internals
+
 _PATCHED = "_transfer_platform_epoch_fix"
+_looked: set[str] = set()  # the fixes this process has looked at (each is installed once)
 
 
 def _epoch_tick_is_dropped() -> bool:
-    from dagster._utils.schedules import cron_string_iterator
-
-    ticks = itertools.islice(cron_string_iterator(-120, "*/2 * * * *", "UTC"), 2)
+    ticks = itertools.islice(dagster_internals.cron_ticks(-120, "*/2 * * * *", "UTC"), 2)
     return [t.timestamp() for t in ticks] != [-120, 0]
 
 
 def install() -> None:
-    _install_epoch_fix()
+    """Every fix this process needs: the definitions' (the code server's) entry point."""
+    install_epoch_fix()
     if os.environ.get("DAGSTER_IS_DEV_CLI") == "1":  # set by `dagster dev` for everything it starts
         install_dev_stop()
 
 
-def _install_epoch_fix() -> None:
-    from dagster._utils import schedules
+def _first_look(fix: str) -> bool:
+    """True the first time ``fix`` is looked at in this process; a Dagster lacking what it patches
+    is warned about then."""
+    if fix in _looked:
+        return False
+    _looked.add(fix)
+    missing = dagster_internals.problems(fix)
+    if missing:
+        dagster_internals.warn(f"transfer_platform does not install its fix ({dagster_internals.PARTS[fix]}): "
+                               + "; ".join(missing))
+        return False
+    return True
 
-    if getattr(schedules._find_hourly_schedule_time, _PATCHED, False) or not _epoch_tick_is_dropped():
+
+def install_epoch_fix() -> None:
+    """Restore the cron tick at the Unix epoch (the module's docstring), once per process."""
+    if not _first_look("epoch_fix") or not _epoch_tick_is_dropped():
         return
-    original = schedules._find_hourly_schedule_time
+    original = dagster_internals.hourly_schedule_time()
+    if getattr(original, _PATCHED, False):
+        return
 
     @functools.wraps(original)
     def find_hourly_schedule_time(minutes, date, ascending, already_on_boundary,  # noqa: ANN001, ANN202
@@ -64,13 +87,12 @@ def _install_epoch_fix() -> None:
         return found
 
     setattr(find_hourly_schedule_time, _PATCHED, True)
-    schedules._find_hourly_schedule_time = find_hourly_schedule_time
+    dagster_internals.replace_hourly_schedule_time(find_hourly_schedule_time)
 
 
 def installed() -> bool:
-    from dagster._utils import schedules
-
-    return bool(getattr(schedules._find_hourly_schedule_time, _PATCHED, False))
+    return not dagster_internals.problems("epoch_fix") and bool(
+        getattr(dagster_internals.hourly_schedule_time(), _PATCHED, False))
 
 
 # -- 2. runs left going when `dagster dev` stops ---------------------------------------------------
@@ -101,34 +123,33 @@ def install_dev_stop() -> None:
 
     Only under ``dagster dev`` (``DAGSTER_IS_DEV_CLI``, which it sets for all its children, and a
     ``dagster dev`` ancestor in ``/proc``); elsewhere nothing changes (production code servers drain
-    as Dagster intends). Installed only while the private names it relies on exist
-    (``dev_stop_installed()`` says so; ``test_dagster_dev_shutdown`` fails if not). A ``dagster dev``
+    as Dagster intends). Installed by the definitions (the code server loads them) under ``dagster
+    dev``, and only while the private names it relies on exist (a warning names a missing one;
+    ``dev_stop_installed()`` says so; ``test_dagster_dev_shutdown`` fails if not). A ``dagster dev``
     that ignores SIGTERM altogether is another Dagster bug: see ``transfer_platform/dagster_dev.py``.
     """
-    from dagster._grpc.server import DagsterApiServer
-
-    original = getattr(DagsterApiServer, "_check_for_orphaned_runs", None)
+    if not _first_look("dev_stop"):
+        return
+    original = dagster_internals.orphan_check()
     if original is None or getattr(original, _DEV_PATCHED, False):
         return
 
     @functools.wraps(original)
     def check_for_orphaned_runs(self) -> None:  # noqa: ANN001
-        if _dev_has_exited():
+        if dev_has_exited():
             with suppress(Exception):  # never break the code server's cleanup tick
                 _cancel_runs(self)
         original(self)
 
     setattr(check_for_orphaned_runs, _DEV_PATCHED, True)
-    DagsterApiServer._check_for_orphaned_runs = check_for_orphaned_runs
+    dagster_internals.replace_orphan_check(check_for_orphaned_runs)
 
 
 def dev_stop_installed() -> bool:
-    from dagster._grpc.server import DagsterApiServer
-
-    return bool(getattr(getattr(DagsterApiServer, "_check_for_orphaned_runs", None), _DEV_PATCHED, False))
+    return bool(getattr(dagster_internals.orphan_check(), _DEV_PATCHED, False))
 
 
-def _stat(pid: int) -> list[str] | None:
+def process_stat(pid: int) -> list[str] | None:
     """``/proc/<pid>/stat`` after the command name: [state, ppid, ...], None if gone or a zombie."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -142,7 +163,7 @@ def _find_dev_process() -> tuple[int, str] | None:
         return None
     pid = os.getppid()
     while pid > 1:
-        fields = _stat(pid)
+        fields = process_stat(pid)
         if fields is None:
             return None
         try:
@@ -155,27 +176,23 @@ def _find_dev_process() -> tuple[int, str] | None:
     return None
 
 
-def _dev_has_exited() -> bool:
+def dev_has_exited() -> bool:
+    """Whether the ``dagster dev`` this process descends from has exited (False if there is none)."""
     if not _dev_process:
         _dev_process.append(_find_dev_process())
     if _dev_process[0] is None:
         return False
     pid, started = _dev_process[0]
-    fields = _stat(pid)
+    fields = process_stat(pid)
     return fields is None or fields[19] != started
 
 
 def _cancel_runs(server) -> None:  # noqa: ANN001 - a DagsterApiServer
     from dagster import DagsterInstance
 
-    with server._execution_lock:
-        running = [(run_id, server._executions[run_id][1], event)
-                   for run_id, event in server._termination_events.items() if not event.is_set()]
-    for run_id, instance_ref, event in running:
+    for run_id, instance_ref, event in dagster_internals.running_executions(server):
         with suppress(Exception), DagsterInstance.from_ref(instance_ref) as instance:
             run = instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
                 instance.report_run_canceling(run, message=DEV_STOPPED)
-        with server._execution_lock:
-            event.set()
-            server._termination_times[run_id] = time.time()
+        dagster_internals.interrupt_execution(server, run_id, event, time.time())

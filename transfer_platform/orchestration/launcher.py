@@ -14,9 +14,12 @@ takes nothing else with it, and is failed as the code server fails it).
 - Code or configuration changed since the parent imported them (a file of the code location's
   package, the configuration file): the parent refuses, and a fresh one starts for that run.
 - A run whose worker cannot start this way (the parent died, did not answer in
-  :data:`START_TIMEOUT_SECONDS`, or a thread ran in it) is launched by Dagster's own path, the code
-  server, with an engine event saying why; so are runs without a Python origin, and every run on a
-  platform without ``fork``.
+  :data:`START_TIMEOUT_SECONDS`, a thread ran in it, or the code location's Dagster is not one the
+  worker is proven on) is launched by Dagster's own path, the code server, with an engine event
+  saying why; so are runs without a Python origin, and every run on a platform without ``fork``.
+- The fork relies on private Dagster names (:mod:`~transfer_platform.orchestration.dagster_internals`):
+  on a Dagster not in ``PROVEN_DAGSTER_VERSIONS``, or lacking one of them, the launcher warns once
+  when it starts and is Dagster's ``DefaultRunLauncher`` for every run.
 - ``terminate`` (the UI's Terminate, ``transfer-platform cancel``) interrupts the worker (SIGINT,
   as the code server does) from any process on the same machine: the run's
   ``.dagster/transfer_platform/run_worker`` tag (hidden in the UI) names its host, pid and start time. From another machine
@@ -38,14 +41,15 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagster import DagsterRun
-from dagster._core.launcher import LaunchRunContext
-from dagster._core.launcher.default_run_launcher import DefaultRunLauncher  # pinned Dagster
-from dagster._serdes import serialize_value
+from dagster import DagsterRun, DefaultRunLauncher, serialize_value
 
+from transfer_platform.orchestration import dagster_internals
 from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
+
+if TYPE_CHECKING:
+    from transfer_platform.orchestration.dagster_internals import LaunchRunContext
 
 _LOG = logging.getLogger("transfer_platform.launcher")
 #: how long a run waits for its worker to start (a parent just started imports first)
@@ -54,28 +58,37 @@ NO_FORK = "the code location's parent process runs a thread, so it cannot fork"
 
 
 class PreloadedRunLauncher(DefaultRunLauncher):
-    """Runs forked from a process that has imported the code location (see the module)."""
+    """Runs forked from a process that has imported the code location (see the module).
 
-    def __init__(self, inst_data: Any = None) -> None:  # noqa: ANN401 - ConfigurableClassData
+    ``dagster_version``: the Dagster whose private names the fork relies on (this one's by default;
+    another says what the launcher does there: see :func:`dagster_internals.fork_refusal`).
+    """
+
+    def __init__(self, inst_data: Any = None, dagster_version: str | None = None) -> None:  # noqa: ANN401
+        dagster_internals.require("launcher")  # a Dagster without what it uses: named, here
         super().__init__(inst_data=inst_data)
         self._parents: dict[str, _Parent] = {}
-        self._no_fork: set[str] = set()  # code locations whose parent cannot fork
+        self._no_fork: dict[str, str] = {}  # code locations whose parent cannot fork: why
         self._lock = threading.Lock()
+        #: why this launcher never forks (None: it forks), said once here
+        self.fork_refusal = dagster_internals.fork_refusal(dagster_version or dagster_internals.DAGSTER_VERSION)
+        if self.fork_refusal:
+            dagster_internals.warn(f"transfer_platform's PreloadedRunLauncher: {self.fork_refusal}")
 
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
         origin = run.job_code_origin
-        if origin is None or not hasattr(os, "fork"):
+        if origin is None or not hasattr(os, "fork") or self.fork_refusal:
             super().launch_run(context)
             return
         key = serialize_value(origin.repository_origin)
-        why = NO_FORK
-        if key not in self._no_fork:
+        why = self._no_fork.get(key)
+        if why is None:
             with self._lock:
                 started, why = self._start(key, origin.repository_origin, run)
             if started:
                 return
-        self._instance.report_engine_event(
+        dagster_internals.plugin_instance(self).report_engine_event(
             f"The preloaded run worker did not start ({why}); the code server launches the run.", run,
             cls=self.__class__)
         super().launch_run(context)
@@ -83,25 +96,29 @@ class PreloadedRunLauncher(DefaultRunLauncher):
     def _start(self, key: str, origin: Any, run: DagsterRun) -> tuple[bool, str]:  # noqa: ANN401
         """Fork ``run``'s worker from this code location's parent: (started, why not)."""
         why = ""
+        instance = dagster_internals.plugin_instance(self)
         for _attempt in range(2):  # a parent that ended, or whose code changed, is replaced once
             parent = self._parents.get(key)
             if parent is None or not parent.alive():
                 try:
-                    parent = self._parents[key] = _Parent(self._instance, origin)
+                    parent = self._parents[key] = _Parent(instance, origin)
                 except OSError as exc:  # the code location's Python is not on this machine
                     return False, f"its parent process did not start: {exc}"
             answer = parent.request(run.run_id, START_TIMEOUT_SECONDS)
             if answer.get("pid"):
-                self._instance.add_run_tags(run.run_id, {
+                instance.add_run_tags(run.run_id, {
                     WORKER_TAG: f"{socket.gethostname()} {answer['pid']} {answer['started']}"})
-                self._run_ids.add(run.run_id)
+                dagster_internals.track_launched_run(self, run.run_id)
                 return True, ""
             parent.close()
             del self._parents[key]
             why = answer.get("refused") or answer["failed"]
             if why == "threads":
-                self._no_fork.add(key)
+                self._no_fork[key] = NO_FORK
                 return False, NO_FORK
+            if why == "unsupported":  # the code location's Dagster: see dagster_internals
+                self._no_fork[key] = answer["why"]
+                return False, answer["why"]
             if why == "stale":
                 why = "the code changed while its parent process started"
             elif not answer.get("ended"):
@@ -109,18 +126,19 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         return False, why
 
     def terminate(self, run_id: str) -> bool:
-        run = self._instance.get_run_by_id(run_id) if self.has_instance else None
+        instance = dagster_internals.plugin_instance(self) if self.has_instance else None
+        run = instance.get_run_by_id(run_id) if instance is not None else None
         if run is None or run.is_finished or WORKER_TAG not in run.tags:
             return super().terminate(run_id)
         host, pid, started = run.tags[WORKER_TAG].split()
-        self._instance.report_run_canceling(run)
+        instance.report_run_canceling(run)
         if host != socket.gethostname():
-            self._instance.report_engine_event(
+            instance.report_engine_event(
                 f"The run's worker runs on {host} (pid {pid}): it interrupts itself when it sees the run "
                 "CANCELING (run_monitoring.cancellation_thread_poll_interval_seconds).", run, cls=self.__class__)
             return True
         if process_start_time(int(pid)) != started:
-            self._instance.report_engine_event(
+            instance.report_engine_event(
                 f"The run's worker (pid {pid}) is gone: nothing to interrupt.", run, cls=self.__class__)
             return False
         os.kill(int(pid), signal.SIGINT)

@@ -7,6 +7,7 @@ from dagster import TimeWindowPartitionsDefinition
 from transfer_platform.core.planning import ModelWindowing
 from transfer_platform.core.timeutil import utc
 from transfer_platform.core.windows import Window
+from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
 
 
 def partitions_for(windowing: ModelWindowing) -> TimeWindowPartitionsDefinition | None:
@@ -17,6 +18,7 @@ def partitions_for(windowing: ModelWindowing) -> TimeWindowPartitionsDefinition 
     grid = windowing.grid
     if grid is None:
         return None
+    install_epoch_fix()  # Dagster's keys of a minute grid from the epoch (dagster_fixes), once
     return TimeWindowPartitionsDefinition(
         start=grid.floor(windowing.configured_start),
         cron_schedule=grid.cron,

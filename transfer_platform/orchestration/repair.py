@@ -21,10 +21,10 @@ model, the check run handled last (``repair:<destination>:<model>``) and the day
 from datetime import datetime
 
 from dagster import AssetCheckKey, DagsterInstance, RunRequest, RunsFilter
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
+from transfer_platform.orchestration.dagster_internals import check_ended
 from transfer_platform.orchestration.keys import transfer_asset_key
 from transfer_platform.orchestration.run_tags import PREFIX, TRIGGER_TAG, limit_tags
 
@@ -36,7 +36,7 @@ def latest_checks(instance: DagsterInstance, keys: list[AssetCheckKey]) -> dict:
     """Each check's latest finished evaluation as (run id, passed, metadata), in one query."""
     found = {}
     for key, record in instance.event_log_storage.get_latest_asset_check_execution_by_key(keys).items():
-        if record.status in (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED):
+        if check_ended(record):
             evaluation = record.event.dagster_event.event_specific_data
             found[key] = (record.run_id, evaluation.passed, {k: v.value for k, v in evaluation.metadata.items()})
     return found

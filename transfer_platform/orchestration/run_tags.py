@@ -34,8 +34,8 @@ import re
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 
 PREFIX = "transfer_platform"
-#: Dagster hides run tags starting with ".dagster/" (dagster._core.storage.tags.HIDDEN_TAG_PREFIX;
-#: test_run_tags asserts they still match)
+#: Dagster hides run tags starting with ".dagster/" (dagster._core.storage.tags.HIDDEN_TAG_PREFIX,
+#: fenced in dagster_internals.HIDDEN_TAG_PREFIX; test_run_tags asserts they still match)
 DAGSTER_HIDDEN_PREFIX = ".dagster/"
 HIDDEN_PREFIX = f"{DAGSTER_HIDDEN_PREFIX}{PREFIX}"
 DESTINATION_TAG = f"{PREFIX}/destination"

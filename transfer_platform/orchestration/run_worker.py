@@ -15,8 +15,9 @@ run, which under sustained load is what limits transfers per hour. This process 
 3. for each ``{"run_id": ...}`` line it forks a run worker, answers ``{"run_id", "pid",
    "started"}`` (``started``: the worker's start time in ``/proc``, which tells it from a later
    process with the same pid), and the worker executes the run exactly as ``dagster api
-   execute_run`` does (``_execute_run_command_body``, pinned Dagster), with Dagster's run
-   cancellation thread (a run marked CANCELING from elsewhere is interrupted), then exits;
+   execute_run`` does (Dagster's private ``_execute_run_command_body``, through
+   :mod:`~transfer_platform.orchestration.dagster_internals`), with Dagster's run cancellation
+   thread (a run marked CANCELING from elsewhere is interrupted), then exits;
 4. a worker that dies before its run finished (SIGKILL, the OOM killer) is reported as Dagster's
    code server reports it (the engine event "Run execution process for <id> was terminated by
    signal ..." and the run failed), which ``transfer_platform.orchestration.lifecycle`` reads;
@@ -28,6 +29,8 @@ run, which under sustained load is what limits transfers per hour. This process 
 
 A fork carries no thread into the worker: the parent refuses to fork if a thread runs
 (``"refused": "threads"``), and the launcher then uses Dagster's own path for that code location.
+So it does (``"refused": "unsupported"``, ``"why"``) when the code location's Dagster is not one
+the worker is proven on, or lacks a private name it uses (``dagster_internals.fork_refusal``).
 """
 
 from __future__ import annotations
@@ -57,9 +60,9 @@ WORKER_TAG = ".dagster/transfer_platform/run_worker"  # "<host> <pid> <start tim
 
 def process_start_time(pid: int) -> str | None:
     """The start time of ``pid`` in ``/proc`` (clock ticks since boot), None if it is gone."""
-    from transfer_platform.orchestration.dagster_fixes import _stat
+    from transfer_platform.orchestration.dagster_fixes import process_stat
 
-    fields = _stat(pid)
+    fields = process_stat(pid)
     return fields[19] if fields else None
 
 
@@ -94,9 +97,9 @@ class Parent:
         self.control.flush()
 
     def main(self) -> None:
-        from dagster._core.instance.ref import InstanceRef
-        from dagster._core.origin import RepositoryPythonOrigin
-        from dagster._serdes import deserialize_value
+        from dagster import deserialize_value
+
+        from transfer_platform.orchestration.dagster_internals import fork_refusal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by its stdin closing; workers are not
         requests = Lines(sys.stdin.fileno())
@@ -104,8 +107,9 @@ class Parent:
         if header is None:
             return
         header = json.loads(header)
-        self.instance_ref = deserialize_value(header["instance_ref"], InstanceRef)
-        self.origin = deserialize_value(header["origin"], RepositoryPythonOrigin)
+        self.instance_ref = deserialize_value(header["instance_ref"])  # an InstanceRef
+        self.origin = deserialize_value(header["origin"])  # a RepositoryPythonOrigin
+        self.unsupported = fork_refusal()  # this Python's Dagster: proven, with what the worker uses
         module = getattr(self.origin.code_pointer, "module", None) or "transfer_platform"
         self.stamp = code_stamp(module)
         started = time.perf_counter()
@@ -120,6 +124,9 @@ class Parent:
     def start(self, run_id: str, module: str) -> bool:
         """Fork the worker of ``run_id``; False when the parent must go (its code is stale, or a
         thread it would carry into the fork started)."""
+        if self.unsupported:
+            self.say({"run_id": run_id, "refused": "unsupported", "why": self.unsupported})
+            return False
         refused = ("stale" if code_stamp(module) != self.stamp
                    else "threads" if threading.active_count() > 1 else None)
         if refused:
@@ -182,9 +189,9 @@ def preload(origin: Any) -> None:  # noqa: ANN401 - a RepositoryPythonOrigin
         with suppress(Exception):
             importlib.import_module(name)
     with suppress(Exception):  # a code location that does not load fails its run, with Dagster's error
-        from dagster._utils.hosted_user_process import recon_repository_from_origin
+        from transfer_platform.orchestration import dagster_internals
 
-        recon_repository_from_origin(origin).get_definition()
+        dagster_internals.load_repository(origin)
 
 
 def execute(instance_ref: Any, run_id: str) -> int:  # noqa: ANN401 - an InstanceRef
@@ -194,18 +201,15 @@ def execute(instance_ref: Any, run_id: str) -> int:  # noqa: ANN401 - an Instanc
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)  # the launcher's requests are the parent's
         os.close(devnull)
-        from dagster._cli.api import _execute_run_command_body  # pinned Dagster
-        from dagster._cli.utils import get_instance_for_cli
-        from dagster._core.execution.run_cancellation_thread import start_run_cancellation_thread
-        from dagster._utils.interrupts import capture_interrupts
+        from transfer_platform.orchestration import dagster_internals as internals
 
-        with capture_interrupts(), get_instance_for_cli(instance_ref=instance_ref) as instance:
+        with internals.capture_interrupts(), internals.instance_for_cli(instance_ref) as instance:
             _watch_dagster_dev(instance, run_id)
             # a run marked CANCELING from another machine: interrupted at the thread's next look
             # (run_monitoring.cancellation_thread_poll_interval_seconds, 10 s by default)
-            _thread, stop = start_run_cancellation_thread(instance, run_id)
+            _thread, stop = internals.start_run_cancellation_thread(instance, run_id)
             try:
-                _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+                internals.execute_run(run_id, instance)
             finally:
                 stop.set()
         return 0
@@ -227,7 +231,7 @@ def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # noqa: ANN401 - a 
     from transfer_platform.orchestration import dagster_fixes
 
     def watch() -> None:
-        while not dagster_fixes._dev_has_exited():
+        while not dagster_fixes.dev_has_exited():
             time.sleep(0.5)
         with suppress(Exception):
             run = instance.get_run_by_id(run_id)
@@ -241,13 +245,14 @@ def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # noqa: ANN401 - a 
 def _report_crash(instance_ref: Any, run_id: str, exit_code: int) -> None:  # noqa: ANN401
     """A worker that died with its run unfinished: failed, as Dagster's code server says it."""
     from dagster import DagsterInstance
-    from dagster._utils import get_run_crash_explanation
+
+    from transfer_platform.orchestration.dagster_internals import run_crash_explanation
 
     with suppress(Exception), DagsterInstance.from_ref(instance_ref) as instance:
         run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return
-        message = get_run_crash_explanation(prefix=f"Run execution process for {run_id}", exit_code=exit_code)
+        message = run_crash_explanation(prefix=f"Run execution process for {run_id}", exit_code=exit_code)
         instance.report_engine_event(message, run)
         instance.report_run_failed(run)
 

@@ -21,6 +21,7 @@ from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.lifecycle import transfer_status
+from transfer_platform.orchestration.dagster_internals import launch_job_run
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     FULL_REFRESH_TAG,
@@ -58,9 +59,6 @@ class TransferOrder:
 
 def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path, order: TransferOrder) -> str:
     """Submit a run of the ``transfer`` job to the instance's queue; returns the transfer id."""
-    from dagster._cli.job import execute_launch_command  # pinned Dagster: `dagster job launch`
-    from dagster_shared.cli import WorkspaceOpts
-
     destination = config.destination(order.destination)
     enabled = {m.model_name: m for m in config.models_for(destination)}
     unknown = [m for m in order.models if m not in enabled]
@@ -85,11 +83,9 @@ def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path
     before = os.environ.get("TRANSFER_PLATFORM_CONFIG")
     os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path.resolve())  # for the code server
     try:
-        execute_launch_command(
-            instance=instance, workspace_opts=WorkspaceOpts(workspace=[str(workspace_file())]),
-            config_json=json.dumps({"ops": {"run_transfer": {"config": op_config}}}),
-            tags=json.dumps(tags), run_id=run_id, job_name="transfer",
-        )
+        launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
+            instance, str(workspace_file()), "transfer",
+            json.dumps({"ops": {"run_transfer": {"config": op_config}}}), json.dumps(tags), run_id)
     finally:
         if before is None:
             os.environ.pop("TRANSFER_PLATFORM_CONFIG", None)

@@ -184,17 +184,20 @@ def test_the_epoch_fix_leaves_other_ticks_alone(start):
     assert keys[:4] == expected
 
 
-def test_the_epoch_fix_is_installed_wherever_the_coordinator_is_imported():
-    """The webserver and the daemon import the run coordinator (``dagster.yaml``), not the
-    definitions: they must compute the same partition keys as the code server."""
+def test_the_epoch_fix_is_installed_wherever_the_coordinator_starts():
+    """The webserver and the daemon start the run coordinator (``dagster.yaml``), not the
+    definitions: they must compute the same partition keys as the code server. Importing the
+    package patches nothing."""
     import subprocess
     import sys
 
-    code = ("import transfer_platform.orchestration.coordinator\n"
+    code = ("import transfer_platform.orchestration.coordinator as c\n"
             "from transfer_platform.orchestration.dagster_fixes import installed\n"
+            "print(installed())\n"
+            "c.TransferRunCoordinator()\n"
             "print(installed())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert out.stdout.split() == ["False", "True"]
 
 
 def test_a_minute_grid_from_epoch_zero_is_refused_for_a_real_clock():

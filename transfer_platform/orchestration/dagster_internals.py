@@ -1,0 +1,414 @@
+"""Dagster's private names, behind one door: the upgrade checklist.
+
+Everything of Dagster the platform uses that Dagster does not export (a ``dagster._...`` module, a
+private function, a private attribute of one of its classes) is reached through this module and
+nowhere else. Each is one :class:`Fenced` entry of :data:`FENCED`: where it lives, what it is for,
+which public alternative was checked (and why it does not do), the parameters and attributes we
+rely on, and the part of the platform that needs it (:data:`PARTS`).
+
+Upgrading Dagster: bump it in ``uv.lock``, run ``transfer_platform_tests/orchestration/
+test_dagster_internals.py`` (one case per entry, naming what is missing or changed), then the
+orchestration tests; when they pass, add the version to :data:`PROVEN_DAGSTER_VERSIONS`.
+
+At start-up each part checks its own names (:func:`problems`), so a Dagster without one is named
+("Dagster X.Y lacks dagster._foo.bar, used for ...; proven on ...") where the part starts, never an
+``AttributeError`` in a run:
+
+- the preloaded launcher (``launcher.py``): on a Dagster not in :data:`PROVEN_DAGSTER_VERSIONS`,
+  or lacking a name its run worker needs, it warns once and launches every run by Dagster's own
+  path (``DefaultRunLauncher``) instead of forking (:func:`fork_refusal`);
+- the run coordinator (``coordinator.py``): refuses to start (:class:`UnsupportedDagsterError`), as
+  its limits must hold;
+- the definitions and the partitions (``dagster_fixes.py``): a fix whose names are gone warns and is
+  not installed; the definitions warn about what the sensor's repairs and the hidden run tags lack;
+- ``transfer --enqueue``: :class:`UnsupportedDagsterError`, a ``ConfigError`` the CLI reports as
+  such, names what its launch lacks.
+
+Public exports are used wherever Dagster has them (``dagster.DefaultRunLauncher``,
+``dagster.QueuedRunCoordinator``, ``dagster.SubmitRunContext``, ``dagster.serialize_value`` /
+``deserialize_value``): they are not listed here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import dagster
+
+from transfer_platform.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only (launcher.py, coordinator.py): Dagster exports neither
+    from dagster._core.launcher import LaunchRunContext  # noqa: F401
+    from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
+
+DAGSTER_VERSION: str = dagster.__version__
+#: The Dagster versions the private mechanisms here are proven on (the contract test and the
+#: orchestration tests pass): the version ``uv.lock`` pins. The preloaded launcher forks only on these.
+PROVEN_DAGSTER_VERSIONS: tuple[str, ...] = ("1.13.27",)
+
+#: the parts of the platform, each checking its names when it starts
+PARTS = {
+    "run_worker": "the preloaded launcher's forked run workers (launcher.py, run_worker.py)",
+    "launcher": "the preloaded launcher (launcher.py)",
+    "coordinator": "the run coordinator's limits (coordinator.py)",
+    "dequeue_interval": "a fractional run_coordinator dequeue_interval_seconds (coordinator.py)",
+    "epoch_fix": "the fix of Dagster's cron tick at the Unix epoch (dagster_fixes.py)",
+    "dev_stop": "cancelling runs when `dagster dev` stops (dagster_fixes.py)",
+    "enqueue": "`transfer-platform transfer --enqueue` (orchestration/transfers.py)",
+    "repair": "self-healing's reading of check evaluations (repair.py)",
+    "run_tags": "run tags hidden in the UI (run_tags.py)",
+}
+
+
+class UnsupportedDagsterError(ConfigError):
+    """The installed Dagster lacks a private name a part of the platform needs."""
+
+    blame = "platform"
+
+
+class UnprovenDagsterWarning(UserWarning):
+    """A part of the platform falls back to Dagster's own path on this Dagster."""
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """One private Dagster name: ``module`` + ``name`` (dotted: ``Class.attribute``)."""
+
+    module: str
+    name: str
+    parts: tuple[str, ...]
+    use: str  # what it is for
+    public: str  # the public alternative checked, and why it does not do
+    params: tuple[str, ...] = ()  # parameters we pass: the callable must take them
+    attributes: tuple[str, ...] = ()  # attributes we read on it
+    #: an attribute assigned in ``__init__`` of the class named first in ``name`` (no instance is made
+    #: to check it: its assignment ``self.<attribute>`` must be in the class's source)
+    instance_attribute: bool = False
+    value: Any = None  # a constant whose value we repeat
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.name}" if self.name else self.module
+
+    def get(self) -> Any:  # noqa: ANN401 - whatever Dagster holds there
+        """The object, or :class:`UnsupportedDagsterError` naming it (its shape is the contract
+        test's and the start-up checks' business: not checked again at every use)."""
+        try:
+            return self._resolve()
+        except (ImportError, AttributeError) as exc:
+            raise UnsupportedDagsterError(self.problem() or f"{self.path}: {exc}") from exc
+
+    def _resolve(self) -> Any:  # noqa: ANN401
+        found: Any = importlib.import_module(self.module)
+        names = self.name.split(".") if self.name else []
+        for name in names[:-1] if self.instance_attribute else names:
+            found = getattr(found, name)
+        return found
+
+    def problem(self, version: str = DAGSTER_VERSION) -> str | None:
+        """None when Dagster has it with the shape we rely on, else a sentence naming what lacks."""
+        lacks = f"Dagster {version} lacks {self.path}"
+        try:
+            found = self._resolve()
+        except (ImportError, AttributeError):
+            return self._sentence(lacks)
+        if self.instance_attribute:
+            attribute = self.name.split(".")[-1]
+            try:
+                source = inspect.getsource(found)
+            except (OSError, TypeError):
+                return self._sentence(f"Dagster {version}'s {self.path} cannot be checked (no source)")
+            if f"self.{attribute}" not in source:
+                return self._sentence(lacks)
+            return None
+        if self.params:
+            try:
+                taken = inspect.signature(found).parameters
+            except (TypeError, ValueError):
+                return self._sentence(f"Dagster {version}'s {self.path} has no signature")
+            if any(p.kind is p.VAR_KEYWORD for p in taken.values()):  # a record: its fields
+                taken = dict.fromkeys(getattr(found, "_fields", None) or getattr(found, "model_fields", None)
+                                      or taken)
+            missing = [p for p in self.params if p not in taken]
+            if missing:
+                return self._sentence(f"Dagster {version}'s {self.path} does not take {', '.join(missing)} "
+                                      f"(it takes {', '.join(taken)})")
+        missing = [a for a in self.attributes if not hasattr(found, a)]
+        if missing:
+            return self._sentence(f"Dagster {version}'s {self.path} has no {', '.join(missing)}")
+        if self.value is not None and found != self.value:
+            return self._sentence(f"Dagster {version}'s {self.path} is {found!r}, not {self.value!r}")
+        return None
+
+    def _sentence(self, what: str) -> str:
+        return (f"{what}, used for {self.use}; transfer_platform is proven on Dagster "
+                f"{', '.join(PROVEN_DAGSTER_VERSIONS)}")
+
+
+# -- the upgrade checklist ------------------------------------------------------------------------
+
+EXECUTE_RUN = Fenced(
+    "dagster._cli.api", "_execute_run_command_body", ("run_worker",),
+    use="executing a queued run in the forked run worker exactly as `dagster api execute_run` does",
+    public="`dagster api execute_run` (the CLI: a new Python process, the ~2.5 s the fork saves); "
+           "dagster.execute_job creates a new run, while the queued run exists already",
+    params=("run_id", "instance", "write_stream_fn", "set_exit_code_on_failure"))
+INSTANCE_FOR_CLI = Fenced(
+    "dagster._cli.utils", "get_instance_for_cli", ("run_worker",),
+    use="opening the instance in the run worker as `dagster api execute_run` opens it (.env loaded)",
+    public="DagsterInstance.from_ref (does not load the code location's .env as the CLI does)",
+    params=("instance_ref",))
+CANCELLATION_THREAD = Fenced(
+    "dagster._core.execution.run_cancellation_thread", "start_run_cancellation_thread", ("run_worker",),
+    use="interrupting a run worker when its run is marked CANCELING from another machine",
+    public="none (run monitoring only restarts or fails runs; it does not interrupt a worker)",
+    params=("instance", "run_id"))
+CAPTURE_INTERRUPTS = Fenced(
+    "dagster._utils.interrupts", "capture_interrupts", ("run_worker",),
+    use="the run worker's SIGINT handling while a run executes, as Dagster's CLI sets it",
+    public="none (signal.signal by hand would differ from what Dagster's executor expects)")
+CRASH_EXPLANATION = Fenced(
+    "dagster._utils", "get_run_crash_explanation", ("run_worker",),
+    use="failing a crashed worker's run with the code server's words, which lifecycle.py reads",
+    public="none (the sentence is the code server's)",
+    params=("prefix", "exit_code"))
+RECONSTRUCT_REPOSITORY = Fenced(
+    "dagster._utils.hosted_user_process", "recon_repository_from_origin", ("run_worker",),
+    use="loading the code location's definitions once in the run worker parent (the preload)",
+    public="importing the module of the origin's code pointer (misses Dagster's own loading path)",
+    params=("origin",))
+RUN_MODULE = Fenced(
+    "dagster._cli.api", "", ("run_worker",),
+    use="run_worker.WARM_IMPORTS: modules the parent imports before forking (a missing one is skipped)",
+    public="none (the modules `dagster api execute_run` imports)")
+EXECUTION_MODULE = Fenced(
+    "dagster._core.execution.api", "", ("run_worker",),
+    use="run_worker.WARM_IMPORTS (see dagster._cli.api)",
+    public="none")
+LAUNCH_CONTEXT = Fenced(
+    "dagster._core.launcher", "LaunchRunContext", ("run_worker",),
+    use="the annotation of PreloadedRunLauncher.launch_run's argument (imported for type checking only)",
+    public="none (dagster exports DefaultRunLauncher but not its context)",
+    attributes=("dagster_run", "workspace"))
+LAUNCHER_RUN_IDS = Fenced(
+    "dagster._core.launcher.default_run_launcher", "DefaultRunLauncher._run_ids", ("run_worker",),
+    use="the runs DefaultRunLauncher.join() waits for, to which the preloaded launcher adds its own",
+    public="none (DefaultRunLauncher keeps the set to itself)",
+    instance_attribute=True)
+PLUGIN_INSTANCE = Fenced(
+    "dagster._core.instance.types", "MayHaveInstanceWeakref._instance", ("launcher", "coordinator"),
+    use="the instance of a run launcher or coordinator (how Dagster's own launchers and the "
+        "documented custom ones reach it)",
+    public="has_instance (public) says whether there is one, but nothing public returns it")
+QUEUE_CONFIG = Fenced(
+    "dagster._core.run_coordinator.queued_run_coordinator", "RunQueueConfig", ("coordinator",),
+    use="adding the configuration's tag limits to the queue's rules (a NamedTuple: _replace)",
+    public="none (dagster does not export RunQueueConfig; dagster.yaml's rules are static)",
+    attributes=("_replace", "tag_concurrency_limits"))
+DEQUEUE_INTERVAL = Fenced(
+    "dagster._core.run_coordinator.queued_run_coordinator", "QueuedRunCoordinator._dequeue_interval_seconds",
+    ("dequeue_interval",),
+    use="a fractional run_coordinator.config.dequeue_interval_seconds (Dagster's schema takes whole "
+        "seconds; its daemon reads the property dequeue_interval_seconds, any number)",
+    public="the config field dequeue_interval_seconds (an Int: 1 s at least, half a small transfer's latency)",
+    instance_attribute=True)
+CHECK_STATUS = Fenced(
+    "dagster._core.storage.asset_check_execution_record", "AssetCheckExecutionRecordStatus", ("repair",),
+    use="telling a finished check evaluation (SUCCEEDED, FAILED) from a planned or skipped one",
+    public="none (the records of get_latest_asset_check_execution_by_key carry this enum)",
+    attributes=("SUCCEEDED", "FAILED"))
+CRON_ITERATOR = Fenced(
+    "dagster._utils.schedules", "cron_string_iterator", ("epoch_fix",),
+    use="detecting whether this Dagster drops the cron tick at the Unix epoch",
+    public="TimeWindowPartitionsDefinition (computes the keys, but through the very function fixed)",
+    params=("start_timestamp", "cron_string", "execution_timezone"))
+HOURLY_SCHEDULE_TIME = Fenced(
+    "dagster._utils.schedules", "_find_hourly_schedule_time", ("epoch_fix",),
+    use="the epoch tick fix: wrapped so that the tick at timestamp 0 is not skipped",
+    public="none (the bug is inside Dagster's cron arithmetic)",
+    params=("minutes", "date", "ascending", "already_on_boundary", "use_timezone_minute_resolution"))
+ORPHAN_CHECK = Fenced(
+    "dagster._grpc.server", "DagsterApiServer._check_for_orphaned_runs", ("dev_stop",),
+    use="the code server's cleanup tick, wrapped to cancel its runs once `dagster dev` is gone",
+    public="none (the code server never tells its run workers it stops)")
+SERVER_LOCK = Fenced(
+    "dagster._grpc.server", "DagsterApiServer._execution_lock", ("dev_stop",),
+    use="reading the code server's running runs as its own cancel does", public="none",
+    instance_attribute=True)
+SERVER_EXECUTIONS = Fenced(
+    "dagster._grpc.server", "DagsterApiServer._executions", ("dev_stop",),
+    use="each running run's instance ref (run id -> (process, instance ref))", public="none",
+    instance_attribute=True)
+SERVER_TERMINATION_EVENTS = Fenced(
+    "dagster._grpc.server", "DagsterApiServer._termination_events", ("dev_stop",),
+    use="interrupting a run of the code server as its CancelExecution does", public="none",
+    instance_attribute=True)
+SERVER_TERMINATION_TIMES = Fenced(
+    "dagster._grpc.server", "DagsterApiServer._termination_times", ("dev_stop",),
+    use="recording when a run was interrupted, as its CancelExecution does", public="none",
+    instance_attribute=True)
+LAUNCH_COMMAND = Fenced(
+    "dagster._cli.job", "execute_launch_command", ("enqueue",),
+    use="`transfer --enqueue`: create the run from a code server started from workspace.yaml and "
+        "submit it to the instance's coordinator, as `dagster job launch` does",
+    public="dagster_graphql.DagsterGraphQLClient.submit_job_execution (needs a running webserver, "
+           "which the CLI cannot assume); `dagster job launch` in a subprocess (one more Python "
+           "importing Dagster, errors as text); DagsterInstance.submit_run (needs the remote job and "
+           "its snapshots, themselves private workspace machinery)",
+    params=("instance", "workspace_opts", "config_json", "tags", "run_id", "job_name"))
+WORKSPACE_OPTS = Fenced(
+    "dagster_shared.cli", "WorkspaceOpts", ("enqueue",),
+    use="naming workspace.yaml to execute_launch_command", public="none (its own argument type)",
+    params=("workspace",))
+HIDDEN_TAG_PREFIX = Fenced(
+    "dagster._core.storage.tags", "HIDDEN_TAG_PREFIX", ("run_tags",),
+    use="run_tags.DAGSTER_HIDDEN_PREFIX repeats it (run_tags imports no Dagster): tags the UI hides",
+    public="none (the UI's pinned tags are a per-browser setting)",
+    value=".dagster/")
+
+FENCED: tuple[Fenced, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Fenced))
+
+
+def problems(part: str, version: str = DAGSTER_VERSION) -> list[str]:
+    """What this Dagster lacks of the names ``part`` (a key of :data:`PARTS`) needs: [] when none."""
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}; the parts are {sorted(PARTS)}")
+    return [p for f in FENCED if part in f.parts and (p := f.problem(version))]
+
+
+def require(part: str) -> None:
+    """:class:`UnsupportedDagsterError` naming every name ``part`` needs that this Dagster lacks."""
+    missing = problems(part)
+    if missing:
+        raise UnsupportedDagsterError("; ".join(missing))
+
+
+def warn_problems(*parts: str) -> None:
+    """One warning per part naming what this Dagster lacks of its names (none when nothing lacks)."""
+    for part in parts:
+        missing = problems(part)
+        if missing:
+            warn(f"transfer_platform ({PARTS[part]}): " + "; ".join(missing))
+
+
+def fork_refusal(version: str = DAGSTER_VERSION) -> str | None:
+    """Why the preloaded launcher must not fork on Dagster ``version`` (None: it may)."""
+    if version not in PROVEN_DAGSTER_VERSIONS:
+        return (f"Dagster {version} is not among the versions the preloaded run worker is proven on "
+                f"({', '.join(PROVEN_DAGSTER_VERSIONS)}): runs are launched by Dagster's own path "
+                "(DefaultRunLauncher: a new process per run from the code server)")
+    missing = problems("run_worker", version)
+    if missing:
+        return "; ".join(missing) + ": runs are launched by Dagster's own path (DefaultRunLauncher)"
+    return None
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, UnprovenDagsterWarning, stacklevel=3)
+
+
+# -- the accessors the other modules use ----------------------------------------------------------
+
+def execute_run(run_id: str, instance: Any) -> None:  # noqa: ANN401 - a DagsterInstance
+    EXECUTE_RUN.get()(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+
+
+def instance_for_cli(instance_ref: Any) -> AbstractContextManager[Any]:  # noqa: ANN401 - an InstanceRef
+    return INSTANCE_FOR_CLI.get()(instance_ref=instance_ref)
+
+
+def start_run_cancellation_thread(instance: Any, run_id: str) -> tuple[Any, Any]:  # noqa: ANN401
+    """(the thread, its stop event)."""
+    return CANCELLATION_THREAD.get()(instance, run_id)
+
+
+def capture_interrupts() -> AbstractContextManager[None]:
+    return CAPTURE_INTERRUPTS.get()()
+
+
+def run_crash_explanation(prefix: str, exit_code: int) -> str:
+    return CRASH_EXPLANATION.get()(prefix=prefix, exit_code=exit_code)
+
+
+def load_repository(origin: Any) -> None:  # noqa: ANN401 - a RepositoryPythonOrigin
+    """Import the code location of ``origin`` and build its definitions."""
+    RECONSTRUCT_REPOSITORY.get()(origin).get_definition()
+
+
+def track_launched_run(launcher: Any, run_id: str) -> None:  # noqa: ANN401 - a DefaultRunLauncher
+    """Count ``run_id`` among the launcher's runs, as DefaultRunLauncher counts the ones it launches."""
+    launcher._run_ids.add(run_id)
+
+
+def plugin_instance(plugin: Any) -> dagster.DagsterInstance:  # noqa: ANN401 - a launcher or coordinator
+    return plugin._instance
+
+
+def set_dequeue_interval(coordinator: Any, seconds: float) -> None:  # noqa: ANN401
+    coordinator._dequeue_interval_seconds = seconds
+
+
+def with_tag_limits(queue_config: RunQueueConfig, limits: list) -> RunQueueConfig:
+    """``queue_config`` with ``limits`` after its own tag concurrency limits."""
+    return queue_config._replace(tag_concurrency_limits=[*queue_config.tag_concurrency_limits, *limits])
+
+
+def check_ended(record: Any) -> bool:  # noqa: ANN401 - an AssetCheckExecutionRecord
+    """Whether a check execution record is a finished evaluation (passed or failed)."""
+    status = CHECK_STATUS.get()
+    return record.status in (status.SUCCEEDED, status.FAILED)
+
+
+def cron_ticks(start_timestamp: float, cron_string: str, timezone: str) -> Iterator[Any]:
+    return CRON_ITERATOR.get()(start_timestamp, cron_string, timezone)
+
+
+def hourly_schedule_time() -> Callable[..., Any]:
+    return HOURLY_SCHEDULE_TIME.get()
+
+
+def replace_hourly_schedule_time(function: Callable[..., Any]) -> None:
+    module = importlib.import_module(HOURLY_SCHEDULE_TIME.module)
+    setattr(module, HOURLY_SCHEDULE_TIME.name, function)
+
+
+def api_server_class() -> type:
+    return importlib.import_module(ORPHAN_CHECK.module).DagsterApiServer
+
+
+def orphan_check() -> Callable[..., Any] | None:
+    """The code server's cleanup tick, None if this Dagster has none."""
+    return None if ORPHAN_CHECK.problem() else ORPHAN_CHECK.get()
+
+
+def replace_orphan_check(function: Callable[..., Any]) -> None:
+    api_server_class()._check_for_orphaned_runs = function
+
+
+def running_executions(server: Any) -> list[tuple[str, Any, Any]]:  # noqa: ANN401 - a DagsterApiServer
+    """(run id, instance ref, termination event) of each run the code server has not interrupted."""
+    with server._execution_lock:
+        return [(run_id, server._executions[run_id][1], event)
+                for run_id, event in server._termination_events.items() if not event.is_set()]
+
+
+def interrupt_execution(server: Any, run_id: str, event: Any, now: float) -> None:  # noqa: ANN401
+    """Interrupt one of the code server's runs as its CancelExecution does."""
+    with server._execution_lock:
+        event.set()
+        server._termination_times[run_id] = now
+
+
+def launch_job_run(instance: Any, workspace: str, job_name: str, run_config_json: str, tags_json: str,  # noqa: ANN401
+                   run_id: str) -> None:
+    """Create a run of ``job_name`` from the workspace's code server and submit it, as
+    ``dagster job launch`` does."""
+    LAUNCH_COMMAND.get()(
+        instance=instance, workspace_opts=WORKSPACE_OPTS.get()(workspace=[workspace]),
+        config_json=run_config_json, tags=tags_json, run_id=run_id, job_name=job_name)
