@@ -19,7 +19,7 @@ import pytest
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import delta, staging
 from transfer_platform.destinations.delta import STAGING_DIR, DeltaWriter, read_state
-from transfer_platform.transfers import runner
+from transfer_platform.tuning import Tuning
 from transfer_platform_tests.integration import helpers
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
@@ -42,6 +42,8 @@ MIN_START = day(3, 1)
 NOW = day(3, 2) + timedelta(hours=1)  # windows [3/1, 3/2) (every row) and [3/2, NOW) (empty)
 LATER = day(3, 3) + timedelta(hours=1)
 BATCH = 1_000  # BATCH_ROWS in these tests
+#: every window with more rows than a batch read alone and staged by the executors
+TUNING = Tuning(run_rows=BATCH)
 WINDOW = 25_000  # rows in the big window: 25 batches
 LOOKBACK = timedelta(seconds=300)  # the Parquet source's: each read starts this long before the high watermark
 
@@ -66,7 +68,6 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of ``BATCH`` rows, and every window with more rows than that read alone and
     staged by the executors (not read with its neighbours into this process)."""
     monkeypatch.setattr(delta, "BATCH_ROWS", BATCH)
-    monkeypatch.setattr(runner, "RUN_ROWS", BATCH)
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ def test_a_window_larger_than_the_batch_size_moves_exactly(spark, lake_setup):
     rows = big_window(WINDOW)
     write_lake(lake, rows)
 
-    first = transfer(spark, config, NOW)
+    first = transfer(spark, config, NOW, tuning=TUNING)
 
     assert first.status == "SUCCESS", first.error
     assert first.windows == 2  # March 1st (every row), then an empty one
@@ -104,7 +105,7 @@ def test_a_window_larger_than_the_batch_size_moves_exactly(spark, lake_setup):
     added = rows_after(NOW + timedelta(minutes=10), 3_000, start_id=10 * WINDOW)
     write_lake(lake, [later.get(r[0], r) for r in rows] + added)
 
-    second = transfer(spark, config, LATER, transfer_id="t2")
+    second = transfer(spark, config, LATER, transfer_id="t2", tuning=TUNING)
 
     assert second.status == "SUCCESS", second.error
     # re-read too, unchanged: the rows of the parquet source's 300 s lookback before the high watermark
@@ -167,7 +168,7 @@ def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, 
 
         def run(config=config) -> None:
             nonlocal summary
-            summary = transfer(spark, config, NOW)
+            summary = transfer(spark, config, NOW, tuning=TUNING)
 
         peaks[count], sources = peak_arrow_bytes(run, monkeypatch)
         assert summary.status == "SUCCESS", summary.error
@@ -187,7 +188,7 @@ def test_a_bad_row_in_a_big_window_is_refused_and_nothing_is_committed(spark, la
     config, lake, tables = lake_setup
     rows = big_window(WINDOW, seed=3)
     write_lake(lake, rows[:100])
-    assert transfer(spark, config, NOW).status == "SUCCESS"
+    assert transfer(spark, config, NOW, tuning=TUNING).status == "SUCCESS"
     version, before = tables.table().version(), delivered(tables)
     key = rows[WINDOW // 2][0]
     moment = day(3, 1) + timedelta(hours=23, minutes=30)
@@ -197,7 +198,7 @@ def test_a_bad_row_in_a_big_window_is_refused_and_nothing_is_committed(spark, la
              if bad == "duplicate" else [(None, TENANT, moment, "no key")])
     write_lake(lake, rows[:WINDOW // 3] + extra[:1] + rows[WINDOW // 3:] + extra[1:])
 
-    failed = transfer(spark, config, NOW + timedelta(days=1), transfer_id="t2")
+    failed = transfer(spark, config, NOW + timedelta(days=1), transfer_id="t2", tuning=TUNING)
 
     assert failed.status == "ERROR"
     assert failed.error_type == "DataError"
@@ -254,7 +255,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
     config, lake, tables = lake_setup
     rows = big_window(2_000, seed=4)
     write_lake(lake, rows)
-    assert transfer(spark, config, NOW).status == "SUCCESS"
+    assert transfer(spark, config, NOW, tuning=TUNING).status == "SUCCESS"
     version, before = tables.table().version(), delivered(tables)
     added = rows_after(NOW + timedelta(minutes=10), 5_000, start_id=100_000)
     write_lake(lake, rows + added)
@@ -263,7 +264,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
     with monkeypatch.context() as failing:
         failing.setattr(DeltaWriter, "_merge", failing_merge("commit failed"))
         with pytest.raises(RuntimeError, match="commit failed"):
-            transfer(spark, config, LATER, transfer_id="failing")
+            transfer(spark, config, LATER, transfer_id="failing", tuning=TUNING)
     assert (tables.table().version(), delivered(tables)) == (version, before)
     assert staged_files(tables) == []
 
@@ -272,7 +273,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
         killed.setattr(DeltaWriter, "_merge", failing_merge("killed between staging and commit"))
         killed.setattr(DeltaWriter, "_drop_staging", lambda self, location: None)
         with pytest.raises(RuntimeError, match="killed between staging and commit"):
-            transfer(spark, config, LATER, transfer_id="killed")
+            transfer(spark, config, LATER, transfer_id="killed", tuning=TUNING)
     assert (tables.table().version(), delivered(tables)) == (version, before)
     assert read_state(tables.table()).watermark == NOW
     left = staged_files(tables)
@@ -286,7 +287,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
         assert staged_files(tables) == []
     finally:
         writer.close()
-    after = transfer(spark, config, LATER, transfer_id="next")
+    after = transfer(spark, config, LATER, transfer_id="next", tuning=TUNING)
 
     assert after.status == "SUCCESS", after.error
     high = max(r[2] for r in rows if r[1] == TENANT)
