@@ -157,6 +157,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
     )
     def _transfer(context: AssetExecutionContext, config: TransferRunConfig, pyspark: LazyPySparkResource,
                   platform: TransferPlatformResource):
+        now = datetime.now(UTC)  # the run's clock, captured once and passed down
         current = platform.config
         models = [current.model(name) for key, name in model_of_key.items() if key in context.selected_asset_keys]
         if not models:  # only last_transfer checks selected ("Execute checks"): report them again
@@ -169,7 +170,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             context.instance.add_run_tags(run_id, limit_tags(current, destination_name, models, "transfer"))
         transfer = Transfer(
             spark=pyspark.spark_session, config=current, destination=destination_name, models=models,
-            transfer_id=run_id, now=datetime.now(UTC), log=context.log, warn_if_tenant_empty=False,
+            transfer_id=run_id, now=now, log=context.log, warn_if_tenant_empty=False,
             full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
             partitions=windows_for_keys(partitions_def, planned) if partitions_def is not None else None,
             keep_alive=partial(heartbeat, context.instance, run_id))

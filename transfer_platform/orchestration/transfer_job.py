@@ -60,6 +60,7 @@ def _moment(text: str | None) -> datetime | None:
 @op(name="run_transfer", description="move a destination's models window by window (see the job)")
 def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: LazyPySparkResource,
                 platform: TransferPlatformResource):
+    now = datetime.now(UTC)  # the run's clock, captured once and passed down
     current, run_id = platform.config, context.run.run_id
     destination = current.destination(config.destination)
     queued = DESTINATION_TAG in context.run.tags
@@ -73,7 +74,7 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
         context.instance.add_run_tags(run_id, limit_tags(current, destination.name, models, "transfer"))
     transfer = Transfer(
         spark=pyspark.spark_session, config=current, destination=destination.name, models=models,
-        transfer_id=run_id, now=datetime.now(UTC), full_refresh=config.full_refresh, log=context.log,
+        transfer_id=run_id, now=now, full_refresh=config.full_refresh, log=context.log,
         start=_moment(config.start), end=_moment(config.end), warn_if_tenant_empty=False,
         keep_alive=partial(heartbeat, context.instance, run_id))
     if config.dry_run:
