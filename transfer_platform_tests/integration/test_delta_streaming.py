@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,7 +28,6 @@ from transfer_platform_tests.integration.helpers import (
     DeltaTables,
     day,
     make_rows,
-    transfer,
 )
 from transfer_platform_tests.integration.test_parquet_delta_path import (
     delivered,
@@ -42,8 +42,8 @@ MIN_START = day(3, 1)
 NOW = day(3, 2) + timedelta(hours=1)  # windows [3/1, 3/2) (every row) and [3/2, NOW) (empty)
 LATER = day(3, 3) + timedelta(hours=1)
 BATCH = 1_000  # BATCH_ROWS in these tests
-#: every window with more rows than a batch read alone and staged by the executors
-TUNING = Tuning(run_rows=BATCH)
+#: every transfer here: a window with more rows than a batch read alone and staged by the executors
+transfer = partial(helpers.transfer, tuning=Tuning(run_rows=BATCH))
 WINDOW = 25_000  # rows in the big window: 25 batches
 LOOKBACK = timedelta(seconds=300)  # the Parquet source's: each read starts this long before the high watermark
 
@@ -88,7 +88,7 @@ def test_a_window_larger_than_the_batch_size_moves_exactly(spark, lake_setup):
     rows = big_window(WINDOW)
     write_lake(lake, rows)
 
-    first = transfer(spark, config, NOW, tuning=TUNING)
+    first = transfer(spark, config, NOW)
 
     assert first.status == "SUCCESS", first.error
     assert first.windows == 2  # March 1st (every row), then an empty one
@@ -105,7 +105,7 @@ def test_a_window_larger_than_the_batch_size_moves_exactly(spark, lake_setup):
     added = rows_after(NOW + timedelta(minutes=10), 3_000, start_id=10 * WINDOW)
     write_lake(lake, [later.get(r[0], r) for r in rows] + added)
 
-    second = transfer(spark, config, LATER, transfer_id="t2", tuning=TUNING)
+    second = transfer(spark, config, LATER, transfer_id="t2")
 
     assert second.status == "SUCCESS", second.error
     # re-read too, unchanged: the rows of the parquet source's 300 s lookback before the high watermark
@@ -168,7 +168,7 @@ def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, 
 
         def run(config=config) -> None:
             nonlocal summary
-            summary = transfer(spark, config, NOW, tuning=TUNING)
+            summary = transfer(spark, config, NOW)
 
         peaks[count], sources = peak_arrow_bytes(run, monkeypatch)
         assert summary.status == "SUCCESS", summary.error
@@ -188,7 +188,7 @@ def test_a_bad_row_in_a_big_window_is_refused_and_nothing_is_committed(spark, la
     config, lake, tables = lake_setup
     rows = big_window(WINDOW, seed=3)
     write_lake(lake, rows[:100])
-    assert transfer(spark, config, NOW, tuning=TUNING).status == "SUCCESS"
+    assert transfer(spark, config, NOW).status == "SUCCESS"
     version, before = tables.table().version(), delivered(tables)
     key = rows[WINDOW // 2][0]
     moment = day(3, 1) + timedelta(hours=23, minutes=30)
@@ -198,7 +198,7 @@ def test_a_bad_row_in_a_big_window_is_refused_and_nothing_is_committed(spark, la
              if bad == "duplicate" else [(None, TENANT, moment, "no key")])
     write_lake(lake, rows[:WINDOW // 3] + extra[:1] + rows[WINDOW // 3:] + extra[1:])
 
-    failed = transfer(spark, config, NOW + timedelta(days=1), transfer_id="t2", tuning=TUNING)
+    failed = transfer(spark, config, NOW + timedelta(days=1), transfer_id="t2")
 
     assert failed.status == "ERROR"
     assert failed.error_type == "DataError"
@@ -255,7 +255,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
     config, lake, tables = lake_setup
     rows = big_window(2_000, seed=4)
     write_lake(lake, rows)
-    assert transfer(spark, config, NOW, tuning=TUNING).status == "SUCCESS"
+    assert transfer(spark, config, NOW).status == "SUCCESS"
     version, before = tables.table().version(), delivered(tables)
     added = rows_after(NOW + timedelta(minutes=10), 5_000, start_id=100_000)
     write_lake(lake, rows + added)
@@ -264,7 +264,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
     with monkeypatch.context() as failing:
         failing.setattr(DeltaWriter, "_merge", failing_merge("commit failed"))
         with pytest.raises(RuntimeError, match="commit failed"):
-            transfer(spark, config, LATER, transfer_id="failing", tuning=TUNING)
+            transfer(spark, config, LATER, transfer_id="failing")
     assert (tables.table().version(), delivered(tables)) == (version, before)
     assert staged_files(tables) == []
 
@@ -273,7 +273,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
         killed.setattr(DeltaWriter, "_merge", failing_merge("killed between staging and commit"))
         killed.setattr(DeltaWriter, "_drop_staging", lambda self, location: None)
         with pytest.raises(RuntimeError, match="killed between staging and commit"):
-            transfer(spark, config, LATER, transfer_id="killed", tuning=TUNING)
+            transfer(spark, config, LATER, transfer_id="killed")
     assert (tables.table().version(), delivered(tables)) == (version, before)
     assert read_state(tables.table()).watermark == NOW
     left = staged_files(tables)
@@ -287,7 +287,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
         assert staged_files(tables) == []
     finally:
         writer.close()
-    after = transfer(spark, config, LATER, transfer_id="next", tuning=TUNING)
+    after = transfer(spark, config, LATER, transfer_id="next")
 
     assert after.status == "SUCCESS", after.error
     high = max(r[2] for r in rows if r[1] == TENANT)
