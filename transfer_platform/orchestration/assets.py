@@ -7,8 +7,10 @@ destination that share a partitioning sit behind one subsettable ``multi_asset``
 and a run selecting some of them moves only those, model after model. One op per pair would make
 10,000 ops for 1,000 recipients x 10 models, which Dagster takes about 40 s to load.
 
-The body moves each model's windows one by one and yields one ``AssetMaterialization`` per window
-as soon as that window's data and watermark have committed (the specs are ``skippable``): a run
+The body hands the selected models to the one entry point of a transfer
+(``transfers/entry.py``'s ``Transfer``; ``reporting.transfer_events`` turns it into Dagster's
+events): each model's windows move one by one and the body yields one ``AssetMaterialization``
+per window as soon as that window's data and watermark have committed (the specs are ``skippable``): a run
 over many windows (single-run backfill) shows each window materialized as it finishes, and a
 failure in window k keeps the windows before k. An IO manager cannot do this: Dagster calls
 ``handle_output`` once for the whole range and records its own events only after it returns

@@ -1,6 +1,7 @@
 """Running one model's transfer to one destination: plan windows, read, write, report.
 
-Knows nothing of Dagster: the asset, the transfer job and the tests drive the generator
+Knows nothing of Dagster: :class:`transfer_platform.transfers.entry.Transfer` (what the asset,
+the transfer job, the command line and the demo call) and the tests drive the generator
 :func:`transfer_model` and turn each committed window into whatever they report.
 """
 
