@@ -94,22 +94,7 @@ class SparkDidNotStart(TransferPlatformError):
     """The local Spark (its JVM) could not be started."""
 
 
-def _models(config, destination, wanted: list[str] | None):  # noqa: ANN001, ANN202
-    models = config.models_for(destination)
-    if wanted:
-        known = {m.model_name for m in models}
-        unknown = [m for m in wanted if m not in known]
-        if unknown:
-            raise ConfigError(f"destination {destination.name!r} does not receive model(s) {unknown}; "
-                              f"it receives: {sorted(known)}")
-        models = [m for m in models if m.model_name in wanted]
-    return models
-
-
 def cmd_transfer(args: argparse.Namespace) -> int:
-    from transfer_platform.destinations.base import writer_for
-    from transfer_platform.transfers.runner import TransferRequest, run_transfer
-
     if args.enqueue and args.dry_run:
         print("error: --dry-run plans here, in this process, and cannot be enqueued: drop --enqueue "
               "(in Dagster, launch the transfer job with dry_run: true in its op config)", file=sys.stderr)
@@ -122,74 +107,66 @@ def cmd_transfer(args: argparse.Namespace) -> int:
               "its tags, or drop --tag", file=sys.stderr)
         return 2
     from transfer_platform.console.progress import progress_for
+    from transfer_platform.transfers.entry import Transfer, models_of
     from transfer_platform.transfers.preflight import check_before_spark
 
     path = find_config_path(args.config)
     config = load_config(path)
     destination = config.destination(args.destination)
-    models = _models(config, destination, args.model)
+    models = models_of(config, destination.name, args.model)
     check_before_spark(config, destination.name, models, now=datetime.now(UTC), start=args.start,
                        end=args.end, source=str(path))
+    report = None if args.dry_run else _runless_reporter(config, destination.name)
+    spark = _spark(config, args)
+    progress = (progress_for(sys.stderr, what="windows counted", label=lambda model: f"{model} (dry run)")
+                if args.dry_run else progress_for(sys.stderr))
+    transfer = Transfer(spark=spark, config=config, destination=destination.name, models=models,
+                        transfer_id=uuid.uuid4().hex, now=datetime.now(UTC), full_refresh=args.full_refresh,
+                        start=args.start, end=args.end, log=logging.getLogger("transfer_platform.transfer"),
+                        on_plan=progress.planned,
+                        on_window=lambda model, outcome: progress.advanced(model.model_name,
+                                                                           outcome.result.rows_transferred))
     if args.dry_run:
-        return _dry_run(args, config, destination.name, models)
-    reporter = None
-    if os.environ.get("DAGSTER_HOME"):
-        from dagster import DagsterInstance
-
-        from transfer_platform.orchestration.reporting import RunlessReporter
-
-        reporter = RunlessReporter(DagsterInstance.get(), config, destination.name)
-
-    spark = _spark(config, args)
-    progress = progress_for(sys.stderr)
-
-    def on_window(model, outcome) -> None:  # noqa: ANN001
-        if reporter is not None:
-            reporter(model, outcome)
-        progress.advanced(model.model_name, outcome.result.rows_transferred)
-
-    writer = writer_for(destination)
-    transfer_id = uuid.uuid4().hex
-    request = TransferRequest(spark=spark, config=config,
-                              destination=destination.name, writer=writer, transfer_id=transfer_id,
-                              now=datetime.now(UTC), full_refresh=args.full_refresh,
-                              log=logging.getLogger("transfer_platform.transfer"),
-                              start=args.start, end=args.end, on_plan=progress.planned)
+        return _dry_run(transfer, progress)
     try:
-        summaries = run_transfer(request, models, on_window=on_window)
+        for model, partition in transfer.run():
+            if report is not None:
+                report(model, partition)
     finally:
         progress.close()
-        writer.close()
-    failed = [s for s in summaries if s.status != "SUCCESS"]
-    status = "SUCCESS" if not failed else ("ERROR" if len(failed) == len(summaries) else "PARTIAL_FAILURE")
-    print(json.dumps({"transfer_id": transfer_id, "destination": destination.name, "status": status,
-                      "models": [s.as_dict() for s in summaries]}, indent=2))
-    if failed:
-        print(f"error: {failed[0].model}: {one_line(failed[0].error)}", file=sys.stderr)
-        return 1
-    return 0
+    print(json.dumps(transfer.as_dict(), indent=2))
+    return _exit_code([(s.model, s.error) for s in transfer.failed])
 
 
-def _dry_run(args: argparse.Namespace, config, destination: str, models) -> int:  # noqa: ANN001
+def _dry_run(transfer, progress) -> int:  # noqa: ANN001 - a Transfer, its Progress
     """Print the plan of the transfer (windows, read bounds, row counts); change nothing."""
-    from transfer_platform.console.progress import progress_for
-    from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
+    from transfer_platform.transfers.dry_run import plan_as_dict
 
-    spark = _spark(config, args)
-    now = datetime.now(UTC)  # the plan's clock, once Spark is up (as a transfer's)
-    progress = progress_for(sys.stderr, what="windows counted", label=lambda model: f"{model} (dry run)")
     try:
-        plans = plan_transfer(spark, config, destination, models, now, full_refresh=args.full_refresh,
-                              start=args.start, end=args.end, on_plan=progress.planned,
-                              on_count=progress.advanced)
+        plans = transfer.plan(on_count=progress.advanced)
     finally:
         progress.close()
-    print(json.dumps(plan_as_dict(destination, now, plans), indent=2))
-    failed = [p for p in plans if p.error is not None]
+    print(json.dumps(plan_as_dict(transfer.destination, transfer.now, plans), indent=2))
+    return _exit_code([(p.model, p.error) for p in plans if p.error is not None])
+
+
+def _exit_code(failed: list[tuple[str, str | None]]) -> int:
+    """1 (the first failed model's error on stderr) if any model failed, else 0."""
     if failed:
-        print(f"error: {failed[0].model}: {one_line(failed[0].error)}", file=sys.stderr)
+        print(f"error: {failed[0][0]}: {one_line(failed[0][1])}", file=sys.stderr)
         return 1
     return 0
+
+
+def _runless_reporter(config, destination: str):  # noqa: ANN001, ANN202 - PlatformConfig -> RunlessReporter | None
+    """With ``DAGSTER_HOME`` set, what reports each partition moved to that Dagster instance."""
+    if not os.environ.get("DAGSTER_HOME"):
+        return None
+    from dagster import DagsterInstance
+
+    from transfer_platform.orchestration.reporting import RunlessReporter
+
+    return RunlessReporter(DagsterInstance.get(), config, destination)
 
 
 def _instance():  # -> DagsterInstance
@@ -265,13 +242,14 @@ def cmd_integrity(args: argparse.Namespace) -> int:
     destination (the check Dagster runs as the asset check ``integrity``); the counts as JSON on
     stdout, what each failure means and its fix on stderr; exit 1 unless every model is clean."""
     from transfer_platform.core.timeutil import isoformat
+    from transfer_platform.transfers.entry import models_of
     from transfer_platform.transfers.integrity import check_integrity, describe
     from transfer_platform.transfers.preflight import check_before_spark
 
     path = find_config_path(args.config)
     config = load_config(path)
     destination = config.destination(args.destination)
-    models = _models(config, destination, args.model)
+    models = models_of(config, destination.name, args.model)
     check_before_spark(config, destination.name, models, now=datetime.now(UTC), source=str(path))
     spark = _spark(config, args)
     now = datetime.now(UTC)  # the checks' clock, captured once and passed down

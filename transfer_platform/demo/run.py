@@ -25,10 +25,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config import load_config
-from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.models import DeltaDestination, PlatformConfig
 from transfer_platform.console.streams import child_output
 from transfer_platform.demo import sample_data
-from transfer_platform.destinations.base import arrow_schema, writer_for
+from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.destinations.delta import DeltaWriter
 from transfer_platform.destinations.manifests import (
     application_order,
@@ -40,7 +40,8 @@ from transfer_platform.destinations.manifests import (
 from transfer_platform.destinations.object_storage import latest_per_key
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.spark_session import get_spark_session
-from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
+from transfer_platform.transfers.entry import Transfer, models_of
+from transfer_platform.transfers.runner import ModelSummary
 
 
 def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name: str,
@@ -55,12 +56,12 @@ def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name:
     source = source.filter(pc.equal(source.column(model.organization_column), tenant))
     source = source.select([c.name_in_source for c in model.columns]).rename_columns(
         [c.destination_name for c in model.columns])
-    if destination.vendor == "local":
-        delivered = consumed_rows(config, destination_name, model_name, public_key)
-    else:
+    if isinstance(destination, DeltaDestination):
         from deltalake import DeltaTable
 
         delivered = DeltaTable(str(DeltaWriter(destination).table_path(model))).to_pyarrow_table()
+    else:  # the demo's other destination: files with signed manifests
+        delivered = consumed_rows(config, destination_name, model_name, public_key)
     keys = [(c.destination_name, "ascending") for c in model.primary_key]
     source = source.sort_by(keys)
     delivered = delivered.select(source.column_names).cast(source.schema).sort_by(keys)
@@ -96,26 +97,22 @@ DESTINATIONS_AT_ONCE = 2
 
 
 def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[tuple[str, str], ModelSummary]:
-    reporting = threading.Lock()  # one window reported to the Dagster instance at a time
+    reporting = threading.Lock()  # one partition reported to the Dagster instance at a time
 
     def transfer(destination) -> dict[tuple[str, str], ModelSummary]:  # noqa: ANN001
-        writer = writer_for(destination)
-        request = TransferRequest(spark=spark, config=config, destination=destination.name, writer=writer,
-                                  transfer_id=f"{label}-{uuid.uuid4().hex[:8]}", now=datetime.now(UTC))
-        on_window = None
+        report = None
         if instance is not None:
             from transfer_platform.orchestration.reporting import RunlessReporter
 
             report = RunlessReporter(instance, config, destination.name)
-
-            def on_window(model, outcome) -> None:  # noqa: ANN001
+        moving = Transfer(spark=spark, config=config, destination=destination.name,
+                          models=models_of(config, destination.name), now=datetime.now(UTC),
+                          transfer_id=f"{label}-{uuid.uuid4().hex[:8]}")
+        for model, partition in moving.run():
+            if report is not None:
                 with reporting:
-                    report(model, outcome)
-        try:
-            return {(destination.name, summary.model): summary
-                    for summary in run_transfer(request, config.models_for(destination), on_window=on_window)}
-        finally:
-            writer.close()  # releases the models' locks for the next transfer
+                    report(model, partition)
+        return {(destination.name, summary.model): summary for summary in moving.summaries}
 
     results = {}
     with ThreadPoolExecutor(DESTINATIONS_AT_ONCE, thread_name_prefix="demo-transfer") as pool:

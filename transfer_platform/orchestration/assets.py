@@ -7,8 +7,10 @@ destination that share a partitioning sit behind one subsettable ``multi_asset``
 and a run selecting some of them moves only those, model after model. One op per pair would make
 10,000 ops for 1,000 recipients x 10 models, which Dagster takes about 40 s to load.
 
-The body moves each model's windows one by one and yields one ``AssetMaterialization`` per window
-as soon as that window's data and watermark have committed (the specs are ``skippable``): a run
+The body hands the selected models to the one entry point of a transfer
+(``transfers/entry.py``'s ``Transfer``; ``reporting.transfer_events`` turns it into Dagster's
+events): each model's windows move one by one and the body yields one ``AssetMaterialization``
+per window as soon as that window's data and watermark have committed (the specs are ``skippable``): a run
 over many windows (single-run backfill) shows each window materialized as it finishes, and a
 failure in window k keeps the windows before k. An IO manager cannot do this: Dagster calls
 ``handle_output`` once for the whole range and records its own events only after it returns
@@ -21,9 +23,11 @@ line and one ``AssetObservation`` with the plan per selected model, nothing move
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import partial
 
 from dagster import (
     AssetExecutionContext,
+    AssetMaterialization,
     AssetObservation,
     AssetsDefinition,
     AssetSpec,
@@ -47,25 +51,17 @@ from transfer_platform.orchestration.keys import (
 from transfer_platform.orchestration.last_transfer import (
     as_result,
     check_spec,
-    ended,
     failure_description,
     for_partition,
     latest,
-    stopped,
 )
 from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
-from transfer_platform.orchestration.reporting import materialization
+from transfer_platform.orchestration.reporting import transfer_events
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
-from transfer_platform.transfers.dry_run import plan_transfer
-from transfer_platform.transfers.runner import (
-    ModelSummary,
-    PartitionTally,
-    TransferRequest,
-    transfer_models,
-    windowing_for,
-)
+from transfer_platform.transfers.entry import Transfer
+from transfer_platform.transfers.runner import ModelSummary, windowing_for
 
 
 class TransferRunConfig(Config):
@@ -170,75 +166,40 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             for check_key in context.selected_asset_check_keys:
                 yield as_result(latest(context.instance, check_key.asset_key, context.run.run_id))
             return
-        partitions = None
-        if partitions_def is not None:
-            partitions = windows_for_keys(partitions_def, list(context.partition_keys))
-        if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
-            context.instance.add_run_tags(context.run.run_id,
-                                          limit_tags(current, destination_name, models, "transfer"))
-        full_refresh = config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true"
-        if config.dry_run:
-            yield from _dry_run(context, pyspark, current, destination_name, models, now, key_of_model,
-                                full_refresh=full_refresh, partitions=partitions)
-            for check_key in context.selected_asset_check_keys:  # nothing moved: the last outcome stands
-                yield as_result(latest(context.instance, check_key.asset_key, context.run.run_id))
-            return
-        writer = platform.writer(destination_name)
-        request = TransferRequest(
-            spark=pyspark.spark_session, config=current, destination=destination_name, writer=writer,
-            transfer_id=context.run.run_id, now=now, full_refresh=full_refresh, log=context.log,
-        )
-        summaries: list[ModelSummary] = []
-        tallies: dict[str, PartitionTally] = {}
-        names = [m.model_name for m in models]
-        key_by_name = {m: key_of_model[m] for m in names}
-        checked = context.selected_asset_check_keys
-
+        run_id, checked = context.run.run_id, context.selected_asset_check_keys
         planned = list(context.partition_keys) if partitions_def is not None else []
-
-        def report(evaluations: list) -> Iterator:
-            """Selected checks are results of this step (and, in a partitioned run, where Dagster
-            planned them: once per partition); the others (a backfill selects none) events."""
-            for evaluation in evaluations:
-                if evaluation.asset_check_key in checked:
-                    for partition in planned:
-                        context.log_event(for_partition(evaluation, partition))
-                    yield as_result(evaluation)
-                else:
-                    context.log_event(evaluation)
-
-        try:
-            with heartbeat(context.instance, context.run.run_id):
-                for model, outcome in transfer_models(request, models, summaries, partitions=partitions):
-                    done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
-                    if done is not None:
-                        yield materialization(key_of_model[model.model_name], done, context.run.run_id)
-        except GeneratorExit:  # Dagster closed the step's generator: nothing more may be yielded
-            raise
-        except BaseException as exc:  # reported on the models' last_transfer check, then raised on
-            replacement, evaluations = stopped(context.instance, context.run.run_id, exc, summaries, names,
-                                               key_by_name)
-            yield from report(evaluations)
-            if replacement is exc:
-                raise
-            raise replacement from None
-        finally:
-            writer.close()
-        failed, evaluations = ended(context.instance, context.run.run_id, summaries, names, key_by_name)
-        yield from report(evaluations)
-        if failed:
-            raise _failure(destination_name, failed, len(summaries))
+        if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
+            context.instance.add_run_tags(run_id, limit_tags(current, destination_name, models, "transfer"))
+        transfer = Transfer(
+            spark=pyspark.spark_session, config=current, destination=destination_name, models=models,
+            transfer_id=run_id, now=now, log=context.log, warn_if_tenant_empty=False,
+            full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
+            partitions=windows_for_keys(partitions_def, planned) if partitions_def is not None else None,
+            keep_alive=partial(heartbeat, context.instance, run_id))
+        if config.dry_run:
+            yield from _dry_run(context, transfer, key_of_model)
+            for check_key in checked:  # nothing moved: the last outcome stands
+                yield as_result(latest(context.instance, check_key.asset_key, run_id))
+            return
+        for event in transfer_events(context.instance, run_id, transfer, key_of_model):
+            if isinstance(event, AssetMaterialization):
+                yield event
+            elif event.asset_check_key in checked:  # a result of this step (where Dagster planned it:
+                for partition in planned:  # once per partition in a partitioned run)
+                    context.log_event(for_partition(event, partition))
+                yield as_result(event)
+            else:  # a check not selected (a backfill selects none): an event
+                context.log_event(event)
+        if transfer.failed:
+            raise _failure(destination_name, transfer.failed, len(transfer.summaries))
 
     return _transfer
 
 
-def _dry_run(context: AssetExecutionContext, pyspark: LazyPySparkResource, current: PlatformConfig,
-             destination_name: str, models: list[ModelConfig], now: datetime, key_of_model: dict, *,
-             full_refresh: bool, partitions: list | None) -> Iterator[AssetObservation]:
+def _dry_run(context: AssetExecutionContext, transfer: Transfer, key_of_model: dict) -> Iterator[AssetObservation]:
     """The plan instead of the transfer: per model one log line and one ``AssetObservation``
     carrying its plan (an observation, not a materialization: nothing moved)."""
-    plans = plan_transfer(pyspark.spark_session, current, destination_name, models, now,
-                          full_refresh=full_refresh, partitions=partitions)
+    plans = transfer.plan()
     for plan in plans:
         (context.log.warning if plan.error else context.log.info)(plan.summary_line())
         yield AssetObservation(asset_key=key_of_model[plan.model], metadata={
@@ -247,7 +208,7 @@ def _dry_run(context: AssetExecutionContext, pyspark: LazyPySparkResource, curre
     failed = [p for p in plans if p.error is not None]
     if failed:
         raise Failure(description="\n\n".join(f"model {p.model!r}: {p.error}" for p in failed),
-                      metadata={"destination": destination_name, "model": ", ".join(p.model for p in failed)})
+                      metadata={"destination": transfer.destination, "model": ", ".join(p.model for p in failed)})
 
 
 def _failure(destination_name: str, failed: list[ModelSummary], total: int) -> Failure:

@@ -29,6 +29,7 @@ from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
 
 from transfer_platform.config import find_config_path, load_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration import dagster_internals
 from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
 from transfer_platform.orchestration.keys import destination_and_model
@@ -120,12 +121,12 @@ def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
     if placed is None:
         return {}
     destination_name, model_names, kind = placed
-    destination = config.destination(destination_name)
-    known = {m.model_name: m for m in config.models_for(destination)}
-    unknown = [m for m in model_names if m not in known]
-    if unknown:
-        raise RunPlacementError(f"destination {destination_name!r} does not receive model(s) {unknown}")
-    models = [known[m] for m in model_names] if model_names else list(known.values())
+    from transfer_platform.transfers.entry import models_of  # the transfer core: loaded when needed
+
+    try:
+        models = models_of(config, destination_name, model_names)
+    except ConfigError as exc:  # a model the destination does not receive
+        raise RunPlacementError(exc.problems[0].message) from None
     integrity = any(check.name == INTEGRITY_CHECK for check in run.asset_check_selection or ())
     return limit_tags(config, destination_name, models, kind, with_checks=kind == "transfer" and integrity)
 

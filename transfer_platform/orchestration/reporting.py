@@ -1,13 +1,24 @@
-"""What a committed window tells Dagster: one materialization, with the transfer's metrics."""
+"""What a transfer tells Dagster: one materialization per committed partition, with the
+transfer's metrics, and each model's ``last_transfer`` outcome when it ends or is stopped."""
 
 from __future__ import annotations
 
-from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataValue
+from collections.abc import Iterator
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    MetadataValue,
+)
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.orchestration.keys import destination_asset_key
-from transfer_platform.transfers.runner import PartitionTally, WindowOutcome
+from transfer_platform.orchestration.last_transfer import ended, stopped
+from transfer_platform.transfers.entry import Transfer
+from transfer_platform.transfers.runner import WindowOutcome
 
 
 def window_metadata(outcome: WindowOutcome, transfer_id: str) -> dict:
@@ -34,17 +45,36 @@ def materialization(asset_key: AssetKey, outcome: WindowOutcome, transfer_id: st
                                 metadata=window_metadata(outcome, transfer_id))
 
 
+def transfer_events(instance: DagsterInstance, run_id: str, transfer: Transfer, key_of_model: dict[str, AssetKey]
+                    ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
+    """A transfer run in a Dagster step (the asset body, the ``transfer`` op), as Dagster's
+    events: a materialization of ``key_of_model[model]`` per partition as it commits, then each
+    model's ``last_transfer`` outcome (:func:`.last_transfer.ended`). A transfer stopped by an
+    exception (a cancel, an interrupt, a bug) yields the outcomes of :func:`.last_transfer.stopped`
+    and raises what it returns. Models that failed are ``transfer.failed`` afterwards."""
+    names = [m.model_name for m in transfer.models]
+    try:
+        for model, done in transfer.run():
+            yield materialization(key_of_model[model.model_name], done, run_id)
+    except GeneratorExit:  # Dagster closed the step's generator: nothing more may be yielded
+        raise
+    except BaseException as exc:  # reported on the models' last_transfer check, then raised on
+        replacement, evaluations = stopped(instance, run_id, exc, transfer.summaries, names, key_of_model)
+        yield from evaluations
+        if replacement is exc:
+            raise
+        raise replacement from None
+    _, evaluations = ended(instance, run_id, transfer.summaries, names, key_of_model)
+    yield from evaluations
+
+
 class RunlessReporter:
-    """Records windows moved outside a Dagster run (the CLI, the demo) in the instance, one
-    materialization per partition (chunks of a partition added up)."""
+    """Records partitions moved outside a Dagster run (the CLI, the demo: what
+    :meth:`Transfer.run` yields) in the instance, one materialization each."""
 
     def __init__(self, instance: DagsterInstance, config: PlatformConfig, destination: str) -> None:
         self.instance, self.config, self.destination = instance, config, destination
-        self._tallies: dict[str, PartitionTally] = {}
 
     def __call__(self, model: ModelConfig, outcome: WindowOutcome) -> None:
-        done = self._tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
-        if done is None:
-            return
         key = destination_asset_key(self.config, self.destination, model.model_name)
-        self.instance.report_runless_asset_event(materialization(key, done, "outside-dagster"))
+        self.instance.report_runless_asset_event(materialization(key, outcome, "outside-dagster"))

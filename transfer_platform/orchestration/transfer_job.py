@@ -17,6 +17,7 @@ and attaches the plan as its output's metadata; it moves nothing and reports no 
 
 
 from datetime import UTC, datetime
+from functools import partial
 
 from dagster import (
     Config,
@@ -33,18 +34,13 @@ from pydantic import Field
 from transfer_platform.core.timeutil import utc
 from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.last_transfer import ended, failure_description, stopped
+from transfer_platform.orchestration.last_transfer import failure_description
 from transfer_platform.orchestration.lifecycle import heartbeat
-from transfer_platform.orchestration.reporting import materialization
+from transfer_platform.orchestration.reporting import transfer_events
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
-from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
-from transfer_platform.transfers.runner import (
-    ModelSummary,
-    PartitionTally,
-    TransferRequest,
-    transfer_models,
-)
+from transfer_platform.transfers.dry_run import plan_as_dict
+from transfer_platform.transfers.entry import Transfer, models_of
 
 
 class TransferConfig(Config):
@@ -64,75 +60,44 @@ def _moment(text: str | None) -> datetime | None:
 @op(name="run_transfer", description="move a destination's models window by window (see the job)")
 def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: LazyPySparkResource,
                 platform: TransferPlatformResource):
-    now = datetime.now(UTC)
-    current = platform.config
+    now = datetime.now(UTC)  # the run's clock, captured once and passed down
+    current, run_id = platform.config, context.run.run_id
     destination = current.destination(config.destination)
     queued = DESTINATION_TAG in context.run.tags
     if not queued:  # run in process (not through the queue): say at least where it goes
-        context.instance.add_run_tags(context.run.run_id, {DESTINATION_TAG: destination.name,
-                                                           KIND_TAG: "transfer"})
-    enabled = {m.model_name: m for m in current.models_for(destination)}
-    unknown = [m for m in config.models if m not in enabled]
-    if unknown:
-        raise Failure(description=str(ConfigError(
-            f"destination {destination.name!r} does not receive model(s) {unknown}; it receives "
-            f"{sorted(enabled)}")))
-    models = [enabled[m] for m in config.models] if config.models else list(enabled.values())
+        context.instance.add_run_tags(run_id, {DESTINATION_TAG: destination.name, KIND_TAG: "transfer"})
+    try:
+        models = models_of(current, destination.name, config.models)
+    except ConfigError as exc:
+        raise Failure(description=str(exc)) from None
     if not queued:
-        context.instance.add_run_tags(context.run.run_id,
-                                      limit_tags(current, destination.name, models, "transfer"))
+        context.instance.add_run_tags(run_id, limit_tags(current, destination.name, models, "transfer"))
+    transfer = Transfer(
+        spark=pyspark.spark_session, config=current, destination=destination.name, models=models,
+        transfer_id=run_id, now=now, full_refresh=config.full_refresh, log=context.log,
+        start=_moment(config.start), end=_moment(config.end), warn_if_tenant_empty=False,
+        keep_alive=partial(heartbeat, context.instance, run_id))
     if config.dry_run:
-        yield _dry_run(context, pyspark, current, destination.name, models, now, config)
+        yield _dry_run(context, transfer)
         return
-    tallies: dict[str, PartitionTally] = {}
     key_of_model = {m.model_name: transfer_asset_key(destination.recipient, destination.name, m.model_name)
                     for m in models}
-
-    writer = platform.writer(destination.name)
-    request = TransferRequest(
-        spark=pyspark.spark_session, config=current, destination=destination.name, writer=writer,
-        transfer_id=context.run.run_id, now=now, full_refresh=config.full_refresh, log=context.log,
-        start=_moment(config.start), end=_moment(config.end),
-    )
-    summaries: list[ModelSummary] = []
-    try:
-        with heartbeat(context.instance, context.run.run_id):
-            for model, outcome in transfer_models(request, models, summaries):
-                done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
-                if done is not None:
-                    context.log_event(materialization(key_of_model[model.model_name], done, context.run.run_id))
-    except BaseException as exc:  # reported on the models' last_transfer check, then raised on
-        replacement, evaluations = stopped(context.instance, context.run.run_id, exc, summaries,
-                                           [m.model_name for m in models], key_of_model)
-        for evaluation in evaluations:
-            context.log_event(evaluation)
-        if replacement is exc:
-            raise
-        raise replacement from None
-    finally:
-        writer.close()
-    failed, evaluations = ended(context.instance, context.run.run_id, summaries, [m.model_name for m in models],
-                                key_of_model)
-    for evaluation in evaluations:
-        context.log_event(evaluation)
-    summary = {s.model: s.as_dict() for s in summaries}
+    for event in transfer_events(context.instance, run_id, transfer, key_of_model):
+        context.log_event(event)
+    summary = MetadataValue.json({s.model: s.as_dict() for s in transfer.summaries})
+    failed = transfer.failed
     if failed:
-        raise Failure(
-            description=failure_description(failed, len(summaries)),
-            metadata={"models": MetadataValue.json(summary), "models_failed": len(failed),
-                      "models_succeeded": len(summaries) - len(failed)},
-        )
-    yield Output(None, metadata={"models": MetadataValue.json(summary)})
+        raise Failure(description=failure_description(failed, len(transfer.summaries)), metadata={
+            "models": summary, "models_failed": len(failed), "models_succeeded": len(transfer.summaries) - len(failed)})
+    yield Output(None, metadata={"models": summary})
 
 
-def _dry_run(context: OpExecutionContext, pyspark: LazyPySparkResource, current, destination: str,  # noqa: ANN001
-             models: list, now: datetime, config: TransferConfig) -> Output:
+def _dry_run(context: OpExecutionContext, transfer: Transfer) -> Output:
     """The plan instead of the transfer: one log line per model, the plan as output metadata."""
-    plans = plan_transfer(pyspark.spark_session, current, destination, models, now,
-                          full_refresh=config.full_refresh, start=_moment(config.start), end=_moment(config.end))
+    plans = transfer.plan()
     for plan in plans:
         (context.log.warning if plan.error else context.log.info)(plan.summary_line())
-    whole = plan_as_dict(destination, now, plans)
+    whole = plan_as_dict(transfer.destination, transfer.now, plans)
     failed = [p for p in plans if p.error is not None]
     if failed:
         raise Failure(description="; ".join(f"{p.model}: {p.error}" for p in failed),

@@ -59,15 +59,10 @@ class TransferOrder:
 
 def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path, order: TransferOrder) -> str:
     """Submit a run of the ``transfer`` job to the instance's queue; returns the transfer id."""
-    destination = config.destination(order.destination)
-    enabled = {m.model_name: m for m in config.models_for(destination)}
-    unknown = [m for m in order.models if m not in enabled]
-    if unknown:
-        from transfer_platform.errors import ConfigError
+    from transfer_platform.transfers.entry import models_of
 
-        raise ConfigError(f"destination {destination.name!r} does not receive model(s) {unknown}; "
-                          f"it receives {sorted(enabled)}")
-    models = [enabled[m] for m in order.models] if order.models else list(enabled.values())
+    destination = config.destination(order.destination)
+    models = models_of(config, destination.name, order.models)
     op_config: dict[str, Any] = {"destination": destination.name, "models": order.models,
                                  "full_refresh": order.full_refresh}
     if order.start is not None:

@@ -1,6 +1,7 @@
 """Running one model's transfer to one destination: plan windows, read, write, report.
 
-Knows nothing of Dagster: the asset, the transfer job and the tests drive the generator
+Knows nothing of Dagster: :class:`transfer_platform.transfers.entry.Transfer` (what the asset,
+the transfer job, the command line and the demo call) and the tests drive the generator
 :func:`transfer_model` and turn each committed window into whatever they report.
 """
 
@@ -44,6 +45,7 @@ from transfer_platform.sources.base import (
 )
 from transfer_platform.spark_session import SparkServerLost, server_lost
 from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
+from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,6 +91,8 @@ class TransferRequest:
     end: datetime | None = None  # end_transfer_window_at (exclusive)
     #: told each model's number of planned windows before the first moves (progress displays)
     on_plan: Callable[[str, int], None] | None = None
+    #: the sizes the windows are read with (``run_rows``, ``run_windows``: see :func:`_steps`)
+    tuning: Tuning = DEFAULT
 
 
 def transfer_model(
@@ -134,8 +138,9 @@ def transfer_model(
         request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
     move = _WindowMover(request, model, reader, windowing, refreshing, ids)
-    steps = (_steps(_window_rows(reader, request.spark, reads)) if reader.counts_without_spark
-             else _unknown_steps(len(reads)))
+    tuning = request.tuning
+    steps = (_steps(_window_rows(reader, request.spark, reads, tuning), tuning) if reader.counts_without_spark
+             else _unknown_steps(len(reads), tuning))
     for step, indices in steps:
         yield from move.step(step, [planned[i] for i in indices], [reads[i] for i in indices])
     if refreshing:
@@ -155,37 +160,37 @@ def proof_bounds(windowing: ModelWindowing, now: datetime) -> ReadBounds:
 #: windows asked at once how many rows they hold: the answer is at most this many windows old
 #: when a window is read (a row committed meanwhile is found by the next transfer's lookback)
 LOOKAHEAD_WINDOWS = 200
-#: neighbouring windows that read at most this many rows in all are read together, in one Spark
-#: job, into this process as Arrow (so this bounds its memory), then committed one by one; a
-#: window that may read more is read alone and staged by Spark's executors
-RUN_ROWS = 50_000
-#: at most this many windows in one such Spark job (a union of their reads)
-RUN_WINDOWS = 64
+# Neighbouring windows that read at most ``Tuning.run_rows`` rows in all are read together, in
+# one Spark job (at most ``Tuning.run_windows`` windows: a union of their reads), into this
+# process as Arrow (so this bounds its memory), then committed one by one; a window that may
+# read more is read alone and staged by Spark's executors.
 
 
-def _window_rows(reader: SourceReader, spark: SparkSession, reads: list[ReadRequest]) -> Iterator[int | None]:
-    """For each read in turn, how many rows it may hold (up to ``RUN_ROWS + 1``; ``None``: not
+def _window_rows(reader: SourceReader, spark: SparkSession, reads: list[ReadRequest],
+                 tuning: Tuning) -> Iterator[int | None]:
+    """For each read in turn, how many rows it may hold (up to ``run_rows + 1``; ``None``: not
     known): asked of the source ``LOOKAHEAD_WINDOWS`` windows at a time, just before they are
     moved, so that an empty window costs no Spark job and no staging."""
     for start in range(0, len(reads), LOOKAHEAD_WINDOWS):
         chunk = reads[start:start + LOOKAHEAD_WINDOWS]
-        answer = reader.window_rows(spark, chunk, RUN_ROWS + 1)
+        answer = reader.window_rows(spark, chunk, tuning.run_rows + 1)
         yield from answer if answer is not None else [None] * len(chunk)
 
 
-def _steps(sizes: Iterator[int | None]) -> Iterator[tuple[str, list[int]]]:
+def _steps(sizes: Iterator[int | None], tuning: Tuning) -> Iterator[tuple[str, list[int]]]:
     """How the windows (by index, in order) are moved: ``("empty", [i])`` holds no row,
-    ``("together", [i, j, ...])`` neighbours read in one Spark job (``RUN_ROWS``, ``RUN_WINDOWS``),
+    ``("together", [i, j, ...])`` neighbours read in one Spark job (``run_rows``, ``run_windows``),
     ``("alone", [i])`` read and staged on its own (large, or of unknown size)."""
     run: list[int] = []
     rows = 0
+    most_rows, most_windows = tuning.run_rows, tuning.run_windows
     for i, size in enumerate(sizes):
-        if run and (size is None or size == 0 or rows + size > RUN_ROWS or len(run) == RUN_WINDOWS):
+        if run and (size is None or size == 0 or rows + size > most_rows or len(run) == most_windows):
             yield "together", run
             run, rows = [], 0
         if size == 0:
             yield "empty", [i]
-        elif size is None or size > RUN_ROWS:
+        elif size is None or size > most_rows:
             yield "alone", [i]
         else:
             run.append(i)
@@ -194,12 +199,12 @@ def _steps(sizes: Iterator[int | None]) -> Iterator[tuple[str, list[int]]]:
         yield "together", run
 
 
-def _unknown_steps(windows: int) -> Iterator[tuple[str, list[int]]]:
+def _unknown_steps(windows: int, tuning: Tuning) -> Iterator[tuple[str, list[int]]]:
     """For a source that counts rows with a Spark job: ``("unknown", [i, j, ...])``, up to
-    ``RUN_WINDOWS`` neighbours read together up to ``RUN_ROWS`` rows; only if they hold more
+    ``run_windows`` neighbours read together up to ``run_rows`` rows; only if they hold more
     are they counted (and moved as :func:`_steps` says)."""
-    for start in range(0, windows, RUN_WINDOWS):
-        yield "unknown", list(range(start, min(start + RUN_WINDOWS, windows)))
+    for start in range(0, windows, tuning.run_windows):
+        yield "unknown", list(range(start, min(start + tuning.run_windows, windows)))
 
 
 class _WindowMover:
@@ -227,7 +232,7 @@ class _WindowMover:
         elif step == "together":
             yield from self.together(windows, reads)
         elif step == "unknown":
-            yield from self.together(windows, reads, up_to=RUN_ROWS)
+            yield from self.together(windows, reads, up_to=self.request.tuning.run_rows)
         else:
             yield self.alone(windows[0], reads[0])
 
@@ -290,8 +295,8 @@ class _WindowMover:
             return
         if up_to is not None and table.num_rows > up_to:
             del table
-            sizes = self.reader.window_rows(self.request.spark, reads, RUN_ROWS + 1) or [None] * len(reads)
-            for step, indices in _steps(iter(sizes)):
+            sizes = self.reader.window_rows(self.request.spark, reads, up_to + 1) or [None] * len(reads)
+            for step, indices in _steps(iter(sizes), self.request.tuning):
                 yield from self.step(step, [windows[i] for i in indices], [reads[i] for i in indices])
             return
         table = self.reader.tagged(table, reads)

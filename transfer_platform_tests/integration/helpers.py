@@ -16,6 +16,7 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.timeutil import EPOCH, utc
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.conftest import pg_connection_config
 
 Row = tuple[int, str, datetime, str | None]
@@ -178,14 +179,14 @@ def lake_config(lake, delta_root, *, tenant: str, min_start: datetime) -> Platfo
 
 
 def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t1",
-             destination: str = DESTINATION, *, full_refresh: bool = False) -> ModelSummary:
+             destination: str = DESTINATION, *, full_refresh: bool = False, tuning: Tuning = DEFAULT) -> ModelSummary:
     """One transfer of the destination's models; returns the (single) model's summary."""
     dest = config.destination(destination)
     writer = writer_for(dest)
     try:
         summaries = run_transfer(
             TransferRequest(spark=spark, config=config, destination=destination, writer=writer,
-                            transfer_id=transfer_id, now=now, full_refresh=full_refresh),
+                            transfer_id=transfer_id, now=now, full_refresh=full_refresh, tuning=tuning),
             config.models_for(dest),
         )
     finally:

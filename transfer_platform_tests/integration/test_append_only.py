@@ -17,7 +17,7 @@ import pytest
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.postgres_sql import target_ddl
-from transfer_platform.transfers import runner
+from transfer_platform.tuning import Tuning
 from transfer_platform_tests.integration.helpers import (
     MODEL,
     Row,
@@ -144,13 +144,13 @@ def test_a_key_twice_in_one_batch_is_still_refused(spark, setup):
 def test_a_full_refresh_fills_the_table_aside_the_same_way(spark, setup, is_append_only, monkeypatch):
     """A row delivered aside by the refresh's first window changes in the source before the
     second window reads it again: the append-only model keeps the version it inserted first.
-    (Each window read alone, ``RUN_ROWS`` 0: small neighbours are otherwise read in one job, before
+    (Each window read alone, ``run_rows`` 0: small neighbours are otherwise read in one job, before
     the first commits.)"""
-    monkeypatch.setattr(runner, "RUN_ROWS", 0)
+    tuning = Tuning(run_rows=0)
     config = append_only(setup.config, is_append_only)
     rows = make_rows([TENANT, "globex"], 12, DATA_DAYS, seed=33)
     setup.write(rows)
-    assert transfer(spark, config, NOW1).status == "SUCCESS"
+    assert transfer(spark, config, NOW1, tuning=tuning).status == "SUCCESS"
     first_day = [r for r in tenant_rows(rows) if r[2] < day(3, 2)]
     old = first_day[0]
     updated = (old[0], TENANT, day(3, 2) + timedelta(hours=5, microseconds=11), "changed during the refresh")
@@ -162,7 +162,7 @@ def test_a_full_refresh_fills_the_table_aside_the_same_way(spark, setup, is_appe
         if len(windows) == 1:  # the window of March 1st has committed aside
             setup.write(changed_rows)
 
-    refresh_step_by_step(spark, config, NOW2, after_window)
+    refresh_step_by_step(spark, config, NOW2, after_window, tuning)
 
     assert len(windows) == 5  # March 1st to 5th
     if is_append_only:

@@ -18,6 +18,7 @@ from transfer_platform.destinations.delta import REFRESH_DIR, read_state
 from transfer_platform.destinations.postgres import REFRESH_PREFIX
 from transfer_platform.errors import DataError
 from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
     MODEL,
@@ -46,11 +47,11 @@ NOW2 = day(3, 5) + timedelta(hours=6)
 TENANT = "acme"
 
 
-def refresh_step_by_step(spark, config: PlatformConfig, now, on_window) -> list:
+def refresh_step_by_step(spark, config: PlatformConfig, now, on_window, tuning: Tuning = DEFAULT) -> list:
     """Run a full refresh, calling ``on_window()`` after each window has committed aside."""
     writer = writer_for(config.destination(DESTINATION))
     request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id="refresh1", now=now, full_refresh=True)
+                              transfer_id="refresh1", now=now, full_refresh=True, tuning=tuning)
     items = []
     try:
         for item in transfer_model(request, config.model(MODEL)):

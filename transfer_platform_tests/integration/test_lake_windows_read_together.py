@@ -3,8 +3,8 @@ than one joint read may bring into the transferring process.
 
 A database counts each window's rows with one ``COUNT`` query, no Spark; a lake can only count
 with a Spark job over its files, which cost as much as reading a few small windows. So up to
-``RUN_WINDOWS`` neighbouring windows are read in one Spark job, at most ``RUN_ROWS + 1`` rows;
-if they hold no more than ``RUN_ROWS``, that one job was all (empty windows included); otherwise
+``run_windows`` neighbouring windows are read in one Spark job, at most ``run_rows + 1`` rows;
+if they hold no more than ``run_rows``, that one job was all (empty windows included); otherwise
 they are counted and moved as a database's are (small ones together, large ones alone and staged
 by Spark).
 
@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.sources.parquet_lake import ParquetLakeReader
-from transfer_platform.transfers import runner
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.integration import helpers
 from transfer_platform_tests.integration.helpers import DeltaTables, day
 from transfer_platform_tests.integration.test_empty_windows import MIN_START, NOW, OTHER, TENANT
@@ -64,11 +64,11 @@ def holding_rows(outcomes: list) -> list:
             for o in outcomes]
 
 
-def transferred(spark, tmp_path) -> tuple:  # noqa: ANN001
+def transferred(spark, tmp_path, tuning: Tuning = DEFAULT) -> tuple:  # noqa: ANN001
     write_lake(tmp_path / "lake", ROWS)
     config = helpers.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
                                  min_start=MIN_START)
-    summary, outcomes, writes = run(spark, config, NOW)
+    summary, outcomes, writes = run(spark, config, NOW, tuning)
     writes = [(how, window.start) for how, window in writes]
     assert summary.status == "SUCCESS", summary.error
     assert summary.windows == len(outcomes) == 61  # every window committed and reported, in order
@@ -87,8 +87,8 @@ def test_sparse_windows_of_a_lake_are_one_spark_job_and_no_count(spark, tmp_path
 
 def test_windows_holding_more_than_a_joint_read_may_bring_are_counted_then_moved_by_size(
         spark, tmp_path, calls, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "RUN_ROWS", 2)  # Jan 3rd: 2 rows; Feb 10th: 1; Feb 11th: 3 (> 2)
-    outcomes, writes = transferred(spark, tmp_path)
+    # Jan 3rd: 2 rows; Feb 10th: 1; Feb 11th: 3 (> 2)
+    outcomes, writes = transferred(spark, tmp_path, Tuning(run_rows=2))
 
     # the first joint read found more than 2 rows: the windows were counted (a lake's count may
     # be more than a window reads, never less), then moved by size: small ones into this

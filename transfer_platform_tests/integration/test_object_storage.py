@@ -33,8 +33,8 @@ from transfer_platform.destinations import object_storage
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
 from transfer_platform_tests.s3_server import S3Server
 
@@ -107,12 +107,14 @@ def platform(root: Path, vendor: str, server: S3Server | None, window: int | Non
     return path, bucket
 
 
-def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> list:  # noqa: ANN001
+def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False,  # noqa: ANN001
+             tuning: Tuning = DEFAULT) -> list:
     config = load_config(config_path)
     writer = writer_for(config.destination("acme_files"))
     try:
         request = TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
-                                  transfer_id=transfer_id, now=datetime.now(UTC), full_refresh=full_refresh)
+                                  transfer_id=transfer_id, now=datetime.now(UTC), full_refresh=full_refresh,
+                                  tuning=tuning)
         summaries = run_transfer(request, config.models)
     finally:
         writer.close()
@@ -182,14 +184,15 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
                                                                     monkeypatch: pytest.MonkeyPatch,
                                                                     written_by: str) -> None:
     """Small windows come to the transferring process (read together) and are written from there;
-    with ``RUN_ROWS`` 0 every window is read alone and Spark's executors write its files (several
+    with ``run_rows`` 0 every window is read alone and Spark's executors write its files (several
     per window, their digests read back where they were written)."""
     monkeypatch.chdir(tmp_path)
+    tuning = DEFAULT
     if written_by == "executors":
-        monkeypatch.setattr(runner, "RUN_ROWS", 0)
+        tuning = Tuning(run_rows=0)
         monkeypatch.setattr(object_storage, "BATCH_ROWS", 2)
     config_path, bucket = platform(tmp_path, vendor, server)
-    summaries = transfer(spark, config_path, "backfill-1")
+    summaries = transfer(spark, config_path, "backfill-1", tuning=tuning)
     for model in ("items", "notes"):
         expected = lake_rows(tmp_path, model)
         assert consumed(bucket, model) == expected
@@ -223,7 +226,7 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
         {"id": 10_001, "organization_id": TENANTS["acme"], "updated_at": now, "v": "new"},
         {"id": 10_002, "organization_id": TENANTS["globex"], "updated_at": now, "v": "not acme's"},
     ])
-    summaries = {s.model: s for s in transfer(spark, config_path, "incremental-2")}
+    summaries = {s.model: s for s in transfer(spark, config_path, "incremental-2", tuning=tuning)}
     assert consumed(bucket, "items") == lake_rows(tmp_path, "items")
     assert {r["organization_id"] for r in consumed(bucket, "items")} == {TENANTS["acme"]}
     assert summaries["items"].delta_rows_transferred == 2
@@ -394,9 +397,9 @@ def test_a_bad_row_in_a_window_the_executors_write_leaves_no_file_and_no_state(
     """Two versions of a key with the same last-modified value in a window written by the
     executors: refused by name, its files deleted at once, no manifest, the state as it was."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "RUN_ROWS", 0)
+    tuning = Tuning(run_rows=0)
     config_path, bucket = platform(tmp_path, vendor, server)
-    transfer(spark, config_path, "backfill-1")
+    transfer(spark, config_path, "backfill-1", tuning=tuning)
     before = (bucket.objects(), consumed(bucket, "items"))
     config = load_config(config_path)
     watermark = writer_for(config.destination("acme_files")).committed_state(config.model("items")).state
@@ -407,7 +410,8 @@ def test_a_bad_row_in_a_window_the_executors_write_leaves_no_file_and_no_state(
     writer = writer_for(config.destination("acme_files"))
     try:
         (items,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
-                                                transfer_id="refused", now=datetime.now(UTC)), [config.model("items")])
+                                                transfer_id="refused", now=datetime.now(UTC), tuning=tuning),
+                                [config.model("items")])
     finally:
         writer.close()
     assert items.status == "ERROR"

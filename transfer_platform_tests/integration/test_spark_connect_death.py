@@ -23,7 +23,7 @@ import yaml
 
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.spark_session import REMOTE_ENV_VAR
-from transfer_platform.transfers.runner import RUN_ROWS
+from transfer_platform.tuning import DEFAULT
 from transfer_platform_tests.conftest import pg_connection_config
 from transfer_platform_tests.integration.helpers import (
     events_model,
@@ -115,11 +115,11 @@ def _assert_only_committed_windows(conn: psycopg.Connection, source_schema: str,
 
 #: where the server is killed: ``between_windows`` once the first model has committed a window
 #: (small windows, read 64 at a time into this process, so the kill lands between Spark jobs);
-#: ``while_staging`` once a window is being staged (windows above the runner's RUN_ROWS are read
+#: ``while_staging`` once a window is being staged (windows above Tuning.run_rows are read
 #: alone and written into a staging table by Spark's executors: the kill lands in a Spark job)
 KILL_POINTS = {
     "between_windows": (300, 3, lambda conn, dst: _committed(conn, dst, MODELS[0]) is not None),
-    "while_staging": (3, RUN_ROWS + 10_000, _staging),
+    "while_staging": (3, DEFAULT.run_rows + 10_000, _staging),
 }
 
 

@@ -30,9 +30,9 @@ from transfer_platform.config.models import ColumnConfig, ModelConfig, PlatformC
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform.transfers import runner
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.conftest import pg_connection_config
 from transfer_platform_tests.integration.conftest import mysql_connection_config
 from transfer_platform_tests.s3_server import S3Server
@@ -47,12 +47,10 @@ KEY = 3
 
 
 @pytest.fixture(params=["together", "alone"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def tuning(request: pytest.FixtureRequest) -> Tuning:
     """Windows read together into this process (the default for small ones), or each read alone
-    and staged by Spark's executors (``RUN_ROWS`` 0: every window is "large")."""
-    if request.param == "alone":
-        monkeypatch.setattr(runner, "RUN_ROWS", 0)
-    return request.param
+    and staged by Spark's executors (``run_rows`` 0: every window is "large")."""
+    return Tuning(run_rows=0) if request.param == "alone" else DEFAULT
 
 
 @pytest.fixture(params=["postgres", "delta", "local"])
@@ -149,11 +147,12 @@ def latest_in_lake(lake: Lake) -> list[dict]:
     return sorted(latest.values(), key=lambda r: r["id"])
 
 
-def transfer(spark, config: PlatformConfig, transfer_id: str) -> ModelSummary:  # noqa: ANN001
+def transfer(spark, config: PlatformConfig, transfer_id: str, tuning: Tuning = DEFAULT) -> ModelSummary:  # noqa: ANN001
     writer = writer_for(config.destination("acme_dest"))
     try:
         (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_dest", writer=writer,
-                                                  transfer_id=transfer_id, now=datetime.now(UTC)), config.models)
+                                                  transfer_id=transfer_id, now=datetime.now(UTC), tuning=tuning),
+                                  config.models)
     finally:
         writer.close()
     return summary
@@ -191,24 +190,24 @@ def committed(config: PlatformConfig):  # noqa: ANN201 - the model's committed M
         writer.close()
 
 
-def backfilled(spark, tmp_path: Path, lake: Lake, destination: dict) -> PlatformConfig:  # noqa: ANN001
+def backfilled(spark, tmp_path: Path, lake: Lake, destination: dict, tuning: Tuning) -> PlatformConfig:  # noqa: ANN001
     """A lake whose row ``KEY`` changed once a few minutes ago (its own file), delivered."""
     lake.write("part-0.parquet", [(i, NOW - timedelta(days=1, hours=i), f"v{i}") for i in range(1, 6)])
     lake.write("part-1.parquet", [(KEY, NOW - timedelta(minutes=4), "first change")])
     config = config_for(lake, destination)
-    summary = transfer(spark, config, "backfill")
+    summary = transfer(spark, config, "backfill", tuning)
     assert summary.status == "SUCCESS", summary.error
     assert held(config, tmp_path)[0] == latest_in_lake(lake)
     return config
 
 
 def test_a_row_changed_twice_inside_the_lookback_arrives_as_its_latest_version(
-        spark, tmp_path: Path, lake: Lake, destination: dict, path: str) -> None:
-    config = backfilled(spark, tmp_path, lake, destination)
+        spark, tmp_path: Path, lake: Lake, destination: dict, tuning: Tuning) -> None:
+    config = backfilled(spark, tmp_path, lake, destination, tuning)
     lake.write("part-2.parquet", [(KEY, NOW - timedelta(minutes=2), "second change")])
     lake.copy("part-2.parquet", "part-2-copy.parquet")  # the same file landed twice
 
-    summary = transfer(spark, config, "incremental")
+    summary = transfer(spark, config, "incremental", tuning)
 
     assert summary.status == "SUCCESS", summary.error
     rows = held(config, tmp_path)[0]
@@ -223,14 +222,14 @@ def test_a_row_changed_twice_inside_the_lookback_arrives_as_its_latest_version(
 
 
 def test_two_different_versions_with_the_same_last_modified_value_are_refused_by_name(
-        spark, tmp_path: Path, lake: Lake, destination: dict, path: str) -> None:
-    config = backfilled(spark, tmp_path, lake, destination)
+        spark, tmp_path: Path, lake: Lake, destination: dict, tuning: Tuning) -> None:
+    config = backfilled(spark, tmp_path, lake, destination, tuning)
     before, state = held(config, tmp_path), committed(config)
     when = NOW - timedelta(minutes=2)
     one = lake.write("part-2.parquet", [(KEY, when, "one value")])
     other = lake.write("part 3.parquet", [(KEY, when, "another value"), (KEY + 1, when, "fine")])
 
-    summary = transfer(spark, config, "refused")
+    summary = transfer(spark, config, "refused", tuning)
 
     assert summary.status == "ERROR"
     assert f"key id={KEY}" in summary.error
@@ -261,13 +260,13 @@ def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, s
 
 
 def test_a_source_query_returning_a_key_twice_delivers_its_latest_version(
-        spark, pg_conn, pg_schema: str, dst_schema: str, path: str) -> None:
+        spark, pg_conn, pg_schema: str, dst_schema: str, tuning: Tuning) -> None:
     changes_source(pg_conn, pg_schema, [
         (1, NOW - timedelta(hours=3), "old"), (1, NOW - timedelta(hours=1), "new"),
         (2, NOW - timedelta(hours=2), "only"), (3, NOW - timedelta(hours=1), "other tenant's")])
     config = changes_config(pg_schema, dst_schema)
 
-    summary = transfer(spark, config, "t1")
+    summary = transfer(spark, config, "t1", tuning)
 
     assert summary.status == "SUCCESS", summary.error
     assert [(r["id"], r["v"]) for r in held(config, Path())[0]] == [(1, "new"), (2, "only")]
@@ -275,13 +274,13 @@ def test_a_source_query_returning_a_key_twice_delivers_its_latest_version(
 
 
 def test_a_source_query_conflict_names_the_key_the_value_and_both_rows_values(
-        spark, pg_conn, pg_schema: str, dst_schema: str, path: str) -> None:
+        spark, pg_conn, pg_schema: str, dst_schema: str, tuning: Tuning) -> None:
     when = NOW - timedelta(hours=1)
     changes_source(pg_conn, pg_schema, [(1, when, "one payload"), (1, when, "another payload"),
                                         (2, when, "fine")])
     config = changes_config(pg_schema, dst_schema)
 
-    summary = transfer(spark, config, "t1")
+    summary = transfer(spark, config, "t1", tuning)
 
     assert summary.status == "ERROR"
     assert "key id=1" in summary.error

@@ -4,7 +4,7 @@ From the seeds: ``max_transfer_time_window_seconds`` is the largest increment a 
 so a backfill is many windows, each committing its rows and moving the watermark on by itself.
 Reading each in a Spark job of its own made a window's fixed cost that of a job; the source now
 says how many rows each window holds (a bounded ``COUNT`` per window, one query), neighbours of at
-most ``RUN_ROWS`` rows in all are read by one Spark job into the transferring process, and each is
+most ``run_rows`` rows in all are read by one Spark job into the transferring process, and each is
 then checked and committed alone. A window larger than that is read alone and staged by Spark.
 
 Expectations come from the rows: a window holds the rows whose last-modified value is inside its
@@ -21,6 +21,7 @@ import pytest
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.integration import test_empty_windows as empty_windows
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
@@ -51,7 +52,7 @@ def holding(outcomes: list) -> list:
     return [o for o in outcomes if any(o.planned.bounds.lower <= r[2] < o.planned.bounds.upper for r in ROWS)]
 
 
-def run(spark, config, now=NOW) -> tuple:  # noqa: ANN001
+def run(spark, config, now=NOW, tuning: Tuning = DEFAULT) -> tuple:  # noqa: ANN001
     """One transfer, recording each window's outcome and how each read window was written:
     ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged."""
     writer = writer_for(config.destination(DESTINATION))
@@ -68,7 +69,7 @@ def run(spark, config, now=NOW) -> tuple:  # noqa: ANN001
     try:
         (summary,) = run_transfer(
             TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
-                            now=now), config.models_for(config.destination(DESTINATION)),
+                            now=now, tuning=tuning), config.models_for(config.destination(DESTINATION)),
             on_window=lambda model, outcome: outcomes.append(outcome))
     finally:
         writer.close()
@@ -95,13 +96,13 @@ def test_neighbouring_small_windows_share_a_spark_job_and_commit_one_by_one(
     from transfer_platform.destinations.manifests import new_signing_key
 
     monkeypatch.setenv("TP_TEST_SIGNING_KEY", new_signing_key()[0])
-    monkeypatch.setattr(runner, "RUN_ROWS", 10)  # Jan 1st..4th: 10 rows; Jan 5th starts another run
     create_events(pg_conn, pg_schema)
     insert_rows(pg_conn, pg_schema, ROWS + OTHERS)
     where = dst_schema if vendor == "postgres" else tmp_path / "dest"
     config = config_for(vendor, pg_schema, where)
 
-    summary, outcomes, writes = run(spark, config)
+    # Jan 1st..4th: 10 rows; Jan 5th starts another run
+    summary, outcomes, writes = run(spark, config, tuning=Tuning(run_rows=10))
 
     assert summary.status == "SUCCESS", summary.error
     assert [o.planned.bounds.progress.end for o in outcomes] == [day(1, d) for d in range(2, 9)] + [NOW]
