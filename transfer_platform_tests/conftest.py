@@ -14,25 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-PG = {
-    "host": os.environ.get("TP_TEST_PG_HOST", "127.0.0.1"),
-    "port": int(os.environ.get("TP_TEST_PG_PORT", "5432")),
-    "dbname": os.environ.get("TP_TEST_PG_DATABASE", "test"),
-    "user": os.environ.get("TP_TEST_PG_USER", "postgres"),
-}
-
-HOW_TO_START_PG = (
-    "PostgreSQL is not reachable at {host}:{port} (database {dbname}, user {user}): {error}\n"
-    "Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\n"
-    "(or point TP_TEST_PG_HOST/TP_TEST_PG_PORT at a server with trust auth and a 'test' database)."
+from transfer_platform_tests.support.postgres import (
+    pg_connect,
 )
-
-
-def pg_connect(**extra) -> psycopg.Connection:
-    try:
-        return psycopg.connect(**PG, connect_timeout=5, **extra)
-    except psycopg.OperationalError as exc:
-        pytest.fail(HOW_TO_START_PG.format(error=str(exc).strip(), **PG), pytrace=False)
 
 
 @pytest.fixture
@@ -90,7 +74,7 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory):
         yield None
         return
     from transfer_platform.spark_session import REMOTE_ENV_VAR
-    from transfer_platform_tests.spark_server import spark_connect_server
+    from transfer_platform_tests.support.spark_server import spark_connect_server
 
     with spark_connect_server(tmp_path_factory.mktemp("spark_connect")) as server:
         os.environ[REMOTE_ENV_VAR] = server.url
@@ -111,14 +95,6 @@ def spark(spark_server):
                                               conf={"spark.sql.shuffle.partitions": "2"}))
     yield session
     session.stop()
-
-
-def pg_connection_config(schema: str | None = None) -> dict:
-    """The ``connection`` block of a postgres source/destination for the test database."""
-    block = {"host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"]}
-    if schema:
-        block["schema"] = schema
-    return block
 
 
 @pytest.fixture

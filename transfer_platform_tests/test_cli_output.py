@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from transfer_platform.cli import _duration, _when, build_parser, main
-from transfer_platform_tests.orchestration.platform_fixtures import dagster_home, write_config
+from transfer_platform_tests.support.platform import dagster_home, write_config
 
 NOW = datetime.now(UTC)
 CLI = str(Path(sys.executable).with_name("transfer-platform"))

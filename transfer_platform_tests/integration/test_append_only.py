@@ -18,21 +18,19 @@ import pytest
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.postgres_sql import target_ddl
 from transfer_platform.transfers import runner
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import pg_config
+from transfer_platform_tests.support.events import (
     MODEL,
     Row,
     create_events,
     day,
-    destination_rows,
     insert_rows,
-    lake_config,
     make_rows,
     normalize,
-    pg_config,
-    transfer,
 )
-from transfer_platform_tests.integration.test_full_refresh import refresh_step_by_step
-from transfer_platform_tests.integration.test_parquet_delta_path import delivered, write_lake
+from transfer_platform_tests.support.lake import delivered, lake_config, write_lake
+from transfer_platform_tests.support.postgres import destination_rows
+from transfer_platform_tests.support.transfers import refresh_step_by_step, transfer
 
 pytestmark = pytest.mark.integration
 

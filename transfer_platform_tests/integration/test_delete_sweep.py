@@ -17,16 +17,16 @@ import pytest
 from transfer_platform.config import parse_config
 from transfer_platform.errors import ConfigError, ConnectionFailure
 from transfer_platform.transfers.delete_sweep import sweep_deletes
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import events_model
+from transfer_platform_tests.support.events import (
     create_events,
     day,
-    events_model,
     insert_rows,
     make_rows,
     source_rows,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

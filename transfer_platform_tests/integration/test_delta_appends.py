@@ -21,20 +21,10 @@ import pytest
 from transfer_platform.destinations import delta
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    create_events,
-    day,
-    insert_rows,
-    source_rows,
-)
-from transfer_platform_tests.integration.test_empty_windows import delivered
-from transfer_platform_tests.integration.test_windows_read_together import (
-    NOW,
-    OTHERS,
-    TENANT,
-    config_for,
-)
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.daily_windows import NOW, OTHERS, TENANT, config_for
+from transfer_platform_tests.support.events import create_events, day, insert_rows, source_rows
+from transfer_platform_tests.support.sparse_tenant import delivered
 
 pytestmark = pytest.mark.integration
 

@@ -20,20 +20,11 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import delta, staging
 from transfer_platform.destinations.delta import STAGING_DIR, DeltaWriter, read_state
 from transfer_platform.transfers import runner
-from transfer_platform_tests.integration import helpers
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    MODEL,
-    DeltaTables,
-    day,
-    make_rows,
-    transfer,
-)
-from transfer_platform_tests.integration.test_parquet_delta_path import (
-    delivered,
-    tenant_rows,
-    write_lake,
-)
+from transfer_platform_tests.support import lake as support_lake
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.events import MODEL, day, make_rows
+from transfer_platform_tests.support.lake import DeltaTables, delivered, tenant_rows, write_lake
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +63,7 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def lake_setup(tmp_path: Path, delta_tables, small_batches):
     connection, tables = delta_tables
-    config = helpers.lake_config(tmp_path / "lake", connection, tenant=TENANT, min_start=MIN_START)
+    config = support_lake.lake_config(tmp_path / "lake", connection, tenant=TENANT, min_start=MIN_START)
     return config, tmp_path / "lake", tables
 
 
@@ -160,7 +151,7 @@ def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, 
     peaks, sizes = {}, {}
     for count in (20_000, 160_000):
         lake, root = tmp_path / f"lake{count}", tmp_path / f"delta{count}"
-        config = helpers.lake_config(lake, root, tenant=TENANT, min_start=MIN_START)
+        config = support_lake.lake_config(lake, root, tenant=TENANT, min_start=MIN_START)
         rows = big_window(count, seed=count)
         write_lake(lake, rows)
         summary = None
@@ -216,7 +207,7 @@ def test_a_bad_row_in_a_big_window_is_refused_and_nothing_is_committed(spark, la
 def test_the_executors_summary_matches_refuse_bad_rows(tmp_path):
     """``_stage_partition`` on its own (as an executor runs it), batches of 4 rows: a duplicate
     key whose copies span three batches is counted whole; NULL key and last-modified found."""
-    config = helpers.lake_config(tmp_path / "lake", tmp_path / "delta", tenant=TENANT, min_start=MIN_START)
+    config = support_lake.lake_config(tmp_path / "lake", tmp_path / "delta", tenant=TENANT, min_start=MIN_START)
     model = config.models[0]
     schema = delta.arrow_schema(model)
     at = day(3, 1)

@@ -19,8 +19,8 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import reader_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.s3_server import S3Server
+from transfer_platform_tests.support.platform import TENANTS, write_config
+from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 

@@ -21,15 +21,11 @@ import pytest
 
 from transfer_platform.sources.parquet_lake import ParquetLakeReader
 from transfer_platform.transfers import runner
-from transfer_platform_tests.integration import helpers
-from transfer_platform_tests.integration.helpers import DeltaTables, day
-from transfer_platform_tests.integration.test_empty_windows import MIN_START, NOW, OTHER, TENANT
-from transfer_platform_tests.integration.test_parquet_delta_path import (
-    delivered,
-    tenant_rows,
-    write_lake,
-)
-from transfer_platform_tests.integration.test_windows_read_together import run
+from transfer_platform_tests.support import lake as support_lake
+from transfer_platform_tests.support.daily_windows import run
+from transfer_platform_tests.support.events import day
+from transfer_platform_tests.support.lake import DeltaTables, delivered, tenant_rows, write_lake
+from transfer_platform_tests.support.sparse_tenant import MIN_START, NOW, OTHER, TENANT
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +62,7 @@ def holding_rows(outcomes: list) -> list:
 
 def transferred(spark, tmp_path) -> tuple:  # noqa: ANN001
     write_lake(tmp_path / "lake", ROWS)
-    config = helpers.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
+    config = support_lake.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
                                  min_start=MIN_START)
     summary, outcomes, writes = run(spark, config, NOW)
     writes = [(how, window.start) for how, window in writes]

@@ -26,21 +26,22 @@ import pytest
 
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.events import (
     LOOKBACK,
     MODEL,
     create_events,
     day,
-    destination_rows,
-    events_model,
     insert_rows,
     normalize,
     source_rows,
-    status_row,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
+    status_row,
+)
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -35,8 +35,8 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.destinations.object_storage import ObjectStorageWriter
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
-from transfer_platform_tests.s3_server import S3Server
+from transfer_platform_tests.support.platform import TENANTS, TS, write_config
+from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 

@@ -46,21 +46,22 @@ from transfer_platform.transfers.runner import (
     transfer_model,
     windowing_for,
 )
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.events import (
     COLUMNS,
-    DESTINATION,
     MODEL,
     Row,
     create_events,
-    destination_rows,
-    events_model,
     insert_rows,
     normalize,
-    rows_by_partition,
     source_rows,
+)
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
     status_row,
 )
+from transfer_platform_tests.support.spark import rows_by_partition
 
 pytestmark = pytest.mark.integration
 

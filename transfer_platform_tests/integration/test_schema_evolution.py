@@ -17,18 +17,11 @@ from deltalake import DeltaTable
 
 from transfer_platform.config.models import ColumnConfig
 from transfer_platform.destinations.delta import read_state
-from transfer_platform_tests.integration.helpers import (
-    MODEL,
-    create_events,
-    day,
-    insert_rows,
-    lake_config,
-    make_rows,
-    pg_config,
-    status_row,
-    transfer,
-    with_columns,
-)
+from transfer_platform_tests.support.config import pg_config, with_columns
+from transfer_platform_tests.support.events import MODEL, create_events, day, insert_rows, make_rows
+from transfer_platform_tests.support.lake import lake_config
+from transfer_platform_tests.support.postgres import status_row
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -27,18 +27,17 @@ from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.destinations.manifests import new_signing_key
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
     day,
     epoch,
     insert_rows,
     make_rows,
-    status_row,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import pg_connection_config, status_row
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

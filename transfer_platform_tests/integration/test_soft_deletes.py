@@ -18,8 +18,9 @@ import pytest
 from transfer_platform.config import parse_config
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.integrity import check_integrity
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import day, epoch, transfer
+from transfer_platform_tests.support.events import day, epoch
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -33,9 +33,9 @@ from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.conftest import mysql_connection_config
-from transfer_platform_tests.s3_server import S3Server
+from transfer_platform_tests.support.mysql import mysql_connection_config
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 

@@ -44,18 +44,19 @@ from transfer_platform.transfers.runner import (
     transfer_model,
     windowing_for,
 )
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.events import (
     COLUMNS,
-    DESTINATION,
     MODEL,
     Row,
     create_events,
-    destination_rows,
-    events_model,
     insert_rows,
     normalize,
     source_rows,
+)
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
     status_row,
 )
 

@@ -18,61 +18,24 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers import runner
-from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.integration import test_empty_windows as empty_windows
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    create_events,
-    day,
-    insert_rows,
-    source_rows,
+from transfer_platform_tests.support.daily_windows import (
+    MIN_START,
+    NOW,
+    OTHER,
+    OTHERS,
+    ROWS,
+    TENANT,
+    config_for,
+    holding,
+    run,
 )
-from transfer_platform_tests.integration.test_empty_windows import delivered
+from transfer_platform_tests.support.events import create_events, day, insert_rows, source_rows
+from transfer_platform_tests.support.sparse_tenant import delivered
 
 pytestmark = pytest.mark.integration
 
-TENANT, OTHER = "tenant'one", "other"
-MIN_START = day(1, 1)
-NOW = day(1, 8) + timedelta(hours=5)  # daily windows from Jan 1st: 8 of them, the last in progress
 # Jan 1st..5th hold 1..5 rows of the tenant (neighbours), Jan 6th none, Jan 7th 12 rows
-ROWS = ([(100 * d + k, TENANT, day(1, d) + timedelta(hours=k, microseconds=d), f"{100 * d + k}")
-         for d in range(1, 6) for k in range(d)]
-        + [(700 + k, TENANT, day(1, 7) + timedelta(minutes=k), f"{700 + k}") for k in range(12)])
-OTHERS = [(5000 + d, OTHER, day(1, d) + timedelta(hours=3), "x") for d in range(1, 9)]
-
-
-def config_for(vendor: str, source_schema: str, where, payload_type: str = "string") -> object:  # noqa: ANN001
-    return empty_windows.config_for(vendor, source_schema, where, tenant=TENANT, payload_type=payload_type, now=NOW)
-
-
-def holding(outcomes: list) -> list:
-    return [o for o in outcomes if any(o.planned.bounds.lower <= r[2] < o.planned.bounds.upper for r in ROWS)]
-
-
-def run(spark, config, now=NOW) -> tuple:  # noqa: ANN001
-    """One transfer, recording each window's outcome and how each read window was written:
-    ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged."""
-    writer = writer_for(config.destination(DESTINATION))
-    outcomes, writes = [], []
-    write_window, write_arrow = writer.write_window, writer.write_arrow
-
-    def recording(how, write):  # noqa: ANN001, ANN202
-        def written(batch, load):  # noqa: ANN001, ANN202
-            writes.append((how, load.progress))
-            return write(batch, load)
-        return written
-
-    writer.write_window, writer.write_arrow = recording("staged", write_window), recording("arrow", write_arrow)
-    try:
-        (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
-                            now=now), config.models_for(config.destination(DESTINATION)),
-            on_window=lambda model, outcome: outcomes.append(outcome))
-    finally:
-        writer.close()
-    return summary, outcomes, writes
 
 
 @pytest.fixture
@@ -165,8 +128,7 @@ def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> No
     last-modified value in the first window (which refuses it), another tenant's rows in none."""
     from transfer_platform.core.windows import ReadBounds, Window
     from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, reader_for
-    from transfer_platform_tests.integration.helpers import lake_config
-    from transfer_platform_tests.integration.test_parquet_delta_path import write_lake
+    from transfer_platform_tests.support.lake import lake_config, write_lake
 
     lookback = timedelta(seconds=300)
     rows = [(1, TENANT, day(1, 1) + timedelta(hours=5), "a"),

@@ -56,17 +56,8 @@ from transfer_platform.orchestration.dagster_fixes import (
 from transfer_platform.orchestration.run_worker import WORKER_TAG
 from transfer_platform.orchestration.sensors import TRIGGER_TAG
 from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
-from transfer_platform_tests.orchestration.platform_fixtures import (
-    REPO,
-    TENANTS,
-    dagster_home,
-    write_config,
-)
-from transfer_platform_tests.orchestration.test_daemon import (
-    FAST_SPARK,
-    VENV_BIN,
-    _processes_with_home,
-)
+from transfer_platform_tests.support.daemon import FAST_SPARK, VENV_BIN, _processes_with_home
+from transfer_platform_tests.support.platform import REPO, TENANTS, dagster_home, write_config
 
 pytestmark = pytest.mark.integration
 

@@ -18,13 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_transfer_job import (
-    ITEMS,
-    delivered,
-    execute,
-    lake_rows,
-)
+from transfer_platform_tests.support.dagster import ITEMS, delivered, execute, lake_rows
+from transfer_platform_tests.support.platform import TENANTS, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

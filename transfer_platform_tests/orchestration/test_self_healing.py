@@ -25,8 +25,8 @@ from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
 from transfer_platform.orchestration.repair import REPAIR_TAG
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_coordinator import transfer_run_config
+from transfer_platform_tests.support.dagster import transfer_run_config
+from transfer_platform_tests.support.platform import TENANTS, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

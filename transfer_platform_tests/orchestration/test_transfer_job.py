@@ -17,34 +17,38 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
 
 from transfer_platform.config import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform.orchestration.run_tags import STATUS_TAG, USER_TAG_PREFIX, limit_tags
+from transfer_platform.orchestration.run_tags import STATUS_TAG
 from transfer_platform.orchestration.transfers import (
     TransferFilter,
     cancel,
     describe,
     list_transfers,
 )
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_coordinator import (
+from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
+    ITEMS,
+    RUN,
+    TEAM,
+    delivered,
+    execute,
+    graphql,
+    lake_rows,
+    last_check,
     launch,
     queued_home,
     transfer_run_config,
     workspace,
 )
-from transfer_platform_tests.orchestration.test_ui_failures import RUN, graphql, last_check
+from transfer_platform_tests.support.platform import TENANTS, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
-ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
 NOTES = dg.AssetKey(["acme", "acme_delta", "notes"])
-TEAM = {USER_TAG_PREFIX + "team": "data"}
 
 
 @pytest.fixture
@@ -59,34 +63,11 @@ def instance() -> Iterator[dg.DagsterInstance]:
         yield test_instance
 
 
-def execute(config_path: Path, instance: dg.DagsterInstance, **op_config) -> dg.ExecuteInProcessResult:
-    """Run the job in this process, tagged as the run coordinator tags a queued transfer."""
-    config = load_config(config_path)
-    models = [config.model(m) for m in op_config.get("models", [])] or config.models
-    tags = {**limit_tags(config, "acme_delta", models, "transfer"), **TEAM}
-    job = build_definitions(str(config_path)).resolve_job_def("transfer")
-    return job.execute_in_process(run_config=transfer_run_config("acme_delta", **op_config),
-                                  instance=instance, tags=tags, raise_on_error=False)
-
-
 def daily_keys(config_path: Path) -> list[str]:
     """The models' daily partitions: the 3 days of rows and today, the window in progress."""
     keys = build_definitions(str(config_path)).resolve_asset_graph().get(ITEMS).partitions_def.get_partition_keys()
     assert len(keys) == 4
     return keys
-
-
-def lake_rows(config_path: Path, table: str, since: datetime | None = None,
-              until: datetime | None = None) -> list[dict]:
-    rows = pq.read_table(config_path.parent / "lake" / table).to_pylist()
-    return sorted((r for r in rows if r["organization_id"] == TENANTS["acme"]
-                   and (since is None or r["updated_at"] >= since)
-                   and (until is None or r["updated_at"] < until)), key=lambda r: r["id"])
-
-
-def delivered(config_path: Path, table: str) -> list[dict]:
-    return sorted(DeltaTable(str(config_path.parent / "dest_acme" / table)).to_pyarrow_table().to_pylist(),
-                  key=lambda r: r["id"])
 
 
 def windows(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> list[tuple[str, int]]:

@@ -34,7 +34,7 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
+from transfer_platform_tests.support.platform import TENANTS, write_config
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from transfer_platform_tests.s3_server import free_port
+from transfer_platform_tests.support.s3_server import free_port
 
 #: bounds a failure only: a server is up in ~10 s on a quiet machine
 START_DEADLINE_S = 240
