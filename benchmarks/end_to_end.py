@@ -278,7 +278,7 @@ def table(cases: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from transfer_platform_tests.support.spark_server import spark_connect_server
+    from benchmarks.spark_server import spark_connect_server
 
     args = parse_args(argv)
     results = {"parameters": vars(args), "machine": {"cpu_count": os.cpu_count(),

@@ -73,8 +73,8 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory):
     if SPARK_MODE != "connect":
         yield None
         return
+    from benchmarks.spark_server import spark_connect_server
     from transfer_platform.spark_session import REMOTE_ENV_VAR
-    from transfer_platform_tests.support.spark_server import spark_connect_server
 
     with spark_connect_server(tmp_path_factory.mktemp("spark_connect")) as server:
         os.environ[REMOTE_ENV_VAR] = server.url

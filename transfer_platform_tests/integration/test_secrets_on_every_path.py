@@ -50,6 +50,7 @@ from dagster_graphql.client.query import RUN_EVENTS_QUERY
 from dagster_graphql.test.utils import execute_dagster_graphql
 from deltalake import DeltaTable
 
+from benchmarks.spark_server import SparkServer, spark_connect_server
 from transfer_platform.config import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import JOB_NAME as INTEGRITY_JOB
@@ -71,7 +72,6 @@ from transfer_platform_tests.support.mysql import (
     mysql_insert_rows,
 )
 from transfer_platform_tests.support.postgres import destination_rows, pg_connection_config
-from transfer_platform_tests.support.spark_server import SparkServer, spark_connect_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

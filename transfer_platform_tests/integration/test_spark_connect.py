@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.spark_server import free_port, spark_connect_server
 from transfer_platform.spark_session import REMOTE_ENV_VAR
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import (
@@ -28,8 +29,6 @@ from transfer_platform_tests.support.postgres import (
     pg_connection_config,
     status_row,
 )
-from transfer_platform_tests.support.s3_server import free_port
-from transfer_platform_tests.support.spark_server import spark_connect_server
 
 pytestmark = pytest.mark.integration
 

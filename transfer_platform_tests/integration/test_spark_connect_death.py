@@ -21,14 +21,13 @@ import psycopg
 import pytest
 import yaml
 
+from benchmarks.spark_server import free_port, spark_connect_server
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.spark_session import REMOTE_ENV_VAR
 from transfer_platform.transfers.runner import RUN_ROWS
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.events import normalize
 from transfer_platform_tests.support.postgres import pg_connection_config, status_row, tables_in
-from transfer_platform_tests.support.s3_server import free_port
-from transfer_platform_tests.support.spark_server import spark_connect_server
 
 pytestmark = pytest.mark.integration
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.spark_server import spark_connect_server
 from transfer_platform.spark_session import REMOTE_ENV_VAR
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import (
@@ -31,7 +32,7 @@ from transfer_platform_tests.support.events import (
     source_rows,
 )
 from transfer_platform_tests.support.postgres import destination_rows, pg_connection_config
-from transfer_platform_tests.support.spark_server import spark_connect_server, standalone_cluster
+from transfer_platform_tests.support.spark_server import standalone_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""A transfer run by the command line (``transfer-platform transfer``) as its own process: its
+configuration file and the source rows it loads (the crash-safety and lock tests kill or race it).
+"""
 
 from __future__ import annotations
 

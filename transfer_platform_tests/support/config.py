@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""Configurations of the tests: the events model, one source and one destination (PostgreSQL by
+default), and the same configuration with its columns changed.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""A real platform of processes for the orchestration tests: a code server, ``dagster-daemon``
+(and its runs), stopped afterwards, whole.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""A Dagster instance and code location for the orchestration tests: runs created and launched as
+``dagster job launch`` and the UI do, the transfer job executed in process, GraphQL queries.
+"""
 
 from __future__ import annotations
 

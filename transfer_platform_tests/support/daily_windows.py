@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""The scenario of a tenant over eight daily windows (1..5 rows a day, none on Jan 6th, 12 on Jan
+7th) and a transfer that records how each window was read and written (arrow or staged).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers for the integration tests: source tables, configurations, one-call transfers, snapshots."""
+"""The events of the integration tests: their rows (random, reproducible), the source table that
+holds them, and rows normalized to compare."""
 
 from __future__ import annotations
 

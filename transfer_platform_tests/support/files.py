@@ -1,4 +1,4 @@
-"""TODO docstring"""
+"""Snapshots of folders: every file with its size and modification time (to show nothing changed)."""
 
 from __future__ import annotations
 

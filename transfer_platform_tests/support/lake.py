@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""Parquet lakes and Delta tables of the events model: the lake's file, where a Delta destination's
+tables are (a folder or a bucket), what a Delta table holds.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""TODO docstring"""
+"""The machine's MariaDB/MySQL for the tests: connections (never skipped silently), the events
+table and its rows, a ``vendor: mysql`` source block.
+
+127.0.0.1:3306, user ``root`` without password (override with TP_TEST_MYSQL_HOST/PORT/USER).
+"""
 
 from __future__ import annotations
 

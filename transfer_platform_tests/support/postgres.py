@@ -1,4 +1,9 @@
-"""TODO docstring"""
+"""The machine's PostgreSQL for the tests: how to connect (never skipped silently: a test fails
+with how to start it), the ``connection`` block of a source or destination, and what a
+PostgreSQL destination holds (its rows, its ``_transfer_status`` row, its tables).
+
+127.0.0.1:5432, database ``test``, trust auth (override with TP_TEST_PG_HOST/PORT/USER/DATABASE).
+"""
 
 from __future__ import annotations
 

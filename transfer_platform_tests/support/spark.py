@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""What Spark did with a frame: which partition read each row, how many queries a JDBC scan is
+split into (both kinds of session: Connect has no RDDs).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""TODO docstring"""
+"""The scenario of a sparse tenant: 61 daily windows from Jan 1st, four of the tenant's rows in
+three of them, another tenant's rows on other days (the empty-windows tests and those reading
+windows together), and the configuration of the events model from PostgreSQL to a destination of
+each vendor.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""One-call transfers: a transfer of a destination's models (the runner, as a Dagster run calls it),
+a full refresh window by window.
+"""
 
 from __future__ import annotations
 
