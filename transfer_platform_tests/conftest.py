@@ -17,6 +17,7 @@ import pytest
 from transfer_platform_tests.support.postgres import (
     pg_connect,
 )
+from transfer_platform_tests.support.s3_server import S3Server, s3_server
 
 
 @pytest.fixture
@@ -122,3 +123,10 @@ def new_schema(pg_conn: psycopg.Connection) -> Iterator[Callable[[], str]]:
 def dst_schema(new_schema: Callable[[], str]) -> str:
     """A fresh destination schema name, dropped after the test."""
     return new_schema()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3-compatible server (moto) in its own process, for the whole session."""
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server

@@ -17,7 +17,6 @@ from transfer_platform_tests.support.mysql import (
     mysql_connect,
     mysql_ident,
 )
-from transfer_platform_tests.support.s3_server import S3Server, s3_server
 
 # -- MariaDB / MySQL ------------------------------------------------------------------------------
 
@@ -87,13 +86,6 @@ def mysql_reader(mysql_database) -> Iterator[tuple[str, str]]:
     with mysql_connect() as conn, conn.cursor() as cur:
         for host in ("%", "localhost"):
             cur.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
-
-
-@pytest.fixture(scope="session")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """A real S3-compatible server (moto) in its own process, for the whole session."""
-    with s3_server(tmp_path_factory.mktemp("s3")) as server:
-        yield server
 
 
 @pytest.fixture(params=["folder", "s3"])
