@@ -121,7 +121,7 @@ def cli_transfer(config: Path, *extra: str) -> dict:
     return summary
 
 
-def timed(runs: int, prepare, run, check) -> dict:  # noqa: ANN001
+def timed(runs: int, prepare, run, check) -> dict:
     """``runs`` times: ``prepare()`` (untimed), ``run()`` (timed), ``check()`` (untimed)."""
     seconds = []
     for _ in range(runs):

@@ -27,7 +27,7 @@ class SparkServer:
     pid: int
 
 
-def wait_for(process: subprocess.Popen, log: Path, what: str, ready) -> None:  # noqa: ANN001
+def wait_for(process: subprocess.Popen, log: Path, what: str, ready) -> None:
     deadline = time.monotonic() + START_DEADLINE_S
     while not ready():
         if process.poll() is not None:

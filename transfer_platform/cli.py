@@ -68,7 +68,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spark(config, args: argparse.Namespace):  # noqa: ANN001, ANN202 - PlatformConfig -> SparkSession
+def _spark(config, args: argparse.Namespace):  # PlatformConfig -> SparkSession
     """The session, started with the JVM's output (banner, log, Java stack traces) kept off the
     terminal unless --verbose."""
     from transfer_platform.console.streams import child_output
@@ -94,7 +94,7 @@ class SparkDidNotStart(TransferPlatformError):
     """The local Spark (its JVM) could not be started."""
 
 
-def _models(config, destination, wanted: list[str] | None):  # noqa: ANN001, ANN202
+def _models(config, destination, wanted: list[str] | None):
     models = config.models_for(destination)
     if wanted:
         known = {m.model_name for m in models}
@@ -143,7 +143,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     spark = _spark(config, args)
     progress = progress_for(sys.stderr)
 
-    def on_window(model, outcome) -> None:  # noqa: ANN001
+    def on_window(model, outcome) -> None:
         if reporter is not None:
             reporter(model, outcome)
         progress.advanced(model.model_name, outcome.result.rows_transferred)
@@ -170,7 +170,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(args: argparse.Namespace, config, destination: str, models) -> int:  # noqa: ANN001
+def _dry_run(args: argparse.Namespace, config, destination: str, models) -> int:
     """Print the plan of the transfer (windows, read bounds, row counts); change nothing."""
     from transfer_platform.console.progress import progress_for
     from transfer_platform.transfers.dry_run import plan_as_dict, plan_transfer
@@ -380,7 +380,7 @@ def _tag_filter(text: str) -> tuple[str, str]:
 
 
 class _Tags(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+    def __call__(self, parser, namespace, values, option_string=None):
         tags = dict(getattr(namespace, self.dest) or {})
         tags[values[0]] = values[1]
         setattr(namespace, self.dest, tags)
@@ -545,11 +545,11 @@ class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (a progress bar swaps it)."""
 
     @property
-    def stream(self):  # noqa: ANN201
+    def stream(self):
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:  # noqa: ANN001
+    def stream(self, value) -> None:
         pass
 
 
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted (windows committed before the interrupt are kept; run the transfer "
               "again to continue)", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the command line ends with one line, not a traceback
+    except Exception as exc:  # the command line ends with one line, not a traceback
         if args.verbose:
             logging.getLogger("transfer_platform").error("traceback", exc_info=True)
         print(f"error: unexpected {_one_line(exc)}" + ("" if args.verbose else " (run again with --verbose "

@@ -31,7 +31,7 @@ def supported(registry: dict[str, tuple[str, str]]) -> str:
     return ", ".join(registry)
 
 
-def implementation(registry: dict[str, tuple[str, str]], kind: str, configured) -> object:  # noqa: ANN001
+def implementation(registry: dict[str, tuple[str, str]], kind: str, configured) -> object:
     """An instance of the class that implements ``configured.vendor`` (a source or destination)."""
     if configured.vendor not in registry:
         from transfer_platform.errors import ConfigError

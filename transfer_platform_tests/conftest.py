@@ -56,7 +56,7 @@ OWN_SPARK = ("transfer_platform_tests/integration/test_standalone_cluster.py",
              "transfer_platform_tests/integration/test_spark_connect_death.py")
 
 
-def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+def pytest_collection_modifyitems(config, items) -> None:
     if SPARK_MODE not in ("local", "connect"):
         raise pytest.UsageError(f"TP_TEST_SPARK={SPARK_MODE!r}: write local (the default) or connect")
     if SPARK_MODE == "connect":

@@ -160,7 +160,7 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
     return problems
 
 
-def _check_deletion_marker(path: str, model) -> list[Problem]:  # noqa: ANN001 - a ModelConfig
+def _check_deletion_marker(path: str, model) -> list[Problem]:  # a ModelConfig
     """A soft-delete marker is one boolean or timestamp column that is neither key nor
     last-modified, on a model that can remove rows; ``keep_deleted_rows`` needs one."""
     markers = [c for c in model.columns if c.is_deleted_marker]
@@ -191,7 +191,7 @@ def _check_deletion_marker(path: str, model) -> list[Problem]:  # noqa: ANN001 -
     return []
 
 
-def _check_last_modified(path: str, column) -> list[Problem]:  # noqa: ANN001 - a ColumnConfig
+def _check_last_modified(path: str, column) -> list[Problem]:  # a ColumnConfig
     """The last-modified column's kind agrees with its data_type (the destination gets the values
     as the source holds them) and, for text, its format sorts in time order."""
     try:

@@ -98,7 +98,7 @@ DESTINATIONS_AT_ONCE = 2
 def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[tuple[str, str], ModelSummary]:
     reporting = threading.Lock()  # one window reported to the Dagster instance at a time
 
-    def transfer(destination) -> dict[tuple[str, str], ModelSummary]:  # noqa: ANN001
+    def transfer(destination) -> dict[tuple[str, str], ModelSummary]:
         writer = writer_for(destination)
         request = TransferRequest(spark=spark, config=config, destination=destination.name, writer=writer,
                                   transfer_id=f"{label}-{uuid.uuid4().hex[:8]}", now=datetime.now(UTC))
@@ -108,7 +108,7 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
 
             report = RunlessReporter(instance, config, destination.name)
 
-            def on_window(model, outcome) -> None:  # noqa: ANN001
+            def on_window(model, outcome) -> None:
                 with reporting:
                     report(model, outcome)
         try:

@@ -136,20 +136,20 @@ class TransferRunCoordinator(QueuedRunCoordinator):
             description="Seconds between the daemon's passes over the run queue (fractions allowed).")}
 
     @classmethod
-    def from_config_value(cls, inst_data, config_value):  # noqa: ANN001, ANN206 - Dagster's signature
+    def from_config_value(cls, inst_data, config_value):  # Dagster's signature
         interval = config_value.get("dequeue_interval_seconds")
         if interval is not None and interval <= 0:
             raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
         coordinator = super().from_config_value(inst_data, {**config_value, "dequeue_interval_seconds": None})
         if interval is not None:
-            coordinator._dequeue_interval_seconds = interval  # noqa: SLF001 - read by the daemon only
+            coordinator._dequeue_interval_seconds = interval  # read by the daemon only
         return coordinator
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run
         try:
             tags = tags_for(_config(), run)
-        except Exception as exc:  # noqa: BLE001 - any failure refuses the run, with its reason
+        except Exception as exc:  # any failure refuses the run, with its reason
             message = f"transfer_platform cannot place run {run.run_id} under its limits: {exc}"
             self._instance.report_engine_event(message, run)
             self._instance.report_run_failed(run, message)

@@ -53,7 +53,7 @@ def _install_epoch_fix() -> None:
     original = schedules._find_hourly_schedule_time
 
     @functools.wraps(original)
-    def find_hourly_schedule_time(minutes, date, ascending, already_on_boundary,  # noqa: ANN001, ANN202
+    def find_hourly_schedule_time(minutes, date, ascending, already_on_boundary,
                                   use_timezone_minute_resolution):
         found = original(minutes, date, ascending, already_on_boundary, use_timezone_minute_resolution)
         epoch = datetime.datetime.fromtimestamp(0, tz=date.tzinfo)
@@ -112,7 +112,7 @@ def install_dev_stop() -> None:
         return
 
     @functools.wraps(original)
-    def check_for_orphaned_runs(self) -> None:  # noqa: ANN001
+    def check_for_orphaned_runs(self) -> None:
         if _dev_has_exited():
             with suppress(Exception):  # never break the code server's cleanup tick
                 _cancel_runs(self)
@@ -165,7 +165,7 @@ def _dev_has_exited() -> bool:
     return fields is None or fields[19] != started
 
 
-def _cancel_runs(server) -> None:  # noqa: ANN001 - a DagsterApiServer
+def _cancel_runs(server) -> None:  # a DagsterApiServer
     from dagster import DagsterInstance
 
     with server._execution_lock:

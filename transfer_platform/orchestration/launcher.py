@@ -56,7 +56,7 @@ NO_FORK = "the code location's parent process runs a thread, so it cannot fork"
 class PreloadedRunLauncher(DefaultRunLauncher):
     """Runs forked from a process that has imported the code location (see the module)."""
 
-    def __init__(self, inst_data: Any = None) -> None:  # noqa: ANN401 - ConfigurableClassData
+    def __init__(self, inst_data: Any = None) -> None:  # ConfigurableClassData
         super().__init__(inst_data=inst_data)
         self._parents: dict[str, _Parent] = {}
         self._no_fork: set[str] = set()  # code locations whose parent cannot fork
@@ -80,7 +80,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
             cls=self.__class__)
         super().launch_run(context)
 
-    def _start(self, key: str, origin: Any, run: DagsterRun) -> tuple[bool, str]:  # noqa: ANN401
+    def _start(self, key: str, origin: Any, run: DagsterRun) -> tuple[bool, str]:
         """Fork ``run``'s worker from this code location's parent: (started, why not)."""
         why = ""
         for _attempt in range(2):  # a parent that ended, or whose code changed, is replaced once
@@ -137,7 +137,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
 class _Parent:
     """One ``run_worker`` parent process and its two pipes."""
 
-    def __init__(self, instance: Any, origin: Any) -> None:  # noqa: ANN401 - DagsterInstance, origin
+    def __init__(self, instance: Any, origin: Any) -> None:  # DagsterInstance, origin
         self.process = subprocess.Popen(
             [origin.executable_path, "-m", "transfer_platform.orchestration.run_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)

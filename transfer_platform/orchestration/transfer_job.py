@@ -125,7 +125,7 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
     yield Output(None, metadata={"models": MetadataValue.json(summary)})
 
 
-def _dry_run(context: OpExecutionContext, pyspark: LazyPySparkResource, current, destination: str,  # noqa: ANN001
+def _dry_run(context: OpExecutionContext, pyspark: LazyPySparkResource, current, destination: str,
              models: list, now: datetime, config: TransferConfig) -> Output:
     """The plan instead of the transfer: one log line per model, the plan as output metadata."""
     plans = plan_transfer(pyspark.spark_session, current, destination, models, now,

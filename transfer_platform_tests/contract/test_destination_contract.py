@@ -83,7 +83,7 @@ def destination(request, new_schema, tmp_path, monkeypatch) -> destinations.Test
 
 
 def config_for(schema: str, destination: destinations.TestDestination, *, extra: tuple[dict, ...] = (),
-               without: tuple[str, ...] = (), **model_settings) -> PlatformConfig:  # noqa: ANN003
+               without: tuple[str, ...] = (), **model_settings) -> PlatformConfig:
     model = events_model(f"{schema}.events", min_start=MIN_START)
     model["columns"] = [c for c in model["columns"] if c["name_in_source"] not in without] + list(extra)
     model.update(model_settings)
@@ -95,19 +95,19 @@ def config_for(schema: str, destination: destinations.TestDestination, *, extra:
     }, now=day(6, 1))
 
 
-def insert(conn, schema: str, *rows: tuple) -> None:  # noqa: ANN001
+def insert(conn, schema: str, *rows: tuple) -> None:
     """Rows (id, tenant, updated_at, payload[, is_deleted])."""
     with conn.cursor() as cur:
         cur.executemany(f'INSERT INTO "{schema}".events (id, organization_id, updated_at, payload, is_deleted) '
                         "VALUES (%s, %s, %s, %s, %s)", [(*r, False) if len(r) == 4 else r for r in rows])
 
 
-def update(conn, schema: str, key: int, when, **values) -> None:  # noqa: ANN001, ANN003
+def update(conn, schema: str, key: int, when, **values) -> None:
     sets = ", ".join(f"{name} = %s" for name in ("updated_at", *values))
     conn.execute(f'UPDATE "{schema}".events SET {sets} WHERE id = %s', (when, *values.values(), key))
 
 
-def expected(conn, config: PlatformConfig) -> list[dict]:  # noqa: ANN001
+def expected(conn, config: PlatformConfig) -> list[dict]:
     """The tenant's source rows in the model's columns (rows marked deleted left out unless kept)."""
     model = config.model(MODEL)
     names = [c.name_in_source for c in model.columns]
@@ -118,7 +118,7 @@ def expected(conn, config: PlatformConfig) -> list[dict]:  # noqa: ANN001
     return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
-def watermark(config: PlatformConfig):  # noqa: ANN201 - the committed watermark (a datetime)
+def watermark(config: PlatformConfig):  # the committed watermark (a datetime)
     writer = writer_for(config.destination(DESTINATION))
     try:
         return writer.committed_state(config.model(MODEL)).state.watermark
@@ -130,12 +130,12 @@ def held(destination: destinations.TestDestination, config: PlatformConfig) -> t
     return destination.rows(config.model(MODEL)), watermark(config)
 
 
-def succeeds(spark, config: PlatformConfig, now, transfer_id: str, **options) -> None:  # noqa: ANN001, ANN003
+def succeeds(spark, config: PlatformConfig, now, transfer_id: str, **options) -> None:
     summary = transfer(spark, config, now, transfer_id, **options)
     assert summary.status == "SUCCESS", summary.error
 
 
-def backfill(spark, conn, schema: str, destination, **settings) -> PlatformConfig:  # noqa: ANN001, ANN003
+def backfill(spark, conn, schema: str, destination, **settings) -> PlatformConfig:
     """Six rows of the tenant and three of another, delivered at NOW1."""
     insert(conn, schema, *[(k, TENANT, BASE + timedelta(minutes=k), f"v1-{k}") for k in range(1, 7)],
            *[(100 + k, OTHER, BASE + timedelta(minutes=k), "other") for k in range(3)])

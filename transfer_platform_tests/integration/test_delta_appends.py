@@ -34,7 +34,7 @@ ROWS = ([(d, TENANT, day(1, d) + timedelta(hours=12), f"row {d}") for d in range
         + [(30, TENANT, day(1, 4) - timedelta(seconds=10), "late on the 3rd")])
 
 
-def transfer(spark, config, transfer_id: str, now=NOW) -> tuple:  # noqa: ANN001
+def transfer(spark, config, transfer_id: str, now=NOW) -> tuple:
     writer = writer_for(config.destination(DESTINATION))
     outcomes = []
     try:
@@ -47,7 +47,7 @@ def transfer(spark, config, transfer_id: str, now=NOW) -> tuple:  # noqa: ANN001
     return summary, outcomes
 
 
-def commits(where) -> list[tuple[str, int]]:  # noqa: ANN001
+def commits(where) -> list[tuple[str, int]]:
     """(operation, files added) of each commit after the table's creation, oldest first."""
     from deltalake import DeltaTable
 

@@ -67,7 +67,7 @@ def lake_setup(tmp_path: Path, delta_tables, small_batches):
     return config, tmp_path / "lake", tables
 
 
-def rows_after(moment, count: int, *, start_id: int, step=timedelta(seconds=2)) -> list:  # noqa: ANN001
+def rows_after(moment, count: int, *, start_id: int, step=timedelta(seconds=2)) -> list:
     """``count`` new rows of the tenant, ``step`` apart from ``moment`` on."""
     return [(start_id + k, TENANT, moment + k * step + timedelta(microseconds=k + 1), f"new {k}")
             for k in range(count)]
@@ -108,7 +108,7 @@ def test_a_window_larger_than_the_batch_size_moves_exactly(spark, lake_setup):
     assert staged_files(tables) == []
 
 
-def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]:  # noqa: ANN001
+def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]:
     """The most Arrow memory (pyarrow's pools, in this process) held above what was held before,
     sampled every millisecond while ``run()`` runs, outside delta-rs's MERGE (which builds its
     hash join from the source in memory of its own: delta-rs's part, not ours); and the type of
@@ -117,7 +117,7 @@ def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]: 
     peak, done, merging, sources = base, threading.Event(), threading.Event(), []
     merge = DeltaWriter._merge
 
-    def watched(self, path, target, source, staged, load, **how):  # noqa: ANN001, ANN003, ANN202, PLR0913
+    def watched(self, path, target, source, staged, load, **how):
         sources.append(type(source))  # not the reader itself: holding it would hold its buffers
         merging.set()
         try:
@@ -234,8 +234,8 @@ def test_the_executors_summary_matches_refuse_bad_rows(tmp_path):
     assert staged.max_last_modified == at + timedelta(seconds=11)
 
 
-def failing_merge(message: str):  # noqa: ANN201
-    def merge(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+def failing_merge(message: str):
+    def merge(*args, **kwargs):
         raise RuntimeError(message)
     return merge
 

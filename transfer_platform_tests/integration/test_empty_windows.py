@@ -46,11 +46,11 @@ def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
     reads = []
     real, together = JdbcReader.read, JdbcReader.read_together
 
-    def recording(self, spark, request):  # noqa: ANN001, ANN202
+    def recording(self, spark, request):
         reads.append((request.bounds.lower, request.bounds.upper))
         return real(self, spark, request)
 
-    def recording_together(self, spark, requests):  # noqa: ANN001, ANN202
+    def recording_together(self, spark, requests):
         reads.extend((request.bounds.lower, request.bounds.upper) for request in requests)
         return together(self, spark, requests)
 
@@ -77,8 +77,8 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
     staged = []  # the windows Spark read, staged or into this process (the real writes run)
     write_window, write_arrow = writer.write_window, writer.write_arrow
 
-    def recording(write):  # noqa: ANN001, ANN202
-        def write_read_window(batch, load):  # noqa: ANN001, ANN202
+    def recording(write):
+        def write_read_window(batch, load):
             staged.append(load.progress)
             return write(batch, load)
         return write_read_window

@@ -84,7 +84,7 @@ def delivered(root: Path, recipient: str, table: str) -> list[dict]:
     return sorted(rows.select(["id", "organization_id", "updated_at", "v"]).to_pylist(), key=lambda r: r["id"])
 
 
-def transfer_all(spark, config_path: Path) -> None:  # noqa: ANN001
+def transfer_all(spark, config_path: Path) -> None:
     config = load_config(config_path)
     for recipient in ("acme", "globex"):
         writer = writer_for(config.destination(f"{recipient}_delta"))

@@ -45,7 +45,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list:
     for name in ("read_together", "window_rows"):
         real = getattr(ParquetLakeReader, name)
 
-        def recording(self, spark, requests, *more, real=real, name=name):  # noqa: ANN001, ANN002, ANN202
+        def recording(self, spark, requests, *more, real=real, name=name):
             seen.append((name, len(requests)))
             return real(self, spark, requests, *more)
 
@@ -60,7 +60,7 @@ def holding_rows(outcomes: list) -> list:
             for o in outcomes]
 
 
-def transferred(spark, tmp_path) -> tuple:  # noqa: ANN001
+def transferred(spark, tmp_path) -> tuple:
     write_lake(tmp_path / "lake", ROWS)
     config = support_lake.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
                                  min_start=MIN_START)

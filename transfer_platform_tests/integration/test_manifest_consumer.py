@@ -155,7 +155,7 @@ def configure(root: Path, connection: dict) -> Path:
     return path
 
 
-def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> tuple[datetime, datetime]:  # noqa: ANN001
+def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> tuple[datetime, datetime]:
     """Run one transfer; returns when it was asked for and when it had returned."""
     asked = datetime.now(UTC)
     config = load_config(config_path)
@@ -277,11 +277,11 @@ def test_a_transfer_that_dies_after_its_manifest_leaves_the_next_one_a_greater_s
     real_manifest, real_book = ObjectStorageWriter._write_manifest, ObjectStorageWriter._write_book
     written = []
 
-    def manifest_then_note(self, *args, **kwargs) -> None:  # noqa: ANN001
+    def manifest_then_note(self, *args, **kwargs) -> None:
         real_manifest(self, *args, **kwargs)
         written.append(1)
 
-    def book_unless_after_a_manifest(self, *args, **kwargs) -> None:  # noqa: ANN001
+    def book_unless_after_a_manifest(self, *args, **kwargs) -> None:
         if written:
             raise ConnectionFailure("object storage", reason="the process died", fix="-")
         real_book(self, *args, **kwargs)

@@ -107,7 +107,7 @@ def platform(root: Path, vendor: str, server: S3Server | None, window: int | Non
     return path, bucket
 
 
-def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> list:  # noqa: ANN001
+def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> list:
     config = load_config(config_path)
     writer = writer_for(config.destination("acme_files"))
     try:
@@ -244,7 +244,7 @@ def test_a_failure_before_the_manifest_delivers_nothing_and_is_cleaned_next_time
     real = object_storage.ObjectStorageWriter._write_manifest
     calls = []
 
-    def fail_on_the_second_window(self, *args, **kwargs) -> None:  # noqa: ANN001
+    def fail_on_the_second_window(self, *args, **kwargs) -> None:
         calls.append(1)
         if len(calls) == 2:  # the window's file is written; its manifest is not
             raise ConnectionFailure("object storage", reason="the connection dropped", fix="retry")

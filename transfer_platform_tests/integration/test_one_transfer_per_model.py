@@ -204,7 +204,7 @@ def test_transfers_of_several_models_starting_at_once_on_a_new_destination_all_s
     }, now=day(2, 1))
     start, errors = threading.Barrier(len(models)), []
 
-    def prepare(model) -> None:  # noqa: ANN001
+    def prepare(model) -> None:
         writer = writer_for(config.destination(DESTINATION))
         try:
             writer.conn.execute("SELECT 1")  # connected before the start: they all race

@@ -34,7 +34,7 @@ TENANT = "acme"
 AMOUNT = ColumnConfig(name_in_source="amount", data_type="integer")
 
 
-def allowing_drops(config):  # noqa: ANN001, ANN201 - a PlatformConfig
+def allowing_drops(config):  # a PlatformConfig
     """The same configuration, its (single) model with ``allow_column_drop: true``."""
     model = config.model(MODEL).model_copy(update={"allow_column_drop": True})
     return config.model_copy(update={"models": [model]})

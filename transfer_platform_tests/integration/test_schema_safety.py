@@ -125,7 +125,7 @@ class Recipient:
     """What the recipient holds, per vendor: ``snapshot()`` to compare whole, ``columns()``,
     ``rows()`` and ``watermark()``."""
 
-    def __init__(self, vendor: str, where: str, pg_conn) -> None:  # noqa: ANN001
+    def __init__(self, vendor: str, where: str, pg_conn) -> None:
         self.vendor, self.where, self.pg = vendor, where, pg_conn
 
     def columns(self) -> list[str]:
@@ -145,7 +145,7 @@ class Recipient:
         return sorted(tuple(r.values()) for p in sorted(Path(self.where).rglob("part-*.parquet"))
                       for r in pq.read_table(p).to_pylist())
 
-    def watermark(self):  # noqa: ANN201 - a datetime
+    def watermark(self):  # a datetime
         if self.vendor == "postgres":
             return status_row(self.pg, self.where)["watermark"]
         if self.vendor == "delta":
@@ -172,7 +172,7 @@ class Recipient:
         return max(Path(self.where).rglob("part-*.parquet"), key=lambda p: p.stat().st_mtime_ns)
 
 
-def recipient_for(vendor: str, tmp_path: Path, dst_schema: str, pg_conn) -> Recipient:  # noqa: ANN001
+def recipient_for(vendor: str, tmp_path: Path, dst_schema: str, pg_conn) -> Recipient:
     where = {"postgres": dst_schema, "delta": str(tmp_path / "delta"), "local": str(tmp_path / "bucket")}[vendor]
     return Recipient(vendor, where, pg_conn)
 

@@ -149,7 +149,7 @@ def latest_in_lake(lake: Lake) -> list[dict]:
     return sorted(latest.values(), key=lambda r: r["id"])
 
 
-def transfer(spark, config: PlatformConfig, transfer_id: str) -> ModelSummary:  # noqa: ANN001
+def transfer(spark, config: PlatformConfig, transfer_id: str) -> ModelSummary:
     writer = writer_for(config.destination("acme_dest"))
     try:
         (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_dest", writer=writer,
@@ -183,7 +183,7 @@ def held(config: PlatformConfig, tmp_path: Path) -> tuple[list[dict], list[str]]
     return sorted(rows, key=lambda r: r["id"]), files
 
 
-def committed(config: PlatformConfig):  # noqa: ANN201 - the model's committed ModelState
+def committed(config: PlatformConfig):  # the model's committed ModelState
     writer = writer_for(config.destination("acme_dest"))
     try:
         return writer.committed_state(config.model("items")).state
@@ -191,7 +191,7 @@ def committed(config: PlatformConfig):  # noqa: ANN201 - the model's committed M
         writer.close()
 
 
-def backfilled(spark, tmp_path: Path, lake: Lake, destination: dict) -> PlatformConfig:  # noqa: ANN001
+def backfilled(spark, tmp_path: Path, lake: Lake, destination: dict) -> PlatformConfig:
     """A lake whose row ``KEY`` changed once a few minutes ago (its own file), delivered."""
     lake.write("part-0.parquet", [(i, NOW - timedelta(days=1, hours=i), f"v{i}") for i in range(1, 6)])
     lake.write("part-1.parquet", [(KEY, NOW - timedelta(minutes=4), "first change")])
@@ -252,7 +252,7 @@ def changes_config(pg_schema: str, dst_schema: str) -> PlatformConfig:
                         {"vendor": "postgres", "connection": pg_connection_config(dst_schema)})
 
 
-def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, str]]) -> None:  # noqa: ANN001
+def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, str]]) -> None:
     pg_conn.execute(f'CREATE TABLE "{pg_schema}".events (id bigint PRIMARY KEY, organization_id text)')
     pg_conn.execute(f'CREATE TABLE "{pg_schema}".changes (id bigint, updated_at timestamptz, payload text)')
     pg_conn.execute(f'INSERT INTO "{pg_schema}".events VALUES (1, %s), (2, %s), (3, %s)', (TENANT, TENANT, "globex"))

@@ -44,7 +44,7 @@ def spark_jobs(monkeypatch: pytest.MonkeyPatch) -> list:
     jobs = []
     together = runner._WindowMover.together
 
-    def recording(self, windows, reads):  # noqa: ANN001, ANN202
+    def recording(self, windows, reads):
         jobs.append([w.bounds.progress for w in windows])
         return together(self, windows, reads)
 
@@ -146,7 +146,7 @@ def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> No
 
     together = reader.tagged(reader.read_together(spark, requests).toArrow(), requests)
 
-    def ids(table) -> list:  # noqa: ANN001
+    def ids(table) -> list:
         return sorted(table.column("id").to_pylist())
 
     tags = together.column(WINDOW_COLUMN).to_pylist()

@@ -91,7 +91,7 @@ def _run_checks(defs: dg.Definitions, instance: dg.DagsterInstance,
     return job.execute_in_process(instance=instance, raise_on_error=False)
 
 
-def _values(evaluation) -> dict:  # noqa: ANN001 - AssetCheckEvaluation
+def _values(evaluation) -> dict:  # AssetCheckEvaluation
     return {k: v.value for k, v in evaluation.metadata.items()}
 
 

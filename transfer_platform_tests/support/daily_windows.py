@@ -29,7 +29,7 @@ ROWS = ([(100 * d + k, TENANT, day(1, d) + timedelta(hours=k, microseconds=d), f
 OTHERS = [(5000 + d, OTHER, day(1, d) + timedelta(hours=3), "x") for d in range(1, 9)]
 
 
-def config_for(vendor: str, source_schema: str, where, payload_type: str = "string") -> object:  # noqa: ANN001
+def config_for(vendor: str, source_schema: str, where, payload_type: str = "string") -> object:
     return empty_windows.config_for(vendor, source_schema, where, tenant=TENANT, payload_type=payload_type, now=NOW)
 
 
@@ -37,15 +37,15 @@ def holding(outcomes: list) -> list:
     return [o for o in outcomes if any(o.planned.bounds.lower <= r[2] < o.planned.bounds.upper for r in ROWS)]
 
 
-def run(spark, config, now=NOW) -> tuple:  # noqa: ANN001
+def run(spark, config, now=NOW) -> tuple:
     """One transfer, recording each window's outcome and how each read window was written:
     ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged."""
     writer = writer_for(config.destination(DESTINATION))
     outcomes, writes = [], []
     write_window, write_arrow = writer.write_window, writer.write_arrow
 
-    def recording(how, write):  # noqa: ANN001, ANN202
-        def written(batch, load):  # noqa: ANN001, ANN202
+    def recording(how, write):
+        def written(batch, load):
             writes.append((how, load.progress))
             return write(batch, load)
         return written

@@ -30,7 +30,7 @@ class S3Server:
     access_key: str  # a key of the server's own IAM user, allowed everything on S3
     secret_key: str
 
-    def client(self, **credentials: str):  # noqa: ANN201
+    def client(self, **credentials: str):
         import boto3
         from botocore.config import Config
 

@@ -35,8 +35,8 @@ ROWS = [(1, TENANT, day(1, 3) + timedelta(hours=2), "a"), (2, TENANT, day(1, 3) 
 OTHERS = [(100 + d, OTHER, day(1, 1) + timedelta(days=d, hours=3), "x") for d in range(59)]
 
 
-def config_for(vendor: str, source_schema: str, where, *, tenant: str = TENANT,  # noqa: ANN001
-               payload_type: str = "string", now=NOW) -> object:  # noqa: ANN001
+def config_for(vendor: str, source_schema: str, where, *, tenant: str = TENANT,
+               payload_type: str = "string", now=NOW) -> object:
     """The events model from PostgreSQL to one destination of ``vendor`` (in ``where``)."""
     connection = {"postgres": pg_connection_config(where), "delta": {"path": str(where)},
                   "local": {"path": str(where)}}[vendor]
@@ -53,7 +53,7 @@ def config_for(vendor: str, source_schema: str, where, *, tenant: str = TENANT, 
     }, now=now)
 
 
-def delivered(vendor: str, pg_conn, where) -> list:  # noqa: ANN001
+def delivered(vendor: str, pg_conn, where) -> list:
     if vendor == "postgres":
         return destination_rows(pg_conn, where)
     if vendor == "delta":
