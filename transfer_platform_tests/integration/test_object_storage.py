@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -35,7 +34,7 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.support.platform import TENANTS, TS, write_config
+from transfer_platform_tests.support.platform import TENANTS, TS, lake_rows, write_config
 from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
@@ -118,16 +117,6 @@ def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool =
         writer.close()
     assert all(s.status == "SUCCESS" for s in summaries), [(s.model, s.error) for s in summaries]
     return summaries
-
-
-def lake_rows(root: Path, table: str, tenant: str = "acme") -> list[dict]:
-    rows = pq.read_table(root / "lake" / table)
-    rows = rows.filter(pc.equal(rows["organization_id"], TENANTS[tenant])).to_pylist()
-    latest: dict[int, dict] = {}
-    for row in rows:  # the lake may hold several versions of a row (an update appended)
-        if row["id"] not in latest or row["updated_at"] > latest[row["id"]]["updated_at"]:
-            latest[row["id"]] = row
-    return sorted(latest.values(), key=lambda r: r["id"])
 
 
 def consumed(bucket: Bucket, model: str) -> list[dict]:

@@ -18,10 +18,7 @@ import itertools
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
 
 from transfer_platform.orchestration.transfers import (
     TransferFilter,
@@ -31,22 +28,11 @@ from transfer_platform_tests.support.daemon import (
     FINISHED,
     running_platform,
 )
-from transfer_platform_tests.support.platform import TENANTS
+from transfer_platform_tests.support.platform import delivered, lake_rows
 
 pytestmark = pytest.mark.integration
 
 # each run starts its own JVM: C1-only JIT and the serial GC halve a short run's start-up here
-
-
-def lake_rows(root: Path, table: str, recipient: str) -> list[dict]:
-    rows = pq.read_table(root / "lake" / table)
-    rows = rows.filter(pc.equal(rows["organization_id"], TENANTS[recipient]))
-    return sorted(rows.to_pylist(), key=lambda r: r["id"])
-
-
-def delta_rows(root: Path, recipient: str, table: str) -> list[dict]:
-    rows = DeltaTable(str(root / f"dest_{recipient}" / table)).to_pyarrow_table()
-    return sorted(rows.select(["id", "organization_id", "updated_at", "v"]).to_pylist(), key=lambda r: r["id"])
 
 
 def test_daemon_runs_queued_transfers_within_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,4 +89,4 @@ def test_daemon_runs_queued_transfers_within_limits(tmp_path: Path, monkeypatch:
         for table in ("items", "notes"):
             expected = lake_rows(tmp_path, table, recipient)
             assert expected, (recipient, table)
-            assert delta_rows(tmp_path, recipient, table) == expected, (recipient, table)
+            assert delivered(tmp_path, recipient, table) == expected, (recipient, table)

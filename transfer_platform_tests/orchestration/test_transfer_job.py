@@ -34,7 +34,6 @@ from transfer_platform_tests.support.dagster import (
     ITEMS,
     RUN,
     TEAM,
-    delivered,
     execute,
     graphql,
     lake_rows,
@@ -44,7 +43,7 @@ from transfer_platform_tests.support.dagster import (
     transfer_run_config,
     workspace,
 )
-from transfer_platform_tests.support.platform import TENANTS, write_config
+from transfer_platform_tests.support.platform import TENANTS, delivered, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
@@ -106,7 +105,7 @@ def test_success_moves_every_model_and_reports_one_materialization_per_window(
     for key, table in ((ITEMS, "items"), (NOTES, "notes")):
         assert windows(result, key) == [(k, 4) for k in keys[:3]] + [(keys[3], 0)]
         assert instance.get_materialized_partitions(key) == set(keys)
-        assert delivered(platform, table) == lake_rows(platform, table)
+        assert delivered(platform.parent, "acme", table) == lake_rows(platform, table)
     assert {e.asset_key for e in result.asset_materializations_for_node("run_transfer")} == {ITEMS, NOTES}
     run = instance.get_run_by_id(result.run_id)
     assert run.tags[MODELS_SUCCEEDED_TAG] == "2"
@@ -144,7 +143,7 @@ def test_models_restrict_the_models_and_full_refresh_rebuilds_them(
     assert windows(first, NOTES) == []
     assert not (platform.parent / "dest_acme" / "notes").exists()
     assert instance.get_materialized_partitions(NOTES) == set()
-    assert delivered(platform, "items") == lake_rows(platform, "items")
+    assert delivered(platform.parent, "acme", "items") == lake_rows(platform, "items")
 
     refresh = execute(platform, instance, models=["items"], full_refresh=True)
     assert refresh.success
@@ -152,7 +151,7 @@ def test_models_restrict_the_models_and_full_refresh_rebuilds_them(
     assert [(e.asset_key, e.partition) for e in events] == [(ITEMS, k) for k in keys]
     assert all(e.metadata["full_refresh"].value for e in events)
     assert sum(e.metadata["rows_transferred"].value for e in events) == 12  # rebuilt from the start
-    assert delivered(platform, "items") == lake_rows(platform, "items")
+    assert delivered(platform.parent, "acme", "items") == lake_rows(platform, "items")
     transfers = {t["id"]: t for t in list_transfers(instance, TransferFilter(status="SUCCESS"))}
     assert transfers[refresh.run_id]["models"]["items"]["rows_transferred"] == 12
     assert set(transfers[refresh.run_id]["models"]) == {"items"}
@@ -167,7 +166,7 @@ def test_start_and_end_restrict_the_windows(platform: Path, instance: dg.Dagster
     assert windows(result, NOTES) == [(keys[1], 4)]
     assert windows(result, ITEMS) == []
     assert instance.get_materialized_partitions(NOTES) == {keys[1]}
-    assert delivered(platform, "notes") == lake_rows(platform, "notes", since=start, until=end)
+    assert delivered(platform.parent, "acme", "notes") == lake_rows(platform, "notes", since=start, until=end)
     transfer = only_transfer(instance)
     assert (transfer["start_transfer_window_at"], transfer["end_transfer_window_at"]) == (
         start.isoformat(), end.isoformat())
@@ -185,7 +184,7 @@ def test_a_failing_model_does_not_stop_the_others_partial_failure(
     assert not result.success
     assert instance.get_materialized_partitions(ITEMS) == set()
     assert instance.get_materialized_partitions(NOTES) == set(keys)
-    assert delivered(platform, "notes") == lake_rows(platform, "notes")
+    assert delivered(platform.parent, "acme", "notes") == lake_rows(platform, "notes")
     run = instance.get_run_by_id(result.run_id)
     assert (run.tags[MODELS_SUCCEEDED_TAG], run.tags[MODELS_FAILED_TAG]) == ("1", "1")
 

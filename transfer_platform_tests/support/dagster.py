@@ -19,7 +19,6 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster_graphql.test.utils import execute_dagster_graphql
-from deltalake import DeltaTable
 
 from transfer_platform.config import load_config
 from transfer_platform.definitions import build_definitions
@@ -135,11 +134,6 @@ def lake_rows(config_path: Path, table: str, since: datetime | None = None,
     return sorted((r for r in rows if r["organization_id"] == TENANTS["acme"]
                    and (since is None or r["updated_at"] >= since)
                    and (until is None or r["updated_at"] < until)), key=lambda r: r["id"])
-
-
-def delivered(config_path: Path, table: str) -> list[dict]:
-    return sorted(DeltaTable(str(config_path.parent / "dest_acme" / table)).to_pyarrow_table().to_pylist(),
-                  key=lambda r: r["id"])
 
 
 CHECK_EXECUTIONS = """
