@@ -23,8 +23,8 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.daily_windows import NOW, OTHERS, TENANT, config_for
+from transfer_platform_tests.support.destinations import events_rows
 from transfer_platform_tests.support.events import create_events, day, insert_rows, source_rows
-from transfer_platform_tests.support.sparse_tenant import delivered
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def test_a_backfill_appends_new_keys_and_merges_a_key_read_again(
     assert [o.result.rows_transferred for o in holding] == [1, 1, 2, 2, 1]  # Jan 3rd and 4th: the late row
     expected = ["WRITE" if o is not rereads[0] else "MERGE" for o in holding]
     assert [op for op, added in commits(where) if added] == expected
-    assert delivered("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)  # each key once
+    assert events_rows("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)  # each key once
 
 
 def test_a_table_holding_rows_is_merged_into(spark, pg_conn, pg_schema, tmp_path) -> None:
@@ -93,7 +93,7 @@ def test_a_table_holding_rows_is_merged_into(spark, pg_conn, pg_schema, tmp_path
 
     assert summary.status == "SUCCESS", summary.error
     assert [op for op, added in commits(where)[first:] if added] == ["MERGE"]
-    assert delivered("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
+    assert events_rows("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
 
 
 def test_past_the_remembered_keys_every_window_is_merged(
@@ -108,4 +108,4 @@ def test_past_the_remembered_keys_every_window_is_merged(
     assert summary.status == "SUCCESS", summary.error
     # two keys remembered, a third appended (new too), then the writer no longer knows the keys
     assert [op for op, added in commits(where) if added] == ["WRITE", "WRITE", "WRITE", "MERGE", "MERGE"]
-    assert delivered("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
+    assert events_rows("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)

@@ -17,6 +17,7 @@ import pytest
 
 from transfer_platform.sources.jdbc import JdbcReader
 from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.destinations import events_rows
 from transfer_platform_tests.support.events import (
     create_events,
     insert_rows,
@@ -25,14 +26,7 @@ from transfer_platform_tests.support.events import (
 from transfer_platform_tests.support.postgres import (
     status_row,
 )
-from transfer_platform_tests.support.sparse_tenant import (
-    NOW,
-    OTHERS,
-    ROWS,
-    TENANT,
-    config_for,
-    delivered,
-)
+from transfer_platform_tests.support.sparse_tenant import NOW, OTHERS, ROWS, TENANT, config_for
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
@@ -105,7 +99,7 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
     assert read_windows == [(o.planned.bounds.lower, o.planned.bounds.upper) for o in holding]
     assert sum(o.result.rows_transferred for o in outcomes) == len(ROWS)
     expected = source_rows(pg_conn, pg_schema, TENANT)
-    assert delivered(vendor, pg_conn, where) == expected
+    assert events_rows(vendor, pg_conn, where) == expected
     assert summary.state.watermark == NOW
     assert summary.state.high_watermark == max(r[2] for r in ROWS)
     if vendor == "postgres":

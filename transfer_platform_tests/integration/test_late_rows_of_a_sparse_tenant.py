@@ -27,13 +27,12 @@ import pytest
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.destinations import events_rows
 from transfer_platform_tests.support.events import (
     LOOKBACK,
-    MODEL,
     create_events,
     day,
     insert_rows,
-    normalize,
     source_rows,
 )
 from transfer_platform_tests.support.postgres import (
@@ -87,16 +86,6 @@ def delta_config(source_schema: str, root, *, window: int | None) -> PlatformCon
     return sparse_config(source_schema, {"vendor": "delta", "connection": {"path": str(root)}}, window=window)
 
 
-def delivered_rows(pg_conn, vendor: str, where) -> list:
-    if vendor == "postgres":
-        return destination_rows(pg_conn, where)
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(where / MODEL)).to_pyarrow_table()
-    return normalize(zip(*(table.column(c).to_pylist() for c in ("id", "organization_id", "updated_at",
-                                                               "payload")), strict=True))
-
-
 @pytest.mark.parametrize("window", [86_400, None], ids=["daily-windows", "unwindowed"])
 @pytest.mark.parametrize("vendor", ["postgres", "delta"])
 def test_late_commits_at_and_around_the_last_delivered_row_arrive_in_the_next_transfer(
@@ -118,7 +107,7 @@ def test_late_commits_at_and_around_the_last_delivered_row_arrive_in_the_next_tr
     assert second.status == "SUCCESS", second.error
 
     expected = [r for r in source_rows(pg_conn, pg_schema, TENANT) if r[0] != BEYOND[0]]
-    delivered = delivered_rows(pg_conn, vendor, where)
+    delivered = events_rows(vendor, pg_conn, where)
     assert delivered == expected  # every late row inside the lookback, each once, nothing else
     assert len({r[0] for r in delivered}) == len(delivered)
     # read: [LAST - 30 s, NOW2): the last delivered row again and the five late ones

@@ -30,8 +30,8 @@ from transfer_platform_tests.support.daily_windows import (
     holding,
     run,
 )
+from transfer_platform_tests.support.destinations import events_rows
 from transfer_platform_tests.support.events import create_events, day, insert_rows, source_rows
-from transfer_platform_tests.support.sparse_tenant import delivered
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +75,7 @@ def test_neighbouring_small_windows_share_a_spark_job_and_commit_one_by_one(
     # one job for Jan 1st..4th (10 rows), one for Jan 5th (the 6th is empty, the 7th too big)
     assert spark_jobs == [progress[:4], progress[4:5]]
     assert writes == [("arrow", p) for p in progress[:5]] + [("staged", progress[5])]
-    assert delivered(vendor, pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
+    assert events_rows(vendor, pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
     assert summary.state.high_watermark == max(r[2] for r in ROWS)
 
 

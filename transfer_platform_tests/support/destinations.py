@@ -27,7 +27,13 @@ import pytest
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import DESTINATIONS
-from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.events import (
+    normalize,
+)
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
+)
 
 #: the environment variable the object-storage destinations' ``signing_key`` names
 SIGNING_KEY_ENV = "TP_TEST_SIGNING_KEY"
@@ -253,3 +259,21 @@ def make(variant: str, place: Place, monkeypatch: pytest.MonkeyPatch) -> TestDes
     if "signing_key" in destination.block:
         monkeypatch.setenv(SIGNING_KEY_ENV, new_signing_key()[0])
     return destination
+
+
+def events_rows(vendor: str, pg_conn, where) -> list:
+    """The events model's rows (``normalize``d tuples) in a destination of ``vendor`` at ``where``
+    (a PostgreSQL schema, or the folder of a Delta or ``local`` destination without a prefix):
+    every row its files hold, for tests that count them (object storage: every version)."""
+    if vendor == "postgres":
+        return destination_rows(pg_conn, where)
+    if vendor == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(where / "events")).to_pyarrow_table()
+    else:
+        import pyarrow.dataset as pads
+
+        table = pads.dataset(str(where / "events"), format="parquet").to_table()
+    return normalize(zip(*(table.column(c).to_pylist() for c in ("id", "organization_id", "updated_at", "payload")),
+                         strict=True))

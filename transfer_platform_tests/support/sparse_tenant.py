@@ -12,10 +12,8 @@ from transfer_platform.config import parse_config
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import (
     day,
-    normalize,
 )
 from transfer_platform_tests.support.postgres import (
-    destination_rows,
     pg_connection_config,
 )
 
@@ -53,16 +51,3 @@ def config_for(vendor: str, source_schema: str, where, *, tenant: str = TENANT,
     }, now=now)
 
 
-def delivered(vendor: str, pg_conn, where) -> list:
-    if vendor == "postgres":
-        return destination_rows(pg_conn, where)
-    if vendor == "delta":
-        from deltalake import DeltaTable
-
-        table = DeltaTable(str(where / "events")).to_pyarrow_table()
-    else:
-        import pyarrow.dataset as pads
-
-        table = pads.dataset(str(where / "events"), format="parquet").to_table()
-    return normalize(zip(*(table.column(c).to_pylist() for c in ("id", "organization_id", "updated_at", "payload")),
-                         strict=True))
