@@ -3,14 +3,16 @@ vendor registry (``transfer_platform.vendors.DESTINATIONS``) through the test de
 ``support.destinations`` (a registered vendor without one fails the first test here).
 
 What a recipient expects (the seeds: upserts matched on the primary key, duplicates resolved by
-the last-modified value; duplicate keys in a batch are errors; a full refresh rebuilds; object
+the last-modified value; a key whose versions cannot be told apart is an error; a full refresh rebuilds; object
 storage only adds files, its consumer keeping per key the latest version), read back as the
 recipient reads it (``TestDestination.rows``), never through the writer under test:
 
 - a later version of a row wins; an older version read again (inside the lookback) does not
   overwrite the newer one delivered;
-- a row with a NULL key or a NULL last-modified value, and two rows with one key, are refused:
-  the transfer fails, the destination's rows and watermark are as before;
+- a row with a NULL key or a NULL last-modified value, and two versions of one key sharing their
+  latest last-modified value (a conflict: no timestamp says which is current), are refused: the
+  transfer fails, the destination's rows and watermark are as before; two versions of one key
+  with different last-modified values deliver the latest (docs/design.md, duplicates);
 - empty windows commit (the watermark moves on) and change no row;
 - a full refresh makes the destination the source's rows exactly (rows gone from the source go);
 - a column added to the model arrives; one dropped is refused unless ``allow_column_drop`` or a
@@ -164,23 +166,28 @@ class TestDestinationContract:
         assert destination.rows(config.model(MODEL)) == want
         assert [r["payload"] for r in want[:1]] == ["v2-1"]
 
-    def test_null_keys_null_last_modified_values_and_duplicate_keys_are_refused_changing_nothing(
+    def test_null_keys_null_last_modified_values_and_conflicting_versions_are_refused_changing_nothing(
             self, spark, pg_conn, source, destination) -> None:
         config = backfill(spark, pg_conn, source, destination)
         before = held(destination, config)
         later = NOW1 + timedelta(minutes=5)
         bad_rows = {"a NULL key": [(None, TENANT, later, "bad")],
                     "a NULL last-modified value": [(7, TENANT, None, "bad")],
-                    "a duplicate key": [(8, TENANT, later, "bad"), (8, TENANT, later + timedelta(seconds=1), "bad")]}
+                    "two versions of a key with one last-modified value": [(8, TENANT, later, "bad"),
+                                                                          (8, TENANT, later, "bad too")]}
         for n, (what, rows) in enumerate(bad_rows.items()):
             insert(pg_conn, source, *rows, (9, TENANT, later, "good"))
             refused = transfer(spark, config, NOW2, f"bad{n}")
             assert refused.status == "ERROR", what
             assert held(destination, config) == before, what
-            pg_conn.execute(f'DELETE FROM "{source}".events WHERE id = 9 OR payload = %s', ("bad",))
+            pg_conn.execute(f'DELETE FROM "{source}".events WHERE id = 9 OR payload LIKE %s', ("bad%",))
 
+        # two versions of a key with different last-modified values: the latest is delivered
+        insert(pg_conn, source, (8, TENANT, later, "older"), (8, TENANT, later + timedelta(seconds=1), "latest"))
         succeeds(spark, config, NOW2, "t2")
-        assert destination.rows(config.model(MODEL)) == expected(pg_conn, config)
+        want = [r for r in expected(pg_conn, config) if r["payload"] != "older"]
+        assert destination.rows(config.model(MODEL)) == want
+        assert [r["payload"] for r in want if r["id"] == 8] == ["latest"]
 
     def test_empty_windows_commit_and_change_no_row(self, spark, pg_conn, source, destination) -> None:
         config = backfill(spark, pg_conn, source, destination)
