@@ -1,4 +1,5 @@
-"""Shared fixtures: the machine's PostgreSQL (never skipped silently), one small Spark session.
+"""Shared fixtures: the machine's PostgreSQL (never skipped silently), one small Spark session, the
+session's S3 server (started on first use). What the tests share besides fixtures is in ``support/``.
 
 PostgreSQL: 127.0.0.1:5432, database ``test``, trust auth (override with TP_TEST_PG_HOST/PORT/
 USER/DATABASE). Each test gets its own schema, dropped afterwards.
@@ -14,9 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from transfer_platform_tests.support.postgres import (
-    pg_connect,
-)
+from transfer_platform_tests.support.postgres import pg_connect
 from transfer_platform_tests.support.s3_server import S3Server, s3_server
 
 

@@ -19,6 +19,7 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.postgres_sql import target_ddl
 from transfer_platform.transfers import runner
 from transfer_platform_tests.support.config import pg_config
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
 from transfer_platform_tests.support.events import (
     MODEL,
     Row,
@@ -56,7 +57,7 @@ class Setup:
     delivered: Callable[[], list[Row]]
 
 
-@pytest.fixture(params=["postgres", "delta"])
+@pytest.fixture(params=ONE_ROW_PER_KEY)
 def setup(request, pg_conn, pg_schema, dst_schema, tmp_path: Path) -> Setup:
     if request.param == "postgres":
         # no primary key in the source, so that a batch can hold a key twice

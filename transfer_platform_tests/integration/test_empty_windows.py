@@ -17,15 +17,13 @@ import pytest
 
 from transfer_platform.sources.jdbc import JdbcReader
 from transfer_platform_tests.support.config import DESTINATION
-from transfer_platform_tests.support.destinations import events_rows
+from transfer_platform_tests.support.destinations import WITHOUT_S3, events_rows
 from transfer_platform_tests.support.events import (
     create_events,
     insert_rows,
     source_rows,
 )
-from transfer_platform_tests.support.postgres import (
-    status_row,
-)
+from transfer_platform_tests.support.postgres import status_row
 from transfer_platform_tests.support.sparse_tenant import NOW, OTHERS, ROWS, TENANT, config_for
 from transfer_platform_tests.support.transfers import transfer
 
@@ -53,7 +51,7 @@ def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
     return reads
 
 
-@pytest.mark.parametrize("vendor", ["postgres", "delta", "local"])
+@pytest.mark.parametrize("vendor", WITHOUT_S3)
 def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, monkeypatch, read_windows, vendor) -> None:
     from transfer_platform.destinations.manifests import new_signing_key

@@ -27,7 +27,7 @@ import pytest
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform_tests.support.config import DESTINATION, events_model
-from transfer_platform_tests.support.destinations import events_rows
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY, events_rows
 from transfer_platform_tests.support.events import (
     LOOKBACK,
     create_events,
@@ -87,7 +87,7 @@ def delta_config(source_schema: str, root, *, window: int | None) -> PlatformCon
 
 
 @pytest.mark.parametrize("window", [86_400, None], ids=["daily-windows", "unwindowed"])
-@pytest.mark.parametrize("vendor", ["postgres", "delta"])
+@pytest.mark.parametrize("vendor", ONE_ROW_PER_KEY)
 def test_late_commits_at_and_around_the_last_delivered_row_arrive_in_the_next_transfer(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor, window):
     create_events(pg_conn, pg_schema)

@@ -35,6 +35,7 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.destinations.object_storage import ObjectStorageWriter
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform_tests.support.destinations import OBJECT_STORAGE
 from transfer_platform_tests.support.platform import TENANTS, TS, write_config
 from transfer_platform_tests.support.s3_server import S3Server
 
@@ -170,7 +171,7 @@ def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool =
     return asked, datetime.now(UTC)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=OBJECT_STORAGE)
 def destination(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, Objects]:
     """The destination's connection (with its vendor) and the recipient's view of it."""
     monkeypatch.setenv("TP_TEST_SIGNING_KEY", PRIVATE)

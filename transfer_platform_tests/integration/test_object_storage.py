@@ -34,6 +34,7 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform_tests.support.destinations import OBJECT_STORAGE
 from transfer_platform_tests.support.platform import TENANTS, TS, lake_rows, write_config
 from transfer_platform_tests.support.s3_server import S3Server
 
@@ -151,7 +152,7 @@ def append_to_lake(root: Path, table: str, rows: list[dict]) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "lake" / table / name)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=OBJECT_STORAGE)
 def vendor(request: pytest.FixtureRequest) -> str:
     return request.param
 

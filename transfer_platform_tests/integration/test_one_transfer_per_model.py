@@ -32,6 +32,7 @@ from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.destinations.postgres_sql import model_lock_key
 from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows, write_config
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
 from transfer_platform_tests.support.events import MODEL, create_events, source_rows
 from transfer_platform_tests.support.postgres import (
     destination_rows,
@@ -144,7 +145,7 @@ def phase_times(log: str, phase: str) -> list[datetime]:
             for line in log.splitlines() if f'"phase": "{phase}"' in line]
 
 
-@pytest.mark.parametrize("vendor", ["postgres", "delta"])
+@pytest.mark.parametrize("vendor", ONE_ROW_PER_KEY)
 def test_two_transfer_commands_at_once_never_interleave(spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor):
     """Both start together; whichever takes the model's lock first moves the batch, and the other
     plans only after the first's last step (or is refused with the reason if the first outlasts

@@ -28,6 +28,7 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.destinations import WITHOUT_S3
 from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
@@ -177,7 +178,7 @@ def recipient_for(vendor: str, tmp_path: Path, dst_schema: str, pg_conn) -> Reci
     return Recipient(vendor, where, pg_conn)
 
 
-VENDORS = ["postgres", "delta", "local"]
+VENDORS = WITHOUT_S3
 
 
 # -- a model column the source does not have ------------------------------------------------------

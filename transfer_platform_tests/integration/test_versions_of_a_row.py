@@ -33,6 +33,7 @@ from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
+from transfer_platform_tests.support.destinations import WITHOUT_S3
 from transfer_platform_tests.support.mysql import mysql_connection_config
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.s3_server import S3Server
@@ -55,7 +56,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return request.param
 
 
-@pytest.fixture(params=["postgres", "delta", "local"])
+@pytest.fixture(params=WITHOUT_S3)
 def destination(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     vendor = request.param
     if vendor == "postgres":

@@ -30,7 +30,7 @@ from transfer_platform_tests.support.daily_windows import (
     holding,
     run,
 )
-from transfer_platform_tests.support.destinations import events_rows
+from transfer_platform_tests.support.destinations import WITHOUT_S3, events_rows
 from transfer_platform_tests.support.events import create_events, day, insert_rows, source_rows
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,7 @@ def spark_jobs(monkeypatch: pytest.MonkeyPatch) -> list:
     return jobs
 
 
-@pytest.mark.parametrize("vendor", ["postgres", "delta", "local"])
+@pytest.mark.parametrize("vendor", WITHOUT_S3)
 def test_neighbouring_small_windows_share_a_spark_job_and_commit_one_by_one(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, monkeypatch, spark_jobs, vendor) -> None:
     from transfer_platform.destinations.manifests import new_signing_key

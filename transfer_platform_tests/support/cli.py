@@ -12,9 +12,7 @@ import yaml
 
 import transfer_platform
 from transfer_platform_tests.support.config import DESTINATION, events_model
-from transfer_platform_tests.support.postgres import (
-    pg_connection_config,
-)
+from transfer_platform_tests.support.postgres import pg_connection_config
 
 TENANT = "acme"
 

@@ -9,9 +9,7 @@ from datetime import UTC, datetime
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform_tests.support.events import MODEL, epoch
-from transfer_platform_tests.support.postgres import (
-    pg_connection_config,
-)
+from transfer_platform_tests.support.postgres import pg_connection_config
 
 DESTINATION = "dst"
 

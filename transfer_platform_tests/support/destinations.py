@@ -27,9 +27,7 @@ import pytest
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import DESTINATIONS
-from transfer_platform_tests.support.events import (
-    normalize,
-)
+from transfer_platform_tests.support.events import normalize
 from transfer_platform_tests.support.postgres import (
     destination_rows,
     pg_connection_config,
@@ -78,7 +76,21 @@ class TestDestination:
         return self.vendor not in OBJECT_STORAGE
 
 
-OBJECT_STORAGE = ("local", "s3")
+def registered(*vendors: str) -> tuple[str, ...]:
+    """``vendors``, each a registered destination vendor (a test's list cannot name another)."""
+    unknown = [v for v in vendors if v not in DESTINATIONS]
+    assert not unknown, f"not registered in transfer_platform/vendors.py: {unknown}"
+    return vendors
+
+
+#: the vendors that only add files (Parquet and manifests): their consumer keeps per key the
+#: latest version; they cannot remove a row
+OBJECT_STORAGE = registered("local", "s3")
+#: the vendors that hold one row per key (merged by key: rows can be replaced and removed)
+ONE_ROW_PER_KEY = registered("postgres", "delta")
+#: the vendors the per-vendor integration tests set up without the S3 server (a PostgreSQL
+#: schema, a folder)
+WITHOUT_S3 = registered("postgres", "delta", "local")
 
 
 def _columns(model: ModelConfig) -> list[str]:

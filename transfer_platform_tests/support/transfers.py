@@ -15,12 +15,8 @@ from transfer_platform.transfers.runner import (
     run_transfer,
     transfer_model,
 )
-from transfer_platform_tests.support.config import (
-    DESTINATION,
-)
-from transfer_platform_tests.support.events import (
-    MODEL,
-)
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.events import MODEL
 
 
 def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t1",
