@@ -54,9 +54,6 @@ ACME_NOTES = dg.AssetKey(["acme", "acme_delta", "notes"])
 GLOBEX_ITEMS = dg.AssetKey(["globex", "globex_delta", "items"])
 
 
-# -- helpers shared with the sensor and transfer-job tests ------------------------------------------
-
-
 # -- fixtures ---------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -54,7 +54,7 @@ from transfer_platform.orchestration.dagster_fixes import (
 from transfer_platform.orchestration.run_worker import WORKER_TAG
 from transfer_platform.orchestration.sensors import TRIGGER_TAG
 from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
-from transfer_platform_tests.support.daemon import FAST_SPARK, VENV_BIN, _processes_with_home
+from transfer_platform_tests.support.daemon import FAST_SPARK, VENV_BIN, processes_with_home
 from transfer_platform_tests.support.platform import (
     REPO,
     dagster_home,
@@ -97,7 +97,7 @@ class Dev:
 
     def tree(self) -> list[int]:
         """Every live process started for this Dagster home (``dagster dev`` itself included)."""
-        found = [pid for pid in _processes_with_home(self.home) if _alive(pid)]
+        found = [pid for pid in processes_with_home(self.home) if _alive(pid)]
         if self.process.poll() is None and self.process.pid not in found:
             found.append(self.process.pid)
         return found

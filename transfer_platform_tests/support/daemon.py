@@ -79,7 +79,7 @@ class RunningPlatform:
         return "\n".join(lines[-40:])
 
 
-def _processes_with_home(home: Path) -> list[int]:
+def processes_with_home(home: Path) -> list[int]:
     """Processes of ours still using this Dagster home (run workers, code servers, Spark JVMs)."""
     marker = f"DAGSTER_HOME={home}".encode()
     found = []
@@ -150,7 +150,7 @@ def running_platform(root: Path, monkeypatch: pytest.MonkeyPatch, *, destination
             with suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        for pid in _processes_with_home(home):
+        for pid in processes_with_home(home):
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         instance.dispose()

@@ -73,8 +73,3 @@ def source_rows(conn: psycopg.Connection, schema: str, tenant: str, table: str =
     return normalize(conn.execute(
         f'SELECT id, organization_id, updated_at, payload FROM "{schema}"."{table}" '
         "WHERE organization_id = %s", (tenant,)).fetchall())
-
-
-# -- configuration and transfers ----------------------------------------------------------------
-
-
