@@ -27,7 +27,7 @@ BUCKET = "provider-lake"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _bucket(s3: S3Server) -> None:  # the session's S3 server (integration/conftest.py)
+def _bucket(s3: S3Server) -> None:  # the session's S3 server (transfer_platform_tests/conftest.py)
     s3.create_bucket(BUCKET)
 
 

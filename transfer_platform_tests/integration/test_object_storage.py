@@ -46,7 +46,7 @@ PRIVATE, PUBLIC = new_signing_key()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _bucket(s3: S3Server) -> None:  # the session's S3 server (integration/conftest.py)
+def _bucket(s3: S3Server) -> None:  # the session's S3 server (transfer_platform_tests/conftest.py)
     s3.create_bucket(BUCKET)
 
 

@@ -107,7 +107,7 @@ class Lake:
 def lake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lake:
     if request.param == "folder":
         return Lake(tmp_path / "lake")
-    server: S3Server = request.getfixturevalue("s3")  # the session's S3 server (integration/conftest.py)
+    server: S3Server = request.getfixturevalue("s3")  # the session's S3 server (transfer_platform_tests/conftest.py)
     bucket = f"lake-{uuid.uuid4().hex[:12]}"
     server.create_bucket(bucket)
     monkeypatch.setenv("TP_LAKE_KEY_ID", server.access_key)

@@ -35,7 +35,7 @@ MOCKED_LAUNCHER = {"module": "dagster._core.test_utils", "class": "MockedRunLaun
 
 
 def queued_home(root: Path, **extra: dict) -> Path:
-    """``platform_fixtures.dagster_home`` (the shipped ``dagster.yaml``), plus top-level keys
+    """``support.platform.dagster_home`` (the shipped ``dagster.yaml``), plus top-level keys
     (``run_launcher``) or ``run_coordinator_config`` entries merged into the coordinator's config."""
     home = dagster_home(root)
     settings = yaml.safe_load((home / "dagster.yaml").read_text())
