@@ -57,7 +57,6 @@ NOW3 = NOW2 + timedelta(hours=1)
 #: random histories: how many (seeds 0..n-1); TP_CONTRACT_HISTORIES for a longer exploration
 HISTORIES = int(os.environ.get("TP_CONTRACT_HISTORIES", "1"))
 
-PAYLOAD = {"name_in_source": "payload", "data_type": "string"}
 AMOUNT = {"name_in_source": "amount", "data_type": "integer"}
 MARKER = {"name_in_source": "is_deleted", "data_type": "boolean", "is_deleted_marker": True}
 
