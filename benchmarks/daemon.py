@@ -84,7 +84,7 @@ class Daemon:
         self.processes.append(subprocess.Popen(argv, env=self.env, cwd=self.folder, start_new_session=True,
                                                stdout=(self.folder / log).open("w"), stderr=subprocess.STDOUT))
 
-    def _wait(self, condition, what: str, timeout: float = 600) -> None:  # noqa: ANN001
+    def _wait(self, condition, what: str, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
@@ -133,7 +133,7 @@ class Daemon:
                 DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
         return self.instance.get_runs_count(RunsFilter(statuses=busy)) == 0
 
-    def one_run(self, destination: str, before=lambda: None) -> dict:  # noqa: ANN001
+    def one_run(self, destination: str, before=lambda: None) -> dict:
         """Enqueue one transfer of ``destination`` once the queue is idle (after ``before()``,
         untimed); its queued -> launched -> started -> ended seconds from the run's own records."""
         self._wait(self.idle, "an idle run queue")
@@ -145,7 +145,7 @@ class Daemon:
                 "queued_to_launch_s": run["launched"] - run["created"],
                 "launch_to_start_s": run["started"] - run["launched"], "run_s": run["ended"] - run["started"]}
 
-    def sustained(self, destinations: list[str], minutes: float, change) -> dict:  # noqa: ANN001
+    def sustained(self, destinations: list[str], minutes: float, change) -> dict:
         """Keep every destination busy for ``minutes``: whenever its previous transfer ended,
         ``change(destination)`` (untimed) and enqueue it again. Transfers per hour from the
         successes that ended inside the period."""

@@ -121,7 +121,7 @@ def cli_transfer(config: Path, *extra: str) -> dict:
     return summary
 
 
-def timed(runs: int, prepare, run, check) -> dict:  # noqa: ANN001
+def timed(runs: int, prepare, run, check) -> dict:
     """``runs`` times: ``prepare()`` (untimed), ``run()`` (timed), ``check()`` (untimed)."""
     seconds = []
     for _ in range(runs):
@@ -278,7 +278,7 @@ def table(cases: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from transfer_platform_tests.spark_server import spark_connect_server
+    from benchmarks.spark_server import spark_connect_server
 
     args = parse_args(argv)
     results = {"parameters": vars(args), "machine": {"cpu_count": os.cpu_count(),

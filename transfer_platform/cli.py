@@ -68,7 +68,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spark(config, args: argparse.Namespace):  # noqa: ANN001, ANN202 - PlatformConfig -> SparkSession
+def _spark(config, args: argparse.Namespace):  # PlatformConfig -> SparkSession
     """The session, started with the JVM's output (banner, log, Java stack traces) kept off the
     terminal unless --verbose."""
     from transfer_platform.console.streams import child_output
@@ -138,7 +138,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     return _exit_code([(s.model, s.error) for s in transfer.failed])
 
 
-def _dry_run(transfer, progress) -> int:  # noqa: ANN001 - a Transfer, its Progress
+def _dry_run(transfer, progress) -> int:  # a Transfer, its Progress
     """Print the plan of the transfer (windows, read bounds, row counts); change nothing."""
     from transfer_platform.transfers.dry_run import plan_as_dict
 
@@ -158,7 +158,7 @@ def _exit_code(failed: list[tuple[str, str | None]]) -> int:
     return 0
 
 
-def _runless_reporter(config, destination: str):  # noqa: ANN001, ANN202 - PlatformConfig -> RunlessReporter | None
+def _runless_reporter(config, destination: str):  # PlatformConfig -> RunlessReporter | None
     """With ``DAGSTER_HOME`` set, what reports each partition moved to that Dagster instance."""
     if not os.environ.get("DAGSTER_HOME"):
         return None
@@ -358,7 +358,7 @@ def _tag_filter(text: str) -> tuple[str, str]:
 
 
 class _Tags(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+    def __call__(self, parser, namespace, values, option_string=None):
         tags = dict(getattr(namespace, self.dest) or {})
         tags[values[0]] = values[1]
         setattr(namespace, self.dest, tags)
@@ -523,11 +523,11 @@ class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (a progress bar swaps it)."""
 
     @property
-    def stream(self):  # noqa: ANN201
+    def stream(self):
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:  # noqa: ANN001
+    def stream(self, value) -> None:
         pass
 
 
@@ -583,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted (windows committed before the interrupt are kept; run the transfer "
               "again to continue)", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the command line ends with one line, not a traceback
+    except Exception as exc:  # the command line ends with one line, not a traceback
         if args.verbose:
             logging.getLogger("transfer_platform").error("traceback", exc_info=True)
         print(f"error: unexpected {_one_line(exc)}" + ("" if args.verbose else " (run again with --verbose "

@@ -175,7 +175,7 @@ def supported(registry: Mapping[str, Vendor]) -> str:
     return ", ".join(registry)
 
 
-def implementation(registry: Mapping[str, Vendor], kind: str, configured) -> object:  # noqa: ANN001
+def implementation(registry: Mapping[str, Vendor], kind: str, configured) -> object:
     """An instance of the class that implements ``configured.vendor`` (a source or destination)."""
     if configured.vendor not in registry:
         from transfer_platform.errors import ConfigError

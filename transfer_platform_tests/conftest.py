@@ -1,4 +1,5 @@
-"""Shared fixtures: the machine's PostgreSQL (never skipped silently), one small Spark session.
+"""Shared fixtures: the machine's PostgreSQL (never skipped silently), one small Spark session, the
+session's S3 server (started on first use). What the tests share besides fixtures is in ``support/``.
 
 PostgreSQL: 127.0.0.1:5432, database ``test``, trust auth (override with TP_TEST_PG_HOST/PORT/
 USER/DATABASE). Each test gets its own schema, dropped afterwards.
@@ -14,25 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-PG = {
-    "host": os.environ.get("TP_TEST_PG_HOST", "127.0.0.1"),
-    "port": int(os.environ.get("TP_TEST_PG_PORT", "5432")),
-    "dbname": os.environ.get("TP_TEST_PG_DATABASE", "test"),
-    "user": os.environ.get("TP_TEST_PG_USER", "postgres"),
-}
-
-HOW_TO_START_PG = (
-    "PostgreSQL is not reachable at {host}:{port} (database {dbname}, user {user}): {error}\n"
-    "Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\n"
-    "(or point TP_TEST_PG_HOST/TP_TEST_PG_PORT at a server with trust auth and a 'test' database)."
-)
-
-
-def pg_connect(**extra) -> psycopg.Connection:
-    try:
-        return psycopg.connect(**PG, connect_timeout=5, **extra)
-    except psycopg.OperationalError as exc:
-        pytest.fail(HOW_TO_START_PG.format(error=str(exc).strip(), **PG), pytrace=False)
+from transfer_platform_tests.support.postgres import pg_connect
+from transfer_platform_tests.support.s3_server import S3Server, s3_server
 
 
 @pytest.fixture
@@ -71,7 +55,7 @@ OWN_SPARK = ("transfer_platform_tests/integration/test_standalone_cluster.py",
              "transfer_platform_tests/integration/test_spark_connect_death.py")
 
 
-def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+def pytest_collection_modifyitems(config, items) -> None:
     if SPARK_MODE not in ("local", "connect"):
         raise pytest.UsageError(f"TP_TEST_SPARK={SPARK_MODE!r}: write local (the default) or connect")
     if SPARK_MODE == "connect":
@@ -89,8 +73,8 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory):
     if SPARK_MODE != "connect":
         yield None
         return
+    from benchmarks.spark_server import spark_connect_server
     from transfer_platform.spark_session import REMOTE_ENV_VAR
-    from transfer_platform_tests.spark_server import spark_connect_server
 
     with spark_connect_server(tmp_path_factory.mktemp("spark_connect")) as server:
         os.environ[REMOTE_ENV_VAR] = server.url
@@ -111,14 +95,6 @@ def spark(spark_server):
                                               conf={"spark.sql.shuffle.partitions": "2"}))
     yield session
     session.stop()
-
-
-def pg_connection_config(schema: str | None = None) -> dict:
-    """The ``connection`` block of a postgres source/destination for the test database."""
-    block = {"host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"]}
-    if schema:
-        block["schema"] = schema
-    return block
 
 
 @pytest.fixture
@@ -146,3 +122,10 @@ def new_schema(pg_conn: psycopg.Connection) -> Iterator[Callable[[], str]]:
 def dst_schema(new_schema: Callable[[], str]) -> str:
     """A fresh destination schema name, dropped after the test."""
     return new_schema()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3-compatible server (moto) in its own process, for the whole session."""
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server

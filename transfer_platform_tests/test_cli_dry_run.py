@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from transfer_platform.cli import main
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import create_events, insert_rows
-from transfer_platform_tests.transfers.test_dry_run import tree
+from transfer_platform_tests.support.events import create_events, insert_rows
+from transfer_platform_tests.support.files import tree
+from transfer_platform_tests.support.postgres import pg_connection_config
 
 NOW = datetime.now(UTC)
 COLUMNS = [

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from transfer_platform.cli import _duration, _when, build_parser, main
-from transfer_platform_tests.orchestration.platform_fixtures import dagster_home, write_config
+from transfer_platform_tests.support.platform import dagster_home, write_config
 
 NOW = datetime.now(UTC)
 CLI = str(Path(sys.executable).with_name("transfer-platform"))
@@ -27,7 +27,7 @@ JVM_LINES = ("log4j", "incubator", "NativeCodeLoader", "setLogLevel", " WARN ")
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    (actions,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001
+    (actions,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return dict(actions.choices)
 
 
@@ -35,7 +35,7 @@ def test_every_subcommand_and_option_is_described() -> None:
     parser = build_parser()
     for name, sub in _subcommands(parser).items():
         assert len(sub.description or "") > 20, name
-        for action in sub._actions:  # noqa: SLF001 - argparse keeps them there
+        for action in sub._actions:  # argparse keeps them there
             assert action.help, f"{name} {action.option_strings or action.dest} has no help"
     assert "TRANSFER_PLATFORM_LOG_LEVEL" in parser.format_help()
 

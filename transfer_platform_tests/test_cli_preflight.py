@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transfer_platform_tests.conftest import pg_connection_config
+from transfer_platform_tests.support.postgres import pg_connection_config
 
 NOW = datetime.now(UTC)
 START = int((NOW - timedelta(days=3)).timestamp())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from transfer_platform.cli import main
-from transfer_platform_tests.orchestration.platform_fixtures import dagster_home, write_config
+from transfer_platform_tests.support.platform import dagster_home, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 

@@ -156,7 +156,7 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
     return problems
 
 
-def _check_deletion_marker(path: str, model) -> list[Problem]:  # noqa: ANN001 - a ModelConfig
+def _check_deletion_marker(path: str, model) -> list[Problem]:  # a ModelConfig
     """A soft-delete marker is one boolean or timestamp column that is neither key nor
     last-modified, on a model that can remove rows; ``keep_deleted_rows`` needs one."""
     markers = [c for c in model.columns if c.is_deleted_marker]
@@ -187,7 +187,7 @@ def _check_deletion_marker(path: str, model) -> list[Problem]:  # noqa: ANN001 -
     return []
 
 
-def _check_last_modified(path: str, column) -> list[Problem]:  # noqa: ANN001 - a ColumnConfig
+def _check_last_modified(path: str, column) -> list[Problem]:  # a ColumnConfig
     """The last-modified column's kind agrees with its data_type (the destination gets the values
     as the source holds them) and, for text, its format sorts in time order."""
     try:
@@ -329,7 +329,7 @@ def _check_settings_without_effect(config: PlatformConfig) -> list[Problem]:
 _ABSENT = object()
 
 
-def _refused_settings(path: str, kind: str, entry) -> list[Problem]:  # noqa: ANN001 - a source or destination
+def _refused_settings(path: str, kind: str, entry) -> list[Problem]:  # a source or destination
     """The settings of ``entry`` that its vendor's record refuses (they would have no effect)."""
     vendor = entry.vendor_record
     return [Problem(f"{path}.{refusal.setting}", f"has no effect on a {vendor.name} {kind}: {refusal.reason}",
@@ -338,7 +338,7 @@ def _refused_settings(path: str, kind: str, entry) -> list[Problem]:  # noqa: AN
             if _written(entry, refusal.setting) not in (_ABSENT, refusal.allowed)]
 
 
-def _written(entry, setting: str) -> object:  # noqa: ANN001 - a configuration model
+def _written(entry, setting: str) -> object:  # a configuration model
     """The value of ``setting`` (a dotted path of the names the file writes, aliases included)
     in ``entry``; ``_ABSENT`` where the entry has no such field."""
     value = entry

@@ -99,7 +99,7 @@ DESTINATIONS_AT_ONCE = 2
 def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[tuple[str, str], ModelSummary]:
     reporting = threading.Lock()  # one partition reported to the Dagster instance at a time
 
-    def transfer(destination) -> dict[tuple[str, str], ModelSummary]:  # noqa: ANN001
+    def transfer(destination) -> dict[tuple[str, str], ModelSummary]:
         report = None
         if instance is not None:
             from transfer_platform.orchestration.reporting import RunlessReporter

@@ -124,7 +124,7 @@ class DestinationWriter(Protocol):
         once; one :class:`Check` per step, a failure with its grant or setting."""
 
 
-def writer_for(destination) -> DestinationWriter:  # noqa: ANN001 - any configured destination
+def writer_for(destination) -> DestinationWriter:  # any configured destination
     """The writer of a configured destination, by its vendor (``transfer_platform/vendors.py``)."""
     from transfer_platform.vendors import DESTINATIONS, implementation
 

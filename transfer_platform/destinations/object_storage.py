@@ -441,7 +441,7 @@ class ObjectStorageWriter:
             self._started = _now()
         return self._started
 
-    def _signing_key(self):  # noqa: ANN202 - an Ed25519PrivateKey
+    def _signing_key(self):  # an Ed25519PrivateKey
         if self._key is None:
             ref = self.destination.signing_key
             text = ref.resolve(f"destination '{self.name}'.signing_key").get_secret_value()

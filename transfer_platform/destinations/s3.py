@@ -87,7 +87,7 @@ class S3Store:
             self._call("delete", chunk[0]["Key"], self.client.delete_objects, Bucket=self.bucket,
                        Delete={"Objects": chunk, "Quiet": True})
 
-    def _call(self, what: str, key: str, call, *args, **kwargs):  # noqa: ANN001, ANN202
+    def _call(self, what: str, key: str, call, *args, **kwargs):
         try:
             return call(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - botocore's errors, told apart in _failure
@@ -187,7 +187,7 @@ def storage_options(c: S3Connection, owner: str) -> dict[str, str]:
     return options
 
 
-def probe_objects(probe: Probe, check: Callable[[], None], store, key: str, under: str) -> list[Check]:  # noqa: ANN001
+def probe_objects(probe: Probe, check: Callable[[], None], store, key: str, under: str) -> list[Check]:
     """``test-connection`` where transfers write objects (a bucket, or object storage's folder):
     ``check()`` reaches and lists; then ``key`` is written, read back, replaced and deleted (and
     deleted whatever happens)."""

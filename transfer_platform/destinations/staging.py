@@ -45,7 +45,7 @@ def stage(frame: DataFrame, model: ModelConfig, state: ModelState, folder: str,
     """Spark's executors write the window into ``folder`` (as pyarrow's file system of
     ``options`` names it; one ``<file_prefix><uuid>.parquet`` per non-empty partition) and hand
     back one summary row per file: nothing of the window but that comes to this process."""
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
 
     schema = arrow_schema(model)
     keys = [F.col(_spark_name(c.destination_name)) for c in model.primary_key]
@@ -233,7 +233,7 @@ def stage_partition(batches: Iterable[pa.RecordBatch], *, folder: str, options: 
                           ("sha256", pa.string()), ("md5", pa.string()), ("size", pa.int64())]))
 
 
-def _digests(filesystem, path: str) -> tuple[str, str, int]:  # noqa: ANN001 - a pyarrow FileSystem
+def _digests(filesystem, path: str) -> tuple[str, str, int]:  # a pyarrow FileSystem
     """A written file's SHA-256, MD5 (a single-part upload's ETag) and size, read back a chunk at
     a time."""
     import hashlib

@@ -139,7 +139,7 @@ class TransferRunCoordinator(QueuedRunCoordinator):
     polling of its own loop before it is launched, the largest part of a small transfer's latency.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - QueuedRunCoordinator's
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # QueuedRunCoordinator's
         dagster_internals.require("coordinator")  # a Dagster without what it uses: named, here
         install_epoch_fix()  # the webserver's and the daemon's partition keys, as the code server's
         super().__init__(*args, **kwargs)
@@ -153,7 +153,7 @@ class TransferRunCoordinator(QueuedRunCoordinator):
             description="Seconds between the daemon's passes over the run queue (fractions allowed).")}
 
     @classmethod
-    def from_config_value(cls, inst_data, config_value):  # noqa: ANN001, ANN206 - Dagster's signature
+    def from_config_value(cls, inst_data, config_value):  # Dagster's signature
         interval = config_value.get("dequeue_interval_seconds")
         if interval is not None and interval <= 0:
             raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
@@ -169,7 +169,7 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         instance = dagster_internals.plugin_instance(self)
         try:
             tags = tags_for(_config(), run)
-        except Exception as exc:  # noqa: BLE001 - any failure refuses the run, with its reason
+        except Exception as exc:  # any failure refuses the run, with its reason
             message = f"transfer_platform cannot place run {run.run_id} under its limits: {exc}"
             instance.report_engine_event(message, run)
             instance.report_run_failed(run, message)

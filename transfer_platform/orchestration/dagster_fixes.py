@@ -76,7 +76,7 @@ def install_epoch_fix() -> None:
         return
 
     @functools.wraps(original)
-    def find_hourly_schedule_time(minutes, date, ascending, already_on_boundary,  # noqa: ANN001, ANN202
+    def find_hourly_schedule_time(minutes, date, ascending, already_on_boundary,
                                   use_timezone_minute_resolution):
         found = original(minutes, date, ascending, already_on_boundary, use_timezone_minute_resolution)
         epoch = datetime.datetime.fromtimestamp(0, tz=date.tzinfo)
@@ -135,7 +135,7 @@ def install_dev_stop() -> None:
         return
 
     @functools.wraps(original)
-    def check_for_orphaned_runs(self) -> None:  # noqa: ANN001
+    def check_for_orphaned_runs(self) -> None:
         if dev_has_exited():
             with suppress(Exception):  # never break the code server's cleanup tick
                 _cancel_runs(self)
@@ -187,7 +187,7 @@ def dev_has_exited() -> bool:
     return fields is None or fields[19] != started
 
 
-def _cancel_runs(server) -> None:  # noqa: ANN001 - a DagsterApiServer
+def _cancel_runs(server) -> None:  # a DagsterApiServer
     from dagster import DagsterInstance
 
     for run_id, instance_ref, event in dagster_internals.running_executions(server):

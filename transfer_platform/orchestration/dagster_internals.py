@@ -96,7 +96,7 @@ class Fenced:
     def path(self) -> str:
         return f"{self.module}.{self.name}" if self.name else self.module
 
-    def get(self) -> Any:  # noqa: ANN401 - whatever Dagster holds there
+    def get(self) -> Any:  # whatever Dagster holds there
         """The object, or :class:`UnsupportedDagsterError` naming it (its shape is the contract
         test's and the start-up checks' business: not checked again at every use)."""
         try:
@@ -104,7 +104,7 @@ class Fenced:
         except (ImportError, AttributeError) as exc:
             raise UnsupportedDagsterError(self.problem() or f"{self.path}: {exc}") from exc
 
-    def _resolve(self) -> Any:  # noqa: ANN401
+    def _resolve(self) -> Any:
         found: Any = importlib.import_module(self.module)
         names = self.name.split(".") if self.name else []
         for name in names[:-1] if self.instance_attribute else names:
@@ -315,15 +315,15 @@ def warn(message: str) -> None:
 
 # -- the accessors the other modules use ----------------------------------------------------------
 
-def execute_run(run_id: str, instance: Any) -> None:  # noqa: ANN401 - a DagsterInstance
+def execute_run(run_id: str, instance: Any) -> None:  # a DagsterInstance
     EXECUTE_RUN.get()(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
 
 
-def instance_for_cli(instance_ref: Any) -> AbstractContextManager[Any]:  # noqa: ANN401 - an InstanceRef
+def instance_for_cli(instance_ref: Any) -> AbstractContextManager[Any]:  # an InstanceRef
     return INSTANCE_FOR_CLI.get()(instance_ref=instance_ref)
 
 
-def start_run_cancellation_thread(instance: Any, run_id: str) -> tuple[Any, Any]:  # noqa: ANN401
+def start_run_cancellation_thread(instance: Any, run_id: str) -> tuple[Any, Any]:
     """(the thread, its stop event)."""
     return CANCELLATION_THREAD.get()(instance, run_id)
 
@@ -336,21 +336,21 @@ def run_crash_explanation(prefix: str, exit_code: int) -> str:
     return CRASH_EXPLANATION.get()(prefix=prefix, exit_code=exit_code)
 
 
-def load_repository(origin: Any) -> None:  # noqa: ANN401 - a RepositoryPythonOrigin
+def load_repository(origin: Any) -> None:  # a RepositoryPythonOrigin
     """Import the code location of ``origin`` and build its definitions."""
     RECONSTRUCT_REPOSITORY.get()(origin).get_definition()
 
 
-def track_launched_run(launcher: Any, run_id: str) -> None:  # noqa: ANN401 - a DefaultRunLauncher
+def track_launched_run(launcher: Any, run_id: str) -> None:  # a DefaultRunLauncher
     """Count ``run_id`` among the launcher's runs, as DefaultRunLauncher counts the ones it launches."""
     launcher._run_ids.add(run_id)
 
 
-def plugin_instance(plugin: Any) -> dagster.DagsterInstance:  # noqa: ANN401 - a launcher or coordinator
+def plugin_instance(plugin: Any) -> dagster.DagsterInstance:  # a launcher or coordinator
     return plugin._instance
 
 
-def set_dequeue_interval(coordinator: Any, seconds: float) -> None:  # noqa: ANN401
+def set_dequeue_interval(coordinator: Any, seconds: float) -> None:
     coordinator._dequeue_interval_seconds = seconds
 
 
@@ -359,7 +359,7 @@ def with_tag_limits(queue_config: RunQueueConfig, limits: list) -> RunQueueConfi
     return queue_config._replace(tag_concurrency_limits=[*queue_config.tag_concurrency_limits, *limits])
 
 
-def check_ended(record: Any) -> bool:  # noqa: ANN401 - an AssetCheckExecutionRecord
+def check_ended(record: Any) -> bool:  # an AssetCheckExecutionRecord
     """Whether a check execution record is a finished evaluation (passed or failed)."""
     status = CHECK_STATUS.get()
     return record.status in (status.SUCCEEDED, status.FAILED)
@@ -391,21 +391,21 @@ def replace_orphan_check(function: Callable[..., Any]) -> None:
     api_server_class()._check_for_orphaned_runs = function
 
 
-def running_executions(server: Any) -> list[tuple[str, Any, Any]]:  # noqa: ANN401 - a DagsterApiServer
+def running_executions(server: Any) -> list[tuple[str, Any, Any]]:  # a DagsterApiServer
     """(run id, instance ref, termination event) of each run the code server has not interrupted."""
     with server._execution_lock:
         return [(run_id, server._executions[run_id][1], event)
                 for run_id, event in server._termination_events.items() if not event.is_set()]
 
 
-def interrupt_execution(server: Any, run_id: str, event: Any, now: float) -> None:  # noqa: ANN401
+def interrupt_execution(server: Any, run_id: str, event: Any, now: float) -> None:
     """Interrupt one of the code server's runs as its CancelExecution does."""
     with server._execution_lock:
         event.set()
         server._termination_times[run_id] = now
 
 
-def launch_job_run(instance: Any, workspace: str, job_name: str, run_config_json: str, tags_json: str,  # noqa: ANN401
+def launch_job_run(instance: Any, workspace: str, job_name: str, run_config_json: str, tags_json: str,
                    run_id: str) -> None:
     """Create a run of ``job_name`` from the workspace's code server and submit it, as
     ``dagster job launch`` does."""

@@ -64,7 +64,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
     another says what the launcher does there: see :func:`dagster_internals.fork_refusal`).
     """
 
-    def __init__(self, inst_data: Any = None, dagster_version: str | None = None) -> None:  # noqa: ANN401
+    def __init__(self, inst_data: Any = None, dagster_version: str | None = None) -> None:
         dagster_internals.require("launcher")  # a Dagster without what it uses: named, here
         super().__init__(inst_data=inst_data)
         self._parents: dict[str, _Parent] = {}
@@ -93,7 +93,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
             cls=self.__class__)
         super().launch_run(context)
 
-    def _start(self, key: str, origin: Any, run: DagsterRun) -> tuple[bool, str]:  # noqa: ANN401
+    def _start(self, key: str, origin: Any, run: DagsterRun) -> tuple[bool, str]:
         """Fork ``run``'s worker from this code location's parent: (started, why not)."""
         why = ""
         instance = dagster_internals.plugin_instance(self)
@@ -155,7 +155,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
 class _Parent:
     """One ``run_worker`` parent process and its two pipes."""
 
-    def __init__(self, instance: Any, origin: Any) -> None:  # noqa: ANN401 - DagsterInstance, origin
+    def __init__(self, instance: Any, origin: Any) -> None:  # DagsterInstance, origin
         self.process = subprocess.Popen(
             [origin.executable_path, "-m", "transfer_platform.orchestration.run_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)

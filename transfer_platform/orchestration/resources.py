@@ -40,7 +40,7 @@ class TransferSparkResource(LazyPySparkResource):
         if self._spark_session is None:
             self._spark_session = session_from_conf(self.spark_config)
 
-    def teardown_after_execution(self, context) -> None:  # noqa: ANN001
+    def teardown_after_execution(self, context) -> None:
         stop_session(self._spark_session)
         self._spark_session = None
 

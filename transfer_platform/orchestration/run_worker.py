@@ -183,7 +183,7 @@ class Lines:
         return line.decode()
 
 
-def preload(origin: Any) -> None:  # noqa: ANN401 - a RepositoryPythonOrigin
+def preload(origin: Any) -> None:  # a RepositoryPythonOrigin
     """Import what a run imports; nothing here may start a thread or open a connection."""
     for name in WARM_IMPORTS:
         with suppress(Exception):
@@ -194,7 +194,7 @@ def preload(origin: Any) -> None:  # noqa: ANN401 - a RepositoryPythonOrigin
         dagster_internals.load_repository(origin)
 
 
-def execute(instance_ref: Any, run_id: str) -> int:  # noqa: ANN401 - an InstanceRef
+def execute(instance_ref: Any, run_id: str) -> int:  # an InstanceRef
     """In the forked worker: the run, as ``dagster api execute_run`` executes it; the exit code."""
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -223,7 +223,7 @@ def execute(instance_ref: Any, run_id: str) -> int:  # noqa: ANN401 - an Instanc
         sys.stderr.flush()
 
 
-def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # noqa: ANN401 - a DagsterInstance
+def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # a DagsterInstance
     """Under ``dagster dev``: cancel the run when ``dagster dev`` is gone, as its code servers'
     runs are (``dagster_fixes.install_dev_stop``)."""
     if os.environ.get("DAGSTER_IS_DEV_CLI") != "1":
@@ -242,7 +242,7 @@ def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # noqa: ANN401 - a 
     threading.Thread(target=watch, name="dagster-dev-watch", daemon=True).start()
 
 
-def _report_crash(instance_ref: Any, run_id: str, exit_code: int) -> None:  # noqa: ANN401
+def _report_crash(instance_ref: Any, run_id: str, exit_code: int) -> None:
     """A worker that died with its run unfinished: failed, as Dagster's code server says it."""
     from dagster import DagsterInstance
 

@@ -155,7 +155,7 @@ def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedA
         for index, group in enumerate(by_partitioning.values())]
 
 
-def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinition:  # noqa: ANN001
+def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinition:
     """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`)
     and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
     return sensor(

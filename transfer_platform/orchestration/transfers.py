@@ -98,7 +98,7 @@ def cancel(instance: DagsterInstance, run_id: str) -> str:
     return describe(instance, instance.get_run_record_by_id(run_id))["status"]
 
 
-def _window(run) -> tuple[str | None, str | None]:  # noqa: ANN001 - a DagsterRun
+def _window(run) -> tuple[str | None, str | None]:  # a DagsterRun
     op_config = transfer_op_config(run.run_config)
     if op_config:
         return op_config.get("start"), op_config.get("end")
@@ -113,7 +113,7 @@ def _moment(timestamp: float | None) -> str | None:
     return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC).isoformat()
 
 
-def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # noqa: ANN001 - a RunRecord
+def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # a RunRecord
     """One transfer as ``transfer-platform transfers`` shows it."""
     run = record.dagster_run
     events = instance.get_records_for_run(

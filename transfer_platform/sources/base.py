@@ -130,7 +130,7 @@ def in_bounds_tags(table: pa.Table, column: str, requests: list[ReadRequest]) ->
     bounds as the last-modified kind writes them, then cast to it), in ``WINDOW_COLUMN``; a row
     in two windows' bounds comes twice; a NULL value goes to the first window (which refuses
     it). ``column`` itself is dropped."""
-    import pyarrow as pa  # noqa: F811 - at run time too
+    import pyarrow as pa  # at run time too
     import pyarrow.compute as pc
 
     values = table.column(column)
@@ -350,7 +350,7 @@ def columns_mismatch(request: ReadRequest, source_name: str, missing: Sequence[s
     )])
 
 
-def reader_for(source) -> SourceReader:  # noqa: ANN001 - any configured source
+def reader_for(source) -> SourceReader:  # any configured source
     """The reader of a configured source, by its vendor (``transfer_platform/vendors.py``)."""
     from transfer_platform.vendors import SOURCES, implementation
 

@@ -313,7 +313,7 @@ class FolderLake:
     def subfolders(self, folder: PurePath) -> list[PurePath]:
         return [p for p in Path(folder).iterdir() if p.is_dir()]
 
-    def dataset(self, folder: PurePath):  # noqa: ANN201 - a pyarrow Dataset
+    def dataset(self, folder: PurePath):  # a pyarrow Dataset
         import pyarrow.dataset as pads
 
         return pads.dataset(folder, format="parquet")
@@ -368,7 +368,7 @@ class S3Lake:
         self._fs = None
 
     @property
-    def fs(self):  # noqa: ANN201 - a pyarrow S3FileSystem, made at the first use
+    def fs(self):  # a pyarrow S3FileSystem, made at the first use
         if self._fs is None:
             from pyarrow import fs
 
@@ -408,7 +408,7 @@ class S3Lake:
 
         return [PurePosixPath(info.path) for info in self._list(folder) if info.type == fs.FileType.Directory]
 
-    def dataset(self, folder: PurePath):  # noqa: ANN201 - a pyarrow Dataset
+    def dataset(self, folder: PurePath):  # a pyarrow Dataset
         import pyarrow.dataset as pads
 
         return pads.dataset(str(folder), filesystem=self.fs, format="parquet")
@@ -441,7 +441,7 @@ class S3Lake:
         return spark.createDataFrame(table)
 
 
-def _spark_schema(schema):  # noqa: ANN001, ANN202 - pyarrow Schema -> Spark StructType
+def _spark_schema(schema):  # pyarrow Schema -> Spark StructType
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)

@@ -126,7 +126,7 @@ def plan_transfer(
         writer.close()
 
 
-def _plan_model(spark: SparkSession, config: PlatformConfig, destination_name: str, writer, model: ModelConfig,  # noqa: ANN001
+def _plan_model(spark: SparkSession, config: PlatformConfig, destination_name: str, writer, model: ModelConfig,
                 now: datetime, *, full_refresh: bool, start: datetime | None, end: datetime | None,
                 partitions: list[Window] | None, on_plan: Callable[[str, int], None] | None = None,
                 on_count: Callable[[str, int], None] | None = None) -> ModelPlan:

@@ -148,7 +148,7 @@ def check_integrity(spark: SparkSession, config: PlatformConfig, destination_nam
         examples=examples, repair_windows=tuple(repairs), **counts)
 
 
-def live_source_rows(spark: SparkSession, reader, model: ModelConfig,  # noqa: ANN001 - a SourceReader
+def live_source_rows(spark: SparkSession, reader, model: ModelConfig,  # a SourceReader
                      request: ReadRequest) -> DataFrame:
     """The source's key rows the destination should hold: per key its latest version (as a
     transfer chooses it: a lake keeps each version of a row), and those a transfer removes (marked

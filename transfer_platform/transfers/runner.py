@@ -477,7 +477,7 @@ def transfer_models(
                     continue
                 summary.add(item)
                 yield model, item
-        except Exception as exc:  # noqa: BLE001 - any failure: was it the Spark Connect server's?
+        except Exception as exc:  # any failure: was it the Spark Connect server's?
             lost = exc if isinstance(exc, SparkServerLost) else server_lost(request.spark, exc)
             if lost is None and not isinstance(exc, TransferPlatformError):
                 raise

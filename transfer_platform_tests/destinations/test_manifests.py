@@ -26,7 +26,7 @@ from transfer_platform.destinations.manifests import (
 )
 from transfer_platform.destinations.object_storage import latest_per_key
 from transfer_platform.errors import ConfigError
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
+from transfer_platform_tests.support.platform import TENANTS, write_config
 
 PRIVATE, PUBLIC = new_signing_key()
 BUCKET = "recipient-exports"

@@ -18,21 +18,20 @@ import pytest
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.postgres_sql import target_ddl
 from transfer_platform.tuning import Tuning
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import pg_config
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
+from transfer_platform_tests.support.events import (
     MODEL,
     Row,
     create_events,
     day,
-    destination_rows,
     insert_rows,
-    lake_config,
     make_rows,
     normalize,
-    pg_config,
-    transfer,
 )
-from transfer_platform_tests.integration.test_full_refresh import refresh_step_by_step
-from transfer_platform_tests.integration.test_parquet_delta_path import delivered, write_lake
+from transfer_platform_tests.support.lake import delivered, lake_config, write_lake
+from transfer_platform_tests.support.postgres import destination_rows
+from transfer_platform_tests.support.transfers import refresh_step_by_step, transfer
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +57,7 @@ class Setup:
     delivered: Callable[[], list[Row]]
 
 
-@pytest.fixture(params=["postgres", "delta"])
+@pytest.fixture(params=ONE_ROW_PER_KEY)
 def setup(request, pg_conn, pg_schema, dst_schema, tmp_path: Path) -> Setup:
     if request.param == "postgres":
         # no primary key in the source, so that a batch can hold a key twice
@@ -150,7 +149,7 @@ def test_a_full_refresh_fills_the_table_aside_the_same_way(spark, setup, is_appe
     config = append_only(setup.config, is_append_only)
     rows = make_rows([TENANT, "globex"], 12, DATA_DAYS, seed=33)
     setup.write(rows)
-    assert transfer(spark, config, NOW1, tuning=tuning).status == "SUCCESS"
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
     first_day = [r for r in tenant_rows(rows) if r[2] < day(3, 2)]
     old = first_day[0]
     updated = (old[0], TENANT, day(3, 2) + timedelta(hours=5, microseconds=11), "changed during the refresh")

@@ -19,14 +19,15 @@ import psycopg
 import pytest
 
 from transfer_platform.cli import main
-from transfer_platform_tests.conftest import PG, pg_connect, pg_connection_config
-from transfer_platform_tests.integration.conftest import (
+from transfer_platform_tests.support.config import events_model
+from transfer_platform_tests.support.events import create_events, day
+from transfer_platform_tests.support.mysql import (
     MYSQL,
     mysql_connect,
     mysql_create_events,
     mysql_ident,
 )
-from transfer_platform_tests.integration.helpers import create_events, day, events_model, tables_in
+from transfer_platform_tests.support.postgres import PG, pg_connect, pg_connection_config, tables_in
 
 pytestmark = pytest.mark.integration
 

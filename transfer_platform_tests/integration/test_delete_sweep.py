@@ -17,16 +17,17 @@ import pytest
 from transfer_platform.config import parse_config
 from transfer_platform.errors import ConfigError, ConnectionFailure
 from transfer_platform.transfers.delete_sweep import sweep_deletes
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import events_model
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
+from transfer_platform_tests.support.events import (
     create_events,
     day,
-    events_model,
     insert_rows,
     make_rows,
     source_rows,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,7 @@ def delivered(pg_conn, vendor: str, dst_schema: str, delta_root) -> list:
     return sorted(DeltaTable(str(delta_root / "events")).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
 
 
-@pytest.mark.parametrize("vendor", ["postgres", "delta"])
+@pytest.mark.parametrize("vendor", ONE_ROW_PER_KEY)
 def test_rows_gone_from_the_source_are_removed_but_not_those_still_arriving(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor):
     create_events(pg_conn, pg_schema)
@@ -84,7 +85,7 @@ def test_rows_gone_from_the_source_are_removed_but_not_those_still_arriving(
     assert transfer(spark, config, NOW + timedelta(hours=3), "t2").status == "SUCCESS"  # state intact
 
 
-@pytest.mark.parametrize("vendor", ["postgres", "delta"])
+@pytest.mark.parametrize("vendor", ONE_ROW_PER_KEY)
 def test_a_source_that_fails_deletes_nothing_and_an_emptied_tenant_is_emptied(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor):
     create_events(pg_conn, pg_schema)

@@ -21,20 +21,10 @@ import pytest
 from transfer_platform.destinations import delta
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    create_events,
-    day,
-    insert_rows,
-    source_rows,
-)
-from transfer_platform_tests.integration.test_empty_windows import delivered
-from transfer_platform_tests.integration.test_windows_read_together import (
-    NOW,
-    OTHERS,
-    TENANT,
-    config_for,
-)
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.daily_windows import NOW, OTHERS, TENANT, config_for
+from transfer_platform_tests.support.destinations import events_rows
+from transfer_platform_tests.support.events import create_events, day, insert_rows, source_rows
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +34,7 @@ ROWS = ([(d, TENANT, day(1, d) + timedelta(hours=12), f"row {d}") for d in range
         + [(30, TENANT, day(1, 4) - timedelta(seconds=10), "late on the 3rd")])
 
 
-def transfer(spark, config, transfer_id: str, now=NOW) -> tuple:  # noqa: ANN001
+def transfer(spark, config, transfer_id: str, now=NOW) -> tuple:
     writer = writer_for(config.destination(DESTINATION))
     outcomes = []
     try:
@@ -57,7 +47,7 @@ def transfer(spark, config, transfer_id: str, now=NOW) -> tuple:  # noqa: ANN001
     return summary, outcomes
 
 
-def commits(where) -> list[tuple[str, int]]:  # noqa: ANN001
+def commits(where) -> list[tuple[str, int]]:
     """(operation, files added) of each commit after the table's creation, oldest first."""
     from deltalake import DeltaTable
 
@@ -84,7 +74,7 @@ def test_a_backfill_appends_new_keys_and_merges_a_key_read_again(
     assert [o.result.rows_transferred for o in holding] == [1, 1, 2, 2, 1]  # Jan 3rd and 4th: the late row
     expected = ["WRITE" if o is not rereads[0] else "MERGE" for o in holding]
     assert [op for op, added in commits(where) if added] == expected
-    assert delivered("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)  # each key once
+    assert events_rows("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)  # each key once
 
 
 def test_a_table_holding_rows_is_merged_into(spark, pg_conn, pg_schema, tmp_path) -> None:
@@ -103,7 +93,7 @@ def test_a_table_holding_rows_is_merged_into(spark, pg_conn, pg_schema, tmp_path
 
     assert summary.status == "SUCCESS", summary.error
     assert [op for op, added in commits(where)[first:] if added] == ["MERGE"]
-    assert delivered("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
+    assert events_rows("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
 
 
 def test_past_the_remembered_keys_every_window_is_merged(
@@ -118,4 +108,4 @@ def test_past_the_remembered_keys_every_window_is_merged(
     assert summary.status == "SUCCESS", summary.error
     # two keys remembered, a third appended (new too), then the writer no longer knows the keys
     assert [op for op, added in commits(where) if added] == ["WRITE", "WRITE", "WRITE", "MERGE", "MERGE"]
-    assert delivered("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
+    assert events_rows("delta", pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)

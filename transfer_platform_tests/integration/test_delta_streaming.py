@@ -21,19 +21,11 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import delta, staging
 from transfer_platform.destinations.delta import STAGING_DIR, DeltaWriter, read_state
 from transfer_platform.tuning import Tuning
-from transfer_platform_tests.integration import helpers
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    MODEL,
-    DeltaTables,
-    day,
-    make_rows,
-)
-from transfer_platform_tests.integration.test_parquet_delta_path import (
-    delivered,
-    tenant_rows,
-    write_lake,
-)
+from transfer_platform_tests.support import lake as support_lake
+from transfer_platform_tests.support import transfers as support_transfers
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.events import MODEL, day, make_rows
+from transfer_platform_tests.support.lake import DeltaTables, delivered, tenant_rows, write_lake
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +35,7 @@ NOW = day(3, 2) + timedelta(hours=1)  # windows [3/1, 3/2) (every row) and [3/2,
 LATER = day(3, 3) + timedelta(hours=1)
 BATCH = 1_000  # BATCH_ROWS in these tests
 #: every transfer here: a window with more rows than a batch read alone and staged by the executors
-transfer = partial(helpers.transfer, tuning=Tuning(run_rows=BATCH))
+transfer = partial(support_transfers.transfer, tuning=Tuning(run_rows=BATCH))
 WINDOW = 25_000  # rows in the big window: 25 batches
 LOOKBACK = timedelta(seconds=300)  # the Parquet source's: each read starts this long before the high watermark
 
@@ -73,11 +65,11 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def lake_setup(tmp_path: Path, delta_tables, small_batches):
     connection, tables = delta_tables
-    config = helpers.lake_config(tmp_path / "lake", connection, tenant=TENANT, min_start=MIN_START)
+    config = support_lake.lake_config(tmp_path / "lake", connection, tenant=TENANT, min_start=MIN_START)
     return config, tmp_path / "lake", tables
 
 
-def rows_after(moment, count: int, *, start_id: int, step=timedelta(seconds=2)) -> list:  # noqa: ANN001
+def rows_after(moment, count: int, *, start_id: int, step=timedelta(seconds=2)) -> list:
     """``count`` new rows of the tenant, ``step`` apart from ``moment`` on."""
     return [(start_id + k, TENANT, moment + k * step + timedelta(microseconds=k + 1), f"new {k}")
             for k in range(count)]
@@ -118,7 +110,7 @@ def test_a_window_larger_than_the_batch_size_moves_exactly(spark, lake_setup):
     assert staged_files(tables) == []
 
 
-def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]:  # noqa: ANN001
+def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]:
     """The most Arrow memory (pyarrow's pools, in this process) held above what was held before,
     sampled every millisecond while ``run()`` runs, outside delta-rs's MERGE (which builds its
     hash join from the source in memory of its own: delta-rs's part, not ours); and the type of
@@ -127,7 +119,7 @@ def peak_arrow_bytes(run, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list]: 
     peak, done, merging, sources = base, threading.Event(), threading.Event(), []
     merge = DeltaWriter._merge
 
-    def watched(self, path, target, source, staged, load, **how):  # noqa: ANN001, ANN003, ANN202, PLR0913
+    def watched(self, path, target, source, staged, load, **how):
         sources.append(type(source))  # not the reader itself: holding it would hold its buffers
         merging.set()
         try:
@@ -161,7 +153,7 @@ def test_the_transferring_process_holds_batches_not_the_window(spark, tmp_path, 
     peaks, sizes = {}, {}
     for count in (20_000, 160_000):
         lake, root = tmp_path / f"lake{count}", tmp_path / f"delta{count}"
-        config = helpers.lake_config(lake, root, tenant=TENANT, min_start=MIN_START)
+        config = support_lake.lake_config(lake, root, tenant=TENANT, min_start=MIN_START)
         rows = big_window(count, seed=count)
         write_lake(lake, rows)
         summary = None
@@ -217,7 +209,7 @@ def test_a_bad_row_in_a_big_window_is_refused_and_nothing_is_committed(spark, la
 def test_the_executors_summary_matches_refuse_bad_rows(tmp_path):
     """``_stage_partition`` on its own (as an executor runs it), batches of 4 rows: a duplicate
     key whose copies span three batches is counted whole; NULL key and last-modified found."""
-    config = helpers.lake_config(tmp_path / "lake", tmp_path / "delta", tenant=TENANT, min_start=MIN_START)
+    config = support_lake.lake_config(tmp_path / "lake", tmp_path / "delta", tenant=TENANT, min_start=MIN_START)
     model = config.models[0]
     schema = delta.arrow_schema(model)
     at = day(3, 1)
@@ -244,8 +236,8 @@ def test_the_executors_summary_matches_refuse_bad_rows(tmp_path):
     assert staged.max_last_modified == at + timedelta(seconds=11)
 
 
-def failing_merge(message: str):  # noqa: ANN201
-    def merge(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+def failing_merge(message: str):
+    def merge(*args, **kwargs):
         raise RuntimeError(message)
     return merge
 

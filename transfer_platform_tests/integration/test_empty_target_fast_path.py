@@ -15,19 +15,17 @@ import pytest
 
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.destinations.postgres_sql import target_ddl
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import pg_config
+from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
     day,
-    destination_rows,
     insert_rows,
     make_rows,
-    pg_config,
     source_rows,
-    status_row,
-    tables_in,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import destination_rows, status_row, tables_in
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -13,53 +13,23 @@ NULL: then every window reads it and the transfer refuses it).
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.sources.jdbc import JdbcReader
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.destinations import WITHOUT_S3, events_rows
+from transfer_platform_tests.support.events import (
     create_events,
-    day,
-    destination_rows,
-    events_model,
     insert_rows,
-    normalize,
     source_rows,
-    status_row,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import status_row
+from transfer_platform_tests.support.sparse_tenant import NOW, OTHERS, ROWS, TENANT, config_for
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
-TENANT, OTHER = "sparse'one", "busy"
-MIN_START = day(1, 1)
-NOW = day(3, 1) + timedelta(hours=5)  # 61 daily windows (2024 is a leap year), the last in progress
-ROWS = [(1, TENANT, day(1, 3) + timedelta(hours=2), "a"), (2, TENANT, day(1, 3) + timedelta(hours=9), "b"),
-        (3, TENANT, day(2, 10) + timedelta(microseconds=1), "c"), (4, TENANT, day(3, 1) + timedelta(hours=1), "d")]
 # the other tenant's rows fill other days: they must not make the recipient's windows read
-OTHERS = [(100 + d, OTHER, day(1, 1) + timedelta(days=d, hours=3), "x") for d in range(59)]
-
-
-def config_for(vendor: str, source_schema: str, where, *, tenant: str = TENANT,  # noqa: ANN001
-               payload_type: str = "string", now=NOW) -> object:  # noqa: ANN001
-    """The events model from PostgreSQL to one destination of ``vendor`` (in ``where``)."""
-    connection = {"postgres": pg_connection_config(where), "delta": {"path": str(where)},
-                  "local": {"path": str(where)}}[vendor]
-    destination = {"name": DESTINATION, "recipient": "rcpt", "vendor": vendor, "connection": connection}
-    if vendor == "local":
-        destination["signing_key"] = "${TP_TEST_SIGNING_KEY}"
-    model = events_model(f"{source_schema}.events", min_start=MIN_START)
-    model["columns"][3]["data_type"] = payload_type
-    return parse_config({
-        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [model],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": tenant}],
-        "destinations": [destination],
-    }, now=now)
 
 
 @pytest.fixture
@@ -68,11 +38,11 @@ def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
     reads = []
     real, together = JdbcReader.read, JdbcReader.read_together
 
-    def recording(self, spark, request):  # noqa: ANN001, ANN202
+    def recording(self, spark, request):
         reads.append((request.bounds.lower, request.bounds.upper))
         return real(self, spark, request)
 
-    def recording_together(self, spark, requests):  # noqa: ANN001, ANN202
+    def recording_together(self, spark, requests):
         reads.extend((request.bounds.lower, request.bounds.upper) for request in requests)
         return together(self, spark, requests)
 
@@ -81,22 +51,7 @@ def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
     return reads
 
 
-def delivered(vendor: str, pg_conn, where) -> list:  # noqa: ANN001
-    if vendor == "postgres":
-        return destination_rows(pg_conn, where)
-    if vendor == "delta":
-        from deltalake import DeltaTable
-
-        table = DeltaTable(str(where / "events")).to_pyarrow_table()
-    else:
-        import pyarrow.dataset as pads
-
-        table = pads.dataset(str(where / "events"), format="parquet").to_table()
-    return normalize(zip(*(table.column(c).to_pylist() for c in ("id", "organization_id", "updated_at", "payload")),
-                         strict=True))
-
-
-@pytest.mark.parametrize("vendor", ["postgres", "delta", "local"])
+@pytest.mark.parametrize("vendor", WITHOUT_S3)
 def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, monkeypatch, read_windows, vendor) -> None:
     from transfer_platform.destinations.manifests import new_signing_key
@@ -114,8 +69,8 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
     staged = []  # the windows Spark read, staged or into this process (the real writes run)
     write_window, write_arrow = writer.write_window, writer.write_arrow
 
-    def recording(write):  # noqa: ANN001, ANN202
-        def write_read_window(batch, load):  # noqa: ANN001, ANN202
+    def recording(write):
+        def write_read_window(batch, load):
             staged.append(load.progress)
             return write(batch, load)
         return write_read_window
@@ -142,7 +97,7 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
     assert read_windows == [(o.planned.bounds.lower, o.planned.bounds.upper) for o in holding]
     assert sum(o.result.rows_transferred for o in outcomes) == len(ROWS)
     expected = source_rows(pg_conn, pg_schema, TENANT)
-    assert delivered(vendor, pg_conn, where) == expected
+    assert events_rows(vendor, pg_conn, where) == expected
     assert summary.state.watermark == NOW
     assert summary.state.high_watermark == max(r[2] for r in ROWS)
     if vendor == "postgres":

@@ -11,32 +11,25 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import REFRESH_DIR, read_state
 from transfer_platform.destinations.postgres import REFRESH_PREFIX
 from transfer_platform.errors import DataError
 from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
-from transfer_platform.tuning import DEFAULT, Tuning
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION, pg_config, with_columns
+from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
     day,
-    destination_rows,
     insert_rows,
-    lake_config,
     make_rows,
     normalize,
-    pg_config,
     source_rows,
-    status_row,
-    tables_in,
-    transfer,
-    with_columns,
 )
-from transfer_platform_tests.integration.test_parquet_delta_path import delivered, write_lake
+from transfer_platform_tests.support.lake import delivered, lake_config, write_lake
+from transfer_platform_tests.support.postgres import destination_rows, status_row, tables_in
+from transfer_platform_tests.support.transfers import refresh_step_by_step, transfer
 
 pytestmark = pytest.mark.integration
 
@@ -45,22 +38,6 @@ DATA_DAYS = [day(3, 1), day(3, 2), day(3, 3)]
 NOW1 = day(3, 4) + timedelta(hours=12)
 NOW2 = day(3, 5) + timedelta(hours=6)
 TENANT = "acme"
-
-
-def refresh_step_by_step(spark, config: PlatformConfig, now, on_window, tuning: Tuning = DEFAULT) -> list:
-    """Run a full refresh, calling ``on_window()`` after each window has committed aside."""
-    writer = writer_for(config.destination(DESTINATION))
-    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id="refresh1", now=now, full_refresh=True, tuning=tuning)
-    items = []
-    try:
-        for item in transfer_model(request, config.model(MODEL)):
-            items.append(item)
-            if isinstance(item, WindowOutcome):
-                on_window()
-    finally:
-        writer.close()
-    return items
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------

@@ -12,15 +12,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from deltalake import DeltaTable
 
 from transfer_platform.config import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import reader_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.s3_server import S3Server
+from transfer_platform_tests.support.platform import TENANTS, delivered, lake_rows, write_config
+from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +27,7 @@ BUCKET = "provider-lake"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _bucket(s3: S3Server) -> None:  # the session's S3 server (integration/conftest.py)
+def _bucket(s3: S3Server) -> None:  # the session's S3 server (transfer_platform_tests/conftest.py)
     s3.create_bucket(BUCKET)
 
 
@@ -69,22 +68,7 @@ def configure(root: Path, server: S3Server, monkeypatch: pytest.MonkeyPatch, *, 
     return path
 
 
-def lake_rows(root: Path, table: str, recipient: str) -> list[dict]:
-    rows = pa.concat_tables(pq.read_table(f) for f in sorted((root / "lake" / table).glob("*.parquet")))
-    rows = rows.filter(pc.equal(rows["organization_id"], TENANTS[recipient])).to_pylist()
-    latest: dict[int, dict] = {}
-    for row in rows:
-        if row["id"] not in latest or row["updated_at"] > latest[row["id"]]["updated_at"]:
-            latest[row["id"]] = row
-    return sorted(latest.values(), key=lambda r: r["id"])
-
-
-def delivered(root: Path, recipient: str, table: str) -> list[dict]:
-    rows = DeltaTable(str(root / f"dest_{recipient}" / table)).to_pyarrow_table()
-    return sorted(rows.select(["id", "organization_id", "updated_at", "v"]).to_pylist(), key=lambda r: r["id"])
-
-
-def transfer_all(spark, config_path: Path) -> None:  # noqa: ANN001
+def transfer_all(spark, config_path: Path) -> None:
     config = load_config(config_path)
     for recipient in ("acme", "globex"):
         writer = writer_for(config.destination(f"{recipient}_delta"))

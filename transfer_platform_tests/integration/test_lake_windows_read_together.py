@@ -21,15 +21,11 @@ import pytest
 
 from transfer_platform.sources.parquet_lake import ParquetLakeReader
 from transfer_platform.tuning import DEFAULT, Tuning
-from transfer_platform_tests.integration import helpers
-from transfer_platform_tests.integration.helpers import DeltaTables, day
-from transfer_platform_tests.integration.test_empty_windows import MIN_START, NOW, OTHER, TENANT
-from transfer_platform_tests.integration.test_parquet_delta_path import (
-    delivered,
-    tenant_rows,
-    write_lake,
-)
-from transfer_platform_tests.integration.test_windows_read_together import run
+from transfer_platform_tests.support import lake as support_lake
+from transfer_platform_tests.support.daily_windows import run
+from transfer_platform_tests.support.events import day
+from transfer_platform_tests.support.lake import DeltaTables, delivered, tenant_rows, write_lake
+from transfer_platform_tests.support.sparse_tenant import MIN_START, NOW, OTHER, TENANT
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +45,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list:
     for name in ("read_together", "window_rows"):
         real = getattr(ParquetLakeReader, name)
 
-        def recording(self, spark, requests, *more, real=real, name=name):  # noqa: ANN001, ANN002, ANN202
+        def recording(self, spark, requests, *more, real=real, name=name):
             seen.append((name, len(requests)))
             return real(self, spark, requests, *more)
 
@@ -64,9 +60,9 @@ def holding_rows(outcomes: list) -> list:
             for o in outcomes]
 
 
-def transferred(spark, tmp_path, tuning: Tuning = DEFAULT) -> tuple:  # noqa: ANN001
+def transferred(spark, tmp_path, tuning: Tuning = DEFAULT) -> tuple:
     write_lake(tmp_path / "lake", ROWS)
-    config = helpers.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
+    config = support_lake.lake_config(tmp_path / "lake", {"path": str(tmp_path / "dest")}, tenant=TENANT,
                                  min_start=MIN_START)
     summary, outcomes, writes = run(spark, config, NOW, tuning)
     writes = [(how, window.start) for how, window in writes]

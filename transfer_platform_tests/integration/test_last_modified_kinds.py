@@ -28,15 +28,11 @@ from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.integrity import check_integrity
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.conftest import mysql_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    MODEL,
-    schema_exists,
-    status_row,
-    transfer,
-)
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.events import MODEL
+from transfer_platform_tests.support.mysql import mysql_connection_config
+from transfer_platform_tests.support.postgres import pg_connection_config, schema_exists, status_row
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

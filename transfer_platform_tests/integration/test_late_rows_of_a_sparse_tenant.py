@@ -26,21 +26,21 @@ import pytest
 
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY, events_rows
+from transfer_platform_tests.support.events import (
     LOOKBACK,
-    MODEL,
     create_events,
     day,
-    destination_rows,
-    events_model,
     insert_rows,
-    normalize,
     source_rows,
-    status_row,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
+    status_row,
+)
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -86,18 +86,8 @@ def delta_config(source_schema: str, root, *, window: int | None) -> PlatformCon
     return sparse_config(source_schema, {"vendor": "delta", "connection": {"path": str(root)}}, window=window)
 
 
-def delivered_rows(pg_conn, vendor: str, where) -> list:
-    if vendor == "postgres":
-        return destination_rows(pg_conn, where)
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(where / MODEL)).to_pyarrow_table()
-    return normalize(zip(*(table.column(c).to_pylist() for c in ("id", "organization_id", "updated_at",
-                                                               "payload")), strict=True))
-
-
 @pytest.mark.parametrize("window", [86_400, None], ids=["daily-windows", "unwindowed"])
-@pytest.mark.parametrize("vendor", ["postgres", "delta"])
+@pytest.mark.parametrize("vendor", ONE_ROW_PER_KEY)
 def test_late_commits_at_and_around_the_last_delivered_row_arrive_in_the_next_transfer(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor, window):
     create_events(pg_conn, pg_schema)
@@ -117,7 +107,7 @@ def test_late_commits_at_and_around_the_last_delivered_row_arrive_in_the_next_tr
     assert second.status == "SUCCESS", second.error
 
     expected = [r for r in source_rows(pg_conn, pg_schema, TENANT) if r[0] != BEYOND[0]]
-    delivered = delivered_rows(pg_conn, vendor, where)
+    delivered = events_rows(vendor, pg_conn, where)
     assert delivered == expected  # every late row inside the lookback, each once, nothing else
     assert len({r[0] for r in delivered}) == len(delivered)
     # read: [LAST - 30 s, NOW2): the last delivered row again and the five late ones

@@ -19,9 +19,22 @@ from transfer_platform.config.models import ColumnConfig, PlatformConfig
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.transfers.integrity import check_integrity
-from transfer_platform_tests.conftest import pg_connect
-from transfer_platform_tests.integration.conftest import (
+from transfer_platform_tests.support.config import (
+    DESTINATION,
     config_for,
+    events_model,
+    pg_config,
+    with_columns,
+)
+from transfer_platform_tests.support.events import (
+    MODEL,
+    create_events,
+    day,
+    insert_rows,
+    make_rows,
+    source_rows,
+)
+from transfer_platform_tests.support.mysql import (
     mysql_connect,
     mysql_create_events,
     mysql_ident,
@@ -29,22 +42,13 @@ from transfer_platform_tests.integration.conftest import (
     mysql_source,
     mysql_source_rows,
 )
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    MODEL,
-    create_events,
-    day,
+from transfer_platform_tests.support.postgres import (
     destination_rows,
-    events_model,
-    insert_rows,
-    make_rows,
-    pg_config,
+    pg_connect,
     schema_exists,
-    source_rows,
     tables_in,
-    transfer,
-    with_columns,
 )
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -35,8 +35,9 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.destinations.object_storage import ObjectStorageWriter
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
-from transfer_platform_tests.s3_server import S3Server
+from transfer_platform_tests.support.destinations import OBJECT_STORAGE
+from transfer_platform_tests.support.platform import TENANTS, TS, write_config
+from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +156,7 @@ def configure(root: Path, connection: dict) -> Path:
     return path
 
 
-def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> tuple[datetime, datetime]:  # noqa: ANN001
+def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> tuple[datetime, datetime]:
     """Run one transfer; returns when it was asked for and when it had returned."""
     asked = datetime.now(UTC)
     config = load_config(config_path)
@@ -170,7 +171,7 @@ def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool =
     return asked, datetime.now(UTC)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=OBJECT_STORAGE)
 def destination(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, Objects]:
     """The destination's connection (with its vendor) and the recipient's view of it."""
     monkeypatch.setenv("TP_TEST_SIGNING_KEY", PRIVATE)
@@ -277,11 +278,11 @@ def test_a_transfer_that_dies_after_its_manifest_leaves_the_next_one_a_greater_s
     real_manifest, real_book = ObjectStorageWriter._write_manifest, ObjectStorageWriter._write_book
     written = []
 
-    def manifest_then_note(self, *args, **kwargs) -> None:  # noqa: ANN001
+    def manifest_then_note(self, *args, **kwargs) -> None:
         real_manifest(self, *args, **kwargs)
         written.append(1)
 
-    def book_unless_after_a_manifest(self, *args, **kwargs) -> None:  # noqa: ANN001
+    def book_unless_after_a_manifest(self, *args, **kwargs) -> None:
         if written:
             raise ConnectionFailure("object storage", reason="the process died", fix="-")
         real_book(self, *args, **kwargs)

@@ -14,24 +14,17 @@ import pytest
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform_tests.integration.conftest import (
-    config_for,
+from transfer_platform_tests.support.config import config_for, events_model
+from transfer_platform_tests.support.events import MODEL, day, make_rows, normalize
+from transfer_platform_tests.support.mysql import (
     mysql_create_events,
     mysql_insert_rows,
     mysql_source,
     mysql_source_rows,
 )
-from transfer_platform_tests.integration.helpers import (
-    MODEL,
-    day,
-    destination_rows,
-    events_model,
-    jdbc_read_partitions,
-    make_rows,
-    normalize,
-    status_row,
-    transfer,
-)
+from transfer_platform_tests.support.postgres import destination_rows, status_row
+from transfer_platform_tests.support.spark import jdbc_read_partitions
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -35,8 +34,9 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
-from transfer_platform_tests.s3_server import S3Server
+from transfer_platform_tests.support.destinations import OBJECT_STORAGE
+from transfer_platform_tests.support.platform import TENANTS, TS, lake_rows, write_config
+from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ PRIVATE, PUBLIC = new_signing_key()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _bucket(s3: S3Server) -> None:  # the session's S3 server (integration/conftest.py)
+def _bucket(s3: S3Server) -> None:  # the session's S3 server (transfer_platform_tests/conftest.py)
     s3.create_bucket(BUCKET)
 
 
@@ -107,7 +107,7 @@ def platform(root: Path, vendor: str, server: S3Server | None, window: int | Non
     return path, bucket
 
 
-def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False,  # noqa: ANN001
+def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False,
              tuning: Tuning = DEFAULT) -> list:
     config = load_config(config_path)
     writer = writer_for(config.destination("acme_files"))
@@ -121,15 +121,6 @@ def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool =
     assert all(s.status == "SUCCESS" for s in summaries), [(s.model, s.error) for s in summaries]
     return summaries
 
-
-def lake_rows(root: Path, table: str, tenant: str = "acme") -> list[dict]:
-    rows = pq.read_table(root / "lake" / table)
-    rows = rows.filter(pc.equal(rows["organization_id"], TENANTS[tenant])).to_pylist()
-    latest: dict[int, dict] = {}
-    for row in rows:  # the lake may hold several versions of a row (an update appended)
-        if row["id"] not in latest or row["updated_at"] > latest[row["id"]]["updated_at"]:
-            latest[row["id"]] = row
-    return sorted(latest.values(), key=lambda r: r["id"])
 
 
 def consumed(bucket: Bucket, model: str) -> list[dict]:
@@ -164,7 +155,7 @@ def append_to_lake(root: Path, table: str, rows: list[dict]) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "lake" / table / name)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=OBJECT_STORAGE)
 def vendor(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -247,7 +238,7 @@ def test_a_failure_before_the_manifest_delivers_nothing_and_is_cleaned_next_time
     real = object_storage.ObjectStorageWriter._write_manifest
     calls = []
 
-    def fail_on_the_second_window(self, *args, **kwargs) -> None:  # noqa: ANN001
+    def fail_on_the_second_window(self, *args, **kwargs) -> None:
         calls.append(1)
         if len(calls) == 2:  # the window's file is written; its manifest is not
             raise ConnectionFailure("object storage", reason="the connection dropped", fix="retry")

@@ -31,22 +31,16 @@ from transfer_platform.destinations import delta, postgres
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.destinations.postgres_sql import model_lock_key
-from transfer_platform_tests.conftest import pg_connect
-from transfer_platform_tests.integration.helpers import (
-    MODEL,
-    create_events,
+from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows, write_config
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
+from transfer_platform_tests.support.events import MODEL, create_events, source_rows
+from transfer_platform_tests.support.postgres import (
     destination_rows,
-    source_rows,
+    pg_connect,
     status_row,
     tables_in,
-    transfer,
 )
-from transfer_platform_tests.integration.test_crash_safety import (
-    PACKAGE_ROOT,
-    TENANT,
-    add_rows,
-    write_config,
-)
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -151,7 +145,7 @@ def phase_times(log: str, phase: str) -> list[datetime]:
             for line in log.splitlines() if f'"phase": "{phase}"' in line]
 
 
-@pytest.mark.parametrize("vendor", ["postgres", "delta"])
+@pytest.mark.parametrize("vendor", ONE_ROW_PER_KEY)
 def test_two_transfer_commands_at_once_never_interleave(spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor):
     """Both start together; whichever takes the model's lock first moves the batch, and the other
     plans only after the first's last step (or is refused with the reason if the first outlasts
@@ -198,8 +192,9 @@ def test_transfers_of_several_models_starting_at_once_on_a_new_destination_all_s
 
     from transfer_platform.config import parse_config
     from transfer_platform.destinations.base import writer_for
-    from transfer_platform_tests.conftest import pg_connection_config
-    from transfer_platform_tests.integration.helpers import DESTINATION, day, events_model
+    from transfer_platform_tests.support.config import DESTINATION, events_model
+    from transfer_platform_tests.support.events import day
+    from transfer_platform_tests.support.postgres import pg_connection_config
 
     models = [{**events_model(f"{pg_schema}.events", min_start=day(1, 1)), "model_name": f"m{i}"} for i in range(6)]
     config = parse_config({
@@ -210,7 +205,7 @@ def test_transfers_of_several_models_starting_at_once_on_a_new_destination_all_s
     }, now=day(2, 1))
     start, errors = threading.Barrier(len(models)), []
 
-    def prepare(model) -> None:  # noqa: ANN001
+    def prepare(model) -> None:
         writer = writer_for(config.destination(DESTINATION))
         try:
             writer.conn.execute("SELECT 1")  # connected before the start: they all race

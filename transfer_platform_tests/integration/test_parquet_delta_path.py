@@ -4,24 +4,20 @@ bucket (a real S3-compatible server in its own process, through delta-rs's stora
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from transfer_platform.destinations.delta import read_state
-from transfer_platform_tests.integration import helpers
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    MODEL,
-    DeltaTables,
-    day,
-    make_rows,
-    normalize,
-    transfer,
+from transfer_platform_tests.support import lake as support_lake
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.events import MODEL, day, make_rows
+from transfer_platform_tests.support.lake import (
+    delivered,
+    tenant_rows,
+    write_lake,
 )
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -32,35 +28,11 @@ NOW2 = day(3, 5) + timedelta(hours=6)
 TENANT = "org-o'reilly\\x"
 LOOKBACK_ROW_AT = NOW1 - timedelta(seconds=100, microseconds=3)  # inside the 300 s parquet lookback
 
-SCHEMA = pa.schema([("id", pa.int64()), ("organization_id", pa.string()),
-                    ("updated_at", pa.timestamp("us", tz="UTC")), ("payload", pa.string())])
-
-
-def write_lake(lake: Path, rows: list) -> None:
-    """Replace the lake's ``events`` folder by one Parquet file holding ``rows``."""
-    folder = lake / "events"
-    for old in folder.glob("*.parquet"):
-        old.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(
-        [dict(zip(SCHEMA.names, r, strict=True)) for r in rows], schema=SCHEMA)
-    pq.write_table(table, folder / f"part-{datetime.now(UTC).timestamp():.6f}.parquet")
-
-
-def delivered(delta_root: DeltaTables | Path) -> list:
-    tables = delta_root if isinstance(delta_root, DeltaTables) else DeltaTables(str(delta_root))
-    table = tables.table().to_pyarrow_table()
-    return normalize(tuple(r[c] for c in SCHEMA.names) for r in table.to_pylist())
-
-
-def tenant_rows(rows: list, tenant: str = TENANT) -> list:
-    return normalize(r for r in rows if r[1] == tenant)
-
 
 @pytest.fixture
 def lake_config(tmp_path, delta_tables):
     connection, delta_root = delta_tables
-    config = helpers.lake_config(tmp_path / "lake", connection, tenant=TENANT, min_start=MIN_START)
+    config = support_lake.lake_config(tmp_path / "lake", connection, tenant=TENANT, min_start=MIN_START)
     return config, tmp_path / "lake", delta_root
 
 
@@ -69,7 +41,7 @@ def test_parquet_lake_to_delta_backfill_then_incremental(spark, lake_config):
     rows = make_rows([TENANT, "org-o'reilly", "globex"], 30, DATA_DAYS, seed=8)
     rows.append((9001, TENANT, LOOKBACK_ROW_AT, "near now"))
     write_lake(lake, rows)
-    expected = tenant_rows(rows)
+    expected = tenant_rows(rows, TENANT)
 
     first = transfer(spark, config, NOW1)
 
@@ -95,7 +67,7 @@ def test_parquet_lake_to_delta_backfill_then_incremental(spark, lake_config):
 
     assert second.status == "SUCCESS", second.error
     assert second.windows == 2
-    assert delivered(delta_root) == tenant_rows(rows)
+    assert delivered(delta_root) == tenant_rows(rows, TENANT)
     # the row 100 s before NOW1 is re-read (300 s lookback) but is not new
     assert (second.rows_transferred, second.delta_rows_transferred) == (4 + 2 + 1, 4 + 2)
     state = read_state(delta_root.table())
@@ -106,7 +78,7 @@ def test_parquet_lake_to_delta_backfill_then_incremental(spark, lake_config):
     third = transfer(spark, config, NOW2 + timedelta(hours=1), transfer_id="t3")
     assert third.status == "SUCCESS", third.error
     assert read_state(delta_root.table()).watermark == NOW2 + timedelta(hours=1)
-    assert delivered(delta_root) == tenant_rows(rows)
+    assert delivered(delta_root) == tenant_rows(rows, TENANT)
 
 
 def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
@@ -114,7 +86,7 @@ def test_delta_keeps_the_newer_row_and_refuses_a_bad_batch(spark, lake_config):
     rows = make_rows([TENANT, "globex"], 10, DATA_DAYS, seed=9)
     write_lake(lake, rows)
     assert transfer(spark, config, NOW1).status == "SUCCESS"
-    keep, tie = [r for r in tenant_rows(rows)][:2]
+    keep, tie = [r for r in tenant_rows(rows, TENANT)][:2]
 
     # the destination gets a newer version of `keep` and a same-time version of `tie` from elsewhere
     table = delta_root.table()
@@ -174,5 +146,5 @@ def test_delta_refuses_a_null_primary_key(spark, lake_config):
         assert "NULL primary key value (id)" in failed.error
         assert f"model '{MODEL}'" in failed.error
         assert delta_root.table().version() == version
-        assert delivered(delta_root) == tenant_rows(rows)
+        assert delivered(delta_root) == tenant_rows(rows, TENANT)
         assert read_state(delta_root.table()).watermark == NOW1

@@ -26,27 +26,27 @@ from transfer_platform.transfers.runner import (
     run_transfer,
     transfer_model,
 )
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION, events_model, pg_config
+from transfer_platform_tests.support.events import (
     LOOKBACK,
     MODEL,
     create_events,
     day,
-    destination_rows,
-    events_model,
     insert_rows,
-    jdbc_read_partitions,
     make_rows,
     normalize,
-    pg_config,
-    schema_exists,
     source_rows,
+)
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
+    schema_exists,
     status_row,
     tables_in,
-    transfer,
     xmins,
 )
+from transfer_platform_tests.support.spark import jdbc_read_partitions
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -46,21 +46,23 @@ from transfer_platform.transfers.runner import (
     transfer_model,
     windowing_for,
 )
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
+from transfer_platform_tests.support.events import (
     COLUMNS,
-    DESTINATION,
     MODEL,
     Row,
     create_events,
-    destination_rows,
-    events_model,
     insert_rows,
     normalize,
-    rows_by_partition,
     source_rows,
+)
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
     status_row,
 )
+from transfer_platform_tests.support.spark import rows_by_partition
 
 pytestmark = pytest.mark.integration
 
@@ -228,7 +230,7 @@ def test_a_row_stamped_exactly_at_the_watermark_is_delivered_without_lookback(
     assert destination.state(pg_conn).high_watermark == now1
 
 
-@pytest.mark.parametrize("destination", ["postgres", "delta"], indirect=True)
+@pytest.mark.parametrize("destination", ONE_ROW_PER_KEY, indirect=True)
 def test_a_late_row_stamped_at_the_high_watermark_is_delivered_but_is_no_delta(
         spark, pg_conn, pg_schema, destination):
     """The high watermark is the newest last-modified delivered; a row committed later with that
@@ -315,7 +317,7 @@ def test_microseconds_arrive_intact_in_timestamptz_and_timestamp_columns(
 # -- epoch 0 is a value -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("destination", ["postgres", "delta"], indirect=True)
+@pytest.mark.parametrize("destination", ONE_ROW_PER_KEY, indirect=True)
 def test_a_watermark_at_epoch_zero_is_a_value_not_unset(spark, pg_conn, pg_schema, destination):
     create_events(pg_conn, pg_schema)
     insert_rows(pg_conn, pg_schema, [(1, TENANT, EPOCH, "at epoch 0"), (2, TENANT, EPOCH + US, "1 µs later"),

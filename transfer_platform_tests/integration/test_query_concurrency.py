@@ -11,8 +11,10 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform_tests.conftest import pg_connect
-from transfer_platform_tests.integration.helpers import create_events, day, pg_config, transfer
+from transfer_platform_tests.support.config import pg_config
+from transfer_platform_tests.support.events import create_events, day
+from transfer_platform_tests.support.postgres import pg_connect
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -56,19 +56,16 @@ from hypothesis import strategies as st
 
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform_tests.conftest import pg_connect, pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    MODEL,
-    Row,
-    create_events,
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.events import MODEL, Row, create_events, epoch, source_rows
+from transfer_platform_tests.support.postgres import (
     destination_rows,
-    epoch,
-    source_rows,
+    pg_connect,
+    pg_connection_config,
     status_row,
     tables_in,
-    transfer,
 )
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -38,8 +38,9 @@ from hypothesis import strategies as st
 
 from transfer_platform.config import parse_config
 from transfer_platform.transfers.delete_sweep import sweep_deletes
-from transfer_platform_tests.conftest import pg_connect, pg_connection_config
-from transfer_platform_tests.integration.helpers import epoch, transfer
+from transfer_platform_tests.support.events import epoch
+from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -22,22 +22,23 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.postgres import REFRESH_PREFIX, PostgresWriter
 from transfer_platform.errors import DataError
 from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
-from transfer_platform_tests.conftest import pg_connect
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION, pg_config
+from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
     day,
-    destination_rows,
     insert_rows,
     make_rows,
     normalize,
-    pg_config,
     source_rows,
+)
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connect,
     status_row,
     tables_in,
-    transfer,
 )
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -17,18 +17,11 @@ from deltalake import DeltaTable
 
 from transfer_platform.config.models import ColumnConfig
 from transfer_platform.destinations.delta import read_state
-from transfer_platform_tests.integration.helpers import (
-    MODEL,
-    create_events,
-    day,
-    insert_rows,
-    lake_config,
-    make_rows,
-    pg_config,
-    status_row,
-    transfer,
-    with_columns,
-)
+from transfer_platform_tests.support.config import pg_config, with_columns
+from transfer_platform_tests.support.events import MODEL, create_events, day, insert_rows, make_rows
+from transfer_platform_tests.support.lake import lake_config
+from transfer_platform_tests.support.postgres import status_row
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +34,7 @@ TENANT = "acme"
 AMOUNT = ColumnConfig(name_in_source="amount", data_type="integer")
 
 
-def allowing_drops(config):  # noqa: ANN001, ANN201 - a PlatformConfig
+def allowing_drops(config):  # a PlatformConfig
     """The same configuration, its (single) model with ``allow_column_drop: true``."""
     model = config.model(MODEL).model_copy(update={"allow_column_drop": True})
     return config.model_copy(update={"models": [model]})

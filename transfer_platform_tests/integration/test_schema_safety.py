@@ -27,18 +27,18 @@ from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.destinations.manifests import new_signing_key
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.destinations import WITHOUT_S3
+from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
     day,
     epoch,
     insert_rows,
     make_rows,
-    status_row,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import pg_connection_config, status_row
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +126,7 @@ class Recipient:
     """What the recipient holds, per vendor: ``snapshot()`` to compare whole, ``columns()``,
     ``rows()`` and ``watermark()``."""
 
-    def __init__(self, vendor: str, where: str, pg_conn) -> None:  # noqa: ANN001
+    def __init__(self, vendor: str, where: str, pg_conn) -> None:
         self.vendor, self.where, self.pg = vendor, where, pg_conn
 
     def columns(self) -> list[str]:
@@ -146,7 +146,7 @@ class Recipient:
         return sorted(tuple(r.values()) for p in sorted(Path(self.where).rglob("part-*.parquet"))
                       for r in pq.read_table(p).to_pylist())
 
-    def watermark(self):  # noqa: ANN201 - a datetime
+    def watermark(self):  # a datetime
         if self.vendor == "postgres":
             return status_row(self.pg, self.where)["watermark"]
         if self.vendor == "delta":
@@ -173,12 +173,12 @@ class Recipient:
         return max(Path(self.where).rglob("part-*.parquet"), key=lambda p: p.stat().st_mtime_ns)
 
 
-def recipient_for(vendor: str, tmp_path: Path, dst_schema: str, pg_conn) -> Recipient:  # noqa: ANN001
+def recipient_for(vendor: str, tmp_path: Path, dst_schema: str, pg_conn) -> Recipient:
     where = {"postgres": dst_schema, "delta": str(tmp_path / "delta"), "local": str(tmp_path / "bucket")}[vendor]
     return Recipient(vendor, where, pg_conn)
 
 
-VENDORS = ["postgres", "delta", "local"]
+VENDORS = WITHOUT_S3
 
 
 # -- a model column the source does not have ------------------------------------------------------

@@ -22,13 +22,14 @@ from transfer_platform.core.timeutil import utc
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform_tests.conftest import pg_connect, pg_connection_config
-from transfer_platform_tests.integration.conftest import (
+from transfer_platform_tests.support.events import day, epoch
+from transfer_platform_tests.support.mysql import (
     mysql_connect,
     mysql_connection_config,
     mysql_ident,
 )
-from transfer_platform_tests.integration.helpers import day, epoch, transfer
+from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

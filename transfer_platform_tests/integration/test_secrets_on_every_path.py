@@ -50,33 +50,28 @@ from dagster_graphql.client.query import RUN_EVENTS_QUERY
 from dagster_graphql.test.utils import execute_dagster_graphql
 from deltalake import DeltaTable
 
+from benchmarks.spark_server import SparkServer, spark_connect_server
 from transfer_platform.config import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import JOB_NAME as INTEGRITY_JOB
 from transfer_platform.orchestration.checks import integrity_check_keys
 from transfer_platform.spark_session import REMOTE_ENV_VAR, is_remote
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.conftest import (
+from transfer_platform_tests.support.config import events_model
+from transfer_platform_tests.support.dagster import CONFIG_ENV, transfer_run_config, workspace
+from transfer_platform_tests.support.events import (
+    COLUMNS,
+    create_events,
+    insert_rows,
+    make_rows,
+    normalize,
+)
+from transfer_platform_tests.support.mysql import (
     mysql_connect,
     mysql_connection_config,
     mysql_create_events,
     mysql_insert_rows,
 )
-from transfer_platform_tests.integration.helpers import (
-    COLUMNS,
-    create_events,
-    destination_rows,
-    events_model,
-    insert_rows,
-    make_rows,
-    normalize,
-)
-from transfer_platform_tests.orchestration.test_coordinator import (
-    CONFIG_ENV,
-    transfer_run_config,
-    workspace,
-)
-from transfer_platform_tests.spark_server import SparkServer, spark_connect_server
+from transfer_platform_tests.support.postgres import destination_rows, pg_connection_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

@@ -18,8 +18,10 @@ import pytest
 from transfer_platform.config import parse_config
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.integrity import check_integrity
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import day, epoch, transfer
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
+from transfer_platform_tests.support.events import day, epoch
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +85,7 @@ def destination_rows(conn, vendor: str, dst_schema: str, delta_root, marker: str
 
 @pytest.mark.parametrize("keep", [False, True], ids=["remove", "keep"])
 @pytest.mark.parametrize("marker", ["is_deleted", "deleted_at"])
-@pytest.mark.parametrize("vendor", ["postgres", "delta"])
+@pytest.mark.parametrize("vendor", ONE_ROW_PER_KEY)
 def test_marked_rows_are_removed_or_kept_by_the_last_modified_rule(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, vendor, marker, keep):
     pg_conn.execute(f'CREATE TABLE "{pg_schema}".events (id bigint PRIMARY KEY, organization_id text, '

@@ -15,16 +15,9 @@ import pytest
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform_tests.integration.conftest import config_for, mysql_insert_rows, mysql_source
-from transfer_platform_tests.integration.helpers import (
-    MODEL,
-    create_events,
-    day,
-    events_model,
-    insert_rows,
-    make_rows,
-    pg_config,
-)
+from transfer_platform_tests.support.config import config_for, events_model, pg_config
+from transfer_platform_tests.support.events import MODEL, create_events, day, insert_rows, make_rows
+from transfer_platform_tests.support.mysql import mysql_insert_rows, mysql_source
 
 pytestmark = pytest.mark.integration
 

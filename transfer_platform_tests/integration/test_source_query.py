@@ -17,28 +17,24 @@ import pytest
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.conftest import (
-    config_for,
+from transfer_platform_tests.support.config import DESTINATION, config_for, events_model, pg_config
+from transfer_platform_tests.support.events import (
+    MODEL,
+    day,
+    epoch,
+    insert_rows,
+    make_rows,
+    normalize,
+    source_rows,
+)
+from transfer_platform_tests.support.mysql import (
     mysql_create_events,
     mysql_insert_rows,
     mysql_source,
     mysql_source_rows,
 )
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    MODEL,
-    day,
-    destination_rows,
-    epoch,
-    events_model,
-    insert_rows,
-    make_rows,
-    normalize,
-    pg_config,
-    source_rows,
-    transfer,
-)
+from transfer_platform_tests.support.postgres import destination_rows, pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

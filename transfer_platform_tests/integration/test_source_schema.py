@@ -7,18 +7,16 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.conftest import config_for
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import config_for, events_model
+from transfer_platform_tests.support.events import (
     create_events,
     day,
-    destination_rows,
-    events_model,
     insert_rows,
     make_rows,
     source_rows,
-    transfer,
 )
+from transfer_platform_tests.support.postgres import destination_rows, pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

@@ -21,18 +21,13 @@ import psycopg
 import pytest
 import yaml
 
+from benchmarks.spark_server import free_port, spark_connect_server
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.spark_session import REMOTE_ENV_VAR
 from transfer_platform.tuning import DEFAULT
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    events_model,
-    normalize,
-    status_row,
-    tables_in,
-)
-from transfer_platform_tests.s3_server import free_port
-from transfer_platform_tests.spark_server import spark_connect_server
+from transfer_platform_tests.support.config import events_model
+from transfer_platform_tests.support.events import normalize
+from transfer_platform_tests.support.postgres import pg_connection_config, status_row, tables_in
 
 pytestmark = pytest.mark.integration
 

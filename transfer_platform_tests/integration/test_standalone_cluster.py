@@ -21,19 +21,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.spark_server import spark_connect_server
 from transfer_platform.spark_session import REMOTE_ENV_VAR
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.events import (
     LOOKBACK,
     create_events,
-    destination_rows,
-    events_model,
     insert_rows,
     make_rows,
     source_rows,
 )
-from transfer_platform_tests.spark_server import spark_connect_server, standalone_cluster
+from transfer_platform_tests.support.postgres import destination_rows, pg_connection_config
+from transfer_platform_tests.support.spark_server import standalone_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -11,16 +11,10 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.config import parse_config
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    create_events,
-    day,
-    events_model,
-    insert_rows,
-    make_rows,
-    transfer,
-)
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.events import create_events, day, insert_rows, make_rows
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 

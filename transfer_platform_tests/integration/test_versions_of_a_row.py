@@ -33,9 +33,10 @@ from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.conftest import mysql_connection_config
-from transfer_platform_tests.s3_server import S3Server
+from transfer_platform_tests.support.destinations import WITHOUT_S3
+from transfer_platform_tests.support.mysql import mysql_connection_config
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +54,7 @@ def tuning(request: pytest.FixtureRequest) -> Tuning:
     return Tuning(run_rows=0) if request.param == "alone" else DEFAULT
 
 
-@pytest.fixture(params=["postgres", "delta", "local"])
+@pytest.fixture(params=WITHOUT_S3)
 def destination(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     vendor = request.param
     if vendor == "postgres":
@@ -104,7 +105,7 @@ class Lake:
 def lake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lake:
     if request.param == "folder":
         return Lake(tmp_path / "lake")
-    server: S3Server = request.getfixturevalue("s3")  # the session's S3 server (integration/conftest.py)
+    server: S3Server = request.getfixturevalue("s3")  # the session's S3 server (transfer_platform_tests/conftest.py)
     bucket = f"lake-{uuid.uuid4().hex[:12]}"
     server.create_bucket(bucket)
     monkeypatch.setenv("TP_LAKE_KEY_ID", server.access_key)
@@ -147,7 +148,7 @@ def latest_in_lake(lake: Lake) -> list[dict]:
     return sorted(latest.values(), key=lambda r: r["id"])
 
 
-def transfer(spark, config: PlatformConfig, transfer_id: str, tuning: Tuning = DEFAULT) -> ModelSummary:  # noqa: ANN001
+def transfer(spark, config: PlatformConfig, transfer_id: str, tuning: Tuning = DEFAULT) -> ModelSummary:
     writer = writer_for(config.destination("acme_dest"))
     try:
         (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_dest", writer=writer,
@@ -182,7 +183,7 @@ def held(config: PlatformConfig, tmp_path: Path) -> tuple[list[dict], list[str]]
     return sorted(rows, key=lambda r: r["id"]), files
 
 
-def committed(config: PlatformConfig):  # noqa: ANN201 - the model's committed ModelState
+def committed(config: PlatformConfig):  # the model's committed ModelState
     writer = writer_for(config.destination("acme_dest"))
     try:
         return writer.committed_state(config.model("items")).state
@@ -190,7 +191,7 @@ def committed(config: PlatformConfig):  # noqa: ANN201 - the model's committed M
         writer.close()
 
 
-def backfilled(spark, tmp_path: Path, lake: Lake, destination: dict, tuning: Tuning) -> PlatformConfig:  # noqa: ANN001
+def backfilled(spark, tmp_path: Path, lake: Lake, destination: dict, tuning: Tuning) -> PlatformConfig:
     """A lake whose row ``KEY`` changed once a few minutes ago (its own file), delivered."""
     lake.write("part-0.parquet", [(i, NOW - timedelta(days=1, hours=i), f"v{i}") for i in range(1, 6)])
     lake.write("part-1.parquet", [(KEY, NOW - timedelta(minutes=4), "first change")])
@@ -251,7 +252,7 @@ def changes_config(pg_schema: str, dst_schema: str) -> PlatformConfig:
                         {"vendor": "postgres", "connection": pg_connection_config(dst_schema)})
 
 
-def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, str]]) -> None:  # noqa: ANN001
+def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, str]]) -> None:
     pg_conn.execute(f'CREATE TABLE "{pg_schema}".events (id bigint PRIMARY KEY, organization_id text)')
     pg_conn.execute(f'CREATE TABLE "{pg_schema}".changes (id bigint, updated_at timestamptz, payload text)')
     pg_conn.execute(f'INSERT INTO "{pg_schema}".events VALUES (1, %s), (2, %s), (3, %s)', (TENANT, TENANT, "globex"))

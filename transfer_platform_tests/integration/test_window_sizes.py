@@ -44,18 +44,20 @@ from transfer_platform.transfers.runner import (
     transfer_model,
     windowing_for,
 )
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
+from transfer_platform_tests.support.events import (
     COLUMNS,
-    DESTINATION,
     MODEL,
     Row,
     create_events,
-    destination_rows,
-    events_model,
     insert_rows,
     normalize,
     source_rows,
+)
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
     status_row,
 )
 
@@ -432,7 +434,7 @@ def test_after_a_failure_in_window_k_the_next_transfer_resumes_at_window_k(
 # -- empty windows ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("destination", ["postgres", "delta"], indirect=True)
+@pytest.mark.parametrize("destination", ONE_ROW_PER_KEY, indirect=True)
 def test_a_backfill_over_empty_windows_records_each_and_ends_at_now(spark, pg_conn, pg_schema, destination):
     case = BY_ID["3600s"]
     now = START + timedelta(hours=12) + NOT_ON_A_TICK

@@ -18,62 +18,25 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers import runner
-from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform.tuning import DEFAULT, Tuning
-from transfer_platform_tests.integration import test_empty_windows as empty_windows
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
-    create_events,
-    day,
-    insert_rows,
-    source_rows,
+from transfer_platform.tuning import Tuning
+from transfer_platform_tests.support.daily_windows import (
+    MIN_START,
+    NOW,
+    OTHER,
+    OTHERS,
+    ROWS,
+    TENANT,
+    config_for,
+    holding,
+    run,
 )
-from transfer_platform_tests.integration.test_empty_windows import delivered
+from transfer_platform_tests.support.destinations import WITHOUT_S3, events_rows
+from transfer_platform_tests.support.events import create_events, day, insert_rows, source_rows
 
 pytestmark = pytest.mark.integration
 
-TENANT, OTHER = "tenant'one", "other"
-MIN_START = day(1, 1)
-NOW = day(1, 8) + timedelta(hours=5)  # daily windows from Jan 1st: 8 of them, the last in progress
 # Jan 1st..5th hold 1..5 rows of the tenant (neighbours), Jan 6th none, Jan 7th 12 rows
-ROWS = ([(100 * d + k, TENANT, day(1, d) + timedelta(hours=k, microseconds=d), f"{100 * d + k}")
-         for d in range(1, 6) for k in range(d)]
-        + [(700 + k, TENANT, day(1, 7) + timedelta(minutes=k), f"{700 + k}") for k in range(12)])
-OTHERS = [(5000 + d, OTHER, day(1, d) + timedelta(hours=3), "x") for d in range(1, 9)]
-
-
-def config_for(vendor: str, source_schema: str, where, payload_type: str = "string") -> object:  # noqa: ANN001
-    return empty_windows.config_for(vendor, source_schema, where, tenant=TENANT, payload_type=payload_type, now=NOW)
-
-
-def holding(outcomes: list) -> list:
-    return [o for o in outcomes if any(o.planned.bounds.lower <= r[2] < o.planned.bounds.upper for r in ROWS)]
-
-
-def run(spark, config, now=NOW, tuning: Tuning = DEFAULT) -> tuple:  # noqa: ANN001
-    """One transfer, recording each window's outcome and how each read window was written:
-    ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged."""
-    writer = writer_for(config.destination(DESTINATION))
-    outcomes, writes = [], []
-    write_window, write_arrow = writer.write_window, writer.write_arrow
-
-    def recording(how, write):  # noqa: ANN001, ANN202
-        def written(batch, load):  # noqa: ANN001, ANN202
-            writes.append((how, load.progress))
-            return write(batch, load)
-        return written
-
-    writer.write_window, writer.write_arrow = recording("staged", write_window), recording("arrow", write_arrow)
-    try:
-        (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
-                            now=now, tuning=tuning), config.models_for(config.destination(DESTINATION)),
-            on_window=lambda model, outcome: outcomes.append(outcome))
-    finally:
-        writer.close()
-    return summary, outcomes, writes
 
 
 @pytest.fixture
@@ -82,7 +45,7 @@ def spark_jobs(monkeypatch: pytest.MonkeyPatch) -> list:
     jobs = []
     together = runner._WindowMover.together
 
-    def recording(self, windows, reads):  # noqa: ANN001, ANN202
+    def recording(self, windows, reads):
         jobs.append([w.bounds.progress for w in windows])
         return together(self, windows, reads)
 
@@ -90,7 +53,7 @@ def spark_jobs(monkeypatch: pytest.MonkeyPatch) -> list:
     return jobs
 
 
-@pytest.mark.parametrize("vendor", ["postgres", "delta", "local"])
+@pytest.mark.parametrize("vendor", WITHOUT_S3)
 def test_neighbouring_small_windows_share_a_spark_job_and_commit_one_by_one(
         spark, pg_conn, pg_schema, dst_schema, tmp_path, monkeypatch, spark_jobs, vendor) -> None:
     from transfer_platform.destinations.manifests import new_signing_key
@@ -113,7 +76,7 @@ def test_neighbouring_small_windows_share_a_spark_job_and_commit_one_by_one(
     # one job for Jan 1st..4th (10 rows), one for Jan 5th (the 6th is empty, the 7th too big)
     assert spark_jobs == [progress[:4], progress[4:5]]
     assert writes == [("arrow", p) for p in progress[:5]] + [("staged", progress[5])]
-    assert delivered(vendor, pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
+    assert events_rows(vendor, pg_conn, where) == source_rows(pg_conn, pg_schema, TENANT)
     assert summary.state.high_watermark == max(r[2] for r in ROWS)
 
 
@@ -166,8 +129,7 @@ def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> No
     last-modified value in the first window (which refuses it), another tenant's rows in none."""
     from transfer_platform.core.windows import ReadBounds, Window
     from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, reader_for
-    from transfer_platform_tests.integration.helpers import lake_config
-    from transfer_platform_tests.integration.test_parquet_delta_path import write_lake
+    from transfer_platform_tests.support.lake import lake_config, write_lake
 
     lookback = timedelta(seconds=300)
     rows = [(1, TENANT, day(1, 1) + timedelta(hours=5), "a"),
@@ -185,7 +147,7 @@ def test_the_lake_reads_windows_together_as_it_reads_each(spark, tmp_path) -> No
 
     together = reader.tagged(reader.read_together(spark, requests).toArrow(), requests)
 
-    def ids(table) -> list:  # noqa: ANN001
+    def ids(table) -> list:
         return sorted(table.column("id").to_pylist())
 
     tags = together.column(WINDOW_COLUMN).to_pylist()

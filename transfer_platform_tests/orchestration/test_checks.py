@@ -27,8 +27,8 @@ from transfer_platform.orchestration.checks import (
     integrity_check_keys,
 )
 from transfer_platform.orchestration.run_tags import KIND_TAG
-from transfer_platform_tests.conftest import pg_connection_config
-from transfer_platform_tests.integration.helpers import transfer
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ def _run_checks(defs: dg.Definitions, instance: dg.DagsterInstance,
     return job.execute_in_process(instance=instance, raise_on_error=False)
 
 
-def _values(evaluation) -> dict:  # noqa: ANN001 - AssetCheckEvaluation
+def _values(evaluation) -> dict:  # AssetCheckEvaluation
     return {k: v.value for k, v in evaluation.metadata.items()}
 
 

@@ -41,8 +41,6 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -56,16 +54,13 @@ from transfer_platform.orchestration.dagster_fixes import (
 from transfer_platform.orchestration.run_worker import WORKER_TAG
 from transfer_platform.orchestration.sensors import TRIGGER_TAG
 from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
-from transfer_platform_tests.orchestration.platform_fixtures import (
+from transfer_platform_tests.support.daemon import FAST_SPARK, VENV_BIN, processes_with_home
+from transfer_platform_tests.support.platform import (
     REPO,
-    TENANTS,
     dagster_home,
+    delivered,
+    lake_rows,
     write_config,
-)
-from transfer_platform_tests.orchestration.test_daemon import (
-    FAST_SPARK,
-    VENV_BIN,
-    _processes_with_home,
 )
 
 pytestmark = pytest.mark.integration
@@ -102,7 +97,7 @@ class Dev:
 
     def tree(self) -> list[int]:
         """Every live process started for this Dagster home (``dagster dev`` itself included)."""
-        found = [pid for pid in _processes_with_home(self.home) if _alive(pid)]
+        found = [pid for pid in processes_with_home(self.home) if _alive(pid)]
         if self.process.poll() is None and self.process.pid not in found:
             found.append(self.process.pid)
         return found
@@ -178,20 +173,6 @@ def stop(dev: Dev) -> tuple[float, list[int]]:
     return time.monotonic() - started, left
 
 
-def lake(root: Path, table: str) -> list[dict]:
-    rows = pq.read_table(root / "lake" / table)
-    rows = rows.filter(pc.equal(rows["organization_id"], TENANTS["globex"])).to_pylist()
-    return sorted(rows, key=lambda r: r["id"])
-
-
-def delivered(root: Path, table: str) -> list[dict]:
-    path = root / "dest_globex" / table
-    if not (path / "_delta_log").exists():
-        return []
-    rows = DeltaTable(str(path)).to_pyarrow_table().select(["id", "organization_id", "updated_at", "v"])
-    return sorted(rows.to_pylist(), key=lambda r: r["id"])
-
-
 def committed_watermark(root: Path, table: str) -> datetime | None:
     path = root / "dest_globex" / table
     return read_state(DeltaTable(str(path))).watermark if (path / "_delta_log").exists() else None
@@ -239,10 +220,10 @@ def test_sigterm_during_a_transfer_cancels_it_and_the_next_one_resumes(tmp_path:
     before = {}
     for table in MODELS:
         watermark = committed_watermark(tmp_path, table)
-        expected = [r for r in lake(tmp_path, table) if watermark is not None and r["updated_at"] < watermark]
-        before[table] = delivered(tmp_path, table)
+        expected = [r for r in lake_rows(tmp_path, table, "globex") if watermark is not None and r["updated_at"] < watermark]
+        before[table] = delivered(tmp_path, "globex", table)
         assert before[table] == expected, table
-    assert len(before["items"]) < len(lake(tmp_path, "items")), "the transfer was not stopped midway"
+    assert len(before["items"]) < len(lake_rows(tmp_path, "items", "globex")), "the transfer was not stopped midway"
 
     # the next transfer resumes from there (daily windows, so that it is short): every row, once
     config = yaml.safe_load(dev.config_path.read_text())
@@ -258,6 +239,6 @@ def test_sigterm_during_a_transfer_cancels_it_and_the_next_one_resumes(tmp_path:
     assert summary["status"] == "SUCCESS", summary
     for model in summary["models"]:
         table = model["model"]
-        assert delivered(tmp_path, table) == lake(tmp_path, table), table
+        assert delivered(tmp_path, "globex", table) == lake_rows(tmp_path, table, "globex"), table
         # what the stopped run had delivered is not delivered again as new, nothing is missing
-        assert model["delta_rows_transferred"] == len(lake(tmp_path, table)) - len(before[table]), model
+        assert model["delta_rows_transferred"] == len(lake_rows(tmp_path, table, "globex")) - len(before[table]), model

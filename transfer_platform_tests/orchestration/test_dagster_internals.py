@@ -81,7 +81,7 @@ def test_the_queue_config_takes_more_tag_limits() -> None:
 def test_the_default_launcher_counts_the_runs_we_add(tmp_path: Path) -> None:
     launcher = dg.DefaultRunLauncher()
     dagster_internals.track_launched_run(launcher, "r1")
-    assert launcher._run_ids == {"r1"}  # noqa: SLF001 - the set DefaultRunLauncher.join() waits on
+    assert launcher._run_ids == {"r1"}  # the set DefaultRunLauncher.join() waits on
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         launcher.register_instance(instance)
         assert dagster_internals.plugin_instance(launcher) is instance
@@ -184,7 +184,7 @@ def test_on_an_unproven_dagster_the_launcher_is_dagsters_default(tmp_path: Path)
         # straight to DefaultRunLauncher.launch_run, which asks the workspace's code server (none here)
         with pytest.raises(dg.DagsterInvariantViolationError, match="requires a workspace"):
             launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
-        assert not launcher._parents, "no preloaded parent was started"  # noqa: SLF001
+        assert not launcher._parents, "no preloaded parent was started"
         assert WORKER_TAG not in instance.get_run_by_id(run.run_id).tags
         launcher.dispose()
 

@@ -14,9 +14,9 @@ import dagster as dg
 import pytest
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform_tests.orchestration.platform_fixtures import write_config
-from transfer_platform_tests.orchestration.test_coordinator import transfer_run_config
-from transfer_platform_tests.transfers.test_dry_run import tree
+from transfer_platform_tests.support.dagster import transfer_run_config
+from transfer_platform_tests.support.files import tree
+from transfer_platform_tests.support.platform import write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

@@ -18,13 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_transfer_job import (
-    ITEMS,
-    delivered,
-    execute,
-    lake_rows,
-)
+from transfer_platform_tests.support.dagster import ITEMS, execute, lake_rows
+from transfer_platform_tests.support.platform import TENANTS, delivered, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
@@ -53,11 +48,11 @@ def test_late_rows_arrive_through_the_transfer_job_and_a_materialized_partition(
         result = job.execute_in_process(instance=instance, asset_selection=[ITEMS], partition_key=today,
                                         raise_on_error=False)
         assert result.success
-        assert delivered(config_path, "items") == lake_rows(config_path, "items")
+        assert delivered(config_path.parent, "acme", "items") == lake_rows(config_path, "items")
 
         # the transfer job again, as the sensor launches it
         last = last + timedelta(milliseconds=600)
         commit_late(config_path, [(9003, last, "late, at the new last value"),
                                   (9004, last + timedelta(milliseconds=800), "late, 0.8 s after it")])
         assert execute(config_path, instance, models=["items"]).success
-        assert delivered(config_path, "items") == lake_rows(config_path, "items")
+        assert delivered(config_path.parent, "acme", "items") == lake_rows(config_path, "items")

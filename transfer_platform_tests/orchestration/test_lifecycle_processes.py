@@ -43,9 +43,8 @@ from transfer_platform.core.lifecycle import HEARTBEAT_TAG, ORPHANED_AFTER, ORPH
 from transfer_platform.orchestration.lifecycle import sweep
 from transfer_platform.orchestration.run_tags import STATUS_TAG
 from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
-from transfer_platform_tests.orchestration.test_coordinator import workspace
-from transfer_platform_tests.orchestration.test_daemon import RunningPlatform, running_platform
-from transfer_platform_tests.orchestration.test_ui_failures import RUN, graphql, last_check
+from transfer_platform_tests.support.daemon import RunningPlatform, running_platform
+from transfer_platform_tests.support.dagster import RUN, graphql, last_check, workspace
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 
 from transfer_platform.orchestration.run_tags import dest_slots_key, model_key
-from transfer_platform_tests.conftest import PG, pg_connect
-from transfer_platform_tests.orchestration.platform_fixtures import REPO, write_config
+from transfer_platform_tests.support.platform import REPO, write_config
+from transfer_platform_tests.support.postgres import PG, pg_connect
 
 pytestmark = pytest.mark.integration
 

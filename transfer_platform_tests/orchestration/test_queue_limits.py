@@ -49,8 +49,8 @@ from transfer_platform.orchestration.transfers import (
     enqueue,
     list_transfers,
 )
-from transfer_platform_tests.orchestration.platform_fixtures import REPO, write_config
-from transfer_platform_tests.orchestration.test_daemon import start_code_server
+from transfer_platform_tests.support.daemon import start_code_server
+from transfer_platform_tests.support.platform import REPO, write_config
 
 pytestmark = pytest.mark.integration
 

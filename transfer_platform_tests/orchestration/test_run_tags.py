@@ -26,7 +26,7 @@ from transfer_platform.orchestration.run_tags import (
     source_key,
     user_tags_of,
 )
-from transfer_platform_tests.orchestration.platform_fixtures import model, write_config
+from transfer_platform_tests.support.platform import model, write_config
 
 PER_VALUE = {"applyLimitPerUniqueValue": True}
 

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -25,13 +24,18 @@ from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
 from transfer_platform.orchestration.repair import REPAIR_TAG
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_coordinator import transfer_run_config
+from transfer_platform_tests.support.dagster import transfer_run_config
+from transfer_platform_tests.support.platform import delivered, lake_rows, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
 ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
 CHECK = dg.AssetCheckKey(ITEMS, CHECK_NAME)
+
+
+def lake(path: Path) -> dict[int, tuple]:
+    """The tenant's lake rows of ``items`` by id: (updated_at, v)."""
+    return {r["id"]: (r["updated_at"], r["v"]) for r in lake_rows(path.parent, "items")}
 
 
 def configure(path: Path, **destination) -> Path:
@@ -66,16 +70,6 @@ def check(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.AssetCheckEv
     result = job.execute_in_process(instance=instance, raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
     return evaluation
-
-
-def lake(path: Path) -> dict[int, tuple]:
-    rows = pq.read_table(path.parent / "lake" / "items").to_pylist()
-    return {r["id"]: (r["updated_at"], r["v"]) for r in rows if r["organization_id"] == TENANTS["acme"]}
-
-
-def delivered(path: Path) -> dict[int, tuple]:
-    rows = DeltaTable(str(path.parent / "dest_acme" / "items")).to_pyarrow_table().to_pylist()
-    return {r["id"]: (r["updated_at"], r["v"]) for r in rows}
 
 
 def break_destination(path: Path) -> dict[str, int]:
@@ -126,7 +120,7 @@ def test_a_failed_check_is_repaired_window_by_window_then_passes(tmp_path: Path,
         assert recheck.job_name == JOB_NAME
         assert list(recheck.asset_check_keys) == [CHECK]
         assert launch(defs, instance, recheck).success
-        assert delivered(path) == lake(path)
+        assert delivered(path.parent, "acme", "items") == lake_rows(path.parent, "items")
 
         history = instance.event_log_storage.get_asset_check_execution_history(CHECK, limit=5)
         assert [r.status.value for r in history] == ["SUCCEEDED", "FAILED"]  # newest first

@@ -35,8 +35,7 @@ from transfer_platform.orchestration.sensors import (
     schedule_requests,
 )
 from transfer_platform.orchestration.transfers import describe
-from transfer_platform_tests.orchestration.platform_fixtures import write_config
-from transfer_platform_tests.orchestration.test_coordinator import (
+from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
     MOCKED_LAUNCHER,
     launch,
@@ -44,6 +43,7 @@ from transfer_platform_tests.orchestration.test_coordinator import (
     transfer_run_config,
     workspace,
 )
+from transfer_platform_tests.support.platform import write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 

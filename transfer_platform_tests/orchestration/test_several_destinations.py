@@ -35,13 +35,7 @@ from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRA
 from transfer_platform.orchestration.repair import repair_requests
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, dest_slots_key, model_key
-from transfer_platform_tests.conftest import pg_connect, pg_connection_config
-from transfer_platform_tests.orchestration.platform_fixtures import (
-    TENANTS,
-    dagster_home,
-    write_config,
-)
-from transfer_platform_tests.orchestration.test_coordinator import (
+from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
     MOCKED_LAUNCHER,
     launch,
@@ -49,6 +43,8 @@ from transfer_platform_tests.orchestration.test_coordinator import (
     transfer_run_config,
     workspace,
 )
+from transfer_platform_tests.support.platform import TENANTS, dagster_home, write_config
+from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 

@@ -17,34 +17,37 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
 
 from transfer_platform.config import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform.orchestration.run_tags import STATUS_TAG, USER_TAG_PREFIX, limit_tags
+from transfer_platform.orchestration.run_tags import STATUS_TAG
 from transfer_platform.orchestration.transfers import (
     TransferFilter,
     cancel,
     describe,
     list_transfers,
 )
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_coordinator import (
+from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
+    ITEMS,
+    RUN,
+    TEAM,
+    execute,
+    graphql,
+    lake_rows,
+    last_check,
     launch,
     queued_home,
     transfer_run_config,
     workspace,
 )
-from transfer_platform_tests.orchestration.test_ui_failures import RUN, graphql, last_check
+from transfer_platform_tests.support.platform import TENANTS, delivered, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
-ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
 NOTES = dg.AssetKey(["acme", "acme_delta", "notes"])
-TEAM = {USER_TAG_PREFIX + "team": "data"}
 
 
 @pytest.fixture
@@ -59,34 +62,11 @@ def instance() -> Iterator[dg.DagsterInstance]:
         yield test_instance
 
 
-def execute(config_path: Path, instance: dg.DagsterInstance, **op_config) -> dg.ExecuteInProcessResult:
-    """Run the job in this process, tagged as the run coordinator tags a queued transfer."""
-    config = load_config(config_path)
-    models = [config.model(m) for m in op_config.get("models", [])] or config.models
-    tags = {**limit_tags(config, "acme_delta", models, "transfer"), **TEAM}
-    job = build_definitions(str(config_path)).resolve_job_def("transfer")
-    return job.execute_in_process(run_config=transfer_run_config("acme_delta", **op_config),
-                                  instance=instance, tags=tags, raise_on_error=False)
-
-
 def daily_keys(config_path: Path) -> list[str]:
     """The models' daily partitions: the 3 days of rows and today, the window in progress."""
     keys = build_definitions(str(config_path)).resolve_asset_graph().get(ITEMS).partitions_def.get_partition_keys()
     assert len(keys) == 4
     return keys
-
-
-def lake_rows(config_path: Path, table: str, since: datetime | None = None,
-              until: datetime | None = None) -> list[dict]:
-    rows = pq.read_table(config_path.parent / "lake" / table).to_pylist()
-    return sorted((r for r in rows if r["organization_id"] == TENANTS["acme"]
-                   and (since is None or r["updated_at"] >= since)
-                   and (until is None or r["updated_at"] < until)), key=lambda r: r["id"])
-
-
-def delivered(config_path: Path, table: str) -> list[dict]:
-    return sorted(DeltaTable(str(config_path.parent / "dest_acme" / table)).to_pyarrow_table().to_pylist(),
-                  key=lambda r: r["id"])
 
 
 def windows(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> list[tuple[str, int]]:
@@ -125,7 +105,7 @@ def test_success_moves_every_model_and_reports_one_materialization_per_window(
     for key, table in ((ITEMS, "items"), (NOTES, "notes")):
         assert windows(result, key) == [(k, 4) for k in keys[:3]] + [(keys[3], 0)]
         assert instance.get_materialized_partitions(key) == set(keys)
-        assert delivered(platform, table) == lake_rows(platform, table)
+        assert delivered(platform.parent, "acme", table) == lake_rows(platform, table)
     assert {e.asset_key for e in result.asset_materializations_for_node("run_transfer")} == {ITEMS, NOTES}
     run = instance.get_run_by_id(result.run_id)
     assert run.tags[MODELS_SUCCEEDED_TAG] == "2"
@@ -163,7 +143,7 @@ def test_models_restrict_the_models_and_full_refresh_rebuilds_them(
     assert windows(first, NOTES) == []
     assert not (platform.parent / "dest_acme" / "notes").exists()
     assert instance.get_materialized_partitions(NOTES) == set()
-    assert delivered(platform, "items") == lake_rows(platform, "items")
+    assert delivered(platform.parent, "acme", "items") == lake_rows(platform, "items")
 
     refresh = execute(platform, instance, models=["items"], full_refresh=True)
     assert refresh.success
@@ -171,7 +151,7 @@ def test_models_restrict_the_models_and_full_refresh_rebuilds_them(
     assert [(e.asset_key, e.partition) for e in events] == [(ITEMS, k) for k in keys]
     assert all(e.metadata["full_refresh"].value for e in events)
     assert sum(e.metadata["rows_transferred"].value for e in events) == 12  # rebuilt from the start
-    assert delivered(platform, "items") == lake_rows(platform, "items")
+    assert delivered(platform.parent, "acme", "items") == lake_rows(platform, "items")
     transfers = {t["id"]: t for t in list_transfers(instance, TransferFilter(status="SUCCESS"))}
     assert transfers[refresh.run_id]["models"]["items"]["rows_transferred"] == 12
     assert set(transfers[refresh.run_id]["models"]) == {"items"}
@@ -186,7 +166,7 @@ def test_start_and_end_restrict_the_windows(platform: Path, instance: dg.Dagster
     assert windows(result, NOTES) == [(keys[1], 4)]
     assert windows(result, ITEMS) == []
     assert instance.get_materialized_partitions(NOTES) == {keys[1]}
-    assert delivered(platform, "notes") == lake_rows(platform, "notes", since=start, until=end)
+    assert delivered(platform.parent, "acme", "notes") == lake_rows(platform, "notes", since=start, until=end)
     transfer = only_transfer(instance)
     assert (transfer["start_transfer_window_at"], transfer["end_transfer_window_at"]) == (
         start.isoformat(), end.isoformat())
@@ -204,7 +184,7 @@ def test_a_failing_model_does_not_stop_the_others_partial_failure(
     assert not result.success
     assert instance.get_materialized_partitions(ITEMS) == set()
     assert instance.get_materialized_partitions(NOTES) == set(keys)
-    assert delivered(platform, "notes") == lake_rows(platform, "notes")
+    assert delivered(platform.parent, "acme", "notes") == lake_rows(platform, "notes")
     run = instance.get_run_by_id(result.run_id)
     assert (run.tags[MODELS_SUCCEEDED_TAG], run.tags[MODELS_FAILED_TAG]) == ("1", "1")
 

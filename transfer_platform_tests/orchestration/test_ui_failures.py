@@ -17,7 +17,6 @@ import pytest
 import yaml
 from dagster._core.storage.tags import HIDDEN_TAG_PREFIX, TagType, get_tag_type  # pinned Dagster
 from dagster._core.workspace.context import WorkspaceProcessContext
-from dagster_graphql.test.utils import execute_dagster_graphql
 
 from transfer_platform.config import load_config
 from transfer_platform.definitions import build_definitions
@@ -27,24 +26,20 @@ from transfer_platform.orchestration.run_tags import (
     STATUS_TAG,
     limit_tags,
 )
-from transfer_platform_tests.orchestration.platform_fixtures import model, write_config
-from transfer_platform_tests.orchestration.test_coordinator import (
+from transfer_platform_tests.support.dagster import (
+    CHECK_EXECUTIONS,
     CONFIG_ENV,
+    RUN,
+    graphql,
+    last_check,
     transfer_run_config,
     workspace,
 )
+from transfer_platform_tests.support.platform import model, write_config
 
 BROKEN = ["acme", "acme_delta", "broken"]
 ITEMS = ["acme", "acme_delta", "items"]
 
-CHECK_EXECUTIONS = """
-query ($path: [String!]!, $check: String!) {
-  assetCheckExecutions(assetKey: {path: $path}, checkName: $check, limit: 1) {
-    runId status
-    evaluation { success severity description
-                 metadataEntries { label ... on TextMetadataEntry { text } } }
-  }
-}"""
 
 AUTOMATIONS = """
 query ($path: [String!]!) {
@@ -53,12 +48,6 @@ query ($path: [String!]!) {
   }
 }"""
 
-RUN = """
-query ($runId: ID!) {
-  runOrError(runId: $runId) {
-    ... on Run { status tags { key value } }
-  }
-}"""
 
 STEP_FAILURE = """
 query ($runId: ID!) {
@@ -86,18 +75,6 @@ def config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def ui(config_path: Path) -> Iterator[tuple[dg.DagsterInstance, WorkspaceProcessContext]]:
     with dg.instance_for_test() as instance, workspace(instance) as context:
         yield instance, context
-
-
-def graphql(context: WorkspaceProcessContext, query: str, **variables) -> dict:
-    result = execute_dagster_graphql(context.create_request_context(), query, variables)
-    assert not result.errors, result.errors
-    return result.data
-
-
-def last_check(context: WorkspaceProcessContext, path: list[str], check: str = "last_transfer") -> dict:
-    (execution,) = graphql(context, CHECK_EXECUTIONS, path=path, check=check)["assetCheckExecutions"]
-    metadata = {e["label"]: e.get("text") for e in execution["evaluation"]["metadataEntries"]}
-    return {**execution, "metadata": metadata}
 
 
 def test_the_schedule_sensor_is_each_transfer_assets_automation(ui) -> None:

@@ -24,8 +24,8 @@ from transfer_platform.orchestration.checks import integrity_check_keys
 from transfer_platform.orchestration.coordinator import tags_for
 from transfer_platform.orchestration.run_tags import KIND_TAG, limit_tags, model_key
 from transfer_platform.orchestration.sensors import upkeep_requests
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
-from transfer_platform_tests.orchestration.test_coordinator import transfer_run_config
+from transfer_platform_tests.support.dagster import transfer_run_config
+from transfer_platform_tests.support.platform import TENANTS, write_config
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

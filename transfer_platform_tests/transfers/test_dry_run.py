@@ -25,20 +25,20 @@ from transfer_platform.destinations.base import staging_suffix, writer_for
 from transfer_platform.destinations.postgres import STAGING_PREFIX, PostgresWriter
 from transfer_platform.transfers.dry_run import ModelPlan, plan_as_dict, plan_transfer
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
-from transfer_platform_tests.integration.helpers import (
+from transfer_platform_tests.support.config import DESTINATION, pg_config
+from transfer_platform_tests.support.events import (
     COLUMNS,
-    DESTINATION,
     LOOKBACK,
     MODEL,
     create_events,
     day,
     insert_rows,
-    lake_config,
     make_rows,
-    pg_config,
-    schema_exists,
     source_rows,
 )
+from transfer_platform_tests.support.files import tree
+from transfer_platform_tests.support.lake import lake_config
+from transfer_platform_tests.support.postgres import schema_exists
 
 pytestmark = pytest.mark.integration
 
@@ -214,14 +214,6 @@ def write_lake_file(lake: Path, name: str, rows: list) -> None:
                         ("payload", pa.string())])
     pq.write_table(pa.Table.from_pylist([dict(zip(COLUMNS, r, strict=True)) for r in rows], schema=schema),
                    folder / name)
-
-
-def tree(root: Path) -> dict[str, tuple] | None:
-    """Every path under ``root`` with its kind, size and modification time (None: no folder)."""
-    if not root.exists():
-        return None
-    paths = [root, *sorted(root.rglob("*"))]
-    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns) for p in paths}
 
 
 def test_delta_dry_run_changes_no_file_and_counts_what_the_transfer_reads(spark, tmp_path: Path) -> None:

@@ -27,18 +27,17 @@ from transfer_platform.transfers.integrity import (
     describe,
     integrity_horizon,
 )
-from transfer_platform_tests.integration.helpers import (
-    DESTINATION,
+from transfer_platform_tests.support.config import DESTINATION, pg_config
+from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
     day,
     insert_rows,
-    lake_config,
     make_rows,
-    pg_config,
     source_rows,
-    transfer,
 )
+from transfer_platform_tests.support.lake import lake_config
+from transfer_platform_tests.support.transfers import transfer
 
 MIN_START = day(2, 28)
 DATA_DAYS = [day(3, 1), day(3, 2), day(3, 3)]

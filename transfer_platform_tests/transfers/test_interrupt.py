@@ -34,7 +34,7 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import Tuning
-from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, write_config
+from transfer_platform_tests.support.platform import TENANTS, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,7 @@ def test_an_interrupt_stops_the_transfer_and_fails_no_model(spark, tmp_path: Pat
                 return
             time.sleep(0.001)
 
-    def on_window(model, outcome) -> None:  # noqa: ANN001
+    def on_window(model, outcome) -> None:
         committed.append((model.model_name, outcome.result.state.watermark))
         if len(committed) == 1:
             watcher = threading.Thread(target=interrupt_while_collecting, daemon=True)

@@ -34,7 +34,7 @@ def table(rows: list[tuple], *, origin: bool = False) -> pa.Table:
     return found
 
 
-def delivered(resolved) -> list[tuple]:  # noqa: ANN001
+def delivered(resolved) -> list[tuple]:
     return sorted(((r["id"], r["org"], r["updated_at"], r["v"]) for r in resolved.table.to_pylist()), key=order)
 
 

@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
+from deltalake import DeltaTable
 
 REPO = Path(__file__).resolve().parents[2]
 TS = pa.timestamp("us", tz="UTC")
@@ -85,3 +87,25 @@ def dagster_home(root: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     return home
+
+
+def lake_rows(root: Path, table: str, recipient: str = "acme") -> list[dict]:
+    """The recipient's rows of the lake's ``table`` (every file of it), the latest version of each
+    key (an update may have been appended), by id."""
+    rows = pa.concat_tables(pq.read_table(f) for f in sorted((root / "lake" / table).glob("*.parquet")))
+    rows = rows.filter(pc.equal(rows["organization_id"], TENANTS[recipient])).to_pylist()
+    latest: dict[int, dict] = {}
+    for row in rows:
+        if row["id"] not in latest or row["updated_at"] > latest[row["id"]]["updated_at"]:
+            latest[row["id"]] = row
+    return sorted(latest.values(), key=lambda r: r["id"])
+
+
+def delivered(root: Path, recipient: str, table: str) -> list[dict]:
+    """The rows of ``table`` in the recipient's Delta destination (``root/dest_<recipient>``), by id;
+    none before its first commit."""
+    path = root / f"dest_{recipient}" / table
+    if not (path / "_delta_log").exists():
+        return []
+    rows = DeltaTable(str(path)).to_pyarrow_table().select(["id", "organization_id", "updated_at", "v"])
+    return sorted(rows.to_pylist(), key=lambda r: r["id"])

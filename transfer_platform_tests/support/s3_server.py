@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.spark_server import free_port
+
 REGION = "us-east-1"
 #: requests the server takes before it checks signatures: the setup below (a user, its key, its
 #: policy); from then on a request signed with another key or secret is refused, as by S3
@@ -28,7 +30,7 @@ class S3Server:
     access_key: str  # a key of the server's own IAM user, allowed everything on S3
     secret_key: str
 
-    def client(self, **credentials: str):  # noqa: ANN201
+    def client(self, **credentials: str):
         import boto3
         from botocore.config import Config
 
@@ -39,12 +41,6 @@ class S3Server:
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager

@@ -1,0 +1,1 @@
+"""The contract every destination keeps, one suite parametrized by the vendor registry."""

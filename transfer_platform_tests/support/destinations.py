@@ -1,0 +1,291 @@
+"""The destinations of the tests: one test destination of every vendor that
+``transfer_platform.vendors.DESTINATIONS`` registers (some in two places: Delta on a folder and in
+a bucket), and a reader of what each holds as its recipient reads it, independent of the writers:
+PostgreSQL through psycopg, Delta through deltalake, object storage through its manifests' files
+(applied in ``sequence``, a FULL_REFRESH one discarding what was held, the latest last-modified
+version of each key kept, rows marked deleted dropped unless the model keeps them).
+
+A new destination vendor joins the contract suite (``transfer_platform_tests/contract/``) by a
+factory here: ``FACTORIES[<variant>] = (<vendor>, <function>)``; the suite fails while a
+registered vendor has none.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.timeutil import utc
+from transfer_platform.vendors import DESTINATIONS
+from transfer_platform_tests.support.events import normalize
+from transfer_platform_tests.support.postgres import (
+    destination_rows,
+    pg_connection_config,
+)
+
+#: the environment variable the object-storage destinations' ``signing_key`` names
+SIGNING_KEY_ENV = "TP_TEST_SIGNING_KEY"
+#: the environment variables their and the bucket Delta's key references name
+KEY_ID_ENV, SECRET_ENV = "TP_TEST_DEST_KEY_ID", "TP_TEST_DEST_SECRET"
+
+
+@dataclass
+class Place:
+    """What a factory is given: a fresh PostgreSQL schema name (not created), a fresh folder,
+    and the session's S3 server (started on first use)."""
+
+    schema: str
+    folder: Path
+    s3: Callable[[], Any]  # () -> S3Server
+
+
+@dataclass
+class TestDestination:
+    """One destination of the tests: its configuration entry (without name and recipient) and
+    how to read what it holds."""
+
+    __test__ = False  # not a test class, whatever pytest thinks of its name
+
+    variant: str  # the test's id: the vendor, or the vendor and where (``delta-s3``)
+    vendor: str
+    block: dict
+    reader: Callable[[ModelConfig], list[dict] | None]
+    details: dict = field(default_factory=dict)
+
+    def entry(self, name: str, recipient: str) -> dict:
+        return {"name": name, "recipient": recipient, **self.block}
+
+    def rows(self, model: ModelConfig) -> list[dict] | None:
+        """The model's rows as the recipient reads them (the model's destination columns, sorted
+        by key, timestamps in UTC); None when the destination holds no table of it yet."""
+        return self.reader(model)
+
+    @property
+    def sweeps_deletes(self) -> bool:
+        """Whether the vendor can remove rows (object storage only adds files)."""
+        return self.vendor not in OBJECT_STORAGE
+
+
+def registered(*vendors: str) -> tuple[str, ...]:
+    """``vendors``, each a registered destination vendor (a test's list cannot name another)."""
+    unknown = [v for v in vendors if v not in DESTINATIONS]
+    assert not unknown, f"not registered in transfer_platform/vendors.py: {unknown}"
+    return vendors
+
+
+#: the vendors that only add files (Parquet and manifests): their consumer keeps per key the
+#: latest version; they cannot remove a row
+OBJECT_STORAGE = registered("local", "s3")
+#: the vendors that hold one row per key (merged by key: rows can be replaced and removed)
+ONE_ROW_PER_KEY = registered("postgres", "delta")
+#: the vendors the per-vendor integration tests set up without the S3 server (a PostgreSQL
+#: schema, a folder)
+WITHOUT_S3 = registered("postgres", "delta", "local")
+
+
+def _columns(model: ModelConfig) -> list[str]:
+    return [c.destination_name for c in model.columns]
+
+
+def _key(model: ModelConfig) -> Callable[[dict], tuple]:
+    keys = [c.destination_name for c in model.columns if c.is_primary_key]
+    return lambda row: tuple(row[k] for k in keys)
+
+
+def _clean(rows: list[dict], model: ModelConfig) -> list[dict]:
+    columns = _columns(model)
+    out = [{c: (utc(v) if isinstance(v, datetime) else v) for c, v in ((c, row.get(c)) for c in columns)}
+           for row in rows]
+    return sorted(out, key=_key(model))
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------------
+
+
+def postgres(place: Place) -> TestDestination:
+    schema = place.schema
+
+    def read(model: ModelConfig) -> list[dict] | None:
+        from transfer_platform_tests.support.postgres import pg_connect
+
+        with pg_connect(autocommit=True) as conn:
+            if conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{model.model_name}"',)).fetchone()[0] is None:
+                return None
+            names = ", ".join(f'"{c}"' for c in _columns(model))
+            cursor = conn.execute(f'SELECT {names} FROM "{schema}"."{model.model_name}"')
+            fields = [d.name for d in cursor.description]
+            return _clean([dict(zip(fields, r, strict=True)) for r in cursor.fetchall()], model)
+
+    return TestDestination("postgres", "postgres", {"vendor": "postgres", "connection": pg_connection_config(schema)},
+                           read, {"schema": schema})
+
+
+# -- Delta Lake --------------------------------------------------------------------------------------
+
+
+def _delta_reader(root: str, options: dict | None) -> Callable[[ModelConfig], list[dict] | None]:
+    def read(model: ModelConfig) -> list[dict] | None:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            table = DeltaTable(f"{root}/{model.model_name}", storage_options=options)
+        except TableNotFoundError:
+            return None
+        present = [c for c in _columns(model) if c in table.schema().to_arrow().names]
+        return _clean(table.to_pyarrow_table(columns=present).to_pylist(), model)
+
+    return read
+
+
+def delta(place: Place) -> TestDestination:
+    root = str(place.folder / "delta")
+    return TestDestination("delta", "delta", {"vendor": "delta", "connection": {"path": root}},
+                           _delta_reader(root, None), {"root": root})
+
+
+def _bucket(place: Place, monkeypatch_env: dict[str, str]) -> tuple[Any, str]:
+    server = place.s3()
+    bucket = f"contract-{uuid.uuid4().hex[:12]}"
+    server.create_bucket(bucket)
+    monkeypatch_env.update({KEY_ID_ENV: server.access_key, SECRET_ENV: server.secret_key})
+    return server, bucket
+
+
+def delta_in_a_bucket(place: Place) -> TestDestination:
+    env: dict[str, str] = {}
+    server, bucket = _bucket(place, env)
+    connection = {"bucket": bucket, "prefix": "recipient", "endpoint_url": server.endpoint, "path_style": True,
+                  "access_key_id": f"${{{KEY_ID_ENV}}}", "secret_access_key": f"${{{SECRET_ENV}}}"}
+    options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+               "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key}
+    return TestDestination("delta-s3", "delta", {"vendor": "delta", "connection": connection},
+                           _delta_reader(f"s3://{bucket}/recipient", options), {"env": env})
+
+
+# -- object storage: Parquet files and manifests ----------------------------------------------------
+
+
+def _consumed(model: ModelConfig, keys: Callable[[str], list[str]], get: Callable[[str], bytes],
+              prefix: str) -> list[dict] | None:
+    """What a consumer holds after applying the model's manifests (see the module's docstring)."""
+    manifests = sorted((json.loads(get(k)) for k in keys(f"{prefix}/_manifests/{model.model_name}/")
+                        if k.endswith(".json")), key=lambda m: m["sequence"])
+    if not manifests:
+        return None
+    last_modified = model.last_modified.destination_name
+    key = _key(model)
+    latest: dict[tuple, dict] = {}
+    for manifest in manifests:
+        if manifest["transfer_type"] == "FULL_REFRESH":
+            latest.clear()
+        for entry in manifest["files"]:
+            for row in pq.read_table(io.BytesIO(get(entry["data_file_key"]))).to_pylist():
+                held = latest.get(key(row))
+                if held is None or row[last_modified] >= held[last_modified]:
+                    latest[key(row)] = row
+    marker = model.deletion_marker
+    rows = list(latest.values())
+    if marker is not None and not model.keep_deleted_rows:
+        name = marker.destination_name
+        rows = [r for r in rows if not (r.get(name) is True or (marker.data_type != "boolean" and r.get(name) is not None))]
+    return _clean(rows, model)
+
+
+def local(place: Place) -> TestDestination:
+    root, prefix = place.folder / "exports", "acme"
+
+    def keys(start: str) -> list[str]:
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()
+                      and str(p.relative_to(root)).startswith(start))
+
+    return TestDestination("local", "local", {"vendor": "local", "connection": {"path": str(root), "prefix": prefix},
+                                              "signing_key": f"${{{SIGNING_KEY_ENV}}}"},
+                           lambda model: _consumed(model, keys, lambda k: (root / k).read_bytes(), prefix),
+                           {"root": root})
+
+
+def s3(place: Place) -> TestDestination:
+    env: dict[str, str] = {}
+    server, bucket = _bucket(place, env)
+    prefix = "acme"
+    client = server.client()
+
+    def keys(start: str) -> list[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=start)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    def get(key: str) -> bytes:
+        return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    connection = {"bucket": bucket, "prefix": prefix, "endpoint_url": server.endpoint, "path_style": True,
+                  "access_key_id": f"${{{KEY_ID_ENV}}}", "secret_access_key": f"${{{SECRET_ENV}}}"}
+    return TestDestination("s3", "s3", {"vendor": "s3", "connection": connection,
+                                        "signing_key": f"${{{SIGNING_KEY_ENV}}}"},
+                           lambda model: _consumed(model, keys, get, prefix), {"env": env})
+
+
+#: variant -> (vendor, factory): every registered destination vendor has at least one
+FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
+    "postgres": ("postgres", postgres),
+    "delta": ("delta", delta),
+    "delta-s3": ("delta", delta_in_a_bucket),
+    "local": ("local", local),
+    "s3": ("s3", s3),
+}
+
+#: the registered destination vendors (the product's registry)
+DESTINATION_VENDORS: tuple[str, ...] = tuple(DESTINATIONS)
+
+
+def variants(*, only_vendors: tuple[str, ...] | None = None) -> list:
+    """The test destinations to parametrize over (``pytest.param``s named by variant): one or
+    more of each registered vendor that has a factory (``only_vendors``: of those only)."""
+    return [pytest.param(variant, id=variant) for variant, (vendor, _) in FACTORIES.items()
+            if vendor in DESTINATION_VENDORS and (only_vendors is None or vendor in only_vendors)]
+
+
+def missing_factories() -> list[str]:
+    """Registered destination vendors without a test destination here."""
+    covered = {vendor for vendor, _ in FACTORIES.values()}
+    return [v for v in DESTINATION_VENDORS if v not in covered]
+
+
+def make(variant: str, place: Place, monkeypatch: pytest.MonkeyPatch) -> TestDestination:
+    """The test destination ``variant`` at ``place``, its environment references set."""
+    from transfer_platform.destinations.manifests import new_signing_key
+
+    destination = FACTORIES[variant][1](place)
+    for name, value in destination.details.get("env", {}).items():
+        monkeypatch.setenv(name, value)
+    if "signing_key" in destination.block:
+        monkeypatch.setenv(SIGNING_KEY_ENV, new_signing_key()[0])
+    return destination
+
+
+def events_rows(vendor: str, pg_conn, where) -> list:
+    """The events model's rows (``normalize``d tuples) in a destination of ``vendor`` at ``where``
+    (a PostgreSQL schema, or the folder of a Delta or ``local`` destination without a prefix):
+    every row its files hold, for tests that count them (object storage: every version)."""
+    if vendor == "postgres":
+        return destination_rows(pg_conn, where)
+    if vendor == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(where / "events")).to_pyarrow_table()
+    else:
+        import pyarrow.dataset as pads
+
+        table = pads.dataset(str(where / "events"), format="parquet").to_table()
+    return normalize(zip(*(table.column(c).to_pylist() for c in ("id", "organization_id", "updated_at", "payload")),
+                         strict=True))
