@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from transfer_platform.probes import Check
 
 
-class _Stale:
+class Stale:
     """An unfinished full refresh whose columns are no longer the model's: begun again."""
 
     def __repr__(self) -> str:
@@ -54,7 +54,7 @@ class _Stale:
 
 
 #: what :meth:`Writer._read_states` returns for an unfinished refresh that must start again
-STALE: Final = _Stale()
+STALE: Final = Stale()
 
 
 def primitive(method: Callable) -> Callable:
@@ -147,7 +147,7 @@ class Writer:
             return self._commit(staged, load)
         finally:
             if staging is not None:
-                self._drop_staging(staging, load)
+                self._remove_staging(staging, load)
 
     def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
         """Replace the live table by the one built aside, and its state by the refresh's, in one
@@ -207,7 +207,7 @@ class Writer:
         raise NotImplementedError
 
     @primitive
-    def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | _Stale | None]:
+    def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         """(the live table's committed state, an unfinished full refresh's: its state, or
         :data:`STALE` if its columns are no longer the model's, or ``None``), read only."""
         raise NotImplementedError
@@ -258,7 +258,7 @@ class Writer:
         raise NotImplementedError
 
     @primitive
-    def _drop_staging(self, staging: Any, load: WindowLoad) -> None:  # noqa: ANN401
+    def _remove_staging(self, staging: Any, load: WindowLoad) -> None:  # noqa: ANN401
         """Remove the window's staging (after its commit, or its failure)."""
         raise NotImplementedError
 

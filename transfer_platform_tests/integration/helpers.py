@@ -16,6 +16,7 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.timeutil import EPOCH, utc
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.conftest import pg_connection_config
 
 Row = tuple[int, str, datetime, str | None]
@@ -178,10 +179,12 @@ def lake_config(lake, delta_root, *, tenant: str, min_start: datetime) -> Platfo
 
 
 def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t1",
-             destination: str = DESTINATION, *, full_refresh: bool = False) -> ModelSummary:
-    """One transfer of the destination's models; returns the (single) model's summary."""
+             destination: str = DESTINATION, *, full_refresh: bool = False,
+             tuning: Tuning = DEFAULT) -> ModelSummary:
+    """One transfer of the destination's models; returns the (single) model's summary. The
+    writer works with ``tuning``'s sizes and waits."""
     dest = config.destination(destination)
-    writer = writer_for(dest)
+    writer = writer_for(dest, tuning)
     try:
         summaries = run_transfer(
             TransferRequest(spark=spark, config=config, destination=destination, writer=writer,

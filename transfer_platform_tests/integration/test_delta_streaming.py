@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import delta, staging
 from transfer_platform.destinations.delta import STAGING_DIR, DeltaWriter, read_state
 from transfer_platform.transfers import runner
+from transfer_platform.tuning import Tuning
 from transfer_platform_tests.integration import helpers
 from transfer_platform_tests.integration.helpers import (
     DESTINATION,
@@ -27,7 +29,6 @@ from transfer_platform_tests.integration.helpers import (
     DeltaTables,
     day,
     make_rows,
-    transfer,
 )
 from transfer_platform_tests.integration.test_parquet_delta_path import (
     delivered,
@@ -41,7 +42,9 @@ TENANT = "acme"
 MIN_START = day(3, 1)
 NOW = day(3, 2) + timedelta(hours=1)  # windows [3/1, 3/2) (every row) and [3/2, NOW) (empty)
 LATER = day(3, 3) + timedelta(hours=1)
-BATCH = 1_000  # BATCH_ROWS in these tests
+BATCH = 1_000  # Tuning.batch_rows in these tests
+#: every transfer here: batches of ``BATCH`` rows
+transfer = partial(helpers.transfer, tuning=Tuning(batch_rows=BATCH))
 WINDOW = 25_000  # rows in the big window: 25 batches
 LOOKBACK = timedelta(seconds=300)  # the Parquet source's: each read starts this long before the high watermark
 
@@ -65,7 +68,6 @@ def staged_files(tables: DeltaTables) -> list[str]:
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of ``BATCH`` rows, and every window with more rows than that read alone and
     staged by the executors (not read with its neighbours into this process)."""
-    monkeypatch.setattr(delta, "BATCH_ROWS", BATCH)
     monkeypatch.setattr(runner, "RUN_ROWS", BATCH)
 
 

@@ -35,6 +35,7 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers import runner
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.orchestration.platform_fixtures import TENANTS, TS, write_config
 from transfer_platform_tests.s3_server import S3Server
 
@@ -107,9 +108,10 @@ def platform(root: Path, vendor: str, server: S3Server | None, window: int | Non
     return path, bucket
 
 
-def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False) -> list:  # noqa: ANN001
+def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False,  # noqa: ANN001
+             tuning: Tuning = DEFAULT) -> list:
     config = load_config(config_path)
-    writer = writer_for(config.destination("acme_files"))
+    writer = writer_for(config.destination("acme_files"), tuning)
     try:
         request = TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
                                   transfer_id=transfer_id, now=datetime.now(UTC), full_refresh=full_refresh)
@@ -187,9 +189,9 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
     monkeypatch.chdir(tmp_path)
     if written_by == "executors":
         monkeypatch.setattr(runner, "RUN_ROWS", 0)
-        monkeypatch.setattr(object_storage, "BATCH_ROWS", 2)
     config_path, bucket = platform(tmp_path, vendor, server)
-    summaries = transfer(spark, config_path, "backfill-1")
+    summaries = transfer(spark, config_path, "backfill-1",
+                         tuning=Tuning(batch_rows=2) if written_by == "executors" else DEFAULT)
     for model in ("items", "notes"):
         expected = lake_rows(tmp_path, model)
         assert consumed(bucket, model) == expected

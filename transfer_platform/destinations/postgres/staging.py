@@ -95,7 +95,7 @@ class Staging:
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
                   staging_table=staging.name)
 
-    def _drop_staging(self, staging: StagingTable, load: WindowLoad) -> None:
+    def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
         self.conn.execute(sql.drop_table(staging.table))
         log_phase("clean up", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
                   staging_table=staging.name)

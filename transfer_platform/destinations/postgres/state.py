@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from transfer_platform.config.models import ModelConfig
-    from transfer_platform.destinations.skeleton import _Stale
+    from transfer_platform.destinations.skeleton import Stale
 
 
 class States:
@@ -32,7 +32,7 @@ class States:
             conn.execute("SET TRANSACTION READ ONLY")
             yield
 
-    def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | _Stale | None]:
+    def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         """The model's state and its unfinished refresh's; a schema or ``_transfer_status`` that
         does not exist (checked with ``to_regclass``, which creates nothing) means nothing was
         ever committed."""
