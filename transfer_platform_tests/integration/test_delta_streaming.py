@@ -1,6 +1,6 @@
 """The Delta destination streams a window: Spark's executors stage it as Parquet files in the
 destination, the process that transfers only reads small summaries and then feeds delta-rs's MERGE
-from the staged files ``BATCH_ROWS`` rows at a time. Windows larger than the batch size move
+from the staged files ``Tuning.batch_rows`` rows at a time. Windows larger than the batch size move
 exactly (a folder and an S3 bucket), the Arrow memory of the transferring process is bounded by
 the batch size rather than the window, a bad row anywhere in a big window is refused with the usual
 messages and nothing committed, and a transfer that dies between staging and commit leaves the

@@ -208,7 +208,7 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
             heads = {e["data_file_key"]: e["etag"] for e in manifest["files"]}
             for key, etag in heads.items():
                 assert server.client().head_object(Bucket=BUCKET, Key=key)["ETag"].strip('"') == etag
-    if written_by == "executors":  # their files: row groups of BATCH_ROWS rows
+    if written_by == "executors":  # their files: row groups of Tuning.batch_rows rows
         groups = [pq.ParquetFile(io.BytesIO(bucket.get(k))).metadata for k in named_files(bucket, "items")]
         assert all(g.row_group(i).num_rows <= 2 for g in groups for i in range(g.num_row_groups))
         assert any(g.num_row_groups > 1 for g in groups)

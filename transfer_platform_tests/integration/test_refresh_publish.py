@@ -7,7 +7,7 @@ depends on (a view, a grant to another role, a foreign key from another table, a
 its identity: its rows are replaced (truncated and refilled; merged when a foreign key references
 it), and what depends on it goes on working. Whatever the path, a failure before the commit
 leaves the live table, its rows and the watermark as they were, the refresh kept aside; readers
-still using the table keep the publish from waiting longer than ``LOCK_WAIT_SECONDS``.
+still using the table keep the publish from waiting longer than ``Tuning.lock_wait_seconds``.
 """
 
 from __future__ import annotations
