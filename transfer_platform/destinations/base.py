@@ -136,10 +136,13 @@ def writer_for(destination, tuning: Tuning = DEFAULT) -> DestinationWriter:  # n
 
     from transfer_platform.vendors import DESTINATIONS, implementation
 
-    if destination.vendor not in DESTINATIONS:
-        return implementation(DESTINATIONS, "destination", destination)  # refused, naming the vendors
-    module, name = DESTINATIONS[destination.vendor]
-    return getattr(importlib.import_module(module), name)(destination, tuning)
+    record = DESTINATIONS.get(destination.vendor)
+    if record is None:  # refused, naming the supported vendors
+        return implementation(DESTINATIONS, "destination", destination)
+    if isinstance(record, tuple):  # (module, class); a vendors.Vendor record loads its class itself
+        module, name = record
+        return getattr(importlib.import_module(module), name)(destination, tuning)
+    return record.implementation()(destination, tuning)
 
 
 def staging_suffix(model_name: str, transfer_id: str) -> str:
