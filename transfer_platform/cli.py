@@ -376,12 +376,8 @@ def cmd_signing_key(args: argparse.Namespace) -> int:
 
 def cmd_spark_server(args: argparse.Namespace) -> int:
     """Run the Spark Connect server that transfers share, in the foreground, until stopped."""
-    from transfer_platform.spark_session import (
-        DEFAULT_CONNECT_PORT,
-        Endpoint,
-        remote_endpoint,
-        serve,
-    )
+    from transfer_platform.config.endpoints import DEFAULT_CONNECT_PORT, Endpoint
+    from transfer_platform.spark_session import remote_endpoint, serve
 
     path = find_config_path(args.config)
     named = args.config or os.environ.get("TRANSFER_PLATFORM_CONFIG")

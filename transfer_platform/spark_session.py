@@ -25,11 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform import vendors
-from transfer_platform.config.endpoints import (  # noqa: F401 - DEFAULT_CONNECT_PORT: cli.py reads it here
-    DEFAULT_CONNECT_PORT,
-    Endpoint,
-    parse_endpoint,
-)
+from transfer_platform.config.endpoints import Endpoint, parse_endpoint
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferPlatformError
 
 if TYPE_CHECKING:

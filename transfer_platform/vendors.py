@@ -155,7 +155,7 @@ SOURCES: Mapping[str, Vendor] = _registry(
 
 #: vendor -> its record, for every destination the configuration can name
 DESTINATIONS: Mapping[str, Vendor] = _registry(
-    Vendor("postgres", "destination", "transfer_platform.destinations.postgres", "PostgresWriter",
+    Vendor("postgres", "destination", "transfer_platform.destinations.postgres.writer", "PostgresWriter",
            "PostgresDestination", drivers=("psycopg", "pyarrow"), column_types=_POSTGRES_TYPES),
     Vendor("delta", "destination", "transfer_platform.destinations.delta", "DeltaWriter", "DeltaDestination",
            drivers=("deltalake", "pyarrow"),
@@ -175,14 +175,15 @@ def supported(registry: Mapping[str, Vendor]) -> str:
     return ", ".join(registry)
 
 
-def implementation(registry: Mapping[str, Vendor], kind: str, configured) -> object:
-    """An instance of the class that implements ``configured.vendor`` (a source or destination)."""
+def implementation(registry: Mapping[str, Vendor], kind: str, configured, *args: object) -> object:
+    """An instance of the class that implements ``configured.vendor`` (a source or destination),
+    made from ``configured`` and ``args``."""
     if configured.vendor not in registry:
         from transfer_platform.errors import ConfigError
 
         raise ConfigError(f"{kind} {configured.name!r}: vendor {configured.vendor!r} is not supported "
                           f"(supported: {supported(registry)})")
-    return registry[configured.vendor].implementation()(configured)
+    return registry[configured.vendor].implementation()(configured, *args)
 
 
 def warm_modules() -> tuple[str, ...]:

@@ -12,14 +12,6 @@ class ColumnType:
     spark: str  # Spark SQL DDL type name (for casts)
     arrow: str  # a pyarrow type factory call, resolved by the destination that needs it
 
-    @property
-    def postgres(self) -> str:
-        """Until ``destinations/postgres*.py`` read ``vendors.DESTINATIONS["postgres"].column_types``
-        themselves (then this goes)."""
-        from transfer_platform.vendors import DESTINATIONS
-
-        return DESTINATIONS["postgres"].column_types[self.name]
-
 
 TYPES: dict[str, ColumnType] = {
     t.name: t

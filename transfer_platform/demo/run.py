@@ -26,13 +26,13 @@ import pyarrow.parquet as pq
 
 from transfer_platform.config import load_config
 from transfer_platform.config.models import DeltaDestination, PlatformConfig
+from transfer_platform.config.signing_keys import load_signing_key
 from transfer_platform.console.streams import child_output
 from transfer_platform.demo import sample_data
 from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.destinations.delta import DeltaWriter
 from transfer_platform.destinations.manifests import (
     application_order,
-    load_signing_key,
     new_signing_key,
     public_key_text,
     verify_manifest,

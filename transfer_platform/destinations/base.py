@@ -16,6 +16,7 @@ from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
 from transfer_platform.errors import DataError, DuplicateKey
+from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,6 +61,10 @@ class WindowResult:
 
 
 class DestinationWriter(Protocol):
+    """What callers use of a writer. Every writer implements it as a subclass of
+    ``destinations.skeleton.Writer``, which holds the order of ``prepare``, the window writes
+    and ``publish_refresh`` once; a vendor implements its primitives."""
+
     name: str
 
     def check(self) -> None:
@@ -124,11 +129,12 @@ class DestinationWriter(Protocol):
         once; one :class:`Check` per step, a failure with its grant or setting."""
 
 
-def writer_for(destination) -> DestinationWriter:  # any configured destination
-    """The writer of a configured destination, by its vendor (``transfer_platform/vendors.py``)."""
+def writer_for(destination, tuning: Tuning = DEFAULT) -> DestinationWriter:  # any configured destination
+    """The writer of a configured destination, by its vendor (``transfer_platform/vendors.py``),
+    with the sizes and waits of ``tuning``. Every writer is a ``destinations.skeleton.Writer``."""
     from transfer_platform.vendors import DESTINATIONS, implementation
 
-    return implementation(DESTINATIONS, "destination", destination)
+    return implementation(DESTINATIONS, "destination", destination, tuning)
 
 
 def staging_suffix(model_name: str, transfer_id: str) -> str:

@@ -3,32 +3,36 @@
 Per window, without ever holding the window in the process that transfers: Spark's executors
 stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder,
 or the bucket through ``pyarrow.fs.S3FileSystem``: Spark has no S3 connector here), each Python
-worker writing its partition ``BATCH_ROWS`` rows at a time (``mapInArrow``, which works in a local
-session and through Spark Connect alike). The window is hash-partitioned and sorted on the primary
-key first, so every copy of a key lands next to the others in one partition: each worker finds
-NULL keys, NULL last-modified values and duplicate keys, and sums what the window changes (rows
-newer than the high watermark, soft deletes, its largest last-modified value), and hands back
-only that summary per file. The batch is refused (same errors as ``refuse_bad_rows``) before any
-commit; otherwise one MERGE commit upserts the staged files, read back ``BATCH_ROWS`` rows at a
-time (a ``pyarrow`` scanner streamed into delta-rs), on the primary key (never replacing a row by
-an older one; an ``is_append_only`` model's MERGE only inserts rows whose key is new) with the
-model's new state in the commit's metadata. When the MERGE changes nothing, delta-rs makes no
-commit, so an empty append records the state instead. A window read into this process (small,
-read with its neighbours) whose keys cannot be in the table is appended instead of merged (a
-fraction of a MERGE's cost: no join with the table's files): the table was empty when the
-transfer first committed to it and no key of the window was written by an earlier window of this
-transfer (the writer remembers them, up to ``APPEND_KEYS_MAX`` keys; a MERGE after that). That is
-a backfill's or a full refresh's table, window after window. The window's staging is removed whatever
-happens; a crash before the commit changes nothing, and what a killed transfer left in
+worker writing its partition ``Tuning.batch_rows`` rows at a time (``mapInArrow``, which works in
+a local session and through Spark Connect alike). The window is hash-partitioned and sorted on
+the primary key first, so every copy of a key lands next to the others in one partition: each
+worker finds NULL keys, NULL last-modified values and duplicate keys, and sums what the window
+changes (rows newer than the high watermark, soft deletes, its largest last-modified value), and
+hands back only that summary per file. The batch is refused (same errors as
+``refuse_bad_rows``) before any commit; otherwise one MERGE commit upserts the staged files, read
+back ``Tuning.batch_rows`` rows at a time (a ``pyarrow`` scanner streamed into delta-rs), on the
+primary key (never replacing a row by an older one; an ``is_append_only`` model's MERGE only
+inserts rows whose key is new) with the model's new state in the commit's metadata. When the
+MERGE changes nothing, delta-rs makes no commit, so an empty append records the state instead. A
+window read into this process (small, read with its neighbours) whose keys cannot be in the
+table is appended instead of merged (a fraction of a MERGE's cost: no join with the table's
+files): the table was empty when the transfer first committed to it and no key of the window was
+written by an earlier window of this transfer (the writer remembers them, up to
+``Tuning.append_keys_max`` keys, a Python set of ~100 bytes a key; a MERGE after that). That is
+a backfill's or a full refresh's table, window after window. The window's staging is removed
+whatever happens; a crash before the commit changes nothing, and what a killed transfer left in
 ``_tp_staging/<model>/`` is removed by the model's next transfer (under the model's lock).
 (delta-rs's MERGE itself builds its hash join in Rust memory from the source and the target
-files it reads: that part is delta-rs's and is not bounded by ``BATCH_ROWS``.)
+files it reads: that part is delta-rs's and is not bounded by ``Tuning.batch_rows``.)
+
+The order of ``prepare``, of a window's write and of a refresh's publish is
+``destinations/skeleton.py``'s; this module implements its primitives.
 
 One transfer per model at a time, however it was started: the writer holds an exclusive
 ``flock`` on ``_tp_locks/<model>.lock`` in the destination folder from ``prepare`` until
-``close`` (the operating system releases it when the process dies); a second transfer waits up to
-``LOCK_WAIT_SECONDS`` and is refused, naming the first. Delta's own commit conflict detection
-stays as a second line: a MERGE whose files changed under it fails instead of committing.
+``close`` (the operating system releases it when the process dies); a second transfer waits up
+to ``Tuning.lock_wait_seconds`` and is refused, naming the first. Delta's own commit conflict
+detection stays as a second line: a MERGE whose files changed under it fails instead of committing.
 
 A full refresh loads the same way into a Delta table built aside (``_refresh/<model>``, with its
 own state in its commits); once complete, one overwrite commit of the live table publishes it
@@ -54,11 +58,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
-from transfer_platform.core.columns import column_changes, refuse_column_drops
+from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
 from transfer_platform.core.sql import marked_deleted
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
-    Prepared,
     WindowLoad,
     WindowResult,
     arrow_schema,
@@ -69,37 +72,31 @@ from transfer_platform.destinations.base import (
 )
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
+from transfer_platform.destinations.skeleton import STALE, Writer
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
+from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
+    from transfer_platform.destinations.skeleton import Stale
     from transfer_platform.probes import Check, Probe
 
 STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
 REFRESH_DIR = "_refresh"
-DELETE_BATCH_ROWS = 100_000
 LOCK_DIR = "_tp_locks"
 #: a window being staged: ``<root>/_tp_staging/<model>/<window>/part-*.parquet``
 STAGING_DIR = "_tp_staging"
-#: rows per Arrow batch wherever a window's rows are handled: a staged file's row groups, and
-#: the batches the MERGE reads back from the staged files in the process that transfers
-BATCH_ROWS = 10_000
 #: staged files the MERGE's reader opens ahead, and batches it decodes ahead (pyarrow's own
 #: defaults, 4 and 16, would hold more batches in memory at once)
 _FRAGMENT_READAHEAD = 1
 _BATCH_READAHEAD = 2
-#: how long a transfer waits for the lock of a model that another transfer holds
-LOCK_WAIT_SECONDS = 10
 _HISTORY_PAGE = 100
-#: keys of the windows appended to a table that was empty, remembered to tell that the next
-#: window's keys are new (a Python set: ~100 bytes a key); beyond, every window is merged
-APPEND_KEYS_MAX = 1_000_000
 
 def _sql_name(name: str) -> str:
     """delta-rs predicates quote identifiers with backticks (double quotes make strings)."""
@@ -134,10 +131,20 @@ class _WindowTarget:
     keys: set | None
 
 
-class DeltaWriter:
-    def __init__(self, destination: DeltaDestination) -> None:
-        self.destination = destination
-        self.name = destination.name
+@dataclass
+class _Window:
+    """A window staged (``staged``: the executors' summary of its files) or held here
+    (``batch``), and the table it commits to."""
+
+    path: str
+    target: _WindowTarget
+    staged: Staged
+    batch: pa.Table | None = None
+
+
+class DeltaWriter(Writer):
+    def __init__(self, destination: DeltaDestination, tuning: Tuning = DEFAULT) -> None:
+        super().__init__(destination, tuning)
         self._tables: dict[str, _WindowTarget] = {}  # see _target
         connection = destination.connection
         self._locks = FolderLocks()  # the models' locks this writer holds
@@ -201,93 +208,99 @@ class DeltaWriter:
         folder = location.removeprefix(f"s3://{self.s3.bucket}/") + "/"
         self.s3.delete(self.s3.keys(folder))
 
-    # -- protocol -----------------------------------------------------------------------------
+    # -- prepare's primitives -----------------------------------------------------------------
 
-    def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
+    def _reach(self) -> None:
         self._tables.clear()  # opened again: what follows commits or replaces tables
-        from deltalake import DeltaTable
-
         self.check()
-        self.lock_model(model, transfer_id)
-        self._drop_staging(self._staging_path(model))  # a dead transfer's windows: ours alone under the lock
-        path = self.table_path(model)
-        live = self._open(path) if self._exists(path) else None
-        state = ModelState() if live is None else read_state(live)
-        if full_refresh:
-            return Prepared(state, self._begin_refresh(model, state))
-        pending = self._pending_refresh(model, state)
-        if pending is not None:
-            return Prepared(state, pending)
-        if live is None:
-            DeltaTable.create(path, schema=arrow_schema(model), name=model.model_name,
-                              storage_options=self.options)
-            return Prepared(state)
-        return Prepared(state, None, self._evolve(model, live, state))
 
-    def committed_state(self, model: ModelConfig) -> Prepared:
+    def _clean_staging(self, model: ModelConfig) -> None:
+        self._drop_staging(self._staging_path(model))  # a dead transfer's windows: ours alone under the lock
+
+    def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         """The states recorded in the live table's and the refresh table's commits, read only:
         no folder is created (unlike :meth:`check`), a missing table means nothing committed."""
-
         path = self.table_path(model)
         state = read_state(self._open(path)) if self._exists(path) else ModelState()
         aside_path = self.refresh_path(model)
         if not self._exists(aside_path):
-            return Prepared(state)
+            return state, None
         aside = self._open(aside_path)
-        if _schema_of(aside) != arrow_schema(model):  # as _pending_refresh: it would start again
-            return Prepared(state, ModelState(high_watermark=state.high_watermark))
-        return Prepared(state, read_state(aside))
+        if _schema_of(aside) != arrow_schema(model):  # the model changed meanwhile: start again
+            return state, STALE
+        return state, read_state(aside)
 
-    def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
-        """Stage the window in the destination (Spark's executors write it), refuse it if it breaks
-        a rule, then one MERGE from the staged files (read back ``BATCH_ROWS`` rows at a time);
-        the window's staging is removed either way."""
+    # -- a window -------------------------------------------------------------------------------
+
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> str | None:
+        """A window read alone is staged in the destination, under ``_tp_staging/<model>/``; one
+        read into this process (with others, in one Spark job, so it is small) is not staged."""
+        if in_memory:
+            return None
+        model = load.model
+        return self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
+                                         f"{uuid.uuid4().hex[:12]}")
+
+    def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> _Window:
+        """Spark's executors write the window into the staging folder and sum it up."""
         model = load.model
         path, target = self._target(load)
         target.keys = None  # not read here: the table's keys are no longer known
-        folder = self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
-                                           f"{uuid.uuid4().hex[:12]}")
-        try:
-            staged = stage(frame, model, target.state, self._staging_location(folder), self.options,
-                           batch_rows=BATCH_ROWS)
-            log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
-                      rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
-            refuse_staged(staged, model, self.name)
-            source = None
-            if staged.rows:
-                filesystem = staging_filesystem(self.options)
-                source = (pads.dataset(staged.files, schema=arrow_schema(model), format="parquet",
-                                       filesystem=filesystem)
-                          .scanner(batch_size=BATCH_ROWS, batch_readahead=_BATCH_READAHEAD,
-                                   fragment_readahead=_FRAGMENT_READAHEAD,
-                                   # a row group at a time, not the whole file's column chunks
-                                   fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
-                          .to_reader())
-            return self._merge(path, target, source, staged, load)
-        finally:
-            self._drop_staging(folder)
+        staged = stage(frame, model, target.state, self._staging_location(folder), self.options,
+                       batch_rows=self.tuning.batch_rows)
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
+                  rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
+        return _Window(path, target, staged)
 
-    def write_arrow(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
-        """A window already read into this process (with others, in one Spark job, so it is
-        small): checked here, then one MERGE from memory; nothing is staged."""
+    def _stage_arrow(self, batch: pa.Table, folder: None, load: WindowLoad) -> _Window:
+        """A window already here: summed up as the executors would have; nothing is staged."""
         model = load.model
         path, target = self._target(load)
-        refuse_bad_rows(batch, model, self.name)
         staged = Staged.of_batch(batch, model, state=target.state)
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                   rows=staged.rows, in_memory_bytes=staged.volume)
-        keys = _keys(batch, model) if target.keys is not None and batch.num_rows else None
-        append = keys is not None and target.keys.isdisjoint(keys)
-        if keys is not None:
-            target.keys.update(keys)
-            if len(target.keys) > APPEND_KEYS_MAX:
-                target.keys = None
-        return self._merge(path, target, batch if batch.num_rows else None, staged, load, append=append)
+        return _Window(path, target, staged, batch)
 
-    def write_empty(self, load: WindowLoad) -> WindowResult:
-        """The window holds no row: its state alone, in one (empty) commit; no Spark job."""
-        path, target = self._target(load)
-        return self._merge(path, target, None, Staged.empty(), load)
+    def _refuse(self, window: _Window, load: WindowLoad) -> None:
+        if window.batch is not None:
+            refuse_bad_rows(window.batch, load.model, self.name)
+        else:
+            refuse_staged(window.staged, load.model, self.name)
+
+    def _commit(self, window: _Window | None, load: WindowLoad) -> WindowResult:
+        """One commit: a MERGE from the staged files (read back ``Tuning.batch_rows`` rows at a
+        time), or from memory (an append when its keys are known to be new), or the state alone."""
+        model = load.model
+        if window is None:  # no row: its state alone, in one (empty) commit
+            path, target = self._target(load)
+            return self._merge(path, target, None, Staged.empty(), load)
+        path, target, staged, batch = window.path, window.target, window.staged, window.batch
+        if batch is not None:
+            keys = _keys(batch, model) if target.keys is not None and batch.num_rows else None
+            append = keys is not None and target.keys.isdisjoint(keys)
+            if keys is not None:
+                target.keys.update(keys)
+                if len(target.keys) > self.tuning.append_keys_max:
+                    target.keys = None
+            return self._merge(path, target, batch if batch.num_rows else None, staged, load, append=append)
+        source = None
+        if staged.rows:
+            batch_rows = self.tuning.batch_rows
+            filesystem = staging_filesystem(self.options)
+            source = (pads.dataset(staged.files, schema=arrow_schema(model), format="parquet",
+                                   filesystem=filesystem)
+                      .scanner(batch_size=batch_rows, batch_readahead=_BATCH_READAHEAD,
+                               fragment_readahead=_FRAGMENT_READAHEAD,
+                               # a row group at a time, not the whole file's column chunks
+                               fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
+                      .to_reader())
+        return self._merge(path, target, source, staged, load)
+
+    def _remove_staging(self, folder: str, load: WindowLoad) -> None:
+        self._drop_staging(folder)
+
+    def _drop_staging(self, location: str) -> None:
+        self._remove(location)
 
     def _target(self, load: WindowLoad) -> tuple[str, _WindowTarget]:
         """The table a window commits to (the live one, or the refresh's built aside), opened
@@ -300,12 +313,17 @@ class DeltaWriter:
                                                         None if table.file_uris() else set())
         return path, target
 
-    def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
+    # -- the full refresh's publish -------------------------------------------------------------
+
+    def _refresh_state(self, model: ModelConfig) -> ModelState:
         self._tables.clear()  # opened again: what follows commits or replaces tables
+        return read_state(self._open(self.refresh_path(model)))
+
+    def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        """One overwrite commit of the live table with the aside table's rows and ``state``."""
         from deltalake import write_deltalake
 
         aside = self._open(self.refresh_path(model))
-        state = read_state(aside)
         path = self.table_path(model)
         changes_schema = not self._exists(path) or _schema_of(self._open(path)) != arrow_schema(model)
         rows = aside.to_pyarrow_dataset().scanner(columns=arrow_schema(model).names).to_reader()
@@ -313,12 +331,13 @@ class DeltaWriter:
                         schema_mode="overwrite" if changes_schema else None,
                         commit_properties=_commit(state, transfer_id))
         self._remove(self.refresh_path(model))
-        return state
+
+    # -- outside a transfer's windows -------------------------------------------------------------
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
         """Remove the rows whose primary key and last-modified value ``frame`` holds (a row that
-        changed since is left alone): one MERGE commit per batch of ``DELETE_BATCH_ROWS`` rows
-        brought from Spark one partition at a time (memory stays flat), each carrying the
+        changed since is left alone): one MERGE commit per batch of ``Tuning.delete_batch_rows``
+        rows brought from Spark one partition at a time (memory stays flat), each carrying the
         model's current state."""
         self._tables.clear()  # opened again: what follows commits or replaces tables
 
@@ -326,7 +345,7 @@ class DeltaWriter:
         schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         match = " AND ".join(f"t.{_sql_name(c)} = s.{_sql_name(c)}" for c in columns)
         deleted = 0
-        for batch in _batches(frame.select(*columns), schema, DELETE_BATCH_ROWS):
+        for batch in _batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
             table = self._open(self.table_path(model))
             metrics = (table.merge(batch, predicate=match, source_alias="s", target_alias="t",
                                    commit_properties=_commit(read_state(table), transfer_id))
@@ -352,14 +371,14 @@ class DeltaWriter:
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         """Hold the model's lock file (an exclusive ``flock``, the operating system's: released
         when this writer closes, or when its process dies) so that two transfers of one model to
-        this folder never interleave; a second one waits up to ``LOCK_WAIT_SECONDS``, then is
+        this folder never interleave; a second one waits up to ``Tuning.lock_wait_seconds``, then is
         refused naming the first. The file says who holds it."""
         if self.s3 is not None:  # a lock object (see destinations/s3.py)
             self._s3_locks.acquire(self._key(LOCK_DIR, f"{model.model_name}.json"), model.model_name,
-                                   transfer_id, destination=self.name, wait_seconds=LOCK_WAIT_SECONDS)
+                                   transfer_id, destination=self.name, wait_seconds=self.tuning.lock_wait_seconds)
             return
         self._locks.acquire(self.root / LOCK_DIR, model.model_name, transfer_id, destination=self.name,
-                            wait_seconds=LOCK_WAIT_SECONDS)
+                            wait_seconds=self.tuning.lock_wait_seconds)
 
     # -- test-connection ----------------------------------------------------------------------
 
@@ -407,20 +426,17 @@ class DeltaWriter:
                           commit_properties=_commit(state, "begin-refresh"))
         return state
 
-    def _pending_refresh(self, model: ModelConfig, live: ModelState) -> ModelState | None:
+    def _plan_columns(self, model: ModelConfig) -> ColumnChanges:
+        """A new live table with the model's columns; or what bringing the live table's to them
+        would add and drop (a changed type refused; a drop refused unless the model allows it)."""
+        from deltalake import DeltaTable
 
-        path = self.refresh_path(model)
+        path = self.table_path(model)
         if not self._exists(path):
-            return None
-        aside = self._open(path)
-        if _schema_of(aside) != arrow_schema(model):  # the model changed meanwhile: start again
-            return self._begin_refresh(model, live)
-        return read_state(aside)
-
-    def _evolve(self, model: ModelConfig, table: DeltaTable, state: ModelState) -> tuple[str, ...]:
-        from deltalake import write_deltalake
-
-        existing = _schema_of(table)
+            DeltaTable.create(path, schema=arrow_schema(model), name=model.model_name,
+                              storage_options=self.options)
+            return ColumnChanges((), ())
+        existing = _schema_of(self._open(path))
         wanted = arrow_schema(model)
         for field in wanted:
             if field.name in existing.names and existing.field(field.name).type != field.type:
@@ -430,14 +446,25 @@ class DeltaWriter:
                     f"{field.type}; a type is never changed in place. Fix: run a full refresh: "
                     f"transfer-platform transfer {self.name} --model {model.model_name} --full-refresh")
         planned = column_changes(existing.names, wanted.names)
-        added, dropped = planned.added, planned.dropped
-        refuse_column_drops(model.model_name, self.name, f"Delta table {self.table_path(model)}", dropped,
+        refuse_column_drops(model.model_name, self.name, f"Delta table {path}", planned.dropped,
                             allowed=model.allow_column_drop)
+        return planned
+
+    def _apply_columns(self, model: ModelConfig, planned: ColumnChanges, state: ModelState) -> tuple[str, ...]:
+        """A column added by an empty ``schema_mode="merge"`` append; dropped ones by rewriting
+        the table in one overwrite commit (delta-rs cannot drop a column in place)."""
+        from deltalake import write_deltalake
+
+        added, dropped = planned.added, planned.dropped
+        if not (added or dropped):
+            return ()
+        table = self._open(self.table_path(model))
+        wanted = arrow_schema(model)
         commit = _commit(state, "schema-evolution")
         if dropped:  # one overwrite commit with the model's columns (added ones NULL)
             rows = pa.RecordBatchReader.from_batches(wanted, _project(table, wanted))
             write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite", commit_properties=commit)
-        elif added:
+        else:
             write_deltalake(table, wanted.empty_table(), mode="append", schema_mode="merge",
                             commit_properties=commit)
         return tuple([f"added column {name} to Delta table {model.model_name}; rows delivered before "
@@ -455,9 +482,6 @@ class DeltaWriter:
     def _staging_location(self, folder: str) -> str:
         """``folder`` as pyarrow's file system (of :func:`staging_filesystem`) names it."""
         return folder.removeprefix("s3://") if self.s3 is not None else str(Path(folder).resolve())
-
-    def _drop_staging(self, location: str) -> None:
-        self._remove(location)
 
     def _merge(self, path: str, target: _WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
                staged: Staged, load: WindowLoad, *, append: bool = False) -> WindowResult:

@@ -32,15 +32,12 @@ import uuid
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 VERSION = 2
 #: ``model_id`` is ``uuid5(NAMESPACE_URL, MODEL_ID_PREFIX + model_name)``
 MODEL_ID_PREFIX = "transfer-platform:model:"
 FULL_REFRESH = "FULL_REFRESH"
-KEY_FORMAT = ("the base64 of a 32-byte Ed25519 private key, or a PEM (PKCS#8) Ed25519 private key; "
-              "`transfer-platform signing-key` makes one")
 
 
 def signed_bytes(files: list[dict[str, Any]]) -> bytes:
@@ -66,26 +63,6 @@ def application_order(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ordered = sorted(manifests, key=place)
     refreshes = [i for i, manifest in enumerate(ordered) if manifest["transfer_type"] == FULL_REFRESH]
     return ordered[refreshes[-1]:] if refreshes else ordered
-
-
-def load_signing_key(text: str) -> Ed25519PrivateKey:
-    """The private key an environment variable holds; ``ValueError`` saying what is wrong."""
-    text = text.strip()
-    if text.startswith("-----BEGIN"):
-        try:
-            key = serialization.load_pem_private_key(text.encode(), password=None)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"it is not a readable unencrypted PEM private key ({exc})") from None
-        if not isinstance(key, Ed25519PrivateKey):
-            raise ValueError(f"it is a {type(key).__name__.lstrip('_')}, not an Ed25519 key")
-        return key
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("it is neither base64 nor PEM") from None
-    if len(raw) != 32:
-        raise ValueError(f"it decodes to {len(raw)} bytes, not 32")
-    return Ed25519PrivateKey.from_private_bytes(raw)
 
 
 def new_signing_key() -> tuple[str, str]:

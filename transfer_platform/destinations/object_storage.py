@@ -1,5 +1,7 @@
 """Object storage: Parquet files and signed manifests in a bucket (vendor ``s3``) or a folder
-(vendor ``local``), the same code over two small stores.
+(vendor ``local``), the same code over two small stores (``destinations/stores.py``, chosen once
+by the connection's type). The order of ``prepare``, of a window's write and of a refresh's
+publish is ``destinations/skeleton.py``'s; this module implements its primitives.
 
 Layout under the bucket (or folder) and ``prefix`` (the reference system's):
 
@@ -39,24 +41,24 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import uuid
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config.models import LocalStorageDestination, ModelConfig, S3Destination
-from transfer_platform.core.columns import column_changes, refuse_column_drops
+from transfer_platform.config.signing_keys import KEY_FORMAT, load_signing_key
+from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import manifests
 from transfer_platform.destinations.base import (
-    Prepared,
     WindowLoad,
     WindowResult,
     arrow_schema,
@@ -65,126 +67,45 @@ from transfer_platform.destinations.base import (
     newly_marked,
     refuse_bad_rows,
 )
-from transfer_platform.destinations.locks import FolderLocks
-from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
+from transfer_platform.destinations.s3 import probe_objects
+from transfer_platform.destinations.skeleton import STALE, Writer
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage
+from transfer_platform.destinations.stores import Store, store_for
 from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
-from transfer_platform.probes import current_user
+from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from transfer_platform.destinations.skeleton import Stale
     from transfer_platform.probes import Check
 
-#: how long a transfer waits for the lock of a model that another transfer holds
-LOCK_WAIT_SECONDS = 10
 BOOKKEEPING = "_transfer_platform"
-#: rows per row group of a large window's files (written by Spark's executors)
-BATCH_ROWS = 10_000
 
 
-class Store(Protocol):
-    """Objects by key ('/'-separated, relative to the bucket or folder)."""
+@dataclass
+class _Window:
+    """A window on its way: its files written by Spark's executors (``keys``, ``entries``,
+    ``staged``) or its rows here (``batch``), and the state it moves from."""
 
-    where: str  # "bucket B at endpoint E", "folder F": for messages
-
-    def put(self, key: str, data: bytes) -> str:
-        """Write an object whole (a reader sees the old or the new one); returns its ETag."""
-
-    def get(self, key: str) -> bytes | None: ...
-
-    def keys(self, prefix: str) -> list[str]:
-        """Every object key under ``prefix`` (a folder-like prefix ending in '/')."""
-
-    def delete(self, keys: list[str]) -> None: ...
-
-    def etag(self, key: str, md5: str) -> str:
-        """The ETag of an object written by pyarrow (``md5``: its content's)."""
-
-    def location(self, key: str) -> str:
-        """``key`` as pyarrow's file system (of ``staging_filesystem``) names it."""
+    before: ModelState
+    batch: pa.Table | None = None
+    keys: list[str] = field(default_factory=list)
+    entries: list[dict[str, str]] = field(default_factory=list)
+    staged: Staged | None = None
 
 
-class FolderStore:
-    """Objects as files under a folder; a file is written aside and renamed into place."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self.where = f"folder {self.root}"
-
-    def put(self, key: str, data: bytes) -> str:
-        path = self.root / key
-        aside = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(aside, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(aside, path)
-        except OSError as exc:
-            aside.unlink(missing_ok=True)
-            raise self._failure("write", key, exc) from None
-        return hashlib.md5(data, usedforsecurity=False).hexdigest()  # a single-part S3 ETag
-
-    def get(self, key: str) -> bytes | None:
-        try:
-            return (self.root / key).read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise self._failure("read", key, exc) from None
-
-    def etag(self, key: str, md5: str) -> str:
-        """A file written whole: its MD5, as a single-part S3 upload's ETag."""
-        return md5
-
-    def location(self, key: str) -> str:
-        """``key`` as pyarrow's local file system names it."""
-        return str((self.root / key).resolve())
-
-    def keys(self, prefix: str) -> list[str]:
-        folder = self.root / prefix
-        try:
-            if not folder.is_dir():
-                self.root.mkdir(parents=True, exist_ok=True)  # as a bucket, the folder exists
-                return []
-            return sorted(str(p.relative_to(self.root)) for p in folder.rglob("*")
-                          if p.is_file() and not p.name.startswith("."))
-        except OSError as exc:
-            raise self._failure("list", prefix, exc) from None
-
-    def delete(self, keys: list[str]) -> None:
-        for key in keys:
-            try:
-                (self.root / key).unlink(missing_ok=True)
-            except OSError as exc:
-                raise self._failure("delete", key, exc) from None
-
-    def _failure(self, what: str, key: str, exc: OSError) -> ConnectionFailure:
-        return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=exc.strerror or str(exc),
-                                 fix=f"let the user transfers run as ({current_user()}) create, write and "
-                                     f"delete files in {self.root}, or point connection.path elsewhere")
-
-
-class ObjectStorageWriter:
-    def __init__(self, destination: LocalStorageDestination | S3Destination) -> None:
-        self.destination = destination
-        self.name = destination.name
-        self.store: Store = (FolderStore(destination.connection.path) if destination.vendor == "local"
-                             else S3Store(destination.connection, f"destination '{destination.name}'"))
+class ObjectStorageWriter(Writer):
+    def __init__(self, destination: LocalStorageDestination | S3Destination, tuning: Tuning = DEFAULT) -> None:
+        super().__init__(destination, tuning)
+        self.store: Store = store_for(destination.connection, f"destination '{destination.name}'")
         self.prefix = destination.connection.prefix.strip("/")
-        self.bucket_name = (str(destination.connection.path) if destination.vendor == "local"
-                            else destination.connection.bucket)
+        self.bucket_name = self.store.bucket_name
         self._key: Any = None  # the signing key, read at the first manifest
-        self._folder_locks = FolderLocks()
-        self._s3_locks = S3Locks(self.store) if isinstance(self.store, S3Store) else S3Locks(None)
         self._transfers: dict[str, dict[str, Any]] = {}  # model -> this transfer's files and manifest
+        self._books: dict[str, dict[str, Any]] = {}  # model -> its state.json as last read
         self._started: str | None = None  # when this transfer started (its manifests' start_time)
-        # pyarrow's S3 file system for the executors that write a large window's files
-        self._options = (None if destination.vendor == "local"
-                         else storage_options(destination.connection, f"destination '{destination.name}'"))
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -194,7 +115,7 @@ class ObjectStorageWriter:
     def _book(self, model: str, *parts: str) -> str:
         return self._k(BOOKKEEPING, model, *parts)
 
-    # -- protocol -----------------------------------------------------------------------------
+    # -- connection ---------------------------------------------------------------------------
 
     def check(self) -> None:
         self.store.keys(self._k(BOOKKEEPING) + "/")  # reach, log in, list: raises ConnectionFailure
@@ -204,91 +125,152 @@ class ObjectStorageWriter:
             if transfer["settled"]:
                 with suppress(Exception):
                     self.store.delete([self._book(model, "pending", f"{_safe(transfer['transfer_id'])}.json")])
-        self._folder_locks.release_all()
-        self._s3_locks.release_all()
+        self.store.release_all()
         self._transfers.clear()
+        self._books.clear()
         self._started = None
 
     def __del__(self) -> None:  # a writer dropped without close() still releases its locks
-        if getattr(self, "_folder_locks", None) or getattr(self, "_s3_locks", None):
+        store = getattr(self, "store", None)
+        if store is not None and store.holds_locks():
             self.close()
 
-    def prepare(self, model: ModelConfig, transfer_id: str, *, full_refresh: bool = False) -> Prepared:
+    # -- prepare's primitives -----------------------------------------------------------------
+
+    def _reach(self) -> None:
         self.check()
-        self.lock_model(model, transfer_id)
+
+    def _clean_staging(self, model: ModelConfig) -> None:
         self._clean_dead_transfers(model)
-        book = self._read_book(model)
+
+    def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
+        book = self._books[model.model_name] = self._read_book(model)
         state = ModelState.from_json(book.get("state"))
         refresh = book.get("refresh")
-        # a full refresh (asked for, or one carried on) delivers the model's columns as a new
-        # generation: only an incremental transfer changes the columns under consumers
-        changes = () if full_refresh or refresh is not None else self._schema_changes(model, book)
+        if refresh is None:
+            return state, None
+        if refresh["columns"] != _columns(model):  # the model changed meanwhile: it starts again
+            return state, STALE
+        return state, ModelState.from_json(refresh["state"])
+
+    def _announce(self, model: ModelConfig, transfer_id: str) -> None:
+        """Every transfer announces itself in ``pending/`` before its first file, so that the
+        next one knows whose files to look at if it dies before a manifest names them."""
         day = datetime.now(UTC).strftime("%Y-%m-%d")
         self.store.put(self._book(model.model_name, "pending", f"{_safe(transfer_id)}.json"),
                        json.dumps({"transfer_id": transfer_id, "dt": day}).encode())
         self._transfers[model.model_name] = {"transfer_id": transfer_id, "dt": day, "files": [],
-                                             "start_time": self._start_time(), "settled": True, "book": book}
-        if full_refresh or (refresh is not None and refresh["columns"] != _columns(model)):
-            if refresh is not None:  # an unfinished refresh started again: its files go
-                self.store.delete([f["data_file_key"] for f in refresh["files"]])
-            refresh = {"state": ModelState(high_watermark=state.high_watermark).to_json(), "files": [],
-                       "columns": _columns(model)}
-            self._write_book(model, {**book, "refresh": refresh})
-        if refresh is not None:
-            return Prepared(state, ModelState.from_json(refresh["state"]))
+                                             "start_time": self._start_time(), "settled": True,
+                                             "book": self._books[model.model_name]}
+
+    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
+        """A full refresh (asked for, or one carried on) delivers the model's columns as a new
+        generation: its files are listed in the book until it is published. An unfinished
+        refresh started again: its files go."""
+        book = self._transfers[model.model_name]["book"]
+        old = book.get("refresh")
+        if old is not None:
+            self.store.delete([f["data_file_key"] for f in old["files"]])
+        refresh = {"state": ModelState(high_watermark=live.high_watermark).to_json(), "files": [],
+                   "columns": _columns(model)}
+        self._write_book(model, {**book, "refresh": refresh})
+        return ModelState.from_json(refresh["state"])
+
+    def _plan_columns(self, model: ModelConfig) -> ColumnChanges:
+        """The columns delivered before against the model's: only an incremental transfer changes
+        the columns under consumers; a changed type is refused, a drop unless allowed."""
+        before, now = self._books[model.model_name].get("columns"), _columns(model)
+        if before is None or before == now:
+            return ColumnChanges((), ())
+        for column, kind in now.items():
+            if column in before and before[column] != kind:
+                raise SchemaMismatch(
+                    f"model '{model.model_name}' -> destination '{self.name}': column '{column}' was "
+                    f"delivered as {before[column]} but the model now says {kind}; a type is never "
+                    f"changed under consumers. Fix: run a full refresh: transfer-platform transfer "
+                    f"{self.name} --model {model.model_name} --full-refresh")
+        planned = column_changes(list(before), list(now))
+        refuse_column_drops(model.model_name, self.name, f"the files delivered to {self.store.where}",
+                            planned.dropped, allowed=model.allow_column_drop)
+        return planned
+
+    def _apply_columns(self, model: ModelConfig, planned: ColumnChanges, state: ModelState) -> tuple[str, ...]:
+        changes = tuple([f"added column {c} to {model.model_name}'s files from now on (earlier files lack it)"
+                         for c in planned.added]
+                        + [f"column {c} is no longer in {model.model_name}'s files from now on"
+                           for c in planned.dropped])
         if changes:
-            self._write_book(model, {**book, "columns": _columns(model)})
-        return Prepared(state, None, changes)
+            self._write_book(model, {**self._transfers[model.model_name]["book"], "columns": _columns(model)})
+        return changes
 
-    def committed_state(self, model: ModelConfig) -> Prepared:
-        book = self._read_book(model)
-        state = ModelState.from_json(book.get("state"))
-        refresh = book.get("refresh")
-        if refresh is None:
-            return Prepared(state)
-        if refresh["columns"] != _columns(model):  # the next transfer starts it again
-            return Prepared(state, ModelState(high_watermark=state.high_watermark))
-        return Prepared(state, ModelState.from_json(refresh["state"]))
+    # -- a window -------------------------------------------------------------------------------
 
-    def write_window(self, frame: DataFrame, load: WindowLoad) -> WindowResult:
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> None:
+        """Nothing is staged aside: a window's files are written where they are delivered, and
+        delivered once a manifest names them."""
+        return None
+
+    def _stage_frame(self, frame: DataFrame, staging: None, load: WindowLoad) -> _Window:
         """A window read alone (a large one): Spark's executors write its files where they are
-        delivered (one per partition, ``BATCH_ROWS`` rows per row group, their digests read back
-        there) and check it; only their summaries come here. A refused window's files are deleted
-        at once (a crash leaves them to the next transfer: no manifest names them)."""
+        delivered (one per partition, ``Tuning.batch_rows`` rows per row group, their digests read
+        back there) and check it; only their summaries come here."""
         model, name = load.model, load.model.model_name
         transfer = self._transfers[name]
         before = self._state_before(load)
         transfer["settled"] = False  # until a manifest (or the refresh's list) names its files
         folder = self._k(name, f"dt={transfer['dt']}")
-        staged = stage(frame, model, before, self.store.location(folder), self._options, batch_rows=BATCH_ROWS,
-                       file_prefix=f"part-{_safe(transfer['transfer_id'])}-", compression="zstd", digests=True)
-        keys = [f"{folder}/{file.rsplit('/', 1)[-1]}" for file in staged.files]
+        staged = stage(frame, model, before, self.store.location(folder), self.store.options,
+                       batch_rows=self.tuning.batch_rows, file_prefix=f"part-{_safe(transfer['transfer_id'])}-",
+                       compression="zstd", digests=True)
+        window = _Window(before, keys=[f"{folder}/{file.rsplit('/', 1)[-1]}" for file in staged.files],
+                         staged=staged)
+        with self._deleted_if_failed(window, transfer):
+            window.entries = [{"data_file_key": key, "sha256_checksum": sha256, "etag": self.store.etag(key, md5)}
+                              for key, (sha256, md5, _) in zip(window.keys, staged.digests, strict=True)]
+        return window
+
+    def _stage_arrow(self, batch: pa.Table, staging: None, load: WindowLoad) -> _Window:
+        """A window here as Arrow (small): written as one file once checked (:meth:`_commit`)."""
+        return _Window(self._state_before(load), batch=batch)
+
+    def _refuse(self, window: _Window, load: WindowLoad) -> None:
+        """The window's rules; a refused window's files are deleted at once (a crash leaves them
+        to the next transfer: no manifest names them)."""
+        if window.batch is not None:
+            refuse_bad_rows(window.batch, load.model, self.name)
+            return
+        with self._deleted_if_failed(window, self._transfers[load.model.model_name]):
+            refuse_staged(window.staged, load.model, self.name)
+
+    @contextmanager
+    def _deleted_if_failed(self, window: _Window, transfer: dict[str, Any]) -> Iterator[None]:
         try:
-            refuse_staged(staged, model, self.name)
-            entries = [{"data_file_key": key, "sha256_checksum": sha256, "etag": self.store.etag(key, md5)}
-                       for key, (sha256, md5, _) in zip(keys, staged.digests, strict=True)]
+            yield
         except BaseException:
-            self.store.delete(keys)
+            self.store.delete(window.keys)
             transfer["settled"] = True  # nothing unnamed left
             raise
+
+    def _commit(self, window: _Window | None, load: WindowLoad) -> WindowResult:
+        """Name the window's files in the transfer's manifest (the commit), then record the state."""
+        model, name = load.model, load.model.model_name
+        if window is None:  # no row: the state alone (a manifest naming no new file)
+            window = _Window(self._state_before(load), batch=arrow_schema(model).empty_table())
+        if window.batch is not None:
+            return self._commit_batch(window.batch, window.before, load)
+        staged = window.staged
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=name,
-                  rows=staged.rows, files=len(keys), bytes=sum(size for _, _, size in staged.digests))
+                  rows=staged.rows, files=len(window.keys), bytes=sum(size for _, _, size in staged.digests))
         staged.volume = sum(size for _, _, size in staged.digests)  # the files' bytes, as a window here
         max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
-        return self._commit_window(load, before, entries, max_lm, staged)
+        return self._commit_window(load, window.before, window.entries, max_lm, staged)
 
-    def write_arrow(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
-        """A window already read into this process (with others, in one Spark job)."""
-        return self._write_batch(batch, load)
+    def _remove_staging(self, staging: None, load: WindowLoad) -> None:
+        """Nothing was staged aside (see :meth:`_create_staging`)."""
 
-    def write_empty(self, load: WindowLoad) -> WindowResult:
-        return self._write_batch(arrow_schema(load.model).empty_table(), load)
-
-    def _write_batch(self, batch: pa.Table, load: WindowLoad) -> WindowResult:
-        """A window here as Arrow (small, or empty): checked, written as one file, committed."""
+    def _commit_batch(self, batch: pa.Table, before: ModelState, load: WindowLoad) -> WindowResult:
+        """A checked window here as Arrow: written as one file (none if empty), then committed."""
         model, name = load.model, load.model.model_name
-        refuse_bad_rows(batch, model, self.name)
-        before = self._state_before(load)
         transfer = self._transfers[name]
         transfer["settled"] = False  # until a manifest (or the refresh's list) names its file
         entries, volume = [], 0
@@ -333,21 +315,28 @@ class ObjectStorageWriter:
             self._write_book(model, {**book, "state": state.to_json(), "generation": generation,
                                      "columns": _columns(model)})
         transfer["settled"] = True
-        self._s3_locks.renew(model.model_name, transfer["transfer_id"])
+        self.store.renew(model.model_name, transfer["transfer_id"])
         # rows delivered with their deletion marker count as deleted
         return WindowResult(staged.rows, staged.delta_rows, staged.volume, max_lm, state, staged.marked)
 
-    def publish_refresh(self, model: ModelConfig, transfer_id: str) -> ModelState:
+    # -- the full refresh's publish -------------------------------------------------------------
+
+    def _refresh_state(self, model: ModelConfig) -> ModelState:
         book = self._transfers[model.model_name]["book"]  # ours, under the lock
-        refresh = book["refresh"]
-        state = ModelState.from_json(refresh["state"])
-        generation = book.get("generation", 0) + 1
+        return ModelState.from_json(book["refresh"]["state"])
+
+    def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        """One FULL_REFRESH manifest (generation + 1) naming the refresh's files, then the book."""
         transfer = self._transfers[model.model_name]
+        book = transfer["book"]
+        refresh = book["refresh"]
+        generation = book.get("generation", 0) + 1
         self._write_manifest(model, transfer, manifests.FULL_REFRESH, generation, refresh["files"],
                              window=refresh, state=state)
         self._write_book(model, {"state": state.to_json(), "generation": generation, "sequence": transfer["sequence"],
                                  "columns": refresh["columns"], "refresh": None})
-        return state
+
+    # -- outside a transfer's windows -------------------------------------------------------------
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         """The delivered rows as a consumer keeps them: the current generation's files, per key
@@ -374,14 +363,9 @@ class ObjectStorageWriter:
     # -- one transfer per model ----------------------------------------------------------------
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
-        """A folder: the model's ``flock`` (as Delta's). A bucket: :class:`S3Locks`."""
-        if self.destination.vendor == "local":
-            self._folder_locks.acquire(Path(self.destination.connection.path) / self._book("_locks"),
-                                       model.model_name, transfer_id, destination=self.name,
-                                       wait_seconds=LOCK_WAIT_SECONDS)
-            return
-        self._s3_locks.acquire(self._book(model.model_name, "lock.json"), model.model_name, transfer_id,
-                               destination=self.name, wait_seconds=LOCK_WAIT_SECONDS)
+        """The store's kind of lock: a folder's ``flock`` (as Delta's), a bucket's lock object."""
+        self.store.lock(self._k(BOOKKEEPING), model.model_name, transfer_id, destination=self.name,
+                        wait_seconds=self.tuning.lock_wait_seconds)
 
     # -- test-connection ----------------------------------------------------------------------
 
@@ -446,10 +430,10 @@ class ObjectStorageWriter:
             ref = self.destination.signing_key
             text = ref.resolve(f"destination '{self.name}'.signing_key").get_secret_value()
             try:
-                self._key = manifests.load_signing_key(text)
+                self._key = load_signing_key(text)
             except ValueError as exc:
                 raise ConfigError(f"destination '{self.name}': signing_key (variable {ref.env}) is not "
-                                  f"usable: {exc}; it must hold {manifests.KEY_FORMAT}") from None
+                                  f"usable: {exc}; it must hold {KEY_FORMAT}") from None
         return self._key
 
     def _current_files(self, model: ModelConfig) -> list[dict[str, str]]:
@@ -486,24 +470,6 @@ class ObjectStorageWriter:
                 log_phase("clean up", destination=self.name, model=name, transfer_id=intent.get("transfer_id"),
                           orphan_files=len(orphans))
             self.store.delete([pending])
-
-    def _schema_changes(self, model: ModelConfig, book: dict[str, Any]) -> tuple[str, ...]:
-        before, now = book.get("columns"), _columns(model)
-        if before is None or before == now:
-            return ()
-        for column, kind in now.items():
-            if column in before and before[column] != kind:
-                raise SchemaMismatch(
-                    f"model '{model.model_name}' -> destination '{self.name}': column '{column}' was "
-                    f"delivered as {before[column]} but the model now says {kind}; a type is never "
-                    f"changed under consumers. Fix: run a full refresh: transfer-platform transfer "
-                    f"{self.name} --model {model.model_name} --full-refresh")
-        refuse_column_drops(model.model_name, self.name, f"the files delivered to {self.store.where}",
-                            column_changes(list(before), list(now)).dropped, allowed=model.allow_column_drop)
-        return tuple([f"added column {c} to {model.model_name}'s files from now on (earlier files lack it)"
-                      for c in now if c not in before]
-                     + [f"column {c} is no longer in {model.model_name}'s files from now on"
-                        for c in before if c not in now])
 
 
 def latest_per_key(rows: pa.Table, model: ModelConfig) -> pa.Table:

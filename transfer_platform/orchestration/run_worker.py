@@ -49,12 +49,11 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, TextIO
 
+from transfer_platform import vendors
+
 #: modules a transfer imports, imported once by the parent (a missing one is skipped)
 WARM_IMPORTS = ("dagster._cli.api", "dagster._core.execution.api", "transfer_platform.transfers.runner",
-                "transfer_platform.destinations.postgres", "transfer_platform.destinations.delta",
-                "transfer_platform.destinations.object_storage", "transfer_platform.sources.jdbc",
-                "transfer_platform.sources.parquet_lake", "pyspark.sql.connect.session", "pyarrow",
-                "pyarrow.parquet", "pandas", "psycopg", "deltalake")
+                *vendors.warm_modules(), "pyspark.sql.connect.session", "pyarrow", "pyarrow.parquet", "pandas")
 WORKER_TAG = ".dagster/transfer_platform/run_worker"  # "<host> <pid> <start time>"; hidden (run_tags.HIDDEN_PREFIX)
 
 

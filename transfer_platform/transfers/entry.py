@@ -102,7 +102,7 @@ class Transfer:
         fails is tallied (:attr:`failed`) and the next one moves; an interrupt or a bug raises.
         The writer is closed (the models' locks released) before this ends, however it ends."""
         destination = self.config.destination(self.destination)
-        writer = writer_for(destination)  # writer_for(destination, self.tuning) once writers take it
+        writer = writer_for(destination, self.tuning)
         request = TransferRequest(
             spark=self.spark, config=self.config, destination=destination.name, writer=writer,
             transfer_id=self.transfer_id, now=self.now, full_refresh=self.full_refresh, log=self.log,

@@ -15,10 +15,10 @@ import yaml
 
 from transfer_platform.cli import main
 from transfer_platform.config import load_config
+from transfer_platform.config.signing_keys import load_signing_key
 from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.destinations.manifests import (
     application_order,
-    load_signing_key,
     model_id,
     new_signing_key,
     sign,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from transfer_platform.config.models import ColumnConfig, ModelConfig
-from transfer_platform.destinations.postgres_sql import (
+from transfer_platform.destinations.postgres.sql import (
     batch_summary_sql,
     delete_matching_sql,
     model_lock_key,
@@ -61,7 +61,7 @@ def test_probe_steps_undo_what_they_do_in_order():
 def test_every_name_is_quoted_and_no_value_is_inlined():
     """Identifiers from the configuration may hold quotes: each statement quotes them; values
     (states, model names) are always parameters."""
-    from transfer_platform.destinations import postgres_sql as sql
+    from transfer_platform.destinations.postgres import sql
 
     status, live, aside = '"s"."_transfer_status"', '"s"."ev""ents"', '"s"."_tp_refresh_x"'
     assert sql.create_schema('pro"vider') == 'CREATE SCHEMA "pro""vider"'
@@ -94,14 +94,14 @@ def test_every_name_is_quoted_and_no_value_is_inlined():
 def test_a_state_column_other_than_the_two_is_refused():
     import pytest
 
-    from transfer_platform.destinations import postgres_sql as sql
+    from transfer_platform.destinations.postgres import sql
 
     with pytest.raises(ValueError, match="not a state column"):
         sql.read_state('"s"."_transfer_status"', "state; DROP TABLE x")
 
 
 def test_publishing_a_refresh_by_swap_locks_both_tables_and_analyzes_the_aside_one():
-    from transfer_platform.destinations import postgres_sql as sql
+    from transfer_platform.destinations.postgres import sql
 
     assert sql.lock_exclusive('"s"."ev""ents"') == 'LOCK TABLE "s"."ev""ents" IN ACCESS EXCLUSIVE MODE'
     assert sql.lock_exclusive('"s"."ev""ents"', '"s"."_tp_refresh_x"') == (
@@ -115,7 +115,7 @@ def test_publishing_a_refresh_by_swap_locks_both_tables_and_analyzes_the_aside_o
 
 
 def test_a_refresh_into_a_table_a_foreign_key_references_is_merged_not_truncated():
-    from transfer_platform.destinations import postgres_sql as sql
+    from transfer_platform.destinations.postgres import sql
 
     live, aside = '"s"."ev""ents"', '"s"."_tp_refresh_x"'
     assert sql.merge_into_live(live, aside, ["id", "org", 'pay"load'], ["id", "org"]) == [

@@ -18,9 +18,9 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.destinations import delta
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.daily_windows import NOW, OTHERS, TENANT, config_for
 from transfer_platform_tests.support.destinations import events_rows
@@ -34,8 +34,8 @@ ROWS = ([(d, TENANT, day(1, d) + timedelta(hours=12), f"row {d}") for d in range
         + [(30, TENANT, day(1, 4) - timedelta(seconds=10), "late on the 3rd")])
 
 
-def transfer(spark, config, transfer_id: str, now=NOW) -> tuple:
-    writer = writer_for(config.destination(DESTINATION))
+def transfer(spark, config, transfer_id: str, now=NOW, tuning: Tuning = DEFAULT) -> tuple:
+    writer = writer_for(config.destination(DESTINATION), tuning)
     outcomes = []
     try:
         (summary,) = run_transfer(
@@ -98,12 +98,12 @@ def test_a_table_holding_rows_is_merged_into(spark, pg_conn, pg_schema, tmp_path
 
 def test_past_the_remembered_keys_every_window_is_merged(
         spark, pg_conn, pg_schema, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(delta, "APPEND_KEYS_MAX", 2)
     create_events(pg_conn, pg_schema)
     insert_rows(pg_conn, pg_schema, ROWS[:5])
     where = tmp_path / "dest"
 
-    summary, _ = transfer(spark, config_for("delta", pg_schema, where), "backfill")
+    summary, _ = transfer(spark, config_for("delta", pg_schema, where), "backfill",
+                          tuning=Tuning(append_keys_max=2))
 
     assert summary.status == "SUCCESS", summary.error
     # two keys remembered, a third appended (new too), then the writer no longer knows the keys

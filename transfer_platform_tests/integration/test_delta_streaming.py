@@ -1,6 +1,6 @@
 """The Delta destination streams a window: Spark's executors stage it as Parquet files in the
 destination, the process that transfers only reads small summaries and then feeds delta-rs's MERGE
-from the staged files ``BATCH_ROWS`` rows at a time. Windows larger than the batch size move
+from the staged files ``Tuning.batch_rows`` rows at a time. Windows larger than the batch size move
 exactly (a folder and an S3 bucket), the Arrow memory of the transferring process is bounded by
 the batch size rather than the window, a bad row anywhere in a big window is refused with the usual
 messages and nothing committed, and a transfer that dies between staging and commit leaves the
@@ -33,9 +33,10 @@ TENANT = "acme"
 MIN_START = day(3, 1)
 NOW = day(3, 2) + timedelta(hours=1)  # windows [3/1, 3/2) (every row) and [3/2, NOW) (empty)
 LATER = day(3, 3) + timedelta(hours=1)
-BATCH = 1_000  # BATCH_ROWS in these tests
-#: every transfer here: a window with more rows than a batch read alone and staged by the executors
-transfer = partial(support_transfers.transfer, tuning=Tuning(run_rows=BATCH))
+BATCH = 1_000  # Tuning.batch_rows and Tuning.run_rows in these tests
+#: every transfer here: batches of ``BATCH`` rows, and a window with more rows than a batch read
+#: alone and staged by the executors
+transfer = partial(support_transfers.transfer, tuning=Tuning(batch_rows=BATCH, run_rows=BATCH))
 WINDOW = 25_000  # rows in the big window: 25 batches
 LOOKBACK = timedelta(seconds=300)  # the Parquet source's: each read starts this long before the high watermark
 
@@ -59,7 +60,6 @@ def staged_files(tables: DeltaTables) -> list[str]:
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of ``BATCH`` rows, and every window with more rows than that read alone and
     staged by the executors (not read with its neighbours into this process)."""
-    monkeypatch.setattr(delta, "BATCH_ROWS", BATCH)
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def platform(root: Path, vendor: str, server: S3Server | None, window: int | Non
 def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool = False,
              tuning: Tuning = DEFAULT) -> list:
     config = load_config(config_path)
-    writer = writer_for(config.destination("acme_files"))
+    writer = writer_for(config.destination("acme_files"), tuning)
     try:
         request = TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
                                   transfer_id=transfer_id, now=datetime.now(UTC), full_refresh=full_refresh,
@@ -180,8 +180,7 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
     monkeypatch.chdir(tmp_path)
     tuning = DEFAULT
     if written_by == "executors":
-        tuning = Tuning(run_rows=0)
-        monkeypatch.setattr(object_storage, "BATCH_ROWS", 2)
+        tuning = Tuning(run_rows=0, batch_rows=2)
     config_path, bucket = platform(tmp_path, vendor, server)
     summaries = transfer(spark, config_path, "backfill-1", tuning=tuning)
     for model in ("items", "notes"):
@@ -200,7 +199,7 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
             heads = {e["data_file_key"]: e["etag"] for e in manifest["files"]}
             for key, etag in heads.items():
                 assert server.client().head_object(Bucket=BUCKET, Key=key)["ETag"].strip('"') == etag
-    if written_by == "executors":  # their files: row groups of BATCH_ROWS rows
+    if written_by == "executors":  # their files: row groups of Tuning.batch_rows rows
         groups = [pq.ParquetFile(io.BytesIO(bucket.get(k))).metadata for k in named_files(bucket, "items")]
         assert all(g.row_group(i).num_rows <= 2 for g in groups for i in range(g.num_row_groups))
         assert any(g.num_row_groups > 1 for g in groups)

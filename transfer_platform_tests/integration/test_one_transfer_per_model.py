@@ -27,10 +27,10 @@ import pytest
 import yaml
 
 from transfer_platform.config import load_config
-from transfer_platform.destinations import delta, postgres
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.destinations.postgres_sql import model_lock_key
+from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows, write_config
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
 from transfer_platform_tests.support.events import MODEL, create_events, source_rows
@@ -61,11 +61,10 @@ def test_a_transfer_waits_for_the_models_lock_then_is_refused_and_touches_nothin
     # a live transfer elsewhere: its session holds the model's lock and it is loading its staging
     live_staging = STAGING_PREFIX + staging_suffix(MODEL, "live")
     pg_conn.execute(f'CREATE UNLOGGED TABLE "{dst_schema}"."{live_staging}" (id bigint)')
-    monkeypatch.setattr(postgres, "LOCK_WAIT_SECONDS", 1)
     with pg_connect(autocommit=True) as live:
         live.execute("SET application_name = 'transfer_platform live-one'")
         live.execute("SELECT pg_advisory_lock(%s)", (model_lock_key("test", dst_schema, MODEL),))
-        refused = transfer(spark, config, now, "t2")
+        refused = transfer(spark, config, now, "t2", tuning=Tuning(lock_wait_seconds=1))
         assert refused.status == "ERROR"
         assert "another transfer of this model to this destination is running" in refused.error
         assert "transfer_platform live-one" in refused.error
@@ -112,13 +111,12 @@ def test_a_delta_transfer_waits_for_the_models_lock_file_then_is_refused_and_tou
     version = DeltaTable(str(root / MODEL)).version()
 
     # a live transfer elsewhere holds the model's lock file (another open file: flock conflicts)
-    monkeypatch.setattr(delta, "LOCK_WAIT_SECONDS", 1)
     with open(root / "_tp_locks" / f"{MODEL}.lock", "r+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.truncate()
         held.write(json.dumps({"transfer_id": "live-one", "host": "h", "pid": 1, "since": "then"}))
         held.flush()
-        refused = transfer(spark, config, now, "t2")
+        refused = transfer(spark, config, now, "t2", tuning=Tuning(lock_wait_seconds=1))
         assert refused.status == "ERROR"
         assert "another transfer of this model to this destination is running" in refused.error
         assert "transfer live-one, process 1 on h" in refused.error

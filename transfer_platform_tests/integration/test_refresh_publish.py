@@ -7,7 +7,7 @@ depends on (a view, a grant to another role, a foreign key from another table, a
 its identity: its rows are replaced (truncated and refilled; merged when a foreign key references
 it), and what depends on it goes on working. Whatever the path, a failure before the commit
 leaves the live table, its rows and the watermark as they were, the refresh kept aside; readers
-still using the table keep the publish from waiting longer than ``LOCK_WAIT_SECONDS``.
+still using the table keep the publish from waiting longer than ``Tuning.lock_wait_seconds``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations import postgres
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.postgres import REFRESH_PREFIX, PostgresWriter
 from transfer_platform.errors import DataError
 from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
+from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.config import DESTINATION, pg_config
 from transfer_platform_tests.support.events import (
     MODEL,
@@ -273,12 +273,12 @@ def test_a_failure_before_the_publish_commits_leaves_the_live_table_as_it_was(
 
 def test_readers_holding_the_live_table_make_the_publish_wait_at_most_the_lock_timeout(
         spark, pg_conn, pg_schema, dst_schema, backfilled, monkeypatch):
-    monkeypatch.setattr(postgres, "LOCK_WAIT_SECONDS", 1)
     before, oid = destination_rows(pg_conn, dst_schema), table_oid(pg_conn, dst_schema)
     status_before = status_row(pg_conn, dst_schema)
     with pg_connect() as reader:  # a long query of the recipient's, in its transaction
         reader.execute(f"SELECT count(*) FROM {live(dst_schema)}").fetchone()
-        refused = transfer(spark, backfilled, NOW2, transfer_id="refresh1", full_refresh=True)
+        refused = transfer(spark, backfilled, NOW2, transfer_id="refresh1", full_refresh=True,
+                           tuning=Tuning(lock_wait_seconds=1))
         reader.rollback()
 
     assert refused.status == "ERROR"

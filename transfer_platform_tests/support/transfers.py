@@ -24,7 +24,7 @@ def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t
              destination: str = DESTINATION, *, full_refresh: bool = False, tuning: Tuning = DEFAULT) -> ModelSummary:
     """One transfer of the destination's models; returns the (single) model's summary."""
     dest = config.destination(destination)
-    writer = writer_for(dest)
+    writer = writer_for(dest, tuning)
     try:
         summaries = run_transfer(
             TransferRequest(spark=spark, config=config, destination=destination, writer=writer,
@@ -39,7 +39,7 @@ def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t
 
 def refresh_step_by_step(spark, config: PlatformConfig, now, on_window, tuning: Tuning = DEFAULT) -> list:
     """Run a full refresh, calling ``on_window()`` after each window has committed aside."""
-    writer = writer_for(config.destination(DESTINATION))
+    writer = writer_for(config.destination(DESTINATION), tuning)
     request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
                               transfer_id="refresh1", now=now, full_refresh=True, tuning=tuning)
     items = []

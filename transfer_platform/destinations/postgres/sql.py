@@ -1,0 +1,311 @@
+"""The SQL text of the PostgreSQL destination, planned without a database (tested as text), and
+the names of the tables it keeps beside the models' (status, staging, refresh built aside).
+
+The other modules of ``destinations/postgres/`` run these statements, and only these; the upsert and the soft delete
+are planned in ``core/sql.py`` (shared with the sources' quoting). Table arguments are qualified
+names already quoted (``core.sql.qualified``); column and schema names are quoted here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.sql import marked_deleted, qualified, quote_ident
+from transfer_platform.vendors import DESTINATIONS
+
+STATUS_TABLE = "_transfer_status"
+STAGING_PREFIX = "_tp_stg_"
+REFRESH_PREFIX = "_tp_refresh_"
+
+
+def column_type(data_type: str) -> str:
+    """The PostgreSQL type of a model column's ``data_type``: the only place it is looked up."""
+    return DESTINATIONS["postgres"].column_types[data_type]
+
+
+def target_ddl(table: str, model: ModelConfig) -> str:
+    columns = ", ".join(f"{quote_ident(c.destination_name)} {column_type(c.data_type)}" for c in model.columns)
+    key = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
+    return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
+
+
+def model_lock_key(database: str, schema: str, model: str) -> int:
+    """The advisory lock key of one model in one destination schema (a signed 64-bit integer)."""
+    digest = hashlib.sha256(f"transfer_platform\x00{database}\x00{schema}\x00{model}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
+    """What a transfer does in its schema, as (check, statements) in the order they depend on each
+    other, on a probe table ``name``."""
+    table, staging, renamed = (qualified(schema, n) for n in (name, name + "_s", name + "_r"))
+    return [
+        (f"create schema {quote_ident(schema)}", [f"CREATE SCHEMA {quote_ident(schema)}"]),
+        (f"create tables in schema {quote_ident(schema)} (model, status and staging tables)",
+         [f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)",
+          f"CREATE UNLOGGED TABLE {staging} AS SELECT * FROM {table} WITH NO DATA"]),
+        ("insert, update, delete and truncate rows (merge, state, full refresh)",
+         [f"INSERT INTO {table} VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+          f"UPDATE {table} SET v = 'b'", f"DELETE FROM {table}", f"TRUNCATE {table}"]),
+        ("add and drop columns (schema evolution)",
+         [f"ALTER TABLE {table} ADD COLUMN w text", f"ALTER TABLE {table} DROP COLUMN w"]),
+        ("rename tables and constraints (a backfill into an empty table, a full refresh)",
+         [f"ALTER TABLE {table} RENAME TO {quote_ident(name + '_r')}",
+          f"ALTER TABLE {renamed} RENAME CONSTRAINT {quote_ident(name + '_pkey')} TO {quote_ident(name + '_k')}"]),
+        ("drop tables (staging, full refresh)", [f"DROP TABLE {renamed}", f"DROP TABLE {staging}"]),
+    ]
+
+
+def status_ddl(table: str) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} ("
+        "data_model_name text PRIMARY KEY, "
+        "transfer_last_updated_at timestamp with time zone, "
+        "high_watermark timestamp with time zone, "
+        "state jsonb, "
+        "refresh_state jsonb, "
+        "last_transfer_id text, "
+        "updated_at timestamp with time zone NOT NULL DEFAULT now())"
+    )
+
+
+def batch_summary_sql(model: ModelConfig, staging: str) -> str:
+    """One scan of a staged batch: rows, rows newer than ``%(hw)s`` (the high watermark), the
+    greatest last-modified value, the staging table's size (``%(staging)s``), NULL keys, NULL
+    last-modified values, and rows marked deleted newer than ``%(hw)s`` (or all, if it is NULL)."""
+    lm = quote_ident(model.last_modified.destination_name)
+    null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
+    marker = model.deletion_marker
+    marked = "false" if marker is None else marked_deleted(marker.destination_name, marker.data_type)
+    newer = f"({lm} > %(hw)s OR %(hw)s IS NULL)"
+    return (f"SELECT count(*), count(*) FILTER (WHERE {lm} > %(hw)s), max({lm}), "
+            f"pg_total_relation_size(%(staging)s::regclass), count(*) FILTER (WHERE {null_key}), "
+            f"count(*) FILTER (WHERE {lm} IS NULL), count(*) FILTER (WHERE {marked} AND {newer}) "
+            f"FROM {staging}")
+
+
+def delete_matching_sql(target: str, staging: str, columns: list[str]) -> str:
+    """Delete the ``target`` rows equal to a staged row on every one of ``columns``."""
+    match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
+    return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"
+
+
+# -- catalog look-ups (parameters only) -----------------------------------------------------------
+
+SCHEMA_EXISTS = "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)"
+TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"  # creates nothing, needs no right on the table
+#: column name -> type as format_type writes it (nothing if the table does not exist)
+COLUMNS = ("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+           "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum")
+PRIMARY_KEY = ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+               "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+               "ORDER BY a.attname")
+PRIMARY_KEY_NAME = "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'"
+#: objects depending on table %(t)s other than its row type and its primary key (index, trigger,
+#: view, policy, publication, foreign key, check, default, ...), or on its row type (a function
+#: returning it, a column of that type): replacing the table would lose them
+DEPENDENTS_BUT_THE_KEY = (
+    "SELECT count(*) FROM pg_depend d WHERE ((d.refclassid = 'pg_class'::regclass "
+    "AND d.refobjid = %(t)s::regclass "
+    "AND NOT (d.deptype = 'i' AND d.classid IN ('pg_type'::regclass, 'pg_class'::regclass)) "
+    "AND NOT (d.classid = 'pg_constraint'::regclass AND d.objid IN "
+    "(SELECT oid FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'p'))) "
+    "OR (d.refclassid = 'pg_type'::regclass AND d.refobjid = "
+    "(SELECT reltype FROM pg_class WHERE oid = %(t)s::regclass) "
+    "AND NOT (d.deptype = 'i' AND d.classid = 'pg_type'::regclass)))")
+#: two tables (target, replacement) with the same owner, grants, storage options, persistence,
+#: tablespace, access method, replica identity and row security, neither a partition nor an
+#: inheritance child, the first without a comment (on it, its columns, its key) or security label
+SAME_OWNER_GRANTS_AND_OPTIONS = (
+    "SELECT t.relowner = s.relowner AND t.relacl IS NOT DISTINCT FROM s.relacl "
+    "AND t.reloptions IS NOT DISTINCT FROM s.reloptions AND t.relrowsecurity = s.relrowsecurity "
+    "AND t.relforcerowsecurity = s.relforcerowsecurity AND t.relpersistence = s.relpersistence "
+    "AND t.reltablespace = s.reltablespace AND t.relam = s.relam AND t.relreplident = s.relreplident "
+    "AND NOT t.relispartition AND NOT s.relispartition "
+    "AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid IN (t.oid, s.oid)) "
+    "AND NOT EXISTS (SELECT FROM pg_description c WHERE (c.objoid = t.oid "
+    "AND c.classoid = 'pg_class'::regclass) OR (c.classoid = 'pg_constraint'::regclass AND c.objoid IN "
+    "(SELECT oid FROM pg_constraint WHERE conrelid = t.oid)) OR (c.classoid = 'pg_class'::regclass "
+    "AND c.objoid IN (SELECT indexrelid FROM pg_index WHERE indrelid = t.oid))) "
+    "AND NOT EXISTS (SELECT FROM pg_seclabel l WHERE l.objoid = t.oid AND l.classoid = 'pg_class'::regclass) "
+    "FROM pg_class t, pg_class s WHERE t.oid = %s::regclass AND s.oid = %s::regclass")
+#: two tables (target, replacement) whose columns are alike, in the same order: name, type and
+#: modifier, collation, NOT NULL (outside the primary key), column grants, the n_distinct options
+#: (the only ones a user sets; a server may keep others of its own there), statistics target,
+#: storage, compression, identity, generated, default
+SAME_COLUMNS = (
+    "WITH tables(rel, n) AS (VALUES (%s::regclass, 1), (%s::regclass, 2)), "
+    "columns AS (SELECT n, array_agg(ROW(a.attname, a.atttypid, a.atttypmod, a.attcollation, "
+    "a.attnotnull AND NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = a.attrelid "
+    "AND i.indisprimary AND a.attnum = ANY(i.indkey)), "
+    "a.attacl, ARRAY(SELECT o FROM unnest(a.attoptions) o WHERE o LIKE 'n\\_distinct%%' ORDER BY o), "
+    "a.attstattarget, a.attstorage, a.attcompression, a.attidentity, "
+    "a.attgenerated, a.atthasdef)::text ORDER BY a.attnum) AS described "
+    "FROM tables JOIN pg_attribute a ON a.attrelid = tables.rel AND a.attnum > 0 AND NOT a.attisdropped "
+    "GROUP BY n) "
+    "SELECT count(*) = 2 AND count(DISTINCT described) = 1 FROM columns")
+#: two tables (target, replacement) with the same primary key: its columns in key order, its
+#: deferrability and its index's options and tablespace
+SAME_PRIMARY_KEY = (
+    "WITH tables(rel, n) AS (VALUES (%s::regclass, 1), (%s::regclass, 2)), "
+    "keys AS (SELECT n, ROW(k.condeferrable, k.condeferred, x.reloptions, x.reltablespace, "
+    "(SELECT array_agg(a.attname ORDER BY o.ord) FROM unnest(i.indkey) WITH ORDINALITY o(attnum, ord) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = o.attnum))::text AS described "
+    "FROM tables JOIN pg_constraint k ON k.conrelid = tables.rel AND k.contype = 'p' "
+    "JOIN pg_index i ON i.indexrelid = k.conindid JOIN pg_class x ON x.oid = i.indexrelid) "
+    "SELECT count(*) = 2 AND count(DISTINCT described) = 1 FROM keys")
+#: whether another table's foreign key references table %s (``TRUNCATE`` refuses such a table)
+REFERENCED_BY_ANOTHER_TABLE = ("SELECT EXISTS (SELECT FROM pg_constraint WHERE contype = 'f' "
+                               "AND confrelid = %s::regclass AND conrelid <> confrelid)")
+#: who holds advisory lock (classid, objid): application name and connection time
+ADVISORY_LOCK_HOLDER = (
+    "SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a "
+    "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.classid = %s AND l.objid = %s LIMIT 1")
+TABLES_STARTING_WITH = "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)"
+
+
+def not_owned(count: int) -> str:
+    """Which of ``count`` tables (parameters, qualified names) exist and are not the current
+    role's: (schema, table) rows."""
+    return ("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"WHERE c.oid = ANY(ARRAY[{', '.join(['to_regclass(%s)'] * count)}]) "
+            "AND NOT pg_has_role(current_user, c.relowner, 'USAGE')")
+
+
+# -- statements on already-quoted tables (``qualified``) and quoted here column names ---------------
+
+def create_schema(schema: str) -> str:
+    return f"CREATE SCHEMA {quote_ident(schema)}"
+
+
+def drop_table(table: str, *, if_exists: bool = True) -> str:
+    return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
+
+
+def staging_like(staging: str, target: str, *, logged: bool, columns: list[str] | None = None) -> str:
+    """An empty staging table with ``target``'s columns (all, or ``columns``), no constraints;
+    unlogged unless it may become the target."""
+    names = "*" if columns is None else ", ".join(quote_ident(c) for c in columns)
+    return f"CREATE {'' if logged else 'UNLOGGED '}TABLE {staging} AS SELECT {names} FROM {target} WITH NO DATA"
+
+
+def copy_csv(staging: str, columns: list[str]) -> str:
+    return f"COPY {staging} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN (FORMAT csv)"
+
+
+def copy_into_live(live: str, aside: str, columns: list[str]) -> list[str]:
+    """Publish a refresh into a live table whose columns match by copying its rows (its identity
+    kept: views, foreign keys, grants, triggers); used when something depends on that identity."""
+    names = ", ".join(quote_ident(c) for c in columns)
+    return [f"TRUNCATE {live}", f"INSERT INTO {live} ({names}) SELECT {names} FROM {aside}", drop_table(aside, if_exists=False)]
+
+
+def merge_into_live(live: str, aside: str, columns: list[str], key: list[str]) -> list[str]:
+    """Publish a refresh into a live table that another table's foreign key references (which
+    ``TRUNCATE`` refuses), its identity kept: delete the rows whose key the aside table lacks (the
+    foreign key's ``ON DELETE`` applies, as to any delete), insert the new rows, update the changed
+    ones (an unchanged row is not written)."""
+    q = quote_ident
+    names = ", ".join(q(c) for c in columns)
+    match = " AND ".join(f"a.{q(k)} = t.{q(k)}" for k in key)
+    rest = [c for c in columns if c not in key]
+    if rest:
+        before = ", ".join(f"t.{q(c)}" for c in rest)
+        after = ", ".join(f"EXCLUDED.{q(c)}" for c in rest)
+        conflict = (f"DO UPDATE SET {', '.join(f'{q(c)} = EXCLUDED.{q(c)}' for c in rest)} "
+                    f"WHERE ROW({before}) IS DISTINCT FROM ROW({after})")
+    else:
+        conflict = "DO NOTHING"
+    return [f"DELETE FROM {live} AS t WHERE NOT EXISTS (SELECT FROM {aside} AS a WHERE {match})",
+            f"INSERT INTO {live} AS t ({names}) SELECT {names} FROM {aside} "
+            f"ON CONFLICT ({', '.join(q(k) for k in key)}) {conflict}",
+            drop_table(aside, if_exists=False)]
+
+
+def delete_where(table: str, condition: str) -> str:
+    return f"DELETE FROM {table} WHERE {condition}"
+
+
+def is_empty(table: str) -> str:
+    return f"SELECT NOT EXISTS (SELECT FROM {table})"
+
+
+def lock_exclusive(*tables: str) -> str:
+    return f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE"
+
+
+def analyze(table: str) -> str:
+    return f"ANALYZE {table}"
+
+
+def lock_timeout(seconds: float) -> str:
+    """``seconds`` (``Tuning.lock_wait_seconds``) as the transaction's lock timeout; never 0,
+    which PostgreSQL reads as no timeout at all."""
+    return f"SET LOCAL lock_timeout = '{max(1, round(seconds * 1000))}ms'"
+
+
+def add_primary_key(table: str, columns: list[str]) -> str:
+    return f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(quote_ident(c) for c in columns)})"
+
+
+def add_column(table: str, column: str, postgres_type: str) -> str:
+    return f"ALTER TABLE {table} ADD COLUMN {quote_ident(column)} {postgres_type}"
+
+
+def drop_column(table: str, column: str) -> str:
+    return f"ALTER TABLE {table} DROP COLUMN {quote_ident(column)}"
+
+
+def rename_table(table: str, name: str) -> str:
+    return f"ALTER TABLE {table} RENAME TO {quote_ident(name)}"
+
+
+def rename_constraint(table: str, old: str, new: str) -> str:
+    return f"ALTER TABLE {table} RENAME CONSTRAINT {quote_ident(old)} TO {quote_ident(new)}"
+
+
+def first_key_where_null(staging: str, keys: list[str], column: str) -> str:
+    """The key of one staged row whose ``column`` is NULL (to name it in the error)."""
+    key_sql = ", ".join(quote_ident(k) for k in keys)
+    return f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(column)} IS NULL LIMIT 1"
+
+
+def first_duplicate_key(staging: str, keys: list[str]) -> str:
+    """One key staged more than once, with its count."""
+    key_sql = ", ".join(quote_ident(k) for k in keys)
+    return f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
+
+
+# -- the status table (``_transfer_status``): parameters (state json, model name) -------------------
+
+def add_refresh_state_column(status: str) -> str:
+    return f"ALTER TABLE {status} ADD COLUMN IF NOT EXISTS refresh_state jsonb"  # older tables lack it
+
+
+def ensure_status_row(status: str) -> str:
+    return f"INSERT INTO {status} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING"
+
+
+def read_state(status: str, column: str = "state", *, for_update: bool = False) -> str:
+    if column not in ("state", "refresh_state"):
+        raise ValueError(f"not a state column: {column!r}")
+    return (f"SELECT {column}::text FROM {status} WHERE data_model_name = %s"
+            + (" FOR UPDATE" if for_update else ""))
+
+
+def read_states(status: str, *, has_refresh: bool) -> str:
+    """The state and the refresh state (NULL where the table predates that column)."""
+    return (f"SELECT state::text, {'refresh_state::text' if has_refresh else 'NULL'} "
+            f"FROM {status} WHERE data_model_name = %s")
+
+
+def set_refresh_state(status: str) -> str:
+    return f"UPDATE {status} SET refresh_state = %s::jsonb WHERE data_model_name = %s"
+
+
+def record_state(status: str) -> str:
+    """Parameters: watermark, high watermark, state json, transfer id, model name."""
+    return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, "
+            "state = %s::jsonb, last_transfer_id = %s, updated_at = now() WHERE data_model_name = %s")
