@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.destinations.postgres_sql import target_ddl
+from transfer_platform.destinations.postgres.sql import target_ddl
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.config import pg_config
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.config.models import ModelConfig
-from transfer_platform.destinations.postgres_sql import target_ddl
+from transfer_platform.destinations.postgres.sql import target_ddl
 from transfer_platform_tests.support.config import pg_config
 from transfer_platform_tests.support.events import (
     MODEL,
