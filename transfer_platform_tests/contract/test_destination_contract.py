@@ -25,7 +25,6 @@ recipient reads it (``TestDestination.rows``), never through the writer under te
   destination equal to the tenant's source rows after every transfer.
 
 The source is the machine's PostgreSQL (one table, several tenants); the clock is fixed.
-The lock test waits the writers' default lock wait (10 s) once per destination.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.delete_sweep import sweep_deletes
 from transfer_platform.transfers.dry_run import plan_transfer
+from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support import destinations
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL, day
@@ -244,7 +244,7 @@ class TestDestinationContract:
         holder = writer_for(config.destination(DESTINATION))  # another transfer, as a live one holds it
         try:
             holder.lock_model(config.model(MODEL), "live-one")
-            refused = transfer(spark, config, NOW2, "t2")  # waits the default lock wait (10 s)
+            refused = transfer(spark, config, NOW2, "t2", tuning=Tuning(lock_wait_seconds=1))
             assert refused.status == "ERROR"
             assert "another transfer of this model to this destination is running" in refused.error
             assert held(destination, config) == before
