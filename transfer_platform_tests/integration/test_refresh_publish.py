@@ -17,12 +17,10 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.postgres import REFRESH_PREFIX, PostgresWriter
 from transfer_platform.errors import DataError
-from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
 from transfer_platform.tuning import Tuning
-from transfer_platform_tests.support.config import DESTINATION, pg_config
+from transfer_platform_tests.support.config import pg_config
 from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
@@ -38,7 +36,7 @@ from transfer_platform_tests.support.postgres import (
     status_row,
     tables_in,
 )
-from transfer_platform_tests.support.transfers import transfer
+from transfer_platform_tests.support.transfers import refresh_step_by_step, transfer
 
 pytestmark = pytest.mark.integration
 
@@ -79,18 +77,7 @@ def aside_tables(conn, schema: str) -> list[str]:
 
 def refresh(spark, config, now=NOW2, on_window=lambda: None, transfer_id: str = "refresh1") -> list:
     """A full refresh, ``on_window()`` called after each window has committed aside; its items."""
-    writer = writer_for(config.destination(DESTINATION))
-    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id=transfer_id, now=now, full_refresh=True)
-    items = []
-    try:
-        for item in transfer_model(request, config.model(MODEL)):
-            items.append(item)
-            if isinstance(item, WindowOutcome):
-                on_window()
-    finally:
-        writer.close()
-    return items
+    return refresh_step_by_step(spark, config, now, on_window, transfer_id=transfer_id)
 
 
 def primary_key(conn, schema: str) -> tuple:

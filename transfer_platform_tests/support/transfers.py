@@ -37,11 +37,12 @@ def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t
     return summary
 
 
-def refresh_step_by_step(spark, config: PlatformConfig, now, on_window, tuning: Tuning = DEFAULT) -> list:
-    """Run a full refresh, calling ``on_window()`` after each window has committed aside."""
+def refresh_step_by_step(spark, config: PlatformConfig, now, on_window, tuning: Tuning = DEFAULT,
+                         transfer_id: str = "refresh1") -> list:
+    """Run a full refresh, calling ``on_window()`` after each window has committed aside; its items."""
     writer = writer_for(config.destination(DESTINATION), tuning)
     request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id="refresh1", now=now, full_refresh=True, tuning=tuning)
+                              transfer_id=transfer_id, now=now, full_refresh=True, tuning=tuning)
     items = []
     try:
         for item in transfer_model(request, config.model(MODEL)):
