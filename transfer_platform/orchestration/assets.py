@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetExecutionContext,
     AssetMaterialization,
     AssetObservation,
@@ -57,7 +58,7 @@ from transfer_platform.orchestration.last_transfer import (
 )
 from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
-from transfer_platform.orchestration.reporting import transfer_events
+from transfer_platform.orchestration.reporting import relay, transfer_events
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.entry import Transfer
@@ -181,7 +182,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             for check_key in checked:  # nothing moved: the last outcome stands
                 yield as_result(latest(context.instance, check_key.asset_key, run_id))
             return
-        for event in transfer_events(context.instance, run_id, transfer, key_of_model):
+        def step_events(event: AssetMaterialization | AssetCheckEvaluation) -> Iterator:
             if isinstance(event, AssetMaterialization):
                 yield event
             elif event.asset_check_key in checked:  # a result of this step (where Dagster planned it:
@@ -190,6 +191,8 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
                 yield as_result(event)
             else:  # a check not selected (a backfill selects none): an event
                 context.log_event(event)
+
+        yield from relay(transfer_events(context.instance, run_id, transfer, key_of_model), step_events)
         if transfer.failed:
             raise _failure(destination_name, transfer.failed, len(transfer.summaries))
 

@@ -3,7 +3,8 @@ transfer's metrics, and each model's ``last_transfer`` outcome when it ends or i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import TypeVar
 
 from dagster import (
     AssetCheckEvaluation,
@@ -19,6 +20,9 @@ from transfer_platform.orchestration.keys import destination_asset_key
 from transfer_platform.orchestration.last_transfer import ended, stopped
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.runner import WindowOutcome
+
+Event = AssetMaterialization | AssetCheckEvaluation
+T = TypeVar("T")
 
 
 def window_metadata(outcome: WindowOutcome, transfer_id: str) -> dict:
@@ -66,6 +70,34 @@ def transfer_events(instance: DagsterInstance, run_id: str, transfer: Transfer, 
         raise replacement from None
     _, evaluations = ended(instance, run_id, transfer.summaries, names, key_of_model)
     yield from evaluations
+
+
+def relay(events: Generator[Event, None, None], handle: Callable[[Event], Iterable[T]]) -> Iterator[T]:
+    """Hand each of :func:`transfer_events` to ``handle`` (which writes it to the run, or makes
+    what a step yields) and yield what it makes. Something raised while an event is handled (a
+    cancel's interrupt lands wherever the step is, often in writing an event) is thrown into
+    ``events`` where it stopped, so that the transfer reports it as its own: the models'
+    ``last_transfer`` outcomes of a stopped transfer are recorded whatever the step was doing."""
+    try:
+        event = next(events)
+    except StopIteration:
+        return
+    while True:
+        try:
+            yield from handle(event)
+        except GeneratorExit:  # the step's generator was closed: nothing more may be yielded
+            events.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - thrown into the transfer, which reports and re-raises it
+            try:
+                event = events.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            event = next(events)
+        except StopIteration:
+            return
 
 
 class RunlessReporter:

@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from functools import partial
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetMaterialization,
     Config,
     Failure,
     MetadataValue,
@@ -36,7 +38,7 @@ from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration.keys import transfer_asset_key
 from transfer_platform.orchestration.last_transfer import failure_description
 from transfer_platform.orchestration.lifecycle import heartbeat
-from transfer_platform.orchestration.reporting import transfer_events
+from transfer_platform.orchestration.reporting import relay, transfer_events
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.dry_run import plan_as_dict
@@ -82,8 +84,12 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
         return
     key_of_model = {m.model_name: transfer_asset_key(destination.recipient, destination.name, m.model_name)
                     for m in models}
-    for event in transfer_events(context.instance, run_id, transfer, key_of_model):
+    def log(event: AssetMaterialization | AssetCheckEvaluation) -> tuple:
         context.log_event(event)
+        return ()
+
+    for _ in relay(transfer_events(context.instance, run_id, transfer, key_of_model), log):
+        pass
     summary = MetadataValue.json({s.model: s.as_dict() for s in transfer.summaries})
     failed = transfer.failed
     if failed:
