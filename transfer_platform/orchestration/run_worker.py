@@ -35,6 +35,7 @@ the worker is proven on, or lacks a private name it uses (``dagster_internals.fo
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import importlib.util
 import json
@@ -197,6 +198,9 @@ def execute(instance_ref: Any, run_id: str) -> int:  # an InstanceRef
     """In the forked worker: the run, as ``dagster api execute_run`` executes it; the exit code."""
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # `kill -USR1 <worker>`: every thread's stack to the run's stderr (its compute log), for a
+        # run that seems stuck; the worker goes on
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)  # the launcher's requests are the parent's
         os.close(devnull)
