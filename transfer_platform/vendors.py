@@ -179,7 +179,7 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("s3", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
            "S3Destination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "boto3"),
            only_adds_files=True),
-    Vendor("iceberg", "destination", "transfer_platform.destinations.iceberg", "IcebergWriter",
+    Vendor("iceberg", "destination", "transfer_platform.destinations.iceberg.writer", "IcebergWriter",
            "IcebergDestination", drivers=("pyiceberg.catalog.sql", "pyarrow", "psycopg"),
            column_types=_ICEBERG_TYPES,
            refuses=(_one_query("destination", "pyiceberg writes each window as one snapshot from the "
