@@ -84,7 +84,7 @@ def test_a_catalog_that_is_down_is_named_and_nothing_is_committed(spark, pg_conn
     summary = transfer(spark, config, NOW1)
 
     assert summary.status == "ERROR"
-    assert f"cannot reach Iceberg catalog 'contract_" in summary.error
+    assert "cannot reach Iceberg catalog 'contract_" in summary.error
     assert f"127.0.0.1:{port}" in summary.error
     assert SECRET not in summary.error
     assert files_under(destination.details["warehouse"]) == []  # not a data file, not a metadata file
