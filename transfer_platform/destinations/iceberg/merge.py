@@ -79,14 +79,15 @@ def _differ(a: pa.Table, b: pa.Table) -> bool:
     return False
 
 
-def without_versions(held: pa.Table, gone: pa.Table, model: ModelConfig) -> tuple[pa.Table, int]:
+def without_versions(held: pa.Table, gone: pa.Table, model: ModelConfig) -> Merged:
     """``held`` without the rows whose key and last-modified value ``gone`` holds (the delete
-    sweep: a row that changed since is left alone); and how many were removed."""
+    sweep: a row that changed since is left alone)."""
     match = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
     if not held.num_rows or not gone.num_rows:
-        return held, 0
+        return Merged(held, False, 0)
     index = held.select(match).append_column(_OLD, pa.array(range(held.num_rows), pa.int64()))
     found = index.join(gone.select(match).cast(held.select(match).schema), keys=match, join_type="inner")
     drop = found.column(_OLD).combine_chunks()
     rows = held.filter(pc.invert(pc.is_in(pa.array(range(held.num_rows), pa.int64()), value_set=drop)))
-    return rows, held.num_rows - rows.num_rows
+    removed = held.num_rows - rows.num_rows
+    return Merged(rows, bool(removed), removed)

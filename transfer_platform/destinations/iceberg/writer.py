@@ -429,8 +429,8 @@ def _state_only(table: Table, properties: dict[str, str]) -> None:
 def _rewrite(table: Table, window: pa.Table, model: ModelConfig, properties: dict[str, str], change: Any,
              *, state_only: bool = True) -> int:
     """One overwrite snapshot: the data files holding the first key column's values of ``window``
-    read, their rows of those values given to ``change`` (-> (rows, changed) or ``Merged``), the
-    files replaced by the rows kept and changed. Nothing changed: the state alone (or nothing)."""
+    read, their rows of those values given to ``change`` (-> ``Merged``), the files replaced by
+    the rows kept and the merged ones. Nothing changed: a snapshot of the state alone (or none)."""
     from pyiceberg.expressions import AlwaysTrue, In
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
@@ -446,16 +446,14 @@ def _rewrite(table: Table, window: pa.Table, model: ModelConfig, properties: dic
             touched.append(task.file)
             held.append(rows.filter(inside))
             kept.append(rows.filter(pc.invert(inside)))
-    result = change(pa.concat_tables(held) if held else schema.empty_table())
-    rows, changed, removed = ((result.rows, result.changed, result.removed) if hasattr(result, "changed")
-                              else (result[0], bool(result[1]), result[1]))
-    if not changed:
+    merged = change(pa.concat_tables(held) if held else schema.empty_table())
+    if not merged.changed:
         if state_only:
             _state_only(table, properties)
         return 0
     tx = table.transaction()
     names = [f.name for f in tx.table_metadata.schema().fields]
-    data = pa.concat_tables([*kept, rows]).select(names)
+    data = pa.concat_tables([*kept, merged.rows]).select(names)
     with tx.update_snapshot(snapshot_properties=properties).overwrite() as snapshot:
         for data_file in touched:
             snapshot.delete_data_file(data_file)
@@ -464,7 +462,7 @@ def _rewrite(table: Table, window: pa.Table, model: ModelConfig, properties: dic
                                                       write_uuid=snapshot.commit_uuid):
                 snapshot.append_data_file(data_file)
     tx.commit_transaction()
-    return removed
+    return merged.removed
 
 
 def _merged(held: pa.Table, window: pa.Table, model: ModelConfig):
