@@ -10,6 +10,7 @@ when the catalog is opened and never appears in a message (SQLAlchemy prints URL
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -153,9 +154,9 @@ class Catalog:
             except psycopg.errors.LockNotAvailable:
                 holder = conn.execute(sql.ADVISORY_LOCK_HOLDER,
                                       ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
-                who = (f'{{"transfer_id": "{(holder[0] or "").removeprefix("transfer_platform ")}", '
-                       f'"pid": "?", "host": "the catalog database", "since": "{holder[1]:%Y-%m-%d %H:%M:%S}"}}'
-                       if holder else "")
+                who = (json.dumps({"transfer_id": (holder[0] or "?").removeprefix("transfer_platform "),
+                                   "pid": "(a session of the catalog's database)", "host": "PostgreSQL",
+                                   "since": holder[1].isoformat(timespec="seconds")}) if holder else "")
                 raise TransferRunning(running_message(model, destination, who)) from None
         self._locked.add(key)
 
