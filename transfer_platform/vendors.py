@@ -127,6 +127,18 @@ _POSTGRES_TYPES = MappingProxyType({
     "json": "jsonb",
 })
 
+#: Iceberg's type names (pyiceberg's spelling)
+_ICEBERG_TYPES = MappingProxyType({
+    "string": "string",
+    "integer": "long",
+    "float": "double",
+    "boolean": "boolean",
+    "timestamp": "timestamptz",
+    "date": "date",
+    "decimal": "decimal(38, 9)",
+    "json": "string",
+})
+
 # -- the registries --------------------------------------------------------------------------
 
 
@@ -167,6 +179,11 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("s3", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
            "S3Destination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "boto3"),
            only_adds_files=True),
+    Vendor("iceberg", "destination", "transfer_platform.destinations.iceberg.writer", "IcebergWriter",
+           "IcebergDestination", drivers=("pyiceberg.catalog.sql", "pyarrow", "psycopg"),
+           column_types=_ICEBERG_TYPES,
+           refuses=(_one_query("destination", "pyiceberg writes each window as one snapshot from the "
+                                              "driver, there are no queries to run in parallel"),)),
 )
 
 

@@ -329,6 +329,35 @@ class DeltaDestination(_DestinationBase):
         return folder_place(self.connection.path, "folder")
 
 
+class IcebergConnection(StrictModel):
+    """An Iceberg SQL catalog in PostgreSQL, and the warehouse its tables' files are in."""
+
+    catalog: DatabaseConnection  # the catalog's database (``schema``: where its two tables are)
+    catalog_name: Name = "transfer_platform"  # the catalog's name in those tables
+    namespace: Name | None = None  # the recipient's namespace (default: the destination's recipient)
+    warehouse: FolderOrBucket  # a folder, or s3://<bucket>/<prefix>/
+
+
+class IcebergDestination(_DestinationBase):
+    """Apache Iceberg tables (one per model) in a namespace of a SQL catalog, written with pyiceberg."""
+
+    vendor: Literal["iceberg"]
+    connection: IcebergConnection
+
+    @property
+    def namespace(self) -> str:
+        return self.connection.namespace or self.recipient
+
+    def place(self) -> Place:
+        c = self.connection.catalog
+        host = c.host.strip().lower()
+        host = "loopback" if host in _LOOPBACK else host
+        schema = c.schema_ or "public"
+        return Place("iceberg", (host, c.port, c.database, schema, self.connection.catalog_name),
+                     (self.namespace,), f"Iceberg catalog {self.connection.catalog_name} in PostgreSQL "
+                     f"{host}:{c.port}, database {c.database}, schema {schema}, namespace {self.namespace}")
+
+
 class _ObjectStorageBase(_DestinationBase):
     """Parquet files and signed manifests (``destinations/object_storage.py``)."""
 
@@ -375,8 +404,8 @@ class S3Destination(_ObjectStorageBase):
 
 
 #: the ``vendor:`` value chooses the class (each vendor's record names its class: ``vendors.py``)
-DestinationConfig = Annotated[PostgresDestination | DeltaDestination | LocalStorageDestination | S3Destination,
-                              Field(discriminator="vendor")]
+DestinationConfig = Annotated[PostgresDestination | DeltaDestination | LocalStorageDestination | S3Destination
+                              | IcebergDestination, Field(discriminator="vendor")]
 
 
 class SparkSettings(StrictModel):

@@ -173,6 +173,99 @@ def delta_in_a_bucket(place: Place) -> TestDestination:
                            _delta_reader(f"s3://{bucket}/recipient", options), {"env": env})
 
 
+# -- Apache Iceberg ----------------------------------------------------------------------------------
+
+
+def iceberg_snapshot(schema: str, catalog: str, namespace: str, table: str, get: Callable[[str], bytes]) -> dict | None:
+    """The table's current metadata (its JSON) as the SQL catalog in PostgreSQL points to it, read
+    with psycopg and ``get`` (a file's bytes by its location); None when there is no such table."""
+    from transfer_platform_tests.support.postgres import pg_connect
+
+    with pg_connect(autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".iceberg_tables',)).fetchone()[0] is None:
+            return None
+        row = conn.execute(f'SELECT metadata_location FROM "{schema}".iceberg_tables WHERE catalog_name = %s '
+                           "AND table_namespace = %s AND table_name = %s", (catalog, namespace, table)).fetchone()
+    return None if row is None else json.loads(get(row[0]))
+
+
+def iceberg_data_files(metadata: dict, io) -> list[str]:
+    """The data files of the current snapshot, from its manifest list and manifests (pyiceberg's
+    low-level Avro reading, nothing of the writer); a delete file fails (the writer makes none)."""
+    from pyiceberg.manifest import ManifestContent, read_manifest_list
+
+    current = metadata.get("current-snapshot-id")
+    if current is None or current == -1:
+        return []
+    snapshot = next(s for s in metadata["snapshots"] if s["snapshot-id"] == current)
+    files = []
+    for manifest in read_manifest_list(io.new_input(snapshot["manifest-list"])):
+        assert manifest.content == ManifestContent.DATA, "a delete manifest: rows would need deletes applied"
+        files += [entry.data_file.file_path for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)]
+    return files
+
+
+def _iceberg_reader(schema: str, catalog: str, namespace: str, get: Callable[[str], bytes],
+                    io) -> Callable[[ModelConfig], list[dict] | None]:
+    def read(model: ModelConfig) -> list[dict] | None:
+        metadata = iceberg_snapshot(schema, catalog, namespace, model.model_name, get)
+        if metadata is None:
+            return None
+        rows = []
+        for path in iceberg_data_files(metadata, io):
+            table = pq.read_table(io_bytes(get(path)))
+            present = [c for c in _columns(model) if c in table.column_names]
+            rows += table.select(present).to_pylist()
+        return _clean(rows, model)
+
+    return read
+
+
+def io_bytes(data: bytes) -> io.BytesIO:
+    return io.BytesIO(data)
+
+
+def iceberg(place: Place) -> TestDestination:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    catalog, namespace = f"contract_{uuid.uuid4().hex[:10]}", "acme"
+    warehouse = place.folder / "warehouse"
+    block = {"vendor": "iceberg", "connection": {"catalog": pg_connection_config(place.schema),
+                                                  "catalog_name": catalog, "namespace": namespace,
+                                                  "warehouse": {"path": str(warehouse)}}}
+    get = lambda location: Path(location.removeprefix("file://")).read_bytes()  # noqa: E731
+    return TestDestination("iceberg", "iceberg", block,
+                           _iceberg_reader(place.schema, catalog, namespace, get, PyArrowFileIO()),
+                           {"schema": place.schema, "catalog": catalog, "namespace": namespace,
+                            "warehouse": warehouse})
+
+
+def iceberg_in_a_bucket(place: Place) -> TestDestination:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    env: dict[str, str] = {}
+    server, bucket = _bucket(place, env)
+    client = server.client()
+    catalog, namespace = f"contract_{uuid.uuid4().hex[:10]}", "acme"
+    warehouse = {"bucket": bucket, "prefix": "lake", "endpoint_url": server.endpoint, "path_style": True,
+                 "access_key_id": f"${{{KEY_ID_ENV}}}", "secret_access_key": f"${{{SECRET_ENV}}}"}
+    block = {"vendor": "iceberg", "connection": {"catalog": pg_connection_config(place.schema),
+                                                  "catalog_name": catalog, "namespace": namespace,
+                                                  "warehouse": warehouse}}
+
+    def get(location: str) -> bytes:
+        found_bucket, key = location.removeprefix("s3://").split("/", 1)
+        return client.get_object(Bucket=found_bucket, Key=key)["Body"].read()
+
+    file_io = PyArrowFileIO({"s3.endpoint": server.endpoint, "s3.access-key-id": server.access_key,
+                             "s3.secret-access-key": server.secret_key, "s3.region": "us-east-1",
+                             "s3.force-virtual-addressing": "false"})
+    return TestDestination("iceberg-s3", "iceberg", block,
+                           _iceberg_reader(place.schema, catalog, namespace, get, file_io),
+                           {"env": env, "schema": place.schema, "catalog": catalog, "namespace": namespace,
+                            "bucket": bucket, "server": server})
+
+
 # -- object storage: Parquet files and manifests ----------------------------------------------------
 
 
@@ -242,6 +335,8 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "delta-s3": ("delta", delta_in_a_bucket),
     "local": ("local", local),
     "s3": ("s3", s3),
+    "iceberg": ("iceberg", iceberg),
+    "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
 }
 
 #: the registered destination vendors (the product's registry)

@@ -1,0 +1,176 @@
+"""The Iceberg SQL catalog in PostgreSQL: opening it (pyiceberg's ``SqlCatalog`` over SQLAlchemy
+and psycopg2), the models' locks (session advisory locks on the catalog's database, through a
+psycopg connection of our own), and what PostgreSQL refuses, named with its fix.
+
+The catalog's two tables (``iceberg_tables``, ``iceberg_namespace_properties``) live in the
+connection's ``schema`` (``public`` by default), created there by the first transfer; several
+catalogs (``catalog_name``) can share them. The password is read from its environment variable
+when the catalog is opened and never appears in a message (SQLAlchemy prints URLs without it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from transfer_platform.config.models import DatabaseConnection
+from transfer_platform.connections import CONNECT_TIMEOUT_SECONDS, password_of
+from transfer_platform.core.sql import quote_ident
+from transfer_platform.destinations.locks import running_message
+from transfer_platform.destinations.postgres import sql
+from transfer_platform.errors import ConnectionFailure, MissingPrivilege, TransferRunning
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyiceberg.catalog.sql import SqlCatalog
+
+CATALOG_TABLES = ("iceberg_tables", "iceberg_namespace_properties")
+_FIX = ("check that the catalog's PostgreSQL is running and accepts connections, and connection.catalog's "
+        "host, port, database, username and password variable")
+
+
+class Catalog:
+    """One destination's catalog: its database connection, its pyiceberg catalog, its locks."""
+
+    def __init__(self, connection: DatabaseConnection, catalog_name: str, what: str,
+                 file_io: dict[str, str], warehouse: str) -> None:
+        self.connection = connection
+        self.catalog_name = catalog_name
+        self.schema = connection.schema_ or "public"
+        self.what = what  # "Iceberg catalog of destination 'x' (...)"
+        self.file_io = file_io
+        self.warehouse = warehouse
+        self._conn: psycopg.Connection | None = None
+        self._catalog: SqlCatalog | None = None
+        self._locked: set[int] = set()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """The catalog database unreachable -> ``ConnectionFailure``; refused -> ``MissingPrivilege``."""
+        import psycopg
+        import sqlalchemy.exc
+
+        try:
+            yield
+        except (psycopg.errors.InsufficientPrivilege, sqlalchemy.exc.ProgrammingError) as exc:
+            text = _first_line(exc)
+            if "permission denied" not in text and not isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                raise
+            role, schema = quote_ident(self.connection.username), quote_ident(self.schema)
+            raise MissingPrivilege(self.what, role=self.connection.username, reason=text,
+                                   grant=f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}, and SELECT, "
+                                         f"INSERT, UPDATE, DELETE on {schema}.iceberg_tables and "
+                                         f"{schema}.iceberg_namespace_properties") from None
+        except (psycopg.OperationalError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+            self.forget()
+            raise ConnectionFailure(self.what, host=self.connection.host, port=self.connection.port,
+                                    reason=_first_line(exc), fix=_FIX) from None
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        """Our own connection to the catalog's database (locks, existence checks), autocommit."""
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            c = self.connection
+            with self.errors():
+                self._conn = psycopg.connect(
+                    host=c.host, port=c.port, dbname=c.database, user=c.username,
+                    password=password_of(c, f"{self.what}.connection.catalog.password"),
+                    connect_timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True,
+                    options=f"-c TimeZone=UTC -c search_path={_option_value(self.schema)}",
+                    application_name="transfer_platform")
+        return self._conn
+
+    def exists(self) -> bool:
+        """Whether the catalog's tables exist (read only)."""
+        with self.errors():
+            found = self.conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                      (f"{quote_ident(self.schema)}.iceberg_tables",)).fetchone()
+        return bool(found[0])
+
+    def open(self, *, create: bool) -> SqlCatalog | None:
+        """pyiceberg's catalog; ``create``: its schema and tables created if missing. Without
+        ``create``, ``None`` when its tables do not exist (nothing was ever committed)."""
+        if self._catalog is not None:
+            return self._catalog
+        if create:
+            with self.errors():
+                self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
+        elif not self.exists():
+            return None
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        c = self.connection
+        password = password_of(c, f"{self.what}.connection.catalog.password")
+        login = quote(c.username, safe="") + (f":{quote(password, safe='')}" if password else "")
+        options = quote(f"-c TimeZone=UTC -c search_path={_option_value(self.schema)}", safe="")
+        uri = (f"postgresql+psycopg2://{login}@{c.host}:{c.port}/{quote(c.database, safe='')}"
+               f"?connect_timeout={CONNECT_TIMEOUT_SECONDS}&application_name=transfer_platform&options={options}")
+        with self.errors():
+            self._catalog = SqlCatalog(self.catalog_name, uri=uri, warehouse=self.warehouse,
+                                       init_catalog_tables=str(create).lower(), **self.file_io)
+        return self._catalog
+
+    def forget(self) -> None:
+        """Drop the pyiceberg catalog (its engine's connections); the locks stay held."""
+        if self._catalog is not None:
+            self._catalog.engine.dispose()
+            self._catalog = None
+
+    def close(self) -> None:
+        """Release everything, the models' locks with our connection."""
+        self.forget()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._locked.clear()
+
+    # -- locks ------------------------------------------------------------------------------------
+
+    def lock(self, namespace: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
+        """A session advisory lock on the catalog's database, one per (catalog, namespace, model):
+        released when our connection closes or its process dies. Waits ``wait_seconds``, then
+        ``TransferRunning`` naming the holder."""
+        import psycopg
+
+        key = sql.model_lock_key(self.connection.database,
+                                 f"iceberg\x00{self.schema}\x00{self.catalog_name}\x00{namespace}", model)
+        if key in self._locked:
+            return
+        conn = self.conn
+        with self.errors():
+            conn.execute("SELECT set_config('application_name', %s, false)",
+                         (f"transfer_platform {transfer_id}"[:63],))
+            try:
+                with conn.transaction():
+                    conn.execute(sql.lock_timeout(wait_seconds))
+                    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            except psycopg.errors.LockNotAvailable:
+                holder = conn.execute(sql.ADVISORY_LOCK_HOLDER,
+                                      ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+                who = (json.dumps({"transfer_id": (holder[0] or "?").removeprefix("transfer_platform "),
+                                   "pid": "(a session of the catalog's database)", "host": "PostgreSQL",
+                                   "since": holder[1].isoformat(timespec="seconds")}) if holder else "")
+                raise TransferRunning(running_message(model, destination, who)) from None
+        self._locked.add(key)
+
+    def __bool__(self) -> bool:
+        return bool(self._locked)
+
+
+def _option_value(name: str) -> str:
+    """A libpq ``options`` value: spaces and backslashes escaped."""
+    return name.replace("\\", "\\\\").replace(" ", "\\ ")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("(Background")]
+    line = lines[0] if lines else type(exc).__name__
+    return line.split(") ", 1)[1] if line.startswith("(psycopg") and ") " in line else line
