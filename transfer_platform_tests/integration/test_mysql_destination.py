@@ -272,3 +272,52 @@ def test_an_unreachable_server_is_named_without_the_password(spark, pg_conn, sou
         writer.close()
     assert any(c.failed for c in checks)
     assert all(PASSWORD not in c.line() for c in checks)
+
+
+def test_test_connection_dry_run_and_integrity_from_the_command_line(
+        tmp_path, spark, pg_conn, source, database, users, capsys) -> None:
+    import yaml
+
+    from transfer_platform.cli import main
+
+    user = users(database)
+    now = datetime.now(UTC).replace(microsecond=0)
+    pg_conn.execute(f'INSERT INTO "{source}".events (id, organization_id, updated_at, payload) VALUES '
+                    "(1, %s, %s, 'a'), (2, %s, %s, 'b'), (3, 'other', %s, 'c')",
+                    (TENANT, now - timedelta(hours=5), TENANT, now - timedelta(hours=2), now - timedelta(hours=2)))
+    model = {"model_name": MODEL, "source_name": "src", "source_table": f"{source}.events",
+             "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
+             "min_start_time_epoch": int((now - timedelta(days=1)).timestamp()), "columns": COLUMNS[:4]}
+    path = tmp_path / "transfer_platform.yaml"
+    path.write_text(yaml.safe_dump({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [model], "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "mysql", "connection": {
+            "host": MYSQL["host"], "port": MYSQL["port"], "database": database, "username": user,
+            "password": f"${{{PASSWORD_ENV}}}"}}],
+        "spark": {"master": "local[2]", "driver_memory": "1g"}}))
+    config = ["--config", str(path)]
+
+    assert main([*config, "test-connection", DESTINATION]) == 0
+    out = capsys.readouterr().out
+    assert "load rows with LOAD DATA LOCAL INFILE" in out
+    assert "FAIL" not in out
+
+    assert main([*config, "transfer", DESTINATION, "--dry-run"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["status"], plan["models"][0]["rows"]) == ("PLANNED", 2)
+    assert mysql_reader(database)(parse_config(yaml.safe_load(path.read_text())).model(MODEL)) is None
+
+    assert main([*config, "transfer", DESTINATION]) == 0
+    capsys.readouterr()
+    assert main([*config, "integrity", DESTINATION]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["status"], report["models"][0]["rows_compared"]) == ("PASSED", 2)
+
+    conn = mysql_connect(database)  # a row the recipient's table lost: the integrity check finds it
+    with conn.cursor() as cur:
+        cur.execute(f"DELETE FROM {mysql_ident(MODEL)} WHERE id = 1")
+    conn.close()
+    assert main([*config, "integrity", DESTINATION]) == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "FAILED"
+    assert PASSWORD not in path.read_text()
