@@ -321,3 +321,29 @@ def test_test_connection_dry_run_and_integrity_from_the_command_line(
     assert main([*config, "integrity", DESTINATION]) == 1
     assert json.loads(capsys.readouterr().out)["status"] == "FAILED"
     assert PASSWORD not in path.read_text()
+
+
+def test_a_full_refresh_waits_a_bounded_time_for_readers_then_publishes_on_the_next_run(
+        spark, pg_conn, source, database) -> None:
+    from transfer_platform.tuning import Tuning
+
+    insert(pg_conn, source, *[(k, BASE + timedelta(minutes=k), f"v1-{k}") for k in range(1, 4)])
+    config = config_for(source, database)
+    succeeds(spark, config, NOW1, "t1")
+    pg_conn.execute(f'DELETE FROM "{source}".events WHERE id = 2')  # only a refresh removes it
+    before = held(config, database)
+    reader = mysql_connect(database)  # a recipient's open transaction that has read the table
+    try:
+        with reader.cursor() as cur:
+            cur.execute("START TRANSACTION")
+            cur.execute(f"SELECT count(*) FROM {mysql_ident(MODEL)}")
+        refused = transfer(spark, config, NOW2, "r1", full_refresh=True, tuning=Tuning(lock_wait_seconds=1))
+        assert refused.status == "ERROR"
+        assert "was not published" in refused.error, refused.error
+        reader.rollback()
+        assert held(config, database) == before
+    finally:
+        reader.close()
+
+    succeeds(spark, config, NOW2, "r2")  # carries the refresh built aside on, and publishes it
+    assert held(config, database) == (expected(pg_conn, config), NOW2)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.mysql import sql
+from transfer_platform.errors import TransferRunning
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ModelConfig
@@ -46,16 +47,35 @@ class Refresh:
         row = self._one(sql.read_state(self.status_table, "refresh_state"), (model.model_name,))
         return ModelState.from_json(row[0] if row else None)
 
+    def _rename(self, model: ModelConfig, *pairs: tuple[str, str]) -> None:
+        """One ``RENAME TABLE``, waiting at most ``Tuning.lock_wait_seconds`` for the live table's
+        readers (their open transactions hold its metadata lock); refused after that, nothing
+        changed: readers still see the old table and the refresh built aside is kept."""
+        import pymysql
+
+        wait = max(1, round(self.tuning.lock_wait_seconds))
+        self._exec(f"SET SESSION lock_wait_timeout = {wait}")
+        try:
+            self._exec(sql.rename_tables(*pairs))
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] == 1205:  # ER_LOCK_WAIT_TIMEOUT
+                raise TransferRunning(
+                    f"model '{model.model_name}' -> destination '{self.name}': the full refresh is complete "
+                    f"but was not published: other sessions kept {self.table(model)} in use for {wait} s "
+                    "(RENAME TABLE needs it alone for a moment). Nothing changed: readers still see the old "
+                    "table, and the refresh built aside is kept. Fix: run the transfer again once the long "
+                    "queries or open transactions on the table have ended; it publishes the refresh") from None
+            raise
+        finally:
+            self._exec("SET SESSION lock_wait_timeout = DEFAULT")
+
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         live, aside = self.table(model), self.refresh_table(model)
         old = sql.qualified(self.database, self.old_table_name(model))
         with self._transaction():
             self._set(model, "published_state", state)
         self._exec(sql.drop_table(old))
-        if self._exists(model.model_name):
-            self._exec(sql.rename_tables((live, old), (aside, live)))
-        else:
-            self._exec(sql.rename_tables((aside, live)))
+        self._rename(model, *(((live, old), (aside, live)) if self._exists(model.model_name) else ((aside, live),)))
         with self._transaction():
             self._record_state(model, state, transfer_id)
             self._set(model, "refresh_state", None)
