@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 from transfer_platform.destinations.base import WindowLoad, WindowResult
 from transfer_platform.destinations.mysql import sql
 
+#: ER_DUP_ENTRY
+DUPLICATE_ENTRY = 1062
+
 if TYPE_CHECKING:
     from transfer_platform.destinations.mysql.staging import StagingTable
 
@@ -44,6 +47,8 @@ class Merge:
         return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
 
     def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
+        import pymysql
+
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
         columns = [c.destination_name for c in model.columns]
@@ -55,5 +60,10 @@ class Merge:
                                                       marker.destination_name, marker.data_type))
         if not model.is_append_only:
             self._exec(sql.replaced_rows(staging.target, staging.table, columns, keys, lm))
-        self._exec(sql.insert_new(staging.target, staging.table, columns, keys, skip))
+        try:
+            self._exec(sql.insert_new(staging.target, staging.table, columns, keys, skip))
+        except pymysql.err.IntegrityError as exc:
+            if exc.args and exc.args[0] == DUPLICATE_ENTRY:  # a new key staged twice: named, rolled back
+                self._refuse_duplicate_keys(load, staging.table)
+            raise
         return rows_deleted

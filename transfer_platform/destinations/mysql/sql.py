@@ -128,6 +128,14 @@ def first_duplicate_key(staging: str, keys: list[str]) -> str:
     return f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
 
 
+def first_duplicate_held_key(staging: str, target: str, keys: list[str]) -> str:
+    """One key staged more than once that ``target`` already holds, with its count (a key the
+    target does not hold, staged twice, is refused by the target's primary key at the insert)."""
+    key_sql = ", ".join(f"s.{q(k)}" for k in keys)
+    return (f"SELECT {key_sql}, count(*) FROM {staging} AS s JOIN {target} AS t ON {_join(keys)} "
+            f"GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1")
+
+
 def first_out_of_range(staging: str, keys: list[str], columns: list[str]) -> str:
     """A staged row with a date or timestamp before year 1000 in one of ``columns``: its key and
     that column's values."""

@@ -146,7 +146,7 @@ class Staging:
             if null_keys or null_lms:
                 self._refuse_null_values(load, staging.table)
             self._refuse_out_of_range(load, staging.table)
-            self._refuse_duplicate_keys(load, staging.table)
+            self._refuse_duplicate_keys(load, staging.table, staging.target)
             (volume,) = self._one(sql.TABLE_SIZE, (self.database, staging.name)) or (0,)
         staging.rows, staging.volume, staging.marked = int(rows), int(volume or 0), int(marked)
         staging.delta_rows = int(rows) if state.high_watermark is None else int(delta_rows)
@@ -197,9 +197,13 @@ class Staging:
                     model=model.model_name, destination=self.name,
                     fix="key the model on shorter columns (a hash of the long value, say)")
 
-    def _refuse_duplicate_keys(self, load: WindowLoad, staging: str) -> None:
+    def _refuse_duplicate_keys(self, load: WindowLoad, staging: str, target: str | None = None) -> None:
+        """A key staged twice, named. With ``target``: only among the keys the target holds (a
+        join on its primary key, cheap); a key it does not hold, staged twice, makes the merge's
+        insert fail on the primary key, which then runs the full check (``Merge._merge``)."""
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
-        row = self._one(sql.first_duplicate_key(staging, keys))
+        row = self._one(sql.first_duplicate_key(staging, keys) if target is None
+                        else sql.first_duplicate_held_key(staging, target, keys))
         if row is not None:
             raise duplicate_key_error(model, self.name, dict(zip(keys, row, strict=False)), row[-1])
