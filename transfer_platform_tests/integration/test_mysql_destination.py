@@ -110,8 +110,12 @@ def users(monkeypatch):
     conn.close()
 
 
-def config_for(schema: str, database: str, user: str | None = None, *, columns=COLUMNS, port: int | None = None,
-               **settings) -> PlatformConfig:
+def config_for(schema: str, database: str, user: str | None = None, **options) -> PlatformConfig:
+    return parse_config(raw_config(schema, database, user, **options), now=datetime(2025, 6, 1, tzinfo=UTC))
+
+
+def raw_config(schema: str, database: str, user: str | None = None, *, columns=COLUMNS, port: int | None = None,
+               **settings) -> dict:
     connection = {"host": MYSQL["host"], "port": port or MYSQL["port"], "database": database,
                   "username": user or MYSQL["user"]}
     if user is not None:
@@ -119,12 +123,12 @@ def config_for(schema: str, database: str, user: str | None = None, *, columns=C
     model = {"model_name": MODEL, "source_name": "src", "source_table": f"{schema}.events",
              "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
              "min_start_time_epoch": int(BASE.timestamp()) - 3600, "columns": list(columns), **settings}
-    return parse_config({
+    return {
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
         "models": [model],
         "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
         "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "mysql", "connection": connection}],
-    }, now=datetime(2025, 6, 1, tzinfo=UTC))
+    }
 
 
 def insert(conn, schema: str, *rows: tuple) -> None:
@@ -347,3 +351,50 @@ def test_a_full_refresh_waits_a_bounded_time_for_readers_then_publishes_on_the_n
 
     succeeds(spark, config, NOW2, "r2")  # carries the refresh built aside on, and publishes it
     assert held(config, database) == (expected(pg_conn, config), NOW2)
+
+
+def test_a_publish_that_died_after_its_rename_is_finished_by_the_next_transfer(
+        spark, pg_conn, source, database, monkeypatch) -> None:
+    from transfer_platform.destinations.mysql.writer import MysqlWriter
+
+    insert(pg_conn, source, *[(k, BASE + timedelta(minutes=k), f"v1-{k}") for k in range(1, 4)])
+    config = config_for(source, database)
+    succeeds(spark, config, NOW1, "t1")
+    pg_conn.execute(f'DELETE FROM "{source}".events WHERE id = 2')
+    recorded = MysqlWriter._record_state
+
+    def killed(self, model, state, transfer_id):  # the process dies right after RENAME TABLE
+        raise RuntimeError("killed after the rename")
+
+    monkeypatch.setattr(MysqlWriter, "_record_state", killed)
+    with pytest.raises(RuntimeError, match="killed after the rename"):
+        transfer(spark, config, NOW2, "r1", full_refresh=True)
+    monkeypatch.setattr(MysqlWriter, "_record_state", recorded)
+
+    # the refresh's table is live, and its state is what the next transfer starts from
+    assert held(config, database) == (expected(pg_conn, config), NOW2)
+    insert(pg_conn, source, (4, NOW2 + timedelta(minutes=1), "new"))
+    succeeds(spark, config, NOW3, "t2")
+    assert held(config, database) == (expected(pg_conn, config), NOW3)
+    conn = mysql_connect(database)
+    with conn.cursor() as cur:
+        cur.execute("SELECT published_state, refresh_state FROM _transfer_status")
+        assert cur.fetchall() == ((None, None),)
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (database,))
+        assert sorted(r[0] for r in cur.fetchall()) == ["_transfer_status", MODEL]
+    conn.close()
+
+
+def test_validate_refuses_a_schema_and_two_destinations_in_one_database() -> None:
+    from transfer_platform.errors import ConfigError
+
+    raw = raw_config("s", "db_a")
+    raw["destinations"][0]["connection"]["schema"] = "x"
+    with pytest.raises(ConfigError, match=r"connection\.schema.*has no effect on a mysql destination"):
+        parse_config(raw, now=NOW1)
+    raw = raw_config("s", "db_a")
+    raw["recipients"].append({"name": "r2", "id_in_provider_system": "other"})
+    raw["destinations"].append({**raw["destinations"][0], "name": "second", "recipient": "r2",
+                                "connection": {**raw["destinations"][0]["connection"], "host": "localhost"}})
+    with pytest.raises(ConfigError, match="second"):
+        parse_config(raw, now=NOW1)
