@@ -87,10 +87,10 @@ def registered(*vendors: str) -> tuple[str, ...]:
 #: latest version; they cannot remove a row
 OBJECT_STORAGE = registered("local", "s3")
 #: the vendors that hold one row per key (merged by key: rows can be replaced and removed)
-ONE_ROW_PER_KEY = registered("postgres", "mysql", "delta")
+ONE_ROW_PER_KEY = registered("postgres", "delta")
 #: the vendors the per-vendor integration tests set up without the S3 server (a PostgreSQL
 #: schema, a folder)
-WITHOUT_S3 = registered("postgres", "mysql", "delta", "local")
+WITHOUT_S3 = registered("postgres", "delta", "local")
 
 
 def _columns(model: ModelConfig) -> list[str]:
