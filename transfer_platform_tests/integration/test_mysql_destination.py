@@ -398,3 +398,43 @@ def test_validate_refuses_a_schema_and_two_destinations_in_one_database() -> Non
                                 "connection": {**raw["destinations"][0]["connection"], "host": "localhost"}})
     with pytest.raises(ConfigError, match="second"):
         parse_config(raw, now=NOW1)
+
+
+def test_a_string_key_is_held_up_to_255_characters_and_a_longer_one_is_refused(
+        spark, pg_conn, pg_schema, database) -> None:
+    pg_conn.execute(f'CREATE TABLE "{pg_schema}".events (code text, organization_id text, updated_at timestamptz, '
+                    "note text)")
+    columns = [{"name_in_source": "code", "data_type": "string", "is_primary_key": True},
+               {"name_in_source": "organization_id", "data_type": "string"},
+               {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+               {"name_in_source": "note", "data_type": "string"}]
+    keys = ["é" * 255, "Acme", "acme"]  # at the limit; two keys that differ only by case
+    with pg_conn.cursor() as cur:
+        cur.executemany(f'INSERT INTO "{pg_schema}".events VALUES (%s, %s, %s, %s)',
+                        [(k, TENANT, BASE + timedelta(minutes=n), f"n{n}") for n, k in enumerate(keys)])
+    config = config_for(pg_schema, database, columns=columns)
+    succeeds(spark, config, NOW1, "t1")
+    before = held(config, database)
+    assert sorted(r["code"] for r in before[0]) == sorted(keys)
+
+    pg_conn.execute(f'INSERT INTO "{pg_schema}".events VALUES (%s, %s, %s, %s)',
+                    ("x" * 256, TENANT, NOW1 + timedelta(minutes=1), "too long"))
+    refused = transfer(spark, config, NOW2, "t2")
+
+    assert refused.status == "ERROR"
+    assert "longer than 255 characters" in refused.error, refused.error
+    assert held(config, database) == before
+
+
+def test_a_value_the_server_would_bend_is_refused_with_nothing_written(spark, pg_conn, source, database) -> None:
+    insert(pg_conn, source, (1, BASE, "good"))
+    config = config_for(source, database)
+    succeeds(spark, config, NOW1, "t1")
+    before = held(config, database)
+    insert(pg_conn, source, (2, NOW1 + timedelta(minutes=1), "nan", None, None, None, None, float("nan")))
+
+    refused = transfer(spark, config, NOW2, "t2")  # LOAD DATA LOCAL would store 0 with a warning
+
+    assert refused.status == "ERROR"
+    assert "LOAD DATA into the staging table failed" in refused.error, refused.error
+    assert held(config, database) == before

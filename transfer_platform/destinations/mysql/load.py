@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 NULL = "\\N"
 
 
+class LoadRefused(Exception):
+    """The server took a row only by changing a value (a warning of LOAD DATA LOCAL)."""
+
+
 def as_text(batch: pa.RecordBatch | pa.Table) -> pa.Table:
     """``batch`` with every column as text LOAD DATA reads back exactly (see the module)."""
     import pyarrow as pa
@@ -64,6 +68,12 @@ def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, fol
                 rows += _write_csv(batch, path)
                 cursor.execute(load_sql.replace("{path}", path.replace("\\", "\\\\").replace("'", "''")))
                 os.unlink(path)
+                # LOAD DATA LOCAL turns what strict mode refuses into warnings (a value truncated,
+                # bent): the first one refuses the batch
+                cursor.execute("SHOW WARNINGS LIMIT 1")
+                warning = cursor.fetchone()
+                if warning is not None:
+                    raise LoadRefused(f"{warning[2]} ({warning[0]} {warning[1]})")
     return rows
 
 
@@ -95,6 +105,8 @@ def load_partition(connect: dict, load_sql: str, batches: Iterator) -> Iterator:
             rows = load_batches(conn, load_sql, batches)
         finally:
             conn.close()
+    except LoadRefused as exc:
+        raise RuntimeError(f"LOAD DATA into the staging table failed: {exc}") from None
     except pymysql.err.MySQLError as exc:
         reason = exc.args[-1] if exc.args else str(exc)
         raise RuntimeError(f"LOAD DATA into the staging table failed: {str(reason).strip().splitlines()[0]}") from None

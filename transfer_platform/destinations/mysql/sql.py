@@ -72,8 +72,10 @@ def target_ddl(table: str, model: ModelConfig) -> str:
 
 def staging_ddl(table: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None = None) -> str:
     """A staging table: the model's columns (or ``columns``), every one nullable, no key (a NULL
-    or duplicate key is refused by our checks, by name)."""
-    cols = ", ".join(f"{q(c.destination_name)} {column_type(c)} NULL" for c in (columns or model.columns))
+    or duplicate key is refused by our checks, by name); a string key unbounded (``LONGTEXT``),
+    so that a value too long for the target's key column is seen whole and refused by name."""
+    types = DESTINATIONS["mysql"].column_types
+    cols = ", ".join(f"{q(c.destination_name)} {types[c.data_type]} NULL" for c in (columns or model.columns))
     return f"CREATE TABLE {table} ({cols}) {TABLE_OPTIONS}"
 
 

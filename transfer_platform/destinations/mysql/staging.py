@@ -25,7 +25,7 @@ from transfer_platform.destinations.mysql.errors import (
     first_line,
     missing_privilege,
 )
-from transfer_platform.destinations.mysql.load import load_batches, load_partition
+from transfer_platform.destinations.mysql.load import LoadRefused, load_batches, load_partition
 from transfer_platform.destinations.mysql.state import param
 from transfer_platform.errors import ConnectionFailure, DataError
 from transfer_platform.phases import log_phase
@@ -79,6 +79,8 @@ class Staging:
         with self._translated_errors():
             try:
                 load_batches(self.conn, sql.load_data(staging.table, "{path}", batch.column_names), batch.to_batches())
+            except LoadRefused as exc:
+                raise self._load_error(load.model, str(exc)) from None
             except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.InternalError) as exc:
                 raise self._load_error(load.model, first_line(exc)) from None
             except pymysql.err.OperationalError as exc:
