@@ -139,6 +139,20 @@ _ICEBERG_TYPES = MappingProxyType({
     "json": "string",
 })
 
+#: MySQL / MariaDB: timestamps as DATETIME(6) in UTC (the session's time_zone is '+00:00'); a
+#: string primary-key column is VARCHAR(255) instead of LONGTEXT (an index needs a bounded length:
+#: destinations/mysql/sql.py)
+_MYSQL_TYPES = MappingProxyType({
+    "string": "LONGTEXT",
+    "integer": "BIGINT",
+    "float": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "DATETIME(6)",
+    "date": "DATE",
+    "decimal": "DECIMAL(38,9)",
+    "json": "JSON",
+})
+
 # -- the registries --------------------------------------------------------------------------
 
 
@@ -169,6 +183,11 @@ SOURCES: Mapping[str, Vendor] = _registry(
 DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("postgres", "destination", "transfer_platform.destinations.postgres.writer", "PostgresWriter",
            "PostgresDestination", drivers=("psycopg", "pyarrow"), column_types=_POSTGRES_TYPES),
+    Vendor("mysql", "destination", "transfer_platform.destinations.mysql.writer", "MysqlWriter",
+           "MysqlDestination", drivers=("pymysql", "pyarrow", "pyarrow.csv"), column_types=_MYSQL_TYPES,
+           refuses=(Refusal("connection.schema", None,
+                            "MySQL's schemas are its databases: the destination writes connection.database",
+                            "remove schema and put the recipient's database in connection.database"),)),
     Vendor("delta", "destination", "transfer_platform.destinations.delta", "DeltaWriter", "DeltaDestination",
            drivers=("deltalake", "pyarrow"),
            refuses=(_one_query("destination", "delta-rs writes each window as one MERGE commit from the "

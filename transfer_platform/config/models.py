@@ -317,6 +317,20 @@ class PostgresDestination(_DestinationBase):
                      f"PostgreSQL {host}:{c.port}, database {c.database}, schema {schema}")
 
 
+class MysqlDestination(_DestinationBase):
+    """A MySQL or MariaDB database: the recipient's (``connection.database``, created beforehand),
+    one table per model beside ``_transfer_status``."""
+
+    vendor: Literal["mysql"]
+    connection: DatabaseConnection
+
+    def place(self) -> Place:
+        c = self.connection
+        host = c.host.strip().lower()
+        host = "loopback" if host in _LOOPBACK else host
+        return Place("mysql", (host, c.port), (c.database,), f"MySQL {host}:{c.port}, database {c.database}")
+
+
 class DeltaDestination(_DestinationBase):
     """Delta Lake tables under ``path`` (one table per model), written with delta-rs."""
 
@@ -404,8 +418,8 @@ class S3Destination(_ObjectStorageBase):
 
 
 #: the ``vendor:`` value chooses the class (each vendor's record names its class: ``vendors.py``)
-DestinationConfig = Annotated[PostgresDestination | DeltaDestination | LocalStorageDestination | S3Destination
-                              | IcebergDestination, Field(discriminator="vendor")]
+DestinationConfig = Annotated[PostgresDestination | MysqlDestination | DeltaDestination | LocalStorageDestination
+                              | S3Destination | IcebergDestination, Field(discriminator="vendor")]
 
 
 class SparkSettings(StrictModel):

@@ -130,6 +130,70 @@ def postgres(place: Place) -> TestDestination:
                            read, {"schema": schema})
 
 
+# -- MySQL / MariaDB ---------------------------------------------------------------------------------
+
+
+def mysql_database(name: str) -> str:
+    """Create the MariaDB database ``name`` (a recipient's: the destination writes into it, it
+    does not create it); it is dropped when the test process ends."""
+    import atexit
+
+    from transfer_platform_tests.support.mysql import mysql_connect, mysql_ident
+
+    conn = mysql_connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {mysql_ident(name)} CHARACTER SET utf8mb4")
+    conn.close()
+
+    def drop() -> None:
+        try:
+            dropper = mysql_connect()
+        except BaseException:  # noqa: BLE001 - the server went away: nothing to drop
+            return
+        with dropper.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {mysql_ident(name)}")
+        dropper.close()
+
+    atexit.register(drop)
+    return name
+
+
+def mysql_reader(database: str) -> Callable[[ModelConfig], list[dict] | None]:
+    """The model's rows as a recipient reads them, through PyMySQL (not the writer): a boolean
+    column (TINYINT(1)) as bool, DATETIME(6) values as UTC."""
+    def read(model: ModelConfig) -> list[dict] | None:
+        from transfer_platform_tests.support.mysql import mysql_connect, mysql_ident
+
+        conn = mysql_connect(database)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                            "AND TABLE_NAME = %s", (database, model.model_name))
+                if not cur.fetchone()[0]:
+                    return None
+                cur.execute(f"SELECT {', '.join(mysql_ident(c) for c in _columns(model))} "
+                            f"FROM {mysql_ident(model.model_name)}")
+                fields = [d[0] for d in cur.description]
+                rows = [dict(zip(fields, r, strict=True)) for r in cur.fetchall()]
+        finally:
+            conn.close()
+        booleans = [c.destination_name for c in model.columns if c.data_type == "boolean"]
+        for row in rows:
+            for name in booleans:
+                row[name] = None if row[name] is None else bool(row[name])
+        return _clean(rows, model)
+
+    return read
+
+
+def mysql(place: Place) -> TestDestination:
+    from transfer_platform_tests.support.mysql import mysql_connection_config
+
+    database = mysql_database(place.schema)
+    return TestDestination("mysql", "mysql", {"vendor": "mysql", "connection": mysql_connection_config(database)},
+                           mysql_reader(database), {"database": database})
+
+
 # -- Delta Lake --------------------------------------------------------------------------------------
 
 
@@ -331,6 +395,7 @@ def s3(place: Place) -> TestDestination:
 #: variant -> (vendor, factory): every registered destination vendor has at least one
 FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "postgres": ("postgres", postgres),
+    "mysql": ("mysql", mysql),
     "delta": ("delta", delta),
     "delta-s3": ("delta", delta_in_a_bucket),
     "local": ("local", local),
