@@ -167,6 +167,9 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("s3", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
            "S3Destination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "boto3"),
            only_adds_files=True),
+    Vendor("abs", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
+           "AzureBlobDestination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "azure.storage.blob"),
+           only_adds_files=True),
 )
 
 
