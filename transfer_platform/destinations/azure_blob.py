@@ -26,7 +26,7 @@ class AzureStore:
     the writers use either alike."""
 
     def __init__(self, c: AzureBlobConnection, owner: str) -> None:
-        from azure.storage.blob import BlobServiceClient
+        from azure.storage.blob import BlobServiceClient, ExponentialRetry
 
         self.bucket = c.container
         self.uri = f"az://{c.container}"
@@ -34,7 +34,10 @@ class AzureStore:
         self._connection = c
         service = BlobServiceClient(c.service_url, credential={"account_name": c.account_name,
                                                                 "account_key": c.key(owner)},
-                                    retry_total=2, connection_timeout=5, read_timeout=60)
+                                    # the SDK's default waits 15 s, then 18 s, ... between tries
+                                    retry_policy=ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=2,
+                                                                 random_jitter_range=1),
+                                    connection_timeout=5, read_timeout=60)
         self.client = service.get_container_client(c.container)
 
     def put(self, key: str, data: bytes, **conditions: str) -> str:
@@ -115,7 +118,7 @@ class AzureStore:
                 "AuthorizationPermissionMismatch": f"grant the role Storage Blob Data Contributor on container "
                                                    f"{c.container} (see docs/permissions.md)",
             }
-            message = next(iter((exc.message or exc.reason or "").splitlines()), "")
+            message = next(iter((exc.message or exc.reason or "").splitlines()), "").rstrip(".")
             reason = f"{code or exc.status_code}: {message}".strip(": ")
             return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
                                      fix=fixes.get(code, "check connection.account_name, container, endpoint_url "
