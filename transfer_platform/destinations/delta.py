@@ -2,7 +2,8 @@
 
 Per window, without ever holding the window in the process that transfers: Spark's executors
 stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder,
-or the bucket through ``pyarrow.fs.S3FileSystem``: Spark has no S3 connector here), each Python
+or the bucket through ``pyarrow.fs.S3FileSystem``, or an Azure container (``az://``) through
+``pyarrow.fs.AzureFileSystem``: Spark has no S3 or Azure connector here), each Python
 worker writing its partition ``Tuning.batch_rows`` rows at a time (``mapInArrow``, which works in
 a local session and through Spark Connect alike). The window is hash-partitioned and sorted on
 the primary key first, so every copy of a key lands next to the others in one partition: each
