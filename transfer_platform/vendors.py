@@ -203,6 +203,9 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
            column_types=_ICEBERG_TYPES,
            refuses=(_one_query("destination", "pyiceberg writes each window as one snapshot from the "
                                               "driver, there are no queries to run in parallel"),)),
+    Vendor("abs", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
+           "AzureBlobDestination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "azure.storage.blob"),
+           only_adds_files=True),
 )
 
 

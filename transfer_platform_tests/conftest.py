@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from transfer_platform_tests.support.azurite import Azurite, azurite
 from transfer_platform_tests.support.postgres import pg_connect
 from transfer_platform_tests.support.s3_server import S3Server, s3_server
 
@@ -128,4 +129,11 @@ def dst_schema(new_schema: Callable[[], str]) -> str:
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real S3-compatible server (moto) in its own process, for the whole session."""
     with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azure_blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    """A real Azure Blob Storage emulator (Azurite) in its own process, for the whole session."""
+    with azurite(tmp_path_factory.mktemp("azurite")) as server:
         yield server

@@ -87,6 +87,42 @@ FolderOrBucket = Annotated[Annotated[PathConnection, Tag("folder")] | Annotated[
                            Discriminator(_folder_or_bucket)]
 
 
+class AzureBlobConnection(StrictModel):
+    """A container of an Azure Storage account (Blob Storage), with the account's shared key."""
+
+    account_name: str = Field(pattern=r"^[a-z0-9]{3,24}$")
+    container: str = Field(pattern=r"^[a-z0-9](-?[a-z0-9])+$", min_length=3, max_length=63)
+    prefix: str = Field(default="", pattern=_PREFIX)
+    account_key: EnvRef  # the storage account's access key (base64), read from this variable
+    #: the Blob service's URL including the account (``http://127.0.0.1:10000/devstoreaccount1``
+    #: for Azurite); default ``https://<account_name>.blob.core.windows.net``
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://")
+
+    @property
+    def service_url(self) -> str:
+        return (self.endpoint_url or f"https://{self.account_name}.blob.core.windows.net").rstrip("/")
+
+    def key(self, owner: str) -> str:
+        """The account key, read from its variable (``owner`` names the destination in errors)."""
+        return self.account_key.resolve(f"{owner}.connection.account_key").get_secret_value()
+
+    def place(self) -> Place:
+        prefix = tuple(p for p in self.prefix.split("/") if p)
+        return Place("azure", (self.service_url.lower(), self.container), prefix,
+                     f"Azure container {self.container} of account {self.account_name}, "
+                     f"prefix {self.prefix.strip('/') or '(none)'}")
+
+
+def _delta_connection(value: object) -> str:
+    """Delta's connection: a ``container`` makes it an Azure one, else as :data:`FolderOrBucket`."""
+    has_container = isinstance(value, AzureBlobConnection) or (isinstance(value, dict) and "container" in value)
+    return "container" if has_container else _folder_or_bucket(value)
+
+
+DeltaConnection = Annotated[Annotated[PathConnection, Tag("folder")] | Annotated[S3Connection, Tag("bucket")]
+                            | Annotated[AzureBlobConnection, Tag("container")], Discriminator(_delta_connection)]
+
+
 # -- sources ---------------------------------------------------------------------------------
 
 
@@ -335,10 +371,10 @@ class DeltaDestination(_DestinationBase):
     """Delta Lake tables under ``path`` (one table per model), written with delta-rs."""
 
     vendor: Literal["delta"]
-    connection: FolderOrBucket  # a bucket: the tables under s3://<bucket>/<prefix>/
+    connection: DeltaConnection  # a bucket: the tables under s3://<bucket>/<prefix>/ (az://<container>/...)
 
     def place(self) -> Place:
-        if isinstance(self.connection, S3Connection):
+        if isinstance(self.connection, S3Connection | AzureBlobConnection):
             return self.connection.place()
         return folder_place(self.connection.path, "folder")
 
@@ -417,9 +453,20 @@ class S3Destination(_ObjectStorageBase):
         return self.connection.place()
 
 
+class AzureBlobDestination(_ObjectStorageBase):
+    """Object storage in an Azure Blob Storage container."""
+
+    vendor: Literal["abs"]
+    connection: AzureBlobConnection
+
+    def place(self) -> Place:
+        return self.connection.place()
+
+
 #: the ``vendor:`` value chooses the class (each vendor's record names its class: ``vendors.py``)
 DestinationConfig = Annotated[PostgresDestination | MysqlDestination | DeltaDestination | LocalStorageDestination
-                              | S3Destination | IcebergDestination, Field(discriminator="vendor")]
+                              | S3Destination | AzureBlobDestination | IcebergDestination,
+                              Field(discriminator="vendor")]
 
 
 class SparkSettings(StrictModel):

@@ -2,7 +2,8 @@
 
 Per window, without ever holding the window in the process that transfers: Spark's executors
 stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder,
-or the bucket through ``pyarrow.fs.S3FileSystem``: Spark has no S3 connector here), each Python
+or the bucket through ``pyarrow.fs.S3FileSystem``, or an Azure container (``az://``) through
+``pyarrow.fs.AzureFileSystem``: Spark has no S3 or Azure connector here), each Python
 worker writing its partition ``Tuning.batch_rows`` rows at a time (``mapInArrow``, which works in
 a local session and through Spark Connect alike). The window is hash-partitioned and sorted on
 the primary key first, so every copy of a key lands next to the others in one partition: each
@@ -57,7 +58,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from transfer_platform.config.models import DeltaDestination, ModelConfig, S3Connection
+from transfer_platform.config.models import (
+    AzureBlobConnection,
+    DeltaDestination,
+    ModelConfig,
+    S3Connection,
+)
 from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
 from transfer_platform.core.sql import marked_deleted
 from transfer_platform.core.watermarks import ModelState
@@ -148,12 +154,18 @@ class DeltaWriter(Writer):
         self._tables: dict[str, _WindowTarget] = {}  # see _target
         connection = destination.connection
         self._locks = FolderLocks()  # the models' locks this writer holds
-        if isinstance(connection, S3Connection):  # tables under s3://<bucket>/<prefix>/
+        if isinstance(connection, S3Connection | AzureBlobConnection):  # s3://<bucket>/<prefix>/, az://...
             owner = f"destination '{destination.name}'"
-            self.s3: S3Store | None = S3Store(connection, owner)
+            self.s3: S3Store | None
+            if isinstance(connection, AzureBlobConnection):  # the same methods as S3Store's
+                from transfer_platform.destinations import azure_blob
+
+                self.s3 = azure_blob.AzureStore(connection, owner)  # type: ignore[assignment]
+                self.options: dict[str, str] | None = azure_blob.storage_options(connection, owner)
+            else:
+                self.s3, self.options = S3Store(connection, owner), storage_options(connection, owner)
             self.prefix = connection.prefix.strip("/")
-            self.root = f"s3://{connection.bucket}" + (f"/{self.prefix}" if self.prefix else "")
-            self.options: dict[str, str] | None = storage_options(connection, owner)
+            self.root = self.s3.uri + (f"/{self.prefix}" if self.prefix else "")
             self._s3_locks = S3Locks(self.s3)
         else:
             self.s3, self.options, self._s3_locks = None, None, S3Locks(None)
@@ -205,7 +217,7 @@ class DeltaWriter(Writer):
         if self.s3 is None:
             shutil.rmtree(location, ignore_errors=True)
             return
-        folder = location.removeprefix(f"s3://{self.s3.bucket}/") + "/"
+        folder = location.removeprefix(f"{self.s3.uri}/") + "/"
         self.s3.delete(self.s3.keys(folder))
 
     # -- prepare's primitives -----------------------------------------------------------------
@@ -481,7 +493,7 @@ class DeltaWriter(Writer):
 
     def _staging_location(self, folder: str) -> str:
         """``folder`` as pyarrow's file system (of :func:`staging_filesystem`) names it."""
-        return folder.removeprefix("s3://") if self.s3 is not None else str(Path(folder).resolve())
+        return folder.split("://", 1)[1] if self.s3 is not None else str(Path(folder).resolve())
 
     def _merge(self, path: str, target: _WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
                staged: Staged, load: WindowLoad, *, append: bool = False) -> WindowResult:

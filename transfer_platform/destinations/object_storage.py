@@ -1,5 +1,5 @@
-"""Object storage: Parquet files and signed manifests in a bucket (vendor ``s3``) or a folder
-(vendor ``local``), the same code over two small stores (``destinations/stores.py``, chosen once
+"""Object storage: Parquet files and signed manifests in a bucket (vendor ``s3``), an Azure
+container (vendor ``abs``) or a folder (vendor ``local``), the same code over small stores (``destinations/stores.py``, chosen once
 by the connection's type). The order of ``prepare``, of a window's write and of a refresh's
 publish is ``destinations/skeleton.py``'s; this module implements its primitives.
 
@@ -53,7 +53,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transfer_platform.config.models import LocalStorageDestination, ModelConfig, S3Destination
+from transfer_platform.config.models import (
+    AzureBlobDestination,
+    LocalStorageDestination,
+    ModelConfig,
+    S3Destination,
+)
 from transfer_platform.config.signing_keys import KEY_FORMAT, load_signing_key
 from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
 from transfer_platform.core.watermarks import ModelState
@@ -97,7 +102,8 @@ class _Window:
 
 
 class ObjectStorageWriter(Writer):
-    def __init__(self, destination: LocalStorageDestination | S3Destination, tuning: Tuning = DEFAULT) -> None:
+    def __init__(self, destination: LocalStorageDestination | S3Destination | AzureBlobDestination,
+                 tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning)
         self.store: Store = store_for(destination.connection, f"destination '{destination.name}'")
         self.prefix = destination.connection.prefix.strip("/")

@@ -36,6 +36,7 @@ class S3Store:
         from botocore.config import Config
 
         self.bucket = c.bucket
+        self.uri = f"s3://{c.bucket}"
         self.where = f"bucket {c.bucket} at {c.endpoint_url or f'AWS S3 ({c.region})'}"
         credentials = c.credentials(owner, ("aws_access_key_id", "aws_secret_access_key"))
         self.client = boto3.client(

@@ -90,14 +90,23 @@ def _arrow_path(location: str) -> str:
 
 
 def staging_filesystem(options: dict[str, str] | None):  # -> pyarrow.fs.FileSystem
-    """pyarrow's file system for the destination: the local one, or S3 built from delta-rs's
-    storage options (the same endpoint, region, keys and addressing)."""
+    """pyarrow's file system for the destination: the local one, or S3's or Azure's built from
+    delta-rs's storage options (the same endpoint, region, keys and addressing)."""
     from urllib.parse import urlsplit
 
     from pyarrow import fs
 
     if options is None:
         return fs.LocalFileSystem()
+    if "azure_storage_account_name" in options:  # an Azure container (destinations/azure_blob.py)
+        kwargs = {"account_name": options["azure_storage_account_name"],
+                  "account_key": options["azure_storage_account_key"]}
+        endpoint = options.get("azure_storage_endpoint")
+        if endpoint:  # an emulator's (the account in the path): its host for the Blob and DFS APIs
+            parts = urlsplit(endpoint)
+            kwargs |= {"blob_storage_authority": parts.netloc, "blob_storage_scheme": parts.scheme,
+                       "dfs_storage_authority": parts.netloc, "dfs_storage_scheme": parts.scheme}
+        return fs.AzureFileSystem(**kwargs)
     kwargs: dict = {"region": options.get("AWS_REGION"), "access_key": options.get("AWS_ACCESS_KEY_ID"),
                     "secret_key": options.get("AWS_SECRET_ACCESS_KEY")}
     endpoint = options.get("AWS_ENDPOINT_URL")

@@ -1,5 +1,5 @@
-"""Where object storage keeps its objects: a folder (:class:`FolderStore`) or an S3 bucket
-(:class:`BucketStore`), chosen once by the connection's type (:func:`store_for`). Each store
+"""Where object storage keeps its objects: a folder (:class:`FolderStore`), an S3 bucket
+(:class:`BucketStore`) or an Azure container (``azure_blob.AzureBucketStore``), chosen once by the connection's type (:func:`store_for`). Each store
 also holds the models' locks of its kind (a ``flock``'d file, or a lock object), so the writer
 never asks which one it has."""
 
@@ -11,7 +11,11 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
-from transfer_platform.config.models import LocalStorageConnection, S3Connection
+from transfer_platform.config.models import (
+    AzureBlobConnection,
+    LocalStorageConnection,
+    S3Connection,
+)
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.s3 import S3Locks, S3Store, storage_options
 from transfer_platform.errors import ConnectionFailure
@@ -23,7 +27,7 @@ class Store(Protocol):
 
     where: str  # "bucket B at endpoint E", "folder F": for messages
     bucket_name: str  # the bucket, or the folder: as manifests name it
-    #: pyarrow's S3 file system options for the executors that write a large window's files
+    #: delta-rs's storage options, from which pyarrow's file system is built for the executors that write a large window's files
     #: (``None``: the local file system)
     options: dict[str, str] | None
 
@@ -55,10 +59,14 @@ class Store(Protocol):
     def holds_locks(self) -> bool: ...
 
 
-def store_for(connection: LocalStorageConnection | S3Connection, owner: str) -> Store:
-    """The store of an object storage connection: a bucket's, or a folder's."""
+def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConnection, owner: str) -> Store:
+    """The store of an object storage connection: a bucket's, a container's, or a folder's."""
     if isinstance(connection, S3Connection):
         return BucketStore(connection, owner)
+    if isinstance(connection, AzureBlobConnection):
+        from transfer_platform.destinations.azure_blob import AzureBucketStore
+
+        return AzureBucketStore(connection, owner)
     return FolderStore(connection.path)
 
 

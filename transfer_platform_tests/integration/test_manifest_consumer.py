@@ -1,6 +1,7 @@
 """A recipient's reader of object storage that follows only the words of the manifest
 documentation (``docs_pending/manifests.md``, "Applying manifests"), over a history with updates,
-soft deletes, rows deleted outright and a full refresh, in a folder and in a bucket.
+soft deletes, rows deleted outright and a full refresh, in a folder, in a bucket and in an Azure
+container.
 
 The reader shares no code with the writer except the documented signature check
 (:func:`verify_manifest`): it lists the manifests, verifies them and the files, orders them as the
@@ -181,6 +182,16 @@ def destination(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyt
                 Objects(lambda prefix: sorted(str(p.relative_to(root)) for p in (root / prefix).rglob("*")
                                               if p.is_file()),
                         lambda key: (root / key).read_bytes()))
+    if request.param == "abs":  # an Azure container (Azurite), read with the SDK
+        azure = request.getfixturevalue("azure_blob")
+        container = f"recipient-{uuid.uuid4().hex[:12]}"
+        azure.create_container(container)
+        monkeypatch.setenv("TP_TEST_AZURE_KEY", azure.key)
+        blobs = azure.container(container)
+        return ({"vendor": "abs", "account_name": azure.account, "container": container, "prefix": PREFIX,
+                 "endpoint_url": azure.endpoint, "account_key": "${TP_TEST_AZURE_KEY}"},
+                Objects(lambda prefix: sorted(b.name for b in blobs.list_blobs(name_starts_with=prefix)),
+                        lambda key: blobs.get_blob_client(key).download_blob().readall()))
     server: S3Server = request.getfixturevalue("s3")
     bucket = f"recipient-{uuid.uuid4().hex[:12]}"
     server.create_bucket(bucket)

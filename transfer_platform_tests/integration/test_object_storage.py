@@ -1,5 +1,6 @@
-"""Object storage (issue 14): Parquet files and signed manifests in a folder (``local``) and in a
-bucket of a real S3-compatible server (``s3``, moto's standalone server in its own process).
+"""Object storage (issue 14): Parquet files and signed manifests in a folder (``local``), in a
+bucket of a real S3-compatible server (``s3``, moto's standalone server in its own process) and in
+a container of a real Azure Blob Storage emulator (``abs``, Azurite in its own process).
 
 Expectations come from the lake (the source) and the reference's rules, not from the writer: what
 a consumer holds after reading every file the manifests name and keeping, per key, the latest
@@ -34,6 +35,7 @@ from transfer_platform.destinations.manifests import new_signing_key, verify_man
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform_tests.support.azurite import Azurite
 from transfer_platform_tests.support.destinations import OBJECT_STORAGE
 from transfer_platform_tests.support.platform import TENANTS, TS, lake_rows, write_config
 from transfer_platform_tests.support.s3_server import S3Server
@@ -72,17 +74,21 @@ class Bucket:
 
     vendor: str
     root: Path | None = None
-    server: S3Server | None = None
+    server: S3Server | Azurite | None = None
 
     def objects(self) -> list[str]:
         if self.vendor == "local":
             return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
+        if self.vendor == "abs":
+            return sorted(b.name for b in self.server.container(BUCKET).list_blobs())
         pages = self.server.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
         return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
     def get(self, key: str) -> bytes:
         if self.vendor == "local":
             return (self.root / key).read_bytes()
+        if self.vendor == "abs":
+            return self.server.container(BUCKET).get_blob_client(key).download_blob().readall()
         return self.server.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
     def manifests(self, model: str) -> list[dict]:
@@ -97,6 +103,12 @@ def platform(root: Path, vendor: str, server: S3Server | None, window: int | Non
     config = yaml.safe_load(path.read_text())
     if vendor == "local":
         connection, bucket = {"path": "exports", "prefix": PREFIX}, Bucket("local", root=root / "exports")
+    elif vendor == "abs":
+        connection = {"account_name": server.account, "container": BUCKET, "prefix": PREFIX,
+                      "endpoint_url": server.endpoint, "account_key": "${TP_TEST_AZURE_KEY}"}
+        bucket = Bucket("abs", server=server)
+        for key in bucket.objects():  # the module's container: each test starts empty
+            server.container(BUCKET).delete_blob(key)
     else:
         connection, bucket = s3_connection(server, PREFIX), Bucket("s3", server=server)
         for key in bucket.objects():  # the module's bucket: each test starts empty
@@ -161,7 +173,14 @@ def vendor(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def server(vendor: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> S3Server | None:
+def server(vendor: str, request: pytest.FixtureRequest,
+           monkeypatch: pytest.MonkeyPatch) -> S3Server | Azurite | None:
+    if vendor == "abs":
+        azure = request.getfixturevalue("azure_blob")
+        if BUCKET not in [c.name for c in azure.service().list_containers()]:
+            azure.create_container(BUCKET)
+        monkeypatch.setenv("TP_TEST_AZURE_KEY", azure.key)
+        return azure
     if vendor != "s3":
         return None
     s3 = request.getfixturevalue("s3")
@@ -189,16 +208,19 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
         (manifest,) = bucket.manifests(model)
         assert manifest["transfer_type"] == "INCREMENTAL"
         assert manifest["transfer_id"] == "backfill-1"
-        assert manifest["bucket_name"] == (BUCKET if vendor == "s3" else str(tmp_path / "exports"))
+        assert manifest["bucket_name"] == (str(tmp_path / "exports") if vendor == "local" else BUCKET)
         assert manifest["bucket_prefix"] == PREFIX
         assert manifest["manifest_file_key"] in bucket.objects()
         assert manifest["manifest_file_key"].startswith(f"{PREFIX}/_manifests/{model}/dt=")
         for key in named_files(bucket, model):
             assert key.startswith(f"{PREFIX}/{model}/dt={datetime.now(UTC):%Y-%m-%d}/")
-        if vendor == "s3":  # the ETag is the store's own
-            heads = {e["data_file_key"]: e["etag"] for e in manifest["files"]}
-            for key, etag in heads.items():
+        heads = {e["data_file_key"]: e["etag"] for e in manifest["files"]}
+        for key, etag in heads.items():  # the ETag is the store's own
+            if vendor == "s3":
                 assert server.client().head_object(Bucket=BUCKET, Key=key)["ETag"].strip('"') == etag
+            if vendor == "abs":
+                blob = server.container(BUCKET).get_blob_client(key)
+                assert blob.get_blob_properties().etag.strip('"') == etag
     if written_by == "executors":  # their files: row groups of Tuning.batch_rows rows
         groups = [pq.ParquetFile(io.BytesIO(bucket.get(k))).metadata for k in named_files(bucket, "items")]
         assert all(g.row_group(i).num_rows <= 2 for g in groups for i in range(g.num_row_groups))
@@ -343,10 +365,10 @@ def test_test_connection_writes_reads_and_deletes_a_probe_object_and_leaves_noth
     monkeypatch.chdir(tmp_path)
     config_path, bucket = platform(tmp_path, vendor, server)
     config = load_config(config_path)
-    before = bucket.objects() if vendor == "s3" else []
+    before = bucket.objects() if vendor != "local" else []
     checks = writer_for(config.destination("acme_files")).probe(config.models, "acme_files")
     assert [c.outcome for c in checks] == ["PASS", "PASS"], checks
-    assert (bucket.objects() if vendor == "s3" else [p for p in (tmp_path / "exports").rglob("*") if p.is_file()]) \
+    assert (bucket.objects() if vendor != "local" else [p for p in (tmp_path / "exports").rglob("*") if p.is_file()]) \
         == before, "the probe left an object behind"
     if vendor == "s3":  # a wrong secret: reaching fails with S3's reason, the write is skipped
         monkeypatch.setenv("TP_TEST_S3_SECRET", "wrong-" + server.secret_key)

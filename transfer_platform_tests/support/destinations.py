@@ -37,16 +37,19 @@ from transfer_platform_tests.support.postgres import (
 SIGNING_KEY_ENV = "TP_TEST_SIGNING_KEY"
 #: the environment variables their and the bucket Delta's key references name
 KEY_ID_ENV, SECRET_ENV = "TP_TEST_DEST_KEY_ID", "TP_TEST_DEST_SECRET"
+#: the environment variable the Azure destinations' ``account_key`` names
+AZURE_KEY_ENV = "TP_TEST_AZURE_KEY"
 
 
 @dataclass
 class Place:
     """What a factory is given: a fresh PostgreSQL schema name (not created), a fresh folder,
-    and the session's S3 server (started on first use)."""
+    and the session's S3 server and Azure emulator (each started on first use)."""
 
     schema: str
     folder: Path
     s3: Callable[[], Any]  # () -> S3Server
+    azure: Callable[[], Any] | None = None  # () -> Azurite
 
 
 @dataclass
@@ -85,7 +88,7 @@ def registered(*vendors: str) -> tuple[str, ...]:
 
 #: the vendors that only add files (Parquet and manifests): their consumer keeps per key the
 #: latest version; they cannot remove a row
-OBJECT_STORAGE = registered("local", "s3")
+OBJECT_STORAGE = registered("local", "s3", "abs")
 #: the vendors that hold one row per key (merged by key: rows can be replaced and removed)
 ONE_ROW_PER_KEY = registered("postgres", "delta")
 #: the vendors the per-vendor integration tests set up without the S3 server (a PostgreSQL
@@ -392,16 +395,57 @@ def s3(place: Place) -> TestDestination:
                            lambda model: _consumed(model, keys, get, prefix), {"env": env})
 
 
+# -- Azure Blob Storage (Azurite): read with the SDK, not the writer's store -------------------------
+
+
+def _container(place: Place, env: dict[str, str]) -> tuple[Any, str, dict]:
+    server = place.azure()
+    container = f"contract-{uuid.uuid4().hex[:12]}"
+    server.create_container(container)
+    env[AZURE_KEY_ENV] = server.key
+    connection = {"account_name": server.account, "container": container, "endpoint_url": server.endpoint,
+                  "account_key": f"${{{AZURE_KEY_ENV}}}"}
+    return server, container, connection
+
+
+def abs_(place: Place) -> TestDestination:
+    env: dict[str, str] = {}
+    server, container, connection = _container(place, env)
+    prefix = "acme"
+    client = server.container(container)
+
+    def keys(start: str) -> list[str]:
+        return sorted(b.name for b in client.list_blobs(name_starts_with=start))
+
+    def get(key: str) -> bytes:
+        return client.get_blob_client(key).download_blob().readall()
+
+    return TestDestination("abs", "abs", {"vendor": "abs", "connection": {**connection, "prefix": prefix},
+                                          "signing_key": f"${{{SIGNING_KEY_ENV}}}"},
+                           lambda model: _consumed(model, keys, get, prefix), {"env": env})
+
+
+def delta_in_a_container(place: Place) -> TestDestination:
+    env: dict[str, str] = {}
+    server, container, connection = _container(place, env)
+    options = {"azure_storage_account_name": server.account, "azure_storage_account_key": server.key,
+               "azure_storage_endpoint": server.endpoint, "allow_http": "true"}
+    return TestDestination("delta-abs", "delta", {"vendor": "delta", "connection": {**connection, "prefix": "recipient"}},
+                           _delta_reader(f"az://{container}/recipient", options), {"env": env})
+
+
 #: variant -> (vendor, factory): every registered destination vendor has at least one
 FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "postgres": ("postgres", postgres),
     "mysql": ("mysql", mysql),
     "delta": ("delta", delta),
     "delta-s3": ("delta", delta_in_a_bucket),
+    "delta-abs": ("delta", delta_in_a_container),
     "local": ("local", local),
     "s3": ("s3", s3),
     "iceberg": ("iceberg", iceberg),
     "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
+    "abs": ("abs", abs_),
 }
 
 #: the registered destination vendors (the product's registry)
