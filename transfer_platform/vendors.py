@@ -127,6 +127,17 @@ _POSTGRES_TYPES = MappingProxyType({
     "json": "jsonb",
 })
 
+_DUCKDB_TYPES = MappingProxyType({  # as duckdb_columns() names them (compared as they are)
+    "string": "VARCHAR",
+    "integer": "BIGINT",
+    "float": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMP WITH TIME ZONE",
+    "date": "DATE",
+    "decimal": "DECIMAL(38,9)",
+    "json": "JSON",
+})
+
 # -- the registries --------------------------------------------------------------------------
 
 
@@ -167,6 +178,10 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("s3", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
            "S3Destination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "boto3"),
            only_adds_files=True),
+    Vendor("duckdb", "destination", "transfer_platform.destinations.duckdb", "DuckdbWriter", "DuckdbDestination",
+           drivers=("duckdb", "pyarrow"), column_types=_DUCKDB_TYPES,
+           refuses=(_one_query("destination", "one process writes a DuckDB file, one transaction per "
+                                              "window: there are no queries to run in parallel"),)),
 )
 
 

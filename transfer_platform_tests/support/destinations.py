@@ -235,6 +235,41 @@ def s3(place: Place) -> TestDestination:
                            lambda model: _consumed(model, keys, get, prefix), {"env": env})
 
 
+# -- DuckDB: a database file -----------------------------------------------------------------------
+
+
+def duckdb_rows(path: Path, table: str, columns: list[str], schema: str = "main") -> list[dict] | None:
+    """A table of a DuckDB file as its recipient reads it: the file opened read-only with the
+    duckdb package (closed at once), timestamps in UTC; None if the file or table is missing."""
+    import duckdb
+
+    if not path.exists():
+        return None
+    with duckdb.connect(str(path), read_only=True) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        found = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+                             [schema, table]).fetchall()[0][0]
+        if not found:
+            return None
+        present = [r[0] for r in conn.execute("SELECT column_name FROM duckdb_columns() WHERE schema_name = ? "
+                                              "AND table_name = ?", [schema, table]).fetchall()]
+        names = ", ".join(f'"{c}"' for c in columns if c in present)
+        cursor = conn.execute(f'SELECT {names} FROM "{schema}"."{table}"')
+        fields = [d[0] for d in cursor.description]
+        return [dict(zip(fields, r, strict=True)) for r in cursor.fetchall()]
+
+
+def duckdb(place: Place) -> TestDestination:
+    path = place.folder / "acme.duckdb"
+
+    def read(model: ModelConfig) -> list[dict] | None:
+        rows = duckdb_rows(path, model.model_name, _columns(model))
+        return None if rows is None else _clean(rows, model)
+
+    return TestDestination("duckdb", "duckdb", {"vendor": "duckdb", "connection": {"path": str(path)}},
+                           read, {"path": path})
+
+
 #: variant -> (vendor, factory): every registered destination vendor has at least one
 FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "postgres": ("postgres", postgres),
@@ -242,6 +277,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "delta-s3": ("delta", delta_in_a_bucket),
     "local": ("local", local),
     "s3": ("s3", s3),
+    "duckdb": ("duckdb", duckdb),
 }
 
 #: the registered destination vendors (the product's registry)
@@ -279,6 +315,9 @@ def events_rows(vendor: str, pg_conn, where) -> list:
     every row its files hold, for tests that count them (object storage: every version)."""
     if vendor == "postgres":
         return destination_rows(pg_conn, where)
+    if vendor == "duckdb":  # where: the database file
+        rows = duckdb_rows(where, "events", ["id", "organization_id", "updated_at", "payload"]) or []
+        return normalize([(r["id"], r["organization_id"], r["updated_at"], r["payload"]) for r in rows])
     if vendor == "delta":
         from deltalake import DeltaTable
 
