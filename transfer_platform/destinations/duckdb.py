@@ -129,12 +129,12 @@ class DuckdbWriter(Writer):
             self._conn = self._open(read_only=False)
         return self._conn
 
-    def _open(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
-        """The file opened, waiting up to ``Tuning.lock_wait_seconds`` while another process
-        holds it; then ``ConnectionFailure`` with DuckDB's message (naming the holder's PID)."""
+    def _open(self, *, read_only: bool, wait: bool = True) -> duckdb.DuckDBPyConnection:
+        """The file opened, waiting up to ``Tuning.lock_wait_seconds`` (``wait``) while another
+        process holds it; then ``ConnectionFailure`` with DuckDB's message (the holder's PID)."""
         import duckdb
 
-        deadline = time.monotonic() + self.tuning.lock_wait_seconds
+        deadline = time.monotonic() + (self.tuning.lock_wait_seconds if wait else 0)
         while True:
             try:
                 conn = duckdb.connect(str(self.path), read_only=read_only)
@@ -534,7 +534,7 @@ class DuckdbWriter(Writer):
         import duckdb
 
         try:
-            conn = self._open(read_only=False)
+            conn = self._open(read_only=False, wait=False)
         except ConnectionFailure as exc:
             probe.failed(steps[0], exc.reason, exc.fix)
             probe.skipped(steps[1:], "the file cannot be opened")
