@@ -11,11 +11,13 @@ and the fix; nothing is written. Reads without side effects (a dry run, integrit
 file read-only for as long as they read, and create nothing.
 
 Per window, in the order of ``destinations/skeleton.py``: a window read alone is staged by
-Spark's executors as Parquet files under ``<file>.tp/staging/<model>/<window>/`` (the shared
-``destinations/staging.py``: each Python worker writes its partition ``Tuning.batch_rows`` rows
-at a time and sums it up, so NULL keys, NULL last-modified values and duplicate keys are refused
-before anything is committed, and the window never sits whole in this process); a window already
-here as Arrow is registered with DuckDB as it is (no copy). One DuckDB transaction then applies
+Spark's executors as Parquet files under ``<file>.tp/staging/<model>/<window>/`` (each Python
+worker writes its partition as it was read, ``Tuning.batch_rows`` rows at a time, and sums it up
+with ``destinations/staging.py``'s ``stage_partition``; without the Delta staging's shuffle and sort
+on the key, which cost three times DuckDB's whole commit at 1M rows), so the window never sits
+whole in this process; NULL keys and last-modified values are refused from the summaries, a key
+twice by one ``GROUP BY`` of the staged files in DuckDB, before anything is committed. A window
+already here as Arrow is registered with DuckDB as it is (no copy). One DuckDB transaction then applies
 the soft deletes, upserts the rows (``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`` the
 incoming row is newer, or as new and different: an older version read again never overwrites a
 newer one) and records the model's new state in ``_transfer_status`` in the same file. A crash
@@ -57,13 +59,19 @@ from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
     arrow_schema,
+    duplicate_key_error,
     empty_frame,
     refuse_bad_rows,
     staging_suffix,
 )
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.skeleton import STALE, Writer
-from transfer_platform.destinations.staging import Staged, refuse_staged, stage
+from transfer_platform.destinations.staging import (
+    _SUMMARY_DDL,
+    Staged,
+    refuse_staged,
+    stage_partition,
+)
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import current_user
@@ -369,8 +377,8 @@ class DuckdbWriter(Writer):
 
     def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> _Window:
         model = load.model
-        staged = stage(frame, model, self._target_state(load), str(Path(folder).resolve()), None,
-                       batch_rows=self.tuning.batch_rows)
+        staged = _stage_unsorted(frame, model, self._target_state(load), str(Path(folder).resolve()),
+                                 batch_rows=self.tuning.batch_rows)
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                   rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
         files = ", ".join(_literal(f) for f in staged.files)
@@ -386,10 +394,22 @@ class DuckdbWriter(Writer):
         return _Window(quote_ident(name) if batch.num_rows else None, staged, batch)
 
     def _refuse(self, window: _Window, load: WindowLoad) -> None:
+        """A window here: the Arrow checks. A staged one: the executors' summaries (NULL keys and
+        last-modified values), then one ``GROUP BY`` of the staged files for a key twice (the
+        files are not sorted on the key: a Spark shuffle costs more than DuckDB's scan)."""
+        model = load.model
         if window.batch is not None:
-            refuse_bad_rows(window.batch, load.model, self.name)
-        else:
-            refuse_staged(window.staged, load.model, self.name)
+            refuse_bad_rows(window.batch, model, self.name)
+            return
+        refuse_staged(window.staged, model, self.name)
+        if window.relation is None:
+            return
+        keys = [quote_ident(c.destination_name) for c in model.primary_key]
+        row = _one(self.conn, f"SELECT {', '.join(keys)}, count(*) FROM {window.relation} GROUP BY ALL "
+                              "HAVING count(*) > 1 LIMIT 1")
+        if row is not None:
+            names = [c.destination_name for c in model.primary_key]
+            raise duplicate_key_error(model, self.name, dict(zip(names, row, strict=False)), row[-1])
 
     def _commit(self, window: _Window | None, load: WindowLoad) -> WindowResult:
         """One transaction: the rows merged (soft deletes applied) and the model's new state."""
@@ -556,6 +576,23 @@ class DuckdbWriter(Writer):
             with suppress(Exception):
                 conn.rollback()
             conn.close()
+
+
+def _stage_unsorted(frame: DataFrame, model: ModelConfig, state: ModelState, folder: str, *,
+                    batch_rows: int) -> Staged:
+    """``destinations.staging.stage`` without its shuffle: each Spark partition, as it is read,
+    written by its Python worker into one Parquet file under ``folder`` and summed up (NULL keys
+    and last-modified values, rows newer than ``state``'s high watermark, soft deletes, the
+    largest last-modified value); a key twice is found by DuckDB (``_refuse``)."""
+    from functools import partial
+
+    from pyspark.sql import functions as F
+
+    schema = arrow_schema(model)
+    write = partial(stage_partition, folder=folder, options=None, schema=schema, model=model, state=state,
+                    batch_rows=batch_rows)
+    columns = [F.col("`" + name.replace("`", "``") + "`") for name in schema.names]
+    return Staged.of(frame.select(*columns).mapInArrow(write, _SUMMARY_DDL).collect(), model)
 
 
 def _all(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[tuple]:

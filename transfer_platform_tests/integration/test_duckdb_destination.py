@@ -205,8 +205,15 @@ def test_every_type_round_trips_exactly(spark, pg_conn, pg_schema, tmp_path) -> 
                      "ratio": "DOUBLE", "born": "DATE"}
 
 
+#: windows read together into this process (Arrow, the default for small ones), or each read
+#: alone and staged as Parquet files by Spark's executors (``run_rows`` 0: every window "large")
+PATHS = {"together": Tuning(), "staged": Tuning(run_rows=0)}
+
+
+@pytest.mark.parametrize("path_kind", list(PATHS))
 def test_a_fresh_process_reads_exactly_the_source_rows_after_updates_and_soft_deletes(
-        spark, pg_conn, pg_schema, tmp_path) -> None:
+        spark, pg_conn, pg_schema, tmp_path, path_kind) -> None:
+    tuning = PATHS[path_kind]
     pg_conn.execute(f'CREATE TABLE "{pg_schema}".events (id bigint, organization_id text, updated_at timestamptz, '
                     "payload text, is_deleted boolean NOT NULL DEFAULT false)")
     rows = [(k, TENANT if k % 4 else "other", BASE + timedelta(minutes=k, microseconds=k), f"v1-{k}")
@@ -216,14 +223,14 @@ def test_a_fresh_process_reads_exactly_the_source_rows_after_updates_and_soft_de
                         "VALUES (%s, %s, %s, %s)", rows)
     path = tmp_path / "acme.duckdb"
     config = config_for(pg_schema, path, marker=True)
-    assert transfer(spark, config, NOW1, "t1").status == "SUCCESS"
+    assert transfer(spark, config, NOW1, "t1", tuning=tuning).status == "SUCCESS"
 
     later = NOW1 + timedelta(minutes=1)
     pg_conn.execute(f'UPDATE "{pg_schema}".events SET payload = payload || \'-v2\', updated_at = %s '
                     "WHERE id IN (1, 2, 3)", (later,))
     pg_conn.execute(f'UPDATE "{pg_schema}".events SET is_deleted = true, updated_at = %s WHERE id IN (5, 6)',
                     (later,))
-    assert transfer(spark, config, NOW2, "t2").status == "SUCCESS"
+    assert transfer(spark, config, NOW2, "t2", tuning=tuning).status == "SUCCESS"
 
     want = normalize(pg_conn.execute(f'SELECT id, organization_id, updated_at, payload FROM "{pg_schema}".events '
                                      "WHERE organization_id = %s AND NOT is_deleted", (TENANT,)).fetchall())
@@ -231,3 +238,56 @@ def test_a_fresh_process_reads_exactly_the_source_rows_after_updates_and_soft_de
     assert {r[0] for r in want} >= {1, 2, 3}
     assert not {5, 6} & {r[0] for r in want}
     assert watermark_in(path) == NOW2
+
+
+@pytest.mark.parametrize("path_kind", list(PATHS))
+def test_a_key_twice_or_a_null_key_in_a_window_is_refused_by_name_and_nothing_is_written(
+        spark, pg_conn, pg_schema, tmp_path, path_kind) -> None:
+    create_events(pg_conn, pg_schema, primary_key=False)
+    insert_rows(pg_conn, pg_schema, [(k, TENANT, BASE + timedelta(minutes=k), f"v1-{k}") for k in range(1, 30)])
+    path = tmp_path / "acme.duckdb"
+    config = config_for(pg_schema, path)
+    assert transfer(spark, config, NOW1, "t1", tuning=PATHS[path_kind]).status == "SUCCESS"
+    before = delivered(path)
+    later = NOW1 + timedelta(minutes=5)
+    # the same key and last-modified value, far apart in the source (not next to each other)
+    insert_rows(pg_conn, pg_schema, [(7, TENANT, later, "one"), *[(k, TENANT, later, "new") for k in range(40, 60)],
+                                     (7, TENANT, later, "another")])
+
+    refused = transfer(spark, config, NOW2, "t2", tuning=PATHS[path_kind])
+
+    assert refused.status == "ERROR"
+    assert "two different versions of key id=7 have the same, latest last-modified value" in refused.error
+    assert delivered(path) == before
+    assert watermark_in(path) == NOW1
+
+    pg_conn.execute(f'UPDATE "{pg_schema}".events SET id = NULL WHERE payload = %s', ("another",))
+    refused = transfer(spark, config, NOW2, "t3", tuning=PATHS[path_kind])
+    assert refused.status == "ERROR"
+    assert "NULL primary key" in refused.error
+    assert delivered(path) == before
+
+
+def test_a_staged_window_holding_a_key_twice_apart_is_refused_before_anything_is_written(
+        spark, pg_conn, pg_schema, tmp_path) -> None:
+    """The writer's own check, for a frame whose copies of a key are not next to each other
+    (the transfer's choice of one version per key usually puts them side by side first)."""
+    from transfer_platform.core.windows import Window
+    from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.errors import DuplicateKey
+
+    path = tmp_path / "acme.duckdb"
+    config = config_for(pg_schema, path)
+    model = config.model(MODEL)
+    rows = [(7, TENANT, BASE, "one"), *[(k, TENANT, BASE, "x") for k in range(10, 60)], (7, TENANT, BASE, "two")]
+    frame = spark.createDataFrame(rows, "id bigint, organization_id string, updated_at timestamp, payload string")
+    load = WindowLoad(model=model, transfer_id="t1", progress=Window(MIN_START, NOW1), configured_start=MIN_START)
+    writer = writer_for(config.destination(DESTINATION), Tuning())
+    try:
+        writer.prepare(model, "t1")
+        with pytest.raises(DuplicateKey, match="id=7 appears 2 times"):
+            writer.write_window(frame.repartition(3), load)
+    finally:
+        writer.close()
+    assert delivered(path) == []
+    assert not list((tmp_path / "acme.duckdb.tp" / "staging").rglob("*.parquet"))  # staging removed
