@@ -181,7 +181,12 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("duckdb", "destination", "transfer_platform.destinations.duckdb", "DuckdbWriter", "DuckdbDestination",
            drivers=("duckdb", "pyarrow"), column_types=_DUCKDB_TYPES,
            refuses=(_one_query("destination", "one process writes a DuckDB file, one transaction per "
-                                              "window: there are no queries to run in parallel"),)),
+                                              "window: there are no queries to run in parallel"),
+                    Refusal("max_concurrent_transfers", 1,
+                            "DuckDB lets one process open its file for writing: a second transfer at "
+                            "once would wait for the first and then fail",
+                            "remove max_concurrent_transfers from this destination (transfers of it "
+                            "run one at a time)"))),
 )
 
 

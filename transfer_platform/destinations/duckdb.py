@@ -134,7 +134,14 @@ class DuckdbWriter(Writer):
             except OSError as exc:
                 raise ConnectionFailure(self.what, reason=exc.strerror or str(exc),
                                         fix=_folder_fix(self.path.parent)) from None
-            self._conn = self._open(read_only=False)
+            import duckdb
+
+            try:
+                self._conn = self._open(read_only=False)
+            except duckdb.ConnectionException as exc:  # this process reads it read-only meanwhile
+                raise ConnectionFailure(self.what, reason=_first_line(exc),
+                                        fix="wait for this process's read of the file (a dry run, an "
+                                            "integrity check) to end, then run the transfer again") from None
         return self._conn
 
     def _open(self, *, read_only: bool, wait: bool = True) -> duckdb.DuckDBPyConnection:
