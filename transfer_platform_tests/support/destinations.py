@@ -315,9 +315,6 @@ def events_rows(vendor: str, pg_conn, where) -> list:
     every row its files hold, for tests that count them (object storage: every version)."""
     if vendor == "postgres":
         return destination_rows(pg_conn, where)
-    if vendor == "duckdb":  # where: the database file
-        rows = duckdb_rows(where, "events", ["id", "organization_id", "updated_at", "payload"]) or []
-        return normalize([(r["id"], r["organization_id"], r["updated_at"], r["payload"]) for r in rows])
     if vendor == "delta":
         from deltalake import DeltaTable
 
