@@ -178,7 +178,7 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("s3", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
            "S3Destination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "boto3"),
            only_adds_files=True),
-    Vendor("duckdb", "destination", "transfer_platform.destinations.duckdb", "DuckdbWriter", "DuckdbDestination",
+    Vendor("duckdb", "destination", "transfer_platform.destinations.duckdb.writer", "DuckdbWriter", "DuckdbDestination",
            drivers=("duckdb", "pyarrow"), column_types=_DUCKDB_TYPES,
            refuses=(_one_query("destination", "one process writes a DuckDB file, one transaction per "
                                               "window: there are no queries to run in parallel"),

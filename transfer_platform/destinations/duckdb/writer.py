@@ -35,7 +35,6 @@ full refresh), a changed type or primary key refused (``SchemaMismatch``).
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -47,13 +46,7 @@ import pyarrow as pa
 
 from transfer_platform.config.models import DuckdbDestination, ModelConfig
 from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
-from transfer_platform.core.sql import (
-    marked_deleted,
-    plan_soft_delete,
-    plan_upsert,
-    qualified,
-    quote_ident,
-)
+from transfer_platform.core.sql import marked_deleted, plan_soft_delete, plan_upsert, quote_ident
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowLoad,
@@ -64,6 +57,9 @@ from transfer_platform.destinations.base import (
     refuse_bad_rows,
     staging_suffix,
 )
+from transfer_platform.destinations.duckdb.catalog import STATUS_TABLE, Catalog, column_type
+from transfer_platform.destinations.duckdb.file import File, _all, _first_line, _one
+from transfer_platform.destinations.duckdb.probe import Probing
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.skeleton import STALE, Writer
 from transfer_platform.destinations.staging import (
@@ -72,30 +68,18 @@ from transfer_platform.destinations.staging import (
     refuse_staged,
     stage_partition,
 )
-from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
+from transfer_platform.errors import DataError, SchemaMismatch
 from transfer_platform.phases import log_phase
-from transfer_platform.probes import current_user
 from transfer_platform.tuning import DEFAULT, Tuning
-from transfer_platform.vendors import DESTINATIONS
 
 if TYPE_CHECKING:
     import duckdb
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.destinations.skeleton import Stale
-    from transfer_platform.probes import Check
 
-STATUS_TABLE = "_transfer_status"
-REFRESH_PREFIX = "_tp_refresh_"
 #: the writer's own folder beside the database file: ``<file>.tp/{locks,staging}``
 WORK_SUFFIX = ".tp"
-#: while the file is locked by another process: the pause between attempts to open it
-_RETRY_SECONDS = 0.2
-
-
-def column_type(data_type: str) -> str:
-    """The DuckDB type of a model column's ``data_type``, as ``duckdb_columns()`` names it."""
-    return DESTINATIONS["duckdb"].column_types[data_type]
 
 
 def _literal(text: str) -> str:
@@ -112,7 +96,7 @@ class _Window:
     batch: pa.Table | None = None
 
 
-class DuckdbWriter(Writer):
+class DuckdbWriter(File, Catalog, Probing, Writer):
     def __init__(self, destination: DuckdbDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning)
         connection = destination.connection
@@ -123,174 +107,8 @@ class DuckdbWriter(Writer):
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._locks = FolderLocks()
 
-    # -- the file --------------------------------------------------------------------------------
-
-    @property
-    def conn(self) -> duckdb.DuckDBPyConnection:
-        """The file opened read-write, held until :meth:`close` (created if missing)."""
-        if self._conn is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConnectionFailure(self.what, reason=exc.strerror or str(exc),
-                                        fix=_folder_fix(self.path.parent)) from None
-            import duckdb
-
-            try:
-                self._conn = self._open(read_only=False)
-            except duckdb.ConnectionException as exc:  # this process reads it read-only meanwhile
-                raise ConnectionFailure(self.what, reason=_first_line(exc),
-                                        fix="wait for this process's read of the file (a dry run, an "
-                                            "integrity check) to end, then run the transfer again") from None
-        return self._conn
-
-    def _open(self, *, read_only: bool, wait: bool = True) -> duckdb.DuckDBPyConnection:
-        """The file opened, waiting up to ``Tuning.lock_wait_seconds`` (``wait``) while another
-        process holds it; then ``ConnectionFailure`` with DuckDB's message (the holder's PID)."""
-        import duckdb
-
-        deadline = time.monotonic() + (self.tuning.lock_wait_seconds if wait else 0)
-        while True:
-            try:
-                conn = duckdb.connect(str(self.path), read_only=read_only)
-                _all(conn, "SET TimeZone = 'UTC'")
-                return conn
-            except duckdb.IOException as exc:
-                reason = _first_line(exc)
-                if "lock" not in reason.lower():
-                    raise ConnectionFailure(self.what, reason=reason, fix=_folder_fix(self.path.parent)) from None
-                if time.monotonic() >= deadline:
-                    raise ConnectionFailure(
-                        self.what, reason=f"the file is locked by another process ({reason})",
-                        fix="DuckDB lets one process write a file and no other process open it meanwhile: "
-                            "close the other process's connection to this file (a reader or another "
-                            "transfer: see its PID above; readers open the file between transfers), "
-                            "then run the transfer again") from None
-                time.sleep(_RETRY_SECONDS)
-            except duckdb.ConnectionException:  # this process holds it with another configuration
-                raise
-            except duckdb.Error as exc:  # not a DuckDB file, a newer storage version, ...
-                raise ConnectionFailure(self.what, reason=_first_line(exc),
-                                        fix="point connection.path at a DuckDB database file (or a path "
-                                            "where none exists yet)") from None
-
-    @contextmanager
-    def _read(self) -> Iterator[duckdb.DuckDBPyConnection | None]:
-        """A connection to read from: the writer's own while it holds the file, else the file
-        opened read-only for the read (``None`` if there is no file: nothing was committed)."""
-        import duckdb
-
-        if self._conn is not None:
-            yield self._conn
-            return
-        if not self.path.exists():
-            yield None
-            return
-        try:
-            conn = self._open(read_only=True)
-        except duckdb.ConnectionException:  # this process holds it read-write (another writer)
-            conn = self._open(read_only=False)
-        try:
-            yield conn
-        finally:
-            conn.close()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        conn = self.conn
-        conn.begin()
-        try:
-            yield conn
-        except BaseException:
-            with suppress(Exception):
-                conn.rollback()
-            raise
-        conn.commit()
-
-    def check(self) -> None:
-        _all(self.conn, "SELECT 1")
-
-    def close(self) -> None:
-        """Close the file (DuckDB checkpoints it: readers find every commit in the file alone)
-        and release the models' locks."""
-        if self._conn is not None:
-            with suppress(Exception):
-                self._conn.close()
-            self._conn = None
-        self._locks.release_all()
-
-    def __del__(self) -> None:  # a writer dropped without close() still releases the file
-        if getattr(self, "_conn", None) is not None or getattr(self, "_locks", None):
-            self.close()
-
-    # -- names -----------------------------------------------------------------------------------
-
-    def table(self, model: ModelConfig) -> str:
-        return qualified(self.schema, model.model_name)
-
-    def refresh_name(self, model: ModelConfig) -> str:
-        return REFRESH_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
-
-    def refresh_table(self, model: ModelConfig) -> str:
-        return qualified(self.schema, self.refresh_name(model))
-
-    @property
-    def status_table(self) -> str:
-        return qualified(self.schema, STATUS_TABLE)
-
     def _staging_folder(self, model: ModelConfig, window: str = "") -> Path:
         return self.work / "staging" / model.model_name / window
-
-    # -- catalog ---------------------------------------------------------------------------------
-
-    def _exists(self, conn: duckdb.DuckDBPyConnection, name: str) -> bool:
-        return _one(conn, "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-                            "AND schema_name = ? AND table_name = ?", [self.schema, name])[0] > 0
-
-    def _columns(self, conn: duckdb.DuckDBPyConnection, name: str) -> dict[str, str]:
-        return dict(_all(conn,
-            "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND schema_name = ? AND table_name = ? ORDER BY column_index", [self.schema, name]))
-
-    def _primary_key(self, conn: duckdb.DuckDBPyConnection, name: str) -> list[str]:
-        row = _one(conn,
-            "SELECT constraint_column_names FROM duckdb_constraints() WHERE database_name = current_database() "
-            "AND schema_name = ? AND table_name = ? AND constraint_type = 'PRIMARY KEY'",
-            [self.schema, name])
-        return sorted(row[0]) if row else []
-
-    def _columns_match(self, conn: duckdb.DuckDBPyConnection, model: ModelConfig, name: str) -> bool:
-        expected = {c.destination_name: column_type(c.data_type) for c in model.columns}
-        return (self._columns(conn, name) == expected
-                and self._primary_key(conn, name) == sorted(c.destination_name for c in model.primary_key))
-
-    def _target_ddl(self, table: str, model: ModelConfig, *, if_not_exists: bool = True) -> str:
-        columns = ", ".join(f"{quote_ident(c.destination_name)} {column_type(c.data_type)}" for c in model.columns)
-        key = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
-        return f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{table} ({columns}, PRIMARY KEY ({key}))"
-
-    # -- states ----------------------------------------------------------------------------------
-
-    def _state(self, conn: duckdb.DuckDBPyConnection, model: ModelConfig, column: str = "state") -> ModelState:
-        if column not in ("state", "refresh_state"):
-            raise ValueError(f"not a state column: {column!r}")
-        row = _one(conn, f"SELECT {column}::VARCHAR FROM {self.status_table} WHERE data_model_name = ?",
-                           [model.model_name])
-        return ModelState.from_json(row[0] if row else None)
-
-    def _record(self, conn: duckdb.DuckDBPyConnection, model: ModelConfig, *, state: ModelState | None = None,
-                transfer_id: str | None = None, refresh: ModelState | None | bool = False) -> None:
-        """The model's status row (created if missing): its state, and/or its refresh's state
-        (``refresh=None`` clears it; ``False`` leaves it)."""
-        _all(conn, f"INSERT INTO {self.status_table} (data_model_name) VALUES (?) ON CONFLICT DO NOTHING",
-                     [model.model_name])
-        if state is not None:
-            _all(conn, f"UPDATE {self.status_table} SET transfer_last_updated_at = ?, high_watermark = ?, "
-                         "state = ?::JSON, last_transfer_id = ?, updated_at = now() WHERE data_model_name = ?",
-                         [state.watermark, state.high_watermark, state.to_json(), transfer_id, model.model_name])
-        if refresh is not False:
-            _all(conn, f"UPDATE {self.status_table} SET refresh_state = ?::JSON WHERE data_model_name = ?",
-                         [None if refresh is None else refresh.to_json(), model.model_name])
 
     # -- prepare's primitives --------------------------------------------------------------------
 
@@ -522,68 +340,6 @@ class DuckdbWriter(Writer):
                     conn.unregister(name)
         return deleted
 
-    # -- test-connection -------------------------------------------------------------------------
-
-    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """The folder (created for the probe if missing, then removed), files written, renamed
-        and deleted in it (DuckDB's write-ahead log, the staging files and locks), then the file:
-        opened read-write (not locked by another process, a DuckDB database) and everything a
-        transfer does in its schema tried in a transaction rolled back."""
-        from transfer_platform.probes import Probe
-
-        probe = Probe(target)
-        folder = self.path.parent
-        created = _missing_parents(folder)
-        steps = [f"write, rename and delete files in {folder}", f"open {self.path} for writing (not locked "
-                 "by another process)", f"create, alter and drop tables in schema {self.schema}"]
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            probe.failed(f"create folder {folder}", exc.strerror or str(exc), _folder_fix(created[0] if created else folder))
-            probe.skipped(steps, "no folder")
-            return probe.checks
-        try:
-            probe.passed(f"create folder {folder}", "it does not exist yet; the first transfer creates it"
-                         if created else "it exists")
-            if not _probe_folder(probe, steps[0], folder):
-                probe.skipped(steps[1:], "the folder is not writable")
-            elif not self.path.exists():
-                probe.passed(steps[1], "it does not exist yet; the first transfer creates it")
-                probe.skipped(steps[2:], "no file yet")
-            else:
-                self._probe_file(probe, steps[1:])
-        finally:
-            for made in reversed(created):
-                shutil.rmtree(made, ignore_errors=True)
-        return probe.checks
-
-    def _probe_file(self, probe, steps: list[str]) -> None:
-        import duckdb
-
-        try:
-            conn = self._open(read_only=False, wait=False)
-        except ConnectionFailure as exc:
-            probe.failed(steps[0], exc.reason, exc.fix)
-            probe.skipped(steps[1:], "the file cannot be opened")
-            return
-        probe.passed(steps[0])
-        name = qualified(self.schema, f"_tp_probe_{uuid.uuid4().hex[:12]}")
-        try:
-            conn.begin()
-            _all(conn, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
-            _all(conn, f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, v VARCHAR)")
-            _all(conn, f"INSERT INTO {name} VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v")
-            _all(conn, f"ALTER TABLE {name} ADD COLUMN w BIGINT")
-            _all(conn, f"DROP TABLE {name}")
-            probe.passed(steps[1])
-        except duckdb.Error as exc:
-            probe.failed(steps[1], _first_line(exc), "open the file with the duckdb package and check that it "
-                                                     "is writable (not attached read-only, enough disk)")
-        finally:
-            with suppress(Exception):
-                conn.rollback()
-            conn.close()
-
 
 def _stage_unsorted(frame: DataFrame, model: ModelConfig, state: ModelState, folder: str, *,
                     batch_rows: int) -> Staged:
@@ -602,21 +358,6 @@ def _stage_unsorted(frame: DataFrame, model: ModelConfig, state: ModelState, fol
     return Staged.of(frame.select(*columns).mapInArrow(write, _SUMMARY_DDL).collect(), model)
 
 
-def _all(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[tuple]:
-    """Run ``sql`` and fetch its whole result (DuckDB takes no other statement on a connection
-    while a result is unfinished)."""
-    return conn.execute(sql, params or []).fetchall()
-
-
-def _one(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:
-    rows = _all(conn, sql, params)
-    return rows[0] if rows else None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
     """``frame``'s rows as Arrow tables of at most ``size`` rows, one Spark partition at a time."""
     rows: list[dict] = []
@@ -627,36 +368,3 @@ def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Tabl
             rows = []
     if rows:
         yield pa.Table.from_pylist(rows, schema=schema)
-
-
-def _missing_parents(path: Path) -> list[Path]:
-    """The folders that creating ``path`` would create, outermost first."""
-    missing = []
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return list(reversed(missing))
-
-
-def _folder_fix(folder: Path) -> str:
-    parent = folder if folder.exists() else folder.parent
-    user = current_user()
-    return (f"let the user transfers run as ({user}) create, write and delete files in {parent} "
-            f"(chown {user} {parent}, or chmod u+rwx on it), or point connection.path elsewhere")
-
-
-def _probe_folder(probe, name: str, folder: Path) -> bool:
-    stem = folder / f"_tp_probe_{uuid.uuid4().hex[:12]}"
-    written, renamed = stem.with_suffix(".tmp"), stem.with_suffix(".wal.tmp")
-    try:
-        written.write_bytes(b"transfer_platform test-connection probe")
-        written.rename(renamed)
-        renamed.unlink()
-    except OSError as exc:
-        probe.failed(name, exc.strerror or str(exc), _folder_fix(folder))
-        return False
-    finally:
-        for path in (written, renamed):
-            path.unlink(missing_ok=True)
-    probe.passed(name)
-    return True
