@@ -153,6 +153,17 @@ _MYSQL_TYPES = MappingProxyType({
     "json": "JSON",
 })
 
+_DUCKDB_TYPES = MappingProxyType({  # as duckdb_columns() names them (compared as they are)
+    "string": "VARCHAR",
+    "integer": "BIGINT",
+    "float": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMP WITH TIME ZONE",
+    "date": "DATE",
+    "decimal": "DECIMAL(38,9)",
+    "json": "JSON",
+})
+
 # -- the registries --------------------------------------------------------------------------
 
 
@@ -206,6 +217,15 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     Vendor("abs", "destination", "transfer_platform.destinations.object_storage", "ObjectStorageWriter",
            "AzureBlobDestination", drivers=("pyarrow", "pyarrow.parquet", "cryptography", "azure.storage.blob"),
            only_adds_files=True),
+    Vendor("duckdb", "destination", "transfer_platform.destinations.duckdb.writer", "DuckdbWriter", "DuckdbDestination",
+           drivers=("duckdb", "pyarrow"), column_types=_DUCKDB_TYPES,
+           refuses=(_one_query("destination", "one process writes a DuckDB file, one transaction per "
+                                              "window: there are no queries to run in parallel"),
+                    Refusal("max_concurrent_transfers", 1,
+                            "DuckDB lets one process open its file for writing: a second transfer at "
+                            "once would wait for the first and then fail",
+                            "remove max_concurrent_transfers from this destination (transfers of it "
+                            "run one at a time)"))),
 )
 
 

@@ -463,9 +463,35 @@ class AzureBlobDestination(_ObjectStorageBase):
         return self.connection.place()
 
 
+class DuckdbConnection(StrictModel):
+    path: Path  # the database file (one per recipient), created by the first transfer
+    schema_: str | None = Field(default=None, alias="schema", min_length=1)  # default: main
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class DuckdbDestination(_DestinationBase):
+    """A DuckDB database file (one table per model in ``schema``), written with the duckdb package."""
+
+    vendor: Literal["duckdb"]
+    connection: DuckdbConnection
+
+    def place(self) -> Place:
+        return folder_place(self.connection.path, "DuckDB file")
+
+    def problems(self, path: str) -> list:
+        from transfer_platform.errors import Problem
+
+        if self.connection.path.is_dir():
+            return [Problem(f"{path}.connection.path", f"{self.connection.path} is a folder; a DuckDB "
+                            "destination writes one database file",
+                            "give the file's path, such as <folder>/<recipient>.duckdb")]
+        return []
+
+
 #: the ``vendor:`` value chooses the class (each vendor's record names its class: ``vendors.py``)
 DestinationConfig = Annotated[PostgresDestination | MysqlDestination | DeltaDestination | LocalStorageDestination
-                              | S3Destination | AzureBlobDestination | IcebergDestination,
+                              | S3Destination | AzureBlobDestination | IcebergDestination | DuckdbDestination,
                               Field(discriminator="vendor")]
 
 

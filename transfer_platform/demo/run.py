@@ -2,8 +2,8 @@
 
 Runs on an embedded default: a Parquet lake and Delta destinations on local disk (one recipient
 also receives two models as Parquet files with signed manifests in a folder, which the demo reads
-as a consumer would: signature, checksums, latest version per key), Spark in local mode, no
-server. With ``DAGSTER_HOME`` set, every window is also reported to that Dagster instance, so
+as a consumer would: signature, checksums, latest version per key; another every model in a DuckDB
+file, read back with the duckdb package), Spark in local mode, no server. With ``DAGSTER_HOME`` set, every window is also reported to that Dagster instance, so
 ``dagster dev`` shows it materialized.
 """
 
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config import load_config
-from transfer_platform.config.models import DeltaDestination, PlatformConfig
+from transfer_platform.config.models import DeltaDestination, DuckdbDestination, PlatformConfig
 from transfer_platform.config.signing_keys import load_signing_key
 from transfer_platform.console.streams import child_output
 from transfer_platform.demo import sample_data
@@ -60,12 +60,23 @@ def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name:
         from deltalake import DeltaTable
 
         delivered = DeltaTable(str(DeltaWriter(destination).table_path(model))).to_pyarrow_table()
+    elif isinstance(destination, DuckdbDestination):
+        delivered = duckdb_rows(destination, model_name)
     else:  # the demo's other destination: files with signed manifests
         delivered = consumed_rows(config, destination_name, model_name, public_key)
     keys = [(c.destination_name, "ascending") for c in model.primary_key]
     source = source.sort_by(keys)
     delivered = delivered.select(source.column_names).cast(source.schema).sort_by(keys)
     return source.equals(delivered)
+
+
+def duckdb_rows(destination: DuckdbDestination, model_name: str) -> pa.Table:
+    """A DuckDB destination's table as a reader opens it: the file read-only, with the duckdb package."""
+    import duckdb
+
+    schema = destination.connection.schema_ or "main"
+    with duckdb.connect(str(destination.connection.path), read_only=True) as conn:
+        return conn.sql(f'SELECT * FROM "{schema}"."{model_name}"').to_arrow_table()
 
 
 def consumed_rows(config: PlatformConfig, destination_name: str, model_name: str, public_key: str) -> pa.Table:

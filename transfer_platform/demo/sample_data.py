@@ -146,6 +146,9 @@ def write_config(path: Path, *, lake: str, destinations: str, min_start_epoch: i
              "connection": {"path": f"{destinations}/acme_files", "prefix": "provider"},
              "signing_key": "${" + SIGNING_KEY_VARIABLE + "}", "enabled_models": ["accounts", "invoices"],
              "frequency_minutes": 60},
+            # globex also takes every model into a DuckDB file (no server either)
+            {"name": "globex_duckdb", "recipient": "globex", "vendor": "duckdb",
+             "connection": {"path": f"{destinations}/globex.duckdb"}, "frequency_minutes": 60},
         ],
         "spark": {"master": "local[2]", "driver_memory": "1g"},
     }

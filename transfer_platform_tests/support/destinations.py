@@ -432,6 +432,39 @@ def delta_in_a_container(place: Place) -> TestDestination:
                "azure_storage_endpoint": server.endpoint, "allow_http": "true"}
     return TestDestination("delta-abs", "delta", {"vendor": "delta", "connection": {**connection, "prefix": "recipient"}},
                            _delta_reader(f"az://{container}/recipient", options), {"env": env})
+# -- DuckDB: a database file -----------------------------------------------------------------------
+
+
+def duckdb_rows(path: Path, table: str, columns: list[str], schema: str = "main") -> list[dict] | None:
+    """A table of a DuckDB file as its recipient reads it: the file opened read-only with the
+    duckdb package (closed at once), timestamps in UTC; None if the file or table is missing."""
+    import duckdb
+
+    if not path.exists():
+        return None
+    with duckdb.connect(str(path), read_only=True) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        found = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+                             [schema, table]).fetchall()[0][0]
+        if not found:
+            return None
+        present = [r[0] for r in conn.execute("SELECT column_name FROM duckdb_columns() WHERE schema_name = ? "
+                                              "AND table_name = ?", [schema, table]).fetchall()]
+        names = ", ".join(f'"{c}"' for c in columns if c in present)
+        cursor = conn.execute(f'SELECT {names} FROM "{schema}"."{table}"')
+        fields = [d[0] for d in cursor.description]
+        return [dict(zip(fields, r, strict=True)) for r in cursor.fetchall()]
+
+
+def duckdb(place: Place) -> TestDestination:
+    path = place.folder / "acme.duckdb"
+
+    def read(model: ModelConfig) -> list[dict] | None:
+        rows = duckdb_rows(path, model.model_name, _columns(model))
+        return None if rows is None else _clean(rows, model)
+
+    return TestDestination("duckdb", "duckdb", {"vendor": "duckdb", "connection": {"path": str(path)}},
+                           read, {"path": path})
 
 
 #: variant -> (vendor, factory): every registered destination vendor has at least one
@@ -446,6 +479,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "iceberg": ("iceberg", iceberg),
     "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
     "abs": ("abs", abs_),
+    "duckdb": ("duckdb", duckdb),
 }
 
 #: the registered destination vendors (the product's registry)
