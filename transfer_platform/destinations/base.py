@@ -4,6 +4,7 @@ writer applies to a batch (the Arrow ones here; a database writer runs the same 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -254,3 +255,15 @@ def empty_frame(spark: SparkSession, model: ModelConfig) -> DataFrame:
     """No rows, with the model's columns in Spark's types (Spark reads no schema from zero files)."""
     ddl = ", ".join(f"`{c.destination_name}` {TYPES[c.data_type].spark}" for c in model.columns)
     return spark.createDataFrame([], ddl)
+
+
+def frame_batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
+    """``frame``'s rows as Arrow tables of at most ``size`` rows, one Spark partition at a time."""
+    rows = []
+    for row in frame.toLocalIterator():
+        rows.append(row.asDict())
+        if len(rows) >= size:
+            yield pa.Table.from_pylist(rows, schema=schema)
+            rows = []
+    if rows:
+        yield pa.Table.from_pylist(rows, schema=schema)

@@ -72,17 +72,18 @@ from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
     empty_frame,
+    frame_batches,
     marked_mask,
     refuse_bad_rows,
     staging_suffix,
 )
+from transfer_platform.destinations.folders import folder_fix, missing_parents, probe_folder
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
 from transfer_platform.destinations.skeleton import STALE, Writer
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
-from transfer_platform.probes import current_user
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.destinations.skeleton import Stale
-    from transfer_platform.probes import Check, Probe
+    from transfer_platform.probes import Check
 
 STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
@@ -357,7 +358,7 @@ class DeltaWriter(Writer):
         schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         match = " AND ".join(f"t.{_sql_name(c)} = s.{_sql_name(c)}" for c in columns)
         deleted = 0
-        for batch in _batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
+        for batch in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
             table = self._open(self.table_path(model))
             metrics = (table.merge(batch, predicate=match, source_alias="s", target_alias="t",
                                    commit_properties=_commit(read_state(table), transfer_id))
@@ -404,12 +405,12 @@ class DeltaWriter(Writer):
         if self.s3 is not None:
             key = self._key(LOCK_DIR, f"_tp_probe_{uuid.uuid4().hex[:12]}")
             return probe_objects(probe, self.check, self.s3, key, self.root)
-        created = _missing_parents(self.root)
+        created = missing_parents(self.root)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             probe.failed(f"create folder {self.root}", exc.strerror or str(exc),
-                         _folder_fix(created[0] if created else self.root))
+                         folder_fix(created[0] if created else self.root))
             probe.skipped([f"write, rename, read and delete files in {self.root}"], "no folder")
             return probe.checks
         try:
@@ -420,7 +421,7 @@ class DeltaWriter(Writer):
                 if self._exists(self.table_path(model)):
                     folders += [Path(self.table_path(model)), Path(self.table_path(model)) / "_delta_log"]
             for folder in folders:
-                _probe_folder(probe, folder)
+                probe_folder(probe, folder)
         finally:
             for folder in reversed(created):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -551,56 +552,6 @@ class DeltaWriter(Writer):
     def _current_files(self, model: ModelConfig) -> list[str]:
 
         return self._open(self.table_path(model)).file_uris()
-
-
-def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
-    """``frame``'s rows as Arrow tables of at most ``size`` rows, one Spark partition at a time."""
-    rows = []
-    for row in frame.toLocalIterator():
-        rows.append(row.asDict())
-        if len(rows) >= size:
-            yield pa.Table.from_pylist(rows, schema=schema)
-            rows = []
-    if rows:
-        yield pa.Table.from_pylist(rows, schema=schema)
-
-
-def _missing_parents(path: Path) -> list[Path]:
-    """The folders that creating ``path`` would create, outermost first."""
-    missing = []
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return list(reversed(missing))
-
-
-def _folder_fix(folder: Path) -> str:
-    parent = folder if folder.exists() else folder.parent
-    user = current_user()
-    return (f"let the user transfers run as ({user}) create, write and delete in {parent} "
-            f"(chown {user} {parent}, or chmod u+rwx on it), or point connection.path elsewhere")
-
-
-def _probe_folder(probe: Probe, folder: Path) -> None:
-    name = f"write, rename, read and delete files and folders in {folder}"
-    stem = folder / f"_tp_probe_{uuid.uuid4().hex[:12]}"
-    written, renamed, sub = stem.with_suffix(".tmp"), stem.with_suffix(".json.tmp"), stem.with_suffix(".d")
-    try:
-        written.write_bytes(b"transfer_platform test-connection probe")
-        written.rename(renamed)
-        renamed.read_bytes()
-        renamed.unlink()
-        sub.mkdir()
-        sub.rmdir()
-    except OSError as exc:
-        probe.failed(name, exc.strerror or str(exc), _folder_fix(folder))
-    else:
-        probe.passed(name)
-    finally:
-        for path in (written, renamed):
-            path.unlink(missing_ok=True)
-        if sub.is_dir():
-            sub.rmdir()
 
 
 def _keys(batch: pa.Table, model: ModelConfig) -> list:

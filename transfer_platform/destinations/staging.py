@@ -41,19 +41,23 @@ _DIGEST_CHUNK = 1 << 20
 
 def stage(frame: DataFrame, model: ModelConfig, state: ModelState, folder: str,
           options: dict[str, str] | None, *, batch_rows: int, file_prefix: str = "part-",
-          compression: str = "snappy", digests: bool = False) -> Staged:
+          compression: str = "snappy", digests: bool = False, on_key: bool = True) -> Staged:
     """Spark's executors write the window into ``folder`` (as pyarrow's file system of
     ``options`` names it; one ``<file_prefix><uuid>.parquet`` per non-empty partition) and hand
-    back one summary row per file: nothing of the window but that comes to this process."""
+    back one summary row per file: nothing of the window but that comes to this process.
+
+    ``on_key=False``: each partition written as Spark reads it, without the shuffle and sort on
+    the key (a key twice in two files is then not found here: the destination finds it)."""
     from pyspark.sql import functions as F
 
     schema = arrow_schema(model)
     keys = [F.col(_spark_name(c.destination_name)) for c in model.primary_key]
     write = partial(stage_partition, folder=folder, options=options, schema=schema, model=model, state=state,
                     batch_rows=batch_rows, file_prefix=file_prefix, compression=compression, digests=digests)
-    rows = (frame.select(*[F.col(_spark_name(name)) for name in schema.names])
-            .repartition(*keys).sortWithinPartitions(*keys)
-            .mapInArrow(write, _SUMMARY_DDL).collect())
+    frame = frame.select(*[F.col(_spark_name(name)) for name in schema.names])
+    if on_key:
+        frame = frame.repartition(*keys).sortWithinPartitions(*keys)
+    rows = frame.mapInArrow(write, _SUMMARY_DDL).collect()
     return Staged.of(rows, model)
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import staging_suffix
-from transfer_platform.destinations.duckdb.file import _all, _one
+from transfer_platform.destinations.duckdb.file import fetch_all, fetch_one
 from transfer_platform.vendors import DESTINATIONS
 
 if TYPE_CHECKING:
@@ -47,16 +47,16 @@ class Catalog:
 
 
     def _exists(self, conn: duckdb.DuckDBPyConnection, name: str) -> bool:
-        return _one(conn, "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        return fetch_one(conn, "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
                             "AND schema_name = ? AND table_name = ?", [self.schema, name])[0] > 0
 
     def _columns(self, conn: duckdb.DuckDBPyConnection, name: str) -> dict[str, str]:
-        return dict(_all(conn,
+        return dict(fetch_all(conn,
             "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
             "AND schema_name = ? AND table_name = ? ORDER BY column_index", [self.schema, name]))
 
     def _primary_key(self, conn: duckdb.DuckDBPyConnection, name: str) -> list[str]:
-        row = _one(conn,
+        row = fetch_one(conn,
             "SELECT constraint_column_names FROM duckdb_constraints() WHERE database_name = current_database() "
             "AND schema_name = ? AND table_name = ? AND constraint_type = 'PRIMARY KEY'",
             [self.schema, name])
@@ -77,7 +77,7 @@ class Catalog:
     def _state(self, conn: duckdb.DuckDBPyConnection, model: ModelConfig, column: str = "state") -> ModelState:
         if column not in ("state", "refresh_state"):
             raise ValueError(f"not a state column: {column!r}")
-        row = _one(conn, f"SELECT {column}::VARCHAR FROM {self.status_table} WHERE data_model_name = ?",
+        row = fetch_one(conn, f"SELECT {column}::VARCHAR FROM {self.status_table} WHERE data_model_name = ?",
                            [model.model_name])
         return ModelState.from_json(row[0] if row else None)
 
@@ -85,12 +85,12 @@ class Catalog:
                 transfer_id: str | None = None, refresh: ModelState | None | bool = False) -> None:
         """The model's status row (created if missing): its state, and/or its refresh's state
         (``refresh=None`` clears it; ``False`` leaves it)."""
-        _all(conn, f"INSERT INTO {self.status_table} (data_model_name) VALUES (?) ON CONFLICT DO NOTHING",
+        fetch_all(conn, f"INSERT INTO {self.status_table} (data_model_name) VALUES (?) ON CONFLICT DO NOTHING",
                      [model.model_name])
         if state is not None:
-            _all(conn, f"UPDATE {self.status_table} SET transfer_last_updated_at = ?, high_watermark = ?, "
+            fetch_all(conn, f"UPDATE {self.status_table} SET transfer_last_updated_at = ?, high_watermark = ?, "
                          "state = ?::JSON, last_transfer_id = ?, updated_at = now() WHERE data_model_name = ?",
                          [state.watermark, state.high_watermark, state.to_json(), transfer_id, model.model_name])
         if refresh is not False:
-            _all(conn, f"UPDATE {self.status_table} SET refresh_state = ?::JSON WHERE data_model_name = ?",
+            fetch_all(conn, f"UPDATE {self.status_table} SET refresh_state = ?::JSON WHERE data_model_name = ?",
                          [None if refresh is None else refresh.to_json(), model.model_name])

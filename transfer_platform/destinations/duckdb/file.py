@@ -10,8 +10,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from transfer_platform.destinations.folders import folder_fix
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.probes import current_user
 
 if TYPE_CHECKING:
     import duckdb
@@ -40,13 +40,13 @@ class File:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise ConnectionFailure(self.what, reason=exc.strerror or str(exc),
-                                        fix=_folder_fix(self.path.parent)) from None
+                                        fix=folder_fix(self.path.parent)) from None
             import duckdb
 
             try:
                 self._conn = self._open(read_only=False)
             except duckdb.ConnectionException as exc:  # this process reads it read-only meanwhile
-                raise ConnectionFailure(self.what, reason=_first_line(exc),
+                raise ConnectionFailure(self.what, reason=first_line(exc),
                                         fix="wait for this process's read of the file (a dry run, an "
                                             "integrity check) to end, then run the transfer again") from None
         return self._conn
@@ -60,12 +60,12 @@ class File:
         while True:
             try:
                 conn = duckdb.connect(str(self.path), read_only=read_only)
-                _all(conn, "SET TimeZone = 'UTC'")
+                fetch_all(conn, "SET TimeZone = 'UTC'")
                 return conn
             except duckdb.IOException as exc:
-                reason = _first_line(exc)
+                reason = first_line(exc)
                 if "lock" not in reason.lower():
-                    raise ConnectionFailure(self.what, reason=reason, fix=_folder_fix(self.path.parent)) from None
+                    raise ConnectionFailure(self.what, reason=reason, fix=folder_fix(self.path.parent)) from None
                 if time.monotonic() >= deadline:
                     raise ConnectionFailure(
                         self.what, reason=f"the file is locked by another process ({reason})",
@@ -77,7 +77,7 @@ class File:
             except duckdb.ConnectionException:  # this process holds it with another configuration
                 raise
             except duckdb.Error as exc:  # not a DuckDB file, a newer storage version, ...
-                raise ConnectionFailure(self.what, reason=_first_line(exc),
+                raise ConnectionFailure(self.what, reason=first_line(exc),
                                         fix="point connection.path at a DuckDB database file (or a path "
                                             "where none exists yet)") from None
 
@@ -115,7 +115,7 @@ class File:
         conn.commit()
 
     def check(self) -> None:
-        _all(self.conn, "SELECT 1")
+        fetch_all(self.conn, "SELECT 1")
 
     def close(self) -> None:
         """Close the file (DuckDB checkpoints it: readers find every commit in the file alone)
@@ -131,25 +131,16 @@ class File:
             self.close()
 
 
-def _all(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[tuple]:
+def fetch_all(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[tuple]:
     """Run ``sql`` and fetch its whole result (DuckDB takes no other statement on a connection
     while a result is unfinished)."""
     return conn.execute(sql, params or []).fetchall()
 
 
-def _one(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:
-    rows = _all(conn, sql, params)
+def fetch_one(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:
+    rows = fetch_all(conn, sql, params)
     return rows[0] if rows else None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _folder_fix(folder: Path) -> str:
-    parent = folder if folder.exists() else folder.parent
-    user = current_user()
-    return (f"let the user transfers run as ({user}) create, write and delete files in {parent} "
-            f"(chown {user} {parent}, or chmod u+rwx on it), or point connection.path elsewhere")
-
-

@@ -54,20 +54,16 @@ from transfer_platform.destinations.base import (
     arrow_schema,
     duplicate_key_error,
     empty_frame,
+    frame_batches,
     refuse_bad_rows,
     staging_suffix,
 )
 from transfer_platform.destinations.duckdb.catalog import STATUS_TABLE, Catalog, column_type
-from transfer_platform.destinations.duckdb.file import File, _all, _first_line, _one
+from transfer_platform.destinations.duckdb.file import File, fetch_all, fetch_one, first_line
 from transfer_platform.destinations.duckdb.probe import Probing
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.skeleton import STALE, Writer
-from transfer_platform.destinations.staging import (
-    _SUMMARY_DDL,
-    Staged,
-    refuse_staged,
-    stage_partition,
-)
+from transfer_platform.destinations.staging import Staged, refuse_staged, stage
 from transfer_platform.errors import DataError, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -114,8 +110,8 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
 
     def _reach(self) -> None:
         conn = self.conn
-        _all(conn, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
-        _all(conn, f"CREATE TABLE IF NOT EXISTS {self.status_table} (data_model_name VARCHAR PRIMARY KEY, "
+        fetch_all(conn, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
+        fetch_all(conn, f"CREATE TABLE IF NOT EXISTS {self.status_table} (data_model_name VARCHAR PRIMARY KEY, "
                      "transfer_last_updated_at TIMESTAMPTZ, high_watermark TIMESTAMPTZ, state JSON, "
                      "refresh_state JSON, last_transfer_id VARCHAR, updated_at TIMESTAMPTZ)")
 
@@ -133,7 +129,7 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
         with self._read() as conn:
             if conn is None or not self._exists(conn, STATUS_TABLE):
                 return ModelState(), None
-            row = _one(conn, f"SELECT state::VARCHAR, refresh_state::VARCHAR FROM {self.status_table} "
+            row = fetch_one(conn, f"SELECT state::VARCHAR, refresh_state::VARCHAR FROM {self.status_table} "
                                "WHERE data_model_name = ?", [model.model_name])
             state = ModelState.from_json(row[0] if row else None)
             if row is None or row[1] is None:
@@ -146,14 +142,14 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
         state = ModelState(high_watermark=live.high_watermark)
         aside = self.refresh_table(model)
         with self._transaction() as conn:
-            _all(conn, f"DROP TABLE IF EXISTS {aside}")
-            _all(conn, self._target_ddl(aside, model, if_not_exists=False))
+            fetch_all(conn, f"DROP TABLE IF EXISTS {aside}")
+            fetch_all(conn, self._target_ddl(aside, model, if_not_exists=False))
             self._record(conn, model, refresh=state)
         return state
 
     def _plan_columns(self, model: ModelConfig) -> ColumnChanges:
         conn, table = self.conn, self.table(model)
-        _all(conn, self._target_ddl(table, model))
+        fetch_all(conn, self._target_ddl(table, model))
         existing = self._columns(conn, model.model_name)
         where = f"model '{model.model_name}' -> destination '{self.name}'"
         fix = (f"run a full refresh: transfer-platform transfer {self.name} --model {model.model_name} "
@@ -180,12 +176,12 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
             return ()
         with self._transaction() as conn:
             for column in (c for c in model.columns if c.destination_name in planned.added):
-                _all(conn, f"ALTER TABLE {table} ADD COLUMN {quote_ident(column.destination_name)} "
+                fetch_all(conn, f"ALTER TABLE {table} ADD COLUMN {quote_ident(column.destination_name)} "
                              f"{column_type(column.data_type)}")
                 changes.append(f"added column {column.destination_name} ({column.data_type}) to {table}; rows "
                                "delivered before hold NULL in it until they change or a full refresh runs")
             for name in planned.dropped:
-                _all(conn, f"ALTER TABLE {table} DROP COLUMN {quote_ident(name)}")
+                fetch_all(conn, f"ALTER TABLE {table} DROP COLUMN {quote_ident(name)}")
                 changes.append(f"dropped column {name} from {table} (no longer in the model)")
         return tuple(changes)
 
@@ -202,8 +198,9 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
 
     def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> _Window:
         model = load.model
-        staged = _stage_unsorted(frame, model, self._target_state(load), str(Path(folder).resolve()),
-                                 batch_rows=self.tuning.batch_rows)
+        # without the shuffle and sort on the key: a key twice is found by DuckDB (_refuse)
+        staged = stage(frame, model, self._target_state(load), str(Path(folder).resolve()), None,
+                       batch_rows=self.tuning.batch_rows, on_key=False)
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                   rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
         files = ", ".join(_literal(f) for f in staged.files)
@@ -230,7 +227,7 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
         if window.relation is None:
             return
         keys = [quote_ident(c.destination_name) for c in model.primary_key]
-        row = _one(self.conn, f"SELECT {', '.join(keys)}, count(*) FROM {window.relation} GROUP BY ALL "
+        row = fetch_one(self.conn, f"SELECT {', '.join(keys)}, count(*) FROM {window.relation} GROUP BY ALL "
                               "HAVING count(*) > 1 LIMIT 1")
         if row is not None:
             names = [c.destination_name for c in model.primary_key]
@@ -257,7 +254,7 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
                 else:
                     self._record(conn, model, state=new_state, transfer_id=load.transfer_id)
         except (duckdb.ConversionException, duckdb.ConstraintException, duckdb.InvalidInputException) as exc:
-            raise DataError(f"DuckDB refused the window's rows: {_first_line(exc)}", model=model.model_name,
+            raise DataError(f"DuckDB refused the window's rows: {first_line(exc)}", model=model.model_name,
                             destination=self.name,
                             fix="check that each column's data_type matches the source values (a json "
                                 "column must hold valid JSON text)") from None
@@ -271,10 +268,10 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
         marker, skip = model.deletion_marker, None
         if model.removes_deleted_rows:  # rows marked deleted are removed (unless older), never inserted
             skip = marked_deleted(marker.destination_name, marker.data_type)
-            rows_deleted = _one(conn, plan_soft_delete(
+            rows_deleted = fetch_one(conn, plan_soft_delete(
                 target=target, staging=relation, primary_key=keys, last_modified=lm,
                 marker=marker.destination_name, marker_type=marker.data_type))[0]
-        _all(conn, plan_upsert(target=target, staging=relation, columns=[c.destination_name for c in model.columns],
+        fetch_all(conn, plan_upsert(target=target, staging=relation, columns=[c.destination_name for c in model.columns],
                                  primary_key=keys, last_modified=lm, append_only=model.is_append_only, skip=skip))
         return int(rows_deleted)
 
@@ -298,8 +295,8 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         conn = self.conn
-        _all(conn, f"DROP TABLE IF EXISTS {self.table(model)}")
-        _all(conn, f"ALTER TABLE {self.refresh_table(model)} RENAME TO {quote_ident(model.model_name)}")
+        fetch_all(conn, f"DROP TABLE IF EXISTS {self.table(model)}")
+        fetch_all(conn, f"ALTER TABLE {self.refresh_table(model)} RENAME TO {quote_ident(model.model_name)}")
         self._record(conn, model, state=state, transfer_id=transfer_id, refresh=None)
 
     # -- outside a transfer's windows ------------------------------------------------------------
@@ -330,41 +327,12 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
         schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
         name, deleted = f"tp_delete_{staging_suffix(model.model_name, transfer_id)}", 0
-        for batch in _batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
+        for batch in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
             with self._transaction() as conn:
                 conn.register(name, batch)
                 try:
-                    deleted += _one(conn, f"DELETE FROM {self.table(model)} AS t USING {quote_ident(name)} AS s "
+                    deleted += fetch_one(conn, f"DELETE FROM {self.table(model)} AS t USING {quote_ident(name)} AS s "
                                             f"WHERE {match}")[0]
                 finally:
                     conn.unregister(name)
         return deleted
-
-
-def _stage_unsorted(frame: DataFrame, model: ModelConfig, state: ModelState, folder: str, *,
-                    batch_rows: int) -> Staged:
-    """``destinations.staging.stage`` without its shuffle: each Spark partition, as it is read,
-    written by its Python worker into one Parquet file under ``folder`` and summed up (NULL keys
-    and last-modified values, rows newer than ``state``'s high watermark, soft deletes, the
-    largest last-modified value); a key twice is found by DuckDB (``_refuse``)."""
-    from functools import partial
-
-    from pyspark.sql import functions as F
-
-    schema = arrow_schema(model)
-    write = partial(stage_partition, folder=folder, options=None, schema=schema, model=model, state=state,
-                    batch_rows=batch_rows)
-    columns = [F.col("`" + name.replace("`", "``") + "`") for name in schema.names]
-    return Staged.of(frame.select(*columns).mapInArrow(write, _SUMMARY_DDL).collect(), model)
-
-
-def _batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
-    """``frame``'s rows as Arrow tables of at most ``size`` rows, one Spark partition at a time."""
-    rows: list[dict] = []
-    for row in frame.toLocalIterator():
-        rows.append(row.asDict())
-        if len(rows) >= size:
-            yield pa.Table.from_pylist(rows, schema=schema)
-            rows = []
-    if rows:
-        yield pa.Table.from_pylist(rows, schema=schema)

@@ -67,7 +67,7 @@ def _probe_catalog(conn, probe, name: str, schema: str, catalog_name: str, names
 
 
 def _probe_warehouse(writer: IcebergWriter, probe, name: str) -> None:
-    from transfer_platform.destinations.delta import _folder_fix, _missing_parents, _probe_folder
+    from transfer_platform.destinations.folders import folder_fix, missing_parents, probe_folder
     from transfer_platform.destinations.s3 import probe_objects
 
     if writer.s3 is not None:
@@ -75,14 +75,14 @@ def _probe_warehouse(writer: IcebergWriter, probe, name: str) -> None:
         probe_objects(probe, lambda: writer.s3.keys(writer._key() + "/"), writer.s3, key, writer.root)
         return
     root = Path(writer.root)
-    created = _missing_parents(root)
+    created = missing_parents(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        probe.failed(name, exc.strerror or str(exc), _folder_fix(created[0] if created else root))
+        probe.failed(name, exc.strerror or str(exc), folder_fix(created[0] if created else root))
         return
     try:
-        _probe_folder(probe, root)
+        probe_folder(probe, root)
     finally:
         import shutil
 

@@ -369,13 +369,13 @@ class IcebergWriter(Writer):
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
         """Remove the rows whose key and last-modified value ``frame`` holds (a row changed since
         stays): one overwrite snapshot per ``Tuning.delete_batch_rows`` rows, carrying the state."""
-        from transfer_platform.destinations.delta import _batches
+        from transfer_platform.destinations.base import frame_batches
 
         self._targets.clear()
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
         schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         removed = 0
-        for gone in _batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
+        for gone in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
             table = self._load(self.identifier(model), create=True)
             with self.catalog.errors():
                 removed += _rewrite(table, gone, model, _properties(read_state(table), transfer_id),
