@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from transfer_platform.config.models import AzureBlobConnection
-from transfer_platform.destinations.s3 import S3Locks, _LostRace
+from transfer_platform.destinations.s3 import LockedBucket, LostRace, S3Locks
 from transfer_platform.errors import ConnectionFailure
 
 #: the SDK's HTTP logging policy writes every request at INFO (headers, URLs): not ours to show
@@ -108,7 +108,7 @@ class AzureStore:
             code = str(getattr(exc, "error_code", None) or "")
             code = getattr(getattr(exc, "error_code", None), "value", code)
             if code in ("ConditionNotMet", "BlobAlreadyExists") or exc.status_code == 412:
-                return _LostRace(code)
+                return LostRace(code)
             fixes = {
                 "ContainerNotFound": "create the container, or correct connection.container",
                 "AuthenticationFailed": f"correct the account key (connection.account_key's variable) of "
@@ -129,7 +129,7 @@ class AzureStore:
                                  fix="check connection.endpoint_url (or account_name) and that the store is running")
 
 
-class AzureBucketStore(AzureStore):
+class AzureBucketStore(LockedBucket, AzureStore):
     """Object storage's store in a container (:class:`stores.Store`). A model's lock: the object
     ``<books>/<model>/lock.json`` (:class:`S3Locks`)."""
 
@@ -138,19 +138,6 @@ class AzureBucketStore(AzureStore):
         self.bucket_name = connection.container
         self.options = storage_options(connection, owner)
         self._locks = S3Locks(self)
-
-    def lock(self, books: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
-        self._locks.acquire(f"{books}/{model}/lock.json", model, transfer_id, destination=destination,
-                            wait_seconds=wait_seconds)
-
-    def renew(self, model: str, transfer_id: str) -> None:
-        self._locks.renew(model, transfer_id)
-
-    def release_all(self) -> None:
-        self._locks.release_all()
-
-    def holds_locks(self) -> bool:
-        return bool(self._locks)
 
 
 def storage_options(c: AzureBlobConnection, owner: str) -> dict[str, str]:

@@ -100,7 +100,7 @@ class S3Store:
         if isinstance(exc, ClientError):
             code = exc.response.get("Error", {}).get("Code", "")
             if code == "PreconditionFailed":
-                return _LostRace(code)
+                return LostRace(code)
             fixes = {
                 "NoSuchBucket": "create the bucket, or correct connection.bucket",
                 "InvalidAccessKeyId": "correct the access key id (connection.access_key_id's variable)",
@@ -117,7 +117,7 @@ class S3Store:
                                  fix="check connection.endpoint_url and that the store is running")
 
 
-class _LostRace(Exception):
+class LostRace(Exception):
     """A conditional write or delete found the object changed (another transfer's lock)."""
 
 
@@ -137,10 +137,10 @@ class S3Locks:
             try:
                 self._held[model] = (key, self.store.put(key, holder_text(transfer_id).encode(), IfNoneMatch="*"))
                 return
-            except _LostRace:
+            except LostRace:
                 held, held_etag = self.store.get_with_etag(key)
                 if held is not None and _expired(held):
-                    with suppress(_LostRace):  # someone else took it over first: wait as for them
+                    with suppress(LostRace):  # someone else took it over first: wait as for them
                         self.store.delete([key], IfMatch=f'"{held_etag}"')
                     continue
                 if time.monotonic() >= deadline:
@@ -161,6 +161,27 @@ class S3Locks:
 
     def __bool__(self) -> bool:
         return bool(self._held)
+
+
+class LockedBucket:
+    """What object storage's store in a bucket or container adds to its objects: the models'
+    locks, each the object ``<books>/<model>/lock.json`` (:class:`S3Locks`); the subclass sets
+    ``_locks``."""
+
+    _locks: S3Locks
+
+    def lock(self, books: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
+        self._locks.acquire(f"{books}/{model}/lock.json", model, transfer_id, destination=destination,
+                            wait_seconds=wait_seconds)
+
+    def renew(self, model: str, transfer_id: str) -> None:
+        self._locks.renew(model, transfer_id)
+
+    def release_all(self) -> None:
+        self._locks.release_all()
+
+    def holds_locks(self) -> bool:
+        return bool(self._locks)
 
 
 def _expired(lock: bytes) -> bool:

@@ -17,7 +17,7 @@ from transfer_platform.config.models import (
     S3Connection,
 )
 from transfer_platform.destinations.locks import FolderLocks
-from transfer_platform.destinations.s3 import S3Locks, S3Store, storage_options
+from transfer_platform.destinations.s3 import LockedBucket, S3Locks, S3Store, storage_options
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.probes import current_user
 
@@ -150,7 +150,7 @@ class FolderStore:
                                      f"delete files in {self.root}, or point connection.path elsewhere")
 
 
-class BucketStore(S3Store):
+class BucketStore(LockedBucket, S3Store):
     """Objects in an S3 bucket (:class:`S3Store`). A model's lock: the object
     ``<books>/<model>/lock.json`` (:class:`S3Locks`)."""
 
@@ -159,16 +159,3 @@ class BucketStore(S3Store):
         self.bucket_name = connection.bucket
         self.options = storage_options(connection, owner)
         self._locks = S3Locks(self)
-
-    def lock(self, books: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
-        self._locks.acquire(f"{books}/{model}/lock.json", model, transfer_id, destination=destination,
-                            wait_seconds=wait_seconds)
-
-    def renew(self, model: str, transfer_id: str) -> None:
-        self._locks.renew(model, transfer_id)
-
-    def release_all(self) -> None:
-        self._locks.release_all()
-
-    def holds_locks(self) -> bool:
-        return bool(self._locks)

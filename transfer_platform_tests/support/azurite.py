@@ -4,17 +4,12 @@ afterwards. Nothing patches the Azure SDK: requests go over HTTP to this process
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.spark_server import free_port
+from transfer_platform_tests.support.processes import listening
 
 AZURITE = Path(__file__).resolve().parents[2] / "scripts" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
 #: Azurite's well-known development account and key (public: documented by Microsoft)
@@ -44,29 +39,7 @@ class Azurite:
 
 @contextmanager
 def azurite(folder: Path) -> Iterator[Azurite]:
-    port = free_port()
-    log = folder / "azurite.log"
-    process = subprocess.Popen([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
-                                "--location", str(folder / "data"), "--skipApiVersionCheck", "--loose",
-                                "--disableTelemetry"],
-                               stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120  # bounds a failure: it starts in about a second
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"azurite-blob exited: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"azurite did not listen in 120 s: {log.read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        yield Azurite(f"http://127.0.0.1:{port}/{ACCOUNT}", log)
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    command = [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", "{port}", "--location", str(folder / "data"),
+               "--skipApiVersionCheck", "--loose", "--disableTelemetry"]
+    with listening("azurite-blob", command, folder / "azurite.log") as port:
+        yield Azurite(f"http://127.0.0.1:{port}/{ACCOUNT}", folder / "azurite.log")

@@ -5,17 +5,13 @@ tests patches boto3: requests go over HTTP to this process, as they would to a b
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.spark_server import free_port
+from transfer_platform_tests.support.processes import listening
 
 REGION = "us-east-1"
 #: requests the server takes before it checks signatures: the setup below (a user, its key, its
@@ -45,32 +41,12 @@ class S3Server:
 
 @contextmanager
 def s3_server(folder: Path) -> Iterator[S3Server]:
-    port = free_port()
-    log = folder / "moto_server.log"
     server = Path(sys.executable).with_name("moto_server")
-    process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("w"),
-                               stderr=subprocess.STDOUT, start_new_session=True,
-                               env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_REQUESTS)})
-    try:
-        deadline = time.monotonic() + 120  # bounds a failure: it starts in about a second
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"moto_server exited: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"moto_server did not listen in 120 s: {log.read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        yield S3Server(f"http://127.0.0.1:{port}", log, *_user_with_a_key(f"http://127.0.0.1:{port}"))
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    log = folder / "moto_server.log"
+    with listening("moto_server", [str(server), "-H", "127.0.0.1", "-p", "{port}"], log,
+                   env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_REQUESTS)}) as port:
+        endpoint = f"http://127.0.0.1:{port}"
+        yield S3Server(endpoint, log, *_user_with_a_key(endpoint))
 
 
 def _user_with_a_key(endpoint: str) -> tuple[str, str]:

@@ -1,0 +1,46 @@
+"""A server of the tests (an S3-compatible store, Azurite) run as its own process on 127.0.0.1:
+started, waited on until it listens, stopped with its process group afterwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks.spark_server import free_port
+
+
+@contextmanager
+def listening(name: str, command: list[str], log: Path, *, env: dict[str, str] | None = None,
+              port: int | None = None) -> Iterator[int]:
+    """Run ``command`` (which listens on ``port``, a free one unless given: ``{port}`` in the
+    command is replaced by it) with its output in ``log``; yield the port once it accepts
+    connections, and stop the process afterwards."""
+    port = port or free_port()
+    process = subprocess.Popen([part.replace("{port}", str(port)) for part in command], stdout=log.open("w"),
+                               stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 120  # bounds a failure: each starts in about a second
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"{name} exited: {log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{name} did not listen in 120 s: {log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield port
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
