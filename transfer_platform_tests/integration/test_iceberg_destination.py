@@ -183,3 +183,32 @@ def test_a_bucket_with_wrong_keys_or_missing_is_named_and_nothing_is_committed(
     assert "Fix:" in summary.error
     assert SECRET not in summary.error
     assert destination.rows(config.model(MODEL)) is None
+
+
+def test_a_loader_with_only_the_documented_catalog_grants_transfers(spark, pg_conn, events, place, pg_role,
+                                                                     monkeypatch):
+    # docs/permissions.md: USAGE and CREATE on the catalog's schema (an administrator created it),
+    # nothing on the database; the first transfer creates the catalog's tables, the loader owns them
+    pg_conn.execute(f'CREATE SCHEMA "{place.schema}"')
+    pg_conn.execute(f'GRANT USAGE, CREATE ON SCHEMA "{place.schema}" TO "{pg_role}"')
+    destination = destinations.make("iceberg", place, monkeypatch)
+    destination.block["connection"]["catalog"]["username"] = pg_role
+    config = config_of(events, destination)
+    from transfer_platform.destinations.base import writer_for
+
+    writer = writer_for(config.destination(DESTINATION))
+    try:
+        checks = writer.probe([config.model(MODEL)], f"destination {DESTINATION!r}")
+    finally:
+        writer.close()
+    assert [c for c in checks if c.failed] == []
+
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+    pg_conn.execute(f'UPDATE "{events}".events SET payload = %s, updated_at = %s WHERE id = 2',
+                    ("changed", NOW1 - timedelta(minutes=1)))
+    assert transfer(spark, config, NOW2).status == "SUCCESS"
+
+    assert destination.rows(config.model(MODEL)) == source_rows(pg_conn, events)
+    owner = pg_conn.execute("SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'iceberg_tables'",
+                            (place.schema,)).fetchone()
+    assert owner == (pg_role,)

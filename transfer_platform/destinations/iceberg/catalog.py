@@ -101,7 +101,10 @@ class Catalog:
             return self._catalog
         if create:
             with self.errors():
-                self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
+                # only when missing: PostgreSQL checks CREATE SCHEMA IF NOT EXISTS against the
+                # database's CREATE right even when the schema exists
+                if not schema_exists(self.conn, self.schema):
+                    self.conn.execute(f"CREATE SCHEMA {quote_ident(self.schema)}")
         elif not self.exists():
             return None
         from pyiceberg.catalog.sql import SqlCatalog
@@ -174,3 +177,7 @@ def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("(Background")]
     line = lines[0] if lines else type(exc).__name__
     return line.split(") ", 1)[1] if line.startswith("(psycopg") and ") " in line else line
+
+
+def schema_exists(conn, schema: str) -> bool:  # a psycopg connection
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)", (schema,)).fetchone()[0]

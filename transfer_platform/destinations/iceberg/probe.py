@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.sql import quote_ident
+from transfer_platform.destinations.iceberg.catalog import schema_exists
 from transfer_platform.errors import ConnectionFailure, TransferPlatformError
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ def _probe_catalog(conn, probe, name: str, schema: str, catalog_name: str, names
     quoted = quote_ident(schema)
     try:
         with conn.transaction(force_rollback=True):
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            if not schema_exists(conn, schema):
+                conn.execute(f"CREATE SCHEMA {quoted}")
             exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{quoted}.iceberg_namespace_properties",)
                                   ).fetchone()[0]
             if not exists:  # what SqlCatalog creates (the probe's copy is rolled back)
