@@ -10,10 +10,15 @@ never cost a recipient a column and its values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from transfer_platform.errors import SchemaMismatch
+
+if TYPE_CHECKING:
+    from transfer_platform.config.models import ColumnConfig, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -45,3 +50,33 @@ def refuse_column_drops(model: str, destination: str, holder: str, dropped: Sequ
         f"or mistyped in the model, correct its name_in_source or name_in_destination; to drop it, "
         f"set allow_column_drop: true on model '{model}' (then transfer again), or run a full refresh: "
         f"transfer-platform transfer {destination} --model {model} --full-refresh")
+
+
+def full_refresh_fix(destination: str, model: str) -> str:
+    return f"run a full refresh: transfer-platform transfer {destination} --model {model} --full-refresh"
+
+
+def plan_columns(model: ModelConfig, destination: str, table: str, existing: Mapping[str, str],
+                 primary_key: Sequence[str], type_of: Callable[[ColumnConfig], str], *,
+                 matches: Callable[[str, str], bool] = operator.eq) -> ColumnChanges:
+    """What bringing a SQL destination's live ``table`` (``existing``: its columns and their types
+    as the vendor names them; ``primary_key``: its key columns, sorted) to ``model``'s columns
+    would do. A column whose type is not the model's (``type_of(column)``, compared by
+    ``matches(expected, actual)``) or a primary key that is not the model's is refused with
+    ``SchemaMismatch`` naming the full refresh that fixes it; a drop unless the model allows it."""
+    where = f"model '{model.model_name}' -> destination '{destination}'"
+    fix = full_refresh_fix(destination, model.model_name)
+    for column in model.columns:
+        expected, actual = type_of(column), existing.get(column.destination_name)
+        if actual is not None and not matches(expected, actual):
+            raise SchemaMismatch(
+                f"{where}: column '{column.destination_name}' is {actual} in {table} but the model says "
+                f"{column.data_type} ({expected}); a type is never changed in place. Fix: {fix}")
+    wanted_key = sorted(c.destination_name for c in model.primary_key)
+    if list(primary_key) != wanted_key:
+        raise SchemaMismatch(
+            f"{where}: the primary key of {table} is ({', '.join(primary_key)}) but the model's is "
+            f"({', '.join(wanted_key)}). Fix: {fix}")
+    planned = column_changes(list(existing), [c.destination_name for c in model.columns])
+    refuse_column_drops(model.model_name, destination, table, planned.dropped, allowed=model.allow_column_drop)
+    return planned

@@ -45,7 +45,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from transfer_platform.config.models import DuckdbDestination, ModelConfig
-from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
+from transfer_platform.core.columns import (
+    ColumnChanges,
+    plan_columns,
+)
 from transfer_platform.core.sql import marked_deleted, plan_soft_delete, plan_upsert, quote_ident
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
@@ -64,7 +67,7 @@ from transfer_platform.destinations.duckdb.probe import Probing
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.skeleton import STALE, Writer
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage
-from transfer_platform.errors import DataError, SchemaMismatch
+from transfer_platform.errors import DataError
 from transfer_platform.phases import log_phase
 from transfer_platform.tuning import DEFAULT, Tuning
 
@@ -151,24 +154,8 @@ class DuckdbWriter(File, Catalog, Probing, Writer):
         conn, table = self.conn, self.table(model)
         fetch_all(conn, self._target_ddl(table, model))
         existing = self._columns(conn, model.model_name)
-        where = f"model '{model.model_name}' -> destination '{self.name}'"
-        fix = (f"run a full refresh: transfer-platform transfer {self.name} --model {model.model_name} "
-               "--full-refresh")
-        for column in model.columns:
-            expected, actual = column_type(column.data_type), existing.get(column.destination_name)
-            if actual is not None and actual != expected:
-                raise SchemaMismatch(
-                    f"{where}: column '{column.destination_name}' is {actual} in {table} of {self.path} but the "
-                    f"model says {column.data_type} ({expected}); a type is never changed in place. Fix: {fix}")
-        wanted_key = sorted(c.destination_name for c in model.primary_key)
-        actual_key = self._primary_key(conn, model.model_name)
-        if actual_key != wanted_key:
-            raise SchemaMismatch(f"{where}: the primary key of {table} is ({', '.join(actual_key)}) but the "
-                                 f"model's is ({', '.join(wanted_key)}). Fix: {fix}")
-        planned = column_changes(list(existing), [c.destination_name for c in model.columns])
-        refuse_column_drops(model.model_name, self.name, f"{table} in {self.path}", planned.dropped,
-                            allowed=model.allow_column_drop)
-        return planned
+        return plan_columns(model, self.name, f"{table} in {self.path}", existing,
+                            self._primary_key(conn, model.model_name), lambda column: column_type(column.data_type))
 
     def _apply_columns(self, model: ModelConfig, planned: ColumnChanges, state: ModelState) -> tuple[str, ...]:
         table, changes = self.table(model), []

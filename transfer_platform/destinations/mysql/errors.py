@@ -77,7 +77,3 @@ class Errors:
                 raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
                                         reason=first_line(exc)) from None
             raise
-
-
-def full_refresh_fix(destination: str, model: str) -> str:
-    return f"run a full refresh: transfer-platform transfer {destination} --model {model} --full-refresh"

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
+from transfer_platform.core.columns import ColumnChanges, plan_columns
 from transfer_platform.destinations.mysql import sql
-from transfer_platform.destinations.mysql.errors import full_refresh_fix
-from transfer_platform.errors import SchemaMismatch
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ModelConfig
@@ -48,23 +46,7 @@ class Schema:
             self._exec(sql.target_ddl(table, model))
             existing = self._columns(model.model_name)
             actual_key = self._primary_key(model.model_name)
-        where = f"model '{model.model_name}' -> destination '{self.name}'"
-        fix = full_refresh_fix(self.name, model.model_name)
-        for column in model.columns:
-            expected = sql.column_type(column)
-            actual = existing.get(column.destination_name)
-            if actual is not None and not sql.matches(expected, actual):
-                raise SchemaMismatch(
-                    f"{where}: column '{column.destination_name}' is {actual} in {table} but the model "
-                    f"says {column.data_type} ({expected}); a type is never changed in place. Fix: {fix}")
-        wanted_key = sorted(c.destination_name for c in model.primary_key)
-        if actual_key != wanted_key:
-            raise SchemaMismatch(
-                f"{where}: the primary key of {table} is ({', '.join(actual_key)}) but the model's is "
-                f"({', '.join(wanted_key)}). Fix: {fix}")
-        planned = column_changes(list(existing), [c.destination_name for c in model.columns])
-        refuse_column_drops(model.model_name, self.name, table, planned.dropped, allowed=model.allow_column_drop)
-        return planned
+        return plan_columns(model, self.name, table, existing, actual_key, sql.column_type, matches=sql.matches)
 
     def _apply_columns(self, model: ModelConfig, planned: ColumnChanges, state: ModelState) -> tuple[str, ...]:
         table = self.table(model)

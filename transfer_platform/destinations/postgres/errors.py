@@ -13,10 +13,6 @@ if TYPE_CHECKING:
     from transfer_platform.config.models import PostgresDestination
 
 
-def full_refresh_fix(destination: str, model: str) -> str:
-    return f"run a full refresh: transfer-platform transfer {destination} --model {model} --full-refresh"
-
-
 def first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
+from transfer_platform.core.columns import ColumnChanges, plan_columns
 from transfer_platform.core.sql import quote_ident
 from transfer_platform.destinations.postgres import sql
-from transfer_platform.destinations.postgres.errors import first_line, full_refresh_fix
-from transfer_platform.errors import MissingPrivilege, SchemaMismatch
+from transfer_platform.destinations.postgres.errors import first_line
+from transfer_platform.errors import MissingPrivilege
 
 if TYPE_CHECKING:
     import psycopg
@@ -88,25 +88,8 @@ class Schema:
         table = self.table(model)
         self.conn.execute(sql.target_ddl(table, model))
         existing = self._columns(table)
-        where = f"model '{model.model_name}' -> destination '{self.name}'"
-        fix = full_refresh_fix(self.name, model.model_name)
-        for column in model.columns:
-            expected = sql.column_type(column.data_type)
-            actual = existing.get(column.destination_name)
-            if actual is not None and actual != expected:
-                raise SchemaMismatch(
-                    f"{where}: column '{column.destination_name}' is {actual} in {table} but the "
-                    f"model says {column.data_type} ({expected}); a type is never changed in place. "
-                    f"Fix: {fix}")
-        wanted_key = sorted(c.destination_name for c in model.primary_key)
-        actual_key = self._primary_key(table)
-        if actual_key != wanted_key:
-            raise SchemaMismatch(
-                f"{where}: the primary key of {table} is ({', '.join(actual_key)}) but the model's is "
-                f"({', '.join(wanted_key)}). Fix: {fix}")
-        planned = column_changes(list(existing), [c.destination_name for c in model.columns])
-        refuse_column_drops(model.model_name, self.name, table, planned.dropped, allowed=model.allow_column_drop)
-        return planned
+        return plan_columns(model, self.name, table, existing, self._primary_key(table),
+                            lambda column: sql.column_type(column.data_type))
 
     def _apply_columns(self, model: ModelConfig, planned: ColumnChanges, state: ModelState) -> tuple[str, ...]:
         """Bring the live table's columns to the model's, in one transaction."""
