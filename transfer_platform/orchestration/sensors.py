@@ -94,11 +94,19 @@ def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datet
 def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetime,
                     delivered: Callable[[str], bool]) -> tuple[list[RunRequest], dict[str, str]]:
     """The delete sweeps and integrity checks due at ``now``, and their cursor entries.
-    ``delivered(destination)``: its first transfer has succeeded (integrity checks wait for it)."""
+    ``delivered(destination)``: its first transfer has succeeded (integrity checks wait for it).
+    It is asked only about destinations whose check is due and was never requested (a cursor
+    entry ``integrity:<destination>`` means it was delivered when the check was first requested),
+    all at once when it has ``among(names) -> set`` (:func:`has_succeeded`: one query)."""
     requests, new_cursor = [], {}
-    for destination in config.destinations:
-        if not destination.is_enabled:
-            continue
+    enabled = [d for d in config.destinations if d.is_enabled]
+    waiting = [d.name for d in enabled
+               if d.integrity_check_frequency_minutes and config.models_for(d)
+               and not cursor.get(f"integrity:{d.name}")
+               and due(d.integrity_check_frequency_minutes, None, now) is not None]
+    among = getattr(delivered, "among", None)
+    known = among(waiting) if among else {name for name in waiting if delivered(name)}
+    for destination in enabled:
         due_runs = [(f"sweep:{destination.name}:{m.model_name}", m.delete_sweep_frequency_minutes, [m])
                     for m in config.models_for(destination) if m.delete_detection == "sweep"]
         if destination.integrity_check_frequency_minutes and config.models_for(destination):
@@ -112,7 +120,7 @@ def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetim
             if when is None:
                 continue
             integrity = key.startswith("integrity:")
-            if integrity and not delivered(destination.name):
+            if integrity and not last and destination.name not in known:
                 continue  # after the first completed backfill
             kind = "integrity" if integrity else SWEEP_KIND
             tags = {**limit_tags(config, destination.name, models, kind),
@@ -129,13 +137,34 @@ def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetim
     return requests, new_cursor
 
 
-def has_succeeded(instance: DagsterInstance) -> Callable[[str], bool]:
-    """Whether a destination has had a successful transfer run (its backfill is complete)."""
-    def delivered(destination: str) -> bool:
-        return bool(instance.get_run_records(RunsFilter(
-            tags={KIND_TAG: "transfer", DESTINATION_TAG: destination},
-            statuses=[DagsterRunStatus.SUCCESS]), limit=1))
-    return delivered
+#: runs read per query when looking for destinations' first successful transfer
+DELIVERED_PAGE = 1000
+
+
+class has_succeeded:  # a function that became a class; called as before
+    """Whether a destination has had a successful transfer run (its backfill is complete).
+    ``among(names)``: those of ``names`` that have, in as few run-storage queries as the answer
+    needs (newest runs first, ``DELIVERED_PAGE`` at a time, each query only about the
+    destinations not found yet), never one query per destination."""
+
+    def __init__(self, instance: DagsterInstance, page: int = DELIVERED_PAGE) -> None:
+        self.instance, self.page = instance, page
+
+    def __call__(self, destination: str) -> bool:
+        return destination in self.among([destination])
+
+    def among(self, names: list[str]) -> set[str]:
+        found: set[str] = set()
+        rest = list(dict.fromkeys(names))
+        while rest:
+            records = self.instance.get_run_records(RunsFilter(
+                tags={KIND_TAG: "transfer", DESTINATION_TAG: rest}, statuses=[DagsterRunStatus.SUCCESS]),
+                limit=self.page)
+            found |= {r.dagster_run.tags.get(DESTINATION_TAG) for r in records} & set(rest)
+            if len(records) < self.page:
+                break
+            rest = [name for name in rest if name not in found]
+        return found
 
 
 def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedAssetJobDefinition
