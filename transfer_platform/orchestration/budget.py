@@ -10,6 +10,7 @@ logged, and done by the next tick, which starts where the work is (what was done
 
 import os
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 
@@ -17,9 +18,23 @@ BUDGET_ENV = "TRANSFER_PLATFORM_SENSOR_BUDGET_SECONDS"
 DEFAULT_BUDGET_SECONDS = 40.0
 
 
+def configured_seconds() -> float:
+    """``TRANSFER_PLATFORM_SENSOR_BUDGET_SECONDS``, or the default when unset or not a number
+    (a typo must not fail every tick; it is named in a warning)."""
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return DEFAULT_BUDGET_SECONDS
+    try:
+        return float(raw)
+    except ValueError:
+        warnings.warn(f"{BUDGET_ENV}={raw!r} is not a number of seconds; using {DEFAULT_BUDGET_SECONDS:g} "
+                      f"(set it to e.g. 40)", stacklevel=2)
+        return DEFAULT_BUDGET_SECONDS
+
+
 class Budget:
     def __init__(self, seconds: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.seconds = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_SECONDS)) if seconds is None else seconds
+        self.seconds = configured_seconds() if seconds is None else seconds
         self.clock = clock
         self.deadline = clock() + self.seconds
         self.left: Counter[str] = Counter()
