@@ -14,8 +14,10 @@ due again. Each prints its seconds, the SQL statements and new PostgreSQL connec
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import shutil
 import tempfile
 import time
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--without-definitions", action="store_true",
                         help="evaluate the sensor's function without building the definitions "
                              "(they take minutes at 10,000 destinations)")
+    parser.add_argument("--profile", action="store_true", help="print each tick's top functions (cProfile)")
     args = parser.parse_args(argv)
 
     import dagster as dg
@@ -150,9 +153,15 @@ def main(argv: list[str] | None = None) -> None:
                     context = dg.build_sensor_context(instance=instance, cursor=cursor,
                                                       resources={"platform": platform})
                     statements, connections = counter.snapshot()
+                    profiler = cProfile.Profile() if args.profile else None
                     began = time.perf_counter()
+                    if profiler:
+                        profiler.enable()
                     result = sensor(context)
                     seconds = time.perf_counter() - began
+                    if profiler:
+                        profiler.disable()
+                        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
                     statements, connections = (a - b for a, b in zip(counter.snapshot(), (statements, connections),
                                                                      strict=True))
                     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -42,9 +42,9 @@ class Budget:
     def spent(self) -> bool:
         return self.clock() >= self.deadline
 
-    def leave(self, what: str) -> None:
-        """One thing (``what``: its kind, e.g. ``"transfer"``) left for the next tick."""
-        self.left[what] += 1
+    def leave(self, what: str, count: int = 1) -> None:
+        """``count`` things (``what``: their kind, e.g. ``"transfer"``) left for the next tick."""
+        self.left[what] += count
 
     def summary(self) -> str | None:
         """What was left, in a sentence; None when nothing was."""

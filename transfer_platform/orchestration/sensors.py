@@ -161,10 +161,12 @@ class has_succeeded:  # a function that became a class; called as before
     """Whether a destination has had a successful transfer run (its backfill is complete).
     ``among(names)``: those of ``names`` that have, in as few run-storage queries as the answer
     needs (newest runs first, ``DELIVERED_PAGE`` at a time, each query only about the
-    destinations not found yet), never one query per destination."""
+    destinations not found yet), never one query per destination. Once ``budget`` is spent, no
+    further page is read: the destinations not found yet count as not delivered this tick (their
+    checks wait for the next) and are counted as left."""
 
-    def __init__(self, instance: DagsterInstance, page: int = DELIVERED_PAGE) -> None:
-        self.instance, self.page = instance, page
+    def __init__(self, instance: DagsterInstance, page: int = DELIVERED_PAGE, budget: Budget | None = None) -> None:
+        self.instance, self.page, self.budget = instance, page, budget or unlimited()
 
     def __call__(self, destination: str) -> bool:
         return destination in self.among([destination])
@@ -180,6 +182,9 @@ class has_succeeded:  # a function that became a class; called as before
             if len(records) < self.page:
                 break
             rest = [name for name in rest if name not in found]
+            if rest and self.budget.spent():
+                self.budget.leave("destination whose first success to look up", len(rest))
+                break
         return found
 
 
@@ -215,7 +220,8 @@ def evaluate_schedule(context: SensorEvaluationContext, platform: TransferPlatfo
     now, budget = datetime.now(UTC), Budget()
     cursor = json.loads(context.cursor) if context.cursor else {}
     requests, new_cursor = schedule_requests(platform.config, cursor, now, budget)
-    upkeep, upkeep_cursor = upkeep_requests(platform.config, cursor, now, has_succeeded(context.instance), budget)
+    upkeep, upkeep_cursor = upkeep_requests(platform.config, cursor, now, has_succeeded(context.instance, budget=budget),
+                                            budget)
     repairs, repair_cursor = repair_requests(platform.config, context.instance, cursor, now, budget)
     swept = sweep(context.instance, now, platform.config, budget)
     for kind, run_ids in swept.items():

@@ -174,6 +174,10 @@ def test_the_delivered_set_pages_through_many_runs_of_one_destination(instance: 
     assert delivered("old")
     assert not delivered("failed")
 
+    budget = Budget(0)  # out of time after the first page: old is found next tick
+    assert has_succeeded(instance, page=2, budget=budget).among(["busy", "old", "failed"]) == {"busy"}
+    assert budget.left == {"destination whose first success to look up": 2}
+
 
 def test_a_spent_budget_leaves_the_rest_for_the_next_tick_untouched(tmp_path: Path) -> None:
     config = load_config(write_scale_config(tmp_path, 5))
