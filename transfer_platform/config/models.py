@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator
 
 from transfer_platform import vendors
 from transfer_platform.config.endpoints import parse_endpoint
@@ -535,10 +535,17 @@ class PlatformConfig(StrictModel):
     def recipient(self, name: str) -> RecipientConfig:
         return next(r for r in self.recipients if r.name == name)
 
+    #: destination name -> position, for :meth:`destination` (the sensor looks up every destination
+    #: on each tick: a scan each time is quadratic at 10,000 destinations)
+    _destination_at: dict[str, int] = PrivateAttr(default_factory=dict)
+
     def destination(self, name: str) -> DestinationConfig:
-        for destination in self.destinations:
-            if destination.name == name:
-                return destination
+        for attempt in range(2):
+            at = self._destination_at.get(name)
+            if at is not None and at < len(self.destinations) and self.destinations[at].name == name:
+                return self.destinations[at]
+            if attempt == 0:  # first use, or the list changed since: index it again
+                self._destination_at = {d.name: i for i, d in reversed(list(enumerate(self.destinations)))}
         known = ", ".join(d.name for d in self.destinations) or "(none)"
         from transfer_platform.errors import ConfigError
 

@@ -36,6 +36,7 @@ from transfer_platform.core.lifecycle import (
     ended_status,
     transfer_status,
 )
+from transfer_platform.orchestration.budget import Budget, unlimited
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     HIDDEN_PREFIX,
@@ -102,16 +103,22 @@ def record_interrupted(instance: DagsterInstance, run_id: str, rows: int = 0) ->
     return status
 
 
-def sweep(instance: DagsterInstance, now: datetime, config: PlatformConfig | None = None) -> dict[str, list[str]]:
+def sweep(instance: DagsterInstance, now: datetime, config: PlatformConfig | None = None,
+          budget: Budget | None = None) -> dict[str, list[str]]:
     """Cancel transfers pending for longer than 6 hours (EXPIRED) and fail running transfers whose
     heartbeat stopped (ORPHANED). Returns the run ids of each. Each gets its visible ``status``
     tag; with ``config``, the ``last_transfer`` check of each of its models fails with the reason.
-    Transfers cancelled while pending (from the UI, which writes no tag) get their status too."""
+    Transfers cancelled while pending (from the UI, which writes no tag) get their status too.
+    Once ``budget`` is spent, the runs not looked at yet are left (untagged) for the next sweep."""
+    budget = budget or unlimited()
     expired, orphaned = [], []
     queued = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.QUEUED],
                                                  tags={KIND_TAG: list(KINDS)}))
     for record in queued:
         if now - record.create_timestamp.astimezone(UTC) > EXPIRE_AFTER:
+            if budget.spent():
+                budget.leave("expired run to cancel")
+                continue
             instance.add_run_tags(record.dagster_run.run_id, {EXPIRED_TAG: "true", STATUS_TAG: "EXPIRED"})
             instance.run_coordinator.cancel_run(record.dagster_run.run_id)
             expired.append(record.dagster_run.run_id)
@@ -125,18 +132,21 @@ def sweep(instance: DagsterInstance, now: datetime, config: PlatformConfig | Non
         beat = run.tags.get(HEARTBEAT_TAG)
         last = datetime.fromisoformat(beat) if beat else datetime.fromtimestamp(record.start_time or 0, UTC)
         if now - last > ORPHANED_AFTER:
+            if budget.spent():
+                budget.leave("orphaned run to fail")
+                continue
             message = (f"orphaned: no heartbeat since {last.isoformat()} (the worker died without a "
                        "word); the next transfer cleans what it left in staging and resumes")
             instance.add_run_tags(run.run_id, {ORPHANED_TAG: "true", STATUS_TAG: "ORPHANED"})
             instance.report_run_failed(run, message)
             orphaned.append(run.run_id)
             _report(instance, config, run, "ORPHANED", message)
-    for run_id in _killed_workers(instance, now):
+    for run_id in _killed_workers(instance, now, budget):
         orphaned.append(run_id)
         _report(instance, config, instance.get_run_by_id(run_id), "ORPHANED",
                 "orphaned: the run's worker process was killed; the next transfer cleans what it "
                 "left in staging and resumes")
-    _label_cancelled(instance, now)
+    _label_cancelled(instance, now, budget)
     return {"expired": expired, "orphaned": orphaned}
 
 
@@ -158,13 +168,16 @@ def _report(instance: DagsterInstance, config: PlatformConfig | None, run: Dagst
                 error=message, error_type=status, blame="platform") for model in models])
 
 
-def _label_cancelled(instance: DagsterInstance, now: datetime) -> None:
+def _label_cancelled(instance: DagsterInstance, now: datetime, budget: Budget) -> None:
     """The status tag of transfers cancelled without one (cancelled from the UI while pending)."""
     for record in instance.get_run_records(RunsFilter(
             statuses=[DagsterRunStatus.CANCELED], tags={KIND_TAG: list(KINDS)},
             updated_after=now - timedelta(days=1))):
         run = record.dagster_run
         if STATUS_TAG not in run.tags:
+            if budget.spent():
+                budget.leave("cancelled run to label")
+                continue
             instance.add_run_tags(run.run_id, {STATUS_TAG: transfer_status(
                 run.status.value, dict(run.tags), started=record.start_time is not None)})
 
@@ -174,7 +187,7 @@ _WORKER_DIED = ("was terminated by signal", "unexpectedly exited")
 SWEPT_TAG = f"{HIDDEN_PREFIX}/swept"
 
 
-def _killed_workers(instance: DagsterInstance, now: datetime) -> list[str]:
+def _killed_workers(instance: DagsterInstance, now: datetime, budget: Budget) -> list[str]:
     """Failed transfers whose worker was killed (the code server noticed and failed the run
     itself, so no heartbeat went stale): ORPHANED too. Each failed run is looked at once."""
     found = []
@@ -184,6 +197,9 @@ def _killed_workers(instance: DagsterInstance, now: datetime) -> list[str]:
     for record in failed:
         run = record.dagster_run
         if SWEPT_TAG in run.tags or ORPHANED_TAG in run.tags:
+            continue
+        if budget.spent():
+            budget.leave("failed run to look at")
             continue
         events = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
         died = any(any(text in (e.event_log_entry.message or "") for text in _WORKER_DIED) for e in events)

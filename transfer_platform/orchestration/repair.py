@@ -23,6 +23,7 @@ from datetime import datetime
 from dagster import AssetCheckKey, DagsterInstance, RunRequest, RunsFilter
 
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.orchestration.budget import Budget, unlimited
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
 from transfer_platform.orchestration.dagster_internals import check_ended
 from transfer_platform.orchestration.keys import transfer_asset_key
@@ -42,9 +43,19 @@ def latest_checks(instance: DagsterInstance, keys: list[AssetCheckKey]) -> dict:
     return found
 
 
+def _unfinished_repairs(instance: DagsterInstance, check_run_ids: list[str]) -> set[str]:
+    """Those of the check runs whose repair runs have not all finished, in one query for all."""
+    if not check_run_ids:
+        return set()
+    records = instance.get_run_records(RunsFilter(tags={REPAIR_TAG: list(dict.fromkeys(check_run_ids))}))
+    return {r.dagster_run.tags[REPAIR_TAG] for r in records if r.dagster_run.status.value not in _FINISHED}
+
+
 def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: dict[str, str],
-                    now: datetime) -> tuple[list[RunRequest], dict[str, str]]:
-    """The repair and re-check runs due now, and the cursor entries to keep."""
+                    now: datetime, budget: Budget | None = None) -> tuple[list[RunRequest], dict[str, str]]:
+    """The repair and re-check runs due now, and the cursor entries to keep. Once ``budget`` is
+    spent, a model's repair or re-check is left for the next tick (its cursor entries untouched)."""
+    budget = budget or unlimited()
     requests: list[RunRequest] = []
     kept = {k: v for k, v in cursor.items() if k.startswith(("repair:", "repairs:"))}
     today = now.date().isoformat()
@@ -53,6 +64,10 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
               for destination in config.destinations if destination.is_enabled and destination.self_healing
               for model in config.models_for(destination)]
     latest_of = latest_checks(instance, [key for _, _, key in healed]) if healed else {}
+    asked = [latest[0] for destination, model, key in healed
+             if (latest := latest_of.get(key)) is not None and not latest[1]
+             and kept.get(f"repair:{destination.name}:{model.model_name}") == latest[0]]
+    unfinished = _unfinished_repairs(instance, asked)
     for destination, model, key in healed:
         name = f"{destination.name}:{model.model_name}"
         latest = latest_of.get(key)
@@ -60,9 +75,11 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
             continue
         run_id, _, metadata = latest
         tags = {REPAIR_TAG: run_id, TRIGGER_TAG: "repair"}
+        if budget.spent():
+            budget.leave("repair")
+            continue
         if kept.get(f"repair:{name}") == run_id:  # repairs asked for: check again once done
-            runs = instance.get_run_records(RunsFilter(tags={REPAIR_TAG: run_id}))
-            if all(r.dagster_run.status.value in _FINISHED for r in runs):
+            if run_id not in unfinished:
                 requests.append(RunRequest(
                     run_key=f"recheck:{name}@{run_id}", job_name=JOB_NAME, asset_check_keys=[key],
                     tags={**limit_tags(config, destination.name, [model], "integrity"), **tags}))
@@ -71,7 +88,7 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
         done = int(count) if day == today else 0
         if done >= destination.max_repairs_per_day:
             continue  # the bound: the check stays failed for a person to look at
-        asked = len(requests)
+        before = len(requests)
         for start, end in metadata.get("repair_windows") or []:
             requests.append(RunRequest(
                 run_key=f"repair:{name}@{run_id}:{start}", job_name="transfer",
@@ -85,7 +102,7 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
                 run_config={"ops": {"sweep_deletes": {"config": {
                     "destination": destination.name, "models": [model.model_name]}}}},
                 tags={**limit_tags(config, destination.name, [model], "delete_sweep"), **tags}))
-        if len(requests) == asked:
+        if len(requests) == before:
             continue  # nothing a transfer or a sweep can fix (a destination row newer than the source's)
         kept[f"repair:{name}"] = run_id
         kept[f"repairs:{name}"] = f"{today}/{done + 1}"

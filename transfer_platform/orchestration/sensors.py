@@ -20,6 +20,10 @@ the broken rows are transferred again, then the check runs again.
 
 Each tick also runs the lifecycle sweep: pending transfers older than 6 hours are cancelled
 (EXPIRED), running ones without a heartbeat are failed (ORPHANED).
+
+A tick reads the run storage in a fixed number of queries, however many destinations there are
+(which are delivered: one query for all; known for good once their check was requested), and works
+within a time budget (:mod:`.budget`): what it could not do in time is logged and left for the next.
 """
 
 
@@ -46,6 +50,7 @@ from dagster import (
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.schedule import due
 from transfer_platform.core.timeutil import isoformat
+from transfer_platform.orchestration.budget import Budget, unlimited
 from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
 from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
@@ -65,9 +70,11 @@ SCHEDULED_FOR_TAG = f"{HIDDEN_PREFIX}/scheduled_for"
 MISSED_TICKS_TAG = f"{HIDDEN_PREFIX}/missed_ticks"
 
 
-def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datetime
-                      ) -> tuple[list[RunRequest], dict[str, str]]:
-    """The run requests due at ``now`` and the new cursor (destination -> last tick enqueued)."""
+def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datetime,
+                      budget: Budget | None = None) -> tuple[list[RunRequest], dict[str, str]]:
+    """The run requests due at ``now`` and the new cursor (destination -> last tick enqueued).
+    Once ``budget`` is spent, a due destination is left for the next tick (cursor untouched)."""
+    budget = budget or unlimited()
     requests, new_cursor = [], {}
     for destination in config.destinations:
         if not destination.is_enabled:
@@ -77,6 +84,9 @@ def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datet
         new_cursor[destination.name] = last or ""
         when = due(destination.frequency_minutes, last_tick, now)
         if when is None:
+            continue
+        if budget.spent():
+            budget.leave("transfer")
             continue
         models = config.models_for(destination)
         tags = {**limit_tags(config, destination.name, models, "transfer"),
@@ -92,13 +102,24 @@ def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datet
 
 
 def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetime,
-                    delivered: Callable[[str], bool]) -> tuple[list[RunRequest], dict[str, str]]:
+                    delivered: Callable[[str], bool], budget: Budget | None = None
+                    ) -> tuple[list[RunRequest], dict[str, str]]:
     """The delete sweeps and integrity checks due at ``now``, and their cursor entries.
-    ``delivered(destination)``: its first transfer has succeeded (integrity checks wait for it)."""
+    ``delivered(destination)``: its first transfer has succeeded (integrity checks wait for it).
+    It is asked only about destinations whose check is due and was never requested (a cursor
+    entry ``integrity:<destination>`` means it was delivered when the check was first requested),
+    all at once when it has ``among(names) -> set`` (:func:`has_succeeded`: one query).
+    Once ``budget`` is spent, a due run is left for the next tick (cursor entry untouched)."""
+    budget = budget or unlimited()
     requests, new_cursor = [], {}
-    for destination in config.destinations:
-        if not destination.is_enabled:
-            continue
+    enabled = [d for d in config.destinations if d.is_enabled]
+    waiting = [d.name for d in enabled
+               if d.integrity_check_frequency_minutes and config.models_for(d)
+               and not cursor.get(f"integrity:{d.name}")
+               and due(d.integrity_check_frequency_minutes, None, now) is not None]
+    among = getattr(delivered, "among", None)
+    known = among(waiting) if among else {name for name in waiting if delivered(name)}
+    for destination in enabled:
         due_runs = [(f"sweep:{destination.name}:{m.model_name}", m.delete_sweep_frequency_minutes, [m])
                     for m in config.models_for(destination) if m.delete_detection == "sweep"]
         if destination.integrity_check_frequency_minutes and config.models_for(destination):
@@ -112,8 +133,11 @@ def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetim
             if when is None:
                 continue
             integrity = key.startswith("integrity:")
-            if integrity and not delivered(destination.name):
+            if integrity and not last and destination.name not in known:
                 continue  # after the first completed backfill
+            if budget.spent():
+                budget.leave("integrity check" if integrity else "delete sweep")
+                continue
             kind = "integrity" if integrity else SWEEP_KIND
             tags = {**limit_tags(config, destination.name, models, kind),
                     SCHEDULED_FOR_TAG: isoformat(when.tick), TRIGGER_TAG: "sensor"}
@@ -129,13 +153,39 @@ def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetim
     return requests, new_cursor
 
 
-def has_succeeded(instance: DagsterInstance) -> Callable[[str], bool]:
-    """Whether a destination has had a successful transfer run (its backfill is complete)."""
-    def delivered(destination: str) -> bool:
-        return bool(instance.get_run_records(RunsFilter(
-            tags={KIND_TAG: "transfer", DESTINATION_TAG: destination},
-            statuses=[DagsterRunStatus.SUCCESS]), limit=1))
-    return delivered
+#: runs read per query when looking for destinations' first successful transfer
+DELIVERED_PAGE = 5000  # each query costs mostly its filter over every destination: fewer, larger pages
+
+
+class has_succeeded:  # a function that became a class; called as before
+    """Whether a destination has had a successful transfer run (its backfill is complete).
+    ``among(names)``: those of ``names`` that have, in as few run-storage queries as the answer
+    needs (newest runs first, ``DELIVERED_PAGE`` at a time, each query only about the
+    destinations not found yet), never one query per destination. Once ``budget`` is spent, no
+    further page is read: the destinations not found yet count as not delivered this tick (their
+    checks wait for the next) and are counted as left."""
+
+    def __init__(self, instance: DagsterInstance, page: int = DELIVERED_PAGE, budget: Budget | None = None) -> None:
+        self.instance, self.page, self.budget = instance, page, budget or unlimited()
+
+    def __call__(self, destination: str) -> bool:
+        return destination in self.among([destination])
+
+    def among(self, names: list[str]) -> set[str]:
+        found: set[str] = set()
+        rest = list(dict.fromkeys(names))
+        while rest:
+            records = self.instance.get_run_records(RunsFilter(
+                tags={KIND_TAG: "transfer", DESTINATION_TAG: rest}, statuses=[DagsterRunStatus.SUCCESS]),
+                limit=self.page)
+            found |= {r.dagster_run.tags.get(DESTINATION_TAG) for r in records} & set(rest)
+            if len(records) < self.page:
+                break
+            rest = [name for name in rest if name not in found]
+            if rest and self.budget.spent():
+                self.budget.leave("destination whose first success to look up", len(rest))
+                break
+        return found
 
 
 def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedAssetJobDefinition
@@ -167,16 +217,20 @@ def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinitio
 
 
 def evaluate_schedule(context: SensorEvaluationContext, platform: TransferPlatformResource) -> SensorResult:
-    now = datetime.now(UTC)
-    swept = sweep(context.instance, now, platform.config)
+    now, budget = datetime.now(UTC), Budget()
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    requests, new_cursor = schedule_requests(platform.config, cursor, now, budget)
+    upkeep, upkeep_cursor = upkeep_requests(platform.config, cursor, now, has_succeeded(context.instance, budget=budget),
+                                            budget)
+    repairs, repair_cursor = repair_requests(platform.config, context.instance, cursor, now, budget)
+    swept = sweep(context.instance, now, platform.config, budget)
     for kind, run_ids in swept.items():
         for run_id in run_ids:
             context.log.warning(f"transfer {run_id} {kind}")
-    cursor = json.loads(context.cursor) if context.cursor else {}
-    requests, new_cursor = schedule_requests(platform.config, cursor, now)
-    upkeep, upkeep_cursor = upkeep_requests(platform.config, cursor, now, has_succeeded(context.instance))
-    repairs, repair_cursor = repair_requests(platform.config, context.instance, cursor, now)
     requests, new_cursor = requests + upkeep + repairs, {**new_cursor, **upkeep_cursor, **repair_cursor}
+    left = budget.summary()
+    if left:
+        context.log.warning(left)
     if not requests:
-        return SensorResult(skip_reason=SkipReason("no destination is due"), cursor=json.dumps(new_cursor))
+        return SensorResult(skip_reason=SkipReason(left or "no destination is due"), cursor=json.dumps(new_cursor))
     return SensorResult(run_requests=requests, cursor=json.dumps(new_cursor, sort_keys=True))

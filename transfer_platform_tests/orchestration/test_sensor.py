@@ -24,6 +24,7 @@ from transfer_platform.core.lifecycle import EXPIRED_TAG, HEARTBEAT_TAG, ORPHANE
 from transfer_platform.core.schedule import Due, due, latest_tick
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
+from transfer_platform.orchestration.budget import Budget
 from transfer_platform.orchestration.checks import integrity_check_keys
 from transfer_platform.orchestration.lifecycle import heartbeat, sweep
 from transfer_platform.orchestration.resources import TransferPlatformResource
@@ -259,6 +260,18 @@ def test_sweep_expires_transfers_pending_for_more_than_six_hours(queued) -> None
     assert transfer["started_at"] is None
     # swept once: a later sweep has nothing left to do
     assert sweep(instance, datetime.now(UTC) + timedelta(hours=8)) == {"expired": [], "orphaned": []}
+
+
+def test_a_sweep_out_of_time_leaves_an_expired_transfer_for_the_next_sweep(queued) -> None:
+    instance, context = queued
+    run = launch(instance, context, "transfer", run_config=transfer_run_config("acme_delta"))
+    later, budget = datetime.now(UTC) + timedelta(hours=7), Budget(0)
+    assert sweep(instance, later, budget=budget) == {"expired": [], "orphaned": []}
+    left = instance.get_run_by_id(run.run_id)
+    assert left.status == dg.DagsterRunStatus.QUEUED  # untouched: neither cancelled nor tagged
+    assert EXPIRED_TAG not in left.tags
+    assert budget.left == {"expired run to cancel": 1}
+    assert sweep(instance, later) == {"expired": [run.run_id], "orphaned": []}  # the next sweep does it
 
 
 def test_the_sensor_sweeps_on_each_tick(queued, config_path: Path) -> None:

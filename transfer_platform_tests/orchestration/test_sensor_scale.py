@@ -1,0 +1,215 @@
+"""The ``transfer_schedule`` sensor with many destinations: it reads the run storage in the same
+number of queries whatever the number of destinations (an operator adding recipients must not
+push a tick towards Dagster's 60 s sensor timeout), it still tells delivered destinations (a
+successful transfer: integrity checks start) from the others, and a tick that runs out of time
+leaves the rest, untouched, for the next tick instead of failing.
+
+Queries are counted on a real Dagster instance whose storage is PostgreSQL (as in production),
+with SQLAlchemy's statement events; nothing stands in for the database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from transfer_platform.config import load_config
+from transfer_platform.core.timeutil import isoformat
+from transfer_platform.definitions import build_definitions
+from transfer_platform.orchestration.budget import BUDGET_ENV, Budget
+from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
+from transfer_platform.orchestration.sensors import has_succeeded, schedule_requests
+from transfer_platform_tests.support.postgres import PG, pg_connect, pg_connection_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
+              pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
+
+
+def write_scale_config(root: Path, destinations: int) -> Path:
+    """``destinations`` PostgreSQL destinations ``d<i>`` (recipient ``r<i>``, schema ``scale_<i>``),
+    daily, two models on one source table (nothing needs to exist for the sensor)."""
+    start = int((datetime.now(UTC) - timedelta(days=3)).replace(hour=0, minute=0, second=0,
+                                                               microsecond=0).timestamp())
+    columns = [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+               {"name_in_source": "tenant_id", "data_type": "string"},
+               {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True}]
+    raw = {
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [{"model_name": name, "source_name": "src", "source_table": "scale_events",
+                    "organization_column": "tenant_id", "min_start_time_epoch": start, "columns": columns}
+                   for name in ("orders", "items")],
+        "recipients": [{"name": f"r{i}", "id_in_provider_system": f"tenant-{i}"} for i in range(destinations)],
+        "destinations": [{"name": f"d{i}", "recipient": f"r{i}", "vendor": "postgres", "frequency_minutes": 0,
+                          "connection": pg_connection_config(f"scale_{i}")} for i in range(destinations)],
+    }
+    path = root / f"scale_{destinations}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture(scope="module")
+def instance(tmp_path_factory) -> Iterator[dg.DagsterInstance]:
+    """A Dagster instance whose run, event log and schedule storage are a fresh PostgreSQL database."""
+    name = f"tp_sensor_{uuid.uuid4().hex[:8]}"
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    home = tmp_path_factory.mktemp("dagster_home")
+    (home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_db": {
+        "hostname": PG["host"], "port": PG["port"], "db_name": name, "username": PG["user"], "password": "",
+        "scheme": "postgresql+psycopg2"}}}, "telemetry": {"enabled": False}}))
+    try:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            yield instance
+    finally:
+        with pg_connect(autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def statements() -> Iterator[list[str]]:
+    """Every SQL statement executed while the test runs (any engine: the instance's storages)."""
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, *args) -> None:
+        seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(Engine, "before_cursor_execute", record)
+
+
+def tick(config_path: Path, instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
+    sensor = build_definitions(str(config_path)).resolve_sensor_def("transfer_schedule")
+    context = dg.build_sensor_context(instance=instance, cursor=cursor,
+                                      resources={"platform": TransferPlatformResource(config_path=str(config_path))})
+    return sensor(context)
+
+
+def counted_tick(config_path: Path, instance: dg.DagsterInstance, cursor: str | None,
+                 statements: list[str]) -> tuple[dg.SensorResult, int]:
+    sensor = build_definitions(str(config_path)).resolve_sensor_def("transfer_schedule")
+    context = dg.build_sensor_context(instance=instance, cursor=cursor,
+                                      resources={"platform": TransferPlatformResource(config_path=str(config_path))})
+    statements.clear()
+    result = sensor(context)
+    return result, len(statements)
+
+
+def store_transfer(instance: dg.DagsterInstance, destination: str, status: dg.DagsterRunStatus,
+                   kind: str = "transfer") -> None:
+    instance.add_run(dg.DagsterRun(job_name="transfer", run_id=str(uuid.uuid4()), status=status,
+                                   tags={KIND_TAG: kind, DESTINATION_TAG: destination}))
+
+
+def wipe(instance: dg.DagsterInstance) -> None:
+    instance.wipe()
+
+
+def integrity_destinations(result: dg.SensorResult) -> set[str]:
+    return {r.run_key.split("@")[0].removeprefix("integrity:") for r in result.run_requests or []
+            if r.run_key.startswith("integrity:")}
+
+
+def test_a_tick_reads_the_run_storage_as_often_with_forty_destinations_as_with_two(
+        tmp_path: Path, instance: dg.DagsterInstance, statements: list[str]) -> None:
+    wipe(instance)
+    few, many = write_scale_config(tmp_path, 2), write_scale_config(tmp_path, 40)
+    for destination in range(0, 40, 3):  # d0, d3, ... delivered; d1, d2, ... not (in both configurations)
+        store_transfer(instance, f"d{destination}", dg.DagsterRunStatus.SUCCESS)
+    store_transfer(instance, "d5", dg.DagsterRunStatus.FAILURE)
+
+    tick(few, instance, None)  # the storage's first use reads its tables' columns, once per process
+    first_few, queries_few = counted_tick(few, instance, None, statements)
+    first_many, queries_many = counted_tick(many, instance, None, statements)
+    assert len(first_many.run_requests) > len(first_few.run_requests)  # the many did more work
+    assert queries_many == queries_few, "the first tick's queries grow with the destinations"
+
+    idle_few, idle_queries_few = counted_tick(few, instance, first_few.cursor, statements)
+    idle_many, idle_queries_many = counted_tick(many, instance, first_many.cursor, statements)
+    assert not idle_few.run_requests
+    assert not idle_many.run_requests
+    assert idle_queries_many == idle_queries_few, "an idle tick's queries grow with the destinations"
+
+
+def test_destinations_with_a_successful_transfer_get_their_integrity_checks_and_the_others_wait(
+        tmp_path: Path, instance: dg.DagsterInstance) -> None:
+    wipe(instance)
+    config_path = write_scale_config(tmp_path, 6)
+    store_transfer(instance, "d0", dg.DagsterRunStatus.SUCCESS)
+    store_transfer(instance, "d1", dg.DagsterRunStatus.FAILURE)  # tried, failed: not delivered
+    store_transfer(instance, "d2", dg.DagsterRunStatus.STARTED)  # first transfer still running
+    store_transfer(instance, "d3", dg.DagsterRunStatus.SUCCESS, kind="integrity")  # not a transfer
+    store_transfer(instance, "d4", dg.DagsterRunStatus.FAILURE)
+    store_transfer(instance, "d4", dg.DagsterRunStatus.SUCCESS)  # failed once, then succeeded
+
+    first = tick(config_path, instance, None)
+    assert integrity_destinations(first) == {"d0", "d4"}
+    assert {r.run_key.split("@")[0] for r in first.run_requests if r.job_name == "transfer"} == {
+        f"d{i}" for i in range(6)}  # transfers are due for all, delivered or not
+
+    store_transfer(instance, "d1", dg.DagsterRunStatus.SUCCESS)  # its retry succeeded
+    second = tick(config_path, instance, first.cursor)
+    assert integrity_destinations(second) == {"d1"}  # d0's and d4's were requested already today
+
+
+def test_the_delivered_set_pages_through_many_runs_of_one_destination(instance: dg.DagsterInstance) -> None:
+    wipe(instance)
+    store_transfer(instance, "old", dg.DagsterRunStatus.SUCCESS)
+    for _ in range(5):  # newer than old's: they fill the first pages
+        store_transfer(instance, "busy", dg.DagsterRunStatus.SUCCESS)
+    store_transfer(instance, "failed", dg.DagsterRunStatus.FAILURE)
+    delivered = has_succeeded(instance, page=2)
+    assert delivered.among(["busy", "old", "failed", "unknown"]) == {"busy", "old"}
+    assert delivered("old")
+    assert not delivered("failed")
+
+    budget = Budget(0)  # out of time after the first page: old is found next tick
+    assert has_succeeded(instance, page=2, budget=budget).among(["busy", "old", "failed"]) == {"busy"}
+    assert budget.left == {"destination whose first success to look up": 2}
+
+
+def test_a_spent_budget_leaves_the_rest_for_the_next_tick_untouched(tmp_path: Path) -> None:
+    config = load_config(write_scale_config(tmp_path, 5))
+    now = datetime.now(UTC)
+    clock = itertools.count()  # one second per look at the clock: spent at the third look
+    budget = Budget(3, clock=lambda: float(next(clock)))
+    requests, cursor = schedule_requests(config, {}, now, budget)
+    done = {r.run_key.split("@")[0] for r in requests}
+    assert len(done) == 2
+    assert set(cursor) == done
+    assert budget.left == {"transfer": 3}
+    assert "left for the next tick: 3 transfer" in budget.summary()
+
+    rest, cursor = schedule_requests(config, cursor, now)
+    assert {r.run_key.split("@")[0] for r in rest} == {f"d{i}" for i in range(5)} - done  # once each
+    assert set(cursor) == {f"d{i}" for i in range(5)}
+    assert schedule_requests(config, cursor, now)[0] == []
+
+
+def test_a_sensor_tick_out_of_time_requests_nothing_says_so_and_the_next_tick_does_it_all(
+        tmp_path: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    wipe(instance)
+    config_path = write_scale_config(tmp_path, 3)
+    store_transfer(instance, "d0", dg.DagsterRunStatus.SUCCESS)
+    monkeypatch.setenv(BUDGET_ENV, "0")
+    starved = tick(config_path, instance, None)
+    assert not starved.run_requests
+    assert "left for the next tick: 1 integrity check, 3 transfer" in starved.skip_reason.skip_message
+    assert json.loads(starved.cursor) == {}  # nothing recorded as done
+
+    monkeypatch.delenv(BUDGET_ENV)
+    fed = tick(config_path, instance, starved.cursor)
+    today = isoformat(datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0))
+    assert sorted(r.run_key for r in fed.run_requests) == sorted(
+        [f"d{i}@{today}" for i in range(3)] + [f"integrity:d0@{today}"])
