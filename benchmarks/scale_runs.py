@@ -1,0 +1,129 @@
+"""The sensor daemon's first tick at scale: N PostgreSQL destinations x M daily models, the real
+``transfer_schedule`` sensor run by Dagster's sensor daemon (``execute_sensor_iteration``) against
+a code location loaded in process and an instance whose storage is PostgreSQL (a fresh database,
+dropped afterwards) with the shipped ``dagster.yaml`` (our run coordinator). It times:
+
+- the definitions (``transfer_platform.definitions:defs``) and the code server's snapshot of them
+  (``RepositorySnap.from_def``, as the gRPC server builds it; its serialized size);
+- the daemon's first tick: the sensor's evaluation, then per RunRequest the job and execution plan
+  snapshots, ``instance.create_run`` and the run coordinator's ``submit_run``: runs created a second.
+
+    .venv/bin/python -m benchmarks.scale_runs --recipients 1000 --models 10 [--profile]
+
+The run launcher is not involved: queued runs wait for the queue daemon, which is not started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import logging
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import yaml
+
+from benchmarks.common import PG
+from benchmarks.scale import Counter, raw_config, storage_database
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipients", type=int, default=1000)
+    parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="cProfile the tick; print the top functions")
+    parser.add_argument("--profile-out", help="write the tick's cProfile stats to this file")
+    args = parser.parse_args(argv)
+
+    import dagster as dg
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.remote_representation.external_data import RepositorySnap
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+    from dagster._daemon.sensor import execute_sensor_iteration
+
+    from transfer_platform.definitions import build_definitions
+
+    warnings.simplefilter("ignore")
+    counter = Counter()
+    work = Path(tempfile.mkdtemp(prefix="tp_scale_runs_"))
+    try:
+        config_path = work / "transfer_platform.yaml"
+        config_path.write_text(yaml.safe_dump(raw_config(args.recipients, args.models)))
+        os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path)
+        label = f"{args.recipients} destinations x {args.models} models"
+
+        began = time.perf_counter()
+        definitions = build_definitions(str(config_path))
+        repository = definitions.get_repository_def()
+        built = time.perf_counter() - began
+        began = time.perf_counter()
+        snap = RepositorySnap.from_def(repository)
+        snapped = time.perf_counter() - began
+        began = time.perf_counter()
+        size = len(dg.serialize_value(snap))
+        serialized = time.perf_counter() - began
+        print(f"{label}: definitions {built:.1f} s, snapshot {snapped:.1f} s + serialization {serialized:.1f} s "
+              f"({size / 1e6:.1f} MB)  (load average {load()})", flush=True)
+        del snap, repository, definitions
+
+        with storage_database() as database:
+            home = work / "home"
+            home.mkdir()
+            shutil.copy(Path(__file__).parents[1] / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
+            os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
+                               "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
+                               "DAGSTER_PG_PASSWORD": ""})
+            origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(
+                executable_path=sys.executable, module_name="transfer_platform.definitions", attribute="defs"))
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                began = time.perf_counter()
+                with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as context:
+                    print(f"workspace (definitions + snapshot, in process) loaded in "
+                          f"{time.perf_counter() - began:.1f} s  (load average {load()})", flush=True)
+                    logger = logging.getLogger("scale_runs")
+                    logger.setLevel(logging.WARNING)
+                    statements, connections = counter.snapshot()
+                    profiler = cProfile.Profile() if args.profile or args.profile_out else None
+                    began = time.perf_counter()
+                    if profiler:
+                        profiler.enable()
+                    list(execute_sensor_iteration(context, logger, None, None))
+                    seconds = time.perf_counter() - began
+                    if profiler:
+                        profiler.disable()
+                    statements, connections = (a - b for a, b in zip(counter.snapshot(), (statements, connections),
+                                                                     strict=True))
+                    runs = instance.get_runs_count()
+                    queued = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))
+                    ticks = instance.get_ticks(
+                        next(iter(instance.all_instigator_state())).instigator_origin_id,
+                        next(iter(instance.all_instigator_state())).selector_id)
+                    print(f"first daemon tick: {seconds:.1f} s, {runs} runs created ({queued} queued), "
+                          f"{runs / seconds:.1f} runs/s, {statements} SQL statements "
+                          f"({statements / max(runs, 1):.1f} a run), {connections} new connections; "
+                          f"tick {ticks[0].status.value if ticks else '?'}  (load average {load()})", flush=True)
+                    if profiler:
+                        if args.profile_out:
+                            profiler.dump_stats(args.profile_out)
+                        if args.profile:
+                            stats = pstats.Stats(profiler)
+                            stats.sort_stats("cumulative").print_stats(45)
+                            stats.sort_stats("tottime").print_stats(20)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
