@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="cProfile the tick; print the top functions")
     parser.add_argument("--profile-out", help="write the tick's cProfile stats to this file")
+    parser.add_argument("--pooled", action="store_true",
+                        help="experiment: pooled storage connections (instance.optimize_for_webserver, as "
+                             "dagster-webserver does) instead of dagster-postgres's one connection per query")
     args = parser.parse_args(argv)
 
     import dagster as dg
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> None:
                 with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as context:
                     print(f"workspace (definitions + snapshot, in process) loaded in "
                           f"{time.perf_counter() - began:.1f} s  (load average {load()})", flush=True)
+                    if args.pooled:
+                        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=20)
                     logger = logging.getLogger("scale_runs")
                     logger.setLevel(logging.WARNING)
                     statements, connections = counter.snapshot()

@@ -137,7 +137,19 @@ class TransferRunCoordinator(QueuedRunCoordinator):
     ``dequeue_interval_seconds`` may be a fraction here (Dagster's schema takes whole seconds,
     its daemon any number): a run waits on average half of it plus the daemon's half-second
     polling of its own loop before it is launched, the largest part of a small transfer's latency.
+
+    ``pooled_storage_connections`` (the shipped ``dagster.yaml`` sets it): the process that opens
+    the instance keeps its storage connections open (one per storage, more while threads
+    query at once) instead of dagster-postgres's new PostgreSQL connection per query, as
+    dagster-webserver does (``DagsterInstance.optimize_for_webserver``, without a statement
+    timeout). The daemon's sensor tick makes ~20 storage queries per run it creates; their
+    connections were half of its time (``benchmarks/scale_runs.py``: 1,000 runs in ~30 s, not ~130 s).
     """
+
+    #: connections opened beyond the one kept per storage while threads query at once (the
+    #: daemon's threads); they close when returned
+    POOL_OVERFLOW = 20
+    POOL_RECYCLE_SECONDS = 3600
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # QueuedRunCoordinator's
         dagster_internals.require("coordinator")  # a Dagster without what it uses: named, here
@@ -150,7 +162,11 @@ class TransferRunCoordinator(QueuedRunCoordinator):
 
         return {**super().config_type(), "dequeue_interval_seconds": Field(
             float, is_required=False,
-            description="Seconds between the daemon's passes over the run queue (fractions allowed).")}
+            description="Seconds between the daemon's passes over the run queue (fractions allowed)."),
+            "pooled_storage_connections": Field(
+                bool, is_required=False, default_value=False,
+                description="Keep the instance's storage connections open (pooled) in every process "
+                            "that opens it, instead of a new connection per query.")}
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # Dagster's signature
@@ -159,10 +175,21 @@ class TransferRunCoordinator(QueuedRunCoordinator):
             raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
         if interval is not None:
             dagster_internals.require("dequeue_interval")
-        coordinator = super().from_config_value(inst_data, {**config_value, "dequeue_interval_seconds": None})
+        pooled = bool(config_value.get("pooled_storage_connections"))
+        rest = {k: v for k, v in config_value.items() if k != "pooled_storage_connections"}
+        coordinator = super().from_config_value(inst_data, {**rest, "dequeue_interval_seconds": None})
+        coordinator.pooled_storage_connections = pooled
         if interval is not None:
             dagster_internals.set_dequeue_interval(coordinator, interval)  # read by the daemon only
         return coordinator
+
+    pooled_storage_connections = False
+
+    def register_instance(self, instance) -> None:  # Dagster's, when the instance is opened
+        super().register_instance(instance)
+        if self.pooled_storage_connections:
+            instance.optimize_for_webserver(statement_timeout=0, pool_recycle=self.POOL_RECYCLE_SECONDS,
+                                            max_overflow=self.POOL_OVERFLOW)
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run
