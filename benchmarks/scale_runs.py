@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="cProfile the tick; print the top functions")
     parser.add_argument("--profile-out", help="write the tick's cProfile stats to this file")
-    parser.add_argument("--pooled", action="store_true",
-                        help="experiment: pooled storage connections (instance.optimize_for_webserver, as "
-                             "dagster-webserver does) instead of dagster-postgres's one connection per query")
+    parser.add_argument("--unpooled", action="store_true",
+                        help="the run coordinator's pooled_storage_connections off: dagster-postgres's "
+                             "new connection per query (the settings before)")
     args = parser.parse_args(argv)
 
     import dagster as dg
@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         with storage_database() as database:
             home = work / "home"
             home.mkdir()
-            shutil.copy(Path(__file__).parents[1] / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
+            settings = yaml.safe_load((Path(__file__).parents[1] / "deploy" / "dagster.production.yaml").read_text())
+            settings["run_coordinator"]["config"]["pooled_storage_connections"] = not args.unpooled
+            (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
             os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
                                "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
                                "DAGSTER_PG_PASSWORD": ""})
@@ -95,8 +97,7 @@ def main(argv: list[str] | None = None) -> None:
                 with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as context:
                     print(f"workspace (definitions + snapshot, in process) loaded in "
                           f"{time.perf_counter() - began:.1f} s  (load average {load()})", flush=True)
-                    if args.pooled:
-                        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=20)
+                    instance.run_coordinator  # noqa: B018 - opened, as the daemon's run queue thread has it
                     logger = logging.getLogger("scale_runs")
                     logger.setLevel(logging.WARNING)
                     statements, connections = counter.snapshot()
