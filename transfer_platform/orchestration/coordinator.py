@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
@@ -187,7 +188,9 @@ class TransferRunCoordinator(QueuedRunCoordinator):
 
     def register_instance(self, instance) -> None:  # Dagster's, when the instance is opened
         super().register_instance(instance)
-        if self.pooled_storage_connections:
+        # the webserver pools by itself, with its own statement timeout (--db-statement-timeout),
+        # which this must not replace
+        if self.pooled_storage_connections and "dagster_webserver" not in sys.modules:
             instance.optimize_for_webserver(statement_timeout=0, pool_recycle=self.POOL_RECYCLE_SECONDS,
                                             max_overflow=self.POOL_OVERFLOW)
 
