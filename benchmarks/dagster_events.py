@@ -58,6 +58,14 @@ def measure(database: str, run_id: str) -> dict:
             "log_messages": [_message(m) for (m,) in messages]}
 
 
+def disk(database: str) -> dict[str, int]:
+    """pg_total_relation_size (table, indexes, TOAST) of the tables a run writes."""
+    with psycopg.connect(**{**PG, "dbname": database}) as conn:
+        return {t: conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]
+                for t in ("event_logs", "runs", "run_tags", "asset_keys", "asset_event_tags",
+                          "asset_check_executions", "dynamic_partitions", "snapshots")}
+
+
 def _message(event: str) -> str:
     from dagster._serdes import deserialize_value
 
@@ -81,10 +89,13 @@ def main() -> None:
                                    "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
                                    "DAGSTER_PG_PASSWORD": "", "TRANSFER_PLATFORM_CONFIG": str(config_path)})
                 with dg.DagsterInstance.from_config(str(home)) as instance:
-                    for label in ("backfill", "incremental"):
+                    for label in ("backfill", "incremental", "incremental", "incremental"):
+                        before = disk(database)
                         result = execute(config_path, instance)
                         assert result.success, label
-                        out[f"{models} models, {label}"] = measure(database, result.run_id)
+                        out[f"{models} models, {label} {result.run_id[:8]}"] = {
+                            **measure(database, result.run_id),
+                            "disk_bytes_by_table": {t: disk(database)[t] - before[t] for t in before}}
         finally:
             with pg_connect(autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
