@@ -67,7 +67,7 @@ def purge_runs(instance: DagsterInstance, now: datetime, settings: DagsterSettin
 def _kept(instance: DagsterInstance, record: RunRecord, newest_success: dict[tuple[str, str], str | None]) -> bool:
     tags = record.dagster_run.tags
     destination = tags.get(DESTINATION_TAG)
-    if not destination:
+    if not destination or record.dagster_run.status != DagsterRunStatus.SUCCESS:
         return False
     key = (destination, tags.get(KIND_TAG, ""))
     if key not in newest_success:
