@@ -517,12 +517,23 @@ class SparkSettings(StrictModel):
         return value
 
 
+class DagsterSettings(StrictModel):
+    """How long Dagster keeps finished runs and their event logs (Dagster keeps them forever by
+    itself): the ``transfer_schedule`` sensor deletes, on each tick, at most
+    ``runs_deleted_per_tick`` finished runs created more than ``run_retention_days`` days ago,
+    oldest first (:mod:`transfer_platform.orchestration.retention`)."""
+
+    run_retention_days: int = Field(30, ge=1)
+    runs_deleted_per_tick: int = Field(200, ge=1, le=10_000)
+
+
 class PlatformConfig(StrictModel):
     sources: list[SourceConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
     recipients: list[RecipientConfig] = Field(default_factory=list)
     destinations: list[DestinationConfig] = Field(default_factory=list)
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    dagster: DagsterSettings = Field(default_factory=DagsterSettings)
 
     # -- look-ups (the file is validated first, so these names exist) --------------------------
 
