@@ -18,6 +18,7 @@ from transfer_platform.orchestration.dagster_fixes import install as install_dag
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.io_manager import DestinationIOManager
 from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
+from transfer_platform.orchestration.retention import run_retention_sensor
 from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
 from transfer_platform.orchestration.transfer_job import transfer_job
 
@@ -36,7 +37,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         assets=[*source_specs(config), *transfers],
         asset_checks=integrity_checks(config),
         jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job, *asset_jobs],
-        sensors=[transfer_schedule_sensor(integrity, asset_jobs)],
+        sensors=[transfer_schedule_sensor(integrity, asset_jobs), run_retention_sensor()],
         resources={
             "platform": platform,
             "pyspark": pyspark,

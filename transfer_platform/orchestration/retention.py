@@ -1,6 +1,7 @@
 """Run retention: Dagster keeps every run and its event log forever; this deletes old ones.
 
-Each tick of the ``transfer_schedule`` sensor deletes, with Dagster's public
+Each tick of the ``run_retention`` sensor (its own, so that the ``transfer_schedule`` sensor's
+ticks stay short) deletes, with Dagster's public
 ``DagsterInstance.delete_run`` (the run, its tags and its event log), at most
 ``dagster.runs_deleted_per_tick`` finished runs (SUCCESS, FAILURE, CANCELED) created more than
 ``dagster.run_retention_days`` days ago, oldest first. It never deletes:
@@ -20,12 +21,23 @@ them: watermarks and delivered rows live in the destinations.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    RunRecord,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SkipReason,
+    sensor,
+)
 
 from transfer_platform.config.models import DagsterSettings
 from transfer_platform.orchestration.budget import Budget, unlimited
+from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
 
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
@@ -76,3 +88,25 @@ def _kept(instance: DagsterInstance, record: RunRecord, newest_success: dict[tup
                                              limit=1) or (None,)
         newest_success[key] = latest.dagster_run.run_id if latest else None
     return newest_success[key] == record.dagster_run.run_id
+
+
+def run_retention_sensor() -> SensorDefinition:
+    """The sensor that deletes old runs (:func:`purge_runs`), once a minute; it launches nothing."""
+    return sensor(name="run_retention", minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
+                  description="Deletes finished runs older than the configuration's "
+                              "dagster.run_retention_days with their event logs (at most "
+                              "dagster.runs_deleted_per_tick a tick), keeping each destination's "
+                              "newest successful run of each kind.")(evaluate_retention)
+
+
+def evaluate_retention(context: SensorEvaluationContext, platform: TransferPlatformResource) -> SkipReason:
+    settings = platform.config.dagster
+    budget = Budget()
+    purged = purge_runs(context.instance, datetime.now(UTC), settings, budget)
+    if left := budget.summary():
+        context.log.warning(left)
+    if purged:
+        context.log.info(f"deleted {len(purged)} run(s) older than {settings.run_retention_days} day(s) "
+                         "with their event logs")
+        return SkipReason(f"deleted {len(purged)} run(s) older than {settings.run_retention_days} day(s)")
+    return SkipReason(f"no finished run older than {settings.run_retention_days} day(s) to delete")

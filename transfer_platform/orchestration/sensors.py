@@ -19,9 +19,8 @@ And it repairs what failed integrity checks found (``orchestration/repair.py``):
 the broken rows are transferred again, then the check runs again.
 
 Each tick also runs the lifecycle sweep: pending transfers older than 6 hours are cancelled
-(EXPIRED), running ones without a heartbeat are failed (ORPHANED); and the run retention
-(:mod:`.retention`): finished runs older than ``dagster.run_retention_days`` are deleted with their
-event logs, at most ``dagster.runs_deleted_per_tick`` a tick.
+(EXPIRED), running ones without a heartbeat are failed (ORPHANED). Old runs are deleted by a
+sensor of their own (:mod:`.retention`).
 
 A tick reads the run storage in a fixed number of queries, however many destinations there are
 (which are delivered: one query for all; known for good once their check was requested), and works
@@ -59,7 +58,6 @@ from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.lifecycle import sweep
 from transfer_platform.orchestration.repair import repair_requests
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.retention import purge_runs
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     HIDDEN_PREFIX,
@@ -216,8 +214,7 @@ def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinitio
         minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
                     "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "
-                    "cancels transfers pending > 6 h, fails orphaned ones; deletes finished runs older "
-                    "than the configuration's dagster.run_retention_days.")(evaluate_schedule)
+                    "cancels transfers pending > 6 h, fails orphaned ones.")(evaluate_schedule)
 
 
 def evaluate_schedule(context: SensorEvaluationContext, platform: TransferPlatformResource) -> SensorResult:
@@ -228,10 +225,6 @@ def evaluate_schedule(context: SensorEvaluationContext, platform: TransferPlatfo
                                             budget)
     repairs, repair_cursor = repair_requests(platform.config, context.instance, cursor, now, budget)
     swept = sweep(context.instance, now, platform.config, budget)
-    purged = purge_runs(context.instance, now, platform.config.dagster, budget)
-    if purged:
-        context.log.info(f"deleted {len(purged)} run(s) older than "
-                         f"{platform.config.dagster.run_retention_days} day(s) with their event logs")
     for kind, run_ids in swept.items():
         for run_id in run_ids:
             context.log.warning(f"transfer {run_id} {kind}")

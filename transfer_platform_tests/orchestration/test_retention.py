@@ -1,5 +1,5 @@
 """Retention bounds Dagster's storage: old finished runs are deleted with their event logs by the
-``transfer_schedule`` sensor's tick (``dagster.run_retention_days``, at most
+``run_retention`` sensor's tick (``dagster.run_retention_days``, at most
 ``dagster.runs_deleted_per_tick`` a tick), newer and unfinished runs stay, each destination keeps
 its newest successful run; a bad setting is refused; the shipped instance files' tick-history
 retention loads. A real Dagster instance (SQLite storage), real runs and events, no mocks.
@@ -115,7 +115,7 @@ def test_the_sensor_tick_purges(instance, tmp_path: Path) -> None:
     raw["dagster"] = {"run_retention_days": 10, "runs_deleted_per_tick": 1}
     config_path.write_text(yaml.safe_dump(raw))
     old = [make_run(instance, dg.DagsterRunStatus.FAILURE, 20) for _ in range(2)]
-    sensor = build_definitions(str(config_path)).resolve_sensor_def("transfer_schedule")
+    sensor = build_definitions(str(config_path)).resolve_sensor_def("run_retention")
     sensor(dg.build_sensor_context(instance=instance, resources={
         "platform": TransferPlatformResource(config_path=str(config_path))}))
     assert [exists(instance, r) for r in old] == [False, True]
