@@ -10,7 +10,7 @@ by a transfer that is gone is taken over.
 
 GCS is not here: the emulator available (gcp-storage-emulator) ignores generation preconditions
 (``ifGenerationMatch``), on which a GCS lock would rest, and does not serve the XML API delta-rs
-uses (see ``docs_pending/dest-azure-gcs.md``).
+uses (see docs/destinations.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A recipient's reader of object storage that follows only the words of the manifest
-documentation (``docs_pending/manifests.md``, "Applying manifests"), over a history with updates,
+documentation (``docs/object-storage.md``, "Applying manifests"), over a history with updates,
 soft deletes, rows deleted outright and a full refresh, in a folder, in a bucket and in an Azure
 container.
 

@@ -44,7 +44,7 @@ NOW2 = NOW1 + timedelta(hours=1)
 NOW3 = NOW2 + timedelta(hours=1)
 PASSWORD_ENV = "TP_TEST_MYSQL_LOADER_PASSWORD"
 PASSWORD = "s3cret-Pw!" + uuid.uuid4().hex[:8]
-#: the loader's grants, as docs_pending/dest-mysql.md lists them
+#: the loader's grants, as docs/permissions.md lists them
 LOADER_GRANTS = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
 
 COLUMNS = [

@@ -57,7 +57,7 @@ def test_production_settings_keep_storage_connections_open_while_runs_are_create
         tmp_path, monkeypatch, storage_database):
     """The daemon creates and queues a sensor tick's runs (~20 storage queries each); with the
     shipped settings they reuse open connections instead of opening one per query (1,000 runs:
-    ~20,000 PostgreSQL connections, half of the tick's time: docs_pending/run-creation.md)."""
+    ~20,000 PostgreSQL connections, half of the tick's time: docs/operations.md)."""
     from sqlalchemy import event
     from sqlalchemy.pool import Pool
 

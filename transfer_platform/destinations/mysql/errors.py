@@ -15,7 +15,7 @@ from transfer_platform.errors import ConnectionFailure, MissingPrivilege
 if TYPE_CHECKING:
     from transfer_platform.config.models import DatabaseConnection, MysqlDestination
 
-#: every privilege the loader needs, on its own database only (docs_pending/dest-mysql.md)
+#: every privilege the loader needs, on its own database only (docs/permissions.md)
 LOADER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
 #: the server's "denied" error codes: table, column, database, specific privilege, routine
 DENIED = {1142, 1143, 1044, 1227, 1370}

@@ -5,7 +5,7 @@ Each Arrow batch becomes a CSV file that MySQL reads exactly: every value is wri
 (timestamps as ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, booleans as 0/1), backslashes doubled
 (``ESCAPED BY '\\\\'``), NULL as ``\\N``, every field quoted with inner quotes doubled (pyarrow's
 CSV writer). Measured against multi-row inserts (PyMySQL's ``executemany``) on this machine,
-LOAD DATA was the faster (``docs_pending/dest-mysql.md``); :func:`insert_batches` is kept for
+LOAD DATA was the faster (docs/destinations.md); :func:`insert_batches` is kept for
 that comparison (``benchmarks/destination_mysql.py --staging inserts``).
 """
 
