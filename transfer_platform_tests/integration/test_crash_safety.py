@@ -50,6 +50,7 @@ from transfer_platform_tests.support.postgres import (
     status_row,
     tables_in,
 )
+from transfer_platform_tests.support.processes import group_alive
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
@@ -68,18 +69,6 @@ WATCH_INTERVAL_SECONDS = 0.02
 class Killed:
     staging_table: str | None  # the dead transfer's staging table
     staged_rows: int  # rows committed in it when the kill was sent
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs (zombies waiting for their reaper do not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 @pytest.fixture

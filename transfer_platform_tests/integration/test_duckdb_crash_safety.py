@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import yaml
@@ -26,23 +25,13 @@ from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL, create_events, source_rows
 from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.processes import group_alive
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
 BATCH = 300_000  # rows of the window that is killed: a load long enough to catch
 TIMEOUT_SECONDS = 600  # a failure bound (a JVM starts slowly on a loaded machine), not a wait
-
-
-def group_alive(pgid: int) -> bool:
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def test_a_transfer_killed_while_staging_leaves_the_file_intact_and_the_next_one_delivers(

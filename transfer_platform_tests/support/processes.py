@@ -1,5 +1,6 @@
 """A server of the tests (an S3-compatible store, Azurite) run as its own process on 127.0.0.1:
-started, waited on until it listens, stopped with its process group afterwards."""
+started, waited on until it listens, stopped with its process group afterwards; and whether a
+process group still runs."""
 
 from __future__ import annotations
 
@@ -44,3 +45,15 @@ def listening(name: str, command: list[str], log: Path, *, env: dict[str, str] |
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies waiting for their reaper do not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

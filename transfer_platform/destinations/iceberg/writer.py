@@ -333,7 +333,6 @@ class IcebergWriter(Writer):
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         """One overwrite snapshot of the live table: every data file replaced by the refresh's rows,
         its columns (and key) brought to the model's in the same commit."""
-        from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
         identifier = self.identifier(model)
         aside = self._load(self.identifier(model, aside=True), create=True)
@@ -354,14 +353,7 @@ class IcebergWriter(Writer):
             names = [f.name for f in tx.table_metadata.schema().fields]
             rows = aside.scan().to_arrow().select(names)
             old_files = [task.file for task in live.scan().plan_files()]
-            with tx.update_snapshot(snapshot_properties=_properties(state, transfer_id)).overwrite() as snapshot:
-                for data_file in old_files:
-                    snapshot.delete_data_file(data_file)
-                if rows.num_rows:
-                    for data_file in _dataframe_to_data_files(tx.table_metadata, rows, live.io,
-                                                              write_uuid=snapshot.commit_uuid):
-                        snapshot.append_data_file(data_file)
-            tx.commit_transaction()
+            _replace_files(tx, live.io, _properties(state, transfer_id), old_files, rows)
         self._drop(self.identifier(model, aside=True))
 
     # -- outside a transfer's windows ---------------------------------------------------------------
@@ -432,7 +424,7 @@ def _rewrite(table: Table, window: pa.Table, model: ModelConfig, properties: dic
     read, their rows of those values given to ``change`` (-> ``Merged``), the files replaced by
     the rows kept and the merged ones. Nothing changed: a snapshot of the state alone (or none)."""
     from pyiceberg.expressions import AlwaysTrue, In
-    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+    from pyiceberg.io.pyarrow import ArrowScan
 
     schema = arrow_schema(model)
     first = model.primary_key[0].destination_name
@@ -454,14 +446,7 @@ def _rewrite(table: Table, window: pa.Table, model: ModelConfig, properties: dic
     tx = table.transaction()
     names = [f.name for f in tx.table_metadata.schema().fields]
     data = pa.concat_tables([*kept, merged.rows]).select(names)
-    with tx.update_snapshot(snapshot_properties=properties).overwrite() as snapshot:
-        for data_file in touched:
-            snapshot.delete_data_file(data_file)
-        if data.num_rows:
-            for data_file in _dataframe_to_data_files(tx.table_metadata, data, table.io,
-                                                      write_uuid=snapshot.commit_uuid):
-                snapshot.append_data_file(data_file)
-    tx.commit_transaction()
+    _replace_files(tx, table.io, properties, touched, data)
     return merged.removed
 
 
@@ -481,3 +466,17 @@ def _key_text(model: ModelConfig) -> str:
 def _key_values(batch: pa.Table, model: ModelConfig) -> list:
     columns = [batch.column(c.destination_name).to_pylist() for c in model.primary_key]
     return columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
+
+
+def _replace_files(tx, io, properties: dict[str, str], old_files: list, rows: pa.Table) -> None:
+    """In ``tx`` (a pyiceberg transaction): one overwrite snapshot (with ``properties`` in its
+    summary) that removes ``old_files`` and adds ``rows`` as new data files; then commit."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    with tx.update_snapshot(snapshot_properties=properties).overwrite() as snapshot:
+        for data_file in old_files:
+            snapshot.delete_data_file(data_file)
+        if rows.num_rows:
+            for data_file in _dataframe_to_data_files(tx.table_metadata, rows, io, write_uuid=snapshot.commit_uuid):
+                snapshot.append_data_file(data_file)
+    tx.commit_transaction()
