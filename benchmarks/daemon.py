@@ -104,12 +104,12 @@ class Daemon:
 
     # -- runs ---------------------------------------------------------------------------------
 
-    def enqueue(self, destination: str) -> str:
+    def enqueue(self, destination: str, full_refresh: bool = False) -> str:
         from transfer_platform.config import load_config
         from transfer_platform.orchestration.transfers import TransferOrder, enqueue
 
         return enqueue(self.instance, load_config(self.config_path), self.config_path,
-                       TransferOrder(destination=destination, models=[]))
+                       TransferOrder(destination=destination, models=[], full_refresh=full_refresh))
 
     def status(self, run_id: str) -> str:
         return self.instance.get_run_by_id(run_id).status.value
@@ -133,12 +133,12 @@ class Daemon:
                 DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
         return self.instance.get_runs_count(RunsFilter(statuses=busy)) == 0
 
-    def one_run(self, destination: str, before=lambda: None) -> dict:
+    def one_run(self, destination: str, before=lambda: None, full_refresh: bool = False) -> dict:
         """Enqueue one transfer of ``destination`` once the queue is idle (after ``before()``,
         untimed); its queued -> launched -> started -> ended seconds from the run's own records."""
         self._wait(self.idle, "an idle run queue")
         before()
-        run = self.wait(self.enqueue(destination))
+        run = self.wait(self.enqueue(destination, full_refresh))
         if run["status"] != "SUCCESS":
             raise RuntimeError(f"the daemon's run of {destination} ended {run['status']} (logs in {self.folder})")
         return {"queued_to_success_s": run["ended"] - run["created"], "queued_to_start_s": run["started"] - run["created"],

@@ -1,8 +1,8 @@
 """Benchmarks of issue 13: what a user's transfer costs end to end, in the process a user runs,
 side by side with the floor measured in the same run.
 
-    .venv/bin/python -m benchmarks.end_to_end [--rows 1800000] [--runs 3] [--demo]
-        [--json benchmark_results/end_to_end.json]
+    .venv/bin/python -m benchmarks.end_to_end [--rows 1800000] [--runs 3] [--daemon] [--demo]
+        [--no-peers | --only-peers] [--json benchmark_results/end_to_end.json]
 
 One tenant of ``--rows`` rows (``tp_bench_<run>.events`` in the machine's PostgreSQL, as
 ``benchmarks/run.py`` builds it) and one PostgreSQL destination schema. Each case ``--runs``
@@ -12,11 +12,25 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``floor_full`` / ``floor_incremental``: psycopg only, one transaction: ``COPY`` out (the whole
   tenant / the rows changed since the previous transfer) into an UNLOGGED staging table, one
   ``INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE excluded.updated_at >= t.updated_at``;
-- ``cli_full_refresh_{cold,warm}``: ``transfer-platform transfer d0 --full-refresh`` as its own
-  process: *cold* with a local Spark started by that process (the embedded default), *warm* as a
-  client of a Spark Connect server (``transfer-platform spark-server``, started once, untimed);
-- ``cli_incremental_{cold,warm}``: 1% of the tenant's rows changed (untimed), then
-  ``transfer-platform transfer d0`` as its own process, cold and warm;
+- ``cli_full_refresh_{inprocess,default,warm}``: ``transfer-platform transfer d0 --full-refresh``
+  as its own process: *inprocess* with a local Spark started by that process
+  (``TRANSFER_PLATFORM_SHARED_SPARK=0``), *default* as a user runs it with nothing set (no
+  ``spark.remote``, no variable; one command runs untimed first, so that whatever the first
+  command of the default mode starts is up), *warm* as a client of a Spark Connect server
+  (``transfer-platform spark-server``, started once, untimed);
+- ``cli_incremental_{inprocess,default,warm}``: 1% of the tenant's rows changed (untimed), then
+  ``transfer-platform transfer d0`` as its own process;
+- ``sling_full`` / ``sling_incremental`` (``benchmarks/cases_sling.py``): the Sling binary of the
+  ``sling-linux-amd64`` wheel, one replication (the tenant's rows, incremental on
+  ``updated_at``, merge on ``id``) into a schema of its own, its first run into an empty schema
+  and then after each change; kept off the network (telemetry off, its update check through a
+  closed local proxy port), checked afterwards under ``strace`` (``sling_network`` in the JSON);
+- ``dlt_full`` / ``dlt_incremental`` (``benchmarks/cases_dlt.py``): dlt 1.31's ``sql_table``
+  (pyarrow backend, incremental on ``updated_at``, merge on ``id``), telemetry off, in the
+  benchmark's process, its first run into an empty dataset with no pipeline state;
+- ``daemon_full_refresh_*`` (``--daemon``): the full refresh enqueued (``--enqueue
+  --full-refresh``) and run by the real ``dagster-daemon`` against the warm server (shipped
+  ``dagster.yaml``);
 - ``daemon_incremental_*`` (``--daemon``): the same incremental enqueued (``--enqueue``) and run
   by the real ``dagster-daemon`` against the warm server, on an idle queue: queued -> success,
   queued -> started (split: queued -> launched by the daemon, launched -> started by the run
@@ -32,8 +46,10 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``demo_backfill_{cold,warm}`` (``--demo``): ``transfer-platform demo``'s backfill time as it
   prints it (333 windows of 3 recipients x 2 models into Delta, object storage), cold and warm.
 
-The table shows each case's ratio to its floor. The JSON holds the cases, the machine's load
-average before and after and its CPU count.
+The table shows each case's ratio to its floor of the same run, then the targets (reported, never
+asserted): the default command line from its second command on and the daemon, backfill <= 1.2x
+the floor, incremental <= 2x. The JSON holds the cases, the versions, the machine's load average
+(and ``uptime``) before and after and its CPU count.
 """
 
 from __future__ import annotations
@@ -46,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -71,6 +88,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--small-destinations", type=int, default=8, help="(c): destinations kept busy")
     parser.add_argument("--sustained-minutes", type=float, default=5.0, help="(c): how long")
     parser.add_argument("--max-concurrent-runs", type=int, default=4, help="the run coordinator's limit")
+    peers = parser.add_mutually_exclusive_group()
+    peers.add_argument("--no-peers", action="store_true", help="without Sling and dlt")
+    peers.add_argument("--only-peers", action="store_true",
+                       help="the floor, Sling and dlt only (no Spark, no platform; the smoke test's)")
     parser.add_argument("--json", default="benchmark_results/end_to_end.json")
     return parser.parse_args(argv)
 
@@ -108,9 +129,18 @@ def write_config(folder: Path, name: str, remote: str | None, now: datetime) -> 
     return path
 
 
-def cli_transfer(config: Path, *extra: str) -> dict:
-    """``transfer-platform transfer d0`` as its own process; its JSON summary."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFER_PLATFORM_SPARK_REMOTE", "DAGSTER_HOME")}
+#: the command line's Spark modes: (configuration with ``spark.remote``, environment added)
+#: *inprocess*: the process starts its own local Spark; *default*: nothing set, as a user runs it;
+#: *warm*: a client of the benchmark's Spark Connect server
+MODES = {"inprocess": (False, {"TRANSFER_PLATFORM_SHARED_SPARK": "0"}), "default": (False, {}),
+         "warm": (True, {})}
+#: variables of the caller's that would change what the commands do
+UNSET = ("TRANSFER_PLATFORM_SPARK_REMOTE", "TRANSFER_PLATFORM_SHARED_SPARK", "DAGSTER_HOME")
+
+
+def cli_transfer(config: Path, *extra: str, mode: str = "default") -> dict:
+    """``transfer-platform transfer d0`` as its own process in a Spark ``mode``; its JSON summary."""
+    env = {**{k: v for k, v in os.environ.items() if k not in UNSET}, **MODES[mode][1]}
     done = subprocess.run([CLI, "--config", str(config), "transfer", "d0", *extra], capture_output=True,
                           text=True, env=env, check=False)
     if done.returncode != 0:
@@ -153,30 +183,92 @@ class Tenant:
             raise RuntimeError(f"{schema}: {held} rows held of {self.rows}, {moved} of {self.changed} changed rows")
 
 
-def transfer_cases(args: argparse.Namespace, folder: Path, server_url: str) -> dict:
+class Peers:
+    """Sling and dlt, each into a schema of its own, with their setup (untimed)."""
+
+    def __init__(self, folder: Path) -> None:
+        from benchmarks import cases_dlt, cases_sling
+
+        self.sling, self.dlt = cases_sling, cases_dlt
+        self.folder = folder
+        self.replication = cases_sling.write_replication(folder, SOURCE, TENANT, 0)
+        self.sling_env = cases_sling.sling_environment(folder)
+        self.sling_schema = cases_sling.schema(0)
+        self.dlt_schema = cases_dlt.dataset(0)
+        self.pipelines = folder / "dlt_pipelines"
+
+    def sling_run(self) -> None:
+        self.sling.sling_run(self.replication, self.sling_env)
+
+    def sling_empty(self) -> None:
+        drop_schemas(self.sling.PREFIX)
+
+    def dlt_run(self) -> None:
+        with self.dlt.dlt_environment(self.folder):
+            self.dlt.dlt_copy(TENANT, 0, self.pipelines)
+
+    def dlt_empty(self) -> None:
+        drop_schemas(self.dlt.PREFIX)
+        self.dlt.forget_pipelines(self.pipelines)
+
+    def versions(self) -> dict:
+        return {"sling": self.sling.version(), "dlt": self.dlt.version()}
+
+
+def transfer_cases(args: argparse.Namespace, folder: Path, server_url: str | None) -> tuple[dict, Tenant, dict]:
+    """The floor, the command line in its three Spark modes (unless ``--only-peers``), Sling and
+    dlt (unless ``--no-peers``): the backfill, then the incremental after 1% changed."""
     tenant = Tenant(args.rows)
     cases: dict[str, dict] = {}
+    extra: dict = {}
     destination = destination_schema(PREFIX, 0)
-    configs = {"cold": write_config(folder, "cold", None, tenant.now),
-               "warm": write_config(folder, "warm", server_url, tenant.now)}
+    platform = not args.only_peers
+    configs = {}
+    if platform:
+        plain = write_config(folder, "plain", None, tenant.now)
+        configs = {mode: write_config(folder, "warm", server_url, tenant.now) if remote else plain
+                   for mode, (remote, _) in MODES.items()}
+    peers = None if args.no_peers else Peers(folder)
+    if peers:
+        extra["versions"] = peers.versions()
+        with peers.dlt.dlt_environment(folder):  # dlt's imports, untimed
+            pass
 
     floor = destination_schema(FLOOR, 0)
     cases["floor_full"] = timed(args.runs, lambda: drop_schemas(FLOOR), lambda: floor_transfer(floor),
                                 lambda: tenant.check(floor))
     for mode, config in configs.items():
+        if mode == "default":  # its first command, untimed (the destination holds the rows: a short one)
+            cli_transfer(config, mode=mode)
         cases[f"cli_full_refresh_{mode}"] = timed(
-            args.runs, lambda: None, lambda c=config: cli_transfer(c, "--full-refresh"),
+            args.runs, lambda: None, lambda c=config, m=mode: cli_transfer(c, "--full-refresh", mode=m),
             lambda: tenant.check(destination))
+    if peers:
+        cases["sling_full"] = timed(args.runs, peers.sling_empty, peers.sling_run,
+                                    lambda: tenant.check(peers.sling_schema))
+        cases["dlt_full"] = timed(args.runs, peers.dlt_empty, peers.dlt_run,
+                                  lambda: tenant.check(peers.dlt_schema))
     # incrementals: each after 1% of the tenant changed; the floor reads from the change's moment
     cases["floor_incremental"] = timed(
         args.runs, tenant.change, lambda: floor_transfer(floor, tenant.changed_at), lambda: tenant.check(floor))
     for mode, config in configs.items():
         cases[f"cli_incremental_{mode}"] = timed(
-            args.runs, tenant.change, lambda c=config: cli_transfer(c), lambda: tenant.check(destination))
+            args.runs, tenant.change, lambda c=config, m=mode: cli_transfer(c, mode=m),
+            lambda: tenant.check(destination))
+    if peers:
+        cases["sling_incremental"] = timed(args.runs, tenant.change, peers.sling_run,
+                                           lambda: tenant.check(peers.sling_schema))
+        cases["dlt_incremental"] = timed(args.runs, tenant.change, peers.dlt_run,
+                                         lambda: tenant.check(peers.dlt_schema))
+        network = peers.sling.network_check(peers.replication, folder)
+        extra["sling_network"] = network
+        if network.get("non_loopback"):
+            raise RuntimeError(f"Sling connected off the machine: {network['non_loopback']}")
+        tenant.check(peers.sling_schema)
     for name in cases:
         cases[name]["rows"] = tenant.changed if "incremental" in name else tenant.rows
     drop_schemas(FLOOR)
-    return cases, tenant
+    return cases, tenant, extra
 
 
 SMALL_ROWS = 1000
@@ -226,6 +318,12 @@ def daemon_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant
         tenant.check(destination_schema(PREFIX, 0))
         for key in keys:
             cases[f"daemon_incremental_{key}"] = {**stats([r[key] for r in runs]), "rows": tenant.changed}
+        runs = []
+        for _ in range(args.runs):
+            runs.append(daemon.one_run("d0", full_refresh=True))
+            tenant.check(destination_schema(PREFIX, 0))
+        for key in keys:
+            cases[f"daemon_full_refresh_{key}"] = {**stats([r[key] for r in runs]), "rows": tenant.rows}
         destinations = [f"d{i}" for i in range(1, len(small) + 1)]
         for destination in destinations:  # the backfills first, untimed
             daemon.wait(daemon.enqueue(destination))
@@ -257,56 +355,99 @@ def demo_cases(args: argparse.Namespace, folder: Path, server_url: str) -> dict:
     return cases
 
 
-RATIOS = (("cli_full_refresh_cold", "floor_full"), ("cli_full_refresh_warm", "floor_full"),
-          ("cli_incremental_cold", "floor_incremental"), ("cli_incremental_warm", "floor_incremental"),
-          ("daemon_incremental_queued_to_success_s", "floor_incremental"),
-          ("daemon_default_launcher_queued_to_success_s", "floor_incremental"))
+FLOORS = {"full": "floor_full", "incremental": "floor_incremental"}
+#: (case, limit of its ratio to the floor): reported, never asserted
+TARGETS = (("cli_full_refresh_default", 1.2), ("daemon_full_refresh_queued_to_success_s", 1.2),
+           ("cli_incremental_default", 2.0), ("daemon_incremental_queued_to_success_s", 2.0))
+
+
+def floor_of(name: str) -> str | None:
+    """The floor a case compares with: the backfill's or the incremental's."""
+    if name.startswith("floor_") or name.startswith("demo_") or not name.endswith(
+            ("_full", "_incremental", "_inprocess", "_default", "_warm", "queued_to_success_s")):
+        return None
+    return FLOORS["incremental" if "incremental" in name else "full"]
+
+
+def ratio(cases: dict, name: str) -> float | None:
+    floor = cases.get(floor_of(name) or "", {})
+    case = cases.get(name, {})
+    if not floor.get("median_s") or "median_s" not in case:
+        return None
+    return round(case["median_s"] / floor["median_s"], 2)
+
+
+def targets(cases: dict) -> list[dict]:
+    found = []
+    for name, limit in TARGETS:
+        value = ratio(cases, name)
+        if value is not None:
+            found.append({"case": name, "ratio_to_floor": value, "target": limit, "met": value <= limit})
+    return found
 
 
 def table(cases: dict) -> str:
-    lines = [f"{'case':<26} {'median s':>9} {'min s':>7} {'max s':>7} {'rows':>9}  vs floor"]
-    ratio_of = dict(RATIOS)
+    lines = [f"{'case':<42} {'median s':>9} {'min s':>7} {'max s':>7} {'rows':>9}  vs floor"]
     for name, case in cases.items():
         if "median_s" not in case:
-            lines.append(f"{name:<26} {json.dumps(case)}")
+            lines.append(f"{name:<42} {json.dumps(case)}")
             continue
-        floor = cases.get(ratio_of.get(name, ""), {})
-        ratio = f"{case['median_s'] / floor['median_s']:.1f}x" if floor.get("median_s") else ""
-        lines.append(f"{name:<26} {case['median_s']:>9.2f} {case['min_s']:>7.2f} {case['max_s']:>7.2f} "
-                     f"{case.get('rows', ''):>9}  {ratio}")
+        value = ratio(cases, name)
+        lines.append(f"{name:<42} {case['median_s']:>9.2f} {case['min_s']:>7.2f} {case['max_s']:>7.2f} "
+                     f"{case.get('rows', ''):>9}  {'' if value is None else f'{value:.2f}x'}")
+    for target in targets(cases):
+        lines.append(f"target {target['case']}: {target['ratio_to_floor']:.2f}x floor, <= {target['target']}x: "
+                     f"{'met' if target['met'] else 'NOT met'}")
     return "\n".join(lines)
+
+
+def uptime() -> str:
+    done = subprocess.run(["uptime"], capture_output=True, text=True, check=False)
+    return done.stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.spark_server import spark_connect_server
 
     args = parse_args(argv)
-    results = {"parameters": vars(args), "machine": {"cpu_count": os.cpu_count(),
+    results = {"parameters": vars(args), "machine": {"cpu_count": os.cpu_count(), "uptime_before": uptime(),
                                                      "load_average_before": os.getloadavg()}}
-    with tempfile.TemporaryDirectory(prefix="tp_e2e_") as scratch:
+    with tempfile.TemporaryDirectory(prefix="tp_e2e_") as scratch, ExitStack() as stack:
         folder = Path(scratch)
-        start = time.perf_counter()
-        with spark_connect_server(folder / "server", driver_memory="2g",
-                                  conf={"spark.sql.shuffle.partitions": "4"}) as server:
+        server_url = None
+        if not args.only_peers:
+            start = time.perf_counter()
+            server = stack.enter_context(spark_connect_server(
+                folder / "server", driver_memory="2g", conf={"spark.sql.shuffle.partitions": "4"}))
+            server_url = server.url
             results["setup"] = {"spark_server_start_s": round(time.perf_counter() - start, 2)}
-            try:
-                create_source(args.rows, 1)
-                cases, tenant = transfer_cases(args, folder, server.url)
-                if args.daemon:
-                    cases.update(daemon_cases(args, folder, server.url, tenant))
-                if args.demo:
-                    cases.update(demo_cases(args, folder, server.url))
-            finally:
-                drop_schemas(f"{SCHEMA}_")
-                drop_source()
+        try:
+            create_source(args.rows, 1)
+            cases, tenant, extra = transfer_cases(args, folder, server_url)
+            results.update(extra)
+            if args.daemon and server_url:
+                cases.update(daemon_cases(args, folder, server_url, tenant))
+            if args.demo and server_url:
+                cases.update(demo_cases(args, folder, server_url))
+        finally:
+            drop_schemas(f"{SCHEMA}_")
+            drop_source()
     results["machine"]["load_average_after"] = os.getloadavg()
+    results["machine"]["uptime_after"] = uptime()
     results["cases"] = cases
+    for name, case in cases.items():
+        if ratio(cases, name) is not None:
+            case["ratio_to_floor"] = ratio(cases, name)
+    results["targets"] = targets(cases)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))
     print(table(cases))
-    print(f"setup: {results['setup']}; load average before {results['machine']['load_average_before']}, "
-          f"after {results['machine']['load_average_after']}\nwritten: {out}")
+    if "sling_network" in results:
+        print(f"sling network: {results['sling_network']}")
+    print(f"setup: {results.get('setup', {})}; versions: {results.get('versions', {})}\n"
+          f"uptime before: {results['machine']['uptime_before']}\nuptime after:  {results['machine']['uptime_after']}\n"
+          f"written: {out}")
     return 0
 
 
