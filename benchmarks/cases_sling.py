@@ -97,7 +97,7 @@ def sling_run(replication: Path, env: dict[str, str], *, prefix: tuple[str, ...]
 
 
 CONNECT = re.compile(r"connect\(\d+, \{sa_family=(AF_INET6?|AF_UNIX)(.*?)\}")
-INET = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr|inet_pton\(AF_INET6?, )\("([^"]+)"')
+INET = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\(|inet_pton\(AF_INET6?, )"([^"]+)"')
 
 
 def connects(trace: str) -> list[tuple[str, str, int]]:
