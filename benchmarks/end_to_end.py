@@ -333,7 +333,7 @@ def daemon_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant
     return cases
 
 
-def demo_cases(args: argparse.Namespace, folder: Path, server_url: str) -> dict:
+def demo_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant: Tenant | None = None) -> dict:
     """The demo's backfill, as ``transfer-platform demo`` prints it, cold and warm."""
     cases = {}
     for mode, remote in (("cold", None), ("warm", server_url)):
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "load_average_before": os.getloadavg()}}
     with tempfile.TemporaryDirectory(prefix="tp_e2e_") as scratch, ExitStack() as stack:
         folder = Path(scratch)
-        server_url = None
+        server_url, errors = None, []
         if not args.only_peers:
             start = time.perf_counter()
             server = stack.enter_context(spark_connect_server(
@@ -425,10 +425,13 @@ def main(argv: list[str] | None = None) -> int:
             create_source(args.rows, 1)
             cases, tenant, extra = transfer_cases(args, folder, server_url)
             results.update(extra)
-            if args.daemon and server_url:
-                cases.update(daemon_cases(args, folder, server_url, tenant))
-            if args.demo and server_url:
-                cases.update(demo_cases(args, folder, server_url))
+            # a failure of the later stages keeps the cases measured so far (written, then exit 1)
+            for wanted, stage in ((args.daemon, daemon_cases), (args.demo, demo_cases)):
+                if wanted and server_url and not errors:
+                    try:
+                        cases.update(stage(args, folder, server_url, tenant))
+                    except Exception as exc:  # noqa: BLE001 - reported below, the exit code says it
+                        errors.append(f"{stage.__name__}: {type(exc).__name__}: {exc}")
         finally:
             drop_schemas(f"{SCHEMA}_")
             drop_source()
@@ -439,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         if ratio(cases, name) is not None:
             case["ratio_to_floor"] = ratio(cases, name)
     results["targets"] = targets(cases)
+    results["errors"] = errors
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))
@@ -448,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"setup: {results.get('setup', {})}; versions: {results.get('versions', {})}\n"
           f"uptime before: {results['machine']['uptime_before']}\nuptime after:  {results['machine']['uptime_after']}\n"
           f"written: {out}")
-    return 0
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
