@@ -362,11 +362,11 @@ TARGETS = (("cli_full_refresh_default", 1.2), ("daemon_full_refresh_queued_to_su
 
 
 def floor_of(name: str) -> str | None:
-    """The floor a case compares with: the backfill's or the incremental's."""
-    if name.startswith("floor_") or name.startswith("demo_") or not name.endswith(
+    """The floor a case compares with: the backfill's (``full`` in its name) or the incremental's."""
+    if name.startswith(("floor_", "demo_")) or not name.endswith(
             ("_full", "_incremental", "_inprocess", "_default", "_warm", "queued_to_success_s")):
         return None
-    return FLOORS["incremental" if "incremental" in name else "full"]
+    return FLOORS["full" if "full" in name else "incremental"]
 
 
 def ratio(cases: dict, name: str) -> float | None:

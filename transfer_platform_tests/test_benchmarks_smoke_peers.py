@@ -61,3 +61,17 @@ def test_connects_are_read_from_an_strace_log():
     assert found == [("AF_UNIX", "/var/run/nscd/socket", 0), ("AF_INET", "127.0.0.1", 5432),
                      ("AF_INET", "140.82.112.6", 443), ("AF_INET6", "2001:4860::8888", 53)]
     assert [cases_sling.is_local(f, a) for f, a, _ in found] == [True, True, False, False]
+
+
+def test_each_case_is_compared_with_the_floor_of_its_kind():
+    from benchmarks.end_to_end import floor_of
+
+    for name in ("cli_full_refresh_default", "cli_full_refresh_warm", "sling_full", "dlt_full",
+                 "daemon_full_refresh_queued_to_success_s"):
+        assert floor_of(name) == "floor_full", name
+    for name in ("cli_incremental_default", "sling_incremental", "dlt_incremental",
+                 "daemon_incremental_queued_to_success_s", "daemon_default_launcher_queued_to_success_s"):
+        assert floor_of(name) == "floor_incremental", name
+    for name in ("floor_full", "floor_incremental", "daemon_incremental_run_s", "demo_backfill_warm",
+                 "daemon_sustained"):
+        assert floor_of(name) is None, name
