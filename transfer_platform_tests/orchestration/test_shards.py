@@ -177,3 +177,17 @@ def test_evaluate_schedule_in_a_shard_leaves_the_sweep_to_shard_0(config_path: P
             left = instance.get_run_by_id(run.run_id)
             assert (left.status == dg.DagsterRunStatus.CANCELED) == expired, (shard, left.status)
             assert (left.tags.get(EXPIRED_TAG) == "true") == expired
+
+
+def test_the_sharded_workspace_example_names_every_shard_once() -> None:
+    import transfer_platform.definitions as module
+
+    workspace = yaml.safe_load((Path(__file__).parents[2] / "deploy" / "workspace.sharded.yaml").read_text())
+    entries = [entry["python_module"] for entry in workspace["load_from"]]
+    shards = sorted(parse_shard(e["attribute"].removeprefix("defs_shard_").replace("_of_", "/")) for e in entries
+                    if e["module_name"] == "transfer_platform.definitions")
+    assert len(shards) == len(entries)
+    assert shards == [Shard(i, len(entries)) for i in range(len(entries))]
+    assert len({e["location_name"] for e in entries}) == len(entries)
+    for entry in entries:  # each attribute is a loadable definitions of the module
+        assert isinstance(getattr(module, entry["attribute"]), type(module.defs))
