@@ -28,7 +28,7 @@ _FIX = (f"set {ENV_VAR} to i/n with 0 <= i < n (e.g. 0/4 ... 3/4: four code loca
         "or unset it for every recipient in one code location")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Shard:
     index: int
     count: int
