@@ -11,6 +11,14 @@ dropped afterwards) with the shipped ``dagster.yaml`` (our run coordinator). It 
     .venv/bin/python -m benchmarks.scale_runs --recipients 1000 --models 10 [--profile]
 
 The run launcher is not involved: queued runs wait for the queue daemon, which is not started.
+
+With ``--dequeue SECONDS``, the run queue's daemon then works through those queued runs for that
+long, as ``dagster-daemon`` does (``QueuedRunCoordinatorDaemon.run_iteration``, the shipped
+coordinator and its limits, ``max_concurrent_runs`` of the production ``dagster.yaml``), with a
+launcher that starts nothing (Dagster's ``MockedRunLauncher``): every launched run is ended
+(SUCCESS) right after the iteration that launched it, so each iteration finds free slots. It
+prints the seconds one iteration takes (its cost to the daemon, whatever the interval) and runs
+launched a second: the queue's own ceiling, before any run's work.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="cProfile the tick; print the top functions")
     parser.add_argument("--profile-out", help="write the tick's cProfile stats to this file")
+    parser.add_argument("--dequeue", type=float, default=0,
+                        help="then dequeue the queued runs for this many seconds (see the module)")
     parser.add_argument("--unpooled", action="store_true",
                         help="the run coordinator's pooled_storage_connections off: dagster-postgres's "
                              "new connection per query (the settings before)")
@@ -86,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
             home.mkdir()
             settings = yaml.safe_load((Path(__file__).parents[1] / "deploy" / "dagster.production.yaml").read_text())
             settings["run_coordinator"]["config"]["pooled_storage_connections"] = not args.unpooled
+            if args.dequeue:
+                settings["run_launcher"] = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}
             (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
             os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
                                "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
@@ -120,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
                           f"{runs / seconds:.1f} runs/s, {statements} SQL statements "
                           f"({statements / max(runs, 1):.1f} a run), {connections} new connections; "
                           f"tick {ticks[0].status.value if ticks else '?'}  (load average {load()})", flush=True)
+                    if args.dequeue:
+                        dequeue(instance, context, args.dequeue)
                     if profiler:
                         if args.profile_out:
                             profiler.dump_stats(args.profile_out)
@@ -129,6 +143,37 @@ def main(argv: list[str] | None = None) -> None:
                             stats.sort_stats("tottime").print_stats(20)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def dequeue(instance, context, seconds: float) -> None:
+    """The run queue's daemon iterating for ``seconds`` over the queued runs (see the module)."""
+    import dagster as dg
+    from dagster._core.events import DagsterEvent, DagsterEventType
+    from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
+        QueuedRunCoordinatorDaemon,
+    )
+
+    in_progress = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.NOT_STARTED]
+    queued = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))
+    launched, iterations, durations = 0, 0, []
+    daemon = QueuedRunCoordinatorDaemon(interval_seconds=0)
+    with daemon:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            began = time.perf_counter()
+            list(daemon.run_iteration(context))
+            durations.append(time.perf_counter() - began)
+            iterations += 1
+            for run in instance.get_runs(dg.RunsFilter(statuses=in_progress)):
+                launched += 1
+                instance.report_dagster_event(DagsterEvent(  # ended: its slot is free again
+                    event_type_value=DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name,
+                    message="ended by benchmarks.scale_runs"), run_id=run.run_id)
+    spent = sum(durations)
+    durations.sort()
+    print(f"dequeue: {iterations} iterations over {queued} queued runs, {launched} launched in {spent:.1f} s of "
+          f"iterations: {launched / spent:.1f} runs/s; an iteration {durations[len(durations) // 2]:.2f} s "
+          f"(median), {durations[-1]:.2f} s (max)  (load average {load()})", flush=True)
 
 
 if __name__ == "__main__":

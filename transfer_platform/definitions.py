@@ -7,9 +7,17 @@ nothing is read at import time.
 
 from __future__ import annotations
 
+import re
+
 import dagster as dg
 
 from transfer_platform.config import find_config_path, load_config
+from transfer_platform.config.shards import (
+    current_shard,
+    does_instance_upkeep,
+    parse_shard,
+    shard_config,
+)
 from transfer_platform.orchestration import dagster_internals
 from transfer_platform.orchestration.assets import source_specs, transfer_assets
 from transfer_platform.orchestration.checks import integrity_checks, integrity_job
@@ -19,25 +27,28 @@ from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.io_manager import DestinationIOManager
 from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
 from transfer_platform.orchestration.retention import run_retention_sensor
-from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
+from transfer_platform.orchestration.sensors import transfer_schedule_sensor
 from transfer_platform.orchestration.transfer_job import transfer_job
 
 
-def build_definitions(config_path: str | None = None) -> dg.Definitions:
+def build_definitions(config_path: str | None = None, shard: str | None = None) -> dg.Definitions:
+    """The definitions of the configuration's recipients; with ``shard`` (``i/n``), else
+    ``$TRANSFER_PLATFORM_SHARD``, of that share of them (``config/shards.py``)."""
     install_dagster_fixes()  # the code server's: the epoch tick, runs cancelled when `dagster dev` stops
     dagster_internals.warn_problems("repair", "run_tags")  # a Dagster lacking what the sensor uses: named
     path = str(find_config_path(config_path).resolve())
-    config = load_config(path)
-    platform = TransferPlatformResource(config_path=path)
+    share = current_shard() if shard is None else parse_shard(shard, where="the shard of the definitions")
+    config = shard_config(load_config(path), share)
+    platform = TransferPlatformResource(config_path=path, shard=str(share or ""))
     pyspark = spark_resource(config)
     transfers = transfer_assets(config)
-    asset_jobs = transfer_assets_jobs(transfers)
     integrity = integrity_job(config)
     return dg.Definitions(
         assets=[*source_specs(config), *transfers],
         asset_checks=integrity_checks(config),
-        jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job, *asset_jobs],
-        sensors=[transfer_schedule_sensor(integrity, asset_jobs), run_retention_sensor()],
+        jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job],
+        # run retention is instance-wide: one code location has it (the unsharded one, or shard 0)
+        sensors=[transfer_schedule_sensor(integrity), *([run_retention_sensor()] if does_instance_upkeep(share) else [])],
         resources={
             "platform": platform,
             "pyspark": pyspark,
@@ -51,3 +62,24 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
 @dg.definitions
 def defs() -> dg.Definitions:
     return build_definitions()
+
+
+_SHARD_ATTRIBUTE = re.compile(r"defs_shard_(\d+)_of_(\d+)")
+
+
+def __getattr__(name: str) -> object:
+    """``defs_shard_<i>_of_<n>``: the definitions of shard ``i/n`` (a workspace's attribute, e.g.
+    ``attribute: defs_shard_0_of_4``; it travels with each run's code pointer, so every process
+    that loads a run's code builds the same share, whatever its environment)."""
+    match = _SHARD_ATTRIBUTE.fullmatch(name)
+    if match is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    shard = f"{match.group(1)}/{match.group(2)}"
+    parse_shard(shard, where=f"transfer_platform.definitions:{name}")  # a bad one fails here, named
+
+    @dg.definitions
+    def sharded() -> dg.Definitions:
+        return build_definitions(shard=shard)
+
+    globals()[name] = sharded
+    return sharded

@@ -38,7 +38,8 @@ def load_config(path: str | os.PathLike[str] | None = None, *, now: datetime | N
                      f"pass --config PATH, set {ENV_VAR}, or create {DEFAULT_FILE} in the working directory")]
         )
     try:
-        raw = yaml.safe_load(config_path.read_text())
+        # libyaml's parser where PyYAML has it (the same safe loading, ~10x faster on a large file)
+        raw = yaml.load(config_path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(str(config_path), f"not valid YAML: {exc}", "fix the YAML syntax")],
                           source=str(config_path)) from None

@@ -543,8 +543,19 @@ class PlatformConfig(StrictModel):
     def model(self, name: str) -> ModelConfig:
         return next(m for m in self.models if m.model_name == name)
 
+    #: recipient name -> position, for :meth:`recipient` (the definitions look up every
+    #: destination's recipient: a scan each time is quadratic at 10,000 recipients)
+    _recipient_at: dict[str, int] = PrivateAttr(default_factory=dict)
+
     def recipient(self, name: str) -> RecipientConfig:
-        return next(r for r in self.recipients if r.name == name)
+        at = self._recipient_at.get(name)
+        if at is None or at >= len(self.recipients) or self.recipients[at].name != name:
+            # first use, or the list changed since: index it again (the first of a repeated name)
+            self._recipient_at = {r.name: i for i, r in reversed(list(enumerate(self.recipients)))}
+            at = self._recipient_at.get(name)
+        if at is None:
+            raise StopIteration(name)  # as the scan it replaces: the file is validated first
+        return self.recipients[at]
 
     #: destination name -> position, for :meth:`destination` (the sensor looks up every destination
     #: on each tick: a scan each time is quadratic at 10,000 destinations)

@@ -36,6 +36,7 @@ from dagster import (
     Config,
     Failure,
     MetadataValue,
+    TimeWindowPartitionsDefinition,
     multi_asset,
 )
 from dagster_pyspark import LazyPySparkResource
@@ -98,6 +99,7 @@ def transfer_assets(config: PlatformConfig) -> list[AssetsDefinition]:
     definition per pair made 10,000 ops for 1,000 recipients x 10 models, which Dagster takes
     about 40 s to build; grouping makes 1,000."""
     assets, names = [], set()
+    partitions: dict[tuple, TimeWindowPartitionsDefinition | None] = {}  # one per partitioning, shared
     for destination in config.destinations:
         groups: dict[tuple, list[tuple[ModelConfig, ModelWindowing]]] = {}
         for model in config.models_for(destination):
@@ -108,7 +110,11 @@ def transfer_assets(config: PlatformConfig) -> list[AssetsDefinition]:
             while name in names:  # destination "a" group 1 and destination "a__1"
                 name += "_"
             names.add(name)
-            assets.append(build_transfer_assets(config, destination.name, members, name))
+            partitioning = _partitioning(members[0][1])
+            if partitioning not in partitions:
+                partitions[partitioning] = partitions_for(members[0][1])
+            assets.append(build_transfer_assets(config, destination.name, members, name,
+                                                partitions_def=partitions[partitioning]))
     return assets
 
 
@@ -139,11 +145,18 @@ def _spec(config: PlatformConfig, destination_name: str, model: ModelConfig, win
     )
 
 
+_UNSET = object()
+
+
 def build_transfer_assets(config: PlatformConfig, destination_name: str,
-                          members: list[tuple[ModelConfig, ModelWindowing]], name: str) -> AssetsDefinition:
+                          members: list[tuple[ModelConfig, ModelWindowing]], name: str,
+                          partitions_def=_UNSET) -> AssetsDefinition:
     """The assets of ``members`` (models of one destination on one partitioning) behind one op
-    named ``name``. A run selecting some of them moves only those, model after model."""
-    partitions_def = partitions_for(members[0][1])
+    named ``name``. A run selecting some of them moves only those, model after model.
+    ``partitions_def``: the partitioning's, when the caller shares one object among destinations
+    (Dagster compares and hashes partitions definitions per asset: one object is cheaper)."""
+    if partitions_def is _UNSET:
+        partitions_def = partitions_for(members[0][1])
     specs = [_spec(config, destination_name, model, windowing) for model, windowing in members]
     # each asset key's model, in configuration order (a run moves the selected ones in this order)
     model_of_key = {spec.key: model.model_name for spec, (model, _) in zip(specs, members, strict=True)}

@@ -9,26 +9,30 @@ from dagster_pyspark import LazyPySparkResource
 
 from transfer_platform.config import load_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.shards import parse_shard, shard_config
 from transfer_platform.destinations.base import DestinationWriter, writer_for
 from transfer_platform.spark_session import session_from_conf, spark_conf, stop_session
 
 
 class TransferPlatformResource(ConfigurableResource):
-    """The validated configuration file (it holds no secrets, only references to them)."""
+    """The validated configuration file (it holds no secrets, only references to them); with
+    ``shard`` (``i/n``, see ``config/shards.py``), the share of its recipients this code location
+    holds: the sensor requests runs of these destinations only."""
 
     config_path: str
+    shard: str = ""
 
     @property
     def config(self) -> PlatformConfig:
-        return _load(self.config_path, os.stat(self.config_path).st_mtime_ns)
+        return _load(self.config_path, os.stat(self.config_path).st_mtime_ns, self.shard)
 
     def writer(self, destination: str) -> DestinationWriter:
         return writer_for(self.config.destination(destination))
 
 
 @lru_cache(maxsize=4)
-def _load(path: str, _mtime_ns: int) -> PlatformConfig:
-    return load_config(path)
+def _load(path: str, _mtime_ns: int, shard: str = "") -> PlatformConfig:
+    return shard_config(load_config(path), parse_shard(shard, where="TransferPlatformResource.shard"))
 
 
 class TransferSparkResource(LazyPySparkResource):

@@ -33,8 +33,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from dagster import (
-    AssetsDefinition,
-    AssetSelection,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -44,11 +42,11 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
-    define_asset_job,
     sensor,
 )
 
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.shards import does_instance_upkeep, parse_shard
 from transfer_platform.core.schedule import due
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.orchestration.budget import Budget, unlimited
@@ -189,28 +187,14 @@ class has_succeeded:  # a function that became a class; called as before
         return found
 
 
-def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedAssetJobDefinition
-    """The transfer assets as asset jobs, one per partitioning (a job's assets share one):
-    ``transfer_assets``, ``transfer_assets__1``, ... The sensor names them among its targets so
-    that the UI shows it as each transfer asset's automation, with its next tick (Dagster lists a
-    sensor there when one of its jobs selects the asset; the ``transfer`` job is an op job and
-    selects none). The sensor's scheduled runs are of the ``transfer`` job, which records
-    materializations of the same assets; launched by hand, these jobs are the UI's Materialize."""
-    by_partitioning: dict = {}
-    for definition in assets:
-        by_partitioning.setdefault(definition.partitions_def, []).append(definition)
-    return [define_asset_job(
-        "transfer_assets" + (f"__{index}" if index else ""), selection=AssetSelection.assets(*group),
-        description="materialize the selected transfer assets (as the UI's Materialize does); the "
-                    "transfer_schedule sensor keeps them up to date through the transfer job")
-        for index, group in enumerate(by_partitioning.values())]
-
-
-def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinition:
-    """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`)
-    and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
+def transfer_schedule_sensor(integrity_job) -> SensorDefinition:
+    """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`).
+    It names no asset job: one selecting every transfer asset (so that the UI listed the sensor
+    as each asset's automation) is resolved and snapshotted beside Dagster's implicit asset job,
+    which selects the same assets: a third of the code location's load at 1,000 destinations.
+    The UI's Materialize runs the implicit job (``__ASSET_JOB``)."""
     return sensor(
-        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job, *asset_jobs],
+        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job],
         minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
                     "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "
@@ -224,7 +208,9 @@ def evaluate_schedule(context: SensorEvaluationContext, platform: TransferPlatfo
     upkeep, upkeep_cursor = upkeep_requests(platform.config, cursor, now, has_succeeded(context.instance, budget=budget),
                                             budget)
     repairs, repair_cursor = repair_requests(platform.config, context.instance, cursor, now, budget)
-    swept = sweep(context.instance, now, platform.config, budget)
+    # instance-wide (every transfer run): one code location does it, the unsharded one or shard 0
+    upkeep_here = does_instance_upkeep(parse_shard(platform.shard, where="TransferPlatformResource.shard"))
+    swept = sweep(context.instance, now, platform.config, budget) if upkeep_here else {}
     for kind, run_ids in swept.items():
         for run_id in run_ids:
             context.log.warning(f"transfer {run_id} {kind}")

@@ -1,0 +1,251 @@
+"""The code location at scale: N PostgreSQL destinations x M daily models (``benchmarks.scale``'s
+configuration), timed as Dagster's code server serves it and as the real webserver loads it.
+
+    .venv/bin/python -m benchmarks.code_location --recipients 1000 --models 10 [--webserver] [--profile]
+    .venv/bin/python -m benchmarks.code_location --recipients 10000 --models 10 --shards 10
+
+In process, one line per shard (``TRANSFER_PLATFORM_SHARD=i/n``; the whole configuration without
+``--shards``):
+
+- definitions: ``transfer_platform.definitions.build_definitions`` and the repository they make;
+- snapshot: what the code server's gRPC API answers the webserver and the daemon when they load
+  the location: ``RepositorySnap.from_def(defer_snapshots=True)`` serialized (ExternalRepository),
+  then every job's ``JobDataSnap`` serialized (ExternalJob, one call per job); seconds and bytes.
+
+With ``--webserver`` (the whole configuration, or the first shard): the real ``dagster-webserver``
+on a free port with a workspace of this code location (a code server process started by the
+webserver, as ``dagster dev`` and production run it) and a SQLite instance in a temporary
+``DAGSTER_HOME``; seconds until GraphQL reports the location ``LOADED``, then the queries the UI's
+asset catalog sends (every asset with its definition's fields) and one destination's asset group
+(the group's lineage page), each timed three times. The machine's load average is printed with
+each line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+
+import yaml
+
+from benchmarks.scale import raw_config
+
+BIN = Path(sys.executable).parent
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class Clock:
+    """Wall and CPU seconds (this process's: on a busy machine its CPU seconds are what a quiet
+    one would take, as the work is single-threaded)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        lap = (wall - self.wall, cpu - self.cpu)
+        self.wall, self.cpu = wall, cpu
+        return lap
+
+
+def snapshot(repository) -> tuple[tuple[float, float], int, tuple[float, float], int]:
+    """As the code server answers a loading webserver or daemon: the repository's snapshot with
+    deferred job snapshots (it resolves the asset jobs), then each job's. (wall, CPU) seconds and
+    serialized bytes of each part."""
+    from dagster import serialize_value
+    from dagster._core.remote_representation.external_data import JobDataSnap, RepositorySnap
+
+    clock = Clock()
+    repository_bytes = len(serialize_value(RepositorySnap.from_def(repository, defer_snapshots=True)))
+    repository_seconds = clock.lap()
+    job_bytes = 0
+    for job in repository.get_all_jobs():
+        job_bytes += len(serialize_value(JobDataSnap.from_job_def(job, include_parent_snapshot=True)))
+    return repository_seconds, repository_bytes, clock.lap(), job_bytes
+
+
+def in_process(config_path: Path, shard: str | None, profile: bool) -> None:
+    from transfer_platform.definitions import build_definitions
+
+    if shard:
+        os.environ["TRANSFER_PLATFORM_SHARD"] = shard
+    else:
+        os.environ.pop("TRANSFER_PLATFORM_SHARD", None)
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    clock = Clock()
+    repository = build_definitions(str(config_path)).get_repository_def()
+    built = clock.lap()
+    assets = sum(1 for node in repository.asset_graph.asset_nodes if node.key.path[0] != "source")
+    repo_s, repo_b, jobs_s, jobs_b = snapshot(repository)
+    if profiler:
+        profiler.disable()
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("cumulative").print_stats(40)
+        stats.sort_stats("tottime").print_stats(25)
+    total = [built[k] + repo_s[k] + jobs_s[k] for k in (0, 1)]
+    print(f"{'shard ' + shard if shard else 'whole':<11} {assets:6d} transfer assets (wall s / CPU s): "
+          f"definitions {built[0]:5.1f} / {built[1]:5.1f}, snapshot {repo_s[0]:5.1f} / {repo_s[1]:5.1f} "
+          f"({repo_b / 1e6:5.1f} MB), jobs {jobs_s[0]:4.1f} / {jobs_s[1]:4.1f} ({jobs_b / 1e6:4.1f} MB); "
+          f"total {total[0]:5.1f} / {total[1]:5.1f}  (load average {load()})", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def graphql(url: str, query: str, variables: dict | None = None, timeout: float = 120) -> dict:
+    request = urllib.request.Request(url, data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer = json.loads(response.read())
+    if answer.get("errors"):
+        raise RuntimeError(f"GraphQL errors: {answer['errors'][:2]}")
+    return answer["data"]
+
+
+LOCATION_STATUS = """query { workspaceOrError { __typename ... on Workspace { locationEntries {
+  name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+
+#: what the UI's asset catalog asks (AssetCatalogTableQuery, then the definitions of the page)
+CATALOG = """query AssetCatalogTableQuery {
+  assetsOrError { __typename ... on AssetConnection { nodes { id key { path }
+    definition { id groupName partitionDefinition { description dimensionTypes { type name } }
+      hasMaterializePermission description isExecutable isObservable isPartitioned
+      computeKind kinds owners { __typename } tags { key value }
+      repository { id name location { id name } } jobNames
+      automationCondition { label expandedLabel } } } } } }"""
+
+CATALOG_NODES = """query AssetCatalogGroupTableQuery {
+  assetNodes { id assetKey { path } groupName description computeKind kinds isPartitioned
+    isExecutable isObservable hasMaterializePermission jobNames
+    partitionDefinition { description } repository { id name location { id name } } } }"""
+
+#: a destination's asset group (its lineage page: AssetGraphQuery with a group selector)
+GROUP = """query AssetGraphQuery($pipelineSelector: PipelineSelector, $groupSelector: AssetGroupSelector) {
+  assetNodes(pipeline: $pipelineSelector, group: $groupSelector) { id assetKey { path } groupName
+    isExecutable isObservable isPartitioned hasMaterializePermission kinds description jobNames
+    dependencyKeys { path } dependedByKeys { path } opNames graphName
+    repository { id name location { id name } } } }"""
+
+
+def webserver(config_path: Path, work: Path, group: str, shard: str | None) -> None:
+    home = work / "webserver_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    workspace = work / "workspace.yaml"
+    workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
+        "module_name": "transfer_platform.definitions", "attribute": "defs",
+        "location_name": "transfer_platform"}}]}))
+    port = free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "TRANSFER_PLATFORM_CONFIG": str(config_path)}
+    env.pop("TRANSFER_PLATFORM_SHARD", None)
+    if shard:
+        env["TRANSFER_PLATFORM_SHARD"] = shard
+    log = (work / "webserver.log").open("w")
+    began = time.perf_counter()
+    process = subprocess.Popen([str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1",
+                                "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True, cwd=work)
+    url = f"http://127.0.0.1:{port}/graphql"
+    try:
+        status = None
+        while time.perf_counter() - began < 600:
+            if process.poll() is not None:
+                raise RuntimeError(f"the webserver exited: {(work / 'webserver.log').read_text()[-3000:]}")
+            try:
+                entries = graphql(url, LOCATION_STATUS, timeout=10)["workspaceOrError"]["locationEntries"]
+                status = entries[0]["loadStatus"] if entries else None
+                if status == "LOADED":
+                    error = entries[0]["locationOrLoadError"]
+                    if error and error["__typename"] == "PythonError":
+                        raise RuntimeError(f"the code location failed to load: {error['message']}")
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"not loaded after 600 s (status {status})")
+        print(f"webserver: code location LOADED {time.perf_counter() - began:.1f} s after the start "
+              f"(load average {load()})", flush=True)
+        selector = {"groupName": group, "repositoryName": "__repository__", "repositoryLocationName": "transfer_platform"}
+        for label, query, variables, count in (
+                ("asset catalog (assetsOrError)", CATALOG, None,
+                 lambda d: len(d["assetsOrError"]["nodes"])),
+                ("asset catalog (assetNodes)", CATALOG_NODES, None, lambda d: len(d["assetNodes"])),
+                (f"asset group {group!r}", GROUP, {"groupSelector": selector}, lambda d: len(d["assetNodes"]))):
+            times = []
+            for _ in range(3):
+                began = time.perf_counter()
+                data = graphql(url, query, variables)
+                times.append(time.perf_counter() - began)
+            print(f"webserver: {label:<32} {count(data):6d} assets  "
+                  f"{' / '.join(f'{t:.2f}' for t in times)} s  (load average {load()})", flush=True)
+    finally:
+        os.killpg(process.pid, 15)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+        log.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipients", type=int, default=1000)
+    parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--shards", type=int, default=0,
+                        help="time each of n shards (TRANSFER_PLATFORM_SHARD=i/n) instead of the whole")
+    parser.add_argument("--only-shard", type=int, help="with --shards: only this shard (0-based)")
+    parser.add_argument("--webserver", action="store_true",
+                        help="also load it in the real dagster-webserver and time the catalog's queries")
+    parser.add_argument("--no-in-process", action="store_true", help="only the webserver")
+    parser.add_argument("--profile", action="store_true", help="cProfile definitions + snapshot")
+    args = parser.parse_args(argv)
+
+    warnings.simplefilter("ignore")
+    work = Path(tempfile.mkdtemp(prefix="tp_code_location_"))
+    try:
+        config_path = work / "transfer_platform.yaml"
+        config_path.write_text(yaml.safe_dump(raw_config(args.recipients, args.models)))
+        print(f"{args.recipients} destinations x {args.models} models"
+              + (f" in {args.shards} shards" if args.shards else "") + f"  (load average {load()})", flush=True)
+        shards = ([f"{i}/{args.shards}" for i in range(args.shards)
+                   if args.only_shard is None or i == args.only_shard] if args.shards else [None])
+        if not args.no_in_process:
+            for shard in shards:
+                in_process(config_path, shard, args.profile)
+        if args.webserver:
+            shard = shards[0]
+            group = "d0"
+            if shard:
+                from transfer_platform.config.shards import parse_shard
+                held = parse_shard(shard)
+                group = next(d["name"] for d in raw_config(args.recipients, args.models)["destinations"]
+                             if held.holds(d["recipient"]))
+            webserver(config_path, work, group, shard)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
