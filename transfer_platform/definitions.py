@@ -27,7 +27,7 @@ from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.io_manager import DestinationIOManager
 from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
 from transfer_platform.orchestration.retention import run_retention_sensor
-from transfer_platform.orchestration.sensors import transfer_schedule_sensor
+from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
 from transfer_platform.orchestration.transfer_job import transfer_job
 
 
@@ -42,13 +42,14 @@ def build_definitions(config_path: str | None = None, shard: str | None = None) 
     platform = TransferPlatformResource(config_path=path, shard=str(share or ""))
     pyspark = spark_resource(config)
     transfers = transfer_assets(config)
+    asset_jobs = transfer_assets_jobs(transfers)
     integrity = integrity_job(config)
     return dg.Definitions(
         assets=[*source_specs(config), *transfers],
         asset_checks=integrity_checks(config),
-        jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job],
+        jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job, *asset_jobs],
         # run retention is instance-wide: one code location has it (the unsharded one, or shard 0)
-        sensors=[transfer_schedule_sensor(integrity), *([run_retention_sensor()] if does_instance_upkeep(share) else [])],
+        sensors=[transfer_schedule_sensor(integrity, asset_jobs), *([run_retention_sensor()] if does_instance_upkeep(share) else [])],
         resources={
             "platform": platform,
             "pyspark": pyspark,

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from dagster import (
+    AssetsDefinition,
+    AssetSelection,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -42,6 +44,7 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    define_asset_job,
     sensor,
 )
 
@@ -187,14 +190,28 @@ class has_succeeded:  # a function that became a class; called as before
         return found
 
 
-def transfer_schedule_sensor(integrity_job) -> SensorDefinition:
-    """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`).
-    It names no asset job: one selecting every transfer asset (so that the UI listed the sensor
-    as each asset's automation) is resolved and snapshotted beside Dagster's implicit asset job,
-    which selects the same assets: a third of the code location's load at 1,000 destinations.
-    The UI's Materialize runs the implicit job (``__ASSET_JOB``)."""
+def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedAssetJobDefinition
+    """The transfer assets as asset jobs, one per partitioning (a job's assets share one):
+    ``transfer_assets``, ``transfer_assets__1``, ... The sensor names them among its targets so
+    that the UI shows it as each transfer asset's automation, with its next tick (Dagster lists a
+    sensor there when one of its jobs selects the asset; the ``transfer`` job is an op job and
+    selects none). The sensor's scheduled runs are of the ``transfer`` job, which records
+    materializations of the same assets; launched by hand, these jobs are the UI's Materialize."""
+    by_partitioning: dict = {}
+    for definition in assets:
+        by_partitioning.setdefault(definition.partitions_def, []).append(definition)
+    return [define_asset_job(
+        "transfer_assets" + (f"__{index}" if index else ""), selection=AssetSelection.assets(*group),
+        description="materialize the selected transfer assets (as the UI's Materialize does); the "
+                    "transfer_schedule sensor keeps them up to date through the transfer job")
+        for index, group in enumerate(by_partitioning.values())]
+
+
+def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinition:
+    """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`)
+    and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
     return sensor(
-        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job],
+        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job, *asset_jobs],
         minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
                     "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "

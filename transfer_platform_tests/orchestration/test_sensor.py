@@ -197,8 +197,8 @@ def evaluate_between_ticks(config_path: Path, instance: dg.DagsterInstance, curs
 def test_the_sensor_requests_enabled_destinations_and_advances_its_cursor(config_path: Path,
                                                                          config: PlatformConfig) -> None:
     sensor = build_definitions(str(config_path)).resolve_sensor_def("transfer_schedule")
-    # the jobs it launches (no asset job: Dagster's implicit one is the UI's Materialize)
-    assert sorted(job.name for job in sensor.jobs) == ["delete_sweep", "integrity", "transfer"]
+    # the jobs it launches, and the transfer assets as a job: the UI shows it as their automation
+    assert sorted(job.name for job in sensor.jobs) == ["delete_sweep", "integrity", "transfer", "transfer_assets"]
     with dg.instance_for_test() as instance:
         result, now = evaluate_between_ticks(config_path, instance, None)
         expected = {d: latest_tick(f, now) for d, f in FREQUENCIES.items()}
