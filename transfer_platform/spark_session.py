@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from transfer_platform import vendors
 from transfer_platform.config.endpoints import Endpoint, parse_endpoint
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferPlatformError
+from transfer_platform.shared_spark import SHARED_MARKER
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,11 +79,19 @@ def remote_endpoint(settings: SparkSettings | None = None) -> Endpoint | None:
 
 def spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
     """The builder settings of the Spark that transfers use: ``{"spark.remote": url}`` for a
-    Connect server (the server holds every other setting), else a local Spark's settings."""
+    Connect server (the server holds every other setting), else a local Spark's settings, with
+    (``spark.shared``, the default) the marker that asks :func:`session_from_conf` for the shared
+    server of these settings. Nothing starts here: definitions call it when they load."""
+    from transfer_platform.config.models import SparkSettings
+
     endpoint = remote_endpoint(settings)
     if endpoint is not None:
         return {"spark.remote": endpoint.url}
-    return local_spark_conf(settings)
+    conf = local_spark_conf(settings)
+    settings = settings or SparkSettings()
+    if settings.shared:
+        conf[SHARED_MARKER] = str(settings.shared_idle_seconds)
+    return conf
 
 
 def local_spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
@@ -127,18 +136,34 @@ def local_spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
     return conf
 
 
-def get_spark_session(settings: SparkSettings | None = None) -> SparkSession:
-    """Create (or return the process's existing) SparkSession with the platform's settings."""
-    return session_from_conf(spark_conf(settings))
+def get_spark_session(settings: SparkSettings | None = None, *, shared: bool | None = None,
+                      warn: Callable[[str], None] | None = None) -> SparkSession:
+    """Create (or return the process's existing) SparkSession with the platform's settings.
+    ``shared=False`` (``--no-shared-spark``) runs Spark in this process instead of the shared
+    server of the default mode; ``warn`` receives the one warning of a shared server that could
+    not be used (default: this module's logger)."""
+    conf = spark_conf(settings)
+    if shared is False:
+        conf.pop(SHARED_MARKER, None)
+    return session_from_conf(conf, warn=warn)
 
 
-def session_from_conf(conf: dict[str, Any]) -> SparkSession:
+def session_from_conf(conf: dict[str, Any], *, warn: Callable[[str], None] | None = None) -> SparkSession:
     """A session from :func:`spark_conf`'s settings: a Connect client checked to reach a server of
-    the client's Spark version, or a local Spark whose JVM log drops passwords."""
+    the client's Spark version (``spark.remote``, or the shared server of the default mode, unless
+    ``$TRANSFER_PLATFORM_SHARED_SPARK`` says off), or a local Spark whose JVM log drops passwords."""
     from pyspark.sql import SparkSession
+
+    from transfer_platform.shared_spark import shared_from_env, shared_session
 
     if "spark.remote" in conf:
         return connect(parse_endpoint(conf["spark.remote"]))
+    conf = dict(conf)
+    idle_seconds = conf.pop(SHARED_MARKER, None)
+    if idle_seconds is not None and shared_from_env() is not False:
+        session = shared_session(conf, int(idle_seconds), warn or _LOG.warning)
+        if session is not None:
+            return session
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     for key, value in conf.items():
@@ -324,11 +349,16 @@ def is_remote(session: SparkSession) -> bool:
     return not hasattr(session, "_jsparkSession")
 
 
-def serve(settings: SparkSettings | None, endpoint: Endpoint, *, ready: Callable[[str], None]) -> None:
+def serve(settings: SparkSettings | None, endpoint: Endpoint, *, ready: Callable[[str], None],
+          conf: dict[str, str] | None = None,
+          stop_when: Callable[[SparkSession], Callable[[], bool]] | None = None,
+          poll_seconds: float = 5.0) -> None:
     """Run a Spark Connect server at ``endpoint`` until SIGTERM or SIGINT: a local Spark (the
     configured ``master``, memory and ``conf``, the JDBC drivers on the driver's class path, UTC,
-    the log filter that drops passwords) with Spark's Connect plugin listening there."""
-    conf = local_spark_conf(settings)
+    the log filter that drops passwords) with Spark's Connect plugin listening there. ``conf``:
+    the JVM's settings already made (the shared server's); ``stop_when(session)``: a check, asked
+    every ``poll_seconds``, that ends the server when it answers True (the shared server's idle stop)."""
+    conf = dict(conf) if conf is not None else local_spark_conf(settings)
     conf.update({
         "spark.app.name": "transfer_platform Spark Connect server",
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
@@ -337,13 +367,17 @@ def serve(settings: SparkSettings | None, endpoint: Endpoint, *, ready: Callable
     })
     for variable in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):  # they would make it a client
         os.environ.pop(variable, None)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     session = session_from_conf(conf)
     ready(f"Spark Connect server listening on {endpoint.url} (Spark {session.version}, master "
           f"{conf['spark.master']}); stop it with Ctrl-C or SIGTERM")
-    stop.wait()
+    check = stop_when(session) if stop_when is not None else None
+    while not stop.wait(poll_seconds if check is not None else None):
+        if check is not None and check():
+            break
     session.stop()
 
 
