@@ -407,7 +407,6 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
-
     from transfer_platform.shared_spark import shared_from_env
 
     shared = not args.no_shared_spark and shared_from_env() is not False

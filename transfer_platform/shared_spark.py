@@ -48,7 +48,6 @@ from transfer_platform.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from transfer_platform.config.endpoints import Endpoint
 
 _LOG = logging.getLogger("transfer_platform.spark")
 
@@ -69,7 +68,7 @@ _OFF = ("0", "false", "off", "no")
 _STARTED: list[subprocess.Popen] = []
 
 
-class SharedServerUnavailable(Exception):  # noqa: N818 - a reason, reported as a warning
+class SharedServerUnavailable(Exception):
     """Why the shared server could not be used (the process then runs Spark itself)."""
 
 
@@ -116,7 +115,7 @@ def server_key(conf: dict[str, str]) -> tuple[str, dict[str, Any]]:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:  # noqa: PTH123
+    with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -249,11 +248,15 @@ def shared_session(conf: dict[str, str], idle_seconds: int, warn: Callable[[str]
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         lock = folder / f"{key}.lock"
         with _locked(lock):
-            state = live_state(folder, key) or start_server(folder, key, fields, conf, idle_seconds)
+            state = live_state(folder, key)
+            if state is None:
+                state = start_server(folder, key, fields, conf, idle_seconds)
+                _LOG.info("started the shared Spark server %s (pid %s, log %s)", state["url"], state["pid"], log)
             endpoint = Endpoint("127.0.0.1", state["port"])
             session = connect(endpoint)
             # the server keeps running while this process lives (a transfer busy elsewhere for long)
             session.conf.set(CLIENT_PID_CONF, str(os.getpid()))
+            _LOG.info("using the shared Spark server %s (pid %s, key %s)", state["url"], state["pid"], key)
             return session
     except (SharedServerUnavailable, TransferPlatformError, OSError) as exc:
         for variable in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):  # a failed client's traces
@@ -303,6 +306,12 @@ class _IdleWatch:
         return not self.busy() and time.time() - self.last_activity >= self.idle_seconds
 
 
+def _say(line: str) -> None:
+    """A line of the server's log (its stdout)."""
+    sys.stdout.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+    sys.stdout.flush()
+
+
 def serve_shared(key: str, request_path: Path) -> int:
     """The shared server of ``key``: listen as the request says, write the state file once
     listening, stop after the idle time (or on SIGTERM/SIGINT), removing the state file."""
@@ -323,7 +332,7 @@ def serve_shared(key: str, request_path: Path) -> int:
         partial = folder / f"{key}.json.{pid}"
         partial.write_text(json.dumps(state, indent=1))
         partial.replace(state_path)
-        print(f"{message}; shared server of key {key}, stops after {idle_seconds} s idle", flush=True)
+        _say(f"{message}; shared server of key {key}, stops after {idle_seconds} s idle")
 
     def forget() -> None:
         if (read_state(folder, key) or {}).get("pid") == pid:
@@ -338,7 +347,7 @@ def serve_shared(key: str, request_path: Path) -> int:
             with _locked(folder / f"{key}.lock"):  # no client between its check and its session now
                 if watch.idle():
                     forget()
-                    print(f"idle for {idle_seconds} s: stopping", flush=True)
+                    _say(f"idle for {idle_seconds} s: stopping")
                     return True
             return False
         return check
@@ -353,7 +362,7 @@ def serve_shared(key: str, request_path: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "serve":
-        print("usage: python -m transfer_platform.shared_spark serve KEY REQUEST_FILE", file=sys.stderr)
+        sys.stderr.write("usage: python -m transfer_platform.shared_spark serve KEY REQUEST_FILE\n")
         return 2
     return serve_shared(argv[1], Path(argv[2]))
 

@@ -13,9 +13,9 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
 import time
-import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
