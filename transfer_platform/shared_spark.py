@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -172,17 +173,17 @@ def live_state(folder: Path, key: str) -> dict[str, Any] | None:
     return None
 
 
-def _last_lines(log: Path, count: int = 400) -> str:
-    """The most telling line of the server's output: its last error or exception, else its last line."""
+def _why(log: Path) -> str:
+    """The most telling line of a server's output that ended early: its first exception or error
+    with a message (the JVM reports the cause first), else its last line."""
     try:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()[-count:] if line.strip()]
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    for marker in ("Error", "Exception", "error:", "ERROR"):
-        for line in reversed(lines):
-            if marker in line and not line.startswith("at "):
-                return line[:300]
-    return lines[-1][:300] if lines else ""
+    for line in lines:
+        if not line.startswith(("at ", "File ", "Traceback")) and re.search(r"(Exception|Error)\b[^:]*:\s+\S", line):
+            return line[:400]
+    return lines[-1][:400] if lines else ""
 
 
 def _free_port() -> int:
@@ -220,7 +221,7 @@ def start_server(folder: Path, key: str, fields: dict[str, Any], conf: dict[str,
             return state
         code = process.poll()
         if code is not None:
-            why = _last_lines(log)
+            why = _why(log)
             raise SharedServerUnavailable(f"it exited with status {code} before it listened"
                                           + (f" ({why})" if why else ""))
         if time.monotonic() > deadline:

@@ -8,6 +8,7 @@ server started under it afterwards (the rest of the suite runs with the shared s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,12 @@ import yaml
 from transfer_platform.shared_spark import SHARED_ENV_VAR, STATE_DIR_ENV_VAR
 from transfer_platform.spark_session import REMOTE_ENV_VAR
 from transfer_platform_tests.support.config import DESTINATION, events_model
-from transfer_platform_tests.support.events import create_events, insert_rows, make_rows, source_rows
+from transfer_platform_tests.support.events import (
+    create_events,
+    insert_rows,
+    make_rows,
+    source_rows,
+)
 from transfer_platform_tests.support.postgres import destination_rows, pg_connection_config
 from transfer_platform_tests.support.processes import group_alive
 
@@ -70,10 +76,8 @@ def state(tmp_path: Path) -> Iterator[Path]:
     folder = tmp_path / "state"
     yield folder
     for pid in server_pids(folder):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         wait_until(lambda pid=pid: not group_alive(pid), f"the server {pid} to go", 60)
 
 
@@ -171,7 +175,8 @@ def test_other_spark_settings_get_a_server_of_their_own(state: Path, tmp_path: P
     assert len(servers) == 2
     [two] = [server for server in servers if server["pid"] != one["pid"]]
     assert two["fields"]["conf"]["spark.driver.memory"] == "768m"
-    assert two["key"] != one["key"] and two["port"] != one["port"]
+    assert two["key"] != one["key"]
+    assert two["port"] != one["port"]
     assert sorted(server_pids(state)) == sorted([one["pid"], two["pid"]])
     assert destination_rows(pg_conn, second) == source_rows(pg_conn, source, TENANT)
 
@@ -195,9 +200,11 @@ def test_a_server_that_cannot_start_leaves_the_command_to_run_its_own_spark_with
     [warning] = warnings_of(err)
     assert "the shared Spark server could not be used: it exited with status" in warning
     [log] = state.glob("*.log")
-    assert str(log) in warning and "lots" in warning
+    assert str(log) in warning
+    assert "lots" in warning
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, source, TENANT)
-    assert server_pids(state) == [] and states(state) == []
+    assert server_pids(state) == []
+    assert states(state) == []
 
 
 def test_no_shared_spark_starts_no_server(state: Path, tmp_path: Path, pg_conn, source: str,
