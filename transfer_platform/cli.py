@@ -396,6 +396,16 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
     from transfer_platform.config.endpoints import DEFAULT_CONNECT_PORT, Endpoint
     from transfer_platform.spark_session import remote_endpoint, serve
 
+    if args.stop:
+        from transfer_platform.shared_spark import state_dir, stop_servers
+
+        folder = state_dir()
+        stopped = stop_servers(folder)
+        for state in stopped:
+            print(f"stopped the shared Spark server {state['url']} (pid {state['pid']}, log {state['log']})")
+        if not stopped:
+            print(f"no shared Spark server runs (state folder {folder})")
+        return 0
     path = find_config_path(args.config)
     named = args.config or os.environ.get("TRANSFER_PLATFORM_CONFIG")
     settings = load_config(path).spark if named or path.is_file() else None  # else the defaults
@@ -528,6 +538,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "With the file's spark settings, in the foreground, until stopped.")
     server.add_argument("--host", help="address to listen on (default: spark.remote's host, else 127.0.0.1)")
     server.add_argument("--port", type=int, help="port (default: spark.remote's port, else 15002)")
+    server.add_argument("--stop", action="store_true",
+                        help="stop the shared Spark servers that commands started in the background "
+                             "(those of $TRANSFER_PLATFORM_STATE_DIR, default ~/.cache/transfer_platform/spark), "
+                             "and exit")
     demo = command("demo", "run the embedded demo (no server needed)")
     demo.add_argument("--dir", default="demo_output",
                       help="working folder: new, empty, or an earlier demo's (then emptied); any other "

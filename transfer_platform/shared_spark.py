@@ -269,6 +269,28 @@ def shared_session(conf: dict[str, str], idle_seconds: int, warn: Callable[[str]
         return None
 
 
+def stop_servers(folder: Path, bound_s: float = 60.0) -> list[dict[str, Any]]:
+    """Stop every shared server recorded in ``folder`` (SIGTERM; each removes its state file as
+    it stops; SIGKILL after ``bound_s``); their states. A transfer using one fails, as when any
+    Spark Connect server stops (``SparkServerLost``)."""
+    stopped = []
+    for path in sorted(folder.glob("*.json")):
+        key = path.stem
+        state = live_state(folder, key)
+        if state is None:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(state["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + bound_s
+        while _pid_alive(state["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _pid_alive(state["pid"]):
+            _kill_group(state["pid"])
+        path.unlink(missing_ok=True)
+        stopped.append(state)
+    return stopped
+
+
 # -- the server ------------------------------------------------------------------------------
 
 

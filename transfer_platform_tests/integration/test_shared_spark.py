@@ -180,6 +180,14 @@ def test_other_spark_settings_get_a_server_of_their_own(state: Path, tmp_path: P
     assert sorted(server_pids(state)) == sorted([one["pid"], two["pid"]])
     assert destination_rows(pg_conn, second) == source_rows(pg_conn, source, TENANT)
 
+    stop = subprocess.run([CLI, "spark-server", "--stop"], capture_output=True, text=True, env=env, timeout=BOUND_S,
+                          check=False)
+    assert stop.returncode == 0, stop.stderr
+    assert sorted(stop.stdout.splitlines()) == sorted(f"stopped the shared Spark server {s['url']} (pid {s['pid']}, "
+                                                      f"log {s['log']})" for s in servers)
+    assert server_pids(state) == []
+    assert states(state) == []
+
 
 def test_an_idle_server_stops_by_itself_and_removes_its_state(state: Path, tmp_path: Path, pg_conn, source: str,
                                                               dst_schema: str) -> None:
