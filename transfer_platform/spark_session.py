@@ -1,9 +1,11 @@
 """The one place that knows how a SparkSession for transfers is configured.
 
-Two kinds: a local Spark inside the process that transfers (the embedded default), or a client of
-a long-lived Spark Connect server that every run shares (``spark.remote: sc://host:port``, or
+Two kinds: a local Spark inside the process that transfers, or a client of a Spark Connect
+server: one that every run shares (``spark.remote: sc://host:port``, or
 ``$TRANSFER_PLATFORM_SPARK_REMOTE``), started by ``transfer-platform spark-server``
-(:func:`serve`) with the same settings a local Spark gets: JDBC drivers, UTC, the log filter.
+(:func:`serve`) with the same settings a local Spark gets (JDBC drivers, UTC, the log filter), or,
+by default, the shared server of this machine that the first process needing Spark starts in the
+background (:mod:`transfer_platform.shared_spark`; a local Spark when opted out or unusable).
 
 The session itself is created by a Dagster resource (``orchestration/resources.py``) or, in the
 command line, tests and benchmarks, by :func:`get_spark_session`; never at import time.

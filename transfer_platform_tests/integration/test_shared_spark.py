@@ -232,3 +232,33 @@ def test_a_value_of_the_variable_that_is_neither_on_nor_off_is_refused(state: Pa
     assert code == 2
     assert f"${SHARED_ENV_VAR}='maybe'" in err
     assert not state.exists()
+
+
+DAGSTER_RUN = """
+import os, sys
+from pathlib import Path
+import dagster as dg
+from transfer_platform.definitions import build_definitions
+from transfer_platform_tests.support.dagster import transfer_run_config
+
+job = build_definitions(sys.argv[1]).resolve_job_def("transfer")
+print("after load:", sorted(p.name for p in Path(os.environ["TRANSFER_PLATFORM_STATE_DIR"]).glob("*")), flush=True)
+with dg.instance_for_test() as instance:
+    result = job.execute_in_process(run_config=transfer_run_config(sys.argv[2]), instance=instance,
+                                    raise_on_error=False)
+print("run:", "SUCCESS" if result.success else "FAILURE", flush=True)
+"""
+
+
+def test_a_dagster_run_is_a_client_of_the_shared_server_that_loading_the_definitions_does_not_start(
+        state: Path, tmp_path: Path, pg_conn, source: str, dst_schema: str) -> None:
+    config = write_config(tmp_path / "tp.yaml", source, dst_schema)
+    done = subprocess.run([sys.executable, "-c", DAGSTER_RUN, str(config), DESTINATION], capture_output=True,
+                          text=True, env=environment(state, TRANSFER_PLATFORM_LOG_LEVEL="INFO"), timeout=BOUND_S,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["after load: []", "run: SUCCESS"], done.stderr[-3000:]
+    [server] = states(state)
+    assert server_pids(state) == [server["pid"]]  # it outlives the run's process
+    assert f"using the shared Spark server {server['url']} (pid {server['pid']}" in done.stderr
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, source, TENANT)
