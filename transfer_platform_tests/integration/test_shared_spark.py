@@ -235,12 +235,14 @@ def test_a_value_of_the_variable_that_is_neither_on_nor_off_is_refused(state: Pa
 
 
 DAGSTER_RUN = """
-import os, sys
+import logging, os, sys
 from pathlib import Path
 import dagster as dg
 from transfer_platform.definitions import build_definitions
 from transfer_platform_tests.support.dagster import transfer_run_config
 
+logging.basicConfig(level=logging.WARNING)
+logging.getLogger("transfer_platform.spark").setLevel(logging.INFO)
 job = build_definitions(sys.argv[1]).resolve_job_def("transfer")
 print("after load:", sorted(p.name for p in Path(os.environ["TRANSFER_PLATFORM_STATE_DIR"]).glob("*")), flush=True)
 with dg.instance_for_test() as instance:
@@ -254,8 +256,7 @@ def test_a_dagster_run_is_a_client_of_the_shared_server_that_loading_the_definit
         state: Path, tmp_path: Path, pg_conn, source: str, dst_schema: str) -> None:
     config = write_config(tmp_path / "tp.yaml", source, dst_schema)
     done = subprocess.run([sys.executable, "-c", DAGSTER_RUN, str(config), DESTINATION], capture_output=True,
-                          text=True, env=environment(state, TRANSFER_PLATFORM_LOG_LEVEL="INFO"), timeout=BOUND_S,
-                          check=False)
+                          text=True, env=environment(state), timeout=BOUND_S, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["after load: []", "run: SUCCESS"], done.stderr[-3000:]
     [server] = states(state)
