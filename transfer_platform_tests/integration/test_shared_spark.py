@@ -263,3 +263,24 @@ def test_a_dagster_run_is_a_client_of_the_shared_server_that_loading_the_definit
     assert server_pids(state) == [server["pid"]]  # it outlives the run's process
     assert f"using the shared Spark server {server['url']} (pid {server['pid']}" in done.stderr
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, source, TENANT)
+
+
+QUIET_CLIENT = """
+import sys, time
+from transfer_platform.config.models import SparkSettings
+from transfer_platform.spark_session import get_spark_session
+
+spark = get_spark_session(SparkSettings(**{**eval(sys.argv[1]), "shared_idle_seconds": 10}))
+print(spark.range(3).count(), flush=True)
+time.sleep(30)  # the scenario: a transfer busy elsewhere (its destination's merge) for 3 idle times
+print(spark.range(5).count(), flush=True)
+"""
+
+
+def test_a_client_process_with_an_open_session_keeps_the_server_however_quiet_and_then_it_stops(
+        state: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", QUIET_CLIENT, repr(SPARK)], capture_output=True, text=True,
+                          env=environment(state), timeout=BOUND_S, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["3", "5"]
+    wait_until(lambda: not server_pids(state) and not states(state), "the server to stop once its client ended")
