@@ -17,8 +17,8 @@ The server (``python -m transfer_platform.shared_spark <request>``, its own sess
 group) stops after ``spark.shared_idle_seconds`` without activity, read from its own JVM every
 few seconds: no execution running (``SparkConnectExecutionManager.listActiveExecutions``), no
 session used since (``SparkConnectSessionManager.listActiveSessions``' ``lastAccessTimeMs``), and
-no open session whose client process still runs (each client names its pid in its session's
-``spark.transfer_platform.client_pid``): a transfer busy in its destination for an hour keeps
+no open session whose client process still runs (each client names its pid in its Spark Connect
+user id, ``transfer_platform_pid_<pid>``): a transfer busy in its destination for an hour keeps
 the server. It decides to stop under the key's lock (no client is between its check and its
 session then) and removes its state file first.
 
@@ -54,9 +54,9 @@ _LOG = logging.getLogger("transfer_platform.spark")
 
 SHARED_ENV_VAR = "TRANSFER_PLATFORM_SHARED_SPARK"
 STATE_DIR_ENV_VAR = "TRANSFER_PLATFORM_STATE_DIR"
-#: the session setting in which a client names its process, so that the server keeps running
-#: while that process lives (on this machine: the server listens on 127.0.0.1 only)
-CLIENT_PID_CONF = "spark.transfer_platform.client_pid"
+#: the prefix of the Spark Connect user id in which a client names its process, so that the
+#: server keeps running while that process lives (on this machine: it listens on 127.0.0.1 only)
+CLIENT_USER_PREFIX = "transfer_platform_pid_"
 #: the key of :func:`~transfer_platform.spark_session.spark_conf`'s settings that asks for the
 #: shared server (its value: the idle seconds); never given to a Spark
 SHARED_MARKER = "transfer_platform.shared_idle_seconds"
@@ -254,9 +254,8 @@ def shared_session(conf: dict[str, str], idle_seconds: int, warn: Callable[[str]
                 state = start_server(folder, key, fields, conf, idle_seconds)
                 _LOG.info("started the shared Spark server %s (pid %s, log %s)", state["url"], state["pid"], log)
             endpoint = Endpoint("127.0.0.1", state["port"])
-            session = connect(endpoint)
             # the server keeps running while this process lives (a transfer busy elsewhere for long)
-            session.conf.set(CLIENT_PID_CONF, str(os.getpid()))
+            session = connect(endpoint, user_id=f"{CLIENT_USER_PREFIX}{os.getpid()}")
             _LOG.info("using the shared Spark server %s (pid %s, key %s)", state["url"], state["pid"], key)
             return session
     except (SharedServerUnavailable, TransferPlatformError, OSError) as exc:
@@ -294,6 +293,12 @@ def stop_servers(folder: Path, bound_s: float = 60.0) -> list[dict[str, Any]]:
 # -- the server ------------------------------------------------------------------------------
 
 
+def client_pid(user_id: str) -> int | None:
+    """The client process a session's user id names (:data:`CLIENT_USER_PREFIX`), if any."""
+    number = user_id[len(CLIENT_USER_PREFIX):] if user_id.startswith(CLIENT_USER_PREFIX) else ""
+    return int(number) if number.isdigit() else None
+
+
 class _IdleWatch:
     """Reads the Connect service's activity from its JVM (``SparkConnectService``'s execution and
     session managers) and tells when nothing happened for ``idle_seconds``."""
@@ -311,16 +316,15 @@ class _IdleWatch:
         executions = self._service.listActiveExecutions()
         if executions.isRight() and executions.right().get().size() > 0:
             busy = True
-        manager = self._service.sessionManager()
-        sessions = manager.listActiveSessions().iterator()
+        # read from the sessions' descriptions only: looking a session up (getIsolatedSession...)
+        # would count as an access, and keep every session, a dead client's too, fresh forever
+        sessions = self._service.sessionManager().listActiveSessions().iterator()
         while sessions.hasNext():
             info = sessions.next()
             self.last_activity = max(self.last_activity, info.lastAccessTimeMs() / 1000)
-            holder = manager.getIsolatedSessionIfPresent(info.key())
-            if holder.isDefined():
-                pid = holder.get().session().conf().get(CLIENT_PID_CONF, "")
-                if pid.isdigit() and _pid_alive(int(pid)):
-                    busy = True
+            pid = client_pid(info.userId())
+            if pid is not None and _pid_alive(pid):
+                busy = True
         if busy:
             self.last_activity = time.time()
         return busy

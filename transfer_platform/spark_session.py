@@ -222,9 +222,10 @@ def connect_retry_policy(endpoint: Endpoint) -> Any:
 _ENDPOINTS: weakref.WeakKeyDictionary[Any, Endpoint] = weakref.WeakKeyDictionary()
 
 
-def connect(endpoint: Endpoint) -> SparkSession:
+def connect(endpoint: Endpoint, *, user_id: str | None = None) -> SparkSession:
     """A client session of the Connect server at ``endpoint``: fails at once (never retries for
-    minutes) when nothing answers there, and when the server's Spark version is not the client's."""
+    minutes) when nothing answers there, and when the server's Spark version is not the client's.
+    ``user_id``: the session's Spark Connect user id (the shared server reads its client's pid there)."""
     import pyspark
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
@@ -237,7 +238,8 @@ def connect(endpoint: Endpoint) -> SparkSession:
     # reports it as SparkServerLost: the warning would only add a line with a source path to stderr
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]", category=UserWarning)
     # a session of its own on the server, whatever this process opened before (a run's, a test's)
-    session = SparkSession.builder.remote(endpoint.url).create()
+    url = endpoint.url if user_id is None else f"{endpoint.url}/;user_id={user_id}"
+    session = SparkSession.builder.remote(url).create()
     _ENDPOINTS[session] = endpoint
     client = session.client
     client.set_retry_policies([connect_retry_policy(endpoint)])

@@ -107,3 +107,11 @@ def test_a_state_file_whose_process_is_gone_or_is_no_server_is_stale_and_removed
         (tmp_path / "k.json").write_text(json.dumps({"pid": pid, "port": 1, "key": "k"}))
         assert live_state(tmp_path, "k") is None
         assert not (tmp_path / "k.json").exists()
+
+
+def test_a_session_names_its_client_process_in_its_user_id() -> None:
+    from transfer_platform.shared_spark import CLIENT_USER_PREFIX, client_pid
+
+    assert client_pid(f"{CLIENT_USER_PREFIX}4242") == 4242
+    for other in ("", "alice", f"{CLIENT_USER_PREFIX}", f"{CLIENT_USER_PREFIX}12x", "4242"):
+        assert client_pid(other) is None
