@@ -125,7 +125,7 @@ def run(rows: int, work: Path) -> dict:
     from transfer_platform.spark_session import get_spark_session
 
     create_source(rows, 1)
-    spark = get_spark_session(SparkSettings(**SPARK))
+    spark = get_spark_session(SparkSettings(**SPARK), shared=False)  # a Spark of its own: what these measure
     results: dict = {"rows": rows}
 
     parquet, floor_db, platform_db = work / "backfill.parquet", work / "floor.duckdb", work / "platform.duckdb"

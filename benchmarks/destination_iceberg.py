@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cfg = config(Path(folder) / "warehouse")
             model = cfg.model("events")
-            spark = get_spark_session(SparkSettings(**SPARK))
+            spark = get_spark_session(SparkSettings(**SPARK), shared=False)  # a Spark of its own: what these measure
             writer = writer_for(cfg.destination("d0"))
 
             def table(name: str = "r0.events"):

@@ -250,7 +250,7 @@ def start_spark() -> tuple[object, float]:
     from transfer_platform.spark_session import get_spark_session
 
     start = time.perf_counter()
-    spark = get_spark_session(SparkSettings(**SPARK))
+    spark = get_spark_session(SparkSettings(**SPARK), shared=False)  # a Spark of its own: what these measure
     return spark, time.perf_counter() - start
 
 

@@ -70,24 +70,41 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _spark(config, args: argparse.Namespace):  # PlatformConfig -> SparkSession
     """The session, started with the JVM's output (banner, log, Java stack traces) kept off the
-    terminal unless --verbose."""
+    terminal unless --verbose: a client of ``spark.remote``, of the shared Spark server (the
+    default; started in the background on first use), or (--no-shared-spark) a Spark of its own."""
     from transfer_platform.console.streams import child_output
     from transfer_platform.spark_session import get_spark_session, remote_endpoint
 
     endpoint = remote_endpoint(config.spark)
-    print(f"starting Spark ({f'Spark Connect server {endpoint.url}' if endpoint else config.spark.master})",
-          file=sys.stderr, flush=True)
-    with child_output(args.verbose) as output:
-        try:
-            return get_spark_session(config.spark)
-        except TransferPlatformError:
-            raise
-        except Exception as exc:
-            tail = output.tail(3)
-            raise SparkDidNotStart(f"Spark did not start: {_one_line(exc)}"
-                                   + (f" (its last output: {' | '.join(tail)})" if tail else "")
-                                   + ". Fix: check Java 17 and the spark settings of the configuration; "
-                                   "run again with --verbose to see the JVM's output") from exc
+    shared = _shared(config, args)
+    where = (f"Spark Connect server {endpoint.url}" if endpoint else
+             f"shared Spark server, {config.spark.master}" if shared else config.spark.master)
+    print(f"starting Spark ({where})", file=sys.stderr, flush=True)
+    warnings: list[str] = []
+    try:
+        with child_output(args.verbose) as output:
+            try:
+                return get_spark_session(config.spark, shared=shared, warn=warnings.append)
+            except TransferPlatformError:
+                raise
+            except Exception as exc:
+                tail = output.tail(3)
+                raise SparkDidNotStart(f"Spark did not start: {_one_line(exc)}"
+                                       + (f" (its last output: {' | '.join(tail)})" if tail else "")
+                                       + ". Fix: check Java 17 and the spark settings of the configuration; "
+                                       "run again with --verbose to see the JVM's output") from exc
+    finally:
+        for warning in warnings:  # said after the JVM's output is put back on the terminal
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _shared(config, args: argparse.Namespace) -> bool:
+    """Whether this command uses the shared Spark server (without spark.remote): not with
+    --no-shared-spark, ``$TRANSFER_PLATFORM_SHARED_SPARK`` off or ``spark.shared: false``."""
+    from transfer_platform.shared_spark import shared_from_env
+
+    from_env = shared_from_env()  # a ConfigError for a value that is neither on nor off
+    return not getattr(args, "no_shared_spark", False) and from_env is not False and config.spark.shared
 
 
 class SparkDidNotStart(TransferPlatformError):
@@ -379,6 +396,16 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
     from transfer_platform.config.endpoints import DEFAULT_CONNECT_PORT, Endpoint
     from transfer_platform.spark_session import remote_endpoint, serve
 
+    if args.stop:
+        from transfer_platform.shared_spark import state_dir, stop_servers
+
+        folder = state_dir()
+        stopped = stop_servers(folder)
+        for state in stopped:
+            print(f"stopped the shared Spark server {state['url']} (pid {state['pid']}, log {state['log']})")
+        if not stopped:
+            print(f"no shared Spark server runs (state folder {folder})")
+        return 0
     path = find_config_path(args.config)
     named = args.config or os.environ.get("TRANSFER_PLATFORM_CONFIG")
     settings = load_config(path).spark if named or path.is_file() else None  # else the defaults
@@ -390,8 +417,10 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
+    from transfer_platform.shared_spark import shared_from_env
 
-    return 0 if run_demo(Path(args.dir), verbose=args.verbose) else 1
+    shared = not args.no_shared_spark and shared_from_env() is not False
+    return 0 if run_demo(Path(args.dir), verbose=args.verbose, shared=shared) else 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -405,6 +434,8 @@ ENVIRONMENT = f"""environment:
   TRANSFER_PLATFORM_CONFIG   the configuration file when --config is not given
   {LOG_LEVEL_ENV}  DEBUG, INFO, WARNING (default; INFO with --verbose), ERROR
   DAGSTER_HOME               the Dagster instance of --enqueue, transfers and cancel
+  TRANSFER_PLATFORM_SHARED_SPARK  0 runs Spark inside each command (as --no-shared-spark)
+  TRANSFER_PLATFORM_STATE_DIR     the shared Spark server's state and log (default ~/.cache/transfer_platform/spark)
 
 output: stdout holds the result (JSON, a transfer id, a table); progress, warnings and errors go
 to stderr. Exit 0: done; 1: a failure at run time; 2: a configuration or usage error."""
@@ -429,6 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
         target.add_argument("-v", "--verbose", action="store_true", default=False if default else argparse.SUPPRESS,
                             help="show Spark's and Dagster's own output (the JVM's banner, log and Java "
                                  "stack traces), INFO log lines, and a traceback with any error")
+        target.add_argument("--no-shared-spark", action="store_true",
+                            default=False if default else argparse.SUPPRESS,
+                            help="run Spark inside this command (~11 s to start) instead of the shared Spark "
+                                 "server that commands start in the background on first use and reuse "
+                                 "(without spark.remote; also spark.shared: false, "
+                                 "TRANSFER_PLATFORM_SHARED_SPARK=0)")
 
     common = argparse.ArgumentParser(add_help=False)
     options(common, default=False)
@@ -501,6 +538,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "With the file's spark settings, in the foreground, until stopped.")
     server.add_argument("--host", help="address to listen on (default: spark.remote's host, else 127.0.0.1)")
     server.add_argument("--port", type=int, help="port (default: spark.remote's port, else 15002)")
+    server.add_argument("--stop", action="store_true",
+                        help="stop the shared Spark servers that commands started in the background "
+                             "(those of $TRANSFER_PLATFORM_STATE_DIR, default ~/.cache/transfer_platform/spark), "
+                             "and exit")
     demo = command("demo", "run the embedded demo (no server needed)")
     demo.add_argument("--dir", default="demo_output",
                       help="working folder: new, empty, or an earlier demo's (then emptied); any other "

@@ -1,9 +1,11 @@
 """The one place that knows how a SparkSession for transfers is configured.
 
-Two kinds: a local Spark inside the process that transfers (the embedded default), or a client of
-a long-lived Spark Connect server that every run shares (``spark.remote: sc://host:port``, or
+Two kinds: a local Spark inside the process that transfers, or a client of a Spark Connect
+server: one that every run shares (``spark.remote: sc://host:port``, or
 ``$TRANSFER_PLATFORM_SPARK_REMOTE``), started by ``transfer-platform spark-server``
-(:func:`serve`) with the same settings a local Spark gets: JDBC drivers, UTC, the log filter.
+(:func:`serve`) with the same settings a local Spark gets (JDBC drivers, UTC, the log filter), or,
+by default, the shared server of this machine that the first process needing Spark starts in the
+background (:mod:`transfer_platform.shared_spark`; a local Spark when opted out or unusable).
 
 The session itself is created by a Dagster resource (``orchestration/resources.py``) or, in the
 command line, tests and benchmarks, by :func:`get_spark_session`; never at import time.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from transfer_platform import vendors
 from transfer_platform.config.endpoints import Endpoint, parse_endpoint
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferPlatformError
+from transfer_platform.shared_spark import SHARED_MARKER
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,11 +81,19 @@ def remote_endpoint(settings: SparkSettings | None = None) -> Endpoint | None:
 
 def spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
     """The builder settings of the Spark that transfers use: ``{"spark.remote": url}`` for a
-    Connect server (the server holds every other setting), else a local Spark's settings."""
+    Connect server (the server holds every other setting), else a local Spark's settings, with
+    (``spark.shared``, the default) the marker that asks :func:`session_from_conf` for the shared
+    server of these settings. Nothing starts here: definitions call it when they load."""
+    from transfer_platform.config.models import SparkSettings
+
     endpoint = remote_endpoint(settings)
     if endpoint is not None:
         return {"spark.remote": endpoint.url}
-    return local_spark_conf(settings)
+    conf = local_spark_conf(settings)
+    settings = settings or SparkSettings()
+    if settings.shared:
+        conf[SHARED_MARKER] = str(settings.shared_idle_seconds)
+    return conf
 
 
 def local_spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
@@ -127,18 +138,34 @@ def local_spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
     return conf
 
 
-def get_spark_session(settings: SparkSettings | None = None) -> SparkSession:
-    """Create (or return the process's existing) SparkSession with the platform's settings."""
-    return session_from_conf(spark_conf(settings))
+def get_spark_session(settings: SparkSettings | None = None, *, shared: bool | None = None,
+                      warn: Callable[[str], None] | None = None) -> SparkSession:
+    """Create (or return the process's existing) SparkSession with the platform's settings.
+    ``shared=False`` (``--no-shared-spark``) runs Spark in this process instead of the shared
+    server of the default mode; ``warn`` receives the one warning of a shared server that could
+    not be used (default: this module's logger)."""
+    conf = spark_conf(settings)
+    if shared is False:
+        conf.pop(SHARED_MARKER, None)
+    return session_from_conf(conf, warn=warn)
 
 
-def session_from_conf(conf: dict[str, Any]) -> SparkSession:
+def session_from_conf(conf: dict[str, Any], *, warn: Callable[[str], None] | None = None) -> SparkSession:
     """A session from :func:`spark_conf`'s settings: a Connect client checked to reach a server of
-    the client's Spark version, or a local Spark whose JVM log drops passwords."""
+    the client's Spark version (``spark.remote``, or the shared server of the default mode, unless
+    ``$TRANSFER_PLATFORM_SHARED_SPARK`` says off), or a local Spark whose JVM log drops passwords."""
     from pyspark.sql import SparkSession
+
+    from transfer_platform.shared_spark import shared_from_env, shared_session
 
     if "spark.remote" in conf:
         return connect(parse_endpoint(conf["spark.remote"]))
+    conf = dict(conf)
+    idle_seconds = conf.pop(SHARED_MARKER, None)
+    if idle_seconds is not None and shared_from_env() is not False:
+        session = shared_session(conf, int(idle_seconds), warn or _LOG.warning)
+        if session is not None:
+            return session
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     for key, value in conf.items():
@@ -195,9 +222,10 @@ def connect_retry_policy(endpoint: Endpoint) -> Any:
 _ENDPOINTS: weakref.WeakKeyDictionary[Any, Endpoint] = weakref.WeakKeyDictionary()
 
 
-def connect(endpoint: Endpoint) -> SparkSession:
+def connect(endpoint: Endpoint, *, user_id: str | None = None) -> SparkSession:
     """A client session of the Connect server at ``endpoint``: fails at once (never retries for
-    minutes) when nothing answers there, and when the server's Spark version is not the client's."""
+    minutes) when nothing answers there, and when the server's Spark version is not the client's.
+    ``user_id``: the session's Spark Connect user id (the shared server reads its client's pid there)."""
     import pyspark
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
@@ -210,7 +238,8 @@ def connect(endpoint: Endpoint) -> SparkSession:
     # reports it as SparkServerLost: the warning would only add a line with a source path to stderr
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]", category=UserWarning)
     # a session of its own on the server, whatever this process opened before (a run's, a test's)
-    session = SparkSession.builder.remote(endpoint.url).create()
+    url = endpoint.url if user_id is None else f"{endpoint.url}/;user_id={user_id}"
+    session = SparkSession.builder.remote(url).create()
     _ENDPOINTS[session] = endpoint
     client = session.client
     client.set_retry_policies([connect_retry_policy(endpoint)])
@@ -324,11 +353,16 @@ def is_remote(session: SparkSession) -> bool:
     return not hasattr(session, "_jsparkSession")
 
 
-def serve(settings: SparkSettings | None, endpoint: Endpoint, *, ready: Callable[[str], None]) -> None:
+def serve(settings: SparkSettings | None, endpoint: Endpoint, *, ready: Callable[[str], None],
+          conf: dict[str, str] | None = None,
+          stop_when: Callable[[SparkSession], Callable[[], bool]] | None = None,
+          poll_seconds: float = 5.0) -> None:
     """Run a Spark Connect server at ``endpoint`` until SIGTERM or SIGINT: a local Spark (the
     configured ``master``, memory and ``conf``, the JDBC drivers on the driver's class path, UTC,
-    the log filter that drops passwords) with Spark's Connect plugin listening there."""
-    conf = local_spark_conf(settings)
+    the log filter that drops passwords) with Spark's Connect plugin listening there. ``conf``:
+    the JVM's settings already made (the shared server's); ``stop_when(session)``: a check, asked
+    every ``poll_seconds``, that ends the server when it answers True (the shared server's idle stop)."""
+    conf = dict(conf) if conf is not None else local_spark_conf(settings)
     conf.update({
         "spark.app.name": "transfer_platform Spark Connect server",
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
@@ -337,13 +371,17 @@ def serve(settings: SparkSettings | None, endpoint: Endpoint, *, ready: Callable
     })
     for variable in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):  # they would make it a client
         os.environ.pop(variable, None)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     session = session_from_conf(conf)
     ready(f"Spark Connect server listening on {endpoint.url} (Spark {session.version}, master "
           f"{conf['spark.master']}); stop it with Ctrl-C or SIGTERM")
-    stop.wait()
+    check = stop_when(session) if stop_when is not None else None
+    while not stop.wait(poll_seconds if check is not None else None):
+        if check is not None and check():
+            break
     session.stop()
 
 

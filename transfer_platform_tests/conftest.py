@@ -19,6 +19,11 @@ from transfer_platform_tests.support.azurite import Azurite, azurite
 from transfer_platform_tests.support.postgres import pg_connect
 from transfer_platform_tests.support.s3_server import S3Server, s3_server
 
+#: the suite runs Spark inside each process (each test's command lines and Dagster runs inherit
+#: this): a shared Spark server started by a test's command would outlive it. The tests of the
+#: shared server (integration/test_shared_spark.py) turn it on for their own commands.
+os.environ.setdefault("TRANSFER_PLATFORM_SHARED_SPARK", "0")
+
 
 @pytest.fixture
 def pg_schema() -> Iterator[str]:

@@ -10,7 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    Tag,
+    field_validator,
+)
 
 from transfer_platform import vendors
 from transfer_platform.config.endpoints import parse_endpoint
@@ -498,16 +508,22 @@ DestinationConfig = Annotated[PostgresDestination | MysqlDestination | DeltaDest
 class SparkSettings(StrictModel):
     """Where transfers run their Spark work.
 
-    Without ``remote``: a Spark started inside each process that transfers (the embedded default:
-    nothing to run beside it, ~11 s of start-up per process). With ``remote``
-    (``sc://host:port``): a long-lived Spark Connect server that every run shares; ``master``,
-    ``driver_memory`` and ``conf`` then describe that server (``transfer-platform spark-server``
-    starts it with them). ``$TRANSFER_PLATFORM_SPARK_REMOTE`` overrides ``remote``."""
+    Without ``remote`` (the default): a Spark Connect server on this machine that the first
+    process needing Spark starts in the background and later ones reuse (``shared``; one per
+    version and JVM settings, :mod:`transfer_platform.shared_spark`), stopped by itself after
+    ``shared_idle_seconds`` without a query or a client; with ``shared: false``
+    (``--no-shared-spark``, ``$TRANSFER_PLATFORM_SHARED_SPARK=0``), a Spark started inside each
+    process that transfers (~11 s of start-up per process). With ``remote`` (``sc://host:port``):
+    a long-lived Spark Connect server that every run shares; ``master``, ``driver_memory`` and
+    ``conf`` then describe that server (``transfer-platform spark-server`` starts it with them).
+    ``$TRANSFER_PLATFORM_SPARK_REMOTE`` overrides ``remote``."""
 
     master: str = "local[2]"
     driver_memory: str = "2g"
     conf: dict[str, str] = Field(default_factory=dict)
     remote: str | None = None
+    shared: StrictBool = True
+    shared_idle_seconds: StrictInt = Field(1800, ge=10, le=7 * 86400)
 
     @field_validator("remote")
     @classmethod

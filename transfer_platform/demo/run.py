@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 import uuid
@@ -181,7 +182,8 @@ def prepare_workdir(workdir: Path) -> Path:
     return workdir
 
 
-def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0, verbose: bool = False) -> bool:
+def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0, verbose: bool = False,
+             shared: bool | None = None) -> bool:
     """Run the demo in ``workdir`` (see :func:`prepare_workdir`); whether every destination
     equals its tenant's source rows. The local Spark's output (its banner, log and Java stack
     traces) is kept off the terminal unless ``verbose``."""
@@ -204,8 +206,11 @@ def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0,
         instance = DagsterInstance.get()
         print(f"reporting materializations to the Dagster instance in {os.environ['DAGSTER_HOME']}")
 
+    warnings: list[str] = []
     with child_output(verbose):
-        spark = get_spark_session(config.spark)
+        spark = get_spark_session(config.spark, shared=shared, warn=warnings.append)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     backfill = _transfer_all(config, spark, instance, "backfill")
     ok = _print_table(f"backfill ({time.perf_counter() - t0:.1f} s)", config, backfill, check=True,

@@ -36,9 +36,11 @@ def _load(path: str, _mtime_ns: int, shard: str = "") -> PlatformConfig:
 
 
 class TransferSparkResource(LazyPySparkResource):
-    """Dagster's lazy PySpark resource, whose session is the platform's: a local Spark whose JVM
-    log drops passwords, or a client of the Spark Connect server (checked: reachable, same
-    version), released on the server when the run ends."""
+    """Dagster's lazy PySpark resource, whose session is the platform's: a client of the Spark
+    Connect server (``spark.remote``; checked: reachable, same version), or by default of the
+    shared Spark server of this machine, found or started when the run's first step needs Spark
+    (never when definitions load), or a local Spark whose JVM log drops passwords (opted out, or
+    the shared server unusable); a client's session is released on the server when the run ends."""
 
     def _init_session(self) -> None:
         if self._spark_session is None:
@@ -52,5 +54,7 @@ class TransferSparkResource(LazyPySparkResource):
 def spark_resource(config: PlatformConfig) -> LazyPySparkResource:
     """One SparkSession per run, created when a step first needs it, shared by every model of
     the run (the definitions use the in-process executor so that a run is one process); with
-    ``spark.remote``, a session of the shared Spark Connect server instead of a Spark of its own."""
+    ``spark.remote``, a session of that Spark Connect server, else (``spark.shared``, the default)
+    one of the shared server :mod:`transfer_platform.shared_spark` starts, instead of a Spark of
+    its own. Only settings here: nothing starts until the run's session does."""
     return TransferSparkResource(spark_config=spark_conf(config.spark))
