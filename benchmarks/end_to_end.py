@@ -408,12 +408,16 @@ def uptime() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.spark_server import spark_connect_server
+    from transfer_platform.shared_spark import STATE_DIR_ENV_VAR, stop_servers
 
     args = parse_args(argv)
     results = {"parameters": vars(args), "machine": {"cpu_count": os.cpu_count(), "uptime_before": uptime(),
                                                      "load_average_before": os.getloadavg()}}
     with tempfile.TemporaryDirectory(prefix="tp_e2e_") as scratch, ExitStack() as stack:
         folder = Path(scratch)
+        # the default mode's shared Spark server: its state in the scratch folder, stopped at the end
+        os.environ[STATE_DIR_ENV_VAR] = str(folder / "shared_spark")
+        stack.callback(stop_servers, folder / "shared_spark")
         server_url, errors = None, []
         if not args.only_peers:
             start = time.perf_counter()
