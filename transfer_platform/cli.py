@@ -542,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop the shared Spark servers that commands started in the background "
                              "(those of $TRANSFER_PLATFORM_STATE_DIR, default ~/.cache/transfer_platform/spark), "
                              "and exit")
-    demo = command("demo", "run the embedded demo (no server needed)")
+    demo = command("demo", "run the embedded demo (no server to install or start)")
     demo.add_argument("--dir", default="demo_output",
                       help="working folder: new, empty, or an earlier demo's (then emptied); any other "
                            "folder is refused")

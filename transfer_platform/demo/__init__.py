@@ -1,1 +1,1 @@
-"""The embedded demo: a Parquet lake, three recipients, Delta destinations, no server."""
+"""The embedded demo: a Parquet lake, three recipients, Delta destinations, no server to install or start."""

@@ -3,7 +3,7 @@
 Runs on an embedded default: a Parquet lake and Delta destinations on local disk (one recipient
 also receives two models as Parquet files with signed manifests in a folder, which the demo reads
 as a consumer would: signature, checksums, latest version per key; another every model in a DuckDB
-file, read back with the duckdb package), Spark in local mode, no server. With ``DAGSTER_HOME`` set, every window is also reported to that Dagster instance, so
+file, read back with the duckdb package), Spark in local mode (the shared Spark server started on first use, or in the process), no server to install or start. With ``DAGSTER_HOME`` set, every window is also reported to that Dagster instance, so
 ``dagster dev`` shows it materialized.
 """
 
