@@ -152,9 +152,28 @@ class _SourceBase(StrictModel):
         return self.vendor_record.default_lookback_seconds
 
 
+class SourceStaging(StrictModel):
+    """Source staging (off unless set): the due incremental transfers of a model read its changed
+    rows for all their tenants in one query, staged as Parquet per tenant in ``path`` (a local or
+    mounted folder shared by every process that runs transfers), each transfer taking its tenant's
+    rows from there (``transfer_platform/sources/staging.py``)."""
+
+    path: str = Field(min_length=1, description="a folder shared by the processes that run transfers")
+    max_age_hours: float = Field(default=24, gt=0, le=24 * 7)
+
+    @field_validator("path")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        if "://" in value:
+            raise ValueError(f"staging.path {value!r} is not a folder: only a local or mounted folder "
+                             "can hold the staging (an object store is not supported); give a folder path")
+        return value
+
+
 class PostgresSource(_SourceBase):
     vendor: Literal["postgres"]
     connection: DatabaseConnection
+    staging: SourceStaging | None = None
 
 
 class MysqlSource(_SourceBase):
