@@ -140,11 +140,6 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                         "last-modified column, and Spark cannot split on a text column",
                                         "set max_concurrent_queries_per_transfer: 1 on the source, or "
                                         "use a timestamp, date or epoch last-modified column"))
-            if getattr(source, "staging", None) is not None and source.tenancy != "multi_tenant":
-                problems.append(Problem(f"sources.{source.name}.staging",
-                                        "source staging reads several tenants in one query: it needs a "
-                                        "multi-tenant source (this one is schema-tenanted)",
-                                        "remove staging from the source"))
             if (getattr(source, "staging", None) is not None and len(last_modified) == 1
                     and model.change_column.kind == "text"):
                 problems.append(Problem(f"{path}.columns ({last_modified[0].name_in_source})",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 from transfer_platform import vendors
 from transfer_platform.config.endpoints import parse_endpoint
@@ -174,6 +174,13 @@ class PostgresSource(_SourceBase):
     vendor: Literal["postgres"]
     connection: DatabaseConnection
     staging: SourceStaging | None = None
+
+    @model_validator(mode="after")
+    def _staged_tenancy(self) -> PostgresSource:
+        if self.staging is not None and self.tenancy != "multi_tenant":
+            raise ValueError("staging reads several tenants in one query: it needs tenancy: multi_tenant "
+                             "(this source is schema-tenanted); remove staging from the source")
+        return self
 
 
 class MysqlSource(_SourceBase):

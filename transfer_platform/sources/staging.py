@@ -383,13 +383,13 @@ class TransferStaging:
 
     @classmethod
     def for_transfer(cls, config: PlatformConfig, model: ModelConfig, destination: str, now: datetime,
-                     log: Any) -> TransferStaging | None:
+                     log: Any, *, tick: datetime | None = None) -> TransferStaging | None:
         source = config.source(model.source_name)
         if getattr(source, "staging", None) is None or source.tenancy != "multi_tenant":
             return None
         tenant = config.recipient(config.destination(destination).recipient).id_in_provider_system
         return cls(config, StagingArea(source, model), destination, tenant,
-                   tick_of(config, destination, now), log)
+                   tick_of(config, destination, now) if tick is None else f"at@{isoformat(tick)}", log)
 
     def _failed(self, exc: BaseException) -> None:
         if not self.broken:

@@ -94,6 +94,9 @@ class TransferRequest:
     on_plan: Callable[[str, int], None] | None = None
     #: the sizes the windows are read with (``run_rows``, ``run_windows``: see :func:`_steps`)
     tuning: Tuning = DEFAULT
+    #: the schedule tick this transfer belongs to (source staging: the transfers of one tick share
+    #: a read); ``None``: the tick of the destination's frequency that holds ``now``
+    tick: datetime | None = None
 
 
 def transfer_model(
@@ -173,7 +176,8 @@ def _staging_for(request: TransferRequest, model: ModelConfig) -> TransferStagin
     explicit windows) of a model whose source stages reads, else ``None``."""
     if request.full_refresh or request.start is not None or request.end is not None:
         return None
-    return TransferStaging.for_transfer(request.config, model, request.destination, request.now, request.log)
+    return TransferStaging.for_transfer(request.config, model, request.destination, request.now, request.log,
+                                        tick=request.tick)
 
 
 def _up_to(request: TransferRequest, staged: StagedReader) -> TransferRequest:
