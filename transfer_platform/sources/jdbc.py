@@ -107,7 +107,7 @@ SOURCE_STATEMENTS: Counter[tuple[str, str]] = Counter()
 _STATEMENTS_LOCK = threading.Lock()
 
 
-def counted(source: str, kind: str) -> None:
+def count_statement(source: str, kind: str) -> None:
     with _STATEMENTS_LOCK:
         SOURCE_STATEMENTS[(source, kind)] += 1
 
@@ -384,7 +384,7 @@ class JdbcReader:
                                        dialect=dialect)]
         columns = required_columns(model, multi_tenant=True)
         sql = source_select(self.relation_for(request), columns, predicates, dialect=dialect)
-        counted(self.source.name, "rows")
+        count_statement(self.source.name, "rows")
         return self._load(spark, request, derived_table(sql, dialect=dialect), {})
 
     def keys_unique(self, request: ReadRequest) -> bool:
@@ -401,7 +401,7 @@ class JdbcReader:
             schema, table = self._tenant_schema(request), model.source_table
         keys = [c.name_in_source for c in model.primary_key]
         sql = self.dialect.unique_key_sql(self.relation_for(request), schema or None, table, keys)
-        counted(self.source.name, "catalog")
+        count_statement(self.source.name, "catalog")
         try:
             rows = self.dialect.select_rows(self.source.connection, self.what, sql, self.default_schema_for(request))
         except Exception:  # noqa: BLE001 - any refusal: each window is then resolved as any other
@@ -468,14 +468,14 @@ class JdbcReader:
         """The read's query as a transfer sends it, its columns and types asked by Spark's JDBC
         reader (``SELECT * FROM (<query>) WHERE 1=0``: no row), then the model's casts analyzed."""
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
-        counted(self.source.name, "schema")
+        count_statement(self.source.name, "schema")
         model_columns(self._load(spark, request, dbtable, {}), request, self.source.name, analyze=True)
 
     def read(self, spark: SparkSession, request: ReadRequest, *, with_origin: bool = False) -> DataFrame:
         """``with_origin`` adds nothing: a database's rows come from no file (a conflict between
         two versions of a row is named by their values)."""
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
-        counted(self.source.name, "rows")
+        count_statement(self.source.name, "rows")
         frame = self._load(spark, request, dbtable, self.partition_options(request))
         return model_columns(frame, request, self.source.name)
 
@@ -509,7 +509,7 @@ class JdbcReader:
                  f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect.name)} "
                  f"LIMIT {int(up_to)}) AS tp_counted{i}"
                  for i, r in enumerate(requests)]
-        counted(self.source.name, "rows")
+        count_statement(self.source.name, "rows")
         try:
             found = dialect.select_rows(self.source.connection, self.what, " UNION ALL ".join(parts),
                                         self.default_schema_for(requests[0]))
@@ -530,7 +530,7 @@ class JdbcReader:
             f"SELECT {quote_ident(f'tp_read{i}', dialect)}.*, {i} AS {tag} FROM "
             f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect)}"
             for i, r in enumerate(requests))
-        counted(self.source.name, "rows")
+        count_statement(self.source.name, "rows")
         frame = self._load(spark, requests[0], derived_table(union, dialect=dialect), {})
         return model_columns(frame, requests[0], self.source.name, keep=(WINDOW_COLUMN,))
 
@@ -559,7 +559,7 @@ class JdbcReader:
         else:
             sql = f"SELECT COUNT(*) AS {rows} FROM {counted}"
         base = self.connection_options(request)
-        counted(self.source.name, "rows")
+        count_statement(self.source.name, "rows")
         try:
             frame = (spark.read.format("jdbc").options(**base)
                      .option("dbtable", derived_table(sql, alias="tp_count", dialect=dialect)).load())

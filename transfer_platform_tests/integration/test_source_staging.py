@@ -40,6 +40,8 @@ START = datetime(2024, 5, 1, tzinfo=UTC)
 NOW1 = datetime(2024, 5, 1, 6, 0, 0, 250_000, tzinfo=UTC)
 NOW2 = datetime(2024, 5, 1, 9, 20, 0, 500_000, tzinfo=UTC)  # 3+ hourly windows after NOW1
 NOW3 = datetime(2024, 5, 1, 9, 50, tzinfo=UTC)
+SPARSE = TENANTS[1]  # its last row is hours before the others': its read starts earliest
+SPARSE_LAST = START + timedelta(hours=1, minutes=7)
 
 
 class World:
@@ -111,7 +113,7 @@ def source(pg_schema, pg_conn):
     create_events(pg_conn, pg_schema)
     rows, key = [], 1
     for tenant in (*TENANTS, DECOY):
-        for k in range(6):
+        for k in range(2 if tenant == SPARSE else 6):
             rows.append((key, tenant, START + timedelta(hours=k, minutes=7, microseconds=key), f"{tenant} v1 {k}"))
             key += 1
     insert_rows(pg_conn, pg_schema, rows)
@@ -144,6 +146,9 @@ def change_source(conn, schema: str) -> None:
         rows.append((key + 1, tenant, NOW1 + timedelta(hours=2, microseconds=key), f"{tenant} new"))
         rows.append((key + 2, tenant, NOW1 + timedelta(hours=2, microseconds=key), f"{tenant} tie"))  # same value
         key += 10
+    # committed after NOW1's transfer, stamped just before the sparse tenant's last delivered row:
+    # only a read from *its* lower bound (not the first transfer's) finds it
+    rows.append((2000, SPARSE, SPARSE_LAST - timedelta(seconds=10), "late, sparse"))
     insert_rows(conn, schema, rows)
 
 
