@@ -178,7 +178,10 @@ class StagingArea:
                 manifest = json.loads((folder / MANIFEST).read_text())
                 created, pending = manifest["created_epoch"], manifest["pending"]
             except (FileNotFoundError, json.JSONDecodeError, KeyError):
-                created, pending = folder.stat().st_mtime, {"?": "?"}
+                # no manifest under the lock: its creator died before finishing (creators hold it)
+                _LOG.info("staging: deleting unfinished batch %s", folder.name)
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
             if now - created > self.max_age_seconds or not pending:
                 _LOG.info("staging: deleting batch %s (%s)", folder.name,
                           "older than max_age_hours" if pending else "taken by every destination")
@@ -253,7 +256,12 @@ class StagingArea:
         ids = sorted(set(tenants.values()))
         frame = reader.read_tenants(spark, self.model, ids, lower, upper, destination)
         schema_json = frame.schema.json()
-        table = frame.toArrow()
+        try:
+            table = frame.toArrow()
+        except Exception as exc:
+            from transfer_platform.connections import spark_error_reason
+
+            raise StagingUnavailable(f"the staged read failed: {spark_error_reason(exc)}") from exc
         folder = self.root / "batches" / f"{upper.strftime('%Y%m%dT%H%M%S%f')}-{self.hash}-{uuid.uuid4().hex[:8]}"
         folder.mkdir()
         try:
