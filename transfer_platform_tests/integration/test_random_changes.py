@@ -210,6 +210,8 @@ class World:
     destinations: tuple[str, ...]  # one schema per recipient
     pool: ThreadPoolExecutor
     staging: Path | None = None  # source staging's folder (the staged variant), emptied per example
+    staged_reads: int = 0  # transfers of the staged variant that read from a batch
+    staging_warnings: list[str] = field(default_factory=list)
 
     def reset(self) -> None:
         """Empty the source, the destinations and their ``_transfer_status`` rows (and staging)."""
@@ -288,6 +290,25 @@ def staged_config(source_schema: str, dst_schemas: tuple[str, ...], window: int 
     })
 
 
+class StagingSink:
+    """The staged variant's transfer log: counts the transfers that read from a batch (their plan
+    line names it) and keeps any warning that staging was unavailable."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def info(self, line: str) -> None:
+        if "staged_batch" in line:
+            self.world.staged_reads += 1
+
+    def warning(self, line: str) -> None:
+        if "source staging" in line:
+            self.world.staging_warnings.append(line)
+
+    def error(self, line: str) -> None:
+        pass
+
+
 def staged_transfer(world: World, scenario: Scenario, index: int, now: datetime, transfer_id: str):
     """One transfer of recipient ``index`` in the staged variant; the transfers of one round share
     its tick (``now``), as the transfers a scheduler starts at one tick do."""
@@ -297,7 +318,7 @@ def staged_transfer(world: World, scenario: Scenario, index: int, now: datetime,
     writer = writer_for(config.destination(name))
     try:
         (summary,) = run_transfer(TransferRequest(spark=world.spark, config=config, destination=name, writer=writer,
-                                                  transfer_id=transfer_id, now=now, tick=now),
+                                                  transfer_id=transfer_id, now=now, tick=now, log=StagingSink(world)),
                                   config.models_for(config.destination(name)))
     finally:
         writer.close()
@@ -491,3 +512,12 @@ ONE_SECOND_WINDOWS = Scenario(SHORT_LOOKBACK, (1, 1, None), 250_000, (
 def test_any_interleaving_of_writes_and_transfers_ends_with_each_destination_equal_to_its_source(
         world: World, scenario: Scenario) -> None:
     run_scenario(world, scenario)
+
+
+def test_the_staged_variant_read_from_batches(world: World) -> None:
+    """The staged variant's examples did go through staging (not every read fell back to the
+    source), and staging never reported itself unavailable."""
+    if world.staging is None:
+        pytest.skip("the direct variant")
+    assert world.staged_reads > 0
+    assert world.staging_warnings == []
