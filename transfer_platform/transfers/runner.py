@@ -123,7 +123,7 @@ def transfer_model(
            "sink": request.log}
 
     reader = reader_for(source)
-    staging = _staging_for(request, model)
+    staging = _staging_for(request, model, partitions)
     staged = None if staging is None else staging.joined(reader)
     source_request = request
     if staged is not None:  # this tick's batch lists this destination: its rows are staged
@@ -172,10 +172,11 @@ def transfer_model(
         staging.record(next_lower(windowing, last))
 
 
-def _staging_for(request: TransferRequest, model: ModelConfig) -> TransferStaging | None:
+def _staging_for(request: TransferRequest, model: ModelConfig,
+                 partitions: list[Window] | None) -> TransferStaging | None:
     """Source staging for a plain incremental transfer (not a full refresh asked for, nor
-    explicit windows) of a model whose source stages reads, else ``None``."""
-    if request.full_refresh or request.start is not None or request.end is not None:
+    explicit windows or partitions) of a model whose source stages reads, else ``None``."""
+    if request.full_refresh or request.start is not None or request.end is not None or partitions is not None:
         return None
     return TransferStaging.for_transfer(request.config, model, request.destination, request.now, request.log,
                                         tick=request.tick)
