@@ -140,6 +140,14 @@ def _check_models(config: PlatformConfig, now: datetime) -> list[Problem]:
                                         "last-modified column, and Spark cannot split on a text column",
                                         "set max_concurrent_queries_per_transfer: 1 on the source, or "
                                         "use a timestamp, date or epoch last-modified column"))
+            if (getattr(source, "staging", None) is not None and len(last_modified) == 1
+                    and model.change_column.kind == "text"):
+                problems.append(Problem(f"{path}.columns ({last_modified[0].name_in_source})",
+                                        f"source {source.name!r} stages reads, which compare a text "
+                                        "last-modified value outside the database (its collation "
+                                        "could order it differently)",
+                                        "use a timestamp, date or epoch column, or remove staging "
+                                        "from the source"))
             if source.tenancy == "multi_tenant" and not model.organization_column:
                 problems.append(Problem(f"{path}.organization_column",
                                         f"source {source.name!r} is multi-tenant but the model has no "

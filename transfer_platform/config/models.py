@@ -20,6 +20,7 @@ from pydantic import (
     StrictInt,
     Tag,
     field_validator,
+    model_validator,
 )
 
 from transfer_platform import vendors
@@ -162,9 +163,35 @@ class _SourceBase(StrictModel):
         return self.vendor_record.default_lookback_seconds
 
 
+class SourceStaging(StrictModel):
+    """Source staging (off unless set): the due incremental transfers of a model read its changed
+    rows for all their tenants in one query, staged as Parquet per tenant in ``path`` (a local or
+    mounted folder shared by every process that runs transfers), each transfer taking its tenant's
+    rows from there (``transfer_platform/sources/staging.py``)."""
+
+    path: str = Field(min_length=1, description="a folder shared by the processes that run transfers")
+    max_age_hours: float = Field(default=24, gt=0, le=24 * 7)
+
+    @field_validator("path")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        if "://" in value:
+            raise ValueError(f"staging.path {value!r} is not a folder: only a local or mounted folder "
+                             "can hold the staging (an object store is not supported); give a folder path")
+        return value
+
+
 class PostgresSource(_SourceBase):
     vendor: Literal["postgres"]
     connection: DatabaseConnection
+    staging: SourceStaging | None = None
+
+    @model_validator(mode="after")
+    def _staged_tenancy(self) -> PostgresSource:
+        if self.staging is not None and self.tenancy != "multi_tenant":
+            raise ValueError("staging reads several tenants in one query: it needs tenancy: multi_tenant "
+                             "(this source is schema-tenanted); remove staging from the source")
+        return self
 
 
 class MysqlSource(_SourceBase):

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import logging
 import re
-from datetime import timedelta
+import threading
+from collections import Counter
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -97,6 +99,17 @@ _MYSQL_PRIVILEGE_ERRORS = frozenset({1044, 1142, 1143})
 FETCH_SIZE = 10_000
 COUNT_COLUMN = "tp_rows"
 _TIMESTAMP_BOUND_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+#: statements this process sent to each source, by ``(source, kind)``: ``rows`` (a read or a count
+#: of a model's rows), ``schema`` (a read's columns, asked with no row), ``catalog`` (the unique
+#: index question). Metrics only: what the source-staging benchmark and tests count.
+SOURCE_STATEMENTS: Counter[tuple[str, str]] = Counter()
+_STATEMENTS_LOCK = threading.Lock()
+
+
+def count_statement(source: str, kind: str) -> None:
+    with _STATEMENTS_LOCK:
+        SOURCE_STATEMENTS[(source, kind)] += 1
 
 
 class PostgresDialect:
@@ -356,6 +369,24 @@ class JdbcReader:
         columns = required_columns(model, multi_tenant=self.multi_tenant)
         return source_select(self.relation_for(request), columns, predicates, dialect=dialect)
 
+    def read_tenants(self, spark: SparkSession, model: ModelConfig, tenants: list[str], lower: datetime,
+                     upper: datetime, destination: str) -> DataFrame:
+        """The rows of ``model`` of every tenant in ``tenants`` with ``lower <= last_modified <
+        upper`` (and NULL last-modified values), as the source names and types them (no model
+        cast), with the organization column: one query (``org IN (<literals>)``), for source
+        staging. Only a multi-tenant PostgreSQL source (validate refuses staging elsewhere)."""
+        dialect = self.dialect.name
+        kind = model.change_column
+        request = ReadRequest(model, tenants[0], ReadBounds(lower, upper, Window(lower, upper)), destination)
+        org = quote_ident(model.organization_column, dialect)
+        predicates = [f"{org} IN ({', '.join(quote_literal(t, dialect) for t in tenants)})",
+                      change_predicate(model.last_modified.name_in_source, kind.bound(lower), kind.bound(upper),
+                                       dialect=dialect)]
+        columns = required_columns(model, multi_tenant=True)
+        sql = source_select(self.relation_for(request), columns, predicates, dialect=dialect)
+        count_statement(self.source.name, "rows")
+        return self._load(spark, request, derived_table(sql, dialect=dialect), {})
+
     def keys_unique(self, request: ReadRequest) -> bool:
         """Whether ``source_table`` holds each value of the model's primary key once, as a unique
         index of the database says (asked of its catalog): choosing one version per key is then
@@ -370,6 +401,7 @@ class JdbcReader:
             schema, table = self._tenant_schema(request), model.source_table
         keys = [c.name_in_source for c in model.primary_key]
         sql = self.dialect.unique_key_sql(self.relation_for(request), schema or None, table, keys)
+        count_statement(self.source.name, "catalog")
         try:
             rows = self.dialect.select_rows(self.source.connection, self.what, sql, self.default_schema_for(request))
         except Exception:  # noqa: BLE001 - any refusal: each window is then resolved as any other
@@ -436,12 +468,14 @@ class JdbcReader:
         """The read's query as a transfer sends it, its columns and types asked by Spark's JDBC
         reader (``SELECT * FROM (<query>) WHERE 1=0``: no row), then the model's casts analyzed."""
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
+        count_statement(self.source.name, "schema")
         model_columns(self._load(spark, request, dbtable, {}), request, self.source.name, analyze=True)
 
     def read(self, spark: SparkSession, request: ReadRequest, *, with_origin: bool = False) -> DataFrame:
         """``with_origin`` adds nothing: a database's rows come from no file (a conflict between
         two versions of a row is named by their values)."""
         dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
+        count_statement(self.source.name, "rows")
         frame = self._load(spark, request, dbtable, self.partition_options(request))
         return model_columns(frame, request, self.source.name)
 
@@ -475,6 +509,7 @@ class JdbcReader:
                  f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect.name)} "
                  f"LIMIT {int(up_to)}) AS tp_counted{i}"
                  for i, r in enumerate(requests)]
+        count_statement(self.source.name, "rows")
         try:
             found = dialect.select_rows(self.source.connection, self.what, " UNION ALL ".join(parts),
                                         self.default_schema_for(requests[0]))
@@ -482,8 +517,8 @@ class JdbcReader:
             _LOG.debug("counting the rows of %s's windows failed; every window is read", self.what,
                        exc_info=True)
             return None
-        counted = {int(window): int(n) for window, n in found}
-        return [counted.get(i, up_to) for i in range(len(requests))]
+        by_window = {int(window): int(n) for window, n in found}
+        return [by_window.get(i, up_to) for i in range(len(requests))]
 
     def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
         """Each window's own query, tagged with its window, in one ``UNION ALL`` that the
@@ -495,6 +530,7 @@ class JdbcReader:
             f"SELECT {quote_ident(f'tp_read{i}', dialect)}.*, {i} AS {tag} FROM "
             f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect)}"
             for i, r in enumerate(requests))
+        count_statement(self.source.name, "rows")
         frame = self._load(spark, requests[0], derived_table(union, dialect=dialect), {})
         return model_columns(frame, requests[0], self.source.name, keep=(WINDOW_COLUMN,))
 
@@ -523,6 +559,7 @@ class JdbcReader:
         else:
             sql = f"SELECT COUNT(*) AS {rows} FROM {counted}"
         base = self.connection_options(request)
+        count_statement(self.source.name, "rows")
         try:
             frame = (spark.read.format("jdbc").options(**base)
                      .option("dbtable", derived_table(sql, alias="tp_count", dialect=dialect)).load())

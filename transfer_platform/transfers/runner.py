@@ -43,6 +43,7 @@ from transfer_platform.sources.base import (
     SourceReader,
     reader_for,
 )
+from transfer_platform.sources.staging import StagedReader, TransferStaging, next_lower
 from transfer_platform.spark_session import SparkServerLost, server_lost
 from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -93,6 +94,9 @@ class TransferRequest:
     on_plan: Callable[[str, int], None] | None = None
     #: the sizes the windows are read with (``run_rows``, ``run_windows``: see :func:`_steps`)
     tuning: Tuning = DEFAULT
+    #: the schedule tick this transfer belongs to (source staging: the transfers of one tick share
+    #: a read); ``None``: the tick of the destination's frequency that holds ``now``
+    tick: datetime | None = None
 
 
 def transfer_model(
@@ -119,11 +123,17 @@ def transfer_model(
            "sink": request.log}
 
     reader = reader_for(source)
-    reader.check(destination.name)
+    staging = _staging_for(request, model, partitions)
+    staged = None if staging is None else staging.joined(reader)
+    source_request = request
+    if staged is not None:  # this tick's batch lists this destination: its rows are staged
+        request = _up_to(request, staged)
+    else:
+        reader.check(destination.name)
     # the read proven on the source as it is (columns, kinds, casts; no row read) before the
     # writer's prepare creates, alters or drops anything: a mistyped model changes nothing
-    reader.check_read(request.spark, ReadRequest(model, recipient.id_in_provider_system,
-                                                 proof_bounds(windowing, request.now), destination.name))
+    (staged or reader).check_read(request.spark, ReadRequest(model, recipient.id_in_provider_system,
+                                                            proof_bounds(windowing, request.now), destination.name))
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.full_refresh)
     for change in prepared.schema_changes:
         log_phase("schema", **ids, level=logging.WARNING, change=change)
@@ -132,21 +142,82 @@ def transfer_model(
     yield state
     planned = plan_transfer_windows(windowing, now=request.now, state=state, refreshing=refreshing,
                                     partitions=partitions, start=request.start, end=request.end)
+    if staging is not None:
+        request, planned, staged = _staged_plan(source_request, request, windowing, state, refreshing,
+                                                planned, staging, staged, reader)
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
-              built_aside=refreshing, watermark=state.watermark)
+              built_aside=refreshing, watermark=state.watermark,
+              **({"staged_batch": staged.batch.folder.name} if staged is not None else {}))
     if request.on_plan is not None:
         request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
-    move = _WindowMover(request, model, reader, windowing, refreshing, ids)
+    read_with = staged or reader
+    move = _WindowMover(request, model, read_with, windowing, refreshing, ids)
     tuning = request.tuning
-    steps = (_steps(_window_rows(reader, request.spark, reads, tuning), tuning) if reader.counts_without_spark
+    steps = (_steps(_window_rows(read_with, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
              else _unknown_steps(len(reads), tuning))
+    last = state
     for step, indices in steps:
-        yield from move.step(step, [planned[i] for i in indices], [reads[i] for i in indices])
+        for outcome in move.step(step, [planned[i] for i in indices], [reads[i] for i in indices]):
+            last = outcome.result.state
+            yield outcome
     if refreshing:
         published = request.writer.publish_refresh(model, request.transfer_id)
         log_phase("publish", **ids, watermark=published.watermark)
+        last = published
         yield published
+    if staging is not None:  # committed: the staged rows of this destination are no longer needed
+        if staged is not None:
+            staging.release(staged)
+        staging.record(next_lower(windowing, last))
+
+
+def _staging_for(request: TransferRequest, model: ModelConfig,
+                 partitions: list[Window] | None) -> TransferStaging | None:
+    """Source staging for a plain incremental transfer (not a full refresh asked for, nor
+    explicit windows or partitions) of a model whose source stages reads, else ``None``."""
+    if request.full_refresh or request.start is not None or request.end is not None or partitions is not None:
+        return None
+    return TransferStaging.for_transfer(request.config, model, request.destination, request.now, request.log,
+                                        tick=request.tick)
+
+
+def _up_to(request: TransferRequest, staged: StagedReader) -> TransferRequest:
+    """The transfer planned up to the batch's upper bound at most (its watermark stops there)."""
+    upper = staged.batch.upper
+    return request if request.now <= upper else replace(request, now=upper)
+
+
+def _staged_plan(source_request: TransferRequest, request: TransferRequest, windowing: ModelWindowing,
+                 state: ModelState, refreshing: bool, planned: list[PlannedWindow],
+                 staging: TransferStaging, staged: StagedReader | None,
+                 reader: SourceReader) -> tuple[TransferRequest, list[PlannedWindow], StagedReader | None]:
+    """The request, windows and staged reader the transfer moves with: the batch it is in if it
+    reaches every planned read's lower bound; else a batch made now (the first of the tick) or
+    joined meanwhile; else (a refresh, the first transfer, a lower bound the batch lacks) the
+    source itself, planned up to the transfer's own "now"."""
+    def plan(req: TransferRequest) -> list[PlannedWindow]:
+        return plan_transfer_windows(windowing, now=req.now, state=state, refreshing=refreshing)
+
+    def covers(reader_: StagedReader, windows: list[PlannedWindow]) -> bool:
+        return all(w.bounds.lower >= reader_.batch.lower for w in windows)
+
+    if staged is not None:
+        if not refreshing and covers(staged, planned):
+            return request, planned, staged
+        staging.release(staged)  # it cannot serve this transfer: the source is read as without staging
+        request, planned = source_request, plan(source_request)
+    if refreshing or state.watermark is None or not planned:
+        return request, planned, None
+    joined = staging.create_or_join(request.spark, reader, min(w.bounds.lower for w in planned), request.now)
+    if joined is None:
+        return request, planned, None
+    staged_request = _up_to(request, joined)
+    staged_planned = plan(staged_request) if staged_request is not request else planned
+    if covers(joined, staged_planned):
+        return staged_request, staged_planned, joined
+    staging.release(joined)
+    return request, planned, None
 
 
 def proof_bounds(windowing: ModelWindowing, now: datetime) -> ReadBounds:

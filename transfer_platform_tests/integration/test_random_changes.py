@@ -42,12 +42,14 @@ with the 1 s lookback: with the default 30 s one, every transfer would move 30+ 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -55,7 +57,9 @@ from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
 from transfer_platform.config import parse_config
-from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.models import PlatformConfig, RecipientConfig, SourceStaging
+from transfer_platform.destinations.base import writer_for
+from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.events import MODEL, Row, create_events, epoch, source_rows
 from transfer_platform_tests.support.postgres import (
@@ -205,9 +209,14 @@ class World:
     source_schema: str
     destinations: tuple[str, ...]  # one schema per recipient
     pool: ThreadPoolExecutor
+    staging: Path | None = None  # source staging's folder (the staged variant), emptied per example
+    staged_reads: int = 0  # transfers of the staged variant that read from a batch
+    staging_warnings: list[str] = field(default_factory=list)
 
     def reset(self) -> None:
-        """Empty the source, the destinations and their ``_transfer_status`` rows."""
+        """Empty the source, the destinations and their ``_transfer_status`` rows (and staging)."""
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
         self.conn.execute(f'DELETE FROM "{self.source_schema}".events')
         for schema in self.destinations:
             for table in (MODEL, "_transfer_status"):
@@ -215,16 +224,19 @@ class World:
                     self.conn.execute(f'DELETE FROM "{schema}"."{table}"')
 
 
-@pytest.fixture(scope="module")
-def world(spark) -> Iterator[World]:
+@pytest.fixture(scope="module", params=["direct", "staged"])
+def world(spark, request, tmp_path_factory) -> Iterator[World]:
+    """The same world read directly, and through source staging (one read per transfer round
+    for the recipients transferred together, the others pending in its batch)."""
     tag = uuid.uuid4().hex[:8]
+    staging = tmp_path_factory.mktemp("staging") / "area" if request.param == "staged" else None
     source_schema = f"tp_rand_{tag}_src"
     destinations = tuple(f"tp_rand_{tag}_dst{i}" for i in range(len(RECIPIENTS)))
     with pg_connect(autocommit=True) as conn, ThreadPoolExecutor(len(RECIPIENTS)) as pool:
         conn.execute(f'CREATE SCHEMA "{source_schema}"')
         create_events(conn, source_schema)
         try:
-            yield World(conn, spark, source_schema, destinations, pool)
+            yield World(conn, spark, source_schema, destinations, pool, staging)
         finally:
             for schema in (source_schema, *destinations):
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -258,6 +270,59 @@ def recipient_config(source_schema: str, dst_schema: str, tenant: str, window: i
         "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
                           "connection": pg_connection_config(dst_schema)}],
     }, now=BASE + timedelta(hours=1))
+
+
+@cache
+def staged_config(source_schema: str, dst_schemas: tuple[str, ...], window: int | None, lookback: int,
+                  staging: str) -> PlatformConfig:
+    """The staged variant: one configuration with the three recipients (``d0``..``d2``), so that
+    their transfers share the staging's batches; one model, so one window size (the first
+    recipient's draw)."""
+    one = recipient_config(source_schema, dst_schemas[0], RECIPIENTS[0], window, lookback)
+    source = one.sources[0].model_copy(update={"staging": SourceStaging(path=staging)})
+    return one.model_copy(update={
+        "sources": [source],
+        "recipients": [RecipientConfig(name=f"r{i}", id_in_provider_system=t) for i, t in enumerate(RECIPIENTS)],
+        "destinations": [one.destinations[0].model_copy(update={
+            "name": f"d{i}", "recipient": f"r{i}",
+            "connection": one.destinations[0].connection.model_copy(update={"schema_": schema})})
+            for i, schema in enumerate(dst_schemas)],
+    })
+
+
+class StagingSink:
+    """The staged variant's transfer log: counts the transfers that read from a batch (their plan
+    line names it) and keeps any warning that staging was unavailable."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def info(self, line: str) -> None:
+        if "staged_batch" in line:
+            self.world.staged_reads += 1
+
+    def warning(self, line: str) -> None:
+        if "source staging" in line:
+            self.world.staging_warnings.append(line)
+
+    def error(self, line: str) -> None:
+        pass
+
+
+def staged_transfer(world: World, scenario: Scenario, index: int, now: datetime, transfer_id: str):
+    """One transfer of recipient ``index`` in the staged variant; the transfers of one round share
+    its tick (``now``), as the transfers a scheduler starts at one tick do."""
+    config = staged_config(world.source_schema, world.destinations, scenario.windows[0], scenario.lookback,
+                           str(world.staging))
+    name = f"d{index}"
+    writer = writer_for(config.destination(name))
+    try:
+        (summary,) = run_transfer(TransferRequest(spark=world.spark, config=config, destination=name, writer=writer,
+                                                  transfer_id=transfer_id, now=now, tick=now, log=StagingSink(world)),
+                                  config.models_for(config.destination(name)))
+    finally:
+        writer.close()
+    return summary
 
 
 # -- running an example ---------------------------------------------------------------------------
@@ -328,6 +393,8 @@ class Provider:
         note(f"clock {now.isoformat()}: transfer {[RECIPIENTS[i] for i in recipients]}")
 
         def run(index: int):
+            if self.world.staging is not None:
+                return staged_transfer(self.world, self.scenario, index, now, transfer_id)
             config = recipient_config(self.world.source_schema, self.world.destinations[index],
                                       RECIPIENTS[index], self.scenario.windows[index],
                                       self.scenario.lookback)
@@ -445,3 +512,12 @@ ONE_SECOND_WINDOWS = Scenario(SHORT_LOOKBACK, (1, 1, None), 250_000, (
 def test_any_interleaving_of_writes_and_transfers_ends_with_each_destination_equal_to_its_source(
         world: World, scenario: Scenario) -> None:
     run_scenario(world, scenario)
+
+
+def test_the_staged_variant_read_from_batches(world: World) -> None:
+    """The staged variant's examples did go through staging (not every read fell back to the
+    source), and staging never reported itself unavailable."""
+    if world.staging is None:
+        pytest.skip("the direct variant")
+    assert world.staged_reads > 0
+    assert world.staging_warnings == []
