@@ -45,6 +45,8 @@ FULL_REFRESH_TAG = f"{PREFIX}/full_refresh"
 USER_TAG_PREFIX = f"{PREFIX}/tag/"  # user tags of `transfer --tag key=value`
 STATUS_TAG = f"{PREFIX}/status"  # Prequel's status of the transfer, once it has ended
 ROWS_TAG = f"{PREFIX}/rows_transferred"  # rows moved, once it has ended
+#: the schedule tick a sensor-launched transfer belongs to (source staging: that tick's shared read)
+SCHEDULED_FOR_TAG = f"{HIDDEN_PREFIX}/scheduled_for"
 TRIGGER_TAG = f"{HIDDEN_PREFIX}/trigger"  # sensor | cli (Dagster shows sensor launches itself)
 KINDS = ("transfer", "integrity", "delete_sweep")
 

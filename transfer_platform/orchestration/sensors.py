@@ -63,12 +63,12 @@ from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     HIDDEN_PREFIX,
     KIND_TAG,
+    SCHEDULED_FOR_TAG,
     TRIGGER_TAG,
     limit_tags,
 )
 from transfer_platform.orchestration.transfer_job import transfer_job
 
-SCHEDULED_FOR_TAG = f"{HIDDEN_PREFIX}/scheduled_for"
 MISSED_TICKS_TAG = f"{HIDDEN_PREFIX}/missed_ticks"
 
 

@@ -40,7 +40,12 @@ from transfer_platform.orchestration.last_transfer import failure_description
 from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.reporting import relay, transfer_events
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
+from transfer_platform.orchestration.run_tags import (
+    DESTINATION_TAG,
+    KIND_TAG,
+    SCHEDULED_FOR_TAG,
+    limit_tags,
+)
 from transfer_platform.transfers.dry_run import plan_as_dict
 from transfer_platform.transfers.entry import Transfer, models_of
 
@@ -78,6 +83,7 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
         spark=pyspark.spark_session, config=current, destination=destination.name, models=models,
         transfer_id=run_id, now=now, full_refresh=config.full_refresh, log=context.log,
         start=_moment(config.start), end=_moment(config.end), warn_if_tenant_empty=False,
+        tick=_moment(context.run.tags.get(SCHEDULED_FOR_TAG)),  # the sensor's tick: its runs share a staged read
         keep_alive=partial(heartbeat, context.instance, run_id))
     if config.dry_run:
         yield _dry_run(context, transfer)

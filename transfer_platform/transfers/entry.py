@@ -81,6 +81,8 @@ class Transfer:
     start: datetime | None = None
     end: datetime | None = None
     partitions: list[Window] | None = None
+    #: the schedule tick it belongs to (source staging), None: the one holding ``now``
+    tick: datetime | None = None
     tuning: Tuning = DEFAULT
     log: Any = field(default=_LOG)
     # -- hooks: what differs per caller --
@@ -106,7 +108,7 @@ class Transfer:
         request = TransferRequest(
             spark=self.spark, config=self.config, destination=destination.name, writer=writer,
             transfer_id=self.transfer_id, now=self.now, full_refresh=self.full_refresh, log=self.log,
-            start=self.start, end=self.end, on_plan=self.on_plan, tuning=self.tuning)
+            start=self.start, end=self.end, on_plan=self.on_plan, tuning=self.tuning, tick=self.tick)
         tallies: dict[str, PartitionTally] = {}
         try:
             with self.keep_alive():
