@@ -82,15 +82,12 @@ def snapshot(repository) -> tuple[tuple[float, float], int, tuple[float, float],
 def in_process(config_path: Path, shard: str | None, profile: bool) -> None:
     from transfer_platform.definitions import build_definitions
 
-    if shard:
-        os.environ["TRANSFER_PLATFORM_SHARD"] = shard
-    else:
-        os.environ.pop("TRANSFER_PLATFORM_SHARD", None)
     profiler = cProfile.Profile() if profile else None
     if profiler:
         profiler.enable()
     clock = Clock()
-    repository = build_definitions(str(config_path)).get_repository_def()
+    # the shard as an argument: the process's environment (and a caller's) keeps its own
+    repository = build_definitions(str(config_path), shard=shard or "").get_repository_def()
     built = clock.lap()
     assets = sum(1 for node in repository.asset_graph.asset_nodes if node.key.path[0] != "source")
     repo_s, repo_b, jobs_s, jobs_b = snapshot(repository)

@@ -16,12 +16,20 @@ from transfer_platform_tests.support.events import create_events, insert_rows
 from transfer_platform_tests.support.files import tree
 from transfer_platform_tests.support.postgres import pg_connection_config
 
-NOW = datetime.now(UTC)
+NOW = datetime.now(UTC)  # set again as each test starts (_now)
 COLUMNS = [
     {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
     {"name_in_source": "organization_id", "data_type": "string"},
     {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
 ]
+
+
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    """The tests' "now" is the test's start, not the module's import: a suite that reaches this
+    file half an hour after collecting it (across midnight UTC) plans other windows."""
+    global NOW
+    NOW = datetime.now(UTC)
 
 
 def _config(tmp_path: Path, *, source: dict | None = None, source_table: str = "items") -> Path:

@@ -178,7 +178,9 @@ def dagster_dev(root: Path, *, window: int | None, sigint_ignored: bool = False)
     config_path.write_text(yaml.safe_dump(config))
     home = dagster_home(root)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRANSFER_PLATFORM_", "DAGSTER_"))}
-    env.update(DAGSTER_HOME=str(home), TRANSFER_PLATFORM_CONFIG=str(config_path))
+    # runs with a Spark of their own, part of the tree that must stop (the shared Spark server is
+    # detached by design: it outlives dagster dev until idle, test_shared_spark.py)
+    env.update(DAGSTER_HOME=str(home), TRANSFER_PLATFORM_CONFIG=str(config_path), TRANSFER_PLATFORM_SHARED_SPARK="0")
     instance = dg.DagsterInstance.from_config(str(home))  # the storage exists before dagster dev starts
     log = root / "dagster_dev.log"
     process = subprocess.Popen(
@@ -270,6 +272,7 @@ def test_sigterm_during_a_transfer_cancels_it_and_the_next_one_resumes(tmp_path:
         model["max_transfer_time_window_seconds"] = 86_400
     dev.config_path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRANSFER_PLATFORM_", "DAGSTER_"))}
+    env["TRANSFER_PLATFORM_SHARED_SPARK"] = "0"  # a Spark of its own, gone when the command ends
     result = subprocess.run([str(VENV_BIN / "transfer-platform"), "--config", str(dev.config_path),
                              "transfer", "globex_delta"], env=env, cwd=tmp_path, capture_output=True,
                             text=True, timeout=600)
