@@ -262,9 +262,12 @@ def changes_source(pg_conn, pg_schema: str, changes: list[tuple[int, datetime, s
 
 def test_a_source_query_returning_a_key_twice_delivers_its_latest_version(
         spark, pg_conn, pg_schema: str, dst_schema: str, tuning: Tuning) -> None:
+    # all in yesterday's daily window (the grid is UTC days): relative to "now", the versions
+    # would fall in two windows in the first hours after midnight, each delivering its own latest
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
     changes_source(pg_conn, pg_schema, [
-        (1, NOW - timedelta(hours=3), "old"), (1, NOW - timedelta(hours=1), "new"),
-        (2, NOW - timedelta(hours=2), "only"), (3, NOW - timedelta(hours=1), "other tenant's")])
+        (1, day + timedelta(hours=1), "old"), (1, day + timedelta(hours=3), "new"),
+        (2, day + timedelta(hours=2), "only"), (3, day + timedelta(hours=3), "other tenant's")])
     config = changes_config(pg_schema, dst_schema)
 
     summary = transfer(spark, config, "t1", tuning)
