@@ -415,6 +415,63 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from transfer_platform.api.app import create_app
+    from transfer_platform.store.database import migrate
+
+    app = create_app(args.config)
+    migrate(app.state.store.settings.connection)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info")
+    return 0
+
+
+def cmd_api_key(args: argparse.Namespace) -> int:
+    from transfer_platform.store.api_keys import create_key, revoke_key
+    from transfer_platform.store.resources import ResourceStore
+
+    engine = ResourceStore(args.config).engine
+    if args.action == "create":
+        _, key = create_key(engine, args.name)
+        print(key)
+        return 0
+    if not revoke_key(engine, args.name):
+        print(f"error: no active API key named (or with id) {args.name!r}", file=sys.stderr)
+        return 1
+    print(f"revoked {args.name}")
+    return 0
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    from transfer_platform.config.secrets import new_secret_key
+
+    if args.action == "new-key":
+        print(new_secret_key())
+        return 0
+    from transfer_platform.store.database import migrate
+    from transfer_platform.store.resources import ResourceStore
+
+    resources = ResourceStore(args.config)
+    if args.action == "migrate":
+        print(f"store at revision {migrate(resources.settings.connection)}")
+        return 0
+    counts = resources.import_file()
+    print(json.dumps(counts))
+    print(f"imported {sum(counts.values())} entries into the store; remove them from {resources.path} "
+          "now (an entry in both is refused as a repeated name)", file=sys.stderr)
+    return 0
+
+
+def cmd_magic_link(args: argparse.Namespace) -> int:
+    from transfer_platform.api.links import create_link
+    from transfer_platform.store.resources import ResourceStore
+
+    url = create_link(ResourceStore(args.config), args.recipient, actor="cli", redirect_url=args.redirect_url)
+    print(url)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
     from transfer_platform.shared_spark import shared_from_env
@@ -436,6 +493,7 @@ ENVIRONMENT = f"""environment:
   DAGSTER_HOME               the Dagster instance of --enqueue, transfers and cancel
   TRANSFER_PLATFORM_SHARED_SPARK  0 runs Spark inside each command (as --no-shared-spark)
   TRANSFER_PLATFORM_STATE_DIR     the shared Spark server's state and log (default ~/.cache/transfer_platform/spark)
+  TRANSFER_PLATFORM_SECRET_KEY    the key secrets sent to the REST API are stored with (store new-key)
 
 output: stdout holds the result (JSON, a transfer id, a table); progress, warnings and errors go
 to stderr. Exit 0: done; 1: a failure at run time; 2: a configuration or usage error."""
@@ -542,6 +600,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop the shared Spark servers that commands started in the background "
                              "(those of $TRANSFER_PLATFORM_STATE_DIR, default ~/.cache/transfer_platform/spark), "
                              "and exit")
+    api = command("api", "serve the REST API (Prequel's export API over the store; see docs/api.md)",
+                  "Migrates the store first. Needs the file's store: section and "
+                  "$TRANSFER_PLATFORM_SECRET_KEY.")
+    api.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    api.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    keys = command("api-key", "create or revoke the API keys the REST API accepts",
+                   "create prints the new key once, alone on stdout; the store keeps only its hash.")
+    keys.add_argument("action", choices=["create", "revoke"])
+    keys.add_argument("name", help="the key's name (create), or its name or id (revoke)")
+    stored = command("store", "the control plane's store: migrate its tables, import the file, make a key",
+                     "migrate: create or upgrade the store's tables. import: copy the file's sources, "
+                     "models, recipients and destinations into the store (then remove them from the "
+                     "file). new-key: print a new key for $TRANSFER_PLATFORM_SECRET_KEY.")
+    stored.add_argument("action", choices=["migrate", "import", "new-key"])
+    link = command("magic-link", "create a one-time link a recipient opens to connect its own destination",
+                   "Prints the link's URL alone on stdout; it expires after api.magic_link_hours.")
+    link.add_argument("recipient", help="the recipient's name or id")
+    link.add_argument("--redirect-url", help="where the form sends the recipient after saving")
     demo = command("demo", "run the embedded demo (no server to install or start)")
     demo.add_argument("--dir", default="demo_output",
                       help="working folder: new, empty, or an earlier demo's (then emptied); any other "
@@ -603,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
                 "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
                 "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key,
-                "spark-server": cmd_spark_server, "integrity": cmd_integrity}
+                "spark-server": cmd_spark_server, "integrity": cmd_integrity, "api": cmd_api,
+                "api-key": cmd_api_key, "store": cmd_store, "magic-link": cmd_magic_link}
     if args.config is not None and args.command in _READS_NO_CONFIG:
         print(f"error: {args.command} reads no configuration file ({_READS_NO_CONFIG[args.command]}): "
               "drop --config", file=sys.stderr)

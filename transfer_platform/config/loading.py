@@ -30,7 +30,18 @@ def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, now: datetime | None = None) -> PlatformConfig:
-    """Read and validate the configuration; raise :class:`ConfigError` listing every problem."""
+    """Read and validate the configuration (the file's entries, plus the store's where the file
+    names a ``store``); raise :class:`ConfigError` listing every problem."""
+    config_path, raw = read_file(path)
+    if raw.get("store") is not None:
+        from transfer_platform.store.resources import merge_stored
+
+        raw = merge_stored(raw, source=str(config_path))
+    return parse_config(raw, base_dir=config_path.parent, now=now, source=str(config_path))
+
+
+def read_file(path: str | os.PathLike[str] | None = None) -> tuple[Path, dict[str, Any]]:
+    """The configuration file as written (not validated, without the store's entries)."""
     config_path = find_config_path(path)
     if not config_path.is_file():
         raise ConfigError(
@@ -48,7 +59,10 @@ def load_config(path: str | os.PathLike[str] | None = None, *, now: datetime | N
                                    "add its sources, models, recipients and destinations (see the "
                                    "configuration reference), or point --config at the right file")],
                           source=str(config_path))
-    return parse_config(raw, base_dir=config_path.parent, now=now, source=str(config_path))
+    if not isinstance(raw, dict):
+        raise ConfigError([Problem("(top level)", "expected a mapping with sources, models, recipients, destinations",
+                                   "see docs/configuration.md")], source=str(config_path))
+    return config_path, raw
 
 
 def parse_config(raw: Any, *, base_dir: Path | None = None, now: datetime | None = None,
@@ -82,10 +96,15 @@ def _resolve_paths(config: PlatformConfig, base_dir: Path) -> PlatformConfig:
     })
 
 
-def _problems_from_validation(exc: ValidationError) -> list[Problem]:
+def problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[Problem]:
+    """Pydantic's errors as problems, each with its field's path (after ``prefix``) and a fix."""
+    return _problems_from_validation(exc, prefix)
+
+
+def _problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[Problem]:
     problems = []
     for error in exc.errors(include_url=False):
-        path = _format_location(error["loc"])
+        path = _format_location(prefix + tuple(error["loc"]))
         kind = error["type"]
         message = error["msg"].removeprefix("Value error, ")
         fix = ""
@@ -95,7 +114,7 @@ def _problems_from_validation(exc: ValidationError) -> list[Problem]:
         elif kind == "missing":
             fix = "add this field"
         elif kind == "union_tag_invalid":
-            registry = vendors.DESTINATIONS if error["loc"][:1] == ("destinations",) else vendors.SOURCES
+            registry = vendors.DESTINATIONS if (prefix + tuple(error["loc"]))[:1] in (("destinations",), ("destination",)) else vendors.SOURCES
             fix = f"use one of the vendors: {vendors.supported(registry)}"
         elif kind == "string_pattern_mismatch":
             fix = "use only letters, digits and underscores"
@@ -109,8 +128,8 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif part in _VENDOR_TAGS and isinstance(previous, int):
-            pass  # the discriminator pydantic inserts after a list index
+        elif part in _VENDOR_TAGS and (isinstance(previous, int) or previous in ("destination", "source")):
+            pass  # the discriminator pydantic inserts after a list index (or an API body's entry)
         elif previous == "connection" and part in ("folder", "bucket"):
             pass  # the kind of a Parquet source's connection (config/models.py)
         else:

@@ -570,6 +570,27 @@ class DagsterSettings(StrictModel):
     runs_deleted_per_tick: int = Field(200, ge=1, le=10_000)
 
 
+class StoreSettings(StrictModel):
+    """The control plane's store (``transfer_platform/store``): a PostgreSQL database, often the
+    one the Dagster instance uses, and a schema of its own (default ``transfer_platform``).
+    Recipients, destinations, sources and models created through the REST API live there; the
+    platform's configuration is then this file's entries plus the store's."""
+
+    connection: DatabaseConnection
+
+
+class ApiSettings(StrictModel):
+    """The REST API (``transfer-platform api``)."""
+
+    #: the address recipients open magic links at (the API's, as the internet sees it)
+    public_url: str = Field("http://127.0.0.1:8000", pattern=r"^https?://")
+    #: the Dagster webserver the API asks to reload the code location after a change (its
+    #: GraphQL endpoint); without it, changes reach Dagster at its next reload
+    dagster_url: str | None = Field(default=None, pattern=r"^https?://")
+    #: how long a magic link stays usable
+    magic_link_hours: float = Field(24, gt=0, le=24 * 30)
+
+
 class PlatformConfig(StrictModel):
     sources: list[SourceConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
@@ -577,6 +598,8 @@ class PlatformConfig(StrictModel):
     destinations: list[DestinationConfig] = Field(default_factory=list)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     dagster: DagsterSettings = Field(default_factory=DagsterSettings)
+    store: StoreSettings | None = None
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     # -- look-ups (the file is validated first, so these names exist) --------------------------
 

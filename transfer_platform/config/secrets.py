@@ -24,7 +24,7 @@ import threading
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationInfo, model_validator
 
 from transfer_platform.errors import ConfigError, Problem
 
@@ -32,38 +32,112 @@ _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
 class EnvRef(BaseModel):
-    """A reference to an environment variable holding a secret."""
+    """A secret: a reference to an environment variable holding it (the configuration file's
+    form), or its value encrypted with the platform's key (``{encrypted: ...}``: what the REST API
+    stores for a secret a client sends; see :func:`encrypt_secret`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    env: str
+    env: str | None = None
+    encrypted: str | None = None
 
     @model_validator(mode="before")
     @classmethod
-    def _from_text(cls, value: Any) -> Any:
+    def _from_text(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
             match = _REF.match(value.strip())
-            if not match:
-                raise ValueError(
-                    "secrets cannot be written in the configuration file; put the value in an "
-                    "environment variable and write '${VARIABLE_NAME}' (or {env: VARIABLE_NAME})"
-                )
-            return {"env": match.group(1)}
+            if match:
+                return {"env": match.group(1)}
+            if info.context and info.context.get(PLAIN_SECRETS):
+                # a value sent to the REST API: encrypted at once, never kept plain
+                return {"encrypted": encrypt_secret(value)}
+            raise ValueError(
+                "secrets cannot be written in the configuration file; put the value in an "
+                "environment variable and write '${VARIABLE_NAME}' (or {env: VARIABLE_NAME})"
+            )
         return value
 
+    @model_validator(mode="after")
+    def _one_form(self) -> EnvRef:
+        if (self.env is None) == (self.encrypted is None):
+            raise ValueError("a secret is either {env: VARIABLE_NAME} or {encrypted: ...}, not both or neither")
+        return self
+
     def resolve(self, where: str) -> SecretStr:
-        value = os.environ.get(self.env)
-        if value is None:
-            raise ConfigError(
-                [Problem(where, f"environment variable {self.env} is not set",
-                         f"export {self.env}=... in the environment of the process (and of "
-                         "dagster dev / the daemon)")]
-            )
+        if self.encrypted is not None:
+            value = decrypt_secret(self.encrypted, where)
+        else:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise ConfigError(
+                    [Problem(where, f"environment variable {self.env} is not set",
+                             f"export {self.env}=... in the environment of the process (and of "
+                             "dagster dev / the daemon)")]
+                )
         remember_secret(value)
         return SecretStr(value)
 
     def __str__(self) -> str:
-        return f"${{{self.env}}}"
+        return "(stored encrypted)" if self.encrypted is not None else f"${{{self.env}}}"
+
+
+# -- secrets stored encrypted (the REST API's) ------------------------------------------------------
+
+#: the validation context key under which a plain string is accepted as a secret and encrypted
+PLAIN_SECRETS = "plain_secrets"
+#: the environment variable holding the key(s) secrets are stored with: Fernet keys, comma-separated,
+#: the first encrypts, every one decrypts (rotation: put the new key first, keep the old after it)
+SECRET_KEY_ENV = "TRANSFER_PLATFORM_SECRET_KEY"
+_KEY_FIX = (f"export {SECRET_KEY_ENV}=<key> in the environment of the API, the Dagster daemon and the "
+            "code server (a new key: `transfer-platform store new-key`)")
+
+
+def _fernet():  # -> cryptography.fernet.MultiFernet
+    from cryptography.fernet import Fernet, MultiFernet
+
+    text = os.environ.get(SECRET_KEY_ENV, "").strip()
+    if not text:
+        raise ConfigError([Problem(SECRET_KEY_ENV, "not set: secrets stored through the API cannot be "
+                                   "encrypted or read", _KEY_FIX)])
+    try:
+        return MultiFernet([Fernet(key.strip()) for key in text.split(",") if key.strip()])
+    except ValueError:
+        raise ConfigError([Problem(SECRET_KEY_ENV, "is not a valid key (32 url-safe base64-encoded bytes "
+                                   "each, comma-separated)", _KEY_FIX)]) from None
+
+
+def new_secret_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+def encrypt_secret(value: str) -> str:
+    remember_secret(value)
+    return _fernet().encrypt(value.encode()).decode()
+
+
+def decrypt_secret(token: str, where: str) -> str:
+    from cryptography.fernet import InvalidToken
+
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise ConfigError([Problem(where, f"the stored secret cannot be decrypted with {SECRET_KEY_ENV}",
+                                   "set the key it was stored with (keys are comma-separated: the "
+                                   "first encrypts, all decrypt), or send the secret again")]) from None
+
+
+def mask_secrets(value: Any) -> Any:
+    """``value`` (a configuration entry as JSON) with every stored secret replaced by ``***``:
+    what the API returns and the audit log keeps."""
+    if isinstance(value, dict):
+        if set(value) == {"encrypted"}:
+            return REDACTED
+        return {key: mask_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(item) for item in value]
+    return value
 
 
 # -- redaction of logs ------------------------------------------------------------------------------
@@ -197,8 +271,13 @@ def env_refs(value: Any, path: str) -> list[tuple[str, EnvRef]]:
 def unset_secrets(entries: list[tuple[str, Any]]) -> list[Problem]:
     """One problem per secret reference, in ``entries`` (path, configuration entry), whose
     environment variable is not set in this process (an empty value counts as set)."""
-    return [Problem(path, f"environment variable {ref.env} is not set",
-                    f"export {ref.env}=... in the environment of this command (and of the Dagster "
-                    "daemon and code server that run transfers)")
-            for entry_path, entry in entries for path, ref in env_refs(entry, entry_path)
-            if os.environ.get(ref.env) is None]
+    problems = [Problem(path, f"environment variable {ref.env} is not set",
+                        f"export {ref.env}=... in the environment of this command (and of the Dagster "
+                        "daemon and code server that run transfers)")
+                for entry_path, entry in entries for path, ref in env_refs(entry, entry_path)
+                if ref.env is not None and os.environ.get(ref.env) is None]
+    stored = [path for entry_path, entry in entries for path, ref in env_refs(entry, entry_path)
+              if ref.encrypted is not None]
+    if stored and not os.environ.get(SECRET_KEY_ENV, "").strip():
+        problems.append(Problem(stored[0], f"is stored encrypted, and {SECRET_KEY_ENV} is not set", _KEY_FIX))
+    return problems

@@ -438,7 +438,7 @@ class ObjectStorageWriter(Writer):
             try:
                 self._key = load_signing_key(text)
             except ValueError as exc:
-                raise ConfigError(f"destination '{self.name}': signing_key (variable {ref.env}) is not "
+                raise ConfigError(f"destination '{self.name}': signing_key ({ref}) is not "
                                   f"usable: {exc}; it must hold {KEY_FORMAT}") from None
         return self._key
 

@@ -1,0 +1,164 @@
+"""The API's application: authentication, the answer envelope, errors, and the routers.
+
+Every answer is Prequel's envelope, ``{"status": "success" | "error", "data": ..., "message": ...}``;
+request bodies are wrapped by resource (``{"destination": {...}}``) and validated by the
+configuration file's own models. Errors are JSON with a status code a client can act on: 401
+(no or a wrong API key, and nothing else said), 404 (unknown id), 409 (a conflict), 422 (a bad body
+or parameter, each problem with its field path and fix), 503 (the store or a database unreachable).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from transfer_platform.api.dagster_reload import Reloader
+from transfer_platform.config.models import ApiSettings
+from transfer_platform.errors import ConfigError, ConnectionFailure, Problem, TransferPlatformError
+from transfer_platform.store.api_keys import verify_key
+from transfer_platform.store.resources import Conflict, NotFound, ResourceStore
+
+log = logging.getLogger(__name__)
+
+API_KEY_HEADER = "X-API-KEY"
+VERSION_HEADER = "X-Prequel-Api-Version"
+#: the API version this server speaks (Prequel's dated versions); an older or equal date is accepted
+API_VERSION = "2023-12-01"
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class ApiError(Exception):
+    """An answer other than success, raised anywhere in a route."""
+
+    def __init__(self, status_code: int, message: str, problems: list[Problem] | None = None) -> None:
+        self.status_code = status_code
+        self.problems = problems or []
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who makes a request: an API key (``api_key:<name>``) or a magic link (``magic_link:<id>``)."""
+
+    name: str
+
+
+def ok(data: Any, message: str = "", status_code: int = 200) -> JSONResponse:
+    return JSONResponse({"status": "success", "data": data, "message": message}, status_code=status_code)
+
+
+def _error(status_code: int, message: str, problems: list[Problem] = ()) -> JSONResponse:
+    body: dict[str, Any] = {"status": "error", "data": None, "message": message}
+    if problems:
+        body["errors"] = [{"path": p.path, "message": p.message, "fix": p.fix} for p in problems]
+    return JSONResponse(body, status_code=status_code)
+
+
+def store(request: Request) -> ResourceStore:
+    return request.app.state.store
+
+
+def require_api_key(request: Request) -> Actor:
+    """Every route but the magic-link pages depends on this."""
+    key = request.headers.get(API_KEY_HEADER, "")
+    found = verify_key(request.app.state.store.engine, key) if key else None
+    if found is None:
+        raise ApiError(401, f"missing or invalid API key (send it in the {API_KEY_HEADER} header)")
+    return Actor(f"api_key:{found.name}")
+
+
+#: the dependencies routes declare (FastAPI's Annotated form)
+StoreDep = Annotated[ResourceStore, Depends(store)]
+ActorDep = Annotated[Actor, Depends(require_api_key)]
+JsonBody = Annotated[Any, Body()]
+
+
+def unwrap(body: Any, name: str) -> Any:
+    """A request body's resource (``{"destination": {...}}``)."""
+    if not isinstance(body, dict) or name not in body:
+        raise ApiError(422, f"the body must be an object with a {name!r} member",
+                       [Problem(name, "missing", f"send {{\"{name}\": {{...}}}}")])
+    return body[name]
+
+
+def api_settings(file_raw: dict[str, Any]) -> ApiSettings:
+    from pydantic import ValidationError
+
+    from transfer_platform.config.loading import problems_from_validation
+
+    try:
+        return ApiSettings.model_validate(file_raw.get("api") or {})
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, ("api",))) from None
+
+
+def create_app(config_path: str | Path | None = None) -> FastAPI:
+    from transfer_platform.api import audit, links, resources, transfers, webhooks
+
+    app = FastAPI(title="transfer_platform API", version=API_VERSION,
+                  description="Prequel's export API over the platform's store and Dagster instance.")
+    app.state.store = ResourceStore(config_path)
+    app.state.config_path = app.state.store.path
+    app.state.settings = api_settings(app.state.store.file_raw)
+    app.state.reloader = Reloader(app.state.settings.dagster_url) if app.state.settings.dagster_url else None
+
+    @app.middleware("http")
+    async def api_version(request: Request, call_next):
+        asked = request.headers.get(VERSION_HEADER)
+        if asked is not None and not (_DATE.match(asked) and asked <= API_VERSION):
+            return _error(400, f"unsupported {VERSION_HEADER} {asked!r}: this server speaks {API_VERSION} "
+                               "(send that date, or leave the header out)")
+        response = await call_next(request)
+        response.headers[VERSION_HEADER] = API_VERSION
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status_code, str(exc), exc.problems)
+
+    @app.exception_handler(ConfigError)
+    async def config_error(request: Request, exc: ConfigError) -> JSONResponse:
+        return _error(422, "invalid request: " + "; ".join(f"{p.path}: {p.message}" for p in exc.problems),
+                      exc.problems)
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return _error(404, str(exc))
+
+    @app.exception_handler(Conflict)
+    async def conflict(request: Request, exc: Conflict) -> JSONResponse:
+        return _error(409, f"{exc}" + (f"; fix: {exc.fix}" if exc.fix else ""), exc.problems)
+
+    @app.exception_handler(ConnectionFailure)
+    async def unreachable(request: Request, exc: ConnectionFailure) -> JSONResponse:
+        return _error(503, str(exc))
+
+    @app.exception_handler(TransferPlatformError)
+    async def platform_error(request: Request, exc: TransferPlatformError) -> JSONResponse:
+        return _error(422 if exc.blame != "platform" else 500, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [Problem(".".join(str(p) for p in e["loc"]), e["msg"], "") for e in exc.errors()]
+        return _error(422, "invalid request: " + "; ".join(f"{p.path}: {p.message}" for p in problems), problems)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+        return _error(500, f"unexpected error: {type(exc).__name__} (the API's log has the traceback)")
+
+    authorized = [Depends(require_api_key)]
+    app.include_router(resources.router, dependencies=authorized)
+    app.include_router(transfers.router, dependencies=authorized)
+    app.include_router(webhooks.router, dependencies=authorized)
+    app.include_router(audit.router, dependencies=authorized)
+    app.include_router(links.router, dependencies=authorized)
+    app.include_router(links.public_router)  # the recipient's form: the link's token is its key
+    return app

@@ -1,0 +1,5 @@
+"""(routes: to be written)"""
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,56 @@
+"""API keys: 256 random bits shown once at creation, stored as their SHA-256 (a key that long needs
+no slow hash: it cannot be guessed from its hash)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import uuid
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from transfer_platform.store.tables import api_keys
+
+PREFIX = "tpk_"
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: str
+    name: str
+    prefix: str
+
+
+def _hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_key(engine: Engine, name: str) -> tuple[ApiKey, str]:
+    """A new key named ``name``; returns it and the key itself (never stored, never shown again)."""
+    key = PREFIX + secrets.token_urlsafe(32)
+    row = ApiKey(id=str(uuid.uuid4()), name=name, prefix=key[:len(PREFIX) + 6])
+    with engine.begin() as conn:
+        conn.execute(sa.insert(api_keys).values(id=row.id, name=name, key_hash=_hash(key), prefix=row.prefix))
+    return row, key
+
+
+def verify_key(engine: Engine, key: str) -> ApiKey | None:
+    """The key's record, or ``None`` for an unknown or revoked key."""
+    if not key or not key.startswith(PREFIX):
+        return None
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(api_keys.c.id, api_keys.c.name, api_keys.c.prefix)
+                           .where(api_keys.c.key_hash == _hash(key), api_keys.c.revoked_at.is_(None))).first()
+    return ApiKey(id=row.id, name=row.name, prefix=row.prefix) if row else None
+
+
+def revoke_key(engine: Engine, key_id_or_name: str) -> int:
+    with engine.begin() as conn:
+        condition = api_keys.c.name == key_id_or_name
+        with contextlib.suppress(ValueError):
+            condition = sa.or_(condition, api_keys.c.id == str(uuid.UUID(key_id_or_name)))
+        return conn.execute(sa.update(api_keys).where(condition, api_keys.c.revoked_at.is_(None))
+                            .values(revoked_at=sa.func.now())).rowcount

@@ -1,0 +1,33 @@
+"""The audit log: who changed what, when (secrets masked)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from transfer_platform.config.secrets import mask_secrets
+from transfer_platform.store.tables import audit_log
+
+
+def changes(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """``{field path: {"from": old, "to": new}}`` for every leaf that differs (secrets masked)."""
+    found: dict[str, Any] = {}
+
+    def walk(old: Any, new: Any, path: str) -> None:
+        if isinstance(old, dict) and isinstance(new, dict) and set(old) != {"encrypted"} and set(new) != {"encrypted"}:
+            for key in sorted(set(old) | set(new)):
+                walk(old.get(key), new.get(key), f"{path}.{key}" if path else key)
+        elif old != new:
+            found[path or "(all)"] = {"from": mask_secrets(old), "to": mask_secrets(new)}
+
+    walk(before or {}, after or {}, "")
+    return found
+
+
+def record(conn: sa.Connection, *, actor: str, action: str, resource_type: str, resource_id: str | None,
+           resource_name: str | None, changes: dict[str, Any] | None = None) -> None:
+    """One entry, written in the caller's transaction (so it exists exactly when the change does)."""
+    conn.execute(sa.insert(audit_log).values(actor=actor, action=action, resource_type=resource_type,
+                                             resource_id=resource_id, resource_name=resource_name,
+                                             changes=mask_secrets(changes or {})))

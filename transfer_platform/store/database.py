@@ -1,0 +1,62 @@
+"""Opening the store and migrating it (Alembic, run from code: ``transfer-platform store migrate``,
+and by the API at start)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine
+
+from transfer_platform.config.models import DatabaseConnection
+from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
+
+DEFAULT_SCHEMA = "transfer_platform"
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def schema_of(connection: DatabaseConnection) -> str:
+    return connection.schema_ or DEFAULT_SCHEMA
+
+
+@functools.lru_cache(maxsize=8)
+def engine_for(connection: DatabaseConnection) -> Engine:
+    """A pooled engine on the store's database; every session's ``search_path`` is the store's
+    schema, so the tables are named without it."""
+    password = connection.password.resolve("store.connection.password").get_secret_value() \
+        if connection.password else None
+    url = URL.create("postgresql+psycopg", username=connection.username, password=password,
+                     host=connection.host, port=connection.port, database=connection.database)
+    schema = schema_of(connection)
+    return sa.create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=True,
+                            connect_args={"options": f"-csearch_path={schema}", "connect_timeout": 10},
+                            hide_parameters=True)
+
+
+def migrate(connection: DatabaseConnection) -> str:
+    """Create the schema if needed and bring the tables to the newest revision; returns it."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+
+    engine = engine_for(connection)
+    schema = schema_of(connection)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema.replace(chr(34), chr(34) * 2)}"'))
+            config = Config()
+            config.set_main_option("script_location", str(_MIGRATIONS))
+            config.attributes["connection"] = conn
+            config.attributes["schema"] = schema
+            command.upgrade(config, "head")
+            return MigrationContext.configure(conn, opts={"version_table_schema": schema}).get_current_revision()
+    except sa.exc.OperationalError as exc:
+        raise ConnectionFailure(f"the store's database {connection.database}", host=connection.host,
+                                port=connection.port, reason=str(exc.orig).strip().splitlines()[0],
+                                fix="check store.connection in the configuration file") from None
+    except sa.exc.ProgrammingError as exc:
+        raise ConfigError([Problem("store.connection", f"cannot migrate the store: "
+                                   f"{str(exc.orig).strip().splitlines()[0]}",
+                                   f"grant the store's user CREATE on database {connection.database} "
+                                   f"(or create schema {schema} owned by it)")]) from None
