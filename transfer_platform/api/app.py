@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
 from transfer_platform.api.dagster_reload import Reloader
 from transfer_platform.config.models import ApiSettings
@@ -139,6 +140,13 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     @app.exception_handler(ConnectionFailure)
     async def unreachable(request: Request, exc: ConnectionFailure) -> JSONResponse:
         return _error(503, str(exc))
+
+    @app.exception_handler(OperationalError)
+    async def store_unreachable(request: Request, exc: OperationalError) -> JSONResponse:
+        connection = request.app.state.store.settings.connection
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        return _error(503, f"cannot reach the store's database {connection.database} at "
+                           f"{connection.host}:{connection.port}: {reason}")
 
     @app.exception_handler(TransferPlatformError)
     async def platform_error(request: Request, exc: TransferPlatformError) -> JSONResponse:

@@ -1,5 +1,66 @@
-"""(routes: to be written)"""
+"""``GET /audit-log``: who created, changed, deleted, linked, cancelled, paused or enabled what, and
+when; newest first, filtered, paginated by cursor (Prequel's ``has_next`` / ``next_url``)."""
 
-from fastapi import APIRouter
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+from urllib.parse import urlencode
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Query, Request
+
+from transfer_platform.api.app import ApiError, StoreDep, ok
+from transfer_platform.errors import Problem
+from transfer_platform.store.tables import audit_log
 
 router = APIRouter()
+MAX_PAGE = 100
+
+
+def _moment(name: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise ApiError(422, f"{name}: not an ISO-8601 time with its zone",
+                       [Problem(name, f"{text!r} is not an ISO-8601 time with a zone",
+                                "write e.g. 2026-01-31T12:00:00Z")])
+    return moment
+
+
+@router.get("/audit-log", name="read the audit log")
+def read_audit_log(request: Request, resources: StoreDep,
+                   actor: str | None = None, action: str | None = None,
+                   resource_type: str | None = None, resource_id: str | None = None,
+                   resource_name: str | None = None,
+                   after: Annotated[str | None, Query(description="at or after this time (inclusive)")] = None,
+                   before: Annotated[str | None, Query(description="before this time (exclusive)")] = None,
+                   page_size: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
+                   cursor: Annotated[int | None, Query(ge=1, description="next_url's cursor")] = None):
+    query = sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(page_size + 1)
+    for column, value in (("actor", actor), ("action", action), ("resource_type", resource_type),
+                          ("resource_id", resource_id), ("resource_name", resource_name)):
+        if value is not None:
+            query = query.where(audit_log.c[column] == value)  # bound parameters: data, never SQL
+    if (start := _moment("after", after)) is not None:
+        query = query.where(audit_log.c.at >= start)
+    if (end := _moment("before", before)) is not None:
+        query = query.where(audit_log.c.at < end)
+    if cursor is not None:
+        query = query.where(audit_log.c.id < cursor)
+    with resources.engine.connect() as conn:
+        rows = list(conn.execute(query))
+    has_next = len(rows) > page_size
+    rows = rows[:page_size]
+    next_url = None
+    if has_next:
+        params = {k: v for k, v in request.query_params.items() if k != "cursor"}
+        next_url = f"{request.url.path}?{urlencode({**params, 'cursor': rows[-1].id})}"
+    entries = [{"id": r.id, "at": r.at.isoformat(), "actor": r.actor, "action": r.action,
+                "resource_type": r.resource_type, "resource_id": r.resource_id,
+                "resource_name": r.resource_name, "changes": r.changes} for r in rows]
+    return ok({"audit_log": entries, "has_next": has_next, "next_url": next_url})

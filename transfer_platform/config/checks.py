@@ -342,6 +342,10 @@ def _check_settings_without_effect(config: PlatformConfig) -> list[Problem]:
                                     "compared with its id",
                                     "remove organization_column from this model (or make the source "
                                     "multi_tenant)"))
+    if config.store is None and "api" in config.model_fields_set:
+        problems.append(Problem("api", "has no effect without a store: the REST API serves the store's "
+                                "recipients, destinations, sources and models",
+                                "add a store: section (docs/api.md), or remove api:"))
     return problems
 
 

@@ -259,6 +259,8 @@ class ResourceStore:
             raise Conflict(f"a {kind}'s name cannot be changed (its tables and state are kept under it)",
                            f"create a new {kind} and delete this one")
         document = validate_entry(kind, merge_patch(current.document, patch))
+        if action == "update" and kind == "destination" and set(patch) == {"is_enabled"}:
+            action = "enable" if document.get("is_enabled", True) else "pause"  # the log's words for it
 
         def change(conn: sa.Connection) -> Resource:
             self._check_all(conn, kind, current.name, document)
