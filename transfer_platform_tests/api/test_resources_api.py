@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-import psycopg
 import pytest
 
 from transfer_platform.config import load_config
@@ -250,7 +249,8 @@ def test_test_destination_runs_the_connection_checks_without_saving(onboarded: A
     assert bad.status_code == 200
     assert bad.json()["data"]["passed"] is False
     failed = [c for c in bad.json()["data"]["checks"] if c["outcome"] == "FAIL"]
-    assert failed and failed[0]["fix"]
+    assert failed
+    assert failed[0]["fix"]
     assert onboarded.get("/destinations").json()["data"]["destinations"] == []
     with pg_connect(autocommit=True) as conn:
         assert conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
@@ -318,4 +318,3 @@ def test_the_file_imports_into_the_store(tmp_path, store_schema: str, secret_key
     path.write_text(text[:text.index("sources:")])  # the entries now live in the store only
     config = load_config(path)
     assert [r.name for r in config.recipients] == ["acme"]
-    assert isinstance(psycopg, object)
