@@ -607,13 +607,13 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     keys = command("api-key", "create or revoke the API keys the REST API accepts",
                    "create prints the new key once, alone on stdout; the store keeps only its hash.")
-    keys.add_argument("action", choices=["create", "revoke"])
+    keys.add_argument("action", choices=["create", "revoke"], help="create a key, or revoke one")
     keys.add_argument("name", help="the key's name (create), or its name or id (revoke)")
     stored = command("store", "the control plane's store: migrate its tables, import the file, make a key",
                      "migrate: create or upgrade the store's tables. import: copy the file's sources, "
                      "models, recipients and destinations into the store (then remove them from the "
                      "file). new-key: print a new key for $TRANSFER_PLATFORM_SECRET_KEY.")
-    stored.add_argument("action", choices=["migrate", "import", "new-key"])
+    stored.add_argument("action", choices=["migrate", "import", "new-key"], help="what to do (above)")
     link = command("magic-link", "create a one-time link a recipient opens to connect its own destination",
                    "Prints the link's URL alone on stdout; it expires after api.magic_link_hours.")
     link.add_argument("recipient", help="the recipient's name or id")
