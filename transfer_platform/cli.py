@@ -465,9 +465,13 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 def cmd_magic_link(args: argparse.Namespace) -> int:
     from transfer_platform.api.links import create_link
-    from transfer_platform.store.resources import ResourceStore
+    from transfer_platform.store.resources import NotFound, ResourceStore
 
-    url = create_link(ResourceStore(args.config), args.recipient, actor="cli", redirect_url=args.redirect_url)
+    try:
+        url = create_link(ResourceStore(args.config), args.recipient, actor="cli", redirect_url=args.redirect_url)
+    except NotFound as exc:
+        print(f"error: {exc} (list them: GET /recipients)", file=sys.stderr)
+        return 1
     print(url)
     return 0
 
