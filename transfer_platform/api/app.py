@@ -51,6 +51,25 @@ class Actor:
     name: str
 
 
+class _LinkTokens(logging.Filter):
+    """Access logs name paths; a magic link's path holds its token: it is masked."""
+
+    _TOKEN = re.compile(r"(/link/)[^/\s?\"]+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args and isinstance(record.args, tuple):
+            record.args = tuple(self._TOKEN.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = self._TOKEN.sub(r"\1***", record.msg)
+        return True
+
+
+def mask_link_tokens_in_access_logs() -> None:
+    logger = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _LinkTokens) for f in logger.filters):
+        logger.addFilter(_LinkTokens())
+
+
 def ok(data: Any, message: str = "", status_code: int = 200) -> JSONResponse:
     return JSONResponse({"status": "success", "data": data, "message": message}, status_code=status_code)
 
@@ -105,6 +124,7 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
 
     app = FastAPI(title="transfer_platform API", version=API_VERSION,
                   description="Prequel's export API over the platform's store and Dagster instance.")
+    mask_link_tokens_in_access_logs()
     app.state.store = ResourceStore(config_path)
     app.state.config_path = app.state.store.path
     app.state.settings = api_settings(app.state.store.file_raw)

@@ -64,7 +64,7 @@ def test_migrate_import_keys_and_serve(tmp_path: Path, store_schema: str, env: d
     assert key not in str(stored)
 
     port = free_port()
-    server = subprocess.Popen([*CLI, "--config", str(config), "api", "--port", str(port)], env=env,
+    server = subprocess.Popen([*CLI, "--config", str(config), "-v", "api", "--port", str(port)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -81,6 +81,9 @@ def test_migrate_import_keys_and_serve(tmp_path: Path, store_schema: str, env: d
         assert [(r["name"], r["id_in_provider_system"], r["origin"]) for r in answer.json()["data"]["recipients"]] \
             == [("acme", "a'c", "store")]
 
+        token = "k3yTokenOfALink_0123456789abcdef"
+        assert httpx.get(f"http://127.0.0.1:{port}/link/{token}", timeout=5).status_code == 404
+
         assert run("api-key", "revoke", "backend", config=config, env=env).returncode == 0
         assert httpx.get(f"http://127.0.0.1:{port}/recipients", headers={"X-API-KEY": key}, timeout=5).status_code == 401
         again = run("api-key", "revoke", "backend", config=config, env=env)
@@ -88,7 +91,10 @@ def test_migrate_import_keys_and_serve(tmp_path: Path, store_schema: str, env: d
         assert "no active API key" in again.stderr
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        out, err = server.communicate(timeout=30)
+    assert "GET /recipients" in out + err  # the access log (--verbose) is on ...
+    assert "/link/***" in out + err
+    assert token not in out + err  # ... and a link's token is masked in it
 
 
 def test_a_file_without_a_store_is_told_how_to_add_one(tmp_path: Path, env: dict[str, str]) -> None:
