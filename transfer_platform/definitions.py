@@ -29,6 +29,7 @@ from transfer_platform.orchestration.resources import TransferPlatformResource, 
 from transfer_platform.orchestration.retention import run_retention_sensor
 from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
 from transfer_platform.orchestration.transfer_job import transfer_job
+from transfer_platform.webhooks.sensors import webhook_sensors
 
 
 def build_definitions(config_path: str | None = None, shard: str | None = None) -> dg.Definitions:
@@ -44,12 +45,15 @@ def build_definitions(config_path: str | None = None, shard: str | None = None) 
     transfers = transfer_assets(config)
     asset_jobs = transfer_assets_jobs(transfers)
     integrity = integrity_job(config)
+    upkeep = does_instance_upkeep(share)
     return dg.Definitions(
         assets=[*source_specs(config), *transfers],
         asset_checks=integrity_checks(config),
         jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job, *asset_jobs],
-        # run retention is instance-wide: one code location has it (the unsharded one, or shard 0)
-        sensors=[transfer_schedule_sensor(integrity, asset_jobs), *([run_retention_sensor()] if does_instance_upkeep(share) else [])],
+        # run retention and webhooks are instance-wide: one code location has them (the unsharded
+        # one, or shard 0); webhooks only with a store
+        sensors=[transfer_schedule_sensor(integrity, asset_jobs), *([run_retention_sensor()] if upkeep else []),
+                 *(webhook_sensors() if upkeep and config.store is not None else [])],
         resources={
             "platform": platform,
             "pyspark": pyspark,
