@@ -463,6 +463,15 @@ def cmd_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    from transfer_platform.store.resources import ResourceStore
+    from transfer_platform.webhooks.delivery import deliver_due
+
+    report = deliver_due(ResourceStore(args.config).engine)
+    print(report.summary())
+    return 1 if report.failed else 0
+
+
 def cmd_magic_link(args: argparse.Namespace) -> int:
     from transfer_platform.api.links import create_link
     from transfer_platform.store.resources import NotFound, ResourceStore
@@ -618,6 +627,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "models, recipients and destinations into the store (then remove them from the "
                      "file). new-key: print a new key for $TRANSFER_PLATFORM_SECRET_KEY.")
     stored.add_argument("action", choices=["migrate", "import", "new-key"], help="what to do (above)")
+    hooks = command("webhooks", "deliver the webhook events that are due now",
+                    "As the daemon's webhook_delivery sensor does each tick (for a cron job, or a "
+                    "deployment without the daemon): fans new events out to the subscriptions, "
+                    "then makes every due delivery once. Prints a summary; exit 1 if a delivery failed.")
+    hooks.add_argument("action", choices=["deliver"], help="what to do (above)")
     link = command("magic-link", "create a one-time link a recipient opens to connect its own destination",
                    "Prints the link's URL alone on stdout; it expires after api.magic_link_hours.")
     link.add_argument("recipient", help="the recipient's name or id")
@@ -684,7 +698,8 @@ def main(argv: list[str] | None = None) -> int:
                 "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
                 "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key,
                 "spark-server": cmd_spark_server, "integrity": cmd_integrity, "api": cmd_api,
-                "api-key": cmd_api_key, "store": cmd_store, "magic-link": cmd_magic_link}
+                "api-key": cmd_api_key, "store": cmd_store, "magic-link": cmd_magic_link,
+                "webhooks": cmd_webhooks}
     if args.config is not None and args.command in _READS_NO_CONFIG:
         print(f"error: {args.command} reads no configuration file ({_READS_NO_CONFIG[args.command]}): "
               "drop --config", file=sys.stderr)

@@ -9,7 +9,7 @@
   ``{"text": ...}``), enabled or not, and a signing secret the server makes, shows once, and
   keeps encrypted.
 - **Delivery** (:mod:`.delivery`): the ``webhook_delivery`` sensor of the daemon (and
-  ``python -m transfer_platform.webhooks deliver``) fans new events out to the subscriptions
+  ``transfer-platform webhooks deliver``) fans new events out to the subscriptions
   that match, POSTs each with a short timeout, and retries with backoff. Never in a transfer's
   process: a receiver that is down cannot slow or fail a transfer.
 

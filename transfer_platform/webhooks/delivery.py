@@ -1,7 +1,7 @@
 """Delivering events to webhooks: fan-out, a signed POST, retries with backoff, once per event.
 
 Each call of :func:`deliver_due` (the daemon's ``webhook_delivery`` sensor every 15 seconds,
-``python -m transfer_platform.webhooks deliver``, or any process holding the store):
+``transfer-platform webhooks deliver``, or any process holding the store):
 
 1. **fans out** the events of the last :data:`FAN_OUT_WINDOW` to the webhooks subscribed to
    their type: one ``webhook_deliveries`` row per (event, webhook), ``pending`` (``skipped`` for a

@@ -322,10 +322,10 @@ def test_each_change_is_audited_with_the_url_masked(api: Api, hook: Receiver) ->
 
 
 def test_the_delivery_command_delivers_what_is_due(api: Api, hook: Receiver, capsys) -> None:
-    from transfer_platform.webhooks.__main__ import main
+    from transfer_platform.cli import main
 
     create(api, hook.url, ["destination.deleted"])
     emit(api, "destination.deleted", {"destination": {"name": "gone"}})
-    assert main(["deliver", "--config", str(api.config_path)]) == 0
+    assert main(["webhooks", "deliver", "--config", str(api.config_path)]) == 0
     assert "1 delivered" in capsys.readouterr().out
     assert len(hook.wait_for(1)) == 1
