@@ -15,7 +15,9 @@ log = logging.getLogger(__name__)
 
 _LOCATIONS = "query { workspaceOrError { __typename ... on Workspace { locationEntries { name } } } }"
 _RELOAD = """mutation ($name: String!) { reloadRepositoryLocation(repositoryLocationName: $name) {
-  __typename ... on WorkspaceLocationEntry { name } ... on PythonError { message } } }"""
+  __typename ... on WorkspaceLocationEntry { name loadStatus
+    locationOrLoadError { __typename ... on PythonError { message } } }
+  ... on Error { message } } }"""
 
 
 def reload_locations(dagster_url: str, timeout: float = 120.0) -> list[str]:
@@ -29,6 +31,10 @@ def reload_locations(dagster_url: str, timeout: float = 120.0) -> list[str]:
             outcome = result["data"]["reloadRepositoryLocation"]
             if outcome["__typename"] != "WorkspaceLocationEntry":
                 log.warning("Dagster did not reload code location %s: %s", name, outcome.get("message", outcome))
+            elif (outcome.get("locationOrLoadError") or {}).get("__typename") == "PythonError":
+                # loaded with an error: the webserver shows it on the location; say it here too
+                log.warning("Dagster reloaded code location %s, which failed to load: %s", name,
+                            outcome["locationOrLoadError"]["message"].strip().splitlines()[-1][:500])
     return names
 
 
@@ -75,11 +81,12 @@ class Reloader:
             with self._lock:
                 if not self._wanted:
                     self._running = False
+                    log.info("idle after %d reload(s)", self.reloads)
                     return
                 self._wanted = False
             began = time.perf_counter()
             try:
-                reload_locations(self.dagster_url)
+                names = reload_locations(self.dagster_url)
             except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
                 self.failures += 1
                 url = shown_url(self.dagster_url)
@@ -92,7 +99,9 @@ class Reloader:
                 self._failing = True
             else:
                 self.reloads += 1
-                self.reload_seconds += time.perf_counter() - began
+                seconds = time.perf_counter() - began
+                self.reload_seconds += seconds
+                log.info("reloaded %d code location(s) in %.1f s", len(names), seconds)
                 if self._failing:
                     log.info("Dagster at %s reloaded its code locations again", shown_url(self.dagster_url))
                 self._failing = False
