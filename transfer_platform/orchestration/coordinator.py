@@ -22,7 +22,6 @@ code server computes.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from transfer_platform.config import find_config_path, load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration import dagster_internals
+from transfer_platform.orchestration.config_stamp import config_stamp
 from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
 from transfer_platform.orchestration.keys import destination_and_model
 from transfer_platform.orchestration.run_tags import (
@@ -59,7 +59,7 @@ class RunPlacementError(Exception):
 
 def _config() -> PlatformConfig:
     path = find_config_path(None)
-    stamp = os.stat(path).st_mtime_ns
+    stamp = config_stamp(path)  # the file's modification time and the store's version
     cached = _CACHE.get(str(path))
     if cached is None or cached[0] != stamp:
         cached = (stamp, load_config(path))
@@ -67,7 +67,7 @@ def _config() -> PlatformConfig:
     return cached[1]
 
 
-_CACHE: dict[str, tuple[int, PlatformConfig]] = {}
+_CACHE: dict[str, tuple[tuple, PlatformConfig]] = {}
 
 
 def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], str] | None:

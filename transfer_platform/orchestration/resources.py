@@ -1,7 +1,6 @@
 """Resources: the platform configuration with its destination writers, and the Spark session."""
 
 
-import os
 from functools import lru_cache
 
 from dagster import ConfigurableResource
@@ -11,6 +10,7 @@ from transfer_platform.config import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.shards import parse_shard, shard_config
 from transfer_platform.destinations.base import DestinationWriter, writer_for
+from transfer_platform.orchestration.config_stamp import config_stamp
 from transfer_platform.spark_session import session_from_conf, spark_conf, stop_session
 
 
@@ -24,14 +24,14 @@ class TransferPlatformResource(ConfigurableResource):
 
     @property
     def config(self) -> PlatformConfig:
-        return _load(self.config_path, os.stat(self.config_path).st_mtime_ns, self.shard)
+        return _load(self.config_path, config_stamp(self.config_path), self.shard)
 
     def writer(self, destination: str) -> DestinationWriter:
         return writer_for(self.config.destination(destination))
 
 
 @lru_cache(maxsize=4)
-def _load(path: str, _mtime_ns: int, shard: str = "") -> PlatformConfig:
+def _load(path: str, _stamp: tuple, shard: str = "") -> PlatformConfig:
     return shard_config(load_config(path), parse_shard(shard, where="TransferPlatformResource.shard"))
 
 

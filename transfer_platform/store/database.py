@@ -4,6 +4,7 @@ and by the API at start)."""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -20,18 +21,33 @@ def schema_of(connection: DatabaseConnection) -> str:
     return connection.schema_ or DEFAULT_SCHEMA
 
 
+_ENGINES: list[Engine] = []
+
+
+def _forget_pools_in_child() -> None:
+    """A forked process (the preloaded run workers) must not use its parent's pooled connections
+    (two processes on one socket): it opens its own (SQLAlchemy's ``dispose(close=False)``)."""
+    for engine in _ENGINES:
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
 @functools.lru_cache(maxsize=8)
 def engine_for(connection: DatabaseConnection) -> Engine:
     """A pooled engine on the store's database; every session's ``search_path`` is the store's
-    schema, so the tables are named without it."""
+    schema, so the tables are named without it. Safe across ``fork`` (the child opens its own)."""
     password = connection.password.resolve("store.connection.password").get_secret_value() \
         if connection.password else None
     url = URL.create("postgresql+psycopg", username=connection.username, password=password,
                      host=connection.host, port=connection.port, database=connection.database)
     schema = schema_of(connection)
-    return sa.create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=True,
-                            connect_args={"options": f"-csearch_path={schema}", "connect_timeout": 10},
-                            hide_parameters=True)
+    engine = sa.create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=True,
+                              connect_args={"options": f"-csearch_path={schema}", "connect_timeout": 10},
+                              hide_parameters=True)
+    _ENGINES.append(engine)
+    return engine
 
 
 def migrate(connection: DatabaseConnection) -> str:
