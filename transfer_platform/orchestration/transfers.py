@@ -298,7 +298,8 @@ class Page:
     next_cursor: str | None  # the last transfer of the page, when more match after it
 
 
-def _runs_filter(wanted: TransferFilter) -> RunsFilter:
+def _runs_filter(wanted: TransferFilter) -> RunsFilter | None:
+    """The query of the runs that may match (None: none can, e.g. PENDING and ended)."""
     run_tags: dict[str, Any] = {KIND_TAG: "transfer"}
     if wanted.destination:
         run_tags[DESTINATION_TAG] = wanted.destination
@@ -307,6 +308,8 @@ def _runs_filter(wanted: TransferFilter) -> RunsFilter:
     statuses = DAGSTER_STATUSES[wanted.status] if wanted.status else None
     if wanted.ended_before is not None or wanted.ended_after is not None:
         statuses = [s for s in (statuses or _ENDED) if s in _ENDED]
+        if not statuses:
+            return None
     # a run that ended at t was created before t and last updated at t or later
     slack = timedelta(seconds=1)  # the stored times' rounding: the exact bounds are checked after
     created_before = wanted.ended_before + slack if wanted.ended_before is not None else None
@@ -328,7 +331,7 @@ def page_transfers(instance: DagsterInstance, wanted: TransferFilter, cursor: st
     if wanted.status is not None and wanted.status not in DAGSTER_STATUSES:
         raise ValueError(f"unknown status {wanted.status!r}; expected one of {list(STATUSES)}")
     runs_filter = _runs_filter(wanted)
-    if runs_filter.statuses == []:
+    if runs_filter is None:
         return Page([], None)
     exact = wanted.status in (None, "PENDING", "RUNNING", "SUCCESS")  # the Dagster status says it all
     batch_size = max(_BATCH, wanted.limit + 1)
