@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7, help="requests per case (the median is shown)")
     parser.add_argument("--page-size", type=int, default=100)
     parser.add_argument("--json", help="also write the numbers to this file")
+    parser.add_argument("--profile", action="store_true", help="print the first page's top functions (cProfile)")
     args = parser.parse_args(argv)
 
     import dagster as dg
@@ -226,6 +227,18 @@ def main(argv: list[str] | None = None) -> int:
                     "status=SUCCESS": f"/transfers?page_size={size}&status=SUCCESS",
                     "include_tags=team.t3": f"/transfers?page_size={size}&include_tags=team.t3",
                 }
+                if args.profile:
+                    import cProfile
+                    import pstats
+
+                    from transfer_platform.orchestration.transfers import (
+                        TransferFilter,
+                        page_transfers,
+                    )
+
+                    profile = cProfile.Profile()
+                    profile.runcall(page_transfers, app.state.dagster_instance, TransferFilter(limit=size))
+                    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
                 floor_ms, _ = _median_ms(lambda: floor_page(database, KIND_TAG, "transfer", size), args.repeat)
                 results["floor_ms"] = round(floor_ms, 1)
                 print(f"floor (two SQL queries, one page of runs and their events): {floor_ms:.1f} ms", flush=True)
