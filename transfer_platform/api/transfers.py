@@ -235,7 +235,7 @@ def cancel_transfer(transfer_id: str, request: Request, resources: StoreDep, act
     status = orchestration.cancel(instance(request), before["id"])
     with resources.engine.begin() as conn:
         audit.record(conn, actor=actor.name, action="cancel", resource_type="transfer", resource_id=before["id"],
-                     resource_name=before["destination"], changes={"status": [before["status"], status]})
+                     resource_name=before["destination"], changes={"status": {"from": before["status"], "to": status}})
     return ok({"transfer_id": before["id"], "status": status}, f"transfer {before['id']}: {status}")
 
 
