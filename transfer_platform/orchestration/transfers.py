@@ -227,11 +227,10 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
         model["volume_transferred_in_mb"] = round(model["volume_transferred_in_mb"], 4)
         if model["most_recent_last_updated_at"] is not None:
             model["most_recent_last_updated_at"] = _moment(model["most_recent_last_updated_at"])
-    model_errors = _model_errors(evaluations)
-    for name, error in model_errors.items():
-        models.setdefault(name, _no_metrics())["error"] = error
-    if model_errors:  # the models' own errors say more than the step's summary of them
-        errors = [{"step": e["model"], "error": e["title"], **e} for e in model_errors.values()]
+    model_errors = list(_model_errors(evaluations).values())
+    if model_errors:  # the step's error is about its models: the first failed one's code and blame
+        for error in errors:
+            error.update(error_code=model_errors[0]["error_code"], blame=model_errors[0]["blame"])
     start, end = _window(run)
     return {
         "id": run.run_id,
@@ -252,7 +251,8 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
         "volume_transferred_in_mb": round(sum(m["volume_transferred_in_mb"] for m in models.values()), 4),
         "tags": user_tags_of(dict(run.tags)),
         "models": models,
-        "errors": errors,
+        "errors": errors,  # each failed step: its error, code, title (first line) and blame
+        "model_errors": model_errors,  # each failed model (its last_transfer outcome): the same
     }
 
 
