@@ -336,7 +336,8 @@ def page_transfers(instance: DagsterInstance, wanted: TransferFilter, cursor: st
     if runs_filter is None:
         return Page([], None)
     exact = wanted.status in (None, "PENDING", "RUNNING", "SUCCESS")  # the Dagster status says it all
-    batch_size = max(_BATCH, wanted.limit + 1)
+    checked_after = not exact or wanted.ended_before is not None or wanted.ended_after is not None
+    batch_size = max(_BATCH, wanted.limit + 1) if checked_after else wanted.limit + 1  # +1: is there more?
     chosen: list = []
     scanned_to, more = cursor, True
     while len(chosen) <= wanted.limit and more:
