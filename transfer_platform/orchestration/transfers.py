@@ -302,11 +302,13 @@ class Page:
 
 def _runs_filter(wanted: TransferFilter) -> RunsFilter | None:
     """The query of the runs that may match (None: none can, e.g. PENDING and ended)."""
-    run_tags: dict[str, Any] = {KIND_TAG: "transfer"}
+    run_tags: dict[str, Any] = {}
     if wanted.destination:
         run_tags[DESTINATION_TAG] = wanted.destination
     for key, value in wanted.tags.items():
         run_tags[USER_TAG_PREFIX + key] = value
+    if not run_tags:  # else the kind is checked on the runs found: each tag is one more join of
+        run_tags[KIND_TAG] = "transfer"  # run_tags, and this one matches nearly every run
     statuses = DAGSTER_STATUSES[wanted.status] if wanted.status else None
     if wanted.ended_before is not None or wanted.ended_after is not None:
         statuses = [s for s in (statuses or _ENDED) if s in _ENDED]
@@ -336,7 +338,8 @@ def page_transfers(instance: DagsterInstance, wanted: TransferFilter, cursor: st
     if runs_filter is None:
         return Page([], None)
     exact = wanted.status in (None, "PENDING", "RUNNING", "SUCCESS")  # the Dagster status says it all
-    checked_after = not exact or wanted.ended_before is not None or wanted.ended_after is not None
+    checked_after = (not exact or wanted.ended_before is not None or wanted.ended_after is not None
+                     or KIND_TAG not in runs_filter.tags)
     batch_size = max(_BATCH, wanted.limit + 1) if checked_after else wanted.limit + 1  # +1: is there more?
     chosen: list = []
     scanned_to, more = cursor, True
@@ -345,7 +348,7 @@ def page_transfers(instance: DagsterInstance, wanted: TransferFilter, cursor: st
         more = len(batch) == batch_size
         for record in batch:
             scanned_to = record.dagster_run.run_id
-            if _matches(record, wanted) and (exact or _status_of(instance, record) == wanted.status):
+            if record.dagster_run.tags.get(KIND_TAG) == "transfer" and _matches(record, wanted) and (exact or _status_of(instance, record) == wanted.status):
                 chosen.append(record)
                 if len(chosen) > wanted.limit:
                     break

@@ -58,12 +58,12 @@ def platform_api(tmp_path: Path, store_schema: str, secret_key: str, monkeypatch
 
 def record(instance: dg.DagsterInstance, status: str, *, created: datetime, ended: datetime | None = None,
            destination: str = "acme_delta", tags: dict[str, str] | None = None, metrics: bool = False,
-           failure: dict[str, str] | None = None) -> str:
+           failure: dict[str, str] | None = None, kind: str = "transfer") -> str:
     """A transfer run as the transfer job leaves it, with chosen times. ``status``: PENDING, RUNNING,
     SUCCESS, ERROR, PARTIAL_FAILURE, CANCELLED or KILLED. ``metrics``: materializations of two
     windows of ``items``; ``failure``: the ``last_transfer`` check's failed evaluation of ``notes``."""
     run_id = str(uuid.uuid4())
-    run_tags = {KIND_TAG: "transfer", DESTINATION_TAG: destination, MODELS_TAG: "items,notes",
+    run_tags = {KIND_TAG: kind, DESTINATION_TAG: destination, MODELS_TAG: "items,notes",
                 **{USER_TAG_PREFIX + k: v for k, v in (tags or {}).items()}}
     if status in ("ERROR", "PARTIAL_FAILURE"):
         run_tags[MODELS_SUCCEEDED_TAG] = "1" if status == "PARTIAL_FAILURE" else "0"
@@ -129,6 +129,8 @@ def test_filters_by_status_tags_destination_and_end_time_with_exact_boundaries(p
         pending = record(instance, "PENDING", created=at(5))
         running = record(instance, "RUNNING", created=at(6))
         globex = record(instance, "SUCCESS", created=at(7), ended=at(17), destination="globex_delta")
+        for kind in ("integrity", "delete_sweep"):  # runs of a destination, not transfers
+            record(instance, "SUCCESS", created=at(8), ended=at(18), tags={"team": "data"}, kind=kind)
     newest_first = [globex, running, pending, killed, cancelled, partial, error, ok]
 
     assert listed(platform_api, "/transfers") == newest_first
