@@ -1,5 +1,263 @@
-"""(routes: to be written)"""
+"""Transfers and integrity checks: request a transfer of a destination, list transfers with
+Prequel's filters and pagination, read one, cancel one; trigger a destination's integrity checks
+and read their latest results.
 
-from fastapi import APIRouter
+Thin over :mod:`transfer_platform.orchestration.transfers` and the Dagster instance of
+``$DAGSTER_HOME`` (opened once per application, on first use, with pooled connections). A transfer
+request goes through the instance's run queue as ``transfer --enqueue`` does; ``is_debug_mode``
+is the transfer job's dry run (it plans and moves nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from transfer_platform.api.app import ActorDep, ApiError, JsonBody, StoreDep, ok
+from transfer_platform.core.lifecycle import STATUSES
+from transfer_platform.errors import ConfigError, Problem
+from transfer_platform.orchestration import transfers as orchestration
+from transfer_platform.orchestration.run_tags import parse_user_tags
+from transfer_platform.store import audit
 
 router = APIRouter()
+
+MAX_PAGE_SIZE = 100
+_lock = threading.Lock()
+_launching = threading.Lock()
+
+
+def instance(request: Request):  # -> DagsterInstance
+    """The application's Dagster instance ($DAGSTER_HOME), opened on first use and kept."""
+    app = request.app
+    found = getattr(app.state, "dagster_instance", None)
+    if found is not None:
+        return found
+    with _lock:
+        if getattr(app.state, "dagster_instance", None) is None:
+            from dagster import DagsterInstance
+
+            if not os.environ.get("DAGSTER_HOME"):
+                raise ApiError(503, "DAGSTER_HOME is not set where the API runs: transfers live in the "
+                                    "Dagster instance (export DAGSTER_HOME=... as for the daemon)")
+            app.state.dagster_instance = orchestration.open_for_listing(DagsterInstance.get())
+    return app.state.dagster_instance
+
+
+# -- requesting a transfer ----------------------------------------------------------------------
+
+class TransferRequest(BaseModel):
+    """Prequel's transfer request (every field optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    full_refresh: bool = False
+    models: list[str] = Field(default_factory=list)
+    start_transfer_window_at: datetime | None = None  # inclusive
+    end_transfer_window_at: datetime | None = None  # exclusive
+    tags: dict[str, str] = Field(default_factory=dict)
+    is_debug_mode: bool = False  # the dry run: plan, move nothing
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _request(body: Any) -> TransferRequest:
+    if body is None:
+        body = {}
+    if isinstance(body, dict) and isinstance(body.get("transfer"), dict):
+        body = body["transfer"]  # also accepted wrapped, as the other resources' bodies
+    try:
+        wanted = TransferRequest.model_validate(body)
+    except ValidationError as exc:
+        problems = [Problem(".".join(str(p) for p in e["loc"]) or "body", e["msg"], _FIXES.get(
+            str(e["loc"][0]) if e["loc"] else "", "see the transfer request's fields")) for e in exc.errors()]
+        raise ApiError(422, "invalid transfer request: " + "; ".join(f"{p.path}: {p.message}" for p in problems),
+                       problems) from None
+    problems = []
+    for key, value in wanted.tags.items():
+        try:
+            parse_user_tags([f"{key}={value}"])
+        except ValueError as exc:
+            problems.append(Problem(f"tags.{key}", str(exc), "use letters, digits, '_' or '-' in tag keys and values"))
+    if problems:
+        raise ApiError(422, "invalid transfer request: " + "; ".join(p.message for p in problems), problems)
+    return wanted
+
+
+_FIXES = {
+    "full_refresh": "true or false", "is_debug_mode": "true or false",
+    "models": "a list of model names the destination receives",
+    "start_transfer_window_at": "an ISO-8601 time, e.g. 2025-01-31T00:00:00Z",
+    "end_transfer_window_at": "an ISO-8601 time, e.g. 2025-02-01T00:00:00Z",
+    "tags": "an object of key: value, both ^[A-Za-z0-9_-]+$",
+}
+
+
+@router.post("/destinations/{key}/transfer", name="request a transfer", status_code=201)
+def request_transfer(key: str, request: Request, resources: StoreDep, actor: ActorDep,
+                     body: JsonBody = None):
+    wanted = _request(body)
+    destination = resources.get("destination", key)
+    config = resources.config()
+    config.destination(destination.name)  # in the effective configuration (a ConfigError otherwise)
+    from transfer_platform.transfers.preflight import window_problems
+
+    start, end = _utc(wanted.start_transfer_window_at), _utc(wanted.end_transfer_window_at)
+    problems = [Problem(p.path.replace("--start", "start_transfer_window_at").replace("--end", "end_transfer_window_at"),
+                        p.message.replace("--end", "end_transfer_window_at").replace("--start", "start_transfer_window_at"),
+                        p.fix.replace("--end", "end_transfer_window_at").replace("--start", "start_transfer_window_at"))
+                for p in window_problems(start, end, datetime.now(UTC))]
+    receives = {m.model_name for m in config.models_for(config.destination(destination.name))}
+    for index, model in enumerate(wanted.models):
+        if model not in receives:
+            problems.append(Problem(f"models.{index}", f"destination {destination.name!r} does not receive model "
+                                    f"{model!r}", f"name models it receives: {sorted(receives)}"))
+    if problems:
+        raise ApiError(422, "invalid transfer request: " + "; ".join(f"{p.path}: {p.message}" for p in problems),
+                       problems)
+    order = orchestration.TransferOrder(
+        destination=destination.name, models=wanted.models, full_refresh=wanted.full_refresh, start=start,
+        end=end, tags=wanted.tags, dry_run=wanted.is_debug_mode, trigger="api")
+    dagster = instance(request)
+    with _launching:  # one at a time: each names the configuration to its code server by variable
+        transfer_id = orchestration.enqueue(dagster, config, request.app.state.config_path, order)
+    transfer = orchestration.get_transfer(dagster, transfer_id)
+    return ok({"transfer_id": transfer_id, "transfer": transfer},
+              f"transfer {transfer_id} of {destination.name} submitted", status_code=201)
+
+
+# -- listing ------------------------------------------------------------------------------------
+
+def _moment(name: str, text: str | None) -> datetime | None:
+    if text is None or text == "":
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise ApiError(422, f"{name}: {text!r} is not an ISO-8601 time",
+                       [Problem(name, f"{text!r} is not an ISO-8601 time", "e.g. 2025-01-31T00:00:00Z")]) from None
+    return _utc(moment)
+
+
+def _filters(request: Request, destination: str | None) -> tuple[orchestration.TransferFilter, str | None]:
+    known = {"status", "include_tags", "ended_before", "ended_after", "page_size", "cursor"}
+    query = request.query_params
+    unknown = sorted(set(query) - known)
+    if unknown:
+        raise ApiError(422, f"unknown query parameter(s) {unknown}",
+                       [Problem(u, "unknown parameter", f"use one of {sorted(known)}") for u in unknown])
+    status = query.get("status") or None
+    if status is not None and status not in STATUSES:
+        raise ApiError(422, f"status: unknown status {status!r}",
+                       [Problem("status", f"unknown status {status!r}", f"one of {list(STATUSES)}")])
+    tags: dict[str, str] = {}
+    for item in filter(None, (query.get("include_tags") or "").split(",")):
+        key, dot, value = item.strip().partition(".")
+        try:
+            if not dot:
+                raise ValueError(f"{item!r} is not key.value")
+            tags.update(parse_user_tags([f"{key}={value}"]))
+        except ValueError as exc:
+            raise ApiError(422, f"include_tags: {exc}", [Problem(
+                "include_tags", str(exc), "key.value pairs separated by commas, both sides ^[A-Za-z0-9_-]+$")]) from None
+    size_text = query.get("page_size", str(MAX_PAGE_SIZE))
+    if not size_text.isdigit() or not 1 <= int(size_text) <= MAX_PAGE_SIZE:
+        raise ApiError(422, f"page_size: {size_text!r} is not a whole number from 1 to {MAX_PAGE_SIZE}",
+                       [Problem("page_size", f"{size_text!r} is out of range", f"1 to {MAX_PAGE_SIZE}")])
+    cursor = query.get("cursor") or None
+    if cursor is not None:
+        try:
+            cursor = str(uuid.UUID(cursor))
+        except ValueError:
+            raise ApiError(422, "cursor: not a cursor this API gave", [Problem(
+                "cursor", f"{cursor!r} is not a cursor this API gave", "follow next_url, or leave cursor out")]) from None
+    wanted = orchestration.TransferFilter(
+        destination=destination, status=status, tags=tags, ended_before=_moment("ended_before", query.get("ended_before")),
+        ended_after=_moment("ended_after", query.get("ended_after")), limit=int(size_text))
+    return wanted, cursor
+
+
+def _page(request: Request, destination: str | None) -> dict[str, Any]:
+    wanted, cursor = _filters(request, destination)
+    dagster = instance(request)
+    if cursor is not None and dagster.get_run_record_by_id(cursor) is None:
+        raise ApiError(422, "cursor: no such transfer (deleted since?)", [Problem(
+            "cursor", f"no transfer {cursor!r}", "start again without cursor")])
+    page = orchestration.page_transfers(dagster, wanted, cursor)
+    next_url = None
+    if page.next_cursor is not None:
+        query = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
+        next_url = f"{request.url.path}?{urlencode([*query, ('cursor', page.next_cursor)])}"
+    return {"transfers": page.transfers, "has_next": page.next_cursor is not None, "next_url": next_url}
+
+
+@router.get("/transfers", name="list transfers")
+def list_transfers(request: Request):
+    return ok(_page(request, None))
+
+
+@router.get("/destinations/{key}/transfers", name="list a destination's transfers")
+def list_destination_transfers(key: str, request: Request, resources: StoreDep):
+    return ok(_page(request, resources.get("destination", key).name))
+
+
+@router.get("/transfers/{transfer_id}", name="get a transfer")
+def get_transfer(transfer_id: str, request: Request):
+    found = _known(request, transfer_id)
+    return ok({"transfer": found})
+
+
+def _known(request: Request, transfer_id: str) -> dict[str, Any]:
+    try:
+        run_id = str(uuid.UUID(transfer_id))
+    except ValueError:
+        raise ApiError(404, f"no transfer with id {transfer_id!r}") from None
+    found = orchestration.get_transfer(instance(request), run_id)
+    if found is None:
+        raise ApiError(404, f"no transfer with id {transfer_id!r}")
+    return found
+
+
+@router.post("/transfers/{transfer_id}/cancel", name="cancel a transfer")
+def cancel_transfer(transfer_id: str, request: Request, resources: StoreDep, actor: ActorDep):
+    before = _known(request, transfer_id)
+    status = orchestration.cancel(instance(request), before["id"])
+    with resources.engine.begin() as conn:
+        audit.record(conn, actor=actor.name, action="cancel", resource_type="transfer", resource_id=before["id"],
+                     resource_name=before["destination"], changes={"status": {"from": before["status"], "to": status}})
+    return ok({"transfer_id": before["id"], "status": status}, f"transfer {before['id']}: {status}")
+
+
+# -- integrity checks ---------------------------------------------------------------------------
+
+@router.post("/destinations/{key}/integrity-checks", name="run a destination's integrity checks", status_code=201)
+def request_integrity_check(key: str, request: Request, resources: StoreDep):
+    destination = resources.get("destination", key)
+    config = resources.config()
+    dagster = instance(request)
+    try:
+        with _launching:
+            run_id = orchestration.enqueue_integrity(dagster, config, request.app.state.config_path,
+                                                     destination.name, trigger="api")
+    except ConfigError as exc:
+        raise ApiError(422, str(exc.problems[0].message) if exc.problems else str(exc), exc.problems) from None
+    return ok({"integrity_check_id": run_id, "destination": destination.name, "status": "PENDING"},
+              f"integrity checks of {destination.name} submitted", status_code=201)
+
+
+@router.get("/destinations/{key}/integrity-checks", name="a destination's latest integrity results")
+def integrity_results(key: str, request: Request, resources: StoreDep):
+    destination = resources.get("destination", key)
+    results = orchestration.integrity_results(instance(request), resources.config(), destination.name)
+    return ok({"destination": destination.name, "models": results})

@@ -261,7 +261,7 @@ LAUNCH_COMMAND = Fenced(
            "which the CLI cannot assume); `dagster job launch` in a subprocess (one more Python "
            "importing Dagster, errors as text); DagsterInstance.submit_run (needs the remote job and "
            "its snapshots, themselves private workspace machinery)",
-    params=("instance", "workspace_opts", "config_json", "tags", "run_id", "job_name"))
+    params=("instance", "workspace_opts", "config_json", "tags", "run_id", "job_name", "op_selection"))
 WORKSPACE_OPTS = Fenced(
     "dagster_shared.cli", "WorkspaceOpts", ("enqueue",),
     use="naming workspace.yaml to execute_launch_command", public="none (its own argument type)",
@@ -406,9 +406,10 @@ def interrupt_execution(server: Any, run_id: str, event: Any, now: float) -> Non
 
 
 def launch_job_run(instance: Any, workspace: str, job_name: str, run_config_json: str, tags_json: str,
-                   run_id: str) -> None:
+                   run_id: str, op_selection: str | None = None) -> None:
     """Create a run of ``job_name`` from the workspace's code server and submit it, as
-    ``dagster job launch`` does."""
+    ``dagster job launch`` does (``op_selection``: its ``--op-selection``)."""
     LAUNCH_COMMAND.get()(
         instance=instance, workspace_opts=WORKSPACE_OPTS.get()(workspace=[workspace]),
-        config_json=run_config_json, tags=tags_json, run_id=run_id, job_name=job_name)
+        config_json=run_config_json, tags=tags_json, run_id=run_id, job_name=job_name,
+        **({"op_selection": op_selection} if op_selection else {}))

@@ -6,6 +6,14 @@ Materialize, backfills). Enqueueing goes through the instance's run coordinator,
 the queue's limits apply. Listing reads the runs and their events from the instance: status
 (:func:`transfer_platform.orchestration.lifecycle.transfer_status`), timestamps, window, tags and
 per-model metrics summed over the windows each run committed.
+
+Listing is one query for the page of runs (Dagster's run storage filters on the kind, destination,
+user tags, the Dagster statuses a transfer status maps onto, and creation/update times) and one
+event read per run of that page (the page's materializations, step outcomes and ``last_transfer``
+check evaluations). Statuses Dagster does not know (KILLED vs CANCELLED, PARTIAL_FAILURE vs ERROR,
+EXPIRED, ORPHANED) and the end-time bounds are checked on the fetched runs; pages are read until
+the page is full, so a page is never short while more transfers match. A page's cursor is the
+last run it holds: the next page starts after it, whatever was recorded since.
 """
 
 
@@ -13,19 +21,27 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dagster import DagsterEventType, DagsterInstance, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.core.lifecycle import transfer_status
+from transfer_platform.core.lifecycle import (
+    MODELS_SUCCEEDED_TAG,
+    ORPHANED_TAG,
+    STATUSES,
+    first_line,
+    transfer_status,
+)
+from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration.dagster_internals import launch_job_run
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     FULL_REFRESH_TAG,
     KIND_TAG,
+    MODELS_TAG,
     TRIGGER_TAG,
     USER_TAG_PREFIX,
     limit_tags,
@@ -34,6 +50,7 @@ from transfer_platform.orchestration.run_tags import (
 )
 
 WORKSPACE_ENV = "TRANSFER_PLATFORM_WORKSPACE"
+DRY_RUN_TAG = "transfer_platform/dry_run"  # a transfer that only plans (the API's is_debug_mode)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 PARTITION_TAG = "dagster/partition"
@@ -55,6 +72,8 @@ class TransferOrder:
     start: datetime | None = None
     end: datetime | None = None
     tags: dict[str, str] = field(default_factory=dict)  # the user's, already validated
+    dry_run: bool = False  # only plan (the op's dry_run): move and record nothing
+    trigger: str = "cli"  # who asked: cli | api
 
 
 def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path, order: TransferOrder) -> str:
@@ -69,18 +88,27 @@ def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path
         op_config["start"] = order.start.isoformat()
     if order.end is not None:
         op_config["end"] = order.end.isoformat()
+    if order.dry_run:
+        op_config["dry_run"] = True
     tags = {**limit_tags(config, destination.name, models, "transfer"),
             **{USER_TAG_PREFIX + k: v for k, v in order.tags.items()},
-            TRIGGER_TAG: "cli"}
+            TRIGGER_TAG: order.trigger}
+    if order.dry_run:
+        tags[DRY_RUN_TAG] = "true"
     if order.full_refresh:
         tags[FULL_REFRESH_TAG] = "true"
+    return _launch(instance, config_path, "transfer", {"ops": {"run_transfer": {"config": op_config}}}, tags)
+
+
+def _launch(instance: DagsterInstance, config_path: Path, job_name: str, run_config: dict, tags: dict,
+            op_selection: str | None = None) -> str:
     run_id = str(uuid.uuid4())
     before = os.environ.get("TRANSFER_PLATFORM_CONFIG")
     os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path.resolve())  # for the code server
     try:
         launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
-            instance, str(workspace_file()), "transfer",
-            json.dumps({"ops": {"run_transfer": {"config": op_config}}}), json.dumps(tags), run_id)
+            instance, str(workspace_file()), job_name, json.dumps(run_config), json.dumps(tags), run_id,
+            **({"op_selection": op_selection} if op_selection else {}))
     finally:
         if before is None:
             os.environ.pop("TRANSFER_PLATFORM_CONFIG", None)
@@ -98,6 +126,14 @@ def cancel(instance: DagsterInstance, run_id: str) -> str:
     return describe(instance, instance.get_run_record_by_id(run_id))["status"]
 
 
+def get_transfer(instance: DagsterInstance, run_id: str) -> dict[str, Any] | None:
+    """One transfer by id (None when no transfer run has it)."""
+    record = instance.get_run_record_by_id(run_id)
+    if record is None or record.dagster_run.tags.get(KIND_TAG) != "transfer":
+        return None
+    return describe(instance, record)
+
+
 def _window(run) -> tuple[str | None, str | None]:  # a DagsterRun
     op_config = transfer_op_config(run.run_config)
     if op_config:
@@ -113,31 +149,71 @@ def _moment(timestamp: float | None) -> str | None:
     return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC).isoformat()
 
 
-def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # a RunRecord
-    """One transfer as ``transfer-platform transfers`` shows it."""
+#: the events a transfer's description reads off its run
+_EVENT_TYPES = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE,
+                DagsterEventType.STEP_SUCCESS, DagsterEventType.ASSET_CHECK_EVALUATION}
+LAST_TRANSFER_CHECK = "last_transfer"  # orchestration.last_transfer.CHECK_NAME (not imported: light)
+
+
+def events_of(instance: DagsterInstance, run_ids: list[str]) -> dict[str, list]:
+    """The events :func:`describe` reads, of each of ``run_ids``: one indexed read per run (Dagster's
+    public event API has no filter by several runs); with the pooled connection of
+    :func:`open_for_listing` ~0.4 ms each, and most of a page's time is deserializing them.
+    Threads do not help: the pool keeps one connection, each overflow one is opened anew."""
+    return {run_id: instance.get_records_for_run(run_id, of_type=_EVENT_TYPES).records for run_id in run_ids}
+
+
+def open_for_listing(instance: DagsterInstance) -> DagsterInstance:
+    """An instance kept open by a long-lived process (the API): hold pooled connections rather
+    than one connection per query, as Dagster's webserver does (statement timeout 15 s)."""
+    instance.optimize_for_webserver(statement_timeout=15_000, pool_recycle=3600, max_overflow=20)
+    return instance
+
+
+def _model_errors(evaluations: list) -> dict[str, dict[str, Any]]:
+    """Each model's latest ``last_transfer`` outcome in the run that failed: code, title, blame."""
+    found: dict[str, dict[str, Any]] = {}
+    for data in evaluations:
+        if data.check_name != LAST_TRANSFER_CHECK or data.passed:
+            continue
+        metadata = {k: v.value for k, v in data.metadata.items()}
+        message = str(metadata.get("error") or data.description or "")
+        found[data.asset_key.path[-1]] = {
+            "model": data.asset_key.path[-1], "status": metadata.get("status"),
+            "error_code": metadata.get("error_type") or metadata.get("status") or "ERROR",
+            "title": first_line(message) or str(data.description or ""),
+            "blame": metadata.get("blame") or ("platform" if metadata.get("status") != "KILLED" else None),
+            "message": message}
+    return found
+
+
+def describe(instance: DagsterInstance, record, events: list | None = None) -> dict[str, Any]:  # a RunRecord
+    """One transfer as ``transfer-platform transfers`` and the API show it. ``events``: the run's
+    events (:func:`events_of`), read here when not given."""
     run = record.dagster_run
-    events = instance.get_records_for_run(
-        run.run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE,
-                             DagsterEventType.STEP_SUCCESS}).records
+    if events is None:
+        events = events_of(instance, [run.run_id])[run.run_id]
     models: dict[str, dict[str, Any]] = {}
     steps_succeeded = 0
     errors = []
+    evaluations = []
     for event in events:
         dagster_event = event.event_log_entry.dagster_event
         if dagster_event.event_type == DagsterEventType.STEP_SUCCESS:
             steps_succeeded += 1
+        elif dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluations.append(dagster_event.asset_check_evaluation_data)
         elif dagster_event.event_type == DagsterEventType.STEP_FAILURE:
             data = dagster_event.step_failure_data
             text = (data.user_failure_data.description if data.user_failure_data else None) or (
                 data.error.message.strip().splitlines()[0] if data.error else "failed")
-            errors.append({"step": dagster_event.step_key, "error": text})
+            errors.append({"step": dagster_event.step_key, "error": text,
+                           "error_code": (data.error.cls_name if data.error else None) or "Failure",
+                           "title": first_line(text), "blame": "platform"})
         else:
             materialization = dagster_event.step_materialization_data.materialization
             metadata = {k: v.value for k, v in materialization.metadata.items()}
-            model = models.setdefault(materialization.asset_key.path[-1], {
-                "windows": 0, "rows_transferred": 0, "delta_rows_transferred": 0, "rows_deleted": 0,
-                "versions_superseded": 0,
-                "volume_transferred_in_mb": 0.0, "most_recent_last_updated_at": None})
+            model = models.setdefault(materialization.asset_key.path[-1], _no_metrics())
             model["windows"] += 1
             model["rows_transferred"] += int(metadata.get("rows_transferred", 0))
             model["delta_rows_transferred"] += int(metadata.get("delta_rows_transferred", 0))
@@ -151,13 +227,18 @@ def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # a RunRecor
         model["volume_transferred_in_mb"] = round(model["volume_transferred_in_mb"], 4)
         if model["most_recent_last_updated_at"] is not None:
             model["most_recent_last_updated_at"] = _moment(model["most_recent_last_updated_at"])
+    model_errors = list(_model_errors(evaluations).values())
+    if model_errors:  # the step's error is about its models: the first failed one's code and blame
+        for error in errors:
+            error.update(error_code=model_errors[0]["error_code"], blame=model_errors[0]["blame"])
     start, end = _window(run)
     return {
         "id": run.run_id,
         "destination": run.tags.get(DESTINATION_TAG),
-        "status": transfer_status(run.status.value, dict(run.tags), started=record.start_time is not None,
-                                  steps_succeeded=steps_succeeded if errors else 0),
+        "status": _status(record, steps_succeeded if errors else 0),
         "full_refresh": run.tags.get(FULL_REFRESH_TAG) == "true" or bool(transfer_op_config(run.run_config).get("full_refresh")),
+        "is_debug_mode": run.tags.get(DRY_RUN_TAG) == "true" or bool(transfer_op_config(run.run_config).get("dry_run")),
+        "requested_models": [m for m in run.tags.get(MODELS_TAG, "").split(",") if m],
         "start_transfer_window_at": start,
         "end_transfer_window_at": end,
         "submitted_at": record.create_timestamp.astimezone(UTC).isoformat(),
@@ -170,8 +251,37 @@ def describe(instance: DagsterInstance, record) -> dict[str, Any]:  # a RunRecor
         "volume_transferred_in_mb": round(sum(m["volume_transferred_in_mb"] for m in models.values()), 4),
         "tags": user_tags_of(dict(run.tags)),
         "models": models,
-        "errors": errors,
+        "errors": errors,  # each failed step: its error, code, title (first line) and blame
+        "model_errors": model_errors,  # each failed model (its last_transfer outcome): the same
     }
+
+
+def _no_metrics() -> dict[str, Any]:
+    return {"windows": 0, "rows_transferred": 0, "delta_rows_transferred": 0, "rows_deleted": 0,
+            "versions_superseded": 0, "volume_transferred_in_mb": 0.0, "most_recent_last_updated_at": None}
+
+
+def _status(record, steps_succeeded: int = 0) -> str:
+    run = record.dagster_run
+    return transfer_status(run.status.value, dict(run.tags), started=record.start_time is not None,
+                           steps_succeeded=steps_succeeded)
+
+
+#: the Dagster run statuses each transfer status can be read off (the rest is told by tags)
+DAGSTER_STATUSES: dict[str, list[DagsterRunStatus]] = {
+    "PENDING": [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.MANAGED],
+    "RUNNING": [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING],
+    "SUCCESS": [DagsterRunStatus.SUCCESS],
+    "CANCELLED": [DagsterRunStatus.CANCELED],
+    "KILLED": [DagsterRunStatus.CANCELED],
+    "EXPIRED": [DagsterRunStatus.CANCELED],
+    "ERROR": [DagsterRunStatus.FAILURE],
+    "PARTIAL_FAILURE": [DagsterRunStatus.FAILURE],
+    "ORPHANED": [DagsterRunStatus.FAILURE],
+}
+_ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
+#: runs fetched per query while a page fills (more than a page: filters may drop some)
+_BATCH = 200
 
 
 @dataclass(frozen=True)
@@ -184,23 +294,126 @@ class TransferFilter:
     limit: int = 100
 
 
-def list_transfers(instance: DagsterInstance, wanted: TransferFilter) -> list[dict[str, Any]]:
-    run_tags: dict[str, Any] = {KIND_TAG: "transfer"}
+@dataclass(frozen=True)
+class Page:
+    transfers: list[dict[str, Any]]
+    next_cursor: str | None  # the last transfer of the page, when more match after it
+
+
+def _runs_filter(wanted: TransferFilter) -> RunsFilter | None:
+    """The query of the runs that may match (None: none can, e.g. PENDING and ended)."""
+    run_tags: dict[str, Any] = {}
     if wanted.destination:
         run_tags[DESTINATION_TAG] = wanted.destination
     for key, value in wanted.tags.items():
         run_tags[USER_TAG_PREFIX + key] = value
-    found = []
-    for record in instance.get_run_records(RunsFilter(tags=run_tags)):
-        ended = record.end_time
-        if wanted.ended_before is not None and (ended is None or ended >= wanted.ended_before.timestamp()):
-            continue
-        if wanted.ended_after is not None and (ended is None or ended < wanted.ended_after.timestamp()):
-            continue
-        transfer = describe(instance, record)
-        if wanted.status and transfer["status"] != wanted.status:
-            continue
-        found.append(transfer)
-        if len(found) >= wanted.limit:
-            break
-    return found
+    if not run_tags:  # else the kind is checked on the runs found: each tag is one more join of
+        run_tags[KIND_TAG] = "transfer"  # run_tags, and this one matches nearly every run
+    statuses = DAGSTER_STATUSES[wanted.status] if wanted.status else None
+    if wanted.ended_before is not None or wanted.ended_after is not None:
+        statuses = [s for s in (statuses or _ENDED) if s in _ENDED]
+        if not statuses:
+            return None
+    # a run that ended at t was created before t and last updated at t or later
+    slack = timedelta(seconds=1)  # the stored times' rounding: the exact bounds are checked after
+    created_before = wanted.ended_before + slack if wanted.ended_before is not None else None
+    updated_after = wanted.ended_after - slack if wanted.ended_after is not None else None
+    return RunsFilter(tags=run_tags, statuses=statuses, created_before=created_before,
+                      updated_after=updated_after)
+
+
+def _matches(record, wanted: TransferFilter) -> bool:
+    ended = record.end_time
+    before = wanted.ended_before is None or (ended is not None and ended < wanted.ended_before.timestamp())
+    after = wanted.ended_after is None or (ended is not None and ended >= wanted.ended_after.timestamp())
+    return before and after
+
+
+def page_transfers(instance: DagsterInstance, wanted: TransferFilter, cursor: str | None = None) -> Page:
+    """The ``wanted.limit`` newest transfers matching ``wanted`` after ``cursor`` (a transfer id
+    a previous page ended with), described, and the cursor of the next page (None: no more)."""
+    if wanted.status is not None and wanted.status not in DAGSTER_STATUSES:
+        raise ValueError(f"unknown status {wanted.status!r}; expected one of {list(STATUSES)}")
+    runs_filter = _runs_filter(wanted)
+    if runs_filter is None:
+        return Page([], None)
+    exact = wanted.status in (None, "PENDING", "RUNNING", "SUCCESS")  # the Dagster status says it all
+    checked_after = (not exact or wanted.ended_before is not None or wanted.ended_after is not None
+                     or KIND_TAG not in runs_filter.tags)
+    batch_size = max(_BATCH, wanted.limit + 1) if checked_after else wanted.limit + 1  # +1: is there more?
+    chosen: list = []
+    scanned_to, more = cursor, True
+    while len(chosen) <= wanted.limit and more:
+        batch = instance.get_run_records(runs_filter, limit=batch_size, cursor=scanned_to)
+        more = len(batch) == batch_size
+        for record in batch:
+            scanned_to = record.dagster_run.run_id
+            if record.dagster_run.tags.get(KIND_TAG) == "transfer" and _matches(record, wanted) and (exact or _status_of(instance, record) == wanted.status):
+                chosen.append(record)
+                if len(chosen) > wanted.limit:
+                    break
+    has_next = len(chosen) > wanted.limit
+    chosen = chosen[:wanted.limit]
+    events = events_of(instance, [r.dagster_run.run_id for r in chosen])
+    found = [describe(instance, r, events[r.dagster_run.run_id]) for r in chosen]
+    return Page(found, chosen[-1].dagster_run.run_id if has_next and chosen else None)
+
+
+def _status_of(instance: DagsterInstance, record) -> str:
+    """The transfer status :func:`describe` gives ``record``, its events read only when the tags
+    cannot tell (a failed run of asset steps without the transfer's model counts)."""
+    tags = record.dagster_run.tags
+    if (record.dagster_run.status == DagsterRunStatus.FAILURE and MODELS_SUCCEEDED_TAG not in tags
+            and ORPHANED_TAG not in tags):
+        return describe(instance, record)["status"]
+    return _status(record)
+
+
+def list_transfers(instance: DagsterInstance, wanted: TransferFilter) -> list[dict[str, Any]]:
+    """The first page of :func:`page_transfers` (``wanted.limit`` transfers, newest first)."""
+    return page_transfers(instance, wanted).transfers
+
+
+def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_path: Path, destination_name: str,
+                      *, trigger: str = "cli") -> str:
+    """Submit a run of the ``integrity`` job with the checks of one destination (its op, as the
+    launchpad's selection and the sensor's run request do), tagged as the sensor tags it."""
+    from transfer_platform.orchestration.checks import JOB_NAME
+
+    destination = config.destination(destination_name)
+    models = config.models_for(destination)
+    if not models:
+        raise ConfigError(f"destination {destination.name!r} receives no enabled model: nothing to check")
+    tags = {**limit_tags(config, destination.name, models, "integrity"), TRIGGER_TAG: trigger}
+    return _launch(instance, config_path, JOB_NAME, {}, tags, op_selection=f"integrity_{destination.name}")
+
+
+def integrity_results(instance: DagsterInstance, config: PlatformConfig, destination_name: str) -> list[dict[str, Any]]:
+    """The latest ``integrity`` check evaluation of each model of a destination (None: never checked)."""
+    from dagster import AssetCheckKey
+
+    from transfer_platform.orchestration.checks import CHECK_NAME
+    from transfer_platform.orchestration.keys import transfer_asset_key
+
+    destination = config.destination(destination_name)
+    keys = {m.model_name: AssetCheckKey(transfer_asset_key(destination.recipient, destination.name, m.model_name),
+                                        CHECK_NAME) for m in config.models_for(destination)}
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(list(keys.values()))
+    results = []
+    for model, key in keys.items():
+        record = latest.get(key)
+        entry = {"model": model, "status": "NOT_RUN", "run_id": None, "checked_at": None, "passed": None}
+        if record is not None:
+            entry.update(status=record.status.value, run_id=record.run_id,
+                         checked_at=_moment(record.create_timestamp))
+            event = record.event.dagster_event if record.event is not None else None
+            if event is not None and event.event_type_value == "ASSET_CHECK_EVALUATION":
+                data = event.asset_check_evaluation_data
+                metadata = {k: v.value for k, v in data.metadata.items()}
+                entry.update(passed=data.passed, description=data.description,
+                             error_code=metadata.pop("error_type", None), blame=metadata.pop("blame", None),
+                             counts={k: v for k, v in metadata.items() if isinstance(v, int)
+                                     and not isinstance(v, bool)},
+                             horizon=metadata.get("horizon"), watermark=metadata.get("watermark"))
+        results.append(entry)
+    return results
