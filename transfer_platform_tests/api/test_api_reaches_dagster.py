@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -34,7 +33,7 @@ from transfer_platform.config.secrets import SECRET_KEY_ENV
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG
 from transfer_platform_tests.support.api import start_api, write_api_config
 from transfer_platform_tests.support.config import events_model
-from transfer_platform_tests.support.daemon import PATIENCE, VENV_BIN, processes_with_home
+from transfer_platform_tests.support.daemon import PATIENCE, VENV_BIN, stop_processes
 from transfer_platform_tests.support.events import create_events
 from transfer_platform_tests.support.platform import REPO, dagster_home
 from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
@@ -150,14 +149,7 @@ def dagster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dagster]:
             wait_until("the webserver to load the code location", loaded, 180 * PATIENCE, logs)
             yield Dagster(root, config_path, store_schema, url, instance, logs)
         finally:
-            for process in processes:
-                with suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            for pid in processes_with_home(home):
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            instance.dispose()
+            stop_processes(processes, home, instance)
             with pg_connect(autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{store_schema}" CASCADE')
                 conn.execute(f'DROP SCHEMA IF EXISTS "{source_schema}" CASCADE')

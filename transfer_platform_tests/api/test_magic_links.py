@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,18 +24,11 @@ from transfer_platform_tests.support.mysql import (
     mysql_connection_config,
     mysql_ident,
 )
-from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
+from transfer_platform_tests.support.postgres import pg_connection_config
 
 CLI = str(Path(sys.executable).with_name("transfer-platform"))
 PASSWORD = "pw-" + uuid.uuid4().hex  # trust auth: accepted and ignored by the test server
 
-
-@pytest.fixture
-def dest_schema() -> Iterator[str]:
-    schema = f"ml_dest_{uuid.uuid4().hex[:10]}"
-    yield schema
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def add_recipient(api: Api, name: str) -> dict:
@@ -130,12 +122,12 @@ def test_bad_link_requests_are_refused_with_the_field(api: Api):
     assert rows(api, "SELECT id FROM magic_links") == []
 
 
-def test_a_link_creates_a_destination_for_its_recipient_only(api: Api, dest_schema: str):
+def test_a_link_creates_a_destination_for_its_recipient_only(api: Api, dst_schema: str):
     add_recipient(api, "acme")
     add_recipient(api, "globex")
     link = new_link(api, "acme")
     form = path_of(link["url"])
-    body = {"destination": {"vendor": "postgres", "recipient": "globex", "connection": connection(dest_schema)}}
+    body = {"destination": {"vendor": "postgres", "recipient": "globex", "connection": connection(dst_schema)}}
     tested = api.client.post(form + "/test", json=body)
     assert tested.status_code == 200, tested.text
     assert tested.json()["data"]["passed"], tested.json()
@@ -165,11 +157,11 @@ def test_a_link_creates_a_destination_for_its_recipient_only(api: Api, dest_sche
     assert name in done.text
 
 
-def test_a_link_works_once(api: Api, dest_schema: str):
+def test_a_link_works_once(api: Api, dst_schema: str):
     add_recipient(api, "acme")
     link = new_link(api, "acme")
     form = path_of(link["url"])
-    body = {"destination": {"vendor": "postgres", "name": "acme_first", "connection": connection(dest_schema)}}
+    body = {"destination": {"vendor": "postgres", "name": "acme_first", "connection": connection(dst_schema)}}
     assert api.client.post(form + "/destination", json=body).status_code == 201
     again = {"destination": {**body["destination"], "name": "acme_second"}}
     for path in ("/test", "/destination"):
@@ -182,14 +174,14 @@ def test_a_link_works_once(api: Api, dest_schema: str):
     assert [d["name"] for d in api.get("/destinations").json()["data"]["destinations"]] == ["acme_first"]
 
 
-def test_an_expired_or_unknown_link_is_refused(api: Api, dest_schema: str):
+def test_an_expired_or_unknown_link_is_refused(api: Api, dst_schema: str):
     add_recipient(api, "acme")
     link = new_link(api, "acme")
     rows_changed = api.app.state.store.engine
     with rows_changed.begin() as conn:
         conn.execute(sa.text("UPDATE magic_links SET expires_at = now() - interval '1 minute'"))
     form = path_of(link["url"])
-    body = {"destination": {"vendor": "postgres", "connection": connection(dest_schema)}}
+    body = {"destination": {"vendor": "postgres", "connection": connection(dst_schema)}}
     page = api.client.get(form)
     assert page.status_code == 410
     assert "expired" in page.text
@@ -200,20 +192,20 @@ def test_an_expired_or_unknown_link_is_refused(api: Api, dest_schema: str):
     assert api.get("/destinations").json()["data"]["destinations"] == []
 
 
-def test_bad_fields_are_named_and_a_failed_check_saves_nothing(api: Api, dest_schema: str):
+def test_bad_fields_are_named_and_a_failed_check_saves_nothing(api: Api, dst_schema: str):
     add_recipient(api, "acme")
     form = path_of(new_link(api, "acme", vendors=["postgres"])["url"])
-    bad = {"destination": {"vendor": "postgres", "connection": connection(dest_schema, port="abc", host="")}}
+    bad = {"destination": {"vendor": "postgres", "connection": connection(dst_schema, port="abc", host="")}}
     answer = api.client.post(form + "/test", json=bad)
     assert answer.status_code == 422
     paths = {e["path"] for e in answer.json()["errors"]}
     assert paths == {"destination.connection.port", "destination.connection.host"}, answer.json()
     assert PASSWORD not in answer.text
-    other = {"destination": {"vendor": "mysql", "connection": connection(dest_schema)}}
+    other = {"destination": {"vendor": "mysql", "connection": connection(dst_schema)}}
     answer = api.client.post(form + "/test", json=other)
     assert answer.status_code == 422
     assert answer.json()["errors"][0]["path"] == "destination.vendor"
-    wrong_port = {"destination": {"vendor": "postgres", "connection": connection(dest_schema, port=closed_port())}}
+    wrong_port = {"destination": {"vendor": "postgres", "connection": connection(dst_schema, port=closed_port())}}
     answer = api.client.post(form + "/test", json=wrong_port)
     assert answer.status_code == 200
     assert not answer.json()["data"]["passed"]
@@ -227,17 +219,17 @@ def test_bad_fields_are_named_and_a_failed_check_saves_nothing(api: Api, dest_sc
     assert rows(api, "SELECT used_at FROM magic_links")[0].used_at is None, "a refused save keeps the link"
 
 
-def test_a_taken_name_is_refused_and_the_link_kept(api: Api, dest_schema: str):
+def test_a_taken_name_is_refused_and_the_link_kept(api: Api, dst_schema: str):
     add_recipient(api, "acme")
     created = api.post("/destinations", {"destination": {
-        "name": "acme_pg", "recipient": "acme", "vendor": "postgres", "connection": pg_connection_config(dest_schema)}})
+        "name": "acme_pg", "recipient": "acme", "vendor": "postgres", "connection": pg_connection_config(dst_schema)}})
     assert created.status_code == 201, created.text
     form = path_of(new_link(api, "acme")["url"])
-    body = {"destination": {"vendor": "postgres", "name": "acme_pg", "connection": connection(dest_schema + "_2")}}
+    body = {"destination": {"vendor": "postgres", "name": "acme_pg", "connection": connection(dst_schema + "_2")}}
     answer = api.client.post(form + "/destination", json=body)
     assert answer.status_code == 409
     assert answer.json()["errors"][0]["path"] == "destination.name"
-    same_place = {"destination": {"vendor": "postgres", "connection": connection(dest_schema)}}
+    same_place = {"destination": {"vendor": "postgres", "connection": connection(dst_schema)}}
     answer = api.client.post(form + "/destination", json=same_place)
     assert answer.status_code == 422, "a destination sharing another's place is refused as validate refuses it"
     assert rows(api, "SELECT used_at FROM magic_links")[0].used_at is None

@@ -105,13 +105,6 @@ def browser() -> Iterator[webdriver.Chrome]:
         session.quit()
 
 
-@pytest.fixture
-def dest_schema() -> Iterator[str]:
-    schema = f"ml_browser_{uuid.uuid4().hex[:10]}"
-    yield schema
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
 
 @pytest.fixture
 def weak_user() -> Iterator[str]:
@@ -155,7 +148,7 @@ def fill_and_test(browser: webdriver.Chrome, values: dict[str, Any]) -> None:
     wait(browser, lambda b: "Every check passed" in text_of(b, "status"), "the test should pass")
 
 
-def test_a_recipient_connects_its_postgres_schema(served: Served, browser: webdriver.Chrome, dest_schema: str):
+def test_a_recipient_connects_its_postgres_schema(served: Served, browser: webdriver.Chrome, dst_schema: str):
     url = served.link(redirect_url=served.url + "/openapi.json?onboarded=acme")
     browser.get(url)
     assert "acme" in text_of(browser, "recipient")
@@ -164,7 +157,7 @@ def test_a_recipient_connects_its_postgres_schema(served: Served, browser: webdr
     Select(browser.find_element(By.ID, "vendor")).select_by_value("postgres")
     assert not browser.find_element(By.ID, "save").is_enabled(), "Save waits for a passing test"
     # a bad port first: the error shows next to the field, nothing is tested
-    fill(browser, connection(dest_schema, port="not-a-port"))
+    fill(browser, connection(dst_schema, port="not-a-port"))
     browser.find_element(By.ID, "test").click()
     wait(browser, lambda b: text_of(b, "error-port") != "", "the port's error should show next to it")
     assert "integer" in text_of(browser, "error-port")
@@ -187,7 +180,7 @@ def test_a_recipient_connects_its_postgres_schema(served: Served, browser: webdr
     (row,) = served.rows("SELECT name, document FROM resources WHERE kind = 'destination'")
     assert row.name in text_of(browser, "message")
     assert row.document["recipient"] == "acme"
-    assert row.document["connection"]["schema"] == dest_schema
+    assert row.document["connection"]["schema"] == dst_schema
     assert set(row.document["connection"]["password"]) == {"encrypted"}
     assert PASSWORD not in str(row.document)
     listed = served.call("GET", "/destinations").json()["data"]["destinations"]
@@ -199,10 +192,10 @@ def test_a_recipient_connects_its_postgres_schema(served: Served, browser: webdr
 
 
 def test_a_failed_check_shows_its_fix_and_saves_nothing(served: Served, browser: webdriver.Chrome,
-                                                        dest_schema: str, weak_user: str):
+                                                        dst_schema: str, weak_user: str):
     browser.get(served.link())
     Select(browser.find_element(By.ID, "vendor")).select_by_value("postgres")
-    fill(browser, connection(dest_schema, username=weak_user))
+    fill(browser, connection(dst_schema, username=weak_user))
     browser.find_element(By.ID, "test").click()
     wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#checks li.fail"), "a failed check should show")
     failed = browser.find_element(By.CSS_SELECTOR, "#checks li.fail")
@@ -222,7 +215,7 @@ def test_a_failed_check_shows_its_fix_and_saves_nothing(served: Served, browser:
     assert served.rows("SELECT used_at FROM magic_links")[0].used_at is None
 
 
-def test_an_expired_link(served: Served, browser: webdriver.Chrome, dest_schema: str):
+def test_an_expired_link(served: Served, browser: webdriver.Chrome, dst_schema: str):
     url = served.link()
     with served.engine.begin() as conn:
         conn.execute(sa.text("UPDATE magic_links SET expires_at = now() - interval '1 second'"))
@@ -232,7 +225,7 @@ def test_an_expired_link(served: Served, browser: webdriver.Chrome, dest_schema:
     assert browser.find_elements(By.ID, "form") == []
     # a link that expires while its page is open: Save is refused, the page says why
     browser.get(served.link())
-    fill_and_test(browser, connection(dest_schema))
+    fill_and_test(browser, connection(dst_schema))
     with served.engine.begin() as conn:
         conn.execute(sa.text("UPDATE magic_links SET expires_at = now() - interval '1 second'"))
     browser.find_element(By.ID, "save").click()
@@ -241,12 +234,12 @@ def test_an_expired_link(served: Served, browser: webdriver.Chrome, dest_schema:
     assert served.call("GET", "/destinations").json()["data"]["destinations"] == []
 
 
-def test_a_second_use_of_the_same_link(served: Served, browser: webdriver.Chrome, dest_schema: str):
+def test_a_second_use_of_the_same_link(served: Served, browser: webdriver.Chrome, dst_schema: str):
     url = served.link(redirect_url="https://provider.example/onboarded")
     browser.get(url)
-    fill_and_test(browser, connection(dest_schema))
+    fill_and_test(browser, connection(dst_schema))
     # meanwhile the link is used from elsewhere (another tab, a forwarded copy)
-    other = {"destination": {"vendor": "postgres", "name": "acme_elsewhere", "connection": connection(dest_schema)}}
+    other = {"destination": {"vendor": "postgres", "name": "acme_elsewhere", "connection": connection(dst_schema)}}
     assert httpx.post(url + "/destination", json=other, timeout=60).status_code == 201
     browser.find_element(By.ID, "save").click()
     wait(browser, lambda b: "used" in text_of(b, "status"), "the page should say the link was used")

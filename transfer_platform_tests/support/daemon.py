@@ -94,6 +94,19 @@ def processes_with_home(home: Path) -> list[int]:
     return found
 
 
+def stop_processes(processes: list[subprocess.Popen], home: Path, instance) -> None:
+    """Kill the processes started (each with its session) and any other of this Dagster home
+    (the run workers they started), then close the instance."""
+    for process in processes:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    for pid in processes_with_home(home):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    instance.dispose()
+
+
 def start_code_server(socket: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     """``dagster api grpc`` for the repository's definitions, serving on ``socket`` (own session)."""
     process = subprocess.Popen(
@@ -146,11 +159,4 @@ def running_platform(root: Path, monkeypatch: pytest.MonkeyPatch, *, destination
         processes.append(start_code_server(socket, env, root / "code_server.log"))
         yield RunningPlatform(root, config_path, home, env, instance, daemon_log)
     finally:
-        for process in processes:
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        for pid in processes_with_home(home):
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        instance.dispose()
+        stop_processes(processes, home, instance)
