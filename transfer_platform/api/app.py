@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -122,7 +123,14 @@ def api_settings(file_raw: dict[str, Any]) -> ApiSettings:
 def create_app(config_path: str | Path | None = None) -> FastAPI:
     from transfer_platform.api import audit, links, resources, transfers, webhooks
 
-    app = FastAPI(title="transfer_platform API", version=API_VERSION,
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        instance = getattr(app.state, "dagster_instance", None)  # opened by the transfer routes
+        if instance is not None:
+            instance.dispose()
+
+    app = FastAPI(title="transfer_platform API", version=API_VERSION, lifespan=lifespan,
                   description="Prequel's export API over the platform's store and Dagster instance.")
     mask_link_tokens_in_access_logs()
     app.state.store = ResourceStore(config_path)

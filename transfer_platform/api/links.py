@@ -105,14 +105,14 @@ def form_vendors() -> dict[str, list[dict[str, Any]]]:
 
     common = set(_DestinationBase.model_fields)
     found: dict[str, list[dict[str, Any]]] = {}
-    for name, vendor in vendor_registry.DESTINATIONS.items():
-        cls = vendor.config_class()
+    for name, record in vendor_registry.DESTINATIONS.items():
+        cls = record.config_class()
         if set(cls.model_fields) - common != {"vendor", "connection"}:
             continue  # e.g. an object storage's signing key: the provider's, not the recipient's
         connection = cls.model_fields["connection"].annotation
         if not (isinstance(connection, type) and issubclass(connection, BaseModel)):
             continue
-        refused = {r.setting.removeprefix("connection.") for r in vendor.refuses if r.setting.startswith("connection.")}
+        refused = {r.setting.removeprefix("connection.") for r in record.refuses if r.setting.startswith("connection.")}
         fields = []
         for field_name, info in connection.model_fields.items():
             key = info.alias or field_name
@@ -309,9 +309,9 @@ def _document(link: sa.Row, body: Any) -> dict[str, Any]:
         raise ConfigError([Problem(f"destination.{key}", "unknown field", "send only name, vendor and connection")
                            for key in unknown])
     offered = _offered(link)
-    vendor = body.get("vendor")
-    if vendor not in offered:
-        raise ConfigError([Problem("destination.vendor", f"{vendor!r} cannot be chosen here",
+    chosen = body.get("vendor")
+    if chosen not in offered:
+        raise ConfigError([Problem("destination.vendor", f"{chosen!r} cannot be chosen here",
                                    f"choose one of: {', '.join(offered)}")])
     connection = body.get("connection")
     if not isinstance(connection, dict):
@@ -319,8 +319,8 @@ def _document(link: sa.Row, body: Any) -> dict[str, Any]:
     connection = {key: value.strip() if isinstance(value, str) and key != "password" else value
                   for key, value in connection.items() if value not in (None, "")}
     name = body.get("name")
-    name = name.strip() if isinstance(name, str) and name.strip() else _default_name(link, vendor)
-    return {"name": name, "recipient": link.recipient, "vendor": vendor, "connection": connection}
+    name = name.strip() if isinstance(name, str) and name.strip() else _default_name(link, chosen)
+    return {"name": name, "recipient": link.recipient, "vendor": chosen, "connection": connection}
 
 
 def _checked(resources: ResourceStore, link: sa.Row, body: Any) -> tuple[dict[str, Any], dict[str, Any]]:

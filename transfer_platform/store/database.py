@@ -3,8 +3,9 @@ and by the API at start)."""
 
 from __future__ import annotations
 
-import functools
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -21,33 +22,50 @@ def schema_of(connection: DatabaseConnection) -> str:
     return connection.schema_ or DEFAULT_SCHEMA
 
 
-_ENGINES: list[Engine] = []
+#: the engines this process opened, newest last; at most :data:`MAX_ENGINES` (one per store: a
+#: process has one, a test session many), the oldest disposed (its connections closed) beyond
+_engines: OrderedDict[DatabaseConnection, Engine] = OrderedDict()
+_engines_lock = threading.Lock()
+MAX_ENGINES = 4
 
 
 def _forget_pools_in_child() -> None:
     """A forked process (the preloaded run workers) must not use its parent's pooled connections
     (two processes on one socket): it opens its own (SQLAlchemy's ``dispose(close=False)``)."""
-    for engine in _ENGINES:
+    for engine in list(_engines.values()):
         engine.dispose(close=False)
 
 
 os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
-@functools.lru_cache(maxsize=8)
 def engine_for(connection: DatabaseConnection) -> Engine:
     """A pooled engine on the store's database; every session's ``search_path`` is the store's
     schema, so the tables are named without it. Safe across ``fork`` (the child opens its own)."""
-    password = connection.password.resolve("store.connection.password").get_secret_value() \
-        if connection.password else None
-    url = URL.create("postgresql+psycopg", username=connection.username, password=password,
-                     host=connection.host, port=connection.port, database=connection.database)
-    schema = schema_of(connection)
-    engine = sa.create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=True,
-                              connect_args={"options": f"-csearch_path={schema}", "connect_timeout": 10},
-                              hide_parameters=True)
-    _ENGINES.append(engine)
-    return engine
+    with _engines_lock:
+        engine = _engines.get(connection)
+        if engine is not None:
+            _engines.move_to_end(connection)
+            return engine
+        password = connection.password.resolve("store.connection.password").get_secret_value() \
+            if connection.password else None
+        url = URL.create("postgresql+psycopg", username=connection.username, password=password,
+                         host=connection.host, port=connection.port, database=connection.database)
+        engine = sa.create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=True,
+                                  connect_args={"options": f"-csearch_path={schema_of(connection)}",
+                                                "connect_timeout": 10},
+                                  hide_parameters=True)
+        _engines[connection] = engine
+        while len(_engines) > MAX_ENGINES:
+            _engines.popitem(last=False)[1].dispose()
+        return engine
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection to a store (a test's store is dropped after it)."""
+    with _engines_lock:
+        while _engines:
+            _engines.popitem()[1].dispose()
 
 
 def migrate(connection: DatabaseConnection) -> str:

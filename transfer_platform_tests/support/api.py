@@ -63,8 +63,11 @@ def secret_key(monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def store_schema() -> Iterator[str]:
     """A store schema name (created by the migration), dropped afterwards."""
+    from transfer_platform.store.database import dispose_engines
+
     schema = f"tp_store_{uuid.uuid4().hex[:10]}"
     yield schema
+    dispose_engines()  # the test's pooled connections (the server's are few)
     with pg_connect(autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
