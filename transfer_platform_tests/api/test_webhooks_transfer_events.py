@@ -175,3 +175,41 @@ def test_the_webhook_sensors_are_in_one_code_location_and_only_with_a_store(plat
     assert not {"transfer_events", "webhook_delivery"} & {s.name for s in build_definitions(str(platform), shard="1/2").sensors}
     plain = write_config(tmp_path / "plain")
     assert not {"transfer_events", "webhook_delivery"} & {s.name for s in build_definitions(str(plain)).sensors}
+
+
+def test_a_failed_integrity_check_is_one_event_naming_the_destination_and_model(
+        platform: Path, engine: sa.Engine, instance: dg.DagsterInstance, hook: Receiver) -> None:
+    from transfer_platform.config import load_config
+    from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
+
+    document = yaml.safe_load(platform.read_text())
+    document["recipients"].append({"name": "globex", "id_in_provider_system": "org-'g'"})
+    document["destinations"].append({"name": "globex_pg", "recipient": "globex", "vendor": "postgres",
+                                     "connection": {**pg_connection_config("nowhere"), "port": 1}})
+    platform.write_text(yaml.safe_dump(document))
+    subscriptions.create(engine, {"url": hook.url, "events": ["integrity_check.failed"]}, actor="tests")
+
+    defs = build_definitions(str(platform))
+    checks = set(integrity_check_keys(load_config(platform), "globex_pg"))
+    result = defs.resolve_job_def(JOB_NAME).get_subset(asset_check_selection=checks).execute_in_process(
+        instance=instance, raise_on_error=False)
+    assert result.success  # a failed check does not fail the run
+    assert not any(e.passed for e in result.get_asset_check_evaluations())
+
+    sensors = Sensors(platform, instance)
+    wait_until_settled(instance, result.run_id)
+    sensors.tick("transfer_events")
+    (event,) = outbox(engine)
+    assert (event.type, event.dedup_key) == ("integrity_check.failed", f"integrity_check.failed:{result.run_id}")
+    check = event.data["integrity_check"]
+    assert (check["destination"], check["recipient"]) == ("globex_pg", "globex")
+    assert {f["model"] for f in check["failed"]} == {"items", "notes"}
+    assert all("cannot reach PostgreSQL destination 'globex_pg'" in f["description"] for f in check["failed"])
+    sensors.cursor = None
+    sensors.tick("transfer_events")  # from scratch: still one event
+    assert len(outbox(engine)) == 1
+
+    sensors.tick("webhook_delivery")
+    (request,) = hook.wait_for(1)
+    assert request.headers["X-Transfer-Platform-Event"] == "integrity_check.failed"
+    assert json.loads(request.body)["data"]["integrity_check"]["run_id"] == result.run_id
