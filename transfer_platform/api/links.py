@@ -220,6 +220,29 @@ def list_links(resources: StoreDep, recipient: str | None = None):
     return ok({"magic_links": [_shown(r) for r in rows]})
 
 
+@router.delete("/magic-links/{link_id}", name="revoke a magic link")
+def revoke_link(link_id: str, resources: StoreDep, actor: ActorDep):
+    """The link stops working now (it shows as expired); a used link has nothing to revoke."""
+    try:
+        uuid.UUID(link_id)
+    except ValueError:
+        raise NotFound(f"no magic link with id {link_id!r}") from None
+    with resources.engine.begin() as conn:
+        row = conn.execute(sa.select(magic_links).where(magic_links.c.id == link_id).with_for_update()).first()
+        if row is None:
+            raise NotFound(f"no magic link with id {link_id!r}")
+        if row.used_at is not None:
+            raise Conflict("this magic link was used: there is nothing to revoke",
+                           f"change or delete the destination it created ({row.destination_name})")
+        revoked = conn.execute(sa.update(magic_links).where(magic_links.c.id == link_id)
+                               .values(expires_at=sa.func.least(magic_links.c.expires_at, sa.func.now()))
+                               .returning(magic_links)).one()
+        audit.record(conn, actor=actor.name, action="revoke", resource_type="magic_link", resource_id=link_id,
+                     resource_name=row.recipient, changes=audit.changes(
+                         {"expires_at": row.expires_at.isoformat()}, {"expires_at": revoked.expires_at.isoformat()}))
+    return ok({"magic_link": _shown(revoked)}, "the link no longer works")
+
+
 # -- the recipient's pages -------------------------------------------------------------------------
 
 

@@ -276,3 +276,31 @@ def test_a_recipient_connects_a_mysql_database(api: Api):
     finally:
         with mysql_connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {mysql_ident(database)}")
+
+
+def test_the_provider_revokes_a_link_before_it_is_used(api: Api, dst_schema: str):
+    add_recipient(api, "acme")
+    link = new_link(api, "acme")
+    form = path_of(link["url"])
+    assert api.client.get(form).status_code == 200
+    answer = api.delete(f"/magic-links/{link['id']}")
+    assert answer.status_code == 200, answer.text
+    page = api.client.get(form)
+    assert page.status_code == 410
+    assert "expired" in page.text
+    body = {"destination": {"vendor": "postgres", "connection": connection(dst_schema)}}
+    assert api.client.post(form + "/destination", json=body).status_code == 410
+    (entry,) = api.get("/audit-log", params={"action": "revoke"}).json()["data"]["audit_log"]
+    assert (entry["resource_type"], entry["resource_id"], entry["actor"]) == ("magic_link", link["id"], "api_key:tests")
+    assert api.delete(f"/magic-links/{uuid.uuid4()}").status_code == 404
+    assert api.delete("/magic-links/not-an-id").status_code == 404
+
+
+def test_a_used_link_has_nothing_to_revoke(api: Api, dst_schema: str):
+    add_recipient(api, "acme")
+    link = new_link(api, "acme")
+    body = {"destination": {"vendor": "postgres", "name": "acme_pg", "connection": connection(dst_schema)}}
+    assert api.client.post(path_of(link["url"]) + "/destination", json=body).status_code == 201
+    answer = api.delete(f"/magic-links/{link['id']}")
+    assert answer.status_code == 409
+    assert "acme_pg" in answer.json()["message"]
