@@ -37,20 +37,17 @@ def config_stamp(path: str | os.PathLike[str]) -> tuple[int, object]:
 
 
 def _store_version(path: str, mtime: int, last: object) -> object:
-    import sqlalchemy as sa
-
     from transfer_platform.store.database import engine_for
-    from transfer_platform.store.tables import resources
+    from transfer_platform.store.resources import store_version
 
     settings = _store_of(path, mtime)
     if settings is None:
         return None
     try:
         with engine_for(settings.connection).connect() as conn:
-            count, latest = conn.execute(sa.select(sa.func.count(), sa.func.max(resources.c.updated_at))).one()
+            return store_version(conn)
     except Exception:  # noqa: BLE001 - unreachable or not migrated: load_config names it when it matters
         return last
-    return count, latest.isoformat() if latest else None
 
 
 @lru_cache(maxsize=4)

@@ -84,6 +84,20 @@ def store_settings(raw: dict[str, Any], source: str | None = None) -> StoreSetti
         raise ConfigError(problems_from_validation(exc, ("store",)), source=source) from None
 
 
+def _changed_now() -> dict[str, Any]:
+    """A change's times: the clock when the statement runs, under the write lock (``now()`` is the
+    transaction's start, which may precede a change another writer committed while this one
+    waited for the lock; the store's version, the entries' count and latest change, would then
+    miss this one)."""
+    return {"created_at": sa.func.clock_timestamp(), "updated_at": sa.func.clock_timestamp()}
+
+
+def store_version(conn: sa.Connection) -> tuple[int, str | None]:
+    """What changes whenever an entry is created, changed or deleted: their count and latest change."""
+    count, latest = conn.execute(sa.select(sa.func.count(), sa.func.max(resources.c.updated_at))).one()
+    return count, latest.isoformat() if latest else None
+
+
 def _rows(conn: sa.Connection) -> list[sa.Row]:
     return list(conn.execute(sa.select(resources).order_by(resources.c.created_at, resources.c.name)))
 
@@ -155,6 +169,10 @@ class ResourceStore:
                                        "see docs/api.md")], source=str(self.path))
         self.settings = settings
         self.engine = engine_for(settings.connection)
+        #: the store's version and entries at the last check (see :meth:`_snapshot`)
+        self._known: tuple[tuple, list[tuple[str, str, Any]]] | None = None
+        #: the file's entries as validated by the last check, by kind
+        self._file_entries: dict[str, list[Any]] = {}
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -199,26 +217,58 @@ class ResourceStore:
         """The platform's configuration as it would be with ``document`` added (or in place of
         the entry of its name): what ``POST /test-destination`` tests, nothing saved."""
         name = document[NAME_FIELDS[kind]]
-        return _read(self.settings, lambda conn: self._check_all(conn, kind, name, document))
+        return _read(self.settings, lambda conn: self._check_all(conn, kind, name, document)[0])
 
-    def _check_all(self, conn: sa.Connection, kind: str, name: str, document: dict[str, Any] | None) -> PlatformConfig:
+    def _snapshot(self, conn: sa.Connection) -> list[tuple[str, str, Any]]:
+        """The store's entries, ``(kind, name, entry)`` in the order the configuration lists them;
+        an entry is its document, or the model it was validated into by an earlier check. Read
+        again only when the store's version changed (another writer, another process)."""
+        version = store_version(conn)
+        known = self._known
+        if known is None or known[0] != version:
+            known = (version, [(r.kind, r.name, r.document) for r in _rows(conn)])
+            self._known = known
+        return known[1]
+
+    def _check_all(self, conn: sa.Connection, kind: str, name: str,
+                   document: dict[str, Any] | None) -> tuple[PlatformConfig, list[tuple[str, str, Any]]]:
         """Validate the whole configuration as it would be with ``document`` as ``kind`` ``name``
-        (``None``: without it); raises :class:`ConfigError` as ``validate`` would."""
+        (``None``: without it); raises :class:`ConfigError` as ``validate`` would. Returns it, and
+        the store's entries as they would be (validated: the next check reuses them, so a check
+        costs what the new entry and the cross-checks cost, not a validation of every entry)."""
+        entries: list[tuple[str, str, Any]] = []
+        placed = False
+        for each, each_name, entry in self._snapshot(conn):
+            if (each, each_name) != (kind, name):
+                entries.append((each, each_name, entry))
+            elif document is not None:
+                entries.append((kind, name, document))  # an update keeps its place
+                placed = True
+        if document is not None and not placed:
+            entries.append((kind, name, document))
         merged = dict(self.file_raw)
-        rows = _rows(conn)
         for each in KINDS:
-            docs = list(self.file_raw.get(LISTS[each]) or [])
-            docs += [r.document for r in rows if r.kind == each and not (each == kind and r.name == name)]
-            if each == kind and document is not None:
-                docs.append(document)
-            merged[LISTS[each]] = docs
-        return parse_config(merged, base_dir=self.path.parent, source="the store")
+            merged[LISTS[each]] = [*self._file_entries.get(each, self.file_raw.get(LISTS[each]) or []),
+                                   *(entry for entry_kind, _, entry in entries if entry_kind == each)]
+        config = parse_config(merged, base_dir=self.path.parent, source="the store")
+        validated = {each: list(getattr(config, LISTS[each])) for each in KINDS}
+        at = {each: len(self.file_raw.get(LISTS[each]) or []) for each in KINDS}
+        self._file_entries = {each: validated[each][:at[each]] for each in KINDS}
+        checked = []
+        for each, each_name, _ in entries:
+            checked.append((each, each_name, validated[each][at[each]]))
+            at[each] += 1
+        return config, checked
 
-    def _write(self, change):  # change: Connection -> Resource
+    def _write(self, change):  # change: Connection -> (result, the store's entries after it, or None)
         try:
             with self.engine.begin() as conn:
                 conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_WRITE_LOCK)))
-                return change(conn)
+                result, entries = change(conn)
+                after = None if entries is None else (store_version(conn), entries)  # under the lock
+            if after is not None:
+                self._known = after  # committed
+            return result
         except sa.exc.OperationalError as exc:
             connection = self.settings.connection
             raise ConnectionFailure(f"the store's database {connection.database}", host=connection.host,
@@ -228,17 +278,18 @@ class ResourceStore:
         document = validate_entry(kind, body)
         name = document[NAME_FIELDS[kind]]
 
-        def change(conn: sa.Connection) -> Resource:
+        def change(conn: sa.Connection) -> tuple[Resource, list]:
             if any(r.name == name for r in self._file_resources(kind)) or conn.execute(
                     sa.select(resources.c.id).where(resources.c.kind == kind, resources.c.name == name)).first():
                 raise Conflict(f"a {kind} named {name!r} exists", "choose another name, or update that one")
-            self._check_all(conn, kind, name, document)
+            _, entries = self._check_all(conn, kind, name, document)
             row = conn.execute(sa.insert(resources).values(id=str(uuid.uuid4()), kind=kind, name=name,
-                                                           document=document).returning(resources)).one()
+                                                           document=document, **_changed_now())
+                               .returning(resources)).one()
             audit.record(conn, actor=actor, action="create", resource_type=kind, resource_id=row.id,
                          resource_name=name, changes=audit.changes(None, document))
             events.emit(conn, f"{kind}.created", {kind: {"id": row.id, "name": name}, "actor": actor})
-            return self._resource(row)
+            return self._resource(row), entries
 
         return self._write(change)
 
@@ -262,23 +313,24 @@ class ResourceStore:
         if action == "update" and kind == "destination" and set(patch) == {"is_enabled"}:
             action = "enable" if document.get("is_enabled", True) else "pause"  # the log's words for it
 
-        def change(conn: sa.Connection) -> Resource:
-            self._check_all(conn, kind, current.name, document)
+        def change(conn: sa.Connection) -> tuple[Resource, list]:
+            _, entries = self._check_all(conn, kind, current.name, document)
             row = conn.execute(sa.update(resources).where(resources.c.id == current.id)
-                               .values(document=document, updated_at=sa.func.now()).returning(resources)).one()
+                               .values(document=document, updated_at=sa.func.clock_timestamp())
+                               .returning(resources)).one()
             audit.record(conn, actor=actor, action=action, resource_type=kind, resource_id=current.id,
                          resource_name=current.name, changes=audit.changes(current.document, document))
             events.emit(conn, f"{kind}.updated", {kind: {"id": current.id, "name": current.name}, "actor": actor})
-            return self._resource(row)
+            return self._resource(row), entries
 
         return self._write(change)
 
     def delete(self, kind: str, key: str, *, actor: str) -> Resource:
         current = self._stored(kind, key, "delete")
 
-        def change(conn: sa.Connection) -> Resource:
+        def change(conn: sa.Connection) -> tuple[Resource, list]:
             try:
-                self._check_all(conn, kind, current.name, None)
+                _, entries = self._check_all(conn, kind, current.name, None)
             except ConfigError as exc:
                 raise Conflict(f"{kind} {current.name!r} is still in use", "delete or change what uses it first",
                                exc.problems) from None
@@ -286,7 +338,7 @@ class ResourceStore:
             audit.record(conn, actor=actor, action="delete", resource_type=kind, resource_id=current.id,
                          resource_name=current.name, changes=audit.changes(current.document, None))
             events.emit(conn, f"{kind}.deleted", {kind: {"id": current.id, "name": current.name}, "actor": actor})
-            return current
+            return current, entries
 
         return self._write(change)
 
@@ -295,7 +347,7 @@ class ResourceStore:
         Afterwards remove them from the file: an entry in both is refused as a repeated name."""
         counts = {}
 
-        def change(conn: sa.Connection) -> dict[str, int]:
+        def change(conn: sa.Connection) -> tuple[dict[str, int], None]:
             existing = {(r.kind, r.name) for r in _rows(conn)}
             for kind in KINDS:
                 counts[kind] = 0
@@ -304,11 +356,11 @@ class ResourceStore:
                         continue
                     document = validate_entry(kind, resource.document)
                     conn.execute(sa.insert(resources).values(id=resource.id, kind=kind, name=resource.name,
-                                                             document=document))
+                                                             document=document, **_changed_now()))
                     audit.record(conn, actor=actor, action="import", resource_type=kind, resource_id=resource.id,
                                  resource_name=resource.name, changes=audit.changes(None, document))
                     counts[kind] += 1
-            return counts
+            return counts, None  # the next check reads the store again
 
         return self._write(change)
 

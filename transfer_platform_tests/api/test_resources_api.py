@@ -318,3 +318,19 @@ def test_the_file_imports_into_the_store(tmp_path, store_schema: str, secret_key
     path.write_text(text[:text.index("sources:")])  # the entries now live in the store only
     config = load_config(path)
     assert [r.name for r in config.recipients] == ["acme"]
+
+
+def test_two_api_processes_check_against_each_others_changes(onboarded: Api, dst_schema: str) -> None:
+    from transfer_platform.store.resources import ResourceStore
+
+    other = ResourceStore(onboarded.config_path)  # a second API process on the same store
+    assert onboarded.post("/recipients", {"recipient": {"name": "globex", "id_in_provider_system": "g"}}).status_code == 201
+    other.create("destination", destination("globex_pg", "globex", dst_schema), actor="other")
+    answer = onboarded.post("/destinations", {"destination": destination("acme_pg", "acme", dst_schema)})
+    assert answer.status_code == 422  # the other's destination holds that place
+    assert "same place" in answer.json()["message"]
+    assert onboarded.delete("/destinations/globex_pg").status_code == 200
+    other.create("destination", destination("acme_pg", "acme", dst_schema), actor="other")  # free again
+    again = onboarded.patch("/destinations/acme_pg", {"destination": {"frequency_minutes": 60}})
+    assert again.status_code == 200
+    assert other.get("destination", "acme_pg").document["frequency_minutes"] == 60
