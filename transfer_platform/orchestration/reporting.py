@@ -3,7 +3,9 @@ transfer's metrics, and each model's ``last_transfer`` outcome when it ends or i
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from dagster import (
@@ -63,13 +65,31 @@ def transfer_events(instance: DagsterInstance, run_id: str, transfer: Transfer, 
     except GeneratorExit:  # Dagster closed the step's generator: nothing more may be yielded
         raise
     except BaseException as exc:  # reported on the models' last_transfer check, then raised on
-        replacement, evaluations = stopped(instance, run_id, exc, transfer.summaries, names, key_of_model)
-        yield from evaluations
+        with _further_interrupts_ignored():
+            replacement, evaluations = stopped(instance, run_id, exc, transfer.summaries, names, key_of_model)
+            yield from evaluations
         if replacement is exc:
             raise
         raise replacement from None
     _, evaluations = ended(instance, run_id, transfer.summaries, names, key_of_model)
     yield from evaluations
+
+
+@contextmanager
+def _further_interrupts_ignored() -> Iterator[None]:
+    """While a stopped transfer writes its models' outcomes, a second interrupt must not cut the
+    report short: a cancelled run is interrupted by its launcher, then again by Dagster's
+    cancellation thread when it sees the run CANCELING. The transfer is stopping anyway; the
+    process's own handler is back once the report is written."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread, where signals are handled: nothing to hold back here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def relay(events: Generator[Event, None, None], handle: Callable[[Event], Iterable[T]]) -> Iterator[T]:

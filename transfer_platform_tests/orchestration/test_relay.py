@@ -43,3 +43,52 @@ def test_an_exception_while_an_event_is_handled_is_reported_as_the_transfers_the
         list(relay(transfer_events(seen), handle))
     assert [type(e) for e in seen] == [interrupted]  # the transfer saw it where it stopped
     assert handled == ["w1", "w2", "stopped: items", "stopped: notes"]  # its outcomes still written
+
+
+def test_a_second_interrupt_while_a_stopped_transfer_reports_does_not_cut_the_report_short():
+    """A cancelled run is interrupted twice: by its launcher, then by Dagster's cancellation thread
+    when it sees the run CANCELING. The second may land while the first's outcomes are written;
+    every model still gets its outcome, and the process's interrupt handler is back afterwards."""
+    import os
+    import signal
+    from dataclasses import dataclass
+
+    import dagster as dg
+
+    from transfer_platform.orchestration.reporting import transfer_events as real_transfer_events
+
+    @dataclass
+    class Model:
+        model_name: str
+
+    class StoppedTransfer:  # the Transfer's interface: its models, run() and summaries
+        models = [Model("items"), Model("notes")]
+        summaries: list = []
+
+        def run(self):
+            raise KeyboardInterrupt("cancelled by a user")
+            yield  # a generator
+
+    @dg.op
+    def noop():
+        return None
+
+    @dg.job
+    def job():
+        noop()
+
+    keys = {"items": dg.AssetKey(["acme", "d", "items"]), "notes": dg.AssetKey(["acme", "d", "notes"])}
+    handled = []
+
+    def handle(event):
+        handled.append(event)
+        if len(handled) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # the cancellation thread's interrupt, while writing
+        return ()
+
+    with dg.instance_for_test() as instance:
+        run = instance.create_run_for_job(job_def=job)
+        with pytest.raises(KeyboardInterrupt):
+            list(relay(real_transfer_events(instance, run.run_id, StoppedTransfer(), keys), handle))
+    assert [e.asset_key.path[-1] for e in handled] == ["items", "notes"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
