@@ -17,27 +17,96 @@ import shutil
 import sys
 import tempfile
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
-from transfer_platform_tests.support.dagster import execute
-from transfer_platform_tests.support.platform import REPO, model, write_config
-from transfer_platform_tests.support.postgres import PG, pg_connect
+from benchmarks.common import PG, pg_connect
+from transfer_platform.config import load_config
+from transfer_platform.definitions import build_definitions
+from transfer_platform.orchestration.run_tags import USER_TAG_PREFIX, limit_tags
+
+REPO = Path(__file__).resolve().parents[1]
+#: the lake's tenants (its rows) and the one recipient (acme, destination acme_delta)
+TENANTS = {"acme": "org-acme", "globex": "org-glob'ex"}
+DESTINATION = "acme_delta"
+#: the lake's days of rows: from midnight DAYS days ago, so the backfill is DAYS + 1 daily windows
+DAYS = 3
+ROWS_PER_DAY = 4  # per tenant and table
+#: a tag of the user's on every run, as the API's and the command line's runs may have
+USER_TAGS = {USER_TAG_PREFIX + "team": "data"}
+
+
+def write_lake(root: Path, now: datetime) -> None:
+    """Tables ``items`` and ``notes``: rows of every tenant over the last :data:`DAYS` days."""
+    start = (now - timedelta(days=DAYS)).replace(hour=0, minute=0, second=0, microsecond=0)
+    schema = pa.schema([("id", pa.int64()), ("organization_id", pa.string()),
+                        ("updated_at", pa.timestamp("us", tz="UTC")), ("v", pa.string())])
+    for table in ("items", "notes"):
+        rows, key = [], 0
+        for day in range(DAYS):
+            for i in range(ROWS_PER_DAY):
+                for tenant in TENANTS.values():
+                    key += 1
+                    rows.append({"id": key, "organization_id": tenant,
+                                 "updated_at": start + timedelta(days=day, hours=5 * i, microseconds=key),
+                                 "v": f"{table}-{key}"})
+        (root / table).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / table / "part-0.parquet")
+
+
+def model(name: str, table: str, now: datetime) -> dict:
+    start = (now - timedelta(days=DAYS)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return {
+        "model_name": name, "source_name": "lake", "source_table": table,
+        "organization_column": "organization_id", "min_start_time_epoch": int(start.timestamp()),
+        "max_transfer_time_window_seconds": 86_400,
+        "columns": [
+            {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+            {"name_in_source": "organization_id", "data_type": "string"},
+            {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+            {"name_in_source": "v", "data_type": "string"},
+        ],
+    }
 
 
 def platform(root: Path, models: int) -> Path:
-    path = write_config(root)
-    raw = yaml.safe_load(path.read_text())
+    """``transfer_platform.yaml`` under ``root``: the Parquet lake (``root/lake``), ``models`` daily
+    models of it (1: ``items``; 2: ``items``, ``notes``; more: ``m<i>`` over either table) and the
+    Delta destination :data:`DESTINATION` (``root/dest_acme``)."""
+    now = datetime.now(UTC)
+    write_lake(root / "lake", now)
     if models > 2:
-        raw["models"] = [{**model("items"), "model_name": f"m{i}", "source_table": ("items", "notes")[i % 2]}
-                         for i in range(models)]
+        entries = [model(f"m{i}", ("items", "notes")[i % 2], now) for i in range(models)]
     else:
-        raw["models"] = raw["models"][:models]
-    path.write_text(yaml.safe_dump(raw))
+        entries = [model("items", "items", now), model("notes", "notes", now)][:models]
+    config = {
+        "sources": [{"name": "lake", "vendor": "parquet", "connection": {"path": "lake"},
+                     "lookback_window": 0, "max_concurrent_transfers": 10}],
+        "models": entries,
+        "recipients": [{"name": "acme", "id_in_provider_system": TENANTS["acme"]}],
+        "destinations": [{"name": DESTINATION, "recipient": "acme", "vendor": "delta",
+                          "connection": {"path": "dest_acme"}}],
+        "spark": {"master": "local[1]", "driver_memory": "512m"},
+    }
+    path = root / "transfer_platform.yaml"
+    path.write_text(yaml.safe_dump(config))
     return path
+
+
+def execute(config_path: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    """A run of the ``transfer`` job over every model, in this process, tagged as the run
+    coordinator tags a queued transfer (plus :data:`USER_TAGS`)."""
+    config = load_config(config_path)
+    tags = {**limit_tags(config, DESTINATION, config.models, "transfer"), **USER_TAGS}
+    job = build_definitions(str(config_path)).resolve_job_def("transfer")
+    return job.execute_in_process(run_config={"ops": {"run_transfer": {"config": {"destination": DESTINATION}}}},
+                                  instance=instance, tags=tags, raise_on_error=False)
 
 
 def measure(database: str, run_id: str) -> dict:
@@ -67,9 +136,7 @@ def disk(database: str) -> dict[str, int]:
 
 
 def _message(event: str) -> str:
-    from dagster._serdes import deserialize_value
-
-    return deserialize_value(event).user_message[:100]
+    return dg.deserialize_value(event).user_message[:100]
 
 
 def main() -> None:

@@ -185,11 +185,11 @@ RECONSTRUCT_REPOSITORY = Fenced(
     params=("origin",))
 RUN_MODULE = Fenced(
     "dagster._cli.api", "", ("run_worker",),
-    use="run_worker.WARM_IMPORTS: modules the parent imports before forking (a missing one is skipped)",
+    use="WARM_MODULES: modules the run worker's parent imports before forking (a missing one is skipped)",
     public="none (the modules `dagster api execute_run` imports)")
 EXECUTION_MODULE = Fenced(
     "dagster._core.execution.api", "", ("run_worker",),
-    use="run_worker.WARM_IMPORTS (see dagster._cli.api)",
+    use="WARM_MODULES (see dagster._cli.api)",
     public="none")
 LAUNCH_CONTEXT = Fenced(
     "dagster._core.launcher", "LaunchRunContext", ("run_worker",),
@@ -273,6 +273,12 @@ HIDDEN_TAG_PREFIX = Fenced(
     value=".dagster/")
 
 FENCED: tuple[Fenced, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Fenced))
+
+#: Dagster's private modules the run worker's parent imports before forking (``run_worker.preload``,
+#: ahead of its ``WARM_IMPORTS``): the ones ``dagster api execute_run`` imports to execute a run.
+#: Each is an entry above (:data:`RUN_MODULE`, :data:`EXECUTION_MODULE`), checked as the others are;
+#: a module a Dagster lacks is skipped (the worker is refused anyway: :func:`fork_refusal`).
+WARM_MODULES: tuple[str, ...] = (RUN_MODULE.module, EXECUTION_MODULE.module)
 
 
 def problems(part: str, version: str = DAGSTER_VERSION) -> list[str]:

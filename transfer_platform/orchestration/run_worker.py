@@ -8,10 +8,10 @@ run, which under sustained load is what limits transfers per hour. This process 
 
 1. its first line on stdin is ``{"instance_ref": ..., "origin": ...}`` (serialized by Dagster's
    serdes): the Dagster instance and the code location (a ``RepositoryPythonOrigin``) it serves;
-2. it imports Dagster's run machinery, the code location's definitions and the data path's
-   libraries (:data:`WARM_IMPORTS`), opens nothing (no thread, no connection: it forks), and says
-   ``{"ready": ..., "threads": n}`` on its control stream (its original stdout; its own output and
-   its runs' go to stderr);
+2. it imports Dagster's run machinery (``dagster_internals.WARM_MODULES``), the data path's
+   libraries (:data:`WARM_IMPORTS`) and the code location's definitions, opens nothing (no thread,
+   no connection: it forks), and says ``{"ready": ..., "threads": n}`` on its control stream (its
+   original stdout; its own output and its runs' go to stderr);
 3. for each ``{"run_id": ...}`` line it forks a run worker, answers ``{"run_id", "pid",
    "started"}`` (``started``: the worker's start time in ``/proc``, which tells it from a later
    process with the same pid), and the worker executes the run exactly as ``dagster api
@@ -52,9 +52,10 @@ from typing import Any, TextIO
 
 from transfer_platform import vendors
 
-#: modules a transfer imports, imported once by the parent (a missing one is skipped)
-WARM_IMPORTS = ("dagster._cli.api", "dagster._core.execution.api", "transfer_platform.transfers.runner",
-                *vendors.warm_modules(), "pyspark.sql.connect.session", "pyarrow", "pyarrow.parquet", "pandas")
+#: modules a transfer imports, imported once by the parent after Dagster's run machinery
+#: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped
+WARM_IMPORTS = ("transfer_platform.transfers.runner", *vendors.warm_modules(), "pyspark.sql.connect.session",
+                "pyarrow", "pyarrow.parquet", "pandas")
 WORKER_TAG = ".dagster/transfer_platform/run_worker"  # "<host> <pid> <start time>"; hidden (run_tags.HIDDEN_PREFIX)
 
 
@@ -185,12 +186,12 @@ class Lines:
 
 def preload(origin: Any) -> None:  # a RepositoryPythonOrigin
     """Import what a run imports; nothing here may start a thread or open a connection."""
-    for name in WARM_IMPORTS:
+    from transfer_platform.orchestration import dagster_internals
+
+    for name in (*dagster_internals.WARM_MODULES, *WARM_IMPORTS):
         with suppress(Exception):
             importlib.import_module(name)
     with suppress(Exception):  # a code location that does not load fails its run, with Dagster's error
-        from transfer_platform.orchestration import dagster_internals
-
         dagster_internals.load_repository(origin)
 
 

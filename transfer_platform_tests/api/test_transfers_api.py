@@ -7,14 +7,11 @@ times, and the API's store in PostgreSQL. No Dagster process is started here (se
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from urllib.parse import quote
 
 import dagster as dg
 import pytest
-import yaml
 from dagster._core.events import StepMaterializationData
 
 from transfer_platform.core.lifecycle import MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
@@ -24,36 +21,12 @@ from transfer_platform.orchestration.run_tags import (
     MODELS_TAG,
     USER_TAG_PREFIX,
 )
-from transfer_platform_tests.support.api import Api, start_api
-from transfer_platform_tests.support.platform import dagster_home, write_config
-from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.api import Api
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 
 #: the transfers' clock: every recorded time is relative to it
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-
-def platform_config(root: Path, store_schema: str) -> Path:
-    """The small platform (destinations acme_delta, globex_delta; tenant ``org-glob'ex``) with a store."""
-    path = write_config(root, destinations={"acme": {}, "globex": {}})
-    document = yaml.safe_load(path.read_text())
-    document["store"] = {"connection": pg_connection_config(store_schema)}
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
-
-
-@pytest.fixture
-def platform_api(tmp_path: Path, store_schema: str, secret_key: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    path = platform_config(tmp_path, store_schema)
-    monkeypatch.setenv("TRANSFER_PLATFORM_CONFIG", str(path))
-    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home(tmp_path)))
-    api = start_api(path, store_schema)
-    with api.client:
-        yield api
-    instance = getattr(api.app.state, "dagster_instance", None)
-    if instance is not None:
-        instance.dispose()
 
 
 def record(instance: dg.DagsterInstance, status: str, *, created: datetime, ended: datetime | None = None,

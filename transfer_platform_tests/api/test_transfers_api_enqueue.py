@@ -18,14 +18,13 @@ from transfer_platform.orchestration.run_tags import (
     transfer_op_config,
 )
 from transfer_platform.store.tables import audit_log
-from transfer_platform_tests.api.test_transfers_api import platform_api  # noqa: F401 - the fixture
 from transfer_platform_tests.support.api import Api
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
 
 def test_a_requested_transfer_is_queued_with_its_tags_and_cancelled_with_an_audit_entry(
-        platform_api: Api) -> None:  # noqa: F811
+        platform_api: Api) -> None:
     answer = platform_api.post("/destinations/globex_delta/transfer", {
         "full_refresh": False, "models": ["items"], "start_transfer_window_at": "2025-01-01T00:00:00Z",
         "end_transfer_window_at": "2025-01-02T00:00:00Z", "tags": {"team": "data", "ticket": "T-1"},
@@ -59,7 +58,7 @@ def test_a_requested_transfer_is_queued_with_its_tags_and_cancelled_with_an_audi
     assert entry["changes"] == {"status": {"from": "PENDING", "to": "CANCELLED"}}
 
 
-def test_integrity_checks_of_one_destination_are_queued(platform_api: Api) -> None:  # noqa: F811
+def test_integrity_checks_of_one_destination_are_queued(platform_api: Api) -> None:
     answer = platform_api.post("/destinations/acme_delta/integrity-checks")
     assert answer.status_code == 201, answer.text
     run_id = answer.json()["data"]["integrity_check_id"]

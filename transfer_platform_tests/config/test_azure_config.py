@@ -14,7 +14,7 @@ from transfer_platform.config.models import (
     AzureBlobDestination,
     DeltaDestination,
 )
-from transfer_platform_tests.config.test_config import NOW, problems_of, valid_raw
+from transfer_platform_tests.support.config import NOW, problems_of, valid_raw
 
 
 def azure(**changes: Any) -> dict:

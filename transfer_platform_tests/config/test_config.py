@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,53 +22,9 @@ from transfer_platform.config.models import MysqlSource
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.preflight import secrets_needed
+from transfer_platform_tests.support.config import NOW, problems_of, valid_raw
 
-NOW = datetime(2025, 6, 1, tzinfo=UTC)
 SECRET = "s3cr3t-hunter2-value"
-
-
-def valid_raw() -> dict[str, Any]:
-    """A small valid configuration (a fresh copy each call)."""
-    return {
-        "sources": [
-            {
-                "name": "app_db",
-                "vendor": "postgres",
-                "connection": {"host": "localhost", "port": 5432, "database": "app",
-                               "username": "reader", "password": "${PG_PASSWORD}"},
-            },
-            {"name": "lake", "vendor": "parquet", "connection": {"path": "lake"}},
-        ],
-        "models": [
-            {
-                "model_name": "orders",
-                "source_name": "app_db",
-                "source_table": "public.orders",
-                "organization_column": "organization_id",
-                "max_transfer_time_window_seconds": 86_400,
-                "min_start_time_epoch": 1_700_000_000,
-                "columns": [
-                    {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-                    {"name_in_source": "organization_id", "data_type": "string"},
-                    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
-                ],
-            },
-        ],
-        "recipients": [{"name": "acme", "id_in_provider_system": "org_1"}],
-        "destinations": [
-            {"name": "acme_lake", "vendor": "delta", "recipient": "acme", "connection": {"path": "out"}},
-        ],
-    }
-
-
-def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as info:
-        parse_config(raw, now=NOW)
-    problems = info.value.problems
-    assert problems, "a ConfigError must list its problems"
-    for problem in problems:
-        assert problem.message.strip(), problem
-    return [(p.path, p.message) for p in problems]
 
 
 # -- the valid file ----------------------------------------------------------------------------

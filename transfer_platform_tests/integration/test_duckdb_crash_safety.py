@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from transfer_platform.config import load_config
-from transfer_platform_tests.integration.test_duckdb_destination import delivered, watermark_in
 from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows
 from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.destinations import duckdb_delivered, duckdb_watermark
 from transfer_platform_tests.support.events import MODEL, create_events, source_rows
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.processes import group_alive
@@ -55,7 +55,7 @@ def test_a_transfer_killed_while_staging_leaves_the_file_intact_and_the_next_one
     config = load_config(config_path)
     first = now - timedelta(days=3)
     assert transfer(spark, config, first, "t1").status == "SUCCESS"
-    before = delivered(database)
+    before = duckdb_delivered(database)
     assert len(before) == 10
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
              span=timedelta(days=1), payload="batch-")
@@ -83,10 +83,10 @@ def test_a_transfer_killed_while_staging_leaves_the_file_intact_and_the_next_one
         assert time.monotonic() < deadline
         time.sleep(0.1)
 
-    assert delivered(database) == before  # another process opens the file: intact, as before
-    assert watermark_in(database) == first
+    assert duckdb_delivered(database) == before  # another process opens the file: intact, as before
+    assert duckdb_watermark(database) == first
     assert list(staging.rglob("*.parquet"))  # the dead transfer's staging, left behind
 
     assert transfer(spark, config, datetime.now(UTC), "after-crash").status == "SUCCESS"
-    assert delivered(database) == source_rows(pg_conn, pg_schema, TENANT)
+    assert duckdb_delivered(database) == source_rows(pg_conn, pg_schema, TENANT)
     assert not list(staging.rglob("*.parquet"))

@@ -13,10 +13,8 @@ process with the duckdb package.
 
 from __future__ import annotations
 
-import pickle
 import subprocess
 import sys
-import textwrap
 from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -29,6 +27,11 @@ from transfer_platform.core.timeutil import utc
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.config import DESTINATION, events_model
+from transfer_platform_tests.support.destinations import (
+    duckdb_delivered,
+    duckdb_in_another_process,
+    duckdb_watermark,
+)
 from transfer_platform_tests.support.events import (
     MODEL,
     create_events,
@@ -64,36 +67,6 @@ def config_for(source_schema: str, path: Path, *, table: str = "events", columns
     }, now=day(6, 1))
 
 
-def in_another_process(path: Path, sql: str) -> list[tuple]:
-    """``sql``'s rows, read by a fresh Python process that opens the file read-only with the
-    duckdb package; raises ``RuntimeError`` with DuckDB's message if it cannot."""
-    code = textwrap.dedent("""
-        import pickle, sys, duckdb
-        try:
-            with duckdb.connect(sys.argv[1], read_only=True) as conn:
-                conn.execute("SET TimeZone = 'UTC'")
-                rows = conn.execute(sys.argv[2]).fetchall()
-        except duckdb.Error as exc:
-            rows = RuntimeError(str(exc))
-        sys.stdout.buffer.write(pickle.dumps(rows))
-    """)
-    done = subprocess.run([sys.executable, "-c", code, str(path), sql], capture_output=True, check=True, timeout=120)
-    rows = pickle.loads(done.stdout)
-    if isinstance(rows, RuntimeError):
-        raise rows
-    return rows
-
-
-def delivered(path: Path) -> list:
-    return normalize(in_another_process(path, "SELECT id, organization_id, updated_at, payload FROM main.events"))
-
-
-def watermark_in(path: Path):
-    (row,) = in_another_process(path, "SELECT transfer_last_updated_at FROM main._transfer_status "
-                                      f"WHERE data_model_name = '{MODEL}'")
-    return utc(row[0])
-
-
 class Holder:
     """Another process that holds the file open (read-write, or read-only) until stopped."""
 
@@ -117,7 +90,7 @@ def test_a_file_held_by_another_process_refuses_the_transfer_naming_it_and_write
     path = tmp_path / "acme.duckdb"
     config = config_for(pg_schema, path)
     assert transfer(spark, config, NOW1, "t1").status == "SUCCESS"
-    before = delivered(path)
+    before = duckdb_delivered(path)
     insert_rows(pg_conn, pg_schema, [(9, TENANT, NOW1 + timedelta(minutes=1), "new")])
 
     holder = Holder(path, read_only=read_only)
@@ -131,11 +104,11 @@ def test_a_file_held_by_another_process_refuses_the_transfer_naming_it_and_write
     assert f"PID {holder.process.pid}" in refused.error  # DuckDB's own message, kept
     assert str(path) in refused.error
     assert "Fix:" in refused.error
-    assert delivered(path) == before
-    assert watermark_in(path) == NOW1
+    assert duckdb_delivered(path) == before
+    assert duckdb_watermark(path) == NOW1
 
     assert transfer(spark, config, NOW2, "t3").status == "SUCCESS"  # the file free again
-    assert delivered(path) == source_rows(pg_conn, pg_schema, TENANT)
+    assert duckdb_delivered(path) == source_rows(pg_conn, pg_schema, TENANT)
 
 
 def test_while_a_transfer_holds_the_file_no_other_process_opens_it_and_afterwards_it_reads_every_commit(
@@ -145,7 +118,7 @@ def test_while_a_transfer_holds_the_file_no_other_process_opens_it_and_afterward
     path = tmp_path / "acme.duckdb"
     config = config_for(pg_schema, path)
     assert transfer(spark, config, NOW1, "t1").status == "SUCCESS"
-    assert delivered(path) == source_rows(pg_conn, pg_schema, TENANT)  # between transfers: readable
+    assert duckdb_delivered(path) == source_rows(pg_conn, pg_schema, TENANT)  # between transfers: readable
 
     writer = writer_for(config.destination(DESTINATION))
     try:
@@ -153,11 +126,11 @@ def test_while_a_transfer_holds_the_file_no_other_process_opens_it_and_afterward
         import os
 
         with pytest.raises(RuntimeError, match=rf"Could not set lock on file .*PID {os.getpid()}"):
-            delivered(path)
+            duckdb_delivered(path)
     finally:
         writer.close()
 
-    assert delivered(path) == source_rows(pg_conn, pg_schema, TENANT)
+    assert duckdb_delivered(path) == source_rows(pg_conn, pg_schema, TENANT)
 
 
 TYPED_COLUMNS = [
@@ -194,12 +167,12 @@ def test_every_type_round_trips_exactly(spark, pg_conn, pg_schema, tmp_path) -> 
 
     names = "id, organization_id, updated_at, amount, doc, note, flag, ratio, born"
     want = pg_conn.execute(f'SELECT {names.replace("doc", "doc::text")} FROM "{pg_schema}".typed ORDER BY id').fetchall()
-    got = in_another_process(path, f"SELECT {names.replace('doc', 'doc::VARCHAR')} FROM main.events ORDER BY id")
+    got = duckdb_in_another_process(path, f"SELECT {names.replace('doc', 'doc::VARCHAR')} FROM main.events ORDER BY id")
     assert [tuple(utc(v) if k == 2 else v for k, v in enumerate(r)) for r in got] == \
            [tuple(utc(v) if k == 2 else v for k, v in enumerate(r)) for r in want]
     assert [r[2].microsecond for r in got] == [123_457, 123_458, 123_455, 123_457]
-    types = dict(in_another_process(path, "SELECT column_name, data_type FROM duckdb_columns() "
-                                          "WHERE table_name = 'events'"))
+    types = dict(duckdb_in_another_process(path, "SELECT column_name, data_type FROM duckdb_columns() "
+                                                 "WHERE table_name = 'events'"))
     assert types == {"id": "BIGINT", "organization_id": "VARCHAR", "updated_at": "TIMESTAMP WITH TIME ZONE",
                      "amount": "DECIMAL(38,9)", "doc": "JSON", "note": "VARCHAR", "flag": "BOOLEAN",
                      "ratio": "DOUBLE", "born": "DATE"}
@@ -234,10 +207,10 @@ def test_a_fresh_process_reads_exactly_the_source_rows_after_updates_and_soft_de
 
     want = normalize(pg_conn.execute(f'SELECT id, organization_id, updated_at, payload FROM "{pg_schema}".events '
                                      "WHERE organization_id = %s AND NOT is_deleted", (TENANT,)).fetchall())
-    assert delivered(path) == want
+    assert duckdb_delivered(path) == want
     assert {r[0] for r in want} >= {1, 2, 3}
     assert not {5, 6} & {r[0] for r in want}
-    assert watermark_in(path) == NOW2
+    assert duckdb_watermark(path) == NOW2
 
 
 @pytest.mark.parametrize("path_kind", list(PATHS))
@@ -248,7 +221,7 @@ def test_a_key_twice_or_a_null_key_in_a_window_is_refused_by_name_and_nothing_is
     path = tmp_path / "acme.duckdb"
     config = config_for(pg_schema, path)
     assert transfer(spark, config, NOW1, "t1", tuning=PATHS[path_kind]).status == "SUCCESS"
-    before = delivered(path)
+    before = duckdb_delivered(path)
     later = NOW1 + timedelta(minutes=5)
     # the same key and last-modified value, far apart in the source (not next to each other)
     insert_rows(pg_conn, pg_schema, [(7, TENANT, later, "one"), *[(k, TENANT, later, "new") for k in range(40, 60)],
@@ -258,14 +231,14 @@ def test_a_key_twice_or_a_null_key_in_a_window_is_refused_by_name_and_nothing_is
 
     assert refused.status == "ERROR"
     assert "two different versions of key id=7 have the same, latest last-modified value" in refused.error
-    assert delivered(path) == before
-    assert watermark_in(path) == NOW1
+    assert duckdb_delivered(path) == before
+    assert duckdb_watermark(path) == NOW1
 
     pg_conn.execute(f'UPDATE "{pg_schema}".events SET id = NULL WHERE payload = %s', ("another",))
     refused = transfer(spark, config, NOW2, "t3", tuning=PATHS[path_kind])
     assert refused.status == "ERROR"
     assert "NULL primary key" in refused.error
-    assert delivered(path) == before
+    assert duckdb_delivered(path) == before
 
 
 def test_a_staged_window_holding_a_key_twice_apart_is_refused_before_anything_is_written(
@@ -289,5 +262,5 @@ def test_a_staged_window_holding_a_key_twice_apart_is_refused_before_anything_is
             writer.write_window(frame.repartition(3), load)
     finally:
         writer.close()
-    assert delivered(path) == []
+    assert duckdb_delivered(path) == []
     assert not list((tmp_path / "acme.duckdb.tp" / "staging").rglob("*.parquet"))  # staging removed

@@ -1,6 +1,7 @@
 """The REST API under test: a configuration file with a store in a fresh schema of the test
 database, the key secrets are stored with, an API key, and a client (FastAPI's TestClient, or
-a real ``transfer-platform api`` process where a test needs one)."""
+a real ``transfer-platform api`` process where a test needs one); the API over the small platform
+with a Dagster instance of its own (:func:`platform_api`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
 from transfer_platform.config.secrets import SECRET_KEY_ENV
+from transfer_platform_tests.support.platform import dagster_home, write_config
 from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
 
 
@@ -90,3 +92,28 @@ def api(tmp_path: Path, store_schema: str, secret_key: str) -> Iterator[Api]:
     api = start_api(write_api_config(tmp_path, store_schema), store_schema)
     with api.client:
         yield api
+
+
+def platform_config(root: Path, store_schema: str) -> Path:
+    """The small platform (destinations acme_delta, globex_delta; tenant ``org-glob'ex``) with a store."""
+    path = write_config(root, destinations={"acme": {}, "globex": {}})
+    document = yaml.safe_load(path.read_text())
+    document["store"] = {"connection": pg_connection_config(store_schema)}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def platform_api(tmp_path: Path, store_schema: str, secret_key: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    """The API over :func:`platform_config`, ``TRANSFER_PLATFORM_CONFIG`` naming its file and
+    ``DAGSTER_HOME`` a fresh Dagster home (the repository's ``dagster.yaml``); the Dagster
+    instance the API opened, if any, is disposed of afterwards."""
+    path = platform_config(tmp_path, store_schema)
+    monkeypatch.setenv("TRANSFER_PLATFORM_CONFIG", str(path))
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home(tmp_path)))
+    api = start_api(path, store_schema)
+    with api.client:
+        yield api
+    instance = getattr(api.app.state, "dagster_instance", None)
+    if instance is not None:
+        instance.dispose()

@@ -1,13 +1,18 @@
 """Configurations of the tests: the events model, one source and one destination (PostgreSQL by
-default), and the same configuration with its columns changed.
+default), and the same configuration with its columns changed; the configuration tests' small valid
+file (:func:`valid_raw`) and the problems a refused one is reported with (:func:`problems_of`).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
+
+import pytest
 
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.errors import ConfigError
 from transfer_platform_tests.support.events import MODEL, epoch
 from transfer_platform_tests.support.postgres import pg_connection_config
 
@@ -73,3 +78,55 @@ def config_for(source: dict, model: dict, *, tenant: str, dst_schema: str) -> Pl
         "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
                           "connection": pg_connection_config(dst_schema)}],
     })
+
+
+# -- the configuration tests' file (config/) ---------------------------------------------------
+
+#: the clock the configuration tests parse with (``parse_config(raw, now=NOW)``)
+NOW = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+def valid_raw() -> dict[str, Any]:
+    """A small valid configuration (a fresh copy each call)."""
+    return {
+        "sources": [
+            {
+                "name": "app_db",
+                "vendor": "postgres",
+                "connection": {"host": "localhost", "port": 5432, "database": "app",
+                               "username": "reader", "password": "${PG_PASSWORD}"},
+            },
+            {"name": "lake", "vendor": "parquet", "connection": {"path": "lake"}},
+        ],
+        "models": [
+            {
+                "model_name": "orders",
+                "source_name": "app_db",
+                "source_table": "public.orders",
+                "organization_column": "organization_id",
+                "max_transfer_time_window_seconds": 86_400,
+                "min_start_time_epoch": 1_700_000_000,
+                "columns": [
+                    {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+                    {"name_in_source": "organization_id", "data_type": "string"},
+                    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+                ],
+            },
+        ],
+        "recipients": [{"name": "acme", "id_in_provider_system": "org_1"}],
+        "destinations": [
+            {"name": "acme_lake", "vendor": "delta", "recipient": "acme", "connection": {"path": "out"}},
+        ],
+    }
+
+
+def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(path, message) of each problem ``raw`` is refused with (it must be refused, each problem
+    with a message)."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, now=NOW)
+    problems = info.value.problems
+    assert problems, "a ConfigError must list its problems"
+    for problem in problems:
+        assert problem.message.strip(), problem
+    return [(p.path, p.message) for p in problems]

@@ -3,7 +3,8 @@
 a bucket), and a reader of what each holds as its recipient reads it, independent of the writers:
 PostgreSQL through psycopg, Delta through deltalake, object storage through its manifests' files
 (applied in ``sequence``, a FULL_REFRESH one discarding what was held, the latest last-modified
-version of each key kept, rows marked deleted dropped unless the model keeps them).
+version of each key kept, rows marked deleted dropped unless the model keeps them); a DuckDB file
+also as another process reads it (the DuckDB tests: the rows, the watermark, any query).
 
 A new destination vendor joins the contract suite (``transfer_platform_tests/contract/``) by a
 factory here: ``FACTORIES[<variant>] = (<vendor>, <function>)``; the suite fails while a
@@ -14,6 +15,10 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
+import subprocess
+import sys
+import textwrap
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +32,7 @@ import pytest
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import DESTINATIONS
-from transfer_platform_tests.support.events import normalize
+from transfer_platform_tests.support.events import MODEL, normalize
 from transfer_platform_tests.support.postgres import (
     destination_rows,
     pg_connection_config,
@@ -454,6 +459,41 @@ def duckdb_rows(path: Path, table: str, columns: list[str], schema: str = "main"
         cursor = conn.execute(f'SELECT {names} FROM "{schema}"."{table}"')
         fields = [d[0] for d in cursor.description]
         return [dict(zip(fields, r, strict=True)) for r in cursor.fetchall()]
+
+
+def duckdb_in_another_process(path: Path, sql: str) -> list[tuple]:
+    """``sql``'s rows, read by a fresh Python process that opens the file read-only with the
+    duckdb package; raises ``RuntimeError`` with DuckDB's message if it cannot."""
+    code = textwrap.dedent("""
+        import pickle, sys, duckdb
+        try:
+            with duckdb.connect(sys.argv[1], read_only=True) as conn:
+                conn.execute("SET TimeZone = 'UTC'")
+                rows = conn.execute(sys.argv[2]).fetchall()
+        except duckdb.Error as exc:
+            rows = RuntimeError(str(exc))
+        sys.stdout.buffer.write(pickle.dumps(rows))
+    """)
+    done = subprocess.run([sys.executable, "-c", code, str(path), sql], capture_output=True, check=True, timeout=120)
+    rows = pickle.loads(done.stdout)
+    if isinstance(rows, RuntimeError):
+        raise rows
+    return rows
+
+
+def duckdb_delivered(path: Path) -> list:
+    """The events model's rows in the DuckDB file (``main.events``), as another process reads
+    them (:func:`duckdb_in_another_process`), normalized as ``events.source_rows`` gives them."""
+    return normalize(duckdb_in_another_process(
+        path, "SELECT id, organization_id, updated_at, payload FROM main.events"))
+
+
+def duckdb_watermark(path: Path):
+    """The events model's watermark in the DuckDB file's ``_transfer_status``, as another process
+    reads it."""
+    (row,) = duckdb_in_another_process(path, "SELECT transfer_last_updated_at FROM main._transfer_status "
+                                             f"WHERE data_model_name = '{MODEL}'")
+    return utc(row[0])
 
 
 def duckdb(place: Place) -> TestDestination:
