@@ -15,8 +15,9 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``cli_full_refresh_{inprocess,default,warm}``: ``transfer-platform transfer d0 --full-refresh``
   as its own process: *inprocess* with a local Spark started by that process
   (``TRANSFER_PLATFORM_SHARED_SPARK=0``), *default* as a user runs it with nothing set (no
-  ``spark.remote``, no variable; one command runs untimed first, so that whatever the first
-  command of the default mode starts is up), *warm* as a client of a Spark Connect server
+  ``spark.remote``, no variable: the shared Spark server, and the command forked by the resident
+  command process; one command runs untimed first, so that whatever the first command of the
+  default mode starts is up), *warm* as a client of a Spark Connect server
   (``transfer-platform spark-server``, started once, untimed);
 - ``cli_incremental_{inprocess,default,warm}``: 1% of the tenant's rows changed (untimed), then
   ``transfer-platform transfer d0`` as its own process;
@@ -408,6 +409,7 @@ def uptime() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.spark_server import spark_connect_server
+    from transfer_platform.resident import stop_servers as stop_resident
     from transfer_platform.shared_spark import STATE_DIR_ENV_VAR, stop_servers
 
     args = parse_args(argv)
@@ -418,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         # the default mode's shared Spark server: its state in the scratch folder, stopped at the end
         os.environ[STATE_DIR_ENV_VAR] = str(folder / "shared_spark")
         stack.callback(stop_servers, folder / "shared_spark")
+        stack.callback(stop_resident, folder / "shared_spark")
         server_url, errors = None, []
         if not args.only_peers:
             start = time.perf_counter()

@@ -397,6 +397,7 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
     from transfer_platform.spark_session import remote_endpoint, serve
 
     if args.stop:
+        from transfer_platform.resident import stop_servers as stop_resident
         from transfer_platform.shared_spark import state_dir, stop_servers
 
         folder = state_dir()
@@ -405,6 +406,8 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
             print(f"stopped the shared Spark server {state['url']} (pid {state['pid']}, log {state['log']})")
         if not stopped:
             print(f"no shared Spark server runs (state folder {folder})")
+        for pid in stop_resident(folder):
+            print(f"stopped the resident command process (pid {pid})")
         return 0
     path = find_config_path(args.config)
     named = args.config or os.environ.get("TRANSFER_PLATFORM_CONFIG")
@@ -506,6 +509,7 @@ ENVIRONMENT = f"""environment:
   DAGSTER_HOME               the Dagster instance of --enqueue, transfers and cancel
   TRANSFER_PLATFORM_SHARED_SPARK  0 runs Spark inside each command (as --no-shared-spark)
   TRANSFER_PLATFORM_STATE_DIR     the shared Spark server's state and log (default ~/.cache/transfer_platform/spark)
+  TRANSFER_PLATFORM_COMMAND_SERVER_IDLE_SECONDS  the resident command process's idle stop (default 1800)
   TRANSFER_PLATFORM_SECRET_KEY    the key secrets sent to the REST API are stored with (store new-key)
 
 output: stdout holds the result (JSON, a transfer id, a table); progress, warnings and errors go

@@ -70,13 +70,9 @@ def process_start_time(pid: int) -> str | None:
 def code_stamp(module: str) -> list:
     """What, changed, makes imported code stale: the files of ``module``'s top package (names,
     sizes, modification times) and the configuration file ``transfer_platform`` reads."""
-    stamp: list = []
-    spec = importlib.util.find_spec(module.split(".")[0])
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        for path in sorted(Path(folder).rglob("*.py")):
-            with suppress(OSError):
-                status = path.stat()
-                stamp.append([str(path), status.st_size, status.st_mtime_ns])
+    from transfer_platform.resident import package_stamp
+
+    stamp = package_stamp(module)
     with suppress(Exception):  # no configuration file: the run reports it
         from transfer_platform.config import find_config_path
 

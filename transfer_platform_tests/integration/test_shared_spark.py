@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from transfer_platform import resident
 from transfer_platform.shared_spark import SHARED_ENV_VAR, STATE_DIR_ENV_VAR
 from transfer_platform.spark_session import REMOTE_ENV_VAR
 from transfer_platform_tests.support.config import DESTINATION, events_model
@@ -72,9 +73,12 @@ def wait_until(condition: Callable[[], bool], what: str, bound_s: float = BOUND_
 
 @pytest.fixture
 def state(tmp_path: Path) -> Iterator[Path]:
-    """The state folder of this test's shared servers; each of them is killed afterwards."""
+    """The state folder of this test's shared servers; each of them is killed afterwards (and the
+    resident command process its commands started, stopped)."""
     folder = tmp_path / "state"
     yield folder
+    for pid in resident.stop_servers(folder):
+        wait_until(lambda pid=pid: not group_alive(pid), f"the resident process {pid} to go", 60)
     for pid in server_pids(folder):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
@@ -150,7 +154,9 @@ def test_two_commands_at_once_start_one_server_and_a_later_command_is_its_client
     assert server["fields"]["conf"]["spark.driver.memory"] == "1g"
     assert Path(server["log"]).is_file()
 
-    # a later command (another configuration file, the same spark settings): a client of that server
+    # a later command (another configuration file, the same spark settings): a client of that server,
+    # forked by the resident command process the first commands started
+    wait_until(lambda: any(state.glob("commands-*.sock")), "the resident command process listening")
     moment = datetime.now(UTC) - timedelta(seconds=90)
     insert_rows(pg_conn, source, [(10_000 + i, TENANT, moment + timedelta(microseconds=i), f"late {i}")
                                   for i in range(20)])
@@ -161,6 +167,8 @@ def test_two_commands_at_once_start_one_server_and_a_later_command_is_its_client
     assert states(state) == [server]
     assert server_pids(state) == [server["pid"]]
     assert destination_rows(pg_conn, first) == source_rows(pg_conn, source, TENANT)
+    [log] = state.glob("commands-*.log")
+    assert log.read_text().count("transfer: pid ") == 1  # the later command, run by a fork of it
 
 
 def test_other_spark_settings_get_a_server_of_their_own(state: Path, tmp_path: Path, pg_conn, source: str,
@@ -183,8 +191,10 @@ def test_other_spark_settings_get_a_server_of_their_own(state: Path, tmp_path: P
     stop = subprocess.run([CLI, "spark-server", "--stop"], capture_output=True, text=True, env=env, timeout=BOUND_S,
                           check=False)
     assert stop.returncode == 0, stop.stderr
-    assert sorted(stop.stdout.splitlines()) == sorted(f"stopped the shared Spark server {s['url']} (pid {s['pid']}, "
-                                                      f"log {s['log']})" for s in servers)
+    [command_server] = [int(lock.read_text()) for lock in state.glob("commands-*.lock")]  # the commands' own
+    assert sorted(stop.stdout.splitlines()) == sorted(
+        [f"stopped the shared Spark server {s['url']} (pid {s['pid']}, log {s['log']})" for s in servers]
+        + [f"stopped the resident command process (pid {command_server})"])
     assert server_pids(state) == []
     assert states(state) == []
 
@@ -207,7 +217,7 @@ def test_a_server_that_cannot_start_leaves_the_command_to_run_its_own_spark_with
     err = succeeded(run(config, "transfer", DESTINATION, env=environment(state)))
     [warning] = warnings_of(err)
     assert "the shared Spark server could not be used: it exited with status" in warning
-    [log] = state.glob("*.log")
+    [log] = [log for log in state.glob("*.log") if not log.name.startswith("commands-")]  # the server's
     assert str(log) in warning
     assert "lots" in warning
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, source, TENANT)

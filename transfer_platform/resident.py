@@ -1,0 +1,459 @@
+"""The resident command process: ``transfer-platform`` commands forked from a Python that has
+already imported the data path.
+
+A command of the command line that needs Spark pays its Python's imports before it moves a row:
+about 0.85 s of a 1.4 s small incremental on a quiet 2-core machine (pydantic's configuration
+models, the Spark Connect client with pandas, gRPC and protobuf, pyarrow), against a floor of
+0.25 s for the same rows. So, like the shared Spark server (:mod:`transfer_platform.shared_spark`)
+and the preloaded parent of Dagster's runs (:mod:`transfer_platform.orchestration.run_worker`):
+
+1. ``transfer-platform`` (:func:`main`) first asks, with the standard library only, whether the
+   command is one that is *forwarded* (:data:`FORWARDED`: the commands that read the
+   configuration and may start Spark) and whether a resident process of this Python and this
+   code listens on its socket in the state folder (``$TRANSFER_PLATFORM_STATE_DIR``, as the
+   shared Spark server's): ``commands-<key>.sock``, the key a hash of the Python, its
+   ``PYTHONPATH`` and the package's folder and version.
+2. If one listens, the command is sent to it: its arguments, working directory and environment
+   (over the socket, which only this user can open), and its standard input, output and error
+   themselves (the file descriptors, ``SCM_RIGHTS``). The resident process forks; the fork takes
+   those descriptors, directory and environment and runs the command exactly as the command
+   line's ``main`` does (its exit handlers included); its output goes straight to the caller's
+   terminal or pipes. The caller
+   waits for the exit code, and passes on SIGINT, SIGTERM, SIGHUP and SIGQUIT to the fork (Ctrl-C
+   stops a transfer as it does in-process). A caller that goes away (killed) has its fork
+   interrupted as by Ctrl-C.
+3. If none listens, the command runs in its own process as before, after starting a resident
+   process in the background for the next commands (it does not wait for it). Two commands
+   starting at once start one: the resident process holds an exclusive ``flock`` on
+   ``commands-<key>.lock`` for its life, and a second one exits.
+4. The resident process refuses a command (which then runs in its caller's process) when the
+   package's files changed since it imported them (it then exits and the next command starts a
+   fresh one) or when a thread runs in it (a fork would carry a broken copy); it forks nothing
+   else, opens no connection and starts no thread. It exits after
+   ``$TRANSFER_PLATFORM_COMMAND_SERVER_IDLE_SECONDS`` (default 1800) without a command, on
+   SIGTERM, or with ``transfer-platform spark-server --stop``.
+
+Off with the shared Spark server: ``--no-shared-spark`` on the command, or
+``$TRANSFER_PLATFORM_SHARED_SPARK=0`` (the test suite's setting). ``python -m
+transfer_platform.cli`` never forwards.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import random
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+#: the commands a resident process runs: those that read the configuration and may start Spark
+FORWARDED = frozenset({"transfer", "integrity", "sweep-deletes", "test-connection", "validate"})
+IDLE_ENV_VAR = "TRANSFER_PLATFORM_COMMAND_SERVER_IDLE_SECONDS"
+DEFAULT_IDLE_SECONDS = 1800
+#: signals the caller passes on to the command's fork
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+#: what the resident process imports before it forks (a missing one is skipped)
+WARM_IMPORTS = ("transfer_platform.cli", "transfer_platform.transfers.entry", "transfer_platform.transfers.runner",
+                "transfer_platform.spark_session", "transfer_platform.shared_spark", "transfer_platform.console.progress",
+                "pyspark.sql.connect.session", "pyarrow", "pyarrow.parquet", "pandas")
+#: the environment a resident process is started with (the commands get their callers' own)
+_SERVER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR", "XDG_CACHE_HOME",
+               "TRANSFER_PLATFORM_STATE_DIR", IDLE_ENV_VAR)
+_GLOBAL_WITH_VALUE = ("--config",)
+_SOCKET_PATH_MAX = 100  # AF_UNIX's sun_path holds 108 bytes
+_ON = ("", "1", "true", "on", "yes")
+
+
+# -- the caller ------------------------------------------------------------------------------
+
+def main() -> int:
+    """The ``transfer-platform`` command: served by the resident process when one of this code
+    listens, else run here (having started one for the next commands)."""
+    argv = sys.argv[1:]
+    code = forward(argv)
+    if code is not None:
+        return code
+    from transfer_platform.cli import main as run_here
+
+    return run_here(argv)
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand of ``argv``: its first word that is neither an option nor an option's value."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in _GLOBAL_WITH_VALUE:
+            skip = True
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def forwarded(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) -> bool:
+    """Whether this command goes to a resident process (if one listens)."""
+    if command_of(argv) not in FORWARDED or "--no-shared-spark" in argv:
+        return False
+    # off, or a value that is neither on nor off (the command refuses it, in its own process)
+    return environ.get("TRANSFER_PLATFORM_SHARED_SPARK", "").strip().lower() in _ON
+
+
+def state_folder() -> Path:
+    configured = os.environ.get("TRANSFER_PLATFORM_STATE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transfer_platform" / "spark"
+
+
+def server_key() -> str:
+    """Which resident process may run this caller's commands: the same Python, ``PYTHONPATH``
+    and package folder (a fork runs the code its parent imported; a change of that code is seen
+    by the resident process itself, which then refuses and exits)."""
+    fields = [sys.executable, os.environ.get("PYTHONPATH", ""), str(Path(__file__).resolve().parent)]
+    return hashlib.sha256("\0".join(fields).encode()).hexdigest()[:16]
+
+
+def socket_path(folder: Path | None = None) -> Path:
+    return (folder or state_folder()) / f"commands-{server_key()}.sock"
+
+
+def forward(argv: list[str]) -> int | None:
+    """The exit code of ``argv`` run by the resident process; ``None`` when it is to run here
+    (not forwarded, no resident process, or refused). Once the resident process forked the
+    command, its result is final: a command never runs twice."""
+    if not forwarded(argv):
+        return None
+    try:
+        path = socket_path()
+        if len(str(path)) > _SOCKET_PATH_MAX:
+            return None
+        caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    with caller:
+        try:
+            caller.connect(str(path))
+        except OSError:  # none listens (or a dead one's socket file): start one for the next commands
+            start_server(path)
+            return None
+        return _served(caller, argv, path)
+
+
+def _served(caller: socket.socket, argv: list[str], path: Path) -> int | None:
+    pending: list[int] = []
+    child: list[int] = []
+
+    def pass_on(signum: int, frame: Any) -> None:
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child[0], signum)
+        else:
+            pending.append(signum)
+
+    previous = {signum: signal.signal(signum, pass_on) for signum in PASSED_ON}
+    try:
+        try:
+            socket.send_fds(caller, [b"\0"], [0, 1, 2])
+            request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+            caller.sendall(json.dumps(request).encode() + b"\n")
+            answers = caller.makefile("rb")
+            first = json.loads(answers.readline() or b"{}")
+        except (OSError, ValueError):
+            return None
+        if "pid" not in first:  # refused (stale code, a thread): run here; a stale one has gone
+            if first.get("refused") == "stale":
+                start_server(path)
+            return None
+        child.append(int(first["pid"]))
+        for signum in pending:
+            pass_on(signum, None)
+        try:
+            line = answers.readline()
+            return int(json.loads(line)["exit"])
+        except (OSError, ValueError, KeyError):
+            print("error: the resident transfer-platform process went away before the command ended; "
+                  "run it again (or with --no-shared-spark)", file=sys.stderr)
+            return 1
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def start_server(path: Path) -> None:
+    """Start a resident process for ``path`` in the background (it exits at once if another
+    holds the lock); never waits for it."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        env = {k: v for k in _SERVER_ENV if (v := os.environ.get(k)) is not None}
+        with open(path.with_suffix(".log"), "ab") as log:
+            subprocess.Popen([sys.executable, "-m", "transfer_platform.resident", str(path)],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True, close_fds=True)
+
+
+# -- the resident process --------------------------------------------------------------------
+
+def package_stamp(module: str) -> list:
+    """The files of ``module``'s top package (names, sizes, modification times): changed, the
+    code a process imported is stale."""
+    import importlib.util
+
+    stamp: list = []
+    spec = importlib.util.find_spec(module.split(".")[0])
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(Path(folder).rglob("*.py")):
+            with contextlib.suppress(OSError):
+                status = path.stat()
+                stamp.append([str(path), status.st_size, status.st_mtime_ns])
+    return stamp
+
+
+def idle_seconds() -> float:
+    value = os.environ.get(IDLE_ENV_VAR, "").strip()
+    try:
+        return float(value) if value else DEFAULT_IDLE_SECONDS
+    except ValueError:
+        return DEFAULT_IDLE_SECONDS
+
+
+def _say(text: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _held_lock(path: Path) -> Iterator[Any]:
+    """The lock of ``path``'s resident process (its open file, the pid written in it); ``None``
+    if another process holds it."""
+    with open(path.with_suffix(".lock"), "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield handle
+
+
+class Server:
+    """Accepts commands on a socket and runs each in a fork (see the module's docstring)."""
+
+    def __init__(self, path: Path, idle: float, module: str = "transfer_platform") -> None:
+        self.path, self.idle, self.module = path, idle, module
+        self.children: dict[int, socket.socket | None] = {}  # pid -> its caller (None: the caller left)
+        self.last_activity = time.monotonic()
+        self.stopping = False
+        self.handed_over = False  # stale: its socket and lock left to the next resident process
+
+    def serve(self) -> int:
+        with _held_lock(self.path) as self.lock:
+            if self.lock is None:
+                _say("another resident process holds the lock: exiting")
+                return 0
+            started = time.perf_counter()
+            for name in WARM_IMPORTS:
+                with contextlib.suppress(ImportError):
+                    __import__(name)
+            self.stamp = package_stamp(self.module)
+            self.wake, wake_write = os.pipe()
+            os.set_blocking(wake_write, False)
+            signal.set_wakeup_fd(wake_write)
+            signal.signal(signal.SIGCHLD, lambda *_: None)
+            signal.signal(signal.SIGTERM, self._stop)
+            signal.signal(signal.SIGINT, self._stop)
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old_mask = os.umask(0o177)
+            try:
+                listener.bind(str(self.path))
+            finally:
+                os.umask(old_mask)
+            listener.listen(64)
+            _say(f"listening on {self.path} ({time.perf_counter() - started:.2f} s of imports, "
+                 f"stops after {self.idle:g} s without a command)")
+            try:
+                self._loop(listener, self.wake)
+            finally:
+                if not self.handed_over:  # else the socket there is its successor's
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+                listener.close()
+            while self.children:  # the callers still wait for these
+                self._reap(block=True)
+            return 0
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+        _say(f"{signal.Signals(signum).name}: exiting")
+
+    def _loop(self, listener: socket.socket, wake: int) -> None:
+        while not self.stopping:
+            callers = {c: pid for pid, c in self.children.items() if c is not None}
+            readable, _, _ = select.select([listener, wake, *callers], [], [], 1.0)
+            if wake in readable:
+                os.read(wake, 4096)
+            self._reap()
+            for caller in readable:
+                if caller is listener:
+                    if not self._accept(listener):
+                        return
+                elif caller in callers:  # a caller says nothing more: it left (killed): Ctrl-C its fork
+                    pid = callers[caller]
+                    with contextlib.suppress(OSError):
+                        if caller.recv(1, socket.MSG_PEEK):
+                            continue
+                    self.children[pid] = None
+                    caller.close()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGINT)
+            if not self.children and time.monotonic() - self.last_activity >= self.idle:
+                _say(f"no command for {self.idle:g} s: exiting")
+                return
+
+    def _accept(self, listener: socket.socket) -> bool:
+        """Take one command; False when this process must go (its code is stale)."""
+        caller, _ = listener.accept()
+        self.last_activity = time.monotonic()
+        fds: list[int] = []
+        try:
+            caller.settimeout(10.0)
+            _, fds, _, _ = socket.recv_fds(caller, 1, 3)
+            request = json.loads(caller.makefile("rb").readline())
+            caller.settimeout(None)
+            if len(fds) != 3:
+                raise ValueError(f"{len(fds)} file descriptors")
+        except (OSError, ValueError) as exc:
+            _say(f"a bad request: {exc}")
+            for fd in fds:
+                os.close(fd)
+            caller.close()
+            return True
+        refused = ("stale" if package_stamp(self.module) != self.stamp
+                   else "threads" if threading.active_count() > 1 else None)
+        if refused:
+            _say(f"refused a command: {refused}")
+            if refused == "stale":  # gone before the caller hears it: the one it starts takes over
+                listener.close()
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                fcntl.flock(self.lock, fcntl.LOCK_UN)
+                self.handed_over = True
+            with contextlib.suppress(OSError):
+                caller.sendall(json.dumps({"refused": refused}).encode() + b"\n")
+            caller.close()
+            for fd in fds:
+                os.close(fd)
+            return refused != "stale"
+        pid = os.fork()
+        if pid == 0:  # the command's process: nothing of the resident one's sockets stays open in it
+            for other in (listener, caller, *(c for c in self.children.values() if c is not None)):
+                other.close()
+            os.close(self.wake)
+            code = _run_command(request, fds)
+            atexit._run_exitfuncs()  # as a process that ends its main does (sessions, pools, logs)
+            os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = caller
+        _say(f"{request['argv'] and command_of(request['argv'])}: pid {pid}")
+        with contextlib.suppress(OSError):
+            caller.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        return True
+
+    def _reap(self, block: bool = False) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            caller = self.children.pop(pid, None)
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code  # killed by a signal: as a shell says it
+            self.last_activity = time.monotonic()
+            if caller is not None:
+                with contextlib.suppress(OSError):
+                    caller.sendall(json.dumps({"exit": code}).encode() + b"\n")
+                caller.close()
+
+
+def _run_command(request: dict, fds: list[int]) -> int:
+    """In the fork: become the caller's command (its descriptors, directory, environment) and run it."""
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        random.seed()
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8", errors="replace")
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8",
+                                      line_buffering=os.isatty(1))
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "wb", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", line_buffering=True)
+        sys.argv = ["transfer-platform", *request["argv"]]
+    except BaseException:  # noqa: BLE001 - the caller is told by the exit code
+        return 1
+    code = 1
+    try:
+        from transfer_platform.cli import main as run_here
+
+        code = run_here(request["argv"])
+    except SystemExit as exc:  # argparse: usage errors (2), --help (0)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as exc:  # noqa: BLE001 - one line, as the command line's own
+        with contextlib.suppress(Exception):
+            print(f"error: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+    return code
+
+
+def stop_servers(folder: Path) -> list[int]:
+    """SIGTERM each resident process whose lock is in ``folder``; their pids."""
+    stopped = []
+    for lock in sorted(folder.glob("commands-*.lock")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(lock.read_text().strip() or 0)
+            if pid and _is_resident(pid):
+                os.kill(pid, signal.SIGTERM)
+                stopped.append(pid)
+    return stopped
+
+
+def _is_resident(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return b"transfer_platform.resident" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(Server(Path(sys.argv[1]), idle_seconds()).serve())
