@@ -13,8 +13,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
+from dagster import DagsterInstance
 
 from transfer_platform.cli import main
+from transfer_platform.config.shards import shard_of
+from transfer_platform.orchestration.transfers import WORKSPACE_ENV
 from transfer_platform_tests.support.platform import dagster_home, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
@@ -126,3 +130,35 @@ def test_queue_commands_without_dagster_home_say_how_to_set_it(
     assert (code, out) == (2, "")
     assert "DAGSTER_HOME is not set" in err
     assert "export DAGSTER_HOME=" in err
+
+
+def sharded_workspace(path: Path, count: int, *, attribute: str = "defs_shard_{i}_of_{n}") -> Path:
+    """A workspace of ``count`` code locations ``tp_<i>``, as deploy/workspace.sharded.yaml."""
+    path.write_text(yaml.safe_dump({"load_from": [
+        {"python_module": {"module_name": "transfer_platform.definitions", "location_name": f"tp_{i}",
+                           "attribute": attribute.format(i=i, n=count)}} for i in range(count)]}))
+    return path
+
+
+@pytest.mark.integration  # starts a Dagster code server to launch each run
+def test_enqueue_with_a_sharded_workspace_makes_the_run_in_the_location_of_its_recipient(
+        platform: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    count = next(n for n in range(2, 9) if shard_of("acme", n) != shard_of("globex", n))
+    monkeypatch.setenv(WORKSPACE_ENV, str(sharded_workspace(tmp_path / "workspace.yaml", count)))
+    with DagsterInstance.get() as instance:
+        for recipient in ("acme", "globex"):
+            code, out, err = run_cli(capsys, "transfer", f"{recipient}_delta", "--enqueue")
+            assert code == 0, err
+            run = instance.get_run_by_id(out.strip())
+            assert run.remote_job_origin.location_name == f"tp_{shard_of(recipient, count)}"
+            assert run.tags["transfer_platform/destination"] == f"{recipient}_delta"
+
+
+def test_enqueue_with_locations_it_cannot_tell_apart_says_how_to_choose(
+        platform: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(WORKSPACE_ENV, str(sharded_workspace(tmp_path / "workspace.yaml", 2, attribute="defs")))
+    code, out, err = run_cli(capsys, "transfer", "acme_delta", "--enqueue")
+    assert code == 2
+    assert out == ""
+    assert "recipient 'acme' is held by 2 of its code locations" in err
+    assert f"set ${WORKSPACE_ENV} to a workspace of the location that holds recipient 'acme'" in err

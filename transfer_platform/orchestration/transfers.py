@@ -19,12 +19,17 @@ last run it holds: the next page starts after it, whatever was recorded since.
 
 import json
 import os
+import re
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import yaml
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from transfer_platform.config.models import PlatformConfig
@@ -35,7 +40,7 @@ from transfer_platform.core.lifecycle import (
     first_line,
     transfer_status,
 )
-from transfer_platform.errors import ConfigError
+from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration.dagster_internals import launch_job_run
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
@@ -62,6 +67,75 @@ def workspace_file() -> Path:
     if os.environ.get(WORKSPACE_ENV):
         return Path(os.environ[WORKSPACE_ENV])
     return Path(__file__).resolve().parents[2] / "workspace.yaml"
+
+
+#: workspace fields holding a path, relative to the workspace file's folder
+_PATH_FIELDS = ("working_directory", "relative_path", "python_file", "executable_path")
+
+
+@contextmanager
+def location_workspace(workspace: Path, recipient: str) -> Iterator[Path]:
+    """The workspace a run for ``recipient`` is created from: ``workspace`` itself when it has one
+    code location; else a workspace of the one location of ``transfer_platform.definitions`` that
+    holds the recipient (a shard attribute ``defs_shard_<i>_of_<n>`` whose share holds it, or a
+    location of every recipient),
+    written aside with its paths made absolute, so that only that location's code server starts
+    and the run is that location's, as the daemon and the UI see it. A workspace whose locations
+    cannot be told apart (several holding the recipient, or servers started by hand) is refused
+    with the fix: point $TRANSFER_PLATFORM_WORKSPACE at a workspace of that one location."""
+    try:
+        raw = yaml.safe_load(workspace.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        yield workspace  # Dagster reports an unreadable workspace itself
+        return
+    entries = raw.get("load_from") or []
+    if len(entries) <= 1:
+        yield workspace
+        return
+    holding = [entry for entry in entries if _holds(entry, recipient)]
+    if len(holding) != 1:
+        names = [_location_name(entry) for entry in (holding or entries)]
+        raise ConfigError([Problem(
+            str(workspace), f"recipient {recipient!r} is held by {len(holding) or 'none'} of its code locations "
+            f"that a run can be made in ({', '.join(names)}): the run's location cannot be chosen",
+            f"give each location a shard attribute (defs_shard_<i>_of_<n>, deploy/workspace.sharded.yaml), or "
+            f"set ${WORKSPACE_ENV} to a workspace of the location that holds recipient {recipient!r}")])
+    with tempfile.TemporaryDirectory(prefix="tp_workspace_") as folder:
+        path = Path(folder) / "workspace.yaml"
+        path.write_text(yaml.safe_dump({**raw, "load_from": [_absolute(holding[0], workspace.parent)]}))
+        yield path
+
+
+def _entry_fields(entry: dict) -> dict:
+    """The fields of one ``load_from`` entry (``{python_module: {...}}``; a bare module name too)."""
+    kind, value = next(iter(entry.items()))
+    return value if isinstance(value, dict) else {"module_name" if kind == "python_module" else kind: value}
+
+
+def _holds(entry: dict, recipient: str) -> bool:
+    from transfer_platform.config.shards import Shard, shard_of
+
+    fields = _entry_fields(entry)
+    if next(iter(entry)) != "python_module" or fields.get("module_name") != "transfer_platform.definitions":
+        return False  # another code, or a server started by hand (its shard in its own environment)
+    match = re.fullmatch(r"defs_shard_(\d+)_of_(\d+)", str(fields.get("attribute") or ""))
+    if match is None:
+        return True  # every recipient
+    shard = Shard(int(match.group(1)), int(match.group(2)))
+    return shard.count > shard.index and shard_of(recipient, shard.count) == shard.index
+
+
+def _location_name(entry: dict) -> str:
+    fields = _entry_fields(entry)
+    return str(fields.get("location_name") or fields.get("attribute") or fields.get("module_name") or next(iter(entry)))
+
+
+def _absolute(entry: dict, base: Path) -> dict:
+    kind, value = next(iter(entry.items()))
+    if not isinstance(value, dict):
+        return {kind: str(base / value) if kind == "python_file" else value}
+    return {kind: {k: (str(base / v) if k in _PATH_FIELDS and isinstance(v, str) and not Path(v).is_absolute()
+                       else v) for k, v in value.items()}}
 
 
 @dataclass(frozen=True)
@@ -97,18 +171,20 @@ def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path
         tags[DRY_RUN_TAG] = "true"
     if order.full_refresh:
         tags[FULL_REFRESH_TAG] = "true"
-    return _launch(instance, config_path, "transfer", {"ops": {"run_transfer": {"config": op_config}}}, tags)
+    return _launch(instance, config_path, destination.recipient, "transfer",
+                   {"ops": {"run_transfer": {"config": op_config}}}, tags)
 
 
-def _launch(instance: DagsterInstance, config_path: Path, job_name: str, run_config: dict, tags: dict,
-            op_selection: str | None = None) -> str:
+def _launch(instance: DagsterInstance, config_path: Path, recipient: str, job_name: str, run_config: dict,
+            tags: dict, op_selection: str | None = None) -> str:
     run_id = str(uuid.uuid4())
     before = os.environ.get("TRANSFER_PLATFORM_CONFIG")
     os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path.resolve())  # for the code server
     try:
-        launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
-            instance, str(workspace_file()), job_name, json.dumps(run_config), json.dumps(tags), run_id,
-            **({"op_selection": op_selection} if op_selection else {}))
+        with location_workspace(workspace_file(), recipient) as workspace:
+            launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
+                instance, str(workspace), job_name, json.dumps(run_config), json.dumps(tags), run_id,
+                **({"op_selection": op_selection} if op_selection else {}))
     finally:
         if before is None:
             os.environ.pop("TRANSFER_PLATFORM_CONFIG", None)
@@ -385,7 +461,8 @@ def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_
     if not models:
         raise ConfigError(f"destination {destination.name!r} receives no enabled model: nothing to check")
     tags = {**limit_tags(config, destination.name, models, "integrity"), TRIGGER_TAG: trigger}
-    return _launch(instance, config_path, JOB_NAME, {}, tags, op_selection=f"integrity_{destination.name}")
+    return _launch(instance, config_path, destination.recipient, JOB_NAME, {}, tags,
+                   op_selection=f"integrity_{destination.name}")
 
 
 def integrity_results(instance: DagsterInstance, config: PlatformConfig, destination_name: str) -> list[dict[str, Any]]:
