@@ -113,6 +113,7 @@ def forwarded(argv: list[str], environ: dict[str, str] | os._Environ = os.enviro
 
 
 def state_folder() -> Path:
+    """Where the shared Spark servers and the resident command process keep their files."""
     configured = os.environ.get("TRANSFER_PLATFORM_STATE_DIR")
     if configured:
         return Path(configured).expanduser()

@@ -88,10 +88,11 @@ def shared_from_env() -> bool | None:
 
 
 def state_dir() -> Path:
-    configured = os.environ.get(STATE_DIR_ENV_VAR)
-    if configured:
-        return Path(configured).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transfer_platform" / "spark"
+    """``$TRANSFER_PLATFORM_STATE_DIR``, else ``~/.cache/transfer_platform/spark`` (the resident
+    command process keeps its files there too)."""
+    from transfer_platform.resident import state_folder
+
+    return state_folder()
 
 
 def _package_version() -> str:
