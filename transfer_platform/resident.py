@@ -12,17 +12,17 @@ and the preloaded parent of Dagster's runs (:mod:`transfer_platform.orchestratio
    configuration and may start Spark) and whether a resident process of this Python and this
    code listens on its socket in the state folder (``$TRANSFER_PLATFORM_STATE_DIR``, as the
    shared Spark server's): ``commands-<key>.sock``, the key a hash of the Python, its
-   ``PYTHONPATH`` and the package's folder and version.
-2. If one listens, the command is sent to it: its arguments, working directory and environment
-   (over the socket, which only this user can open), and its standard input, output and error
-   themselves (the file descriptors, ``SCM_RIGHTS``). The resident process forks; the fork takes
-   those descriptors, directory and environment and runs the command exactly as the command
-   line's ``main`` does (its exit handlers included); its output goes straight to the caller's
-   terminal or pipes. The caller
-   waits for the exit code, and passes on SIGINT, SIGTERM, SIGHUP and SIGQUIT to the fork (Ctrl-C
+   ``PYTHONPATH`` and the package's folder.
+2. If one listens, the command is sent to it: its arguments, working directory, umask and
+   environment (over the socket, which only this user can open), and its standard input, output
+   and error themselves (the file descriptors, ``SCM_RIGHTS``). The resident process forks; the
+   fork takes those descriptors, directory, umask and environment and runs the command exactly
+   as the command line's ``main`` does (its exit handlers included); its output goes straight to
+   the caller's terminal or pipes. The caller waits for the exit code, and passes on SIGINT,
+   SIGTERM, SIGHUP and SIGQUIT to the fork (Ctrl-C
    stops a transfer as it does in-process). A caller that goes away (killed) has its fork
    interrupted as by Ctrl-C.
-3. If none listens, the command runs in its own process as before, after starting a resident
+3. If none listens, the command runs in its own process, after starting a resident
    process in the background for the next commands (it does not wait for it). Two commands
    starting at once start one: the resident process holds an exclusive ``flock`` on
    ``commands-<key>.lock`` for its life, and a second one exits.
@@ -169,7 +169,9 @@ def _served(caller: socket.socket, argv: list[str], path: Path) -> int | None:
     try:
         try:
             socket.send_fds(caller, [b"\0"], [0, 1, 2])
-            request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+            umask = os.umask(0o022)  # read (and put back): files the command creates get the caller's mode
+            os.umask(umask)
+            request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask}
             caller.sendall(json.dumps(request).encode() + b"\n")
             answers = caller.makefile("rb")
             first = json.loads(answers.readline() or b"{}")
@@ -390,6 +392,7 @@ class Server:
             caller = self.children.pop(pid, None)
             code = os.waitstatus_to_exitcode(status)
             code = 128 - code if code < 0 else code  # killed by a signal: as a shell says it
+            _say(f"pid {pid} ended: exit {code}")
             self.last_activity = time.monotonic()
             if caller is not None:
                 with contextlib.suppress(OSError):
@@ -408,6 +411,7 @@ def _run_command(request: dict, fds: list[int]) -> int:
             os.dup2(fd, target)
             os.close(fd)
         os.chdir(request["cwd"])
+        os.umask(int(request.get("umask", 0o022)))
         os.environ.clear()
         os.environ.update(request["env"])
         random.seed()

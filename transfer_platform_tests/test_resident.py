@@ -172,20 +172,27 @@ def silent_port() -> Iterator[tuple[int, threading.Event]]:
             conn.close()
 
 
-def hanging_test_connection(place: Place, port: int, stderr=subprocess.PIPE) -> subprocess.Popen:
+def hanging_test_connection(place: Place, port: int, stderr=subprocess.PIPE, umask: int = -1) -> subprocess.Popen:
     raw = valid_raw()
     raw["sources"][0]["connection"].update(host="127.0.0.1", port=port)
     config = write(place.root / "hangs.yaml", raw)
     return subprocess.Popen([CLI, "--config", str(config), "test-connection", "app_db"], stdout=subprocess.PIPE,
-                            stderr=stderr, text=True, env={**place.env, "PG_PASSWORD": "x"})
+                            stderr=stderr, text=True, env={**place.env, "PG_PASSWORD": "x"}, umask=umask)
+
+
+def umask_of(pid: int) -> str:
+    return next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("Umask:"))
 
 
 def test_ctrl_c_reaches_the_command(place: Place, silent_port):
     port, accepted = silent_port
     place.started()
-    caller = hanging_test_connection(place, port)
+    caller = hanging_test_connection(place, port, umask=0o077)
     wait_for(lambda: len(place.forks()) == 1 and accepted.is_set(), "the command waiting on the silent database")
     fork = place.forks()[0]
+    assert umask_of(fork) == "0077"  # the caller's, not the resident process's (files it makes)
+    assert umask_of(place.server_pids()[0]) != "0077"
     caller.send_signal(signal.SIGINT)
     out, err = caller.communicate(timeout=BOUND_S)
     assert caller.returncode == 130, err
