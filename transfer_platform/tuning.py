@@ -25,6 +25,9 @@ class Tuning:
     append_keys_max: int = 1_000_000
     #: how long a transfer waits for a model's lock (or a live table's readers) before it is refused
     lock_wait_seconds: float = 10
+    #: windows read together from a database whose columns need no conversion are read by its
+    #: driver, without a Spark job (sources/direct.py); False: every read goes through Spark
+    direct_reads: bool = True
 
 
 DEFAULT = Tuning()

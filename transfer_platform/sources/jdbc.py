@@ -119,6 +119,11 @@ class PostgresDialect:
     session_init = "SET TIME ZONE 'UTC'"
     case_sensitive_columns = True  # the query quotes every name
     exact_tenant_match_in_spark = False  # deterministic collations compare exactly
+    #: the source types (by OID) a small read takes as they are, each with the data_type that reads
+    #: it unchanged (sources/direct.py): boolean, smallint, integer, bigint, text, varchar, double
+    #: precision, date, timestamptz
+    direct_types = {16: "boolean", 21: "integer", 23: "integer", 20: "integer", 25: "string", 1043: "string",
+                    701: "float", 1082: "date", 1184: "timestamp"}
 
     def url(self, connection: DatabaseConnection, default_schema: str | None) -> str:
         # prepareThreshold=-1: a server-prepared statement from the first execution, so rows arrive
@@ -198,6 +203,7 @@ class MysqlDialect:
     label = "MySQL"
     driver = "org.mariadb.jdbc.Driver"  # Debian's libmariadb-java; it also speaks to MySQL
     session_init = "SET time_zone = '+00:00'"
+    direct_types: dict[int, str] = {}  # every read goes through Spark (sources/direct.py)
     case_sensitive_columns = False
     exact_tenant_match_in_spark = True  # _ci collations: 'ACME' = 'acme ' = 'acmé' is true
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
@@ -43,6 +44,7 @@ from transfer_platform.sources.base import (
     SourceReader,
     reader_for,
 )
+from transfer_platform.sources.direct import DirectReads
 from transfer_platform.sources.staging import StagedReader, TransferStaging, next_lower
 from transfer_platform.spark_session import SparkServerLost, server_lost
 from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
@@ -131,9 +133,12 @@ def transfer_model(
     else:
         reader.check(destination.name)
     # the read proven on the source as it is (columns, kinds, casts; no row read) before the
-    # writer's prepare creates, alters or drops anything: a mistyped model changes nothing
-    (staged or reader).check_read(request.spark, ReadRequest(model, recipient.id_in_provider_system,
-                                                            proof_bounds(windowing, request.now), destination.name))
+    # writer's prepare creates, alters or drops anything: a mistyped model changes nothing. Columns
+    # the database's driver reads as they are prove it alone (and its small windows skip Spark)
+    proof = ReadRequest(model, recipient.id_in_provider_system, proof_bounds(windowing, request.now), destination.name)
+    direct = DirectReads.proven(reader, proof) if staged is None and request.tuning.direct_reads else None
+    if direct is None:
+        (staged or reader).check_read(request.spark, proof)
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.full_refresh)
     for change in prepared.schema_changes:
         log_phase("schema", **ids, level=logging.WARNING, change=change)
@@ -152,7 +157,7 @@ def transfer_model(
         request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
     read_with = staged or reader
-    move = _WindowMover(request, model, read_with, windowing, refreshing, ids)
+    move = _WindowMover(request, model, read_with, windowing, refreshing, ids, direct)
     tuning = request.tuning
     steps = (_steps(_window_rows(read_with, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
              else _unknown_steps(len(reads), tuning))
@@ -282,8 +287,9 @@ class _WindowMover:
     """Moves one model's windows for :func:`transfer_model`, each committed and reported on its own."""
 
     def __init__(self, request: TransferRequest, model: ModelConfig, reader: SourceReader,
-                 windowing: ModelWindowing, refreshing: bool, ids: dict[str, Any]) -> None:
-        self.request, self.model, self.reader = request, model, reader
+                 windowing: ModelWindowing, refreshing: bool, ids: dict[str, Any],
+                 direct: DirectReads | None = None) -> None:
+        self.request, self.model, self.reader, self.direct = request, model, reader, direct
         self.windowing, self.refreshing, self.ids = windowing, refreshing, ids
         self._keys_unique: bool | None = None  # asked of the source once, at the first large window
 
@@ -352,18 +358,21 @@ class _WindowMover:
         window. ``up_to``: their sizes are not known; the job reads at most one row more, and
         if there are more, the windows are counted and moved as :func:`_steps` says."""
         lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
-        log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows))
-        frame = self.reader.read_together(self.request.spark, reads)
-        try:
-            with self._spark_errors(lower, upper):
-                table = (frame if up_to is None else frame.limit(up_to + 1)).toArrow()
-        except DataError as exc:
-            if _cancelled(exc):
-                raise
-            _LOG.debug("reading %d windows together failed (%s); each is read alone", len(windows), exc)
-            for window, read in zip(windows, reads, strict=True):
-                yield self.alone(window, read)
-            return
+        log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows),
+                  **({"direct": True} if self.direct is not None else {}))
+        table = self._read_directly(reads, up_to)
+        if table is None:
+            frame = self.reader.read_together(self.request.spark, reads)
+            try:
+                with self._spark_errors(lower, upper):
+                    table = (frame if up_to is None else frame.limit(up_to + 1)).toArrow()
+            except DataError as exc:
+                if _cancelled(exc):
+                    raise
+                _LOG.debug("reading %d windows together failed (%s); each is read alone", len(windows), exc)
+                for window, read in zip(windows, reads, strict=True):
+                    yield self.alone(window, read)
+                return
         if up_to is not None and table.num_rows > up_to:
             del table
             sizes = self.reader.window_rows(self.request.spark, reads, up_to + 1) or [None] * len(reads)
@@ -388,6 +397,20 @@ class _WindowMover:
                                       resolved.older_versions, resolved.identical_copies, window)
             self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper)
             yield self._outcome(window, result)
+
+    def _read_directly(self, reads: list[ReadRequest], up_to: int | None) -> pa.Table | None:
+        """The windows' rows read by the source database's driver (:mod:`~transfer_platform.sources.direct`);
+        ``None`` to read them through Spark (no direct reads, or this one failed: Spark then
+        reads them and names any failure as it always does)."""
+        if self.direct is None:
+            return None
+        try:
+            return self.direct.read_together(reads, arrow_schema(self.model), up_to)
+        except KeyboardInterrupt:
+            raise
+        except Exception:  # noqa: BLE001 - read again through Spark, which names the failure
+            _LOG.debug("reading %d windows directly failed; they are read through Spark", len(reads), exc_info=True)
+            return None
 
     def _log_load(self, result: WindowResult, **where: Any) -> None:
         log_phase("load", **self.ids, **where, rows_transferred=result.rows_transferred,

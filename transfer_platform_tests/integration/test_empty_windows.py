@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from transfer_platform.sources.direct import DirectReads
 from transfer_platform.sources.jdbc import JdbcReader
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.destinations import WITHOUT_S3, events_rows
@@ -34,9 +35,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The bounds of every read Spark was given, alone or with other windows (the real reads run)."""
+    """The bounds of every read Spark or the database's driver was given, alone or with other
+    windows (the real reads run)."""
     reads = []
-    real, together = JdbcReader.read, JdbcReader.read_together
+    real, together, direct = JdbcReader.read, JdbcReader.read_together, DirectReads.read_together
 
     def recording(self, spark, request):
         reads.append((request.bounds.lower, request.bounds.upper))
@@ -46,8 +48,13 @@ def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
         reads.extend((request.bounds.lower, request.bounds.upper) for request in requests)
         return together(self, spark, requests)
 
+    def recording_direct(self, requests, schema, up_to=None):
+        reads.extend((request.bounds.lower, request.bounds.upper) for request in requests)
+        return direct(self, requests, schema, up_to)
+
     monkeypatch.setattr(JdbcReader, "read", recording)
     monkeypatch.setattr(JdbcReader, "read_together", recording_together)
+    monkeypatch.setattr(DirectReads, "read_together", recording_direct)
     return reads
 
 

@@ -1,0 +1,122 @@
+"""Small windows of a PostgreSQL source read by its driver, without a Spark job
+(``transfer_platform/sources/direct.py``): a recipient receives exactly what the read through Spark
+delivers, value for value, for every type read that way; a column that needs a conversion keeps
+the whole model on Spark."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform_tests.support.config import config_for
+from transfer_platform_tests.support.events import MODEL, epoch
+from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.transfers import transfer
+
+pytestmark = pytest.mark.integration
+
+TENANT = "acme"
+NOW = datetime(2025, 3, 10, 12, tzinfo=UTC)
+START = datetime(2025, 3, 1, tzinfo=UTC)
+#: a source column of each type the driver reads as it is, and the data_type reading it unchanged
+COLUMNS = [("small", "smallint", "integer"), ("med", "integer", "integer"), ("big", "bigint", "integer"),
+           ("name", "text", "string"), ("label", "varchar(20)", "string"), ("score", "double precision", "float"),
+           ("flag", "boolean", "boolean"), ("day", "date", "date"), ("seen_at", "timestamptz", "timestamp")]
+VALUES = [  # (small, med, big, name, label, score, flag, day, seen_at), one row each
+    (-32768, -2147483648, -9223372036854775808, "", "x", -1.5e308, False, date(1, 1, 1),
+     datetime(1, 1, 1, tzinfo=UTC)),
+    (32767, 2147483647, 9223372036854775807, "ünïcødé ✓ 'quote' \"dq\" \\ back", "y" * 20, 1e-300, True,
+     date(9999, 12, 31), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+    (0, 0, 0, "line\nbreak\ttab", "z", float("inf"), True, date(1970, 1, 1),
+     datetime(1970, 1, 1, tzinfo=UTC)),
+    (None, None, None, None, None, None, None, None, None),
+    (7, 8, 9, "nan", "w", float("nan"), False, date(2024, 2, 29),
+     datetime(2024, 2, 29, 23, 59, 59, 123456, tzinfo=UTC)),
+    (1, 2, 3, "neg inf", "v", float("-inf"), None, date(2000, 1, 1),
+     datetime(2000, 1, 1, 0, 0, 0, 1, tzinfo=UTC)),
+]
+
+
+def make_source(pg_conn, schema: str, extra: str = "") -> None:
+    columns = ", ".join(f"{name} {sql_type}" for name, sql_type, _ in COLUMNS)
+    pg_conn.execute(f'CREATE TABLE "{schema}".things (id bigint PRIMARY KEY, organization_id text NOT NULL, '
+                    f"updated_at timestamptz NOT NULL, {columns}{extra})")
+    names = ", ".join(name for name, _, _ in COLUMNS)
+    for i, values in enumerate(VALUES):
+        for tenant in (TENANT, "other"):  # another tenant's rows, never delivered
+            key = i if tenant == TENANT else 1000 + i
+            pg_conn.execute(
+                f'INSERT INTO "{schema}".things (id, organization_id, updated_at, {names}) VALUES '
+                f"(%s, %s, %s, {', '.join(['%s'] * len(COLUMNS))})",
+                (key, tenant, START + timedelta(days=i % 4, hours=i, microseconds=i), *values))
+
+
+def model(schema: str, extra: list[dict] = ()) -> dict:
+    return {
+        "model_name": MODEL, "source_name": "src", "source_table": f"{schema}.things",
+        "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
+        "min_start_time_epoch": epoch(START),
+        "columns": [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+                    {"name_in_source": "organization_id", "data_type": "string"},
+                    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+                    *({"name_in_source": name, "data_type": data_type} for name, _, data_type in COLUMNS),
+                    *extra],
+    }
+
+
+def delivered(pg_conn, schema: str, columns: list[str]) -> list[tuple]:
+    rows = pg_conn.execute(f'SELECT {", ".join(columns)} FROM "{schema}"."{MODEL}" ORDER BY id').fetchall()
+    return [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in rows]
+
+
+def reads_logged(caplog) -> list[dict]:
+    return [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"phase": "read"')]
+
+
+def run(spark, pg_conn, source_schema: str, dst_schema: str, tuning: Tuning, caplog, extra: list[dict] = ()):
+    config = config_for({"vendor": "postgres", "connection": pg_connection_config()}, model(source_schema, extra),
+                        tenant=TENANT, dst_schema=dst_schema)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="transfer_platform"):
+        summary = transfer(spark, config, NOW, tuning=tuning)
+    assert summary.status == "SUCCESS", summary.error
+    return reads_logged(caplog)
+
+
+def test_every_type_read_directly_arrives_as_the_read_through_spark_delivers_it(
+        spark, pg_conn, pg_schema, new_schema, caplog):
+    make_source(pg_conn, pg_schema)
+    direct, through_spark = new_schema(), new_schema()
+    reads = run(spark, pg_conn, pg_schema, direct, DEFAULT, caplog)
+    assert reads
+    assert all(r.get("direct") is True for r in reads)
+    reads = run(spark, pg_conn, pg_schema, through_spark, Tuning(direct_reads=False), caplog)
+    assert reads
+    assert not any("direct" in r for r in reads)
+
+    columns = ["id", "organization_id", "updated_at", *(name for name, _, _ in COLUMNS)]
+    expected = delivered(pg_conn, through_spark, columns)
+    assert len(expected) == len(VALUES)
+    assert delivered(pg_conn, direct, columns) == expected
+    source = pg_conn.execute(f'SELECT {", ".join(columns)} FROM "{pg_schema}".things WHERE organization_id = %s '
+                             "ORDER BY id", (TENANT,)).fetchall()
+    assert expected == [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in row)
+                        for row in source]
+
+
+def test_a_column_that_needs_a_conversion_keeps_the_model_on_spark(spark, pg_conn, pg_schema, new_schema, caplog):
+    make_source(pg_conn, pg_schema, extra=", amount numeric(12,4), code integer")
+    pg_conn.execute(f'UPDATE "{pg_schema}".things SET amount = id * 1.25, code = id')
+    extra = [{"name_in_source": "amount", "data_type": "decimal"}, {"name_in_source": "code", "data_type": "string"}]
+    dst = new_schema()
+    reads = run(spark, pg_conn, pg_schema, dst, DEFAULT, caplog, extra)
+    assert reads
+    assert not any("direct" in r for r in reads)
+    rows = pg_conn.execute(f'SELECT id, amount, code FROM "{dst}"."{MODEL}" ORDER BY id').fetchall()
+    assert rows == [(i, Decimal(i) * Decimal("1.25"), str(i)) for i in range(len(VALUES))]
