@@ -157,7 +157,8 @@ def transfer_model(
         request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
     read_with = staged or reader
-    move = _WindowMover(request, model, read_with, windowing, refreshing, ids, direct)
+    # a staged batch is read from the staging, never from the source directly
+    move = _WindowMover(request, model, read_with, windowing, refreshing, ids, direct if staged is None else None)
     tuning = request.tuning
     steps = (_steps(_window_rows(read_with, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
              else _unknown_steps(len(reads), tuning))
