@@ -62,6 +62,8 @@ from typing import Any
 #: the commands a resident process runs: those that read the configuration and may start Spark
 FORWARDED = frozenset({"transfer", "integrity", "sweep-deletes", "test-connection", "validate"})
 IDLE_ENV_VAR = "TRANSFER_PLATFORM_COMMAND_SERVER_IDLE_SECONDS"
+#: a resident process's log (two lines a command) is started afresh by the next one past this size
+LOG_KEPT_BYTES = 1 << 20
 DEFAULT_IDLE_SECONDS = 1800
 #: signals the caller passes on to the command's fork
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -176,11 +178,11 @@ def _served(caller: socket.socket, argv: list[str], path: Path) -> int | None:
             answers = caller.makefile("rb")
             first = json.loads(answers.readline() or b"{}")
         except (OSError, ValueError):
-            return None
+            return 130 if pending else None  # Ctrl-C before anything ran: the command does not run
         if "pid" not in first:  # refused (stale code, a thread): run here; a stale one has gone
             if first.get("refused") == "stale":
                 start_server(path)
-            return None
+            return 130 if pending else None
         child.append(int(first["pid"]))
         for signum in pending:
             pass_on(signum, None)
@@ -202,7 +204,9 @@ def start_server(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         env = {k: v for k in _SERVER_ENV if (v := os.environ.get(k)) is not None}
-        with open(path.with_suffix(".log"), "ab") as log:
+        log_path = path.with_suffix(".log")
+        kept = log_path.exists() and log_path.stat().st_size < LOG_KEPT_BYTES  # else started afresh
+        with open(log_path, "ab" if kept else "wb") as log:
             subprocess.Popen([sys.executable, "-m", "transfer_platform.resident", str(path)],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True, close_fds=True)
