@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from transfer_platform.connections import connect_postgres
-from transfer_platform.core.sql import derived_table, quote_ident, search_path_value
-from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, required_columns
+from transfer_platform.core.sql import derived_table, search_path_value
+from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest
 
 if TYPE_CHECKING:
     from transfer_platform.sources.jdbc import JdbcReader
@@ -90,15 +90,7 @@ class DirectReads:
     def read_together(self, requests: list[ReadRequest], schema: pa.Schema, up_to: int | None = None) -> pa.Table:
         """The rows of each of ``requests`` as the model's columns (``schema``: their Arrow types)
         and ``WINDOW_COLUMN``, as Spark's read of them brings them; at most ``up_to + 1`` rows."""
-        dialect = self.reader.dialect.name
-        tag = quote_ident(WINDOW_COLUMN, dialect)
-        columns = ", ".join(quote_ident(c, dialect) for c in required_columns(self.model,
-                                                                               multi_tenant=self.reader.multi_tenant))
-        union = " UNION ALL ".join(
-            f"SELECT {columns}, {i} AS {tag} FROM "
-            f"{derived_table(self.reader.query_for(r), alias=f'tp_read{i}', dialect=dialect)}"
-            for i, r in enumerate(requests))
-        sql = f"SELECT * FROM {derived_table(union, dialect=dialect)}" + ("" if up_to is None else f" LIMIT {int(up_to) + 1}")
+        sql = f"SELECT * FROM {self.reader.together_sql(requests)}" + ("" if up_to is None else f" LIMIT {int(up_to) + 1}")
         described, rows = self._run(sql, requests[0], "rows", rows=True)
         values = dict(zip((name for name, _ in described), zip(*rows, strict=True) if rows else
                           [()] * len(described), strict=True))

@@ -534,20 +534,25 @@ class JdbcReader:
         by_window = {int(window): int(n) for window, n in found}
         return [by_window.get(i, up_to) for i in range(len(requests))]
 
-    def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
-        """Each window's own query, tagged with its window, in one ``UNION ALL`` that the
-        database runs: one query, and one JDBC relation for Spark (a union of a relation per
-        window cost Spark's planner about 6 JVM CPU-seconds for 64 windows, whatever the rows)."""
+    def together_sql(self, requests: list[ReadRequest]) -> str:
+        """The derived table of :meth:`read_together`: each window's own query, tagged with its
+        window in ``WINDOW_COLUMN``, in one ``UNION ALL`` (also the driver's direct read)."""
         dialect = self.dialect.name
         tag = quote_ident(WINDOW_COLUMN, dialect)
         union = " UNION ALL ".join(
             f"SELECT {quote_ident(f'tp_read{i}', dialect)}.*, {i} AS {tag} FROM "
             f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect)}"
             for i, r in enumerate(requests))
+        return derived_table(union, dialect=dialect)
+
+    def read_together(self, spark: SparkSession, requests: list[ReadRequest]) -> DataFrame:
+        """Each window's own query, tagged with its window, in one ``UNION ALL`` that the
+        database runs: one query, and one JDBC relation for Spark (a union of a relation per
+        window cost Spark's planner about 6 JVM CPU-seconds for 64 windows, whatever the rows)."""
         count_statement(self.source.name, "rows")
         # proven: check_read ran on this relation's columns before the writer prepared; a failure
         # of this read surfaces when it runs, and the windows are then read alone (named errors)
-        frame = self._load(spark, requests[0], derived_table(union, dialect=dialect), {}, proven=True)
+        frame = self._load(spark, requests[0], self.together_sql(requests), {}, proven=True)
         return model_columns(frame, requests[0], self.source.name, keep=(WINDOW_COLUMN,))
 
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
