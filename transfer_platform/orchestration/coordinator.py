@@ -30,7 +30,7 @@ from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
 from transfer_platform.config import find_config_path, load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration import dagster_internals
+from transfer_platform.orchestration import dagster_internals, queue_wake
 from transfer_platform.orchestration.config_stamp import config_stamp
 from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
 from transfer_platform.orchestration.keys import destination_and_model
@@ -135,9 +135,10 @@ def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
 class TransferRunCoordinator(QueuedRunCoordinator):
     """``QueuedRunCoordinator`` + the configuration's tags and limits (see the module docstring).
 
-    ``dequeue_interval_seconds`` may be a fraction here (Dagster's schema takes whole seconds,
-    its daemon any number): a run waits on average half of it plus the daemon's half-second
-    polling of its own loop before it is launched, the largest part of a small transfer's latency.
+    ``dequeue_interval_seconds`` may be a fraction here (Dagster's schema takes whole seconds).
+    With PostgreSQL run storage the queue is also passed over as soon as a run is queued or ends
+    (:mod:`~transfer_platform.orchestration.queue_wake`): the interval is then only the longest a
+    run waits when a notification was lost.
 
     ``pooled_storage_connections`` (the shipped ``dagster.yaml`` sets it): the process that opens
     the instance keeps its storage connections open (one per storage, more while threads
@@ -186,6 +187,20 @@ class TransferRunCoordinator(QueuedRunCoordinator):
 
     pooled_storage_connections = False
 
+    @property
+    def configured_dequeue_interval_seconds(self) -> float:
+        """``dequeue_interval_seconds`` as ``dagster.yaml`` gives it (Dagster's default: 5)."""
+        return super().dequeue_interval_seconds
+
+    @property
+    def dequeue_interval_seconds(self) -> float:
+        """What the daemon reads once, creating its run queue daemon: 0, as the queue's pass
+        itself waits for a queued run or the interval (:mod:`~transfer_platform.orchestration.
+        queue_wake`, installed here), or the interval where this Dagster lacks the pass."""
+        if dagster_internals.install_prompt_queue_pass():
+            return 0
+        return self.configured_dequeue_interval_seconds
+
     def register_instance(self, instance) -> None:  # Dagster's, when the instance is opened
         super().register_instance(instance)
         # the webserver pools by itself, with its own statement timeout (--db-statement-timeout),
@@ -208,7 +223,9 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         if missing:
             instance.add_run_tags(run.run_id, missing)
             run = instance.get_run_by_id(run.run_id) or run
-        return super().submit_run(SubmitRunContext(run, context.workspace))
+        queued = super().submit_run(SubmitRunContext(run, context.workspace))
+        queue_wake.notify(instance)  # the daemon's queue passes now, not at its next interval
+        return queued
 
     def get_run_queue_config(self) -> RunQueueConfig:
         base = super().get_run_queue_config()

@@ -58,6 +58,7 @@ PARTS = {
     "launcher": "the preloaded launcher (launcher.py)",
     "coordinator": "the run coordinator's limits (coordinator.py)",
     "dequeue_interval": "a fractional run_coordinator dequeue_interval_seconds (coordinator.py)",
+    "queue_wake": "the run queue passed over as soon as a run is queued or ends (queue_wake.py)",
     "epoch_fix": "the fix of Dagster's cron tick at the Unix epoch (dagster_fixes.py)",
     "dev_stop": "cancelling runs when `dagster dev` stops (dagster_fixes.py)",
     "enqueue": "`transfer-platform transfer --enqueue` (orchestration/transfers.py)",
@@ -218,6 +219,13 @@ DEQUEUE_INTERVAL = Fenced(
         "seconds; its daemon reads the property dequeue_interval_seconds, any number)",
     public="the config field dequeue_interval_seconds (an Int: 1 s at least, half a small transfer's latency)",
     instance_attribute=True)
+QUEUE_PASS = Fenced(
+    "dagster._daemon.run_coordinator.queued_run_coordinator_daemon", "QueuedRunCoordinatorDaemon.run_iteration",
+    ("queue_wake",),
+    use="one pass of the daemon over the run queue, wrapped to start as soon as a run is queued or "
+        "ends (queue_wake.prompt_pass) instead of at the next dequeue interval",
+    public="none (the daemon's loop waits the whole interval, in half-second steps, whatever happened)",
+    params=("workspace_process_context",))
 CHECK_STATUS = Fenced(
     "dagster._core.storage.asset_check_execution_record", "AssetCheckExecutionRecordStatus", ("repair",),
     use="telling a finished check evaluation (SUCCEEDED, FAILED) from a planned or skipped one",
@@ -358,6 +366,21 @@ def plugin_instance(plugin: Any) -> dagster.DagsterInstance:  # a launcher or co
 
 def set_dequeue_interval(coordinator: Any, seconds: float) -> None:
     coordinator._dequeue_interval_seconds = seconds
+
+
+def install_prompt_queue_pass() -> bool:
+    """Wrap the daemon's queue pass with :func:`queue_wake.prompt_pass` (once per process);
+    False (and one warning) when this Dagster lacks it."""
+    from transfer_platform.orchestration.queue_wake import prompt_pass
+
+    missing = problems("queue_wake")
+    if missing:
+        warn(f"transfer_platform ({PARTS['queue_wake']}): " + "; ".join(missing))
+        return False
+    daemon = importlib.import_module(QUEUE_PASS.module).QueuedRunCoordinatorDaemon
+    if not getattr(daemon.run_iteration, "transfer_platform_prompt_pass", False):
+        daemon.run_iteration = prompt_pass(daemon.run_iteration)
+    return True
 
 
 def with_tag_limits(queue_config: RunQueueConfig, limits: list) -> RunQueueConfig:

@@ -202,6 +202,7 @@ def execute(instance_ref: Any, run_id: str) -> int:  # an InstanceRef
         os.dup2(devnull, 0)  # the launcher's requests are the parent's
         os.close(devnull)
         from transfer_platform.orchestration import dagster_internals as internals
+        from transfer_platform.orchestration import queue_wake
 
         with internals.capture_interrupts(), internals.instance_for_cli(instance_ref) as instance:
             _watch_dagster_dev(instance, run_id)
@@ -212,6 +213,7 @@ def execute(instance_ref: Any, run_id: str) -> int:  # an InstanceRef
                 internals.execute_run(run_id, instance)
             finally:
                 stop.set()
+                queue_wake.notify(instance)  # its slot is free: the queue passes now
         return 0
     except BaseException:  # noqa: BLE001 - a worker never returns into the parent's loop
         import traceback

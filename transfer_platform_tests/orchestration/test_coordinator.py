@@ -12,6 +12,7 @@ launched run stays STARTING, so no run really executes).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -250,15 +251,30 @@ def test_the_run_queue_starts_only_what_the_limits_allow(tmp_path: Path, monkeyp
         assert status(globex_again) == dg.DagsterRunStatus.QUEUED  # globex/items already runs
 
 
-def test_the_dequeue_interval_takes_fractions_and_reaches_the_daemon(tmp_path: Path) -> None:
+def test_the_dequeue_interval_takes_fractions_and_reaches_the_daemon(tmp_path: Path, monkeypatch) -> None:
     from dagster._daemon.controller import create_daemon_of_type
+
+    monkeypatch.setenv(CONFIG_ENV, str(write_config(tmp_path)))
 
     shipped = yaml.safe_load((dagster_home(tmp_path) / "dagster.yaml").read_text())
     interval = shipped["run_coordinator"]["config"]["dequeue_interval_seconds"]
     assert interval == 0.5  # Dagster's own schema takes whole seconds only
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        assert instance.run_coordinator.configured_dequeue_interval_seconds == interval
         daemon = create_daemon_of_type(QueuedRunCoordinatorDaemon.daemon_type(), instance)
-        assert daemon.interval_seconds == interval
+        # the daemon's own loop (which waits in half-second steps) does not wait: its pass does,
+        # the interval exactly (SQLite here: no PostgreSQL notification wakes it earlier)
+        assert daemon.interval_seconds == 0
+        assert getattr(type(daemon).run_iteration, "transfer_platform_prompt_pass", False)
+        with workspace(instance) as context:
+            passes = []
+            for _ in range(3):
+                for _result in daemon.run_iteration(context):
+                    pass
+                passes.append(time.monotonic())
+        gaps = [b - a for a, b in zip(passes, passes[1:], strict=False)]
+        # never back to back: it waits its interval (from the start of the previous pass)
+        assert all(gap >= interval - 0.05 for gap in gaps), gaps
     for bad in (0, -1):
         shipped["run_coordinator"]["config"]["dequeue_interval_seconds"] = bad
         (tmp_path / "dagster_home" / "dagster.yaml").write_text(yaml.safe_dump(shipped))

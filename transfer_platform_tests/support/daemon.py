@@ -131,13 +131,17 @@ def start_code_server(socket: Path, env: dict[str, str], log: Path) -> subproces
 
 @contextmanager
 def running_platform(root: Path, monkeypatch: pytest.MonkeyPatch, *, destinations: dict[str, dict],
-                     window: int | None) -> Iterator[RunningPlatform]:
-    """A configuration, a Dagster home with the shipped ``dagster.yaml``, a running daemon."""
+                     window: int | None, instance_settings: dict | None = None) -> Iterator[RunningPlatform]:
+    """A configuration, a Dagster home with the shipped ``dagster.yaml`` (``instance_settings``:
+    its top-level entries replaced), a running daemon."""
     config_path = write_config(root, destinations=destinations, window=window)
     config = yaml.safe_load(config_path.read_text())
     config["spark"]["conf"] = FAST_SPARK
     config_path.write_text(yaml.safe_dump(config))
     home = dagster_home(root)
+    if instance_settings:
+        shipped = yaml.safe_load((home / "dagster.yaml").read_text())
+        (home / "dagster.yaml").write_text(yaml.safe_dump({**shipped, **instance_settings}))
     workspace = root / "enqueue_workspace.yaml"
     socket = root / "code_server.sock"
     workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {
