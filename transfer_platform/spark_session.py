@@ -322,11 +322,40 @@ def _grpc_unavailable(exc: BaseException | None) -> bool:
     return False
 
 
+class LazySession:
+    """A SparkSession started on its first use (any attribute), by ``start()``: a transfer whose
+    reads need no Spark (small windows read directly, ``sources/direct.py``) never starts one,
+    nor asks a Spark Connect server for a session and releases it."""
+
+    def __init__(self, start: Callable[[], SparkSession]) -> None:
+        self._start = start
+        self._session: SparkSession | None = None
+
+    @property
+    def session(self) -> SparkSession:
+        if self._session is None:
+            self._session = self._start()
+        return self._session
+
+    @property
+    def started(self) -> SparkSession | None:
+        """The session if it was started, else None (nothing is started here)."""
+        return self._session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+def _started(spark: Any) -> SparkSession | None:
+    return spark.started if isinstance(spark, LazySession) else spark
+
+
 def server_lost(spark: SparkSession | None, exc: BaseException | None = None) -> SparkServerLost | None:
     """For a Spark Connect client session whose call failed with ``exc``: the error to report if
     the server is gone (the call's gRPC status says it did not answer, or its port now refuses a
     connection), else None (a local session, or a server that is there: ``exc`` is the call's
     own failure). Costs one connection attempt to the server's port, on a failure only."""
+    spark = _started(spark)
     endpoint = _ENDPOINTS.get(spark) if spark is not None and is_remote(spark) else None
     if endpoint is None:
         return None
@@ -341,6 +370,7 @@ def server_lost(spark: SparkSession | None, exc: BaseException | None = None) ->
 def stop_session(session: SparkSession | None) -> None:
     """Release a Connect client's session on the server (a local session is left to its process);
     a server that is gone is not asked (that would cost the client's retries)."""
+    session = _started(session)
     if session is None or not is_remote(session):
         return
     endpoint = _ENDPOINTS.get(session)

@@ -12,10 +12,12 @@ run, which under sustained load is what limits transfers per hour. This process 
    libraries (:data:`WARM_IMPORTS`) and the code location's definitions, opens nothing (no thread,
    no connection: it forks), and says ``{"ready": ..., "threads": n}`` on its control stream (its
    original stdout; its own output and its runs' go to stderr);
-3. for each ``{"run_id": ...}`` line it forks a run worker, answers ``{"run_id", "pid",
+3. for each ``{"run_id": ...}`` line it hands the run to a run worker, answers ``{"run_id", "pid",
    "started"}`` (``started``: the worker's start time in ``/proc``, which tells it from a later
    process with the same pid), and the worker executes the run exactly as ``dagster api
-   execute_run`` does (Dagster's private ``_execute_run_command_body``, through
+   execute_run`` does. The worker is forked ahead of its run (the *spare*, forked when the parent
+   is ready and after each hand-over): it opens the instance while no run waits for it, then
+   reads its run's id from a pipe (a spare that ended is replaced by a fork at the run) (Dagster's private ``_execute_run_command_body``, through
    :mod:`~transfer_platform.orchestration.dagster_internals`), with Dagster's run cancellation
    thread (a run marked CANCELING from elsewhere is interrupted), then exits;
 4. a worker that dies before its run finished (SIGKILL, the OOM killer) is reported as Dagster's
@@ -56,6 +58,7 @@ from transfer_platform import vendors
 #: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped
 WARM_IMPORTS = ("transfer_platform.transfers.runner", *vendors.warm_modules(), "pyspark.sql.connect.session",
                 "pyarrow", "pyarrow.parquet", "pandas")
+SPARE = "spare"  # Parent.children's mark of the spare worker (no run yet)
 WORKER_TAG = ".dagster/transfer_platform/run_worker"  # "<host> <pid> <start time>"; hidden (run_tags.HIDDEN_PREFIX)
 
 
@@ -87,7 +90,9 @@ class Parent:
 
     def __init__(self, control: TextIO) -> None:
         self.control = control
-        self.children: dict[int, str | None] = {}  # pid -> run id (None: a crash reporter)
+        #: pid -> run id (None: a crash reporter; SPARE: the spare worker, waiting for a run)
+        self.children: dict[int, str | None] = {}
+        self.spare: tuple[int, int] | None = None  # the spare worker: (pid, the pipe its run id goes to)
 
     def say(self, message: dict[str, Any]) -> None:
         self.control.write(json.dumps(message) + "\n")
@@ -112,9 +117,11 @@ class Parent:
         started = time.perf_counter()
         preload(self.origin)
         self.say({"ready": round(time.perf_counter() - started, 3), "threads": threading.active_count()})
+        self.fork_spare()
         while (line := requests.next(on_wait=self.reap)) is not None:
             if line.strip() and not self.start(json.loads(line)["run_id"], module):
                 break
+        self.drop_spare()
         while self.children:  # stdin closed: the workers outlive us, but are reaped while we wait
             self.reap(block=True)
 
@@ -129,13 +136,58 @@ class Parent:
         if refused:
             self.say({"run_id": run_id, "refused": refused})
             return False
-        pid = os.fork()
-        if pid == 0:
-            os.close(self.control.fileno())  # the launcher sees this stream end with the parent
-            os._exit(execute(self.instance_ref, run_id))
+        pid = self.hand_to_spare(run_id)
+        if pid is None:
+            pid = os.fork()
+            if pid == 0:
+                self.in_child()
+                os._exit(execute(self.instance_ref, run_id))
         self.children[pid] = run_id
         self.say({"run_id": run_id, "pid": pid, "started": process_start_time(pid)})
+        self.fork_spare()  # for the next run
         return True
+
+    def in_child(self) -> None:
+        """In a fork: let go of the parent's streams (the launcher sees them end with the parent)."""
+        os.close(self.control.fileno())
+        if self.spare is not None:
+            os.close(self.spare[1])
+
+    def fork_spare(self) -> None:
+        """Fork the next run's worker ahead of its run: it opens the instance meanwhile (most of
+        a worker's start) and then waits for its run's id (:func:`execute`)."""
+        if self.spare is not None or self.unsupported or threading.active_count() > 1:
+            return
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(write)
+            self.in_child()
+            os._exit(execute(self.instance_ref, None, waiting=read))
+        os.close(read)
+        self.spare = (pid, write)
+        self.children[pid] = SPARE
+
+    def hand_to_spare(self, run_id: str) -> int | None:
+        """Give ``run_id`` to the spare worker: its pid, None when there is none (or it is gone)."""
+        self.reap()
+        if self.spare is None:
+            return None
+        pid, write = self.spare
+        self.spare = None
+        try:
+            os.write(write, f"{run_id}\n".encode())
+        except OSError:  # it ended (reaped later): fork one for this run
+            return None
+        finally:
+            os.close(write)
+        return pid
+
+    def drop_spare(self) -> None:
+        """The spare worker sees its pipe end, and exits without a run."""
+        if self.spare is not None:
+            os.close(self.spare[1])
+            self.spare = None
 
     def reap(self, block: bool = False) -> None:
         """Collect ended workers; one that ended badly is reported by a short-lived fork (so this
@@ -149,11 +201,14 @@ class Parent:
             if pid == 0:
                 return
             run_id = self.children.pop(pid, None)
+            if run_id == SPARE and self.spare is not None and self.spare[0] == pid:
+                self.drop_spare()  # it ended before it had a run: the next run forks its own
+                continue
             code = os.waitstatus_to_exitcode(status)
-            if run_id is not None and code != 0:
+            if run_id and run_id != SPARE and code != 0:
                 reporter = os.fork()
                 if reporter == 0:
-                    os.close(self.control.fileno())
+                    self.in_child()
                     _report_crash(self.instance_ref, run_id, code)
                     os._exit(0)
                 self.children[reporter] = None
@@ -191,10 +246,11 @@ def preload(origin: Any) -> None:  # a RepositoryPythonOrigin
         dagster_internals.load_repository(origin)
 
 
-def execute(instance_ref: Any, run_id: str) -> int:  # an InstanceRef
-    """In the forked worker: the run, as ``dagster api execute_run`` executes it; the exit code."""
+def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None) -> int:  # an InstanceRef
+    """In the forked worker: the run, as ``dagster api execute_run`` executes it; the exit code.
+    A spare worker (``waiting``: its pipe from the parent) opens the instance first, then reads
+    its run's id there (the pipe's end without one: the parent went, it exits)."""
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         # `kill -USR1 <worker>`: every thread's stack to the run's stderr (its compute log), for a
         # run that seems stuck; the worker goes on
         faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -204,16 +260,22 @@ def execute(instance_ref: Any, run_id: str) -> int:  # an InstanceRef
         from transfer_platform.orchestration import dagster_internals as internals
         from transfer_platform.orchestration import queue_wake
 
-        with internals.capture_interrupts(), internals.instance_for_cli(instance_ref) as instance:
-            _watch_dagster_dev(instance, run_id)
-            # a run marked CANCELING from another machine: interrupted at the thread's next look
-            # (run_monitoring.cancellation_thread_poll_interval_seconds, 10 s by default)
-            _thread, stop = internals.start_run_cancellation_thread(instance, run_id)
-            try:
-                internals.execute_run(run_id, instance)
-            finally:
-                stop.set()
-                queue_wake.notify(instance)  # its slot is free: the queue passes now
+        with internals.instance_for_cli(instance_ref) as instance:
+            if waiting is not None:
+                run_id = _read_run_id(waiting)
+                if run_id is None:
+                    return 0
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a spare ignored it, as the parent
+            with internals.capture_interrupts():
+                _watch_dagster_dev(instance, run_id)
+                # a run marked CANCELING from another machine: interrupted at the thread's next look
+                # (run_monitoring.cancellation_thread_poll_interval_seconds, 10 s by default)
+                _thread, stop = internals.start_run_cancellation_thread(instance, run_id)
+                try:
+                    internals.execute_run(run_id, instance)
+                finally:
+                    stop.set()
+                    queue_wake.notify(instance)  # its slot is free: the queue passes now
         return 0
     except BaseException:  # noqa: BLE001 - a worker never returns into the parent's loop
         import traceback
@@ -223,6 +285,18 @@ def execute(instance_ref: Any, run_id: str) -> int:  # an InstanceRef
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def _read_run_id(fd: int) -> str | None:
+    """A spare worker's run id, from its pipe (None: the pipe ended without one)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        data += chunk
+    os.close(fd)
+    return data.decode().strip() or None
 
 
 def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # a DagsterInstance

@@ -46,6 +46,7 @@ from transfer_platform.orchestration.run_tags import (
     SCHEDULED_FOR_TAG,
     limit_tags,
 )
+from transfer_platform.spark_session import LazySession
 from transfer_platform.transfers.dry_run import plan_as_dict
 from transfer_platform.transfers.entry import Transfer, models_of
 
@@ -80,7 +81,7 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
     if not queued:
         context.instance.add_run_tags(run_id, limit_tags(current, destination.name, models, "transfer"))
     transfer = Transfer(
-        spark=pyspark.spark_session, config=current, destination=destination.name, models=models,
+        spark=LazySession(lambda: pyspark.spark_session), config=current, destination=destination.name, models=models,
         transfer_id=run_id, now=now, full_refresh=config.full_refresh, log=context.log,
         start=_moment(config.start), end=_moment(config.end), warn_if_tenant_empty=False,
         tick=_moment(context.run.tags.get(SCHEDULED_FOR_TAG)),  # the sensor's tick: its runs share a staged read
