@@ -491,12 +491,10 @@ class TransferStaging:
     def _fix(self, exc: BaseException) -> str:
         """What to mend, for a folder or a bucket (the S3 failure's own fix first: it names the field)."""
         source = f"sources.{self.area.source.name}.staging"
-        bucket = self.area.staging.s3
-        if bucket is None:
+        if self.area.staging.s3 is None:
             return f"make {source}.path a writable folder with free space"
-        rights = (f"the key of {source}.s3 needs {BUCKET_RIGHTS} on bucket {bucket.bucket} "
-                  f"({self.area.where}), and the store conditional writes (If-None-Match, If-Match); "
-                  "see docs/permissions.md")
+        rights = (f"the key of {source}.s3 needs {BUCKET_RIGHTS} in the {self.area.where}, on a store "
+                  "that takes conditional writes (If-None-Match, If-Match); see docs/permissions.md")
         own = exc.fix if isinstance(exc, ConnectionFailure) and exc.fix else ""
         if "s3:GetObject" in own:
             return own
