@@ -167,7 +167,9 @@ class Area:
 
     def write(self, key: str, data: bytes) -> None:
         if self.kind == "folder":
-            (self.folder / "src" / "events" / key).write_bytes(data)
+            path = self.folder / "src" / "events" / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
         else:
             self.client.put_object(Bucket=self.bucket, Key=f"{PREFIX}/src/events/{key}", Body=data)
 
@@ -370,7 +372,8 @@ def test_unreachable_staging_bucket_reads_the_source_with_one_warning(spark, wor
 
 def test_stale_batch_is_released_and_max_age_sweeps(spark, worlds, area, pg_conn, source):
     """A destination pending in an earlier tick's batch does not use it (a new tick reads anew),
-    and its tenant's file is deleted; a batch older than max_age_hours is deleted by any use."""
+    and its tenant's file is deleted; a batch older than max_age_hours, and one without a
+    manifest (its creator died), are deleted by any use."""
     staged, _ = worlds
     for i in range(len(TENANTS)):
         assert staged.transfer(spark, i, NOW1).status == "SUCCESS"
@@ -385,8 +388,11 @@ def test_stale_batch_is_released_and_max_age_sweeps(spark, worlds, area, pg_conn
     manifest = json.loads(area.read(f"batches/{old}/manifest.json"))
     manifest["created_epoch"] -= 25 * 3600  # older than the default 24 h
     area.write(f"batches/{old}/manifest.json", json.dumps(manifest).encode())
+    dead = "20240501T093000000000-0000000000000000-deadbeef"  # a killed creator's: no manifest
+    area.write(f"batches/{dead}/t00000.parquet", b"half a file")
     assert staged.transfer(spark, 2, NOW3).status == "SUCCESS"
     assert old not in area.batches()
+    assert dead not in area.batches()  # unfinished: swept under the lock
     assert not any(k.startswith(f"batches/{old}/") for k in area.objects())
     assert staged.rows(2) == source_until(pg_conn, source, TENANTS[2], NOW3)
 
