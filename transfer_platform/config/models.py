@@ -185,6 +185,11 @@ class SourceStaging(StrictModel):
                              "${VAR}, secret_access_key: ${VAR}}}); path is for a local or mounted folder")
         return value
 
+    def place(self) -> Place:
+        """Where the staged rows live (``validate`` refuses a destination there: its recipient
+        would see every tenant's rows)."""
+        return self.s3.place() if self.s3 is not None else folder_place(Path(self.path), "staging folder")
+
     @model_validator(mode="after")
     def _one_place(self) -> SourceStaging:
         if (self.path is None) == (self.s3 is None):

@@ -416,6 +416,19 @@ def test_staging_is_refused_where_it_cannot_work(tmp_path):
     with pytest.raises(ConfigError, match="secret_access_key"):  # a secret is a variable's name, never the value
         parse_config({"sources": [{**base, "staging": {"s3": {**bucket, "secret_access_key": "plain"}}}],
                       "models": []})
+    # the staging inside a destination's place (or it inside the staging's): its recipient could read every tenant
+    inside = {"name": "d", "vendor": "delta", "recipient": "r", "connection": {**bucket, "prefix": "stage/d"}}
+    for prefix in ("stage", "stage/d/staging"):
+        with pytest.raises(ConfigError, match="overlap: its recipient could read every tenant's staged rows"):
+            parse_config({"sources": [{**base, "staging": {"s3": {**bucket, "prefix": prefix}}}], "models": [],
+                          "recipients": [{"name": "r", "id_in_provider_system": "acme"}], "destinations": [inside]})
+    folder = {"name": "d", "vendor": "delta", "recipient": "r", "connection": {"path": str(tmp_path)}}
+    with pytest.raises(ConfigError, match="staging folder"):
+        parse_config({"sources": [{**base, "staging": {"path": str(tmp_path / "staging")}}], "models": [],
+                      "recipients": [{"name": "r", "id_in_provider_system": "acme"}], "destinations": [folder]})
+    apart = parse_config({"sources": [{**base, "staging": {"s3": {**bucket, "prefix": "stage/src"}}}], "models": [],
+                          "recipients": [{"name": "r", "id_in_provider_system": "acme"}], "destinations": [inside]})
+    assert apart.sources[0].staging.s3.prefix == "stage/src"
     staged = parse_config({"sources": [{**base, "staging": {"s3": bucket, "max_age_hours": 2}}], "models": []})
     assert staged.sources[0].staging.s3.bucket == "stage"
     assert staged.sources[0].staging.path is None
