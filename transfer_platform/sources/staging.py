@@ -460,7 +460,7 @@ class StagedReader:
 @dataclass
 class TransferStaging:
     """Source staging for one incremental transfer of one model to one destination (the
-    runner's side: ``transfers/runner.py``). Every method that touches the folder turns a failure
+    runner's side: ``transfers/runner.py``). Every method that touches the staging turns a failure
     into ONE warning and ``None``: the transfer then reads the source itself."""
 
     config: PlatformConfig

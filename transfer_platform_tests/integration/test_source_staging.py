@@ -144,7 +144,7 @@ class Area:
         """Every object of the model's staging, relative to ``src/events/``."""
         if self.kind == "folder":
             root = self.folder / "src" / "events"
-            return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != ".lock")
+            return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=f"{PREFIX}/src/events/")
         return sorted(item["Key"].removeprefix(f"{PREFIX}/src/events/") for page in pages
                       for item in page.get("Contents", []))
