@@ -258,6 +258,26 @@ def _check_destinations(config: PlatformConfig) -> list[Problem]:
                                  "destination's enabled_models")
                          for m in config.models_for(destination) if m.delete_detection == "sweep"]
     problems += _check_shared_places(config)
+    problems += _check_staging_places(config)
+    return problems
+
+
+def _check_staging_places(config: PlatformConfig) -> list[Problem]:
+    """A source's staging folder or bucket prefix must not overlap a destination's place: it
+    holds every tenant's rows, which the destination's recipient could then read."""
+    problems = []
+    for i, source in enumerate(config.sources):
+        staging = getattr(source, "staging", None)
+        if staging is None:
+            continue
+        place = staging.place()
+        for destination in config.destinations:
+            if place.overlaps(destination.place()):
+                problems.append(Problem(
+                    f"sources[{i}] ({source.name}).staging", f"the staging of source {source.name!r} ({place.description}) and "
+                    f"destination {destination.name!r} ({destination.place().description}) overlap: its "
+                    "recipient could read every tenant's staged rows",
+                    "give the staging a folder or bucket prefix of its own, outside every destination's"))
     return problems
 
 

@@ -73,13 +73,14 @@ class S3Connection(StrictModel):
     secret_access_key: EnvRef | None = None
     path_style: bool = False  # bucket in the path, not the host name (most S3-compatible stores)
 
-    def credentials(self, owner: str, names: tuple[str, str]) -> dict[str, str]:
+    def credentials(self, owner: str, names: tuple[str, str], *, at: str = "connection") -> dict[str, str]:
         """{``names[0]``: access key id, ``names[1]``: secret}, each read from its variable, as a
         client library's keyword arguments or options; one not configured is left out (the
-        client's own chain then finds it). ``owner`` names the source or destination in errors."""
+        client's own chain then finds it). ``owner`` names the source or destination in errors,
+        ``at`` where in it these fields are."""
         refs = (self.access_key_id, self.secret_access_key)
         fields = ("access_key_id", "secret_access_key")
-        return {name: ref.resolve(f"{owner}.connection.{field}").get_secret_value()
+        return {name: ref.resolve(f"{owner}.{at}.{field}").get_secret_value()
                 for name, ref, field in zip(names, refs, fields, strict=True) if ref is not None}
 
     def place(self) -> Place:
@@ -166,19 +167,36 @@ class _SourceBase(StrictModel):
 class SourceStaging(StrictModel):
     """Source staging (off unless set): the due incremental transfers of a model read its changed
     rows for all their tenants in one query, staged as Parquet per tenant in ``path`` (a local or
-    mounted folder shared by every process that runs transfers), each transfer taking its tenant's
-    rows from there (``transfer_platform/sources/staging.py``)."""
+    mounted folder shared by every process that runs transfers) or in the bucket ``s3`` (the
+    connection fields of an S3 destination), each transfer taking its tenant's rows from there
+    (``transfer_platform/sources/staging.py``). Exactly one of ``path`` and ``s3``."""
 
-    path: str = Field(min_length=1, description="a folder shared by the processes that run transfers")
+    path: str | None = Field(default=None, min_length=1,
+                             description="a folder shared by the processes that run transfers")
+    s3: S3Connection | None = Field(default=None, description="a bucket every process that runs transfers reaches")
     max_age_hours: float = Field(default=24, gt=0, le=24 * 7)
 
     @field_validator("path")
     @classmethod
-    def _folder(cls, value: str) -> str:
-        if "://" in value:
-            raise ValueError(f"staging.path {value!r} is not a folder: only a local or mounted folder "
-                             "can hold the staging (an object store is not supported); give a folder path")
+    def _folder(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value:
+            raise ValueError(f"staging.path {value!r} is not a folder: a bucket is given as staging.s3 "
+                             "(staging: {s3: {bucket: ..., prefix: ..., endpoint_url: ..., access_key_id: "
+                             "${VAR}, secret_access_key: ${VAR}}}); path is for a local or mounted folder")
         return value
+
+    def place(self) -> Place:
+        """Where the staged rows live (``validate`` refuses a destination there: its recipient
+        would see every tenant's rows)."""
+        return self.s3.place() if self.s3 is not None else folder_place(Path(self.path), "staging folder")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> SourceStaging:
+        if (self.path is None) == (self.s3 is None):
+            which = "both" if self.path is not None else "neither"
+            raise ValueError(f"staging needs exactly one of path (a folder) and s3 (a bucket: {{bucket, prefix, "
+                             f"region, endpoint_url, access_key_id, secret_access_key, path_style}}); it has {which}")
+        return self
 
 
 class PostgresSource(_SourceBase):

@@ -30,15 +30,17 @@ S3_LOCK_LEASE_SECONDS = 900
 class S3Store:
     """Objects in an S3 bucket through boto3 (an S3-compatible store through its endpoint URL)."""
 
-    def __init__(self, c: S3Connection, owner: str) -> None:
-        """``owner``: what the connection belongs to, as errors name it ("destination 'x'")."""
+    def __init__(self, c: S3Connection, owner: str, *, at: str = "connection") -> None:
+        """``owner``: what the connection belongs to, as errors name it ("destination 'x'");
+        ``at``: where in it the connection's fields are, as fixes name them."""
         import boto3
         from botocore.config import Config
 
         self.bucket = c.bucket
+        self.at = at
         self.uri = f"s3://{c.bucket}"
         self.where = f"bucket {c.bucket} at {c.endpoint_url or f'AWS S3 ({c.region})'}"
-        credentials = c.credentials(owner, ("aws_access_key_id", "aws_secret_access_key"))
+        credentials = c.credentials(owner, ("aws_access_key_id", "aws_secret_access_key"), at=at)
         self.client = boto3.client(
             "s3", endpoint_url=c.endpoint_url, region_name=c.region, **credentials,
             config=Config(s3={"addressing_style": "path" if c.path_style else "auto"},
@@ -102,19 +104,19 @@ class S3Store:
             if code == "PreconditionFailed":
                 return LostRace(code)
             fixes = {
-                "NoSuchBucket": "create the bucket, or correct connection.bucket",
-                "InvalidAccessKeyId": "correct the access key id (connection.access_key_id's variable)",
-                "SignatureDoesNotMatch": "correct the secret (connection.secret_access_key's variable)",
+                "NoSuchBucket": f"create the bucket, or correct {self.at}.bucket",
+                "InvalidAccessKeyId": f"correct the access key id ({self.at}.access_key_id's variable)",
+                "SignatureDoesNotMatch": f"correct the secret ({self.at}.secret_access_key's variable)",
                 "AccessDenied": f"grant the key s3:GetObject, s3:PutObject, s3:DeleteObject and "
                                 f"s3:ListBucket on {self.bucket} (see docs/permissions.md)",
             }
             reason = f"{code}: {exc.response.get('Error', {}).get('Message', '')}".strip(": ")
             return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
-                                     fix=fixes.get(code, "check connection.bucket, endpoint_url, region and the keys"))
+                                     fix=fixes.get(code, f"check {self.at}.bucket, endpoint_url, region and the keys"))
         reason = ("the endpoint cannot be reached" if isinstance(exc, EndpointConnectionError)
                   else f"{type(exc).__name__}: {exc}")
         return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason,
-                                 fix="check connection.endpoint_url and that the store is running")
+                                 fix=f"check {self.at}.endpoint_url and that the store is running")
 
 
 class LostRace(Exception):
@@ -197,7 +199,7 @@ def _expired(lock: bytes) -> bool:
     return (datetime.now(UTC) - since).total_seconds() > S3_LOCK_LEASE_SECONDS
 
 
-def storage_options(c: S3Connection, owner: str) -> dict[str, str]:
+def storage_options(c: S3Connection, owner: str, *, at: str = "connection") -> dict[str, str]:
     """delta-rs's options for the connection (its keys read from their variables)."""
     options = {"AWS_REGION": c.region}
     if c.endpoint_url:
@@ -205,7 +207,7 @@ def storage_options(c: S3Connection, owner: str) -> dict[str, str]:
         options["AWS_ALLOW_HTTP"] = str(c.endpoint_url.startswith("http://")).lower()
     if c.path_style:
         options["AWS_FORCE_PATH_STYLE"] = "true"
-    options |= c.credentials(owner, ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+    options |= c.credentials(owner, ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), at=at)
     return options
 
 

@@ -154,8 +154,8 @@ class BucketStore(LockedBucket, S3Store):
     """Objects in an S3 bucket (:class:`S3Store`). A model's lock: the object
     ``<books>/<model>/lock.json`` (:class:`S3Locks`)."""
 
-    def __init__(self, connection: S3Connection, owner: str) -> None:
-        super().__init__(connection, owner)
+    def __init__(self, connection: S3Connection, owner: str, *, at: str = "connection") -> None:
+        super().__init__(connection, owner, at=at)
         self.bucket_name = connection.bucket
-        self.options = storage_options(connection, owner)
+        self.options = storage_options(connection, owner, at=at)
         self._locks = S3Locks(self)

@@ -1,17 +1,24 @@
 """Source staging: one read of a model's changed rows for every due recipient.
 
-Off unless a PostgreSQL source sets ``staging: {path: <folder>, max_age_hours: 24}``. Without it
-every destination's incremental transfer queries the source for its own tenant; with it, the
-transfers of one schedule tick share a *batch*:
+Off unless a PostgreSQL source sets ``staging: {path: <folder>, max_age_hours: 24}`` or
+``staging: {s3: {bucket: ..., prefix: ...}, max_age_hours: 24}``. Without it every destination's
+incremental transfer queries the source for its own tenant; with it, the transfers of one schedule
+tick share a *batch*. The folder or bucket is an object store (``destinations/stores.py``:
+:class:`FolderStore`, :class:`BucketStore`), each object written whole; a model's objects are
+under ``<source>/<model>/`` (in the folder, or under the bucket's prefix):
 
-- **Batch.** ``<path>/<source>/<model>/batches/<id>/``: one Parquet file per tenant and a
-  ``manifest.json`` naming the query's hash (model columns, relation, organization and
-  last-modified columns), the tick, the read's bounds ``lower <= last_modified < upper`` (NULL
-  values included), each tenant's file and the destinations still to take it (``pending``). It is
-  written by ONE query (``org IN (...)``, every tenant id a quoted literal) and the manifest is
-  written last: a batch without one is unfinished and ignored (the sweep removes it).
-- **Lock.** Every change in ``<path>/<source>/<model>/`` happens under an ``fcntl`` lock of
-  its ``.lock`` file, so separate processes (Dagster runs, CLI invocations) see each other's batches.
+- **Batch.** ``batches/<id>/``: one Parquet object per tenant and a ``manifest.json`` naming the
+  query's hash (model columns, relation, organization and last-modified columns), the tick, the
+  read's bounds ``lower <= last_modified < upper`` (NULL values included), each tenant's object
+  and the destinations still to take it (``pending``). It is written by ONE query (``org IN
+  (...)``, every tenant id a quoted literal) and the manifest is written last: a batch without one
+  is unfinished and ignored (the sweep removes it).
+- **Lock.** Every change to the batches happens under the store's lock of the model (in a folder
+  the ``flock`` of ``<source>/_locks/<model>.lock``; in a bucket the object
+  ``<source>/<model>/lock.json``, created only if absent, taken over once its holder is gone), so
+  separate processes (Dagster runs, CLI invocations, other machines sharing the bucket) see each
+  other's batches. A batch's creator renews the lock before it writes: one that lost it (a read
+  longer than the lease) writes nothing.
 - **Who is in a batch.** After each transfer, a destination records its *demand* (the lowest
   last-modified value its next incremental transfer will read from) in ``demand/``. The first
   transfer of a tick that finds no batch of that tick creates one for itself and every
@@ -25,23 +32,23 @@ transfers of one schedule tick share a *batch*:
   the first transfer, a lower bound the batch does not reach, another tick's batch) reads the
   source itself, as without staging.
 - **Deletion.** A destination that committed its last window is removed from ``pending``; a
-  tenant's file goes when no pending destination needs it, the batch when none is left. A
-  destination found pending in an older tick's batch is removed from it. Any batch older than
-  ``max_age_hours`` is deleted whatever is pending (the sweep runs under the lock at each use).
-- **Failures.** A staging folder that cannot be read or written (missing mount, full disk, no
-  rights) makes the transfer read the source itself after ONE warning; nothing is lost (the
-  source read is the one without staging) and nothing is duplicated (upserts).
+  tenant's object goes when no pending destination needs it, the batch when none is left (its
+  manifest first). A destination found pending in an older tick's batch is removed from it. Any
+  batch older than ``max_age_hours`` is deleted whatever is pending (the sweep runs under the
+  lock at each use).
+- **Failures.** A staging folder or bucket that cannot be read or written (missing mount, full
+  disk, no rights, an unreachable endpoint, a missing bucket, a wrong key, a lock held too long)
+  makes the transfer read the source itself after ONE warning; nothing is lost (the source read is
+  the one without staging) and nothing is duplicated (upserts).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 import uuid
@@ -58,6 +65,9 @@ import pyarrow.parquet as pq
 from transfer_platform.config.models import ModelConfig, PlatformConfig, PostgresSource
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, latest_tick
 from transfer_platform.core.timeutil import isoformat
+from transfer_platform.destinations.s3 import LostRace
+from transfer_platform.destinations.stores import BucketStore, FolderStore, Store
+from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
@@ -77,10 +87,12 @@ VERSION = 1
 #: how long a transfer waits for another process's batch to be written before reading alone
 LOCK_WAIT_SECONDS = 600.0
 _LM = "__tp_staged_lm"  # a copy of the last-modified column, to tag windows by
+#: the S3 rights a staging bucket's key needs (docs/permissions.md)
+BUCKET_RIGHTS = "s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject"
 
 
 class StagingUnavailable(Exception):
-    """The staging folder cannot be used now (the transfer reads the source itself)."""
+    """The staging folder or bucket cannot be used now (the transfer reads the source itself)."""
 
 
 def query_hash(model: ModelConfig) -> str:
@@ -98,8 +110,13 @@ def _now_epoch() -> float:
 
 @dataclass
 class Batch:
-    folder: Path
+    store: Store
+    prefix: str  # the key of its folder, ending in '/'
     manifest: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.prefix.rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def lower(self) -> datetime:
@@ -119,97 +136,152 @@ class Batch:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(self.manifest["arrow_schema"])))
         if entry["file"] is None:
             return schema.empty_table()
-        return pq.read_table(self.folder / entry["file"], schema=schema)
+        data = self.store.get(self.prefix + entry["file"])
+        if data is None:
+            raise StagingUnavailable(f"the staged rows {self.prefix}{entry['file']} are gone")
+        return pq.read_table(pa.BufferReader(data), schema=schema)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
 
 
 class StagingArea:
-    """One model's staging folder (``<path>/<source>/<model>``)."""
+    """One model's staging: the objects under ``<source>/<model>/`` of the folder or bucket."""
 
     def __init__(self, source: PostgresSource, model: ModelConfig) -> None:
         assert source.staging is not None
-        self.source, self.model = source, model
-        self.root = Path(source.staging.path) / source.name / model.model_name
-        self.max_age_seconds = source.staging.max_age_hours * 3600
+        self.source, self.model, self.staging = source, model, source.staging
+        bucket = self.staging.s3
+        base = bucket.prefix.strip("/") if bucket is not None else ""
+        self.books = "/".join(p for p in (base, source.name) if p)  # the locks' folder
+        self.root = f"{self.books}/{model.model_name}"
+        self.max_age_seconds = self.staging.max_age_hours * 3600
         self.hash = query_hash(model)
+        self.holder = f"staging-{uuid.uuid4().hex[:12]}"
+        self._store: Store | None = None
+
+    @property
+    def where(self) -> str:
+        """The folder or bucket, for messages (never a secret)."""
+        bucket = self.staging.s3
+        if bucket is None:
+            return f"folder {self.staging.path}"
+        return (f"bucket {bucket.bucket} at {bucket.endpoint_url or f'AWS S3 ({bucket.region})'}, prefix "
+                f"{bucket.prefix.strip('/') or '(none)'}")
+
+    @property
+    def store(self) -> Store:
+        """The folder's or bucket's store, made at first use (a key's variable not set: unavailable)."""
+        if self._store is None:
+            try:
+                self._store = (FolderStore(Path(self.staging.path)) if self.staging.s3 is None
+                               else BucketStore(self.staging.s3, f"source '{self.source.name}'", at="staging.s3"))
+            except ConfigError as exc:
+                raise StagingUnavailable(str(exc)) from None
+        return self._store
 
     @contextlib.contextmanager
     def locked(self, wait_seconds: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+        store = self.store
         try:
-            (self.root / "batches").mkdir(parents=True, exist_ok=True)
-            (self.root / "demand").mkdir(exist_ok=True)
-            handle = open(self.root / ".lock", "a+")  # noqa: SIM115 - held for the block
+            store.lock(self.books, self.model.model_name, self.holder, destination="staging",
+                       wait_seconds=wait_seconds)
+        except TransferRunning:
+            raise StagingUnavailable(f"the staging {self.where} stayed locked for {wait_seconds:.0f} s by "
+                                     "another transfer") from None
         except OSError as exc:
-            raise StagingUnavailable(f"cannot use staging folder {self.root}: {exc}") from exc
+            raise StagingUnavailable(f"cannot lock the staging {self.where}: {exc}") from exc
         try:
-            deadline = time.monotonic() + wait_seconds
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise StagingUnavailable(f"staging folder {self.root} stayed locked for "
-                                                 f"{wait_seconds:.0f} s") from None
-                    time.sleep(0.05)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            yield
         finally:
-            handle.close()
+            store.release_all()
+
+    def _renew(self) -> None:
+        """Still the lock's holder (a bucket's lock is taken over once its lease is over)."""
+        try:
+            self.store.renew(self.model.model_name, self.holder)
+        except LostRace:
+            raise StagingUnavailable(f"the staging {self.where}: the lock was taken over while the batch "
+                                     "was read (a read longer than the lock's lease)") from None
 
     # -- batches (call under the lock) -----------------------------------------------------------
 
+    def _batch_keys(self) -> dict[str, list[str]]:
+        """Each batch's folder key -> its objects' keys."""
+        found: dict[str, list[str]] = {}
+        under = f"{self.root}/batches/"
+        for key in self.store.keys(under):
+            name, slash, _ = key[len(under):].partition("/")
+            if slash:
+                found.setdefault(f"{under}{name}/", []).append(key)
+        return found
+
+    def _manifest(self, prefix: str) -> dict[str, Any] | None:
+        data = self.store.get(prefix + MANIFEST)
+        return None if data is None else json.loads(data)
+
     def batches(self) -> list[Batch]:
         found = []
-        for folder in sorted((self.root / "batches").iterdir()):
-            try:
-                manifest = json.loads((folder / MANIFEST).read_text())
-            except FileNotFoundError:
-                continue  # unfinished (or being deleted): the sweep removes it once old
-            found.append(Batch(folder, manifest))
+        for prefix in sorted(self._batch_keys()):
+            manifest = self._manifest(prefix)
+            if manifest is None:
+                continue  # unfinished (or being deleted): the sweep removes it
+            found.append(Batch(self.store, prefix, manifest))
         return found
+
+    def _drop(self, prefix: str, keys: list[str]) -> None:
+        """Delete a batch: its manifest first (a batch part deleted is an unfinished one)."""
+        manifest = prefix + MANIFEST
+        self.store.delete([k for k in keys if k == manifest])
+        self.store.delete([k for k in keys if k != manifest])
+        if self.staging.s3 is None:  # a folder keeps its emptied folder (and a killed writer's file aside)
+            shutil.rmtree(Path(self.staging.path) / prefix, ignore_errors=True)
 
     def sweep(self) -> None:
         """Delete batches (finished or not) older than ``max_age_hours`` and those nobody needs."""
         now = _now_epoch()
-        for folder in (self.root / "batches").iterdir():
+        for prefix, keys in self._batch_keys().items():
+            name = prefix.rstrip("/").rsplit("/", 1)[-1]
             try:
-                manifest = json.loads((folder / MANIFEST).read_text())
+                manifest = self._manifest(prefix)
                 created, pending = manifest["created_epoch"], manifest["pending"]
-            except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            except (TypeError, ValueError, KeyError):
                 # no manifest under the lock: its creator died before finishing (creators hold it)
-                _LOG.info("staging: deleting unfinished batch %s", folder.name)
-                shutil.rmtree(folder, ignore_errors=True)
+                _LOG.info("staging: deleting unfinished batch %s", name)
+                self._drop(prefix, keys)
                 continue
             if now - created > self.max_age_seconds or not pending:
-                _LOG.info("staging: deleting batch %s (%s)", folder.name,
+                _LOG.info("staging: deleting batch %s (%s)", name,
                           "older than max_age_hours" if pending else "taken by every destination")
-                shutil.rmtree(folder, ignore_errors=True)
+                self._drop(prefix, keys)
 
     def _write_manifest(self, batch: Batch) -> None:
-        tmp = batch.folder / f".{MANIFEST}.{uuid.uuid4().hex}"
-        tmp.write_text(json.dumps(batch.manifest, sort_keys=True))
-        os.replace(tmp, batch.folder / MANIFEST)
+        self.store.put(batch.prefix + MANIFEST, json.dumps(batch.manifest, sort_keys=True).encode())
 
     def release(self, batch: Batch, destination: str) -> None:
-        """``destination`` no longer needs ``batch``: its tenant's file goes if no other pending
+        """``destination`` no longer needs ``batch``: its tenant's object goes if no other pending
         destination needs it, the batch when nobody does."""
-        fresh = json.loads((batch.folder / MANIFEST).read_text()) if (batch.folder / MANIFEST).exists() else None
+        fresh = self._manifest(batch.prefix)
         if fresh is None:
             return
         tenant = fresh["pending"].pop(destination, None)
         if tenant is None:
             return
         if not fresh["pending"]:
-            shutil.rmtree(batch.folder, ignore_errors=True)
+            self._drop(batch.prefix, self.store.keys(batch.prefix))
             return
         entry = fresh["tenants"].get(tenant)
-        if entry and entry["file"] and tenant not in fresh["pending"].values():
-            (batch.folder / entry["file"]).unlink(missing_ok=True)
-            entry["file"], entry["deleted"] = None, True
         batch.manifest = fresh
-        self._write_manifest(batch)
+        if entry and entry["file"] and tenant not in fresh["pending"].values():
+            key = batch.prefix + entry["file"]
+            entry["file"], entry["deleted"] = None, True
+            self._write_manifest(batch)  # first: the manifest never names a deleted object
+            self.store.delete([key])
+        else:
+            self._write_manifest(batch)
 
     def find(self, destination: str, tick: str) -> Batch | None:
         """The batch of ``tick`` (same query) that ``destination`` is pending in; it is released
@@ -229,29 +301,27 @@ class StagingArea:
 
     # -- demand ----------------------------------------------------------------------------------
 
-    def _demand_file(self, destination: str) -> Path:
-        return self.root / "demand" / (hashlib.sha256(destination.encode()).hexdigest()[:24] + ".json")
+    def _demand_key(self, destination: str) -> str:
+        return f"{self.root}/demand/{hashlib.sha256(destination.encode()).hexdigest()[:24]}.json"
 
     def record_demand(self, destination: str, lower: datetime) -> None:
-        path = self._demand_file(destination)
-        tmp = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps({"destination": destination, "lower": isoformat(lower)}))
-        os.replace(tmp, path)
+        self.store.put(self._demand_key(destination),
+                       json.dumps({"destination": destination, "lower": isoformat(lower)}).encode())
 
     def demands(self) -> dict[str, datetime]:
         found = {}
-        for path in (self.root / "demand").glob("*.json"):
+        for key in self.store.keys(f"{self.root}/demand/"):
             try:
-                entry = json.loads(path.read_text())
+                entry = json.loads(self.store.get(key) or b"")
                 found[entry["destination"]] = datetime.fromisoformat(entry["lower"])
-            except (OSError, ValueError, KeyError):
+            except (ValueError, KeyError, TypeError):
                 continue
         return found
 
     def create(self, spark: SparkSession, reader: JdbcReader, tenants: dict[str, str], lowers: dict[str, datetime],
                upper: datetime, tick: str, destination: str) -> Batch:
         """Read the rows of every tenant of ``tenants`` (destination -> tenant) in one query from
-        ``min(lowers)`` to ``upper`` and stage them, one Parquet file per tenant."""
+        ``min(lowers)`` to ``upper`` and stage them, one Parquet object per tenant."""
         lower = min(lowers.values())
         ids = sorted(set(tenants.values()))
         frame = reader.read_tenants(spark, self.model, ids, lower, upper, destination)
@@ -262,8 +332,10 @@ class StagingArea:
             from transfer_platform.connections import spark_error_reason
 
             raise StagingUnavailable(f"the staged read failed: {spark_error_reason(exc)}") from exc
-        folder = self.root / "batches" / f"{upper.strftime('%Y%m%dT%H%M%S%f')}-{self.hash}-{uuid.uuid4().hex[:8]}"
-        folder.mkdir()
+        self._renew()
+        prefix = (f"{self.root}/batches/{upper.strftime('%Y%m%dT%H%M%S%f')}-{self.hash}-"
+                  f"{uuid.uuid4().hex[:8]}/")
+        written: list[str] = []
         try:
             org = table.column(self.model.organization_column)
             keys = org if pa.types.is_string(org.type) else pc.cast(org, pa.string())
@@ -273,7 +345,8 @@ class StagingArea:
                 name = None
                 if rows.num_rows:
                     name = f"t{i:05d}.parquet"
-                    pq.write_table(rows, folder / name)
+                    written.append(prefix + name)
+                    self.store.put(prefix + name, parquet_bytes(rows))
                 entries[tenant] = {"file": name, "rows": rows.num_rows}
             manifest = {
                 "version": VERSION, "source": self.source.name, "model": self.model.model_name,
@@ -283,14 +356,23 @@ class StagingArea:
                 "tenants": entries, "pending": dict(sorted(tenants.items())),
                 "lowers": {d: isoformat(v) for d, v in sorted(lowers.items())},
             }
-            batch = Batch(folder, manifest)
+            batch = Batch(self.store, prefix, manifest)
+            self._renew()
             self._write_manifest(batch)
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            with contextlib.suppress(Exception):
+                self._drop(prefix, written)
             raise
         _LOG.info("staging: batch %s of model %s: %d tenant(s), %d row(s), %s <= last_modified < %s",
-                  folder.name, self.model.model_name, len(ids), table.num_rows, isoformat(lower), isoformat(upper))
+                  batch.name, self.model.model_name, len(ids), table.num_rows, isoformat(lower), isoformat(upper))
         return batch
+
+
+def _without_fix(exc: BaseException) -> str:
+    """A failure's text without its "Fix:" (the warning gives the staging's own)."""
+    text = str(exc)
+    fix = getattr(exc, "fix", "")
+    return text.removesuffix(f". Fix: {fix}") if fix else text
 
 
 def tick_of(config: PlatformConfig, destination: str, now: datetime) -> str:
@@ -378,7 +460,7 @@ class StagedReader:
 @dataclass
 class TransferStaging:
     """Source staging for one incremental transfer of one model to one destination (the
-    runner's side: ``transfers/runner.py``). Every method that touches the folder turns a failure
+    runner's side: ``transfers/runner.py``). Every method that touches the staging turns a failure
     into ONE warning and ``None``: the transfer then reads the source itself."""
 
     config: PlatformConfig
@@ -402,17 +484,28 @@ class TransferStaging:
     def _failed(self, exc: BaseException) -> None:
         if not self.broken:
             self.log.warning(f"source staging of model '{self.area.model.model_name}' is unavailable for "
-                             f"destination '{self.destination}' ({exc}); reading the source directly. "
-                             f"Fix: make sources.{self.area.source.name}.staging.path a writable folder "
-                             "with free space")
+                             f"destination '{self.destination}' ({_without_fix(exc)}); reading the source "
+                             f"directly. Fix: {self._fix(exc)}")
         self.broken = True
+
+    def _fix(self, exc: BaseException) -> str:
+        """What to mend, for a folder or a bucket (the S3 failure's own fix first: it names the field)."""
+        source = f"sources.{self.area.source.name}.staging"
+        if self.area.staging.s3 is None:
+            return f"make {source}.path a writable folder with free space"
+        rights = (f"the key of {source}.s3 needs {BUCKET_RIGHTS} in the {self.area.where}, on a store "
+                  "that takes conditional writes (If-None-Match, If-Match); see docs/permissions.md")
+        own = exc.fix if isinstance(exc, ConnectionFailure) and exc.fix else ""
+        if "s3:GetObject" in own:
+            return own
+        return f"{own}; {rights}" if own else f"check {source}.s3 (bucket, endpoint_url, region, keys); {rights}"
 
     def _guard(self, call, *args):
         if self.broken:
             return None
         try:
             return call(*args)
-        except (OSError, StagingUnavailable, pa.ArrowException, ValueError, KeyError) as exc:
+        except (OSError, StagingUnavailable, ConnectionFailure, pa.ArrowException, ValueError, KeyError) as exc:
             self._failed(exc)
             return None
 

@@ -152,7 +152,7 @@ def transfer_model(
                                                 planned, staging, staged, reader)
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
               built_aside=refreshing, watermark=state.watermark,
-              **({"staged_batch": staged.batch.folder.name} if staged is not None else {}))
+              **({"staged_batch": staged.batch.name} if staged is not None else {}))
     if request.on_plan is not None:
         request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
