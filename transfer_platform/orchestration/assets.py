@@ -62,6 +62,7 @@ from transfer_platform.orchestration.partitions import partitions_for, windows_f
 from transfer_platform.orchestration.reporting import relay, transfer_events
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
+from transfer_platform.spark_session import LazySession
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.runner import ModelSummary, windowing_for
 
@@ -185,7 +186,8 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
             context.instance.add_run_tags(run_id, limit_tags(current, destination_name, models, "transfer"))
         transfer = Transfer(
-            spark=pyspark.spark_session, config=current, destination=destination_name, models=models,
+            spark=LazySession(lambda: pyspark.spark_session), config=current, destination=destination_name,
+            models=models,
             transfer_id=run_id, now=now, log=context.log, warn_if_tenant_empty=False,
             full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
             partitions=windows_for_keys(partitions_def, planned) if partitions_def is not None else None,

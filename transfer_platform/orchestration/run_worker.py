@@ -261,6 +261,10 @@ def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None) -
         from transfer_platform.orchestration import queue_wake
 
         with internals.instance_for_cli(instance_ref) as instance:
+            # the run coordinator, once made, keeps this process's storage connections open when
+            # dagster.yaml says so (pooled_storage_connections): a run's ~20 storage queries then
+            # share a connection per storage instead of opening one each
+            instance.run_coordinator  # noqa: B018
             if waiting is not None:
                 run_id = _read_run_id(waiting)
                 if run_id is None:

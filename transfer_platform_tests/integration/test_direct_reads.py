@@ -13,6 +13,7 @@ from decimal import Decimal
 
 import pytest
 
+from transfer_platform.spark_session import LazySession
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.config import config_for
 from transfer_platform_tests.support.events import MODEL, epoch
@@ -120,3 +121,31 @@ def test_a_column_that_needs_a_conversion_keeps_the_model_on_spark(spark, pg_con
     assert not any("direct" in r for r in reads)
     rows = pg_conn.execute(f'SELECT id, amount, code FROM "{dst}"."{MODEL}" ORDER BY id').fetchall()
     assert rows == [(i, Decimal(i) * Decimal("1.25"), str(i)) for i in range(len(VALUES))]
+
+
+def test_a_transfer_read_directly_starts_no_spark_session(spark, pg_conn, pg_schema, new_schema, caplog):
+    """A Dagster run hands its transfer a session started on first use (``LazySession``): when
+    every read is direct, no Spark session is started (nor asked of a Connect server); a model
+    read through Spark starts it."""
+    make_source(pg_conn, pg_schema, extra=", amount numeric(12,4)")
+    starts = []
+
+    def start():
+        starts.append(1)
+        return spark
+
+    lazy, dst = LazySession(start), new_schema()
+    reads = run(lazy, pg_conn, pg_schema, dst, DEFAULT, caplog)
+    assert reads
+    assert all(r.get("direct") is True for r in reads)
+    assert starts == []
+    assert lazy.started is None
+    assert [row[0] for row in delivered(pg_conn, dst, ["id"])] == list(range(len(VALUES)))
+
+    lazy = LazySession(start)
+    reads = run(lazy, pg_conn, pg_schema, new_schema(), DEFAULT, caplog,
+                [{"name_in_source": "amount", "data_type": "decimal"}])
+    assert reads
+    assert not any("direct" in r for r in reads)
+    assert starts == [1]
+    assert lazy.started is spark

@@ -166,6 +166,44 @@ def test_runs_fork_from_one_parent_until_its_code_changes(tmp_path: Path, instan
     assert finished(instance, fourth.run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
+def waiting_workers(parent: int) -> list[int]:
+    """Live (not zombie) children of the run worker parent ``parent``: with no run executing, its spare."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == parent and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_run_executes_in_a_worker_forked_before_it_was_launched(tmp_path: Path, instance: dg.DagsterInstance,
+                                                                 launcher: PreloadedRunLauncher) -> None:
+    location = Location(tmp_path, "tp_spare_code")
+    first = launch(instance, launcher, location)
+    assert finished(instance, first.run_id).status == dg.DagsterRunStatus.SUCCESS
+    parent = location.record(first.run_id)["ppid"]
+    wait_for("one worker waiting for the next run", lambda: len(waiting_workers(parent)) == 1)
+    (spare,) = waiting_workers(parent)
+    second = launch(instance, launcher, location)
+    assert finished(instance, second.run_id).status == dg.DagsterRunStatus.SUCCESS
+    assert location.record(second.run_id)["pid"] == spare  # the run took the worker that waited
+
+    wait_for("the next spare", lambda: len(waiting_workers(parent)) == 1)
+    (spare,) = waiting_workers(parent)
+    os.kill(spare, signal.SIGKILL)  # a spare that died: the next run forks its own, nothing is failed
+    wait_for("the spare to be gone", lambda: spare not in waiting_workers(parent))
+    third = launch(instance, launcher, location)
+    assert finished(instance, third.run_id).status == dg.DagsterRunStatus.SUCCESS, messages(instance, third.run_id)
+    assert location.record(third.run_id)["pid"] != spare
+    assert location.record(third.run_id)["ppid"] == parent
+    assert instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])) == 0
+
+
 def test_a_killed_worker_fails_its_run_and_terminate_cancels(tmp_path: Path, instance: dg.DagsterInstance,
                                                              launcher: PreloadedRunLauncher) -> None:
     location = Location(tmp_path, "tp_launch_waits")
