@@ -3,7 +3,7 @@ runs them: a code server (``dagster api grpc``) and the daemon with the reposito
 coordinator, the instance on PostgreSQL storage (a database of its own, dropped afterwards; SQLite
 reports "database is locked" under concurrent runs), every run its own process, enqueued as
 ``transfer-platform transfer --enqueue`` does, queued as ``deploy/dagster.production.yaml``
-queues them (its run coordinator's settings), launched by the shipped ``dagster.yaml``'s run
+queues them (its run coordinator's settings, and its compute log manager), launched by the shipped ``dagster.yaml``'s run
 launcher (runs forked from a preloaded parent) or, with ``default_launcher``, Dagster's (a process
 spawned by the code server per run). Spark: the configuration file's (``spark.remote`` for a warm
 server).
@@ -57,10 +57,12 @@ class Daemon:
         home = self.folder / "dagster_home"
         home.mkdir(parents=True)
         instance = yaml.safe_load((REPO / "dagster.yaml").read_text())
-        # the run queue as production sets it (deploy/dagster.production.yaml: its dequeue interval,
-        # pooled storage connections), with this benchmark's limit
+        # the run queue and the captured step output as production sets them
+        # (deploy/dagster.production.yaml: its dequeue interval, pooled storage connections, step
+        # output in files without a mirror), with this benchmark's limit
         production = yaml.safe_load((REPO / "deploy" / "dagster.production.yaml").read_text())
         instance["run_coordinator"] = production["run_coordinator"]
+        instance["compute_logs"] = production["compute_logs"]
         instance["run_coordinator"]["config"]["max_concurrent_runs"] = self.max_concurrent_runs
         if self.default_launcher:
             del instance["run_launcher"]

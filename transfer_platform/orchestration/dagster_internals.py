@@ -59,6 +59,7 @@ PARTS = {
     "coordinator": "the run coordinator's limits (coordinator.py)",
     "dequeue_interval": "a fractional run_coordinator dequeue_interval_seconds (coordinator.py)",
     "queue_wake": "the run queue passed over as soon as a run is queued or ends (queue_wake.py)",
+    "compute_logs": "a step's captured stdout/stderr written to its files only (compute_logs.py)",
     "epoch_fix": "the fix of Dagster's cron tick at the Unix epoch (dagster_fixes.py)",
     "dev_stop": "cancelling runs when `dagster dev` stops (dagster_fixes.py)",
     "enqueue": "`transfer-platform transfer --enqueue` (orchestration/transfers.py)",
@@ -226,6 +227,33 @@ QUEUE_PASS = Fenced(
         "ends (queue_wake.prompt_pass) instead of at the next dequeue interval",
     public="none (the daemon's loop waits the whole interval, in half-second steps, whatever happened)",
     params=("workspace_process_context",))
+LOCAL_COMPUTE_LOGS = Fenced(
+    "dagster._core.storage.local_compute_log_manager", "LocalComputeLogManager", ("compute_logs",),
+    use="the base of FileComputeLogManager: Dagster's captured step output in files, read by the UI",
+    public="none (dagster exports no compute log manager; compute_logs: in dagster.yaml names its module)",
+    attributes=("capture_logs", "get_captured_local_path", "complete_artifact_path"))
+REDIRECT_TO_FILE = Fenced(
+    "dagster._core.execution.compute_logs", "redirect_to_file", ("compute_logs",),
+    use="a step's stdout/stderr redirected to its log file (the file descriptors, as Dagster does), "
+        "without the `tail -F` process Dagster's capture adds to mirror it back",
+    public="none", params=("stream", "filepath"))
+IO_EXTENSIONS = Fenced(
+    "dagster._core.storage.local_compute_log_manager", "IO_TYPE_EXTENSION", ("compute_logs",),
+    use="the file extensions of captured stdout and stderr (the names the UI reads)", public="none")
+IO_TYPES = Fenced(
+    "dagster._core.storage.compute_log_manager", "ComputeIOType", ("compute_logs",),
+    use="the keys of IO_TYPE_EXTENSION (stdout, stderr)", public="none", attributes=("STDOUT", "STDERR"))
+CAPTURED_CONTEXT = Fenced(
+    "dagster._core.storage.compute_log_manager", "CapturedLogContext", ("compute_logs",),
+    use="what a compute log manager's capture_logs yields", public="none", params=("log_key",))
+FILE_UTILS = Fenced(
+    "dagster._utils", "ensure_file", ("compute_logs",),
+    use="creating a step's log file (and its folder) before redirecting into it", public="none",
+    params=("path",))
+TOUCH_FILE = Fenced(
+    "dagster._utils", "touch_file", ("compute_logs",),
+    use="the marker that a step's capture is complete (the UI stops following the file)", public="none",
+    params=("path",))
 CHECK_STATUS = Fenced(
     "dagster._core.storage.asset_check_execution_record", "AssetCheckExecutionRecordStatus", ("repair",),
     use="telling a finished check evaluation (SUCCEEDED, FAILED) from a planned or skipped one",

@@ -1,0 +1,78 @@
+"""``FileComputeLogManager`` (``compute_logs`` of the production instance file): a step's stdout
+and stderr land in the files the UI reads, as with Dagster's own manager, and no ``tail`` process
+mirrors them while the step runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from transfer_platform.orchestration.compute_logs import FileComputeLogManager
+from transfer_platform_tests.support.platform import REPO
+
+
+def tail_children() -> int:
+    """``tail`` processes whose parent is this process (Dagster's mirror of a captured stream)."""
+    found = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+            if name == "tail" and int(rest.split()[1]) == os.getpid():
+                found += 1
+    return found
+
+
+@dg.op
+def speak(context) -> int:
+    print("to stdout from the step", flush=True)
+    os.write(sys.stderr.fileno(), b"to stderr from the step, by its file descriptor\n")
+    return tail_children()
+
+
+@dg.job(executor_def=dg.in_process_executor)
+def speaking():
+    speak()
+
+
+def captured(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
+    (event,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.LOGS_CAPTURED)
+    data = instance.compute_log_manager.get_log_data(
+        [run_id, "compute_logs", event.dagster_event.logs_captured_data.file_key])
+    return (data.stdout or b"").decode(), (data.stderr or b"").decode()
+
+
+def run_with(tmp_path: Path, compute_logs: dict | None) -> tuple[int, str, str]:
+    settings = {"compute_logs": compute_logs} if compute_logs else {}
+    tmp_path.mkdir(parents=True)
+    with dg.instance_for_test(temp_dir=str(tmp_path), overrides=settings) as instance:
+        result = speaking.execute_in_process(instance=instance)
+        assert result.success
+        return (result.output_for_node("speak"), *captured(instance, result.run_id))
+
+
+def test_the_production_file_names_it(tmp_path: Path) -> None:
+    production = yaml.safe_load((REPO / "deploy" / "dagster.production.yaml").read_text())
+    assert production["compute_logs"]["module"] == FileComputeLogManager.__module__
+    assert production["compute_logs"]["class"] == FileComputeLogManager.__name__
+
+
+def test_a_steps_output_is_captured_without_a_mirror(tmp_path: Path) -> None:
+    tails, out, err = run_with(tmp_path / "file", {
+        "module": FileComputeLogManager.__module__, "class": FileComputeLogManager.__name__,
+        "config": {"base_dir": str(tmp_path / "file" / "logs")}})
+    assert "to stdout from the step" in out
+    assert "to stderr from the step, by its file descriptor" in err
+    assert tails == 0
+    # Dagster's own manager captures the same, with a tail process per stream while the step runs
+    tails, out, err = run_with(tmp_path / "local", None)
+    assert "to stdout from the step" in out
+    assert "to stderr from the step, by its file descriptor" in err
+    assert tails == 2
