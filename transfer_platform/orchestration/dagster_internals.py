@@ -185,6 +185,16 @@ RECONSTRUCT_REPOSITORY = Fenced(
     use="loading the code location's definitions once in the run worker parent (the preload)",
     public="importing the module of the origin's code pointer (misses Dagster's own loading path)",
     params=("origin",))
+RECONSTRUCT_JOB = Fenced(
+    "dagster._utils.hosted_user_process", "recon_job_from_origin", ("run_worker",),
+    use="building a job's definition in a spare run worker before its run arrives (Dagster keeps the "
+        "last one built, which the run's own reconstruction then finds)",
+    public="none (the run worker reconstructs its job from the run's origin by this function)",
+    params=("origin",))
+JOB_ORIGIN = Fenced(
+    "dagster._core.origin", "JobPythonOrigin", ("run_worker",),
+    use="the origin of the job a spare run worker builds ahead (the code location's, as a run's)",
+    public="none", params=("job_name", "repository_origin"))
 RUN_MODULE = Fenced(
     "dagster._cli.api", "", ("run_worker",),
     use="WARM_MODULES: modules the run worker's parent imports before forking (a missing one is skipped)",
@@ -376,6 +386,11 @@ def capture_interrupts() -> AbstractContextManager[None]:
 
 def run_crash_explanation(prefix: str, exit_code: int) -> str:
     return CRASH_EXPLANATION.get()(prefix=prefix, exit_code=exit_code)
+
+
+def build_job(origin: Any, job_name: str) -> None:  # a RepositoryPythonOrigin
+    """Build ``job_name``'s definition of the code location of ``origin`` as a run of it does."""
+    RECONSTRUCT_JOB.get()(JOB_ORIGIN.get()(job_name, origin)).get_definition()
 
 
 def load_repository(origin: Any) -> None:  # a RepositoryPythonOrigin

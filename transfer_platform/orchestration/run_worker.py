@@ -58,6 +58,9 @@ from transfer_platform import vendors
 #: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped
 WARM_IMPORTS = ("transfer_platform.transfers.runner", *vendors.warm_modules(), "pyspark.sql.connect.session",
                 "pyarrow", "pyarrow.parquet", "pandas")
+#: the job a spare worker builds before its run comes (the job of the platform's transfers: the
+#: sensor's runs and ``transfer --enqueue``); a run of another job builds its own, as before
+WARM_JOB = "transfer"
 SPARE = "spare"  # Parent.children's mark of the spare worker (no run yet)
 WORKER_TAG = ".dagster/transfer_platform/run_worker"  # "<host> <pid> <start time>"; hidden (run_tags.HIDDEN_PREFIX)
 
@@ -163,7 +166,7 @@ class Parent:
         if pid == 0:
             os.close(write)
             self.in_child()
-            os._exit(execute(self.instance_ref, None, waiting=read))
+            os._exit(execute(self.instance_ref, None, waiting=read, origin=self.origin))
         os.close(read)
         self.spare = (pid, write)
         self.children[pid] = SPARE
@@ -246,10 +249,12 @@ def preload(origin: Any) -> None:  # a RepositoryPythonOrigin
         dagster_internals.load_repository(origin)
 
 
-def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None) -> int:  # an InstanceRef
+def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  # an InstanceRef
+            origin: Any = None) -> int:  # a RepositoryPythonOrigin
     """In the forked worker: the run, as ``dagster api execute_run`` executes it; the exit code.
-    A spare worker (``waiting``: its pipe from the parent) opens the instance first, then reads
-    its run's id there (the pipe's end without one: the parent went, it exits)."""
+    A spare worker (``waiting``: its pipe from the parent) opens the instance and builds the
+    :data:`WARM_JOB` of ``origin`` first, then reads its run's id there (the pipe's end without
+    one: the parent went, it exits)."""
     try:
         # `kill -USR1 <worker>`: every thread's stack to the run's stderr (its compute log), for a
         # run that seems stuck; the worker goes on
@@ -266,6 +271,8 @@ def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None) -
             # share a connection per storage instead of opening one each
             instance.run_coordinator  # noqa: B018
             if waiting is not None:
+                with suppress(Exception):  # a code location without it: its runs build their own
+                    internals.build_job(origin, WARM_JOB)
                 run_id = _read_run_id(waiting)
                 if run_id is None:
                     return 0
