@@ -13,26 +13,18 @@ import yaml
 
 from transfer_platform.orchestration.compute_logs import FileComputeLogManager
 from transfer_platform_tests.support.platform import REPO
+from transfer_platform_tests.support.processes import live_children
 
 
 def tail_children() -> int:
-    """``tail`` processes whose parent is this process (Dagster's mirror of a captured stream)."""
-    found = 0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name, rest = stat.split("(", 1)[1].rsplit(")", 1)
-            if name == "tail" and int(rest.split()[1]) == os.getpid():
-                found += 1
-    return found
+    """``tail`` processes of this process (Dagster's mirror of a captured stream)."""
+    return sum(name == "tail" for _pid, name in live_children(os.getpid()))
 
 
 @dg.op
 def speak(context) -> int:
-    print("to stdout from the step", flush=True)
+    sys.stdout.write("to stdout from the step\n")
+    sys.stdout.flush()
     os.write(sys.stderr.fileno(), b"to stderr from the step, by its file descriptor\n")
     return tail_children()
 

@@ -36,6 +36,7 @@ from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 
 from transfer_platform.orchestration.launcher import NO_FORK, PreloadedRunLauncher
 from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
+from transfer_platform_tests.support.processes import live_children
 
 pytestmark = pytest.mark.integration
 
@@ -167,18 +168,8 @@ def test_runs_fork_from_one_parent_until_its_code_changes(tmp_path: Path, instan
 
 
 def waiting_workers(parent: int) -> list[int]:
-    """Live (not zombie) children of the run worker parent ``parent``: with no run executing, its spare."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            if int(ppid) == parent and state != "Z":
-                found.append(int(entry.name))
-    return found
+    """The run worker parent's live children: with no run executing, its spare."""
+    return [pid for pid, _name in live_children(parent)]
 
 
 def test_a_run_executes_in_a_worker_forked_before_it_was_launched(tmp_path: Path, instance: dg.DagsterInstance,

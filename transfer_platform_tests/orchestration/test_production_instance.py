@@ -13,29 +13,19 @@ import pytest
 from transfer_platform.orchestration.run_tags import dest_slots_key, model_key
 from transfer_platform_tests.support.dagster import launch, transfer_run_config, workspace
 from transfer_platform_tests.support.platform import REPO, write_config
-from transfer_platform_tests.support.postgres import PG, pg_connect
+from transfer_platform_tests.support.postgres import PG
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def storage_database():
-    name = f"tp_dagster_{uuid.uuid4().hex[:8]}"
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield name
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def test_production_settings_store_runs_in_postgres_and_queue_them_under_the_limits(
-        tmp_path, monkeypatch, storage_database):
+        tmp_path, monkeypatch, dagster_database):
     config_path = write_config(tmp_path, destinations={"acme": {"max_concurrent_transfers": 2}})
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(REPO / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
     for key, value in {"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
-                       "DAGSTER_PG_DB": storage_database, "DAGSTER_PG_USERNAME": PG["user"],
+                       "DAGSTER_PG_DB": dagster_database, "DAGSTER_PG_USERNAME": PG["user"],
                        "DAGSTER_PG_PASSWORD": "", "TRANSFER_PLATFORM_CONFIG": str(config_path)}.items():
         monkeypatch.setenv(key, value)
 
@@ -54,7 +44,7 @@ def test_production_settings_store_runs_in_postgres_and_queue_them_under_the_lim
 
 
 def test_production_settings_keep_storage_connections_open_while_runs_are_created_and_queued(
-        tmp_path, monkeypatch, storage_database):
+        tmp_path, monkeypatch, dagster_database):
     """The daemon creates and queues a sensor tick's runs (~20 storage queries each); with the
     shipped settings they reuse open connections instead of opening one per query (1,000 runs:
     ~20,000 PostgreSQL connections, half of the tick's time: docs/operations.md)."""
@@ -66,7 +56,7 @@ def test_production_settings_keep_storage_connections_open_while_runs_are_create
     home.mkdir()
     shutil.copy(REPO / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
     for key, value in {"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
-                       "DAGSTER_PG_DB": storage_database, "DAGSTER_PG_USERNAME": PG["user"],
+                       "DAGSTER_PG_DB": dagster_database, "DAGSTER_PG_USERNAME": PG["user"],
                        "DAGSTER_PG_PASSWORD": "", "TRANSFER_PLATFORM_CONFIG": str(config_path)}.items():
         monkeypatch.setenv(key, value)
     opened = []

@@ -7,7 +7,6 @@ because it was queued (its NOTIFY woke the pass), never by the interval.
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -15,21 +14,11 @@ import pytest
 
 from transfer_platform.orchestration import queue_wake
 from transfer_platform_tests.support.daemon import FINISHED, running_platform
-from transfer_platform_tests.support.postgres import PG, pg_connect
+from transfer_platform_tests.support.postgres import PG
 
 pytestmark = pytest.mark.integration
 
 HOUR = 3600
-
-
-@pytest.fixture
-def storage_database():
-    name = f"tp_dagster_{uuid.uuid4().hex[:8]}"
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield name
-    with pg_connect(autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def postgres_settings(database: str, interval: float) -> dict:
@@ -42,10 +31,10 @@ def postgres_settings(database: str, interval: float) -> dict:
                                            "pooled_storage_connections": True}}}
 
 
-def test_a_queued_run_is_launched_at_once_not_at_the_next_interval(tmp_path: Path, monkeypatch, storage_database):
+def test_a_queued_run_is_launched_at_once_not_at_the_next_interval(tmp_path: Path, monkeypatch, dagster_database):
     destinations = {"acme": {"is_enabled": False}}  # no scheduled run: only the test's
     with running_platform(tmp_path, monkeypatch, destinations=destinations, window=None,
-                          instance_settings=postgres_settings(storage_database, HOUR)) as platform:
+                          instance_settings=postgres_settings(dagster_database, HOUR)) as platform:
         instance = platform.instance
 
         def daemon_passed() -> bool:  # its first pass (at start) is behind us
@@ -62,12 +51,12 @@ def test_a_queued_run_is_launched_at_once_not_at_the_next_interval(tmp_path: Pat
             assert record.start_time - record.create_timestamp.timestamp() < HOUR / 2
 
 
-def test_notify_reaches_a_listener_of_the_run_storage(tmp_path: Path, monkeypatch, storage_database):
+def test_notify_reaches_a_listener_of_the_run_storage(tmp_path: Path, monkeypatch, dagster_database):
     home = tmp_path / "home"
     home.mkdir()
     import yaml
 
-    (home / "dagster.yaml").write_text(yaml.safe_dump(postgres_settings(storage_database, 1)))
+    (home / "dagster.yaml").write_text(yaml.safe_dump(postgres_settings(dagster_database, 1)))
     monkeypatch.setenv("TRANSFER_PLATFORM_CONFIG", str(tmp_path / "none.yaml"))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         listener = queue_wake.listener_for(instance)

@@ -74,3 +74,16 @@ def schema_exists(conn: psycopg.Connection, schema: str) -> bool:
 def xmins(conn: psycopg.Connection, schema: str, ids: list[int]) -> dict[int, str]:
     return dict(conn.execute(f'SELECT id, xmin::text FROM "{schema}"."{MODEL}" WHERE id = ANY(%s)',
                              (ids,)).fetchall())
+
+
+@pytest.fixture
+def dagster_database():
+    """A PostgreSQL database of its own for a Dagster instance's storage, dropped afterwards."""
+    import uuid
+
+    name = f"tp_dagster_{uuid.uuid4().hex[:8]}"
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -57,3 +57,17 @@ def group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+def live_children(parent: int) -> list[tuple[int, str]]:
+    """(pid, command name) of each process whose parent is ``parent``, zombies left out."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, rest = stat.read_text().split("(", 1)[1].rsplit(")", 1)
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        state, ppid = rest.split()[:2]
+        if int(ppid) == parent and state != "Z":
+            found.append((int(stat.parent.name), name))
+    return found
