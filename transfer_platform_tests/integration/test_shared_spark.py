@@ -265,6 +265,12 @@ print("run:", "SUCCESS" if result.success else "FAILURE", flush=True)
 def test_a_dagster_run_is_a_client_of_the_shared_server_that_loading_the_definitions_does_not_start(
         state: Path, tmp_path: Path, pg_conn, source: str, dst_schema: str) -> None:
     config = write_config(tmp_path / "tp.yaml", source, dst_schema)
+    # a numeric column: the windows are read through Spark (a run whose reads are all direct,
+    # small windows of types read as they are, starts no Spark session at all)
+    pg_conn.execute(f'ALTER TABLE "{source}".events ADD COLUMN amount numeric(12, 4) DEFAULT 1.5')
+    raw = yaml.safe_load(config.read_text())
+    raw["models"][0]["columns"].append({"name_in_source": "amount", "data_type": "decimal"})
+    config.write_text(yaml.safe_dump(raw))
     done = subprocess.run([sys.executable, "-c", DAGSTER_RUN, str(config), DESTINATION], capture_output=True,
                           text=True, env=environment(state), timeout=BOUND_S, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
