@@ -15,11 +15,12 @@ run, which under sustained load is what limits transfers per hour. This process 
 3. for each ``{"run_id": ...}`` line it hands the run to a run worker, answers ``{"run_id", "pid",
    "started"}`` (``started``: the worker's start time in ``/proc``, which tells it from a later
    process with the same pid), and the worker executes the run exactly as ``dagster api
-   execute_run`` does. The worker is forked ahead of its run (the *spare*, forked when the parent
-   is ready and after each hand-over): it opens the instance while no run waits for it, then
-   reads its run's id from a pipe (a spare that ended is replaced by a fork at the run) (Dagster's private ``_execute_run_command_body``, through
+   execute_run`` does (Dagster's private ``_execute_run_command_body``, through
    :mod:`~transfer_platform.orchestration.dagster_internals`), with Dagster's run cancellation
-   thread (a run marked CANCELING from elsewhere is interrupted), then exits;
+   thread (a run marked CANCELING from elsewhere is interrupted), then exits. The worker is forked
+   ahead of its run (the *spare*, forked when the parent is ready and after each hand-over): it
+   opens the instance and builds :data:`WARM_JOB` while no run waits for it, then reads its run's
+   id from a pipe (a spare that ended is replaced by a fork at the run);
 4. a worker that dies before its run finished (SIGKILL, the OOM killer) is reported as Dagster's
    code server reports it (the engine event "Run execution process for <id> was terminated by
    signal ..." and the run failed), which ``transfer_platform.orchestration.lifecycle`` reads;
