@@ -121,7 +121,7 @@ def export_csv(path: Path) -> None:
 
 
 def floor(path: Path, rows: int) -> dict:
-    from transfer_platform.destinations.mysql import sql
+    from transfer_platform.destinations.mysql import dialect as sql
 
     types = {"integer": "BIGINT", "string": "LONGTEXT", "timestamp": "DATETIME(6)", "float": "DOUBLE"}
     columns = ", ".join(f"`{c}` {'VARCHAR(255)' if c == 'tenant_id' else types[TYPES[c]]}" for c in COLUMNS)
@@ -148,7 +148,7 @@ def staging_comparison(path: Path, rows: int) -> dict:
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
-    from transfer_platform.destinations.mysql import sql
+    from transfer_platform.destinations.mysql import dialect as sql
     from transfer_platform.destinations.mysql.load import insert_batches, load_batches
 
     arrow = {"integer": pa.int64(), "string": pa.string(), "timestamp": pa.timestamp("us"),

@@ -80,7 +80,7 @@ from transfer_platform.destinations.base import (
 from transfer_platform.destinations.folders import folder_fix, missing_parents, probe_folder
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
-from transfer_platform.destinations.skeleton import STALE, Writer
+from transfer_platform.destinations.skeleton import STALE, Writer, next_state
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
@@ -515,10 +515,7 @@ class DeltaWriter(Writer):
 
         model = load.model
         max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
-        new_state = state.after_window(
-            load.progress, batch_max_last_modified=max_lm,
-            configured_start=load.configured_start,
-        )
+        new_state = next_state(state, load, max_lm)
         commit = _commit(new_state, load.transfer_id)
         before = table.version()
         marker = model.deletion_marker

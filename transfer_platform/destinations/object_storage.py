@@ -73,7 +73,7 @@ from transfer_platform.destinations.base import (
     refuse_bad_rows,
 )
 from transfer_platform.destinations.s3 import probe_objects
-from transfer_platform.destinations.skeleton import STALE, Writer
+from transfer_platform.destinations.skeleton import STALE, Writer, next_state
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage
 from transfer_platform.destinations.stores import Store, store_for
 from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
@@ -306,8 +306,7 @@ class ObjectStorageWriter(Writer):
         model, name = load.model, load.model.model_name
         transfer = self._transfers[name]
         book = transfer["book"]
-        state = before.after_window(load.progress, batch_max_last_modified=max_lm,
-                                    configured_start=load.configured_start)
+        state = next_state(before, load, max_lm)
         (book["refresh"]["files"] if load.into_refresh else transfer["files"]).extend(entries)
         if load.into_refresh:  # progress of a refresh: its files, not yet delivered
             self._write_book(model, {**book, "refresh": {**book["refresh"], "state": state.to_json(),

@@ -39,6 +39,8 @@ from transfer_platform.destinations.base import Prepared, WindowLoad, WindowResu
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
@@ -55,6 +57,14 @@ class Stale:
 
 #: what :meth:`Writer._read_states` returns for an unfinished refresh that must start again
 STALE: Final = Stale()
+
+
+def next_state(before: ModelState, load: WindowLoad, max_last_modified: datetime | None) -> ModelState:
+    """The state a window's commit records: ``before`` moved past the window's progress, its
+    largest last-modified moment (``None``: no row) noted. Every destination records exactly this,
+    with the window's rows, in the same commit."""
+    return before.after_window(load.progress, batch_max_last_modified=max_last_modified,
+                               configured_start=load.configured_start)
 
 
 def primitive(method: Callable) -> Callable:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from transfer_platform.config import parse_config
-from transfer_platform.destinations.mysql import sql
+from transfer_platform.destinations.mysql import dialect as sql
 from transfer_platform.vendors import DESTINATIONS
 
 COLUMNS = [
@@ -28,7 +28,7 @@ def model():
 
 
 def test_a_string_key_is_a_bounded_varchar_and_other_columns_take_the_vendor_records_types() -> None:
-    ddl = sql.target_ddl(sql.qualified("d`b", "events"), model())
+    ddl = sql.MysqlDialect().target_ddl(sql.qualified("d`b", "events"), model())
     assert ddl == ("CREATE TABLE IF NOT EXISTS `d``b`.`events` (`code` VARCHAR(255), `updated_at` DATETIME(6), "
                    "`note` LONGTEXT, `amount` DECIMAL(38,9), PRIMARY KEY (`code`)) " + sql.TABLE_OPTIONS)
     assert set(DESTINATIONS["mysql"].column_types) == {"string", "integer", "float", "boolean", "timestamp",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.destinations.postgres.sql import target_ddl
+from transfer_platform.destinations.postgres.dialect import PostgresDialect
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.config import pg_config
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
@@ -177,7 +177,7 @@ def test_the_empty_target_fast_path_still_serves_an_append_only_backfill(spark, 
     config = append_only(pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT,
                                    min_start=MIN_START), True)
     pg_conn.execute(f'CREATE SCHEMA "{dst_schema}"')
-    pg_conn.execute(target_ddl(f'"{dst_schema}"."{MODEL}"', config.model(MODEL)))
+    pg_conn.execute(PostgresDialect().target_ddl(f'"{dst_schema}"."{MODEL}"', config.model(MODEL)))
     before = pg_conn.execute("SELECT %s::regclass::oid", (f'"{dst_schema}"."{MODEL}"',)).fetchone()[0]
 
     assert transfer(spark, config, NOW1).status == "SUCCESS"

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.config.models import ModelConfig
-from transfer_platform.destinations.postgres.sql import target_ddl
+from transfer_platform.destinations.postgres.dialect import PostgresDialect
 from transfer_platform_tests.support.config import pg_config
 from transfer_platform_tests.support.events import (
     MODEL,
@@ -46,7 +46,7 @@ def precreate_target(pg_conn, config, dst_schema) -> int:
     """The target as the platform creates it; returns its OID."""
     model: ModelConfig = config.model(MODEL)
     pg_conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{dst_schema}"')
-    pg_conn.execute(target_ddl(f'"{dst_schema}"."{MODEL}"', model))
+    pg_conn.execute(PostgresDialect().target_ddl(f'"{dst_schema}"."{MODEL}"', model))
     return oid(pg_conn, dst_schema)
 
 

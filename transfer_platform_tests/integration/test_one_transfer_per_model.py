@@ -29,7 +29,7 @@ import yaml
 from transfer_platform.config import load_config
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.postgres import STAGING_PREFIX
-from transfer_platform.destinations.postgres.sql import model_lock_key
+from transfer_platform.destinations.postgres.dialect import model_lock_key
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows, write_config
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY

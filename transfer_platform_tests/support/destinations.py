@@ -469,6 +469,7 @@ def duckdb_in_another_process(path: Path, sql: str) -> list[tuple]:
         try:
             with duckdb.connect(sys.argv[1], read_only=True) as conn:
                 conn.execute("SET TimeZone = 'UTC'")
+                conn.execute("SET enable_progress_bar = false")  # it writes to stdout on a slow query
                 rows = conn.execute(sys.argv[2]).fetchall()
         except duckdb.Error as exc:
             rows = RuntimeError(str(exc))

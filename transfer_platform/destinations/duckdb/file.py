@@ -16,21 +16,22 @@ from transfer_platform.errors import ConnectionFailure
 if TYPE_CHECKING:
     import duckdb
 
-    from transfer_platform.destinations.locks import FolderLocks
     from transfer_platform.tuning import Tuning
 
 #: while the file is locked by another process: the pause between attempts to open it
 _RETRY_SECONDS = 0.2
 
 
-class File:
-    """The writer's hold of its file (a mixin of ``DuckdbWriter``)."""
+class DuckdbFile:
+    """A writer's hold of its database file."""
 
-    path: Path
-    what: str
-    tuning: Tuning
-    _conn: duckdb.DuckDBPyConnection | None
-    _locks: FolderLocks
+    def __init__(self, path: Path, what: str, tuning: Tuning) -> None:
+        self.path, self.what, self.tuning = path, what, tuning
+        self._conn: duckdb.DuckDBPyConnection | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._conn is not None
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
@@ -44,14 +45,14 @@ class File:
             import duckdb
 
             try:
-                self._conn = self._open(read_only=False)
+                self._conn = self.open(read_only=False)
             except duckdb.ConnectionException as exc:  # this process reads it read-only meanwhile
                 raise ConnectionFailure(self.what, reason=first_line(exc),
                                         fix="wait for this process's read of the file (a dry run, an "
                                             "integrity check) to end, then run the transfer again") from None
         return self._conn
 
-    def _open(self, *, read_only: bool, wait: bool = True) -> duckdb.DuckDBPyConnection:
+    def open(self, *, read_only: bool, wait: bool = True) -> duckdb.DuckDBPyConnection:
         """The file opened, waiting up to ``Tuning.lock_wait_seconds`` (``wait``) while another
         process holds it; then ``ConnectionFailure`` with DuckDB's message (the holder's PID)."""
         import duckdb
@@ -82,7 +83,7 @@ class File:
                                             "where none exists yet)") from None
 
     @contextmanager
-    def _read(self) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection | None]:
         """A connection to read from: the writer's own while it holds the file, else the file
         opened read-only for the read (``None`` if there is no file: nothing was committed)."""
         import duckdb
@@ -94,41 +95,20 @@ class File:
             yield None
             return
         try:
-            conn = self._open(read_only=True)
+            conn = self.open(read_only=True)
         except duckdb.ConnectionException:  # this process holds it read-write (another writer)
-            conn = self._open(read_only=False)
+            conn = self.open(read_only=False)
         try:
             yield conn
         finally:
             conn.close()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        conn = self.conn
-        conn.begin()
-        try:
-            yield conn
-        except BaseException:
-            with suppress(Exception):
-                conn.rollback()
-            raise
-        conn.commit()
-
-    def check(self) -> None:
-        fetch_all(self.conn, "SELECT 1")
-
     def close(self) -> None:
-        """Close the file (DuckDB checkpoints it: readers find every commit in the file alone)
-        and release the models' locks."""
+        """Close the file (DuckDB checkpoints it: readers find every commit in the file alone)."""
         if self._conn is not None:
             with suppress(Exception):
                 self._conn.close()
             self._conn = None
-        self._locks.release_all()
-
-    def __del__(self) -> None:  # a writer dropped without close() still releases the file
-        if getattr(self, "_conn", None) is not None or getattr(self, "_locks", None):
-            self.close()
 
 
 def fetch_all(conn: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[tuple]:

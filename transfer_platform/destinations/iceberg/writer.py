@@ -56,7 +56,7 @@ from transfer_platform.destinations.base import (
 from transfer_platform.destinations.iceberg.catalog import Catalog
 from transfer_platform.destinations.iceberg.merge import merge_rows, without_versions
 from transfer_platform.destinations.s3 import S3Store, storage_options
-from transfer_platform.destinations.skeleton import STALE, Writer
+from transfer_platform.destinations.skeleton import STALE, Writer, next_state
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
@@ -296,8 +296,7 @@ class IcebergWriter(Writer):
             rows = (pads.dataset(staged.files, schema=arrow_schema(model), format="parquet",
                                  filesystem=staging_filesystem(self.options)).to_table())
         max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
-        new_state = state.after_window(load.progress, batch_max_last_modified=max_lm,
-                                       configured_start=load.configured_start)
+        new_state = next_state(state, load, max_lm)
         properties = _properties(new_state, load.transfer_id)
         removed = 0 if model.removes_deleted_rows else staged.marked
         try:

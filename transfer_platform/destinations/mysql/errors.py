@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from transfer_platform.connections import CONNECT_TIMEOUT_SECONDS, password_of
-from transfer_platform.destinations.mysql import sql
+from transfer_platform.destinations.mysql import dialect as sql
 from transfer_platform.errors import ConnectionFailure, MissingPrivilege
 
 if TYPE_CHECKING:
@@ -54,26 +54,20 @@ def missing_privilege(destination: MysqlDestination, what: str, exc: BaseExcepti
               f"on its database {connection.database!r}, nothing else)")
 
 
-class Errors:
-    """The writer's translations (a mixin of ``MysqlWriter``)."""
+@contextmanager
+def translated_errors(destination: MysqlDestination, what: str) -> Iterator[None]:
+    """A refused statement becomes ``MissingPrivilege`` with its grant; a lost connection
+    ``ConnectionFailure`` naming host and port (never the password)."""
+    import pymysql
 
-    destination: MysqlDestination
-    what: str
-
-    @contextmanager
-    def _translated_errors(self) -> Iterator[None]:
-        """A refused statement becomes ``MissingPrivilege`` with its grant; a lost connection
-        ``ConnectionFailure`` naming host and port (never the password)."""
-        import pymysql
-
-        try:
-            yield
-        except pymysql.err.MySQLError as exc:
-            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-            if code in DENIED:
-                raise missing_privilege(self.destination, self.what, exc) from None
-            if isinstance(exc, pymysql.err.OperationalError) and code is not None and code >= 2000:
-                connection = self.destination.connection
-                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
-                                        reason=first_line(exc)) from None
-            raise
+    try:
+        yield
+    except pymysql.err.MySQLError as exc:
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        if code in DENIED:
+            raise missing_privilege(destination, what, exc) from None
+        if isinstance(exc, pymysql.err.OperationalError) and code is not None and code >= 2000:
+            connection = destination.connection
+            raise ConnectionFailure(what, host=connection.host, port=connection.port,
+                                    reason=first_line(exc)) from None
+        raise

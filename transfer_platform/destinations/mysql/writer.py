@@ -1,45 +1,58 @@
-"""MySQL / MariaDB destination: a staged upsert (the order is ``destinations/skeleton.py``'s).
+"""MySQL / MariaDB destination: the SQL writer's algorithm (``destinations/sql/``) with
+:class:`~.dialect.MysqlDialect`'s statements, and what MySQL does its own way:
 
-Per window: the batch is loaded with ``LOAD DATA LOCAL INFILE`` into a staging table of the
-model's columns (:mod:`.staging`, :mod:`.load`); it is checked (no NULL key or last-modified
-value, no duplicate key, no date before 1000-01-01, no string key over 255 characters); then one
-transaction merges it on the primary key (a staged delete + insert) and records the model's row
-in ``_transfer_status`` with the new watermark (:mod:`.merge`); the staging table is dropped. A
-full refresh is built aside and published by an atomic ``RENAME TABLE`` (:mod:`.refresh`); an
-incremental transfer brings the live table's columns to the model's (:mod:`.schema`). The
-model's lock is a ``GET_LOCK`` (:mod:`.locks`). Every table lives in ``connection.database``
-(the recipient's database, which must exist); the session is in UTC (``time_zone = '+00:00'``)
-and strict.
+- **the bulk load**: ``LOAD DATA LOCAL INFILE`` into a staging table of the model's columns, from
+  Spark's Python workers or from this process (:mod:`.load`);
+- **the rules of its types**: a date or timestamp before 1000-01-01, or a string key over 255
+  characters, refused by name before anything is committed;
+- **the merge**: a staged delete + insert in one transaction (only DML runs inside it: MySQL commits
+  at any DDL); a key the target does not hold, staged twice, is refused by the target's own key;
+- **a full refresh's publish**: one atomic ``RENAME TABLE live TO _tp_old_<hash>, aside TO live``
+  between two commits (the SQL writer's publish without transactional DDL), waiting at most
+  ``Tuning.lock_wait_seconds`` for the live table's readers;
+- **the model's lock**: a ``GET_LOCK`` held by the writer's session.
+
+Every table lives in ``connection.database`` (the recipient's database, which must exist); the
+session is in UTC (``time_zone = '+00:00'``) and strict.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager, contextmanager, suppress
+from functools import partial
+from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, MysqlDestination
-from transfer_platform.connections import jdbc_properties, mysql_jdbc_url
-from transfer_platform.destinations.base import staging_suffix
-from transfer_platform.destinations.mysql import sql
-from transfer_platform.destinations.mysql.errors import Errors, connect_kwargs, first_line
-from transfer_platform.destinations.mysql.locks import Locks
-from transfer_platform.destinations.mysql.merge import Merge
-from transfer_platform.destinations.mysql.probe import Probing
-from transfer_platform.destinations.mysql.refresh import Refresh
-from transfer_platform.destinations.mysql.schema import Schema
-from transfer_platform.destinations.mysql.staging import Staging
-from transfer_platform.destinations.mysql.state import States
-from transfer_platform.destinations.skeleton import Writer
-from transfer_platform.errors import ConnectionFailure
+from transfer_platform.connections import jdbc_properties, mysql_jdbc_url, spark_error_reason
+from transfer_platform.destinations.base import duplicate_key_error, offending_key
+from transfer_platform.destinations.mysql import dialect as sql
+from transfer_platform.destinations.mysql.errors import (
+    DENIED,
+    connect_kwargs,
+    first_line,
+    missing_privilege,
+    translated_errors,
+)
+from transfer_platform.destinations.mysql.load import LoadRefused, load_batches, load_partition
+from transfer_platform.destinations.mysql.probe import probe_destination
+from transfer_platform.destinations.sql.session import PymysqlSession
+from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
+from transfer_platform.errors import ConnectionFailure, DataError, TransferRunning
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pymysql
     from pyspark.sql import DataFrame, SparkSession
 
+    from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.probes import Check
+
 CONNECT_FIX = ("check that the server is running and accepts connections, and the host, port, database "
                "(the recipient's, created beforehand), username and password variable in the configuration")
+#: ER_DUP_ENTRY, ER_LOCK_WAIT_TIMEOUT
+DUPLICATE_ENTRY, LOCK_WAIT_TIMEOUT = 1062, 1205
 
 
 def connect(destination: MysqlDestination, what: str) -> pymysql.Connection:
@@ -55,11 +68,13 @@ def connect(destination: MysqlDestination, what: str) -> pymysql.Connection:
                                 fix=CONNECT_FIX) from None
 
 
-class MysqlWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Probing, Writer):
+class MysqlWriter(SqlWriter):
+    DIALECT = sql.MysqlDialect()
+
     def __init__(self, destination: MysqlDestination, tuning: Tuning = DEFAULT) -> None:
-        super().__init__(destination, tuning)
-        self.database = destination.connection.database
-        self.what = f"MySQL destination '{destination.name}'"
+        super().__init__(destination, tuning, container=destination.connection.database,
+                         what=f"MySQL destination '{destination.name}'")
+        self.database = self.container
         self._conn: pymysql.Connection | None = None
         self._locked: set[str] = set()  # the models whose lock this writer's session holds
 
@@ -72,6 +87,10 @@ class MysqlWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Probin
             self._locked.clear()  # a new session holds no lock
         return self._conn
 
+    @property
+    def session(self) -> PymysqlSession:
+        return PymysqlSession(self.conn)
+
     def close(self) -> None:
         """Release the connection, and with it the models' locks (``GET_LOCK`` is the session's)."""
         if self._conn is not None:
@@ -82,78 +101,159 @@ class MysqlWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Probin
 
     def check(self) -> None:
         with self._translated_errors():
-            self._one("SELECT 1")
+            self.session.one("SELECT 1")
+
+    def _translated_errors(self) -> AbstractContextManager[None]:
+        return translated_errors(self.destination, self.what)
+
+    def _preparing(self) -> AbstractContextManager[None]:
+        return self._translated_errors()
 
     @contextmanager
-    def _preparing(self) -> Iterator[None]:
+    def _reading(self) -> Iterator[None]:
+        """``committed_state`` reads in one READ ONLY transaction (a consistent snapshot)."""
         with self._translated_errors():
-            yield
+            self.session.execute("START TRANSACTION READ ONLY")
+            try:
+                yield
+            finally:
+                self.conn.rollback()
 
-    def _exec(self, statement: str, params: Any = None) -> int:
-        with self.conn.cursor() as cursor:
-            return cursor.execute(statement, params)
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """Two transfers (or sweeps) of one model to one destination never interleave, however
+        they were started; a second one waits up to ``Tuning.lock_wait_seconds``, then is refused."""
+        name = sql.model_lock_name(self.database, model.model_name)
+        if name in self._locked:
+            return
+        with self._translated_errors():
+            (got,) = self.session.one(("SELECT GET_LOCK(%s, %s)",
+                                       (name, max(0.0, float(self.tuning.lock_wait_seconds)))))
+            holder = None if got == 1 else self.session.one((sql.LOCK_HOLDER, (name,)))
+        if got != 1:
+            who = f"session of {holder[0]}@{holder[1]}, running for {holder[2]} s" if holder else "another session"
+            raise TransferRunning(
+                f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
+                f"model to this destination is running ({who}); two transfers never write one "
+                "table at once. Fix: wait for it to end, or cancel it (transfer-platform cancel "
+                "TRANSFER_ID), then run this one again; transfers queued through Dagster wait for "
+                "each other by themselves")
+        self._locked.add(name)
 
-    def _one(self, statement: str, params: Any = None) -> tuple | None:
-        with self.conn.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchone()
+    # -- the bulk load: LOAD DATA LOCAL INFILE ----------------------------------------------------
 
-    def _all(self, statement: str, params: Any = None) -> list[tuple]:
-        with self.conn.cursor() as cursor:
-            cursor.execute(statement, params)
-            return list(cursor.fetchall())
+    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        """Spark hands each partition to a Python worker as Arrow batches (``mapInArrow``: memory
+        stays flat), which loads them with LOAD DATA LOCAL INFILE in a connection of its own; at
+        most ``max_concurrent_queries_per_transfer`` partitions load at once."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        conn = self.conn
-        conn.begin()
+        connection = self.destination.connection
+        load = partial(load_partition, connect_kwargs(connection, what=f"destinations.{self.name}"),
+                       sql.load_data(staging, "{path}", frame.columns))
         try:
-            yield
-        except BaseException:
-            conn.rollback()
+            frame.coalesce(self.destination.max_concurrent_queries_per_transfer).mapInArrow(load, "rows long").collect()
+        except (Py4JJavaError, PySparkException) as exc:
+            reason = spark_error_reason(exc)
+            if "Can't connect" in reason or "Lost connection" in reason:
+                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
+                                        reason=reason) from None
+            if "command denied" in reason or "access denied" in reason.lower():
+                raise missing_privilege(self.destination, self.what, RuntimeError(reason)) from None
+            raise self._load_error(model, reason.removeprefix("LOAD DATA into the staging table failed: ")) from None
+
+    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        import pymysql
+
+        with self._translated_errors():
+            try:
+                load_batches(self.conn, sql.load_data(staging, "{path}", batch.column_names), batch.to_batches())
+            except LoadRefused as exc:
+                raise self._load_error(load.model, str(exc)) from None
+            except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.InternalError) as exc:
+                raise self._load_error(load.model, first_line(exc)) from None
+            except pymysql.err.OperationalError as exc:
+                if exc.args and exc.args[0] in DENIED or (exc.args and exc.args[0] >= 2000):
+                    raise
+                raise self._load_error(load.model, first_line(exc)) from None
+
+    def _load_error(self, model: ModelConfig, reason: str) -> DataError:
+        return DataError(f"LOAD DATA into the staging table failed: {reason}", model=model.model_name,
+                         destination=self.name, fix="check that each column's data_type matches the source values")
+
+    # -- the rules of MySQL's types, its duplicate keys ---------------------------------------------
+
+    def _refuse_values(self, load: WindowLoad, staging: StagingTable) -> None:
+        """A date or timestamp before 1000-01-01 (MySQL's DATETIME and DATE hold 1000-01-01 to
+        9999-12-31), or a string key longer than its VARCHAR column: refused by name."""
+        model = load.model
+        keys = [c.destination_name for c in model.primary_key]
+        dated = [c.destination_name for c in model.columns if c.data_type in ("timestamp", "date")]
+        row = self.session.one(sql.first_out_of_range(staging.table, keys, dated)) if dated else None
+        if row is not None:
+            values = dict(zip(dated, row[len(keys):], strict=True))
+            column = next(c for c, v in values.items() if v is not None and str(v) < sql.EARLIEST)
+            raise DataError(
+                f"column '{column}' holds {values[column]}, before {sql.EARLIEST}, at key "
+                f"{offending_key(model, dict(zip(keys, row, strict=False)))}: MySQL's DATETIME and DATE "
+                f"hold {sql.EARLIEST} to 9999-12-31; nothing was written",
+                model=model.model_name, destination=self.name,
+                fix=f"correct the value in the source, or leave {column} out of the model")
+        long_keys = [c.destination_name for c in model.primary_key if c.data_type == "string"]
+        row = self.session.one(sql.first_long_key(staging.table, keys, long_keys)) if long_keys else None
+        if row is not None:
+            raise DataError(
+                f"a string primary key value is longer than {sql.KEY_STRING_LENGTH} characters (key "
+                f"starting {offending_key(model, dict(zip(keys, row, strict=True)))}): MySQL key columns "
+                f"are {sql.KEY_STRING_TYPE}; nothing was written",
+                model=model.model_name, destination=self.name,
+                fix="key the model on shorter columns (a hash of the long value, say)")
+
+    def _refuse_duplicate_keys(self, load: WindowLoad, staging: StagingTable) -> None:
+        """A key staged twice among the keys the target holds (a join on its primary key, cheap);
+        a key it does not hold, staged twice, makes the merge's insert fail on the primary key,
+        which then runs the full check (:meth:`_merge`)."""
+        model = load.model
+        keys = [c.destination_name for c in model.primary_key]
+        row = self.session.one(sql.first_duplicate_held_key(staging.table, staging.target, keys))
+        if row is not None:
+            raise duplicate_key_error(model, self.name, dict(zip(keys, row, strict=False)), row[-1])
+
+    def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
+        import pymysql
+
+        try:
+            return super()._merge(load, staging)
+        except pymysql.err.IntegrityError as exc:
+            if exc.args and exc.args[0] == DUPLICATE_ENTRY:  # a new key staged twice: named, rolled back
+                super()._refuse_duplicate_keys(load, staging)
             raise
-        conn.commit()
 
-    # -- names --------------------------------------------------------------------------------
+    # -- a full refresh's publish -------------------------------------------------------------------
 
-    def table(self, model: ModelConfig) -> str:
-        return sql.qualified(self.database, model.model_name)
+    def _rename(self, model: ModelConfig, pairs: list[tuple[str, str]]) -> None:
+        """One ``RENAME TABLE``, waiting at most ``Tuning.lock_wait_seconds`` for the live table's
+        readers (their open transactions hold its metadata lock); refused after that, nothing
+        changed: readers still see the old table and the refresh built aside is kept."""
+        import pymysql
 
-    def refresh_table_name(self, model: ModelConfig) -> str:
-        return sql.REFRESH_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
-
-    def refresh_table(self, model: ModelConfig) -> str:
-        return sql.qualified(self.database, self.refresh_table_name(model))
-
-    def old_table_name(self, model: ModelConfig) -> str:
-        return sql.OLD_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
-
-    @property
-    def status_table(self) -> str:
-        return sql.qualified(self.database, sql.STATUS_TABLE)
+        wait = max(1, round(self.tuning.lock_wait_seconds))
+        self.session.execute(f"SET SESSION lock_wait_timeout = {wait}")
+        try:
+            super()._rename(model, pairs)
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] == LOCK_WAIT_TIMEOUT:
+                raise TransferRunning(
+                    f"model '{model.model_name}' -> destination '{self.name}': the full refresh is complete "
+                    f"but was not published: other sessions kept {self.table(model)} in use for {wait} s "
+                    "(RENAME TABLE needs it alone for a moment). Nothing changed: readers still see the old "
+                    "table, and the refresh built aside is kept. Fix: run the transfer again once the long "
+                    "queries or open transactions on the table have ended; it publishes the refresh") from None
+            raise
+        finally:
+            self.session.execute("SET SESSION lock_wait_timeout = DEFAULT")
 
     # -- outside a transfer's windows ---------------------------------------------------------
-
-    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
-        """Remove the rows whose primary key and last-modified value ``frame`` holds (a row that
-        changed since is left alone): staged like a batch, then one ``DELETE ... JOIN``."""
-        chosen = [*model.primary_key, model.last_modified]
-        columns = [c.destination_name for c in chosen]
-        name = self.staging_table_name(model, transfer_id)
-        staging = sql.qualified(self.database, name)
-        with self._translated_errors():
-            self._exec(sql.drop_table(staging))
-            self._exec(sql.staging_ddl(staging, model, chosen))
-            try:
-                self._stage(frame.select(*columns), staging, model)
-                with self._transaction():
-                    return self._exec(sql.delete_matching(self.table(model), staging, columns))
-            finally:
-                self._exec(sql.drop_table(staging))
-
-    def has_table(self, model: ModelConfig) -> bool:
-        with self._translated_errors():
-            return self._exists(model.model_name)
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         connection = self.destination.connection
@@ -165,3 +265,6 @@ class MysqlWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Probin
                      **jdbc_properties(connection, f"destinations.{self.name}.connection.password"))
             .load()
         )
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        return probe_destination(self, models, target)

@@ -1,51 +1,77 @@
-"""PostgreSQL destination: a staged upsert (the order is ``destinations/skeleton.py``'s).
+"""PostgreSQL destination: the SQL writer's algorithm (``destinations/sql/``) with
+:class:`~.dialect.PostgresDialect`'s statements, and what PostgreSQL does its own way:
 
-Per window: Spark writes the batch into an UNLOGGED staging table with the target's columns
-(:mod:`.staging`); it is checked (no NULL key or last-modified value, no duplicate key); then one
-transaction merges it on the primary key and records the model's row in ``_transfer_status``
-with the new watermark (:mod:`.merge`); the staging table is dropped. A crash before COMMIT
-leaves the target and the watermark as they were; the next transfer drops the orphaned staging
-table in ``prepare``, under the model's advisory lock (:mod:`.locks`). A full refresh is built
-aside and published in one transaction (:mod:`.refresh`); an incremental transfer brings the live
-table's columns to the model's (:mod:`.schema`).
-
-Every statement's text comes from :mod:`.sql`, planned and tested without a database; these
-modules run them, in order, in their transactions, and turn what PostgreSQL refuses into errors
-that name the fix (:mod:`.errors`).
+- **the bulk load**: ``COPY ... FROM STDIN`` into an UNLOGGED staging table, from Spark's Python
+  workers or from this process (:mod:`.copy`);
+- **the model's lock**: a session advisory lock (released when the connection closes or its process
+  dies);
+- **the empty-target fast path**: when the target is empty and nothing depends on it, the loaded
+  staging table *becomes* it (its primary key built, the empty target dropped, the staging table
+  renamed): every row is written once;
+- **a full refresh's publish**, in one transaction: when nothing depends on the live table's
+  identity (no view, foreign key, trigger, extra index, policy, publication, comment, grant or owner
+  of its own; the aside table's columns and key exactly the live table's), the aside table is
+  analyzed, both tables are locked (waiting at most ``Tuning.lock_wait_seconds`` for the live
+  table's readers, else refused with nothing changed), the live table dropped and the aside table
+  and its key renamed into its place. When something depends on it, the live table is truncated
+  and refilled (merged into, when another table's foreign key references it), its identity kept.
+  When its columns no longer match the model, it is replaced (refused, naming the fix, if a view
+  depends on it). Readers see the old table whole until that commit;
+- **errors**: a refused statement becomes ``MissingPrivilege`` with the grant a loader needs, a lost
+  connection ``ConnectionFailure``.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from functools import partial
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, PostgresDestination
-from transfer_platform.connections import connect_postgres, jdbc_properties, postgres_jdbc_url
-from transfer_platform.core.sql import qualified
-from transfer_platform.destinations.base import staging_suffix
-from transfer_platform.destinations.postgres import sql
-from transfer_platform.destinations.postgres.errors import Errors, first_line
-from transfer_platform.destinations.postgres.locks import Locks
-from transfer_platform.destinations.postgres.merge import Merge
-from transfer_platform.destinations.postgres.probe import Probing
-from transfer_platform.destinations.postgres.refresh import Refresh
-from transfer_platform.destinations.postgres.schema import Schema
-from transfer_platform.destinations.postgres.staging import Staging
-from transfer_platform.destinations.postgres.state import States
-from transfer_platform.destinations.skeleton import Writer
-from transfer_platform.errors import DataError
+from transfer_platform.connections import (
+    connect_postgres,
+    jdbc_properties,
+    postgres_connect_kwargs,
+    postgres_jdbc_url,
+    spark_error_reason,
+)
+from transfer_platform.core.sql import qualified, quote_ident
+from transfer_platform.destinations.postgres import dialect as sql
+from transfer_platform.destinations.postgres.copy import copy_batches, copy_partition
+from transfer_platform.destinations.postgres.probe import probe_destination
+from transfer_platform.destinations.sql.session import PsycopgSession
+from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
+from transfer_platform.errors import (
+    ConnectionFailure,
+    DataError,
+    MissingPrivilege,
+    SchemaMismatch,
+    TransferRunning,
+)
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
     import psycopg
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from transfer_platform.core.watermarks import ModelState
+    from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.probes import Check
 
-class PostgresWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Probing, Writer):
+
+def first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class PostgresWriter(SqlWriter):
+    DIALECT = sql.PostgresDialect()
+
     def __init__(self, destination: PostgresDestination, tuning: Tuning = DEFAULT) -> None:
-        super().__init__(destination, tuning)
-        self.schema = destination.connection.schema_ or "public"
-        self.what = f"PostgreSQL destination '{destination.name}'"
+        super().__init__(destination, tuning, container=destination.connection.schema_ or "public",
+                         what=f"PostgreSQL destination '{destination.name}'")
+        self.schema = self.container
         self._conn: psycopg.Connection | None = None
         self._locked: set[int] = set()  # the models whose lock this writer's session holds
 
@@ -57,6 +83,10 @@ class PostgresWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Pro
             self._conn = connect_postgres(self.destination.connection, what=self.what, autocommit=True)
         return self._conn
 
+    @property
+    def session(self) -> PsycopgSession:
+        return PsycopgSession(self.conn)
+
     def close(self) -> None:
         """Release the connection, and with it the models' locks (session advisory locks)."""
         if self._conn is not None:
@@ -67,47 +97,329 @@ class PostgresWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Pro
     def check(self) -> None:
         self.conn.execute("SELECT 1")
 
+    # -- errors ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def _missing_privileges(self) -> Iterator[None]:
+        """A refused statement becomes ``MissingPrivilege`` with the grant a loader needs."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.errors.InsufficientPrivilege as exc:
+            connection = self.destination.connection
+            schema, role = quote_ident(self.schema), quote_ident(connection.username)
+            raise MissingPrivilege(
+                self.what, role=connection.username, reason=first_line(exc),
+                grant=f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role} (the loader creates, alters, "
+                      "drops and renames its tables there; tables created by another role must be "
+                      f"owned by it: ALTER TABLE ... OWNER TO {role})",
+            ) from None
+
+    @contextmanager
+    def _translated_errors(self) -> Iterator[None]:
+        """:meth:`_missing_privileges`, and a lost connection as ``ConnectionFailure``."""
+        import psycopg
+
+        with self._missing_privileges():
+            try:
+                yield
+            except psycopg.OperationalError as exc:
+                connection = self.destination.connection
+                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
+                                        reason=first_line(exc)) from None
+
     def _preparing(self) -> AbstractContextManager[None]:
         return self._missing_privileges()
 
-    # -- names --------------------------------------------------------------------------------
+    # -- bookkeeping ----------------------------------------------------------------------------
 
-    def table(self, model: ModelConfig) -> str:
-        return qualified(self.schema, model.model_name)
+    def _create_container(self) -> None:
+        """Create the schema only when it is missing: PostgreSQL checks ``CREATE SCHEMA IF NOT
+        EXISTS`` against the database's ``CREATE`` privilege even when the schema exists, which a
+        loader that only has ``USAGE, CREATE`` on its own schema does not hold."""
+        import psycopg
 
-    def refresh_table_name(self, model: ModelConfig) -> str:
-        return sql.REFRESH_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
+        if self.conn.execute(sql.SCHEMA_EXISTS, (self.schema,)).fetchone()[0]:
+            return
+        try:
+            self.conn.execute(sql.create_schema(self.schema))
+        except (psycopg.errors.DuplicateSchema, psycopg.errors.UniqueViolation):
+            pass  # another transfer created it meanwhile (a race shows as either)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            connection = self.destination.connection
+            raise MissingPrivilege(
+                f"{self.what}: schema {self.schema!r} does not exist and cannot be created",
+                role=connection.username, reason=first_line(exc),
+                grant=(f"create it for the loader (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION "
+                       f"{quote_ident(connection.username)}), or GRANT CREATE ON DATABASE "
+                       f"{quote_ident(connection.database)} TO {quote_ident(connection.username)}"),
+            ) from None
 
-    def refresh_table(self, model: ModelConfig) -> str:
-        return qualified(self.schema, self.refresh_table_name(model))
+    def _reach(self) -> None:
+        """The schema and ``_transfer_status`` (with its ``refresh_state``), created if missing;
+        two transfers starting on a new destination at once may both create the status table, and
+        PostgreSQL then refuses the second with a duplicate type or key: the table is there."""
+        import psycopg
 
-    @property
-    def status_table(self) -> str:
-        return qualified(self.schema, sql.STATUS_TABLE)
+        with self._translated_errors():
+            self._create_container()
+            with suppress(psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable,
+                          psycopg.errors.UniqueViolation):
+                self.conn.execute(self.dialect.status_ddl(self.status_table))
+            if "refresh_state" not in self._columns(sql.STATUS_TABLE):  # a table from an older version
+                self.conn.execute(sql.add_refresh_state_column(self.status_table))
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """``committed_state`` reads in one READ ONLY transaction, without row locks."""
+        with self._translated_errors(), self.conn.transaction():
+            self.conn.execute("SET TRANSACTION READ ONLY")
+            yield
+
+    def _status_row(self, model: ModelConfig) -> tuple | None:
+        if "refresh_state" in self._columns(sql.STATUS_TABLE):
+            return super()._status_row(model)
+        row = self.conn.execute(f"SELECT state::text FROM {self.status_table} WHERE data_model_name = %s",
+                                (model.model_name,)).fetchone()  # a table from an older version
+        return None if row is None else (row[0], None, None)
+
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """Hold the model's lock in the destination itself (a session advisory lock, released when
+        the writer's connection closes, or when its process dies): two transfers of one model to
+        one destination never interleave, however they were started, and the staging tables of
+        the model left behind can only be a dead transfer's. A second transfer waits up to
+        ``Tuning.lock_wait_seconds``, then is refused, naming the first."""
+        import psycopg
+
+        key = sql.model_lock_key(self.destination.connection.database, self.schema, model.model_name)
+        if key in self._locked:
+            return
+        conn = self.conn
+        conn.execute("SELECT set_config('application_name', %s, false)", (f"transfer_platform {transfer_id}"[:63],))
+        try:
+            # wait a little: a killed transfer's session ends a moment after its process
+            with conn.transaction():
+                conn.execute(sql.lock_timeout(self.tuning.lock_wait_seconds))
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        except psycopg.errors.LockNotAvailable:
+            holder = conn.execute(sql.ADVISORY_LOCK_HOLDER, ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+            who = (f"{holder[0] or 'a session'}, connected since {holder[1]:%Y-%m-%d %H:%M:%S}"
+                   if holder else "a session that has just ended")
+            raise TransferRunning(
+                f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
+                f"model to this destination is running ({who}); two transfers never write one "
+                "table at once. Fix: wait for it to end, or cancel it (transfer-platform cancel "
+                "TRANSFER_ID), then run this one again; transfers queued through Dagster wait for "
+                "each other by themselves") from None
+        self._locked.add(key)
+
+    # -- the bulk load: COPY ----------------------------------------------------------------------
+
+    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        """Spark hands each partition to a Python worker as Arrow batches (``mapInArrow``, so
+        memory stays flat), which writes them as CSV into one ``COPY ... FROM STDIN`` in its own
+        transaction. A failed partition commits nothing; at most
+        ``max_concurrent_queries_per_transfer`` partitions write at once."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        connection = self.destination.connection
+        copy = partial(copy_partition, postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
+                       sql.copy_csv(staging, frame.columns))
+        try:
+            frame.coalesce(self.destination.max_concurrent_queries_per_transfer).mapInArrow(copy, "rows long").collect()
+        except (Py4JJavaError, PySparkException) as exc:
+            reason = spark_error_reason(exc)
+            if "Connection" in reason and "refused" in reason:
+                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
+                                        reason=reason) from None
+            raise
+
+    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        import psycopg
+
+        with self._translated_errors():
+            try:
+                copy_batches(self.conn, sql.copy_csv(staging, batch.column_names), batch.to_batches())
+            except (psycopg.DataError, psycopg.IntegrityError) as exc:  # a value the column cannot hold
+                raise DataError(f"COPY into the staging table failed: {first_line(exc)}",
+                                model=load.model.model_name, destination=self.name,
+                                fix="check that each column's data_type matches the source values") from None
+
+    # -- the empty-target fast path ---------------------------------------------------------------
+
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+        """An empty target that nothing depends on can be *replaced* by the staging table: the
+        batch is then written once (no merge); the staging table is logged so that it can become it."""
+        model = load.model
+        target_name = self.refresh_table_name(model) if load.into_refresh else model.model_name
+        target = qualified(self.schema, target_name)
+        name = self.staging_table_name(model, load.transfer_id)
+        staging = StagingTable(name, qualified(self.schema, name), target_name, target)
+        swappable = self._is_empty(target)
+        self._create_staging_table(staging, model, None, logged=swappable)
+        staging.swappable = swappable and self._replaceable(target, staging.table)
+        return staging
+
+    def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
+        model = load.model
+        if staging.swappable:
+            rows_deleted = staging.marked
+            if model.removes_deleted_rows:  # nothing to remove in an empty target; never inserted
+                marker = model.deletion_marker
+                self.conn.execute(self.dialect.delete_where(
+                    staging.table, self.dialect.marked(marker.destination_name, marker.data_type)))
+                rows_deleted = 0
+            if self._swap_in(load, staging):
+                return rows_deleted
+            self._refuse_duplicate_keys(load, staging)
+        return super()._merge(load, staging)
+
+    def _is_empty(self, table: str) -> bool:
+        return self.conn.execute(sql.is_empty(table)).fetchone()[0]
+
+    def _replaceable(self, target: str, staging: str) -> bool:
+        """Nothing would be lost by replacing ``target`` with ``staging`` (the empty-target fast
+        path, a full refresh's publish): no index but the primary key, no trigger, view, foreign
+        key, check, default, policy, publication, rule or comment on it, nothing using its row
+        type; the same owner, grants, storage options, persistence, replica identity and row
+        security as ``staging``; the same columns in the same order (type, collation, NOT NULL,
+        column grants, statistics settings)."""
+        (extra,) = self.conn.execute(sql.DEPENDENTS_BUT_THE_KEY, {"t": target}).fetchone()
+        if extra:
+            return False
+        (alike,) = self.conn.execute(sql.SAME_OWNER_GRANTS_AND_OPTIONS, (target, staging)).fetchone()
+        return bool(alike) and bool(self.conn.execute(sql.SAME_COLUMNS, (target, staging)).fetchone()[0])
+
+    def _swap_in(self, load: WindowLoad, staging: StagingTable) -> bool:
+        """Make the loaded staging table the target, in the current transaction: its primary key
+        is built (a duplicate key is refused by name), the empty target dropped, the staging table
+        renamed. False, with nothing changed, if the target is no longer empty or cannot be
+        dropped (an object came to depend on it): the caller merges instead."""
+        import psycopg
+
+        conn = self.conn
+        conn.execute(sql.lock_exclusive(staging.target))
+        if not self._is_empty(staging.target):
+            return False
+        try:
+            with conn.transaction():
+                conn.execute(sql.add_primary_key(staging.table, [c.destination_name for c in load.model.primary_key]))
+        except psycopg.errors.UniqueViolation:
+            self._refuse_duplicate_keys(load, staging)
+            raise  # not reached: the check above names the duplicate
+        try:
+            with conn.transaction():
+                conn.execute(self.dialect.drop_table(staging.target, if_exists=False))
+        except psycopg.errors.DependentObjectsStillExist:
+            return False
+        self._rename_into(staging.table, staging.target_name)
+        return True
+
+    def _rename_into(self, table: str, name: str) -> None:
+        """Rename ``table`` (in this schema) to ``name``, its primary key to ``<name>_pkey``."""
+        target = qualified(self.schema, name)
+        for statement in self.dialect.rename_tables(self.schema, [(table, name)]):
+            self.conn.execute(statement)
+        (pkey,) = self.conn.execute(sql.PRIMARY_KEY_NAME, (target,)).fetchone()
+        self.conn.execute(sql.rename_constraint(target, pkey, name + "_pkey"))
+
+    # -- a full refresh's publish -----------------------------------------------------------------
+
+    def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        live, aside = self.table(model), self.refresh_table(model)
+        if not self._columns_match(model, model.model_name):  # a new shape, or no live table yet
+            self._replace_live_table(model)
+        elif not (self._swappable(live, aside) and self._swap_refresh(model)):
+            self._refill_live_table(model)
+        self._record_state(model, state, transfer_id)
+        self._set_state(model, "refresh_state", None)
+
+    def _swappable(self, live: str, aside: str) -> bool:
+        return self._replaceable(live, aside) and bool(self.conn.execute(sql.SAME_PRIMARY_KEY, (live, aside)).fetchone()[0])
+
+    def _swap_refresh(self, model: ModelConfig) -> bool:
+        """The aside table analyzed, both tables locked (waiting at most
+        ``Tuning.lock_wait_seconds``), the check made again under the lock, the live table dropped
+        and the aside table renamed into its place. False if something came to depend on the live
+        table meanwhile: the caller refills it instead."""
+        import psycopg
+
+        conn = self.conn
+        live, aside = self.table(model), self.refresh_table(model)
+        wait = self.tuning.lock_wait_seconds
+        conn.execute(sql.analyze(aside))  # before the lock: readers are not kept waiting for it
+        conn.execute(sql.lock_timeout(wait))
+        try:
+            with conn.transaction():
+                conn.execute(sql.lock_exclusive(live, aside))
+        except psycopg.errors.LockNotAvailable:
+            raise TransferRunning(
+                f"model '{model.model_name}' -> destination '{self.name}': the full refresh is "
+                f"complete but was not published: other sessions kept {live} in use for "
+                f"{wait:g} s (publishing needs it alone for a moment). Nothing changed: "
+                "readers still see the old table, and the refresh built aside is kept. Fix: run the "
+                "transfer again once the long queries on the table have ended; it publishes the "
+                "refresh") from None
+        if not self._swappable(live, aside):
+            return False
+        try:
+            with conn.transaction():
+                conn.execute(self.dialect.drop_table(live, if_exists=False))
+        except psycopg.errors.DependentObjectsStillExist:
+            return False
+        self._rename_into(aside, model.model_name)
+        return True
+
+    def _refill_live_table(self, model: ModelConfig) -> None:
+        """Truncated and refilled; merged (rows deleted, inserted, updated) when another table's
+        foreign key references it, since ``TRUNCATE`` refuses that: a row the refresh removes but
+        a referencing row still needs is refused by the key (nothing published), or follows its
+        ``ON DELETE``."""
+        import psycopg
+
+        conn = self.conn
+        live, aside = self.table(model), self.refresh_table(model)
+        columns = [c.destination_name for c in model.columns]
+        (referenced,) = conn.execute(sql.REFERENCED_BY_ANOTHER_TABLE, (live,)).fetchone()
+        if not referenced:
+            for statement in sql.copy_into_live(live, aside, columns):
+                conn.execute(statement)
+            return
+        try:
+            for statement in sql.merge_into_live(live, aside, columns, [c.destination_name for c in model.primary_key]):
+                conn.execute(statement)
+        except psycopg.errors.ForeignKeyViolation as exc:
+            raise DataError(
+                f"the full refresh removes rows of {live} that another table's foreign key still "
+                f"references ({exc.diag.message_detail or exc.diag.message_primary}); nothing was "
+                "published, the refresh built aside is kept",
+                model=model.model_name, destination=self.name,
+                fix="delete or repoint the referencing rows (or give the foreign key ON DELETE CASCADE "
+                    "or SET NULL), then run the transfer again: it publishes the refresh") from None
+
+    def _replace_live_table(self, model: ModelConfig) -> None:
+        import psycopg
+
+        try:
+            self.conn.execute(self.dialect.drop_table(self.table(model)))
+        except psycopg.errors.DependentObjectsStillExist:
+            raise SchemaMismatch(
+                f"model '{model.model_name}' -> destination '{self.name}': the full refresh changes "
+                f"the columns of {self.table(model)}, which must be replaced, but views or other "
+                "objects depend on it. Fix: drop them, run the transfer again (the refresh built so "
+                "far is kept), then recreate them"
+            ) from None
+        self._rename_into(self.refresh_table(model), model.model_name)
 
     # -- outside a transfer's windows ---------------------------------------------------------
-
-    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
-        """Remove the rows whose primary key and last-modified value ``frame`` holds (a row that
-        changed since is left alone): staged like a batch (COPY from Spark's workers, so memory
-        stays flat), then one ``DELETE ... USING`` in one transaction."""
-        columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
-        staging = qualified(self.schema, self.staging_table_name(model, transfer_id))
-        with self._translated_errors():
-            self.conn.execute(sql.drop_table(staging))
-            self.conn.execute(sql.staging_like(staging, self.table(model), logged=False, columns=columns))
-            try:
-                self._stage(frame.select(*columns), staging)
-                with self.conn.transaction():
-                    return self.conn.execute(sql.delete_matching_sql(self.table(model), staging, columns)).rowcount
-            finally:
-                self.conn.execute(sql.drop_table(staging))
 
     def has_table(self, model: ModelConfig) -> bool:
         import psycopg
 
         try:
-            return self.conn.execute(sql.TABLE_EXISTS, (self.table(model),)).fetchone()[0]
+            return self._exists(model.model_name)
         except psycopg.Error as exc:
             raise DataError(
                 f"reading the state of PostgreSQL destination '{self.name}' failed: {first_line(exc)}",
@@ -125,3 +437,6 @@ class PostgresWriter(Errors, States, Schema, Staging, Merge, Refresh, Locks, Pro
                      **jdbc_properties(connection, f"destinations.{self.name}.connection.password"))
             .load()
         )
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        return probe_destination(self, models, target)

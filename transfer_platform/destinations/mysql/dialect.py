@@ -1,6 +1,6 @@
-"""The SQL text of the MySQL / MariaDB destination, planned without a database, and the names of
-the tables it keeps beside the models' (status, staging, refresh built aside, the old table a
-publish renames away).
+"""The SQL text of the MySQL / MariaDB destination, planned without a database:
+:class:`MysqlDialect` (the statements of the SQL writer's algorithm) and those of MySQL's own
+steps (LOAD DATA, the out-of-range checks, the model's ``GET_LOCK``).
 
 Every table lives in the destination's one database (``connection.database``, the recipient's);
 names are quoted with backticks here. Column types come from the vendor record
@@ -13,15 +13,24 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from transfer_platform.config.models import ColumnConfig, ModelConfig
 from transfer_platform.core.sql import quote_ident
+from transfer_platform.destinations.sql.dialect import (
+    OLD_PREFIX,
+    REFRESH_PREFIX,
+    STAGING_PREFIX,
+    STATUS_TABLE,
+    Dialect,
+    Statement,
+    state_column,
+)
 from transfer_platform.vendors import DESTINATIONS
 
-STATUS_TABLE = "_transfer_status"
-STAGING_PREFIX = "_tp_stg_"
-REFRESH_PREFIX = "_tp_refresh_"
-OLD_PREFIX = "_tp_old_"
+if TYPE_CHECKING:
+    from transfer_platform.config.models import ColumnConfig, ModelConfig
+
+__all__ = ["OLD_PREFIX", "REFRESH_PREFIX", "STAGING_PREFIX", "STATUS_TABLE", "MysqlDialect"]
 #: the type of a string primary-key column (an index needs a bounded length), and that length
 KEY_STRING_LENGTH = 255
 KEY_STRING_TYPE = f"VARCHAR({KEY_STRING_LENGTH})"
@@ -65,69 +74,16 @@ def columns_ddl(model: ModelConfig, *, nullable: bool = False) -> str:
     return ", ".join(f"{q(c.destination_name)} {column_type(c)}{' NULL' if nullable else ''}" for c in model.columns)
 
 
-def target_ddl(table: str, model: ModelConfig) -> str:
-    key = ", ".join(q(c.destination_name) for c in model.primary_key)
-    return f"CREATE TABLE IF NOT EXISTS {table} ({columns_ddl(model)}, PRIMARY KEY ({key})) {TABLE_OPTIONS}"
-
-
-def staging_ddl(table: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None = None) -> str:
-    """A staging table: the model's columns (or ``columns``), every one nullable, no key (a NULL
-    or duplicate key is refused by our checks, by name); a string key unbounded (``LONGTEXT``),
-    so that a value too long for the target's key column is seen whole and refused by name."""
-    types = DESTINATIONS["mysql"].column_types
-    cols = ", ".join(f"{q(c.destination_name)} {types[c.data_type]} NULL" for c in (columns or model.columns))
-    return f"CREATE TABLE {table} ({cols}) {TABLE_OPTIONS}"
-
-
 def model_lock_name(database: str, model: str) -> str:
     """The ``GET_LOCK`` name of one model in one destination database (at most 64 characters)."""
     digest = hashlib.sha256(f"transfer_platform\x00{database}\x00{model}".encode()).hexdigest()
     return f"tp_model_{digest[:40]}"
 
 
-def status_ddl(table: str) -> str:
-    return (f"CREATE TABLE IF NOT EXISTS {table} ("
-            "data_model_name VARCHAR(255) NOT NULL PRIMARY KEY, "
-            "transfer_last_updated_at DATETIME(6) NULL, "
-            "high_watermark DATETIME(6) NULL, "
-            "state LONGTEXT NULL, "
-            "refresh_state LONGTEXT NULL, "
-            "published_state LONGTEXT NULL, "
-            "last_transfer_id VARCHAR(255) NULL, "
-            f"updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) {TABLE_OPTIONS}")
-
-
-def drop_table(table: str, *, if_exists: bool = True) -> str:
-    return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
-
-
 def marked(column: str, data_type: str, alias: str | None = None) -> str:
     """The condition that a row is marked deleted (a boolean marker true, a timestamp one set)."""
     ref = (f"{alias}." if alias else "") + q(column)
     return f"COALESCE({ref} = 1, FALSE)" if data_type == "boolean" else f"{ref} IS NOT NULL"
-
-
-def batch_summary_sql(model: ModelConfig, staging: str) -> str:
-    """One scan of a staged batch; parameter: the high watermark (twice, NULL if none). Rows, rows
-    newer than it, the greatest last-modified value, NULL keys, NULL last-modified values, rows
-    marked deleted newer than it (all, without one)."""
-    lm = q(model.last_modified.destination_name)
-    null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)
-    marker = model.deletion_marker
-    flagged = "FALSE" if marker is None else marked(marker.destination_name, marker.data_type)
-    return (f"SELECT count(*), COALESCE(SUM({lm} > %s), 0), MAX({lm}), COALESCE(SUM({null_key}), 0), "
-            f"COALESCE(SUM({lm} IS NULL), 0), COALESCE(SUM({flagged} AND ({lm} > %s OR %s IS NULL)), 0) "
-            f"FROM {staging}")
-
-
-def first_key_where_null(staging: str, keys: list[str], column: str) -> str:
-    key_sql = ", ".join(q(k) for k in keys)
-    return f"SELECT {key_sql} FROM {staging} WHERE {q(column)} IS NULL LIMIT 1"
-
-
-def first_duplicate_key(staging: str, keys: list[str]) -> str:
-    key_sql = ", ".join(q(k) for k in keys)
-    return f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
 
 
 def first_duplicate_held_key(staging: str, target: str, keys: list[str]) -> str:
@@ -174,15 +130,6 @@ def _join(keys: Sequence[str]) -> str:
     return " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
 
 
-def soft_delete(target: str, staging: str, keys: Sequence[str], last_modified: str, marker: str,
-                marker_type: str) -> str:
-    """Remove the target rows the staging table marks deleted, unless the delivered row is newer
-    (at the same last-modified value the delete wins)."""
-    lm = q(last_modified)
-    return (f"DELETE t FROM {target} AS t JOIN {staging} AS s ON {_join(keys)} "
-            f"WHERE {marked(marker, marker_type, 's')} AND s.{lm} >= t.{lm}")
-
-
 def replaced_rows(target: str, staging: str, columns: Sequence[str], keys: Sequence[str],
                   last_modified: str) -> str:
     """Delete the target rows a staged row replaces: a newer one, or an equally new one that
@@ -204,11 +151,6 @@ def insert_new(target: str, staging: str, columns: Sequence[str], keys: Sequence
     return f"INSERT INTO {target} ({names}) SELECT {selected} FROM {staging} AS s WHERE {where}"
 
 
-def delete_matching(target: str, staging: str, columns: Sequence[str]) -> str:
-    """Delete the target rows equal to a staged row on every one of ``columns`` (the sweep)."""
-    return f"DELETE t FROM {target} AS t JOIN {staging} AS s ON {_join(columns)}"
-
-
 # -- catalog look-ups (parameters: database, table) ----------------------------------------------
 
 TABLE_EXISTS = "SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
@@ -224,43 +166,114 @@ LOCK_HOLDER = ("SELECT p.USER, p.HOST, p.TIME FROM information_schema.PROCESSLIS
                "WHERE p.ID = IS_USED_LOCK(%s)")
 
 
-def add_column(table: str, column: ColumnConfig) -> str:
-    return f"ALTER TABLE {table} ADD COLUMN {q(column.destination_name)} {column_type(column)} NULL"
-
-
-def drop_column(table: str, column: str) -> str:
-    return f"ALTER TABLE {table} DROP COLUMN {q(column)}"
-
-
 # -- the status table: parameters as each function says --------------------------------------------
 
-def ensure_status_row(status: str) -> str:
-    return f"INSERT IGNORE INTO {status} (data_model_name) VALUES (%s)"
 
+class MysqlDialect(Dialect):
+    vendor = "mysql"
+    transactional_ddl = False  # DDL commits: a refresh is published by one RENAME TABLE between two commits
 
-def read_states(status: str) -> str:
-    return f"SELECT state, refresh_state, published_state FROM {status} WHERE data_model_name = %s"
+    def quote(self, name: str) -> str:
+        return q(name)
 
+    def column_type(self, column: ColumnConfig) -> str:
+        return column_type(column)
 
-def read_state(status: str, column: str = "state", *, for_update: bool = False) -> str:
-    if column not in ("state", "refresh_state", "published_state"):
-        raise ValueError(f"not a state column: {column!r}")
-    return f"SELECT {column} FROM {status} WHERE data_model_name = %s" + (" FOR UPDATE" if for_update else "")
+    def matches(self, declared: str, actual: str) -> bool:
+        return matches(declared, actual)
 
+    def marked(self, column: str, data_type: str, alias: str | None = None) -> str:
+        return marked(column, data_type, alias)
 
-def set_column(status: str, column: str) -> str:
-    """Parameters: the value (state json or NULL), model name."""
-    if column not in ("refresh_state", "published_state"):
-        raise ValueError(f"not a state column: {column!r}")
-    return f"UPDATE {status} SET {column} = %s WHERE data_model_name = %s"
+    def table_exists(self, container: str, name: str) -> Statement:
+        return TABLE_EXISTS, (container, name)
 
+    def columns(self, container: str, name: str) -> Statement:
+        return COLUMNS, (container, name)
 
-def record_state(status: str) -> str:
-    """Parameters: watermark, high watermark, state json, transfer id, model name."""
-    return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, state = %s, "
-            "last_transfer_id = %s, updated_at = CURRENT_TIMESTAMP(6) WHERE data_model_name = %s")
+    def primary_key(self, container: str, name: str) -> Statement:
+        return PRIMARY_KEY, (container, name)
 
+    def tables_starting_with(self, container: str, prefix: str) -> Statement:
+        return TABLES_STARTING_WITH, (container, prefix, prefix)
 
-def rename_tables(*pairs: tuple[str, str]) -> str:
-    """One atomic ``RENAME TABLE`` of every (from, to) pair, in order."""
-    return "RENAME TABLE " + ", ".join(f"{a} TO {b}" for a, b in pairs)
+    def table_size(self, container: str, name: str) -> Statement:
+        return TABLE_SIZE, (container, name)
+
+    def status_ddl(self, status: str) -> str:
+        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name VARCHAR(255) NOT NULL PRIMARY KEY, "
+                "transfer_last_updated_at DATETIME(6) NULL, high_watermark DATETIME(6) NULL, state LONGTEXT NULL, "
+                "refresh_state LONGTEXT NULL, published_state LONGTEXT NULL, last_transfer_id VARCHAR(255) NULL, "
+                f"updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) {TABLE_OPTIONS}")
+
+    def target_ddl(self, table: str, model: ModelConfig) -> str:
+        key = ", ".join(q(c.destination_name) for c in model.primary_key)
+        return f"CREATE TABLE IF NOT EXISTS {table} ({columns_ddl(model)}, PRIMARY KEY ({key})) {TABLE_OPTIONS}"
+
+    def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
+                    *, logged: bool) -> str:
+        """Every column nullable, no key; a string key unbounded (``LONGTEXT``), so that a value
+        too long for the target's key column is seen whole and refused by name."""
+        types = DESTINATIONS["mysql"].column_types
+        cols = ", ".join(f"{q(c.destination_name)} {types[c.data_type]} NULL" for c in (columns or model.columns))
+        return f"CREATE TABLE {staging} ({cols}) {TABLE_OPTIONS}"
+
+    def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
+        """One ``ALTER TABLE`` (a single statement: all its changes or none)."""
+        clauses = [f"ADD COLUMN {q(c.destination_name)} {column_type(c)} NULL" for c in added]
+        clauses += [f"DROP COLUMN {q(name)}" for name in dropped]
+        return [f"ALTER TABLE {table} {', '.join(clauses)}"] if clauses else []
+
+    def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        """One atomic ``RENAME TABLE`` of every pair, in order."""
+        return ["RENAME TABLE " + ", ".join(f"{a} TO {qualified(container, b)}" for a, b in pairs)]
+
+    def ensure_status_row(self, status: str, model_name: str) -> Statement:
+        return f"INSERT IGNORE INTO {status} (data_model_name) VALUES (%s)", (model_name,)
+
+    def read_states(self, status: str, model_name: str) -> Statement:
+        return (f"SELECT state, refresh_state, published_state FROM {status} WHERE data_model_name = %s",
+                (model_name,))
+
+    def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
+        return (f"SELECT {state_column(column)} FROM {status} WHERE data_model_name = %s"
+                + (" FOR UPDATE" if for_update else ""), (model_name,))
+
+    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
+                     transfer_id: str) -> Statement:
+        return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, state = %s, "
+                "last_transfer_id = %s, updated_at = CURRENT_TIMESTAMP(6) WHERE data_model_name = %s",
+                (watermark, high_watermark, state_json, transfer_id, model_name))
+
+    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
+        return f"UPDATE {status} SET {state_column(column)} = %s WHERE data_model_name = %s", (state_json, model_name)
+
+    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
+        """The size comes from the catalog (:meth:`table_size`)."""
+        lm = q(model.last_modified.destination_name)
+        null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)
+        marker = model.deletion_marker
+        flagged = "FALSE" if marker is None else marked(marker.destination_name, marker.data_type)
+        return (f"SELECT count(*), COALESCE(SUM({lm} > %s), 0), MAX({lm}), COALESCE(SUM({null_key}), 0), "
+                f"COALESCE(SUM({lm} IS NULL), 0), COALESCE(SUM({flagged} AND ({lm} > %s OR %s IS NULL)), 0), NULL "
+                f"FROM {staging}", (high_watermark,) * 3)
+
+    def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
+        """At the same last-modified value the delete wins."""
+        lm, marker = q(model.last_modified.destination_name), model.deletion_marker
+        keys = [c.destination_name for c in model.primary_key]
+        return (f"DELETE t FROM {target} AS t JOIN {staging} AS s ON {_join(keys)} "
+                f"WHERE {marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm}")
+
+    def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
+        """A staged delete + insert (``INSERT ... ON DUPLICATE KEY UPDATE`` was not used: each of
+        its assignments sees the columns already assigned before it, so the tie-break on the
+        last-modified column would have to be assigned last and repeated in every assignment)."""
+        keys = [c.destination_name for c in model.primary_key]
+        columns = [c.destination_name for c in model.columns]
+        replaced = [] if model.is_append_only else [
+            replaced_rows(target, staging, columns, keys, model.last_modified.destination_name)]
+        return [*replaced, insert_new(target, staging, columns, keys, skip)]
+
+    def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
+        return f"DELETE t FROM {target} AS t JOIN {staging} AS s ON {_join(columns)}"

@@ -1,33 +1,38 @@
-"""The SQL text of the PostgreSQL destination, planned without a database (tested as text), and
-the names of the tables it keeps beside the models' (status, staging, refresh built aside).
+"""The SQL text of the PostgreSQL destination, planned without a database (tested as text):
+:class:`PostgresDialect` (the statements of the SQL writer's algorithm) and the catalog look-ups of
+PostgreSQL's own steps (the model's advisory lock, the empty-target swap, a refresh's publish,
+the probe).
 
-The other modules of ``destinations/postgres/`` run these statements, and only these; the upsert and the soft delete
-are planned in ``core/sql.py`` (shared with the sources' quoting). Table arguments are qualified
-names already quoted (``core.sql.qualified``); column and schema names are quoted here.
+Table arguments are qualified names already quoted (``core.sql.qualified``); column and schema
+names are quoted here; values are always parameters.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from transfer_platform.config.models import ModelConfig
-from transfer_platform.core.sql import marked_deleted, qualified, quote_ident
-from transfer_platform.vendors import DESTINATIONS
+from transfer_platform.core.sql import (
+    marked_deleted,
+    plan_soft_delete,
+    plan_upsert,
+    qualified,
+    quote_ident,
+)
+from transfer_platform.destinations.sql.dialect import (
+    REFRESH_PREFIX,
+    STAGING_PREFIX,
+    STATUS_TABLE,
+    Dialect,
+    Statement,
+    state_column,
+)
 
-STATUS_TABLE = "_transfer_status"
-STAGING_PREFIX = "_tp_stg_"
-REFRESH_PREFIX = "_tp_refresh_"
+if TYPE_CHECKING:
+    from transfer_platform.config.models import ColumnConfig, ModelConfig
 
-
-def column_type(data_type: str) -> str:
-    """The PostgreSQL type of a model column's ``data_type``: the only place it is looked up."""
-    return DESTINATIONS["postgres"].column_types[data_type]
-
-
-def target_ddl(table: str, model: ModelConfig) -> str:
-    columns = ", ".join(f"{quote_ident(c.destination_name)} {column_type(c.data_type)}" for c in model.columns)
-    key = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
-    return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
+__all__ = ["REFRESH_PREFIX", "STAGING_PREFIX", "STATUS_TABLE", "PostgresDialect"]
 
 
 def model_lock_key(database: str, schema: str, model: str) -> int:
@@ -55,40 +60,6 @@ def probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
           f"ALTER TABLE {renamed} RENAME CONSTRAINT {quote_ident(name + '_pkey')} TO {quote_ident(name + '_k')}"]),
         ("drop tables (staging, full refresh)", [f"DROP TABLE {renamed}", f"DROP TABLE {staging}"]),
     ]
-
-
-def status_ddl(table: str) -> str:
-    return (
-        f"CREATE TABLE IF NOT EXISTS {table} ("
-        "data_model_name text PRIMARY KEY, "
-        "transfer_last_updated_at timestamp with time zone, "
-        "high_watermark timestamp with time zone, "
-        "state jsonb, "
-        "refresh_state jsonb, "
-        "last_transfer_id text, "
-        "updated_at timestamp with time zone NOT NULL DEFAULT now())"
-    )
-
-
-def batch_summary_sql(model: ModelConfig, staging: str) -> str:
-    """One scan of a staged batch: rows, rows newer than ``%(hw)s`` (the high watermark), the
-    greatest last-modified value, the staging table's size (``%(staging)s``), NULL keys, NULL
-    last-modified values, and rows marked deleted newer than ``%(hw)s`` (or all, if it is NULL)."""
-    lm = quote_ident(model.last_modified.destination_name)
-    null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
-    marker = model.deletion_marker
-    marked = "false" if marker is None else marked_deleted(marker.destination_name, marker.data_type)
-    newer = f"({lm} > %(hw)s OR %(hw)s IS NULL)"
-    return (f"SELECT count(*), count(*) FILTER (WHERE {lm} > %(hw)s), max({lm}), "
-            f"pg_total_relation_size(%(staging)s::regclass), count(*) FILTER (WHERE {null_key}), "
-            f"count(*) FILTER (WHERE {lm} IS NULL), count(*) FILTER (WHERE {marked} AND {newer}) "
-            f"FROM {staging}")
-
-
-def delete_matching_sql(target: str, staging: str, columns: list[str]) -> str:
-    """Delete the ``target`` rows equal to a staged row on every one of ``columns``."""
-    match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
-    return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"
 
 
 # -- catalog look-ups (parameters only) -----------------------------------------------------------
@@ -174,21 +145,16 @@ def not_owned(count: int) -> str:
             "AND NOT pg_has_role(current_user, c.relowner, 'USAGE')")
 
 
-# -- statements on already-quoted tables (``qualified``) and quoted here column names ---------------
+
+
+# -- PostgreSQL's own steps: on already-quoted tables, column and schema names quoted here ----------
 
 def create_schema(schema: str) -> str:
     return f"CREATE SCHEMA {quote_ident(schema)}"
 
 
-def drop_table(table: str, *, if_exists: bool = True) -> str:
-    return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
-
-
-def staging_like(staging: str, target: str, *, logged: bool, columns: list[str] | None = None) -> str:
-    """An empty staging table with ``target``'s columns (all, or ``columns``), no constraints;
-    unlogged unless it may become the target."""
-    names = "*" if columns is None else ", ".join(quote_ident(c) for c in columns)
-    return f"CREATE {'' if logged else 'UNLOGGED '}TABLE {staging} AS SELECT {names} FROM {target} WITH NO DATA"
+def add_refresh_state_column(status: str) -> str:
+    return f"ALTER TABLE {status} ADD COLUMN IF NOT EXISTS refresh_state jsonb"  # older tables lack it
 
 
 def copy_csv(staging: str, columns: list[str]) -> str:
@@ -199,7 +165,8 @@ def copy_into_live(live: str, aside: str, columns: list[str]) -> list[str]:
     """Publish a refresh into a live table whose columns match by copying its rows (its identity
     kept: views, foreign keys, grants, triggers); used when something depends on that identity."""
     names = ", ".join(quote_ident(c) for c in columns)
-    return [f"TRUNCATE {live}", f"INSERT INTO {live} ({names}) SELECT {names} FROM {aside}", drop_table(aside, if_exists=False)]
+    return [f"TRUNCATE {live}", f"INSERT INTO {live} ({names}) SELECT {names} FROM {aside}",
+            PostgresDialect().drop_table(aside, if_exists=False)]
 
 
 def merge_into_live(live: str, aside: str, columns: list[str], key: list[str]) -> list[str]:
@@ -221,11 +188,7 @@ def merge_into_live(live: str, aside: str, columns: list[str], key: list[str]) -
     return [f"DELETE FROM {live} AS t WHERE NOT EXISTS (SELECT FROM {aside} AS a WHERE {match})",
             f"INSERT INTO {live} AS t ({names}) SELECT {names} FROM {aside} "
             f"ON CONFLICT ({', '.join(q(k) for k in key)}) {conflict}",
-            drop_table(aside, if_exists=False)]
-
-
-def delete_where(table: str, condition: str) -> str:
-    return f"DELETE FROM {table} WHERE {condition}"
+            PostgresDialect().drop_table(aside, if_exists=False)]
 
 
 def is_empty(table: str) -> str:
@@ -250,62 +213,98 @@ def add_primary_key(table: str, columns: list[str]) -> str:
     return f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(quote_ident(c) for c in columns)})"
 
 
-def add_column(table: str, column: str, postgres_type: str) -> str:
-    return f"ALTER TABLE {table} ADD COLUMN {quote_ident(column)} {postgres_type}"
-
-
-def drop_column(table: str, column: str) -> str:
-    return f"ALTER TABLE {table} DROP COLUMN {quote_ident(column)}"
-
-
-def rename_table(table: str, name: str) -> str:
-    return f"ALTER TABLE {table} RENAME TO {quote_ident(name)}"
-
-
 def rename_constraint(table: str, old: str, new: str) -> str:
     return f"ALTER TABLE {table} RENAME CONSTRAINT {quote_ident(old)} TO {quote_ident(new)}"
 
 
-def first_key_where_null(staging: str, keys: list[str], column: str) -> str:
-    """The key of one staged row whose ``column`` is NULL (to name it in the error)."""
-    key_sql = ", ".join(quote_ident(k) for k in keys)
-    return f"SELECT {key_sql} FROM {staging} WHERE {quote_ident(column)} IS NULL LIMIT 1"
+class PostgresDialect(Dialect):
+    vendor = "postgres"
 
+    def quote(self, name: str) -> str:
+        return quote_ident(name)
 
-def first_duplicate_key(staging: str, keys: list[str]) -> str:
-    """One key staged more than once, with its count."""
-    key_sql = ", ".join(quote_ident(k) for k in keys)
-    return f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
+    def table_exists(self, container: str, name: str) -> Statement:
+        return TABLE_EXISTS, (qualified(container, name),)  # creates nothing, needs no right on it
 
+    def columns(self, container: str, name: str) -> Statement:
+        return COLUMNS, (qualified(container, name),)
 
-# -- the status table (``_transfer_status``): parameters (state json, model name) -------------------
+    def primary_key(self, container: str, name: str) -> Statement:
+        return PRIMARY_KEY, (qualified(container, name),)
 
-def add_refresh_state_column(status: str) -> str:
-    return f"ALTER TABLE {status} ADD COLUMN IF NOT EXISTS refresh_state jsonb"  # older tables lack it
+    def tables_starting_with(self, container: str, prefix: str) -> Statement:
+        return TABLES_STARTING_WITH, (container, prefix)
 
+    def status_ddl(self, status: str) -> str:
+        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name text PRIMARY KEY, "
+                "transfer_last_updated_at timestamp with time zone, high_watermark timestamp with time zone, "
+                "state jsonb, refresh_state jsonb, last_transfer_id text, "
+                "updated_at timestamp with time zone NOT NULL DEFAULT now())")
 
-def ensure_status_row(status: str) -> str:
-    return f"INSERT INTO {status} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING"
+    def target_ddl(self, table: str, model: ModelConfig) -> str:
+        columns = ", ".join(f"{quote_ident(c.destination_name)} {self.column_type(c)}" for c in model.columns)
+        key = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
+        return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
 
+    def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
+                    *, logged: bool) -> str:
+        """The target's columns (all, or ``columns``), no constraints; unlogged unless it may
+        become the target."""
+        names = "*" if columns is None else ", ".join(quote_ident(c.destination_name) for c in columns)
+        return f"CREATE {'' if logged else 'UNLOGGED '}TABLE {staging} AS SELECT {names} FROM {target} WITH NO DATA"
 
-def read_state(status: str, column: str = "state", *, for_update: bool = False) -> str:
-    if column not in ("state", "refresh_state"):
-        raise ValueError(f"not a state column: {column!r}")
-    return (f"SELECT {column}::text FROM {status} WHERE data_model_name = %s"
-            + (" FOR UPDATE" if for_update else ""))
+    def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
+        return ([f"ALTER TABLE {table} ADD COLUMN {quote_ident(c.destination_name)} {self.column_type(c)}"
+                 for c in added] + [f"ALTER TABLE {table} DROP COLUMN {quote_ident(name)}" for name in dropped])
 
+    def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        return [f"ALTER TABLE {table} RENAME TO {quote_ident(name)}" for table, name in pairs]
 
-def read_states(status: str, *, has_refresh: bool) -> str:
-    """The state and the refresh state (NULL where the table predates that column)."""
-    return (f"SELECT state::text, {'refresh_state::text' if has_refresh else 'NULL'} "
-            f"FROM {status} WHERE data_model_name = %s")
+    def ensure_status_row(self, status: str, model_name: str) -> Statement:
+        return f"INSERT INTO {status} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING", (model_name,)
 
+    def read_states(self, status: str, model_name: str) -> Statement:
+        return (f"SELECT state::text, refresh_state::text, NULL FROM {status} WHERE data_model_name = %s",
+                (model_name,))
 
-def set_refresh_state(status: str) -> str:
-    return f"UPDATE {status} SET refresh_state = %s::jsonb WHERE data_model_name = %s"
+    def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
+        return (f"SELECT {state_column(column)}::text FROM {status} WHERE data_model_name = %s"
+                + (" FOR UPDATE" if for_update else ""), (model_name,))
 
+    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
+                     transfer_id: str) -> Statement:
+        return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, "
+                "state = %s::jsonb, last_transfer_id = %s, updated_at = now() WHERE data_model_name = %s",
+                (watermark, high_watermark, state_json, transfer_id, model_name))
 
-def record_state(status: str) -> str:
-    """Parameters: watermark, high watermark, state json, transfer id, model name."""
-    return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, "
-            "state = %s::jsonb, last_transfer_id = %s, updated_at = now() WHERE data_model_name = %s")
+    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
+        return (f"UPDATE {status} SET {state_column(column)} = %s::jsonb WHERE data_model_name = %s",
+                (state_json, model_name))
+
+    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
+        lm = quote_ident(model.last_modified.destination_name)
+        null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
+        marker = model.deletion_marker
+        marked = "false" if marker is None else marked_deleted(marker.destination_name, marker.data_type)
+        newer = f"({lm} > %(hw)s OR %(hw)s IS NULL)"
+        return (f"SELECT count(*), count(*) FILTER (WHERE {lm} > %(hw)s), max({lm}), "
+                f"count(*) FILTER (WHERE {null_key}), count(*) FILTER (WHERE {lm} IS NULL), "
+                f"count(*) FILTER (WHERE {marked} AND {newer}), pg_total_relation_size(%(staging)s::regclass) "
+                f"FROM {staging}", {"hw": high_watermark, "staging": staging})
+
+    def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
+        marker = model.deletion_marker
+        return plan_soft_delete(target=target, staging=staging,
+                                primary_key=[c.destination_name for c in model.primary_key],
+                                last_modified=model.last_modified.destination_name,
+                                marker=marker.destination_name, marker_type=marker.data_type)
+
+    def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
+        return [plan_upsert(target=target, staging=staging, columns=[c.destination_name for c in model.columns],
+                            primary_key=[c.destination_name for c in model.primary_key],
+                            last_modified=model.last_modified.destination_name,
+                            append_only=model.is_append_only, skip=skip)]
+
+    def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
+        match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
+        return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"

@@ -1,0 +1,116 @@
+"""The SQL text of the DuckDB destination, planned without a database: :class:`DuckdbDialect`,
+the statements of the SQL writer's algorithm as DuckDB takes them (``?`` parameters, its own
+catalog functions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from transfer_platform.core.sql import plan_soft_delete, plan_upsert, quote_ident
+from transfer_platform.destinations.sql.dialect import (
+    REFRESH_PREFIX,
+    STATUS_TABLE,
+    Dialect,
+    Statement,
+    state_column,
+)
+
+if TYPE_CHECKING:
+    from transfer_platform.config.models import ColumnConfig, ModelConfig
+
+__all__ = ["REFRESH_PREFIX", "STATUS_TABLE", "DuckdbDialect"]
+
+_IN_SCHEMA = "WHERE database_name = current_database() AND schema_name = ? AND table_name"
+
+
+class DuckdbDialect(Dialect):
+    vendor = "duckdb"
+
+    def quote(self, name: str) -> str:
+        return quote_ident(name)
+
+    def table_exists(self, container: str, name: str) -> Statement:
+        return f"SELECT count(*) > 0 FROM duckdb_tables() {_IN_SCHEMA} = ?", (container, name)
+
+    def columns(self, container: str, name: str) -> Statement:
+        return (f"SELECT column_name, data_type FROM duckdb_columns() {_IN_SCHEMA} = ? ORDER BY column_index",
+                (container, name))
+
+    def primary_key(self, container: str, name: str) -> Statement:
+        return (f"SELECT unnest(constraint_column_names) AS c FROM duckdb_constraints() {_IN_SCHEMA} = ? "
+                "AND constraint_type = 'PRIMARY KEY' ORDER BY c", (container, name))
+
+    def tables_starting_with(self, container: str, prefix: str) -> Statement:
+        return f"SELECT table_name FROM duckdb_tables() {_IN_SCHEMA} LIKE ? || '%' ESCAPE '\\'", (
+            container, prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"))
+
+    def status_ddl(self, status: str) -> str:
+        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name VARCHAR PRIMARY KEY, "
+                "transfer_last_updated_at TIMESTAMPTZ, high_watermark TIMESTAMPTZ, state JSON, "
+                "refresh_state JSON, last_transfer_id VARCHAR, updated_at TIMESTAMPTZ)")
+
+    def target_ddl(self, table: str, model: ModelConfig) -> str:
+        columns = ", ".join(f"{quote_ident(c.destination_name)} {self.column_type(c)}" for c in model.columns)
+        key = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
+        return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
+
+    def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
+                    *, logged: bool) -> str:
+        cols = ", ".join(f"{quote_ident(c.destination_name)} {self.column_type(c)}" for c in (columns or model.columns))
+        return f"CREATE TABLE {staging} ({cols})"
+
+    def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
+        return ([f"ALTER TABLE {table} ADD COLUMN {quote_ident(c.destination_name)} {self.column_type(c)}"
+                 for c in added] + [f"ALTER TABLE {table} DROP COLUMN {quote_ident(name)}" for name in dropped])
+
+    def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        return [f"ALTER TABLE {table} RENAME TO {quote_ident(name)}" for table, name in pairs]
+
+    def ensure_status_row(self, status: str, model_name: str) -> Statement:
+        return f"INSERT INTO {status} (data_model_name) VALUES (?) ON CONFLICT DO NOTHING", (model_name,)
+
+    def read_states(self, status: str, model_name: str) -> Statement:
+        return (f"SELECT state::VARCHAR, refresh_state::VARCHAR, NULL FROM {status} WHERE data_model_name = ?",
+                (model_name,))
+
+    def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
+        """No row lock: one process writes a DuckDB file at a time (its own file lock)."""
+        return f"SELECT {state_column(column)}::VARCHAR FROM {status} WHERE data_model_name = ?", (model_name,)
+
+    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
+                     transfer_id: str) -> Statement:
+        return (f"UPDATE {status} SET transfer_last_updated_at = ?, high_watermark = ?, state = ?::JSON, "
+                "last_transfer_id = ?, updated_at = now() WHERE data_model_name = ?",
+                (watermark, high_watermark, state_json, transfer_id, model_name))
+
+    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
+        return f"UPDATE {status} SET {state_column(column)} = ?::JSON WHERE data_model_name = ?", (state_json, model_name)
+
+    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
+        lm = quote_ident(model.last_modified.destination_name)
+        null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
+        marker = model.deletion_marker
+        flagged = "false" if marker is None else self.marked(marker.destination_name, marker.data_type)
+        return (f"SELECT count(*), count(*) FILTER (WHERE {lm} > $hw), max({lm}), count(*) FILTER (WHERE {null_key}), "
+                f"count(*) FILTER (WHERE {lm} IS NULL), count(*) FILTER (WHERE {flagged} AND ({lm} > $hw OR $hw IS NULL)), "
+                f"NULL FROM {staging}", {"hw": high_watermark})
+
+    def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
+        marker = model.deletion_marker
+        return plan_soft_delete(target=target, staging=staging,
+                                primary_key=[c.destination_name for c in model.primary_key],
+                                last_modified=model.last_modified.destination_name,
+                                marker=marker.destination_name, marker_type=marker.data_type)
+
+    def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
+        """``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`` the incoming row is newer, or as
+        new and different."""
+        return [plan_upsert(target=target, staging=staging, columns=[c.destination_name for c in model.columns],
+                            primary_key=[c.destination_name for c in model.primary_key],
+                            last_modified=model.last_modified.destination_name,
+                            append_only=model.is_append_only, skip=skip)]
+
+    def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
+        match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
+        return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"

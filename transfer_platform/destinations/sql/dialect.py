@@ -1,0 +1,220 @@
+"""What a SQL destination's vendor says in its own SQL: :class:`Dialect`, the text of every
+statement :class:`~transfer_platform.destinations.sql.writer.SqlWriter` runs, planned without a
+database (each is tested as text).
+
+A statement is text, or ``(text, parameters)`` in the driver's own placeholder style (the dialect
+and its session adapter agree on it). Table arguments are qualified names already quoted
+(:meth:`Dialect.qualified`); column names are quoted here. A subclass that leaves a statement
+unimplemented is refused when it is defined (at import), naming itself and what it lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Union
+
+from transfer_platform.vendors import DESTINATIONS
+
+if TYPE_CHECKING:
+    from transfer_platform.config.models import ColumnConfig, ModelConfig
+
+#: a statement: its text, or its text and parameters (a sequence, or a mapping of names)
+Statement = Union[str, tuple[str, Union[Sequence[Any], Mapping[str, Any]]]]  # noqa: UP007 (a runtime alias)
+
+#: the tables a writer keeps beside the models' in the recipient's schema or database
+STATUS_TABLE = "_transfer_status"
+STAGING_PREFIX = "_tp_stg_"
+REFRESH_PREFIX = "_tp_refresh_"
+OLD_PREFIX = "_tp_old_"
+#: the status table's state columns (``published_state``: a refresh renamed into place whose state
+#: is not recorded yet; only a dialect without transactional DDL has it)
+STATE_COLUMNS = ("state", "refresh_state", "published_state")
+
+
+def statement(method: Callable) -> Callable:
+    """Mark a method of :class:`Dialect` as one every dialect implements."""
+    method.__statement__ = True
+    return method
+
+
+def state_column(column: str) -> str:
+    if column not in STATE_COLUMNS:
+        raise ValueError(f"not a state column: {column!r}")
+    return column
+
+
+class Dialect:
+    """One vendor's SQL. ``vendor`` names its record in ``transfer_platform/vendors.py`` (whose
+    ``column_types`` give the model's types)."""
+
+    #: the statements, found at class creation (methods marked :func:`statement`)
+    STATEMENTS: ClassVar[tuple[str, ...]] = ()
+    vendor: ClassVar[str]
+    #: DDL inside a transaction commits with it (PostgreSQL, DuckDB); without it (MySQL), a full
+    #: refresh is published in two commits around a rename (``published_state``, see the writer)
+    transactional_ddl: ClassVar[bool] = True
+
+    def __init_subclass__(cls, *, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if abstract:
+            return
+        missing = [name for name in Dialect.STATEMENTS if getattr(getattr(cls, name), "__statement__", False)]
+        if missing:
+            raise TypeError(f"SQL dialect {cls.__module__}.{cls.__qualname__} does not implement "
+                            f"{', '.join(missing)} (the statements of transfer_platform.destinations.sql."
+                            "dialect.Dialect)")
+
+    # -- names and types -------------------------------------------------------------------------
+
+    @statement
+    def quote(self, name: str) -> str:
+        """An identifier quoted."""
+        raise NotImplementedError
+
+    def qualified(self, container: str, name: str) -> str:
+        """A table ``name`` in the schema or database ``container``, quoted."""
+        return f"{self.quote(container)}.{self.quote(name)}"
+
+    def column_type(self, column: ColumnConfig) -> str:
+        """The type of a model column, as the catalog reads it back (see :meth:`matches`)."""
+        return DESTINATIONS[self.vendor].column_types[column.data_type]
+
+    def matches(self, declared: str, actual: str) -> bool:
+        """Whether a column the catalog reads back as ``actual`` is of the type ``declared``."""
+        return declared == actual
+
+    def marked(self, column: str, data_type: str, alias: str | None = None) -> str:
+        """The condition that a row is marked deleted (a boolean marker true, a timestamp one set)."""
+        ref = (f"{alias}." if alias else "") + self.quote(column)
+        return f"{ref} IS TRUE" if data_type == "boolean" else f"{ref} IS NOT NULL"
+
+    # -- the catalog: one row per table or column ------------------------------------------------
+
+    @statement
+    def table_exists(self, container: str, name: str) -> Statement:
+        """One row whose first value is true when the table exists (creating nothing)."""
+        raise NotImplementedError
+
+    @statement
+    def columns(self, container: str, name: str) -> Statement:
+        """(column name, type) per column, in order; no row if the table does not exist."""
+        raise NotImplementedError
+
+    @statement
+    def primary_key(self, container: str, name: str) -> Statement:
+        """(column name,) per primary-key column, sorted by name."""
+        raise NotImplementedError
+
+    @statement
+    def tables_starting_with(self, container: str, prefix: str) -> Statement:
+        """(table name,) per table of ``container`` whose name starts with ``prefix``."""
+        raise NotImplementedError
+
+    def table_size(self, container: str, name: str) -> Statement | None:
+        """One row: the table's size in bytes (``None``: the batch summary has it)."""
+        return None
+
+    # -- tables ----------------------------------------------------------------------------------
+
+    @statement
+    def status_ddl(self, status: str) -> str:
+        """``_transfer_status`` created if missing: data_model_name (key), transfer_last_updated_at,
+        high_watermark, state, refresh_state (and published_state without transactional DDL),
+        last_transfer_id, updated_at."""
+        raise NotImplementedError
+
+    @statement
+    def target_ddl(self, table: str, model: ModelConfig) -> str:
+        """The model's table created if missing: its columns and primary key."""
+        raise NotImplementedError
+
+    @statement
+    def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
+                    *, logged: bool) -> str:
+        """An empty staging table of ``columns`` (``None``: all of ``target``'s, which are the
+        model's), nullable, without a key (the checks name a NULL or duplicate key); ``logged``
+        when it may become the target."""
+        raise NotImplementedError
+
+    def drop_table(self, table: str, *, if_exists: bool = True) -> str:
+        return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
+
+    @statement
+    def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
+        """The statements that add ``added`` and drop ``dropped`` (run in one transaction)."""
+        raise NotImplementedError
+
+    @statement
+    def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        """Rename each (qualified table, new name in ``container``), in order; one atomic
+        statement where the vendor has one."""
+        raise NotImplementedError
+
+    # -- the status table's rows -----------------------------------------------------------------
+
+    @statement
+    def ensure_status_row(self, status: str, model_name: str) -> Statement:
+        raise NotImplementedError
+
+    @statement
+    def read_states(self, status: str, model_name: str) -> Statement:
+        """One row: state, refresh_state, published_state (NULL where the vendor has none), as text."""
+        raise NotImplementedError
+
+    @statement
+    def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
+        """One row: ``column`` as text (its row locked until the transaction ends: ``for_update``)."""
+        raise NotImplementedError
+
+    @statement
+    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
+                     transfer_id: str) -> Statement:
+        raise NotImplementedError
+
+    @statement
+    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
+        raise NotImplementedError
+
+    # -- a staged window -------------------------------------------------------------------------
+
+    @statement
+    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
+        """One scan of a staged batch, one row: rows, rows newer than ``high_watermark``, the
+        greatest last-modified value, rows with a NULL key, rows with a NULL last-modified value,
+        rows marked deleted newer than ``high_watermark`` (all of them when it is ``None``), and
+        the staging table's size in bytes (or NULL: :meth:`table_size` has it)."""
+        raise NotImplementedError
+
+    def first_key_where_null(self, staging: str, keys: Sequence[str], column: str) -> str:
+        """The key of one staged row whose ``column`` is NULL (to name it in the error)."""
+        key_sql = ", ".join(self.quote(k) for k in keys)
+        return f"SELECT {key_sql} FROM {staging} WHERE {self.quote(column)} IS NULL LIMIT 1"
+
+    def first_duplicate_key(self, staging: str, keys: Sequence[str]) -> str:
+        """One key staged more than once, with its count."""
+        key_sql = ", ".join(self.quote(k) for k in keys)
+        return f"SELECT {key_sql}, count(*) FROM {staging} GROUP BY {key_sql} HAVING count(*) > 1 LIMIT 1"
+
+    def delete_where(self, table: str, condition: str) -> str:
+        return f"DELETE FROM {table} WHERE {condition}"
+
+    @statement
+    def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
+        """Remove the target rows the staging table marks deleted, unless the delivered row is
+        newer (at the same last-modified value the delete wins); its row count is the rows removed."""
+        raise NotImplementedError
+
+    @statement
+    def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
+        """Merge the staged rows on the primary key: a newer row, or an equally new one that
+        differs, replaces the delivered one; an older one never does; an ``is_append_only`` model
+        only inserts new keys; ``skip``: staged rows left out."""
+        raise NotImplementedError
+
+    @statement
+    def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
+        """Delete the target rows equal to a staged row on every one of ``columns`` (the sweep)."""
+        raise NotImplementedError
+
+
+Dialect.STATEMENTS = tuple(name for name, value in vars(Dialect).items() if getattr(value, "__statement__", False))

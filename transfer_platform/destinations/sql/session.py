@@ -1,0 +1,125 @@
+"""One small session per driver: how a :class:`~.writer.SqlWriter` runs a statement, fetches
+its rows and opens a transaction. psycopg, PyMySQL and DuckDB each have theirs; the writer never
+calls a driver itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from transfer_platform.core.timeutil import utc
+
+if TYPE_CHECKING:
+    import duckdb
+    import psycopg
+    import pymysql
+
+    from transfer_platform.destinations.sql.dialect import Statement
+
+
+def _split(statement: Statement) -> tuple[str, Any]:
+    return (statement, None) if isinstance(statement, str) else statement
+
+
+class Session:
+    """A connection as the SQL writer uses it (autocommit outside :meth:`transaction`)."""
+
+    def execute(self, statement: Statement) -> int:
+        """Run ``statement``; the rows it changed."""
+        raise NotImplementedError
+
+    def all(self, statement: Statement) -> list[tuple]:
+        raise NotImplementedError
+
+    def one(self, statement: Statement) -> tuple | None:
+        rows = self.all(statement)
+        return rows[0] if rows else None
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction (nested: a savepoint where the driver has them)."""
+        raise NotImplementedError
+        yield
+
+
+class PsycopgSession(Session):
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, statement: Statement) -> int:
+        return self.conn.execute(*_split(statement)).rowcount
+
+    def all(self, statement: Statement) -> list[tuple]:
+        return self.conn.execute(*_split(statement)).fetchall()
+
+    def one(self, statement: Statement) -> tuple | None:
+        return self.conn.execute(*_split(statement)).fetchone()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.conn.transaction():
+            yield
+
+
+def mysql_param(value: object) -> object:
+    """A parameter as MySQL takes it: a datetime as naive UTC (the session is in UTC)."""
+    if isinstance(value, datetime):
+        return utc(value).replace(tzinfo=None)
+    return value
+
+
+class PymysqlSession(Session):
+    def __init__(self, conn: pymysql.Connection) -> None:
+        self.conn = conn
+
+    def _run(self, cursor: Any, statement: Statement) -> int:
+        text, params = _split(statement)
+        return cursor.execute(text, None if params is None else tuple(mysql_param(p) for p in params))
+
+    def execute(self, statement: Statement) -> int:
+        with self.conn.cursor() as cursor:
+            return self._run(cursor, statement)
+
+    def all(self, statement: Statement) -> list[tuple]:
+        with self.conn.cursor() as cursor:
+            self._run(cursor, statement)
+            return list(cursor.fetchall())
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.conn.begin()
+        try:
+            yield
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
+
+
+class DuckdbSession(Session):
+    """Every result fetched whole (DuckDB takes no other statement on a connection while a result
+    is unfinished)."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+        self.conn = conn
+
+    def execute(self, statement: Statement) -> int:
+        rows = self.all(statement)  # DML answers one row: the rows changed
+        return int(rows[0][0]) if rows and len(rows[0]) == 1 and isinstance(rows[0][0], int) else 0
+
+    def all(self, statement: Statement) -> list[tuple]:
+        text, params = _split(statement)
+        return self.conn.execute(text, list(params or [])).fetchall()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.conn.begin()
+        try:
+            yield
+        except BaseException:
+            with suppress(Exception):
+                self.conn.rollback()
+            raise
+        self.conn.commit()

@@ -1,0 +1,449 @@
+"""The SQL destinations' algorithm, written once: :class:`SqlWriter`.
+
+It fills the primitives of ``destinations/skeleton.py`` for any database that speaks SQL, with the
+statements of the vendor's :class:`~.dialect.Dialect` run through its :class:`~.session.Session`:
+the status table (``_transfer_status``: a row per model, its state and an unfinished full
+refresh's), the live table's columns planned and changed (every refusal from ``core/columns.py``),
+a window's staging table loaded by the vendor's bulk path, scanned once and refused by name (a NULL
+key or last-modified value, a key twice), then **one commit** of its soft deletes, its rows merged
+on the key with the last-modified tie-break and its new state; a full refresh built aside and
+published by replacing the live table (in one transaction, or, without transactional DDL, by one
+atomic rename between two commits: ``published_state`` is written first and a transfer dying
+between them is finished by the next); the delete sweep, ``has_table``. ``docs/design.md``
+(*Adding a vendor*) walks through a new one.
+
+A vendor writes the rest: its connection and session, its model lock, its bulk load, its
+``read_table`` and ``probe``, its errors' translation; it overrides a step only where its engine
+does better (PostgreSQL's empty-target swap, DuckDB's staging in place).
+
+**The one hook of a commit**, :meth:`SqlWriter._atomically`: the window's rows, its soft deletes and
+its new state become visible together or not at all. By default they are one transaction of the
+session. An engine without multi-statement transactions overrides this hook alone, and says there
+how its window still becomes visible at once (for example: rows written under a version no reader
+selects until the state row naming that version is written last, in one statement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from transfer_platform.core.columns import ColumnChanges, plan_columns
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations.base import (
+    WindowLoad,
+    WindowResult,
+    duplicate_key_error,
+    null_key_error,
+    null_last_modified_error,
+    staging_suffix,
+)
+from transfer_platform.destinations.skeleton import STALE, Writer, next_state
+from transfer_platform.destinations.sql import rename_publish
+from transfer_platform.destinations.sql.dialect import (
+    OLD_PREFIX,
+    REFRESH_PREFIX,
+    STAGING_PREFIX,
+    STATUS_TABLE,
+    Dialect,
+)
+from transfer_platform.phases import log_phase
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from transfer_platform.config.models import ColumnConfig, ModelConfig
+    from transfer_platform.destinations.skeleton import Stale
+    from transfer_platform.destinations.sql.session import Session
+    from transfer_platform.tuning import Tuning
+
+
+@dataclass
+class StagingTable:
+    """A window's staging table, the table it is merged into, and what its scan found."""
+
+    name: str  # in the destination's schema or database
+    table: str  # qualified (or, for an engine that stages elsewhere, the relation to read)
+    target_name: str  # the live table, or the refresh's built aside
+    target: str  # qualified
+    swappable: bool = False  # the target was empty and nothing depends on it: this may replace it
+    rows: int = 0
+    delta_rows: int = 0
+    max_last_modified: datetime | None = None
+    volume: int = 0
+    marked: int = 0
+    duplicates_refused: bool = False  # the duplicate-key check already ran
+
+
+class SqlWriter(Writer, abstract=True):
+    """A SQL destination's writer: the algorithm here, the statements in ``DIALECT``."""
+
+    DIALECT: ClassVar[Dialect]
+
+    def __init__(self, destination: Any, tuning: Tuning, *, container: str, what: str) -> None:
+        super().__init__(destination, tuning)
+        self.dialect = self.DIALECT
+        #: the recipient's schema (PostgreSQL, DuckDB) or database (MySQL) holding every table
+        self.container = container
+        #: how messages name the destination ("PostgreSQL destination 'acme_pg'")
+        self.what = what
+
+    # -- what the vendor provides ----------------------------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        """The writer's session (connected on first use, held until ``close``)."""
+        raise NotImplementedError
+
+    def _translated_errors(self) -> AbstractContextManager[None]:
+        """What the driver raises, as the platform's errors naming the fix (a grant, a setting)."""
+        return nullcontext()
+
+    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        """The bulk load: Spark's executors write ``frame`` into the staging table ``staging``."""
+        raise NotImplementedError
+
+    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        """The bulk load of rows already in this process."""
+        raise NotImplementedError
+
+    def _refuse_values(self, load: WindowLoad, staging: StagingTable) -> None:
+        """Refuse, by name, a staged value the engine cannot hold (nothing by default)."""
+
+    # -- the one hook of a commit ----------------------------------------------------------------
+
+    def _atomically(self, load: WindowLoad | None = None) -> AbstractContextManager[None]:
+        """Around a window's commit (and a refresh's publish where DDL is transactional): what
+        makes its rows, soft deletes and state visible together or not at all. One transaction of
+        the session by default; see the module's docstring for an engine without one."""
+        return self.session.transaction()
+
+    # -- names -----------------------------------------------------------------------------------
+
+    def table(self, model: ModelConfig) -> str:
+        return self.dialect.qualified(self.container, model.model_name)
+
+    def refresh_table_name(self, model: ModelConfig) -> str:
+        return REFRESH_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
+
+    def refresh_table(self, model: ModelConfig) -> str:
+        return self.dialect.qualified(self.container, self.refresh_table_name(model))
+
+    def old_table_name(self, model: ModelConfig) -> str:
+        return OLD_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
+
+    def staging_table_name(self, model: ModelConfig, transfer_id: str) -> str:
+        return STAGING_PREFIX + staging_suffix(model.model_name, transfer_id)
+
+    @property
+    def status_table(self) -> str:
+        return self.dialect.qualified(self.container, STATUS_TABLE)
+
+    # -- the catalog -----------------------------------------------------------------------------
+
+    def _exists(self, name: str) -> bool:
+        row = self.session.one(self.dialect.table_exists(self.container, name))
+        return bool(row and row[0])
+
+    def _columns(self, name: str) -> dict[str, str]:
+        """Column name -> type as the catalog names it; empty if the table does not exist."""
+        return dict(self.session.all(self.dialect.columns(self.container, name)))
+
+    def _primary_key(self, name: str) -> list[str]:
+        return [row[0] for row in self.session.all(self.dialect.primary_key(self.container, name))]
+
+    def _columns_match(self, model: ModelConfig, name: str) -> bool:
+        existing = self._columns(name)
+        dialect = self.dialect
+        return (set(existing) == {c.destination_name for c in model.columns}
+                and all(dialect.matches(dialect.column_type(c), existing[c.destination_name]) for c in model.columns)
+                and self._primary_key(name) == sorted(c.destination_name for c in model.primary_key))
+
+    # -- prepare's primitives ----------------------------------------------------------------------
+
+    def _reach(self) -> None:
+        """The schema (where the vendor creates it) and ``_transfer_status``, created if missing."""
+        with self._translated_errors():
+            self._create_container()
+            self.session.execute(self.dialect.status_ddl(self.status_table))
+
+    def _create_container(self) -> None:
+        """The recipient's schema, created if missing (nothing by default: it must exist)."""
+
+    def _clean_staging(self, model: ModelConfig) -> None:
+        """Under the model's lock: a dead transfer's staging tables (and a publish's old table)
+        dropped, a publish it left half done finished (:meth:`_finish_publish`)."""
+        prefixes = [STAGING_PREFIX + staging_suffix(model.model_name, "")]
+        if not self.dialect.transactional_ddl:
+            prefixes.append(self.old_table_name(model))
+        with self._translated_errors():
+            for prefix in prefixes:
+                for (name,) in self.session.all(self.dialect.tables_starting_with(self.container, prefix)):
+                    self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, name)))
+                    log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name,
+                              model=model.model_name, staging_table=name, left_by_a_dead_transfer=True)
+            if not self.dialect.transactional_ddl:
+                rename_publish.finish_publish(self, model)
+
+    def _status_row(self, model: ModelConfig) -> tuple | None:
+        """(state, refresh_state, published_state) of the model, as text; ``None`` if no row."""
+        return self.session.one(self.dialect.read_states(self.status_table, model.model_name))
+
+    def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
+        """The model's state and its unfinished refresh's; no ``_transfer_status`` (checked without
+        creating anything) means nothing was ever committed."""
+        with self._translated_errors():
+            if not self._exists(STATUS_TABLE):
+                return ModelState(), None
+            row = self._status_row(model)
+            if row is None:
+                return ModelState(), None
+            state, refresh, published = row
+            if published is not None and not self._exists(self.refresh_table_name(model)):
+                return ModelState.from_json(published), None  # published, its state not yet recorded
+            if refresh is None:
+                return ModelState.from_json(state), None
+            if not self._columns_match(model, self.refresh_table_name(model)):
+                return ModelState.from_json(state), STALE  # the model changed meanwhile: it starts again
+            return ModelState.from_json(state), ModelState.from_json(refresh)
+
+    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
+        """A new, empty table aside; progress starts over (the live high watermark kept as the
+        reference of ``delta_rows_transferred``)."""
+        state = ModelState(high_watermark=live.high_watermark)
+        aside = self.refresh_table(model)
+        ddl = [self.dialect.drop_table(aside), self.dialect.target_ddl(aside, model)]
+        with self._translated_errors():
+            if not self.dialect.transactional_ddl:
+                rename_publish.begin_refresh(self, model, ddl, state)
+                return state
+            with self.session.transaction():
+                for statement in ddl:
+                    self.session.execute(statement)
+                self._ensure_status_row(model)
+                self._set_state(model, "refresh_state", state)
+        return state
+
+    def _plan_columns(self, model: ModelConfig) -> ColumnChanges:
+        """The live table created if missing; its columns compared with the model's: a changed
+        type or primary key refused, a drop refused unless the model allows it."""
+        table = self.table(model)
+        with self._translated_errors():
+            self.session.execute(self.dialect.target_ddl(table, model))
+            existing = self._columns(model.model_name)
+            actual_key = self._primary_key(model.model_name)
+        return plan_columns(model, self.name, self._table_label(table), existing, actual_key,
+                            self.dialect.column_type, matches=self.dialect.matches)
+
+    def _table_label(self, table: str) -> str:
+        """How refusals name a table (the file it is in, say)."""
+        return table
+
+    def _apply_columns(self, model: ModelConfig, planned: ColumnChanges, state: ModelState) -> tuple[str, ...]:
+        """Bring the live table's columns to the model's, in one transaction."""
+        if not (planned.added or planned.dropped):
+            return ()
+        table = self.table(model)
+        added = [c for c in model.columns if c.destination_name in planned.added]
+        with self._translated_errors(), self.session.transaction():
+            for statement in self.dialect.alter_columns(table, added, planned.dropped):
+                self.session.execute(statement)
+        return tuple([f"added column {c.destination_name} ({c.data_type}) to {table}; rows delivered before "
+                      "hold NULL in it until they change or a full refresh runs" for c in added]
+                     + [f"dropped column {name} from {table} (no longer in the model)" for name in planned.dropped])
+
+    # -- the status table ------------------------------------------------------------------------
+
+    def _ensure_status_row(self, model: ModelConfig) -> None:
+        self.session.execute(self.dialect.ensure_status_row(self.status_table, model.model_name))
+
+    def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
+        row = self.session.one(self.dialect.read_state(self.status_table, column, model.model_name))
+        return ModelState.from_json(row[0] if row else None)
+
+    def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
+        """The model's state, its status row locked until the transaction ends (one writer at a time)."""
+        self._ensure_status_row(model)
+        row = self.session.one(self.dialect.read_state(self.status_table, column, model.model_name, for_update=True))
+        return ModelState.from_json(row[0] if row else None)
+
+    def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        self.session.execute(self.dialect.record_state(self.status_table, model.model_name, state.watermark,
+                                                       state.high_watermark, state.to_json(), transfer_id))
+
+    def _set_state(self, model: ModelConfig, column: str, state: ModelState | None) -> None:
+        self.session.execute(self.dialect.set_state_column(self.status_table, column, model.model_name,
+                                                           None if state is None else state.to_json()))
+
+    # -- a window ----------------------------------------------------------------------------------
+
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+        model = load.model
+        target_name = self.refresh_table_name(model) if load.into_refresh else model.model_name
+        target = self.dialect.qualified(self.container, target_name)
+        name = self.staging_table_name(model, load.transfer_id)
+        staging = StagingTable(name, self.dialect.qualified(self.container, name), target_name, target)
+        self._create_staging_table(staging, model, None, logged=False)
+        return staging
+
+    def _create_staging_table(self, staging: StagingTable, model: ModelConfig, columns: list[ColumnConfig] | None, *,
+                              logged: bool) -> None:
+        with self._translated_errors():
+            self.session.execute(self.dialect.drop_table(staging.table))
+            self.session.execute(self.dialect.staging_ddl(staging.table, staging.target, model, columns, logged=logged))
+
+    def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        self._load_frame(frame, staging.table, load.model)
+        return self._staged(staging, load)
+
+    def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        self._load_arrow(batch, staging.table, load)
+        return self._staged(staging, load)
+
+    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
+                  staging_table=staging.name)
+        return staging
+
+    def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
+        with self._translated_errors():
+            self.session.execute(self.dialect.drop_table(staging.table))
+        log_phase("clean up", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
+                  staging_table=staging.name)
+
+    def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
+        """One scan of the staged window (its rows, those newer than the high watermark, its
+        largest last-modified value, its size, its rows newly marked deleted) that refuses a NULL
+        key or last-modified value by name, then what the engine cannot hold, then a key twice
+        (unless the staging table may become the target: building its key refuses one then)."""
+        model = load.model
+        with self._translated_errors():
+            state = self.read_state(model, "refresh_state" if load.into_refresh else "state")
+            hw = None if state.high_watermark is None else model.change_column.value(state.high_watermark)
+            rows, delta_rows, max_lm, null_keys, null_lms, marked, volume = self.session.one(
+                self.dialect.batch_summary(model, staging.table, hw))
+            if null_keys or null_lms:
+                self._refuse_null_values(load, staging.table)
+            self._refuse_values(load, staging)
+            if not staging.swappable:
+                self._refuse_duplicate_keys(load, staging)
+            if volume is None:
+                size = self.dialect.table_size(self.container, staging.name)
+                volume = (self.session.one(size) or (0,))[0] if size is not None else 0
+        staging.rows, staging.volume, staging.marked = int(rows), int(volume or 0), int(marked or 0)
+        staging.delta_rows = int(rows) if state.high_watermark is None else int(delta_rows or 0)
+        staging.max_last_modified = None if max_lm is None else model.change_column.moment(max_lm)
+
+    def _refuse_null_values(self, load: WindowLoad, staging: str) -> None:
+        model = load.model
+        keys = [c.destination_name for c in model.primary_key]
+        for key in keys:
+            row = self.session.one(self.dialect.first_key_where_null(staging, keys, key))
+            if row is not None:
+                raise null_key_error(model, self.name, key, dict(zip(keys, row, strict=True)))
+        row = self.session.one(self.dialect.first_key_where_null(staging, keys, model.last_modified.destination_name))
+        if row is not None:
+            raise null_last_modified_error(model, self.name, dict(zip(keys, row, strict=True)))
+
+    def _refuse_duplicate_keys(self, load: WindowLoad, staging: StagingTable) -> None:
+        if staging.duplicates_refused:
+            return
+        model = load.model
+        keys = [c.destination_name for c in model.primary_key]
+        row = self.session.one(self.dialect.first_duplicate_key(staging.table, keys))
+        if row is not None:
+            raise duplicate_key_error(model, self.name, dict(zip(keys, row, strict=False)), row[-1])
+        staging.duplicates_refused = True
+
+    def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
+        """One commit (:meth:`_atomically`): the status row locked, the rows merged and their soft
+        deletes applied, the new state recorded."""
+        model = load.model
+        column = "refresh_state" if load.into_refresh else "state"
+        with self._translated_errors(), self._atomically(load):
+            state = self._lock_state(model, column)
+            if staging is None:  # a window of no rows: its state alone
+                rows = delta_rows = volume = rows_deleted = 0
+                max_lm = None
+            else:
+                rows, delta_rows, volume = staging.rows, staging.delta_rows, staging.volume
+                max_lm = staging.max_last_modified
+                rows_deleted = self._merge(load, staging)
+            new_state = next_state(state, load, max_lm)
+            if load.into_refresh:
+                self._set_state(model, "refresh_state", new_state)
+            else:
+                self._record_state(model, new_state, load.transfer_id)
+        return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
+
+    def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
+        """The staged rows into the target, inside the commit; the rows deleted (the soft deletes
+        applied, or, with ``keep_deleted_rows``, the rows newly marked)."""
+        model = load.model
+        marker, skip, rows_deleted = model.deletion_marker, None, staging.marked
+        if model.removes_deleted_rows:  # rows marked deleted are removed, never inserted
+            skip = self.dialect.marked(marker.destination_name, marker.data_type)
+            rows_deleted = self.session.execute(self.dialect.soft_delete(staging.target, staging.table, model))
+        for statement in self.dialect.upsert(staging.target, staging.table, model, skip):
+            self.session.execute(statement)
+        return rows_deleted
+
+    # -- the full refresh's publish --------------------------------------------------------------
+
+    @contextmanager
+    def _publishing(self) -> Iterator[None]:
+        with self._translated_errors():
+            if self.dialect.transactional_ddl:
+                with self._atomically():
+                    yield
+            else:
+                yield
+
+    def _refresh_state(self, model: ModelConfig) -> ModelState:
+        if self.dialect.transactional_ddl:
+            return self._lock_state(model, "refresh_state")
+        return self.read_state(model, "refresh_state")
+
+    def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        """The live table replaced by the one built aside, and its state recorded: in the publish's
+        one transaction, or (DDL not transactional) by one atomic rename between two commits."""
+        if self.dialect.transactional_ddl:
+            self.session.execute(self.dialect.drop_table(self.table(model)))
+            self._rename(model, [(self.refresh_table(model), model.model_name)])
+            self._record_state(model, state, transfer_id)
+            self._set_state(model, "refresh_state", None)
+            return
+        rename_publish.publish(self, model, state, transfer_id)
+
+    def _rename(self, model: ModelConfig, pairs: list[tuple[str, str]]) -> None:
+        """Rename (qualified table, new name) pairs at once (a vendor may bound the wait)."""
+        for statement in self.dialect.rename_tables(self.container, pairs):
+            self.session.execute(statement)
+
+    # -- outside a transfer's windows ------------------------------------------------------------
+
+    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
+        """Remove the rows whose primary key and last-modified value ``frame`` holds (a row that
+        changed since is left alone): staged like a batch (by the bulk load, so memory stays
+        flat), then one ``DELETE`` matching them, in one transaction."""
+        chosen = [*model.primary_key, model.last_modified]
+        columns = [c.destination_name for c in chosen]
+        name = self.staging_table_name(model, transfer_id)
+        staging = StagingTable(name, self.dialect.qualified(self.container, name), model.model_name, self.table(model))
+        self._create_staging_table(staging, model, chosen, logged=False)
+        try:
+            self._load_frame(frame.select(*columns), staging.table, model)
+            with self._translated_errors(), self.session.transaction():
+                return self.session.execute(self.dialect.delete_matching(staging.target, staging.table, columns))
+        finally:
+            with self._translated_errors():
+                self.session.execute(self.dialect.drop_table(staging.table))
+
+    def has_table(self, model: ModelConfig) -> bool:
+        with self._translated_errors():
+            return self._exists(model.model_name)
