@@ -1,0 +1,94 @@
+"""What every SQL destination's dialect must do, without a database: every statement of the SQL
+writer's algorithm written (a dialect leaving one out is refused at import, naming it),
+identifiers quoted, values passed as parameters, and only the status table's state columns named."""
+
+from __future__ import annotations
+
+import pytest
+
+from transfer_platform.config.models import ColumnConfig, ModelConfig
+from transfer_platform.destinations.sql.dialect import Dialect
+from transfer_platform.destinations.sql.writer import SqlWriter
+from transfer_platform.vendors import DESTINATIONS
+
+SQL_VENDORS = [v for v in DESTINATIONS.values() if issubclass(v.implementation(), SqlWriter)]
+TRICKY = 'ev"en`ts'  # a column or schema name from the configuration, with both quote characters
+
+
+def model() -> ModelConfig:
+    return ModelConfig(model_name="events", source_name="src", source_table="t", columns=[
+        ColumnConfig(name_in_source="id", data_type="integer", is_primary_key=True),
+        ColumnConfig(name_in_source="updated_at", data_type="timestamp", is_last_modified=True),
+        ColumnConfig(name_in_source="deleted", data_type="boolean", is_deleted_marker=True),
+        ColumnConfig(name_in_source=TRICKY, data_type="string")])
+
+
+def test_the_sql_destinations_are_postgres_mysql_and_duckdb() -> None:
+    assert {v.name for v in SQL_VENDORS} >= {"postgres", "mysql", "duckdb"}
+
+
+def test_a_dialect_without_a_statement_is_refused_when_defined_naming_it() -> None:
+    with pytest.raises(TypeError) as refused:
+        class HalfDone(Dialect):  # every statement but the merge's and the sweep's
+            vendor = "postgres"
+
+            def quote(self, name): ...
+            def table_exists(self, container, name): ...
+            def columns(self, container, name): ...
+            def primary_key(self, container, name): ...
+            def tables_starting_with(self, container, prefix): ...
+            def status_ddl(self, status): ...
+            def target_ddl(self, table, model): ...
+            def staging_ddl(self, staging, target, model, columns, *, logged): ...
+            def alter_columns(self, table, added, dropped): ...
+            def rename_tables(self, container, pairs): ...
+            def ensure_status_row(self, status, model_name): ...
+            def read_states(self, status, model_name): ...
+            def read_state(self, status, column, model_name, *, for_update=False): ...
+            def record_state(self, status, model_name, watermark, high_watermark, state_json, transfer_id): ...
+            def set_state_column(self, status, column, model_name, state_json): ...
+            def batch_summary(self, model, staging, high_watermark): ...
+            def soft_delete(self, target, staging, model): ...
+
+    message = str(refused.value)
+    assert "HalfDone" in message
+    assert "upsert" in message
+    assert "delete_matching" in message
+    assert "soft_delete" not in message
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_each_writer_has_its_vendors_dialect_and_every_statement(vendor) -> None:
+    dialect = vendor.implementation().DIALECT
+    assert dialect.vendor == vendor.name
+    assert not [s for s in Dialect.STATEMENTS if getattr(getattr(type(dialect), s), "__statement__", False)]
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_names_are_quoted_and_values_are_parameters(vendor) -> None:
+    dialect = vendor.implementation().DIALECT
+    status, table, staging = (dialect.qualified("s", n) for n in ("_transfer_status", TRICKY, "_tp_stg_x"))
+    assert dialect.quote(TRICKY) in table
+    for text in [dialect.target_ddl(table, model()), *dialect.upsert(table, staging, model(), None),
+                 dialect.soft_delete(table, staging, model()), dialect.delete_matching(table, staging, [TRICKY]),
+                 *dialect.alter_columns(table, model().columns[3:], [TRICKY])]:
+        assert dialect.quote(TRICKY) in text
+        assert TRICKY not in text.replace(dialect.quote(TRICKY), "")  # never unquoted
+    for statement in (dialect.ensure_status_row(status, "events"), dialect.read_states(status, "events"),
+                      dialect.read_state(status, "refresh_state", "events", for_update=True),
+                      dialect.set_state_column(status, "refresh_state", "events", '{"a": 1}'),
+                      dialect.record_state(status, "events", None, None, '{"a": 1}', "t'1")):
+        text, params = statement
+        assert "events" in params  # the model's name, its state and the transfer id: parameters
+        for value in ("events", "t'1", '{"a": 1}'):
+            assert value not in text
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_only_the_status_tables_state_columns_can_be_named(vendor) -> None:
+    dialect = vendor.implementation().DIALECT
+    for bad in ("state; DROP TABLE x", "data_model_name"):
+        with pytest.raises(ValueError, match="not a state column"):
+            dialect.read_state('"s"."_transfer_status"', bad, "m")
+        with pytest.raises(ValueError, match="not a state column"):
+            dialect.set_state_column('"s"."_transfer_status"', bad, "m", None)
