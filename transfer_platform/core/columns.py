@@ -80,3 +80,11 @@ def plan_columns(model: ModelConfig, destination: str, table: str, existing: Map
     planned = column_changes(list(existing), [c.destination_name for c in model.columns])
     refuse_column_drops(model.model_name, destination, table, planned.dropped, allowed=model.allow_column_drop)
     return planned
+
+
+def change_sentences(table: str, added: Sequence[str], dropped: Sequence[str]) -> tuple[str, ...]:
+    """What a transfer tells of the columns it added to (``added``: each a column, or a column and
+    its type) and dropped from ``table``: one sentence per change."""
+    return tuple([f"added column {column} to {table}; rows delivered before hold NULL in it until they "
+                  "change or a full refresh runs" for column in added]
+                 + [f"dropped column {column} from {table} (no longer in the model)" for column in dropped])

@@ -64,7 +64,12 @@ from transfer_platform.config.models import (
     ModelConfig,
     S3Connection,
 )
-from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
+from transfer_platform.core.columns import (
+    ColumnChanges,
+    change_sentences,
+    column_changes,
+    refuse_column_drops,
+)
 from transfer_platform.core.sql import marked_deleted
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
@@ -480,10 +485,7 @@ class DeltaWriter(Writer):
         else:
             write_deltalake(table, wanted.empty_table(), mode="append", schema_mode="merge",
                             commit_properties=commit)
-        return tuple([f"added column {name} to Delta table {model.model_name}; rows delivered before "
-                      "hold NULL in it until they change or a full refresh runs" for name in added]
-                     + [f"dropped column {name} from Delta table {model.model_name} (no longer in the "
-                        "model)" for name in dropped])
+        return change_sentences(f"Delta table {model.model_name}", added, dropped)
 
     # -- steps --------------------------------------------------------------------------------
 

@@ -38,3 +38,13 @@ def test_a_drop_not_allowed_is_refused_naming_the_column_and_every_fix() -> None
                   "transfer-platform transfer dst --model events --full-refresh", "nothing was changed"):
         assert words in text
     assert caught.value.blame == "provider"
+
+
+def test_each_change_is_told_in_one_sentence_naming_the_column_and_the_table() -> None:
+    from transfer_platform.core.columns import change_sentences
+
+    assert change_sentences('"s"."events"', ["note (string)"], ["old"]) == (
+        'added column note (string) to "s"."events"; rows delivered before hold NULL in it until they change '
+        "or a full refresh runs",
+        'dropped column old from "s"."events" (no longer in the model)')
+    assert change_sentences("Delta table events", [], []) == ()

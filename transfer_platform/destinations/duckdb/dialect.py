@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from transfer_platform.core.sql import plan_soft_delete, plan_upsert, quote_ident
+from transfer_platform.core.sql import quote_ident
 from transfer_platform.destinations.sql.dialect import (
     REFRESH_PREFIX,
     STATUS_TABLE,
     Dialect,
     Statement,
-    state_column,
 )
 
 if TYPE_CHECKING:
@@ -26,6 +25,8 @@ _IN_SCHEMA = "WHERE database_name = current_database() AND schema_name = ? AND t
 
 class DuckdbDialect(Dialect):
     vendor = "duckdb"
+    placeholder, as_text, as_json = "?", "::VARCHAR", "::JSON"
+    row_lock = ""  # one process writes a DuckDB file at a time (its own file lock)
 
     def quote(self, name: str) -> str:
         return quote_ident(name)
@@ -67,26 +68,6 @@ class DuckdbDialect(Dialect):
     def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
         return [f"ALTER TABLE {table} RENAME TO {quote_ident(name)}" for table, name in pairs]
 
-    def ensure_status_row(self, status: str, model_name: str) -> Statement:
-        return f"INSERT INTO {status} (data_model_name) VALUES (?) ON CONFLICT DO NOTHING", (model_name,)
-
-    def read_states(self, status: str, model_name: str) -> Statement:
-        return (f"SELECT state::VARCHAR, refresh_state::VARCHAR, NULL FROM {status} WHERE data_model_name = ?",
-                (model_name,))
-
-    def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
-        """No row lock: one process writes a DuckDB file at a time (its own file lock)."""
-        return f"SELECT {state_column(column)}::VARCHAR FROM {status} WHERE data_model_name = ?", (model_name,)
-
-    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                     transfer_id: str) -> Statement:
-        return (f"UPDATE {status} SET transfer_last_updated_at = ?, high_watermark = ?, state = ?::JSON, "
-                "last_transfer_id = ?, updated_at = now() WHERE data_model_name = ?",
-                (watermark, high_watermark, state_json, transfer_id, model_name))
-
-    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        return f"UPDATE {status} SET {state_column(column)} = ?::JSON WHERE data_model_name = ?", (state_json, model_name)
-
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         lm = quote_ident(model.last_modified.destination_name)
         null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
@@ -95,22 +76,3 @@ class DuckdbDialect(Dialect):
         return (f"SELECT count(*), count(*) FILTER (WHERE {lm} > $hw), max({lm}), count(*) FILTER (WHERE {null_key}), "
                 f"count(*) FILTER (WHERE {lm} IS NULL), count(*) FILTER (WHERE {flagged} AND ({lm} > $hw OR $hw IS NULL)), "
                 f"NULL FROM {staging}", {"hw": high_watermark})
-
-    def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
-        marker = model.deletion_marker
-        return plan_soft_delete(target=target, staging=staging,
-                                primary_key=[c.destination_name for c in model.primary_key],
-                                last_modified=model.last_modified.destination_name,
-                                marker=marker.destination_name, marker_type=marker.data_type)
-
-    def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
-        """``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`` the incoming row is newer, or as
-        new and different."""
-        return [plan_upsert(target=target, staging=staging, columns=[c.destination_name for c in model.columns],
-                            primary_key=[c.destination_name for c in model.primary_key],
-                            last_modified=model.last_modified.destination_name,
-                            append_only=model.is_append_only, skip=skip)]
-
-    def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
-        match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
-        return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"

@@ -42,7 +42,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from transfer_platform.config.models import IcebergDestination, ModelConfig, S3Connection
-from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
+from transfer_platform.core.columns import (
+    ColumnChanges,
+    change_sentences,
+    column_changes,
+    refuse_column_drops,
+)
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowLoad,
@@ -232,10 +237,7 @@ class IcebergWriter(Writer):
             update.union_by_name(arrow_schema(model))
             for name in planned.dropped:
                 update.delete_column(name)
-        return tuple([f"added column {name} to Iceberg table {self.identifier(model)}; rows delivered before "
-                      "hold NULL in it until they change or a full refresh runs" for name in planned.added]
-                     + [f"dropped column {name} from Iceberg table {self.identifier(model)} (no longer in "
-                        "the model)" for name in planned.dropped])
+        return change_sentences(f"Iceberg table {self.identifier(model)}", planned.added, planned.dropped)
 
     def _wanted(self, model: ModelConfig) -> dict[str, str]:
         types = self.destination.vendor_record.column_types

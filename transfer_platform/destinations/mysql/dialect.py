@@ -23,7 +23,6 @@ from transfer_platform.destinations.sql.dialect import (
     STATUS_TABLE,
     Dialect,
     Statement,
-    state_column,
 )
 from transfer_platform.vendors import DESTINATIONS
 
@@ -172,6 +171,7 @@ LOCK_HOLDER = ("SELECT p.USER, p.HOST, p.TIME FROM information_schema.PROCESSLIS
 class MysqlDialect(Dialect):
     vendor = "mysql"
     transactional_ddl = False  # DDL commits: a refresh is published by one RENAME TABLE between two commits
+    now = "CURRENT_TIMESTAMP(6)"
 
     def quote(self, name: str) -> str:
         return q(name)
@@ -230,23 +230,6 @@ class MysqlDialect(Dialect):
 
     def ensure_status_row(self, status: str, model_name: str) -> Statement:
         return f"INSERT IGNORE INTO {status} (data_model_name) VALUES (%s)", (model_name,)
-
-    def read_states(self, status: str, model_name: str) -> Statement:
-        return (f"SELECT state, refresh_state, published_state FROM {status} WHERE data_model_name = %s",
-                (model_name,))
-
-    def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
-        return (f"SELECT {state_column(column)} FROM {status} WHERE data_model_name = %s"
-                + (" FOR UPDATE" if for_update else ""), (model_name,))
-
-    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                     transfer_id: str) -> Statement:
-        return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, state = %s, "
-                "last_transfer_id = %s, updated_at = CURRENT_TIMESTAMP(6) WHERE data_model_name = %s",
-                (watermark, high_watermark, state_json, transfer_id, model_name))
-
-    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        return f"UPDATE {status} SET {state_column(column)} = %s WHERE data_model_name = %s", (state_json, model_name)
 
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         """The size comes from the catalog (:meth:`table_size`)."""

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.sql import (
     marked_deleted,
-    plan_soft_delete,
-    plan_upsert,
     qualified,
     quote_ident,
 )
@@ -26,7 +24,6 @@ from transfer_platform.destinations.sql.dialect import (
     STATUS_TABLE,
     Dialect,
     Statement,
-    state_column,
 )
 
 if TYPE_CHECKING:
@@ -219,6 +216,7 @@ def rename_constraint(table: str, old: str, new: str) -> str:
 
 class PostgresDialect(Dialect):
     vendor = "postgres"
+    as_text, as_json = "::text", "::jsonb"
 
     def quote(self, name: str) -> str:
         return quote_ident(name)
@@ -260,27 +258,6 @@ class PostgresDialect(Dialect):
     def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
         return [f"ALTER TABLE {table} RENAME TO {quote_ident(name)}" for table, name in pairs]
 
-    def ensure_status_row(self, status: str, model_name: str) -> Statement:
-        return f"INSERT INTO {status} (data_model_name) VALUES (%s) ON CONFLICT DO NOTHING", (model_name,)
-
-    def read_states(self, status: str, model_name: str) -> Statement:
-        return (f"SELECT state::text, refresh_state::text, NULL FROM {status} WHERE data_model_name = %s",
-                (model_name,))
-
-    def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
-        return (f"SELECT {state_column(column)}::text FROM {status} WHERE data_model_name = %s"
-                + (" FOR UPDATE" if for_update else ""), (model_name,))
-
-    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                     transfer_id: str) -> Statement:
-        return (f"UPDATE {status} SET transfer_last_updated_at = %s, high_watermark = %s, "
-                "state = %s::jsonb, last_transfer_id = %s, updated_at = now() WHERE data_model_name = %s",
-                (watermark, high_watermark, state_json, transfer_id, model_name))
-
-    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        return (f"UPDATE {status} SET {state_column(column)} = %s::jsonb WHERE data_model_name = %s",
-                (state_json, model_name))
-
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         lm = quote_ident(model.last_modified.destination_name)
         null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
@@ -291,20 +268,3 @@ class PostgresDialect(Dialect):
                 f"count(*) FILTER (WHERE {null_key}), count(*) FILTER (WHERE {lm} IS NULL), "
                 f"count(*) FILTER (WHERE {marked} AND {newer}), pg_total_relation_size(%(staging)s::regclass) "
                 f"FROM {staging}", {"hw": high_watermark, "staging": staging})
-
-    def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
-        marker = model.deletion_marker
-        return plan_soft_delete(target=target, staging=staging,
-                                primary_key=[c.destination_name for c in model.primary_key],
-                                last_modified=model.last_modified.destination_name,
-                                marker=marker.destination_name, marker_type=marker.data_type)
-
-    def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
-        return [plan_upsert(target=target, staging=staging, columns=[c.destination_name for c in model.columns],
-                            primary_key=[c.destination_name for c in model.primary_key],
-                            last_modified=model.last_modified.destination_name,
-                            append_only=model.is_append_only, skip=skip)]
-
-    def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
-        match = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
-        return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"

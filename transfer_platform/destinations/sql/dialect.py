@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
+from transfer_platform.core.sql import plan_soft_delete, plan_upsert
 from transfer_platform.vendors import DESTINATIONS
 
 if TYPE_CHECKING:
@@ -53,6 +54,13 @@ class Dialect:
     #: DDL inside a transaction commits with it (PostgreSQL, DuckDB); without it (MySQL), a full
     #: refresh is published in two commits around a rename (``published_state``, see the writer)
     transactional_ddl: ClassVar[bool] = True
+    #: the driver's parameter placeholder; what reads a state as text, what writes text as JSON;
+    #: the current time; what locks a row read until the transaction ends
+    placeholder: ClassVar[str] = "%s"
+    as_text: ClassVar[str] = ""
+    as_json: ClassVar[str] = ""
+    now: ClassVar[str] = "now()"
+    row_lock: ClassVar[str] = " FOR UPDATE"
 
     def __init_subclass__(cls, *, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -150,30 +158,34 @@ class Dialect:
         statement where the vendor has one."""
         raise NotImplementedError
 
-    # -- the status table's rows -----------------------------------------------------------------
+    # -- the status table's rows (values always parameters) ---------------------------------------
 
-    @statement
     def ensure_status_row(self, status: str, model_name: str) -> Statement:
-        raise NotImplementedError
+        return f"INSERT INTO {status} (data_model_name) VALUES ({self.placeholder}) ON CONFLICT DO NOTHING", (
+            model_name,)
 
-    @statement
     def read_states(self, status: str, model_name: str) -> Statement:
         """One row: state, refresh_state, published_state (NULL where the vendor has none), as text."""
-        raise NotImplementedError
+        published = "NULL" if self.transactional_ddl else f"published_state{self.as_text}"
+        return (f"SELECT state{self.as_text}, refresh_state{self.as_text}, {published} FROM {status} "
+                f"WHERE data_model_name = {self.placeholder}", (model_name,))
 
-    @statement
     def read_state(self, status: str, column: str, model_name: str, *, for_update: bool = False) -> Statement:
         """One row: ``column`` as text (its row locked until the transaction ends: ``for_update``)."""
-        raise NotImplementedError
+        return (f"SELECT {state_column(column)}{self.as_text} FROM {status} WHERE data_model_name = "
+                f"{self.placeholder}{self.row_lock if for_update else ''}", (model_name,))
 
-    @statement
     def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
                      transfer_id: str) -> Statement:
-        raise NotImplementedError
+        p = self.placeholder
+        return (f"UPDATE {status} SET transfer_last_updated_at = {p}, high_watermark = {p}, state = {p}{self.as_json}, "
+                f"last_transfer_id = {p}, updated_at = {self.now} WHERE data_model_name = {p}",
+                (watermark, high_watermark, state_json, transfer_id, model_name))
 
-    @statement
     def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        raise NotImplementedError
+        p = self.placeholder
+        return (f"UPDATE {status} SET {state_column(column)} = {p}{self.as_json} WHERE data_model_name = {p}",
+                (state_json, model_name))
 
     # -- a staged window -------------------------------------------------------------------------
 
@@ -198,23 +210,28 @@ class Dialect:
     def delete_where(self, table: str, condition: str) -> str:
         return f"DELETE FROM {table} WHERE {condition}"
 
-    @statement
     def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
         """Remove the target rows the staging table marks deleted, unless the delivered row is
         newer (at the same last-modified value the delete wins); its row count is the rows removed."""
-        raise NotImplementedError
+        marker = model.deletion_marker
+        return plan_soft_delete(target=target, staging=staging, primary_key=[c.destination_name for c in model.primary_key],
+                                last_modified=model.last_modified.destination_name,
+                                marker=marker.destination_name, marker_type=marker.data_type)
 
-    @statement
     def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
-        """Merge the staged rows on the primary key: a newer row, or an equally new one that
-        differs, replaces the delivered one; an older one never does; an ``is_append_only`` model
-        only inserts new keys; ``skip``: staged rows left out."""
-        raise NotImplementedError
+        """Merge the staged rows on the primary key (``INSERT ... ON CONFLICT (key) DO UPDATE ...
+        WHERE``): a newer row, or an equally new one that differs, replaces the delivered one; an
+        older one never does; an ``is_append_only`` model only inserts new keys; ``skip``: staged
+        rows left out."""
+        return [plan_upsert(target=target, staging=staging, columns=[c.destination_name for c in model.columns],
+                            primary_key=[c.destination_name for c in model.primary_key],
+                            last_modified=model.last_modified.destination_name,
+                            append_only=model.is_append_only, skip=skip)]
 
-    @statement
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         """Delete the target rows equal to a staged row on every one of ``columns`` (the sweep)."""
-        raise NotImplementedError
+        match = " AND ".join(f"t.{self.quote(c)} = s.{self.quote(c)}" for c in columns)
+        return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"
 
 
 Dialect.STATEMENTS = tuple(name for name, value in vars(Dialect).items() if getattr(value, "__statement__", False))

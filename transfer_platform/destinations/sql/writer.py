@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from transfer_platform.core.columns import ColumnChanges, plan_columns
+from transfer_platform.core.columns import ColumnChanges, change_sentences, plan_columns
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowLoad,
@@ -253,9 +253,7 @@ class SqlWriter(Writer, abstract=True):
         with self._translated_errors(), self.session.transaction():
             for statement in self.dialect.alter_columns(table, added, planned.dropped):
                 self.session.execute(statement)
-        return tuple([f"added column {c.destination_name} ({c.data_type}) to {table}; rows delivered before "
-                      "hold NULL in it until they change or a full refresh runs" for c in added]
-                     + [f"dropped column {name} from {table} (no longer in the model)" for name in planned.dropped])
+        return change_sentences(table, [f"{c.destination_name} ({c.data_type})" for c in added], planned.dropped)
 
     # -- the status table ------------------------------------------------------------------------
 
