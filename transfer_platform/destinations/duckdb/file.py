@@ -10,13 +10,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transfer_platform.destinations.folders import folder_fix
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.storage.folders import folder_fix
 
 if TYPE_CHECKING:
     import duckdb
 
-    from transfer_platform.destinations.locks import FolderLocks
+    from transfer_platform.storage.locks import FolderLocks
     from transfer_platform.tuning import Tuning
 
 #: while the file is locked by another process: the pause between attempts to open it

@@ -64,11 +64,11 @@ from transfer_platform.destinations.base import (
 from transfer_platform.destinations.duckdb.catalog import STATUS_TABLE, Catalog, column_type
 from transfer_platform.destinations.duckdb.file import File, fetch_all, fetch_one, first_line
 from transfer_platform.destinations.duckdb.probe import Probing
-from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.skeleton import STALE, Writer
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage
 from transfer_platform.errors import DataError
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.locks import FolderLocks
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from transfer_platform.connections import spark_error_reason
 from transfer_platform.destinations.base import (
     duplicate_key_error,
     null_key_error,
@@ -29,6 +28,7 @@ from transfer_platform.destinations.mysql.load import LoadRefused, load_batches,
 from transfer_platform.destinations.mysql.state import param
 from transfer_platform.errors import ConnectionFailure, DataError
 from transfer_platform.phases import log_phase
+from transfer_platform.runtime.connections import spark_error_reason
 
 if TYPE_CHECKING:
     from datetime import datetime

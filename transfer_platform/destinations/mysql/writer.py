@@ -19,7 +19,6 @@ from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig, MysqlDestination
-from transfer_platform.connections import jdbc_properties, mysql_jdbc_url
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.mysql import sql
 from transfer_platform.destinations.mysql.errors import Errors, connect_kwargs, first_line
@@ -32,6 +31,7 @@ from transfer_platform.destinations.mysql.staging import Staging
 from transfer_platform.destinations.mysql.state import States
 from transfer_platform.destinations.skeleton import Writer
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.runtime.connections import jdbc_properties, mysql_jdbc_url
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

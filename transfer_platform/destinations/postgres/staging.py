@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from transfer_platform.connections import postgres_connect_kwargs, spark_error_reason
 from transfer_platform.core.sql import qualified
 from transfer_platform.destinations.base import (
     duplicate_key_error,
@@ -22,6 +21,7 @@ from transfer_platform.destinations.postgres.copy import copy_batches, copy_part
 from transfer_platform.destinations.postgres.errors import first_line
 from transfer_platform.errors import ConnectionFailure, DataError
 from transfer_platform.phases import log_phase
+from transfer_platform.runtime.connections import postgres_connect_kwargs, spark_error_reason
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -20,7 +20,6 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, PostgresDestination
-from transfer_platform.connections import connect_postgres, jdbc_properties, postgres_jdbc_url
 from transfer_platform.core.sql import qualified
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.postgres import sql
@@ -34,6 +33,11 @@ from transfer_platform.destinations.postgres.staging import Staging
 from transfer_platform.destinations.postgres.state import States
 from transfer_platform.destinations.skeleton import Writer
 from transfer_platform.errors import DataError
+from transfer_platform.runtime.connections import (
+    connect_postgres,
+    jdbc_properties,
+    postgres_jdbc_url,
+)
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

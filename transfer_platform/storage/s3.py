@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import S3Connection
-from transfer_platform.destinations.locks import holder_text, running_message
 from transfer_platform.errors import ConnectionFailure, TransferRunning
+from transfer_platform.storage.locks import holder_text, running_message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
