@@ -59,9 +59,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from transfer_platform.runtime.forks import ForkServer, package_stamp, warm
 
@@ -81,12 +80,12 @@ _SOCKET_PATH_MAX = 100  # AF_UNIX's sun_path holds 108 bytes
 _ON = ("", "1", "true", "on", "yes")
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """What a resident process runs, given by the command line (the runtime imports nothing of
     it): ``run``, called in a fork with a command's arguments, returns its exit code; ``warm``:
     what the resident process imports before it forks (a missing one is skipped); ``pointer``:
-    where this object is (``module:NAME``), for the resident process to find it."""
+    where this object is (``module:NAME``), for the resident process to find it. (A named tuple,
+    not a dataclass: the caller's side imports nothing it does not need.)"""
 
     pointer: str
     run: Callable[[list[str]], int]
