@@ -195,24 +195,30 @@ def _cycles(edges: dict[str, set[str]]) -> Iterable[list[str]]:
                         yield sorted(component)
 
 
-def _loop(start: str, edges: dict[str, set[str]], within: set[str]) -> list[str]:
-    """A shortest import loop from ``start`` back to it, through modules of ``within``."""
+def _path(start: str, goal: str, edges: dict[str, set[str]], within: set[str]) -> list[str]:
+    """A shortest import path from ``start`` to ``goal`` through modules of ``within``."""
     came_from: dict[str, str | None] = {start: None}
     frontier = [start]
-    while frontier:
+    while frontier and goal not in came_from:
         following = []
         for node in frontier:
             for target in sorted(edges[node] & within):
-                if target == start:
-                    loop = [node]
-                    while (previous := came_from[loop[-1]]) is not None:
-                        loop.append(previous)
-                    return [*reversed(loop), start]
                 if target not in came_from:
                     came_from[target] = node
                     following.append(target)
         frontier = following
-    return [start]
+    path = [goal]
+    while (previous := came_from[path[-1]]) is not None:
+        path.append(previous)
+    return path[::-1]
+
+
+def _crossing_loop(component: list[str], edges: dict[str, set[str]]) -> list[str]:
+    """A loop of ``component`` (a strongly connected set of modules) through an import from one
+    part to another: that import, then a shortest way back."""
+    within = set(component)
+    here, there = next((m, t) for m in component for t in sorted(edges[m] & within) if _part(m) != _part(t))
+    return [here, *_path(there, here, edges, within)]
 
 
 def floor_violations(root: Path = ROOT, floors: tuple[tuple[str, ...], ...] = FLOORS,
@@ -236,10 +242,9 @@ def floor_violations(root: Path = ROOT, floors: tuple[tuple[str, ...], ...] = FL
                 found.append((path, line, f"imports {target} (up a floor: {_part(target)} stands above {_part(module)})"))
     for component in _cycles(edges):
         if len({_part(m) for m in component}) > 1:
-            start = component[0]
-            loop = _loop(start, edges, set(component))
-            line = next(n for n, target in graph[start][1] if target == loop[1])
-            found.append((graph[start][0], line, f"an import cycle across parts: {' -> '.join(loop)}"))
+            loop = _crossing_loop(component, edges)
+            line = next(n for n, target in graph[loop[0]][1] if target == loop[1])
+            found.append((graph[loop[0]][0], line, f"an import cycle across parts: {' -> '.join(loop)}"))
     return found
 
 
