@@ -447,6 +447,7 @@ def _is_resident(pid: int) -> bool:
 
 
 if __name__ == "__main__":  # python -m transfer_platform.runtime.resident SOCKET COMMAND_POINTER
-    from transfer_platform.runtime import resident  # the module the command's pointer imports too, not a copy
+    # the module the command's pointer imports too, not this copy of it
+    from transfer_platform.runtime import resident
 
     sys.exit(resident.Server(Path(sys.argv[1]), resident.idle_seconds(), resident.command_at(sys.argv[2])).serve())

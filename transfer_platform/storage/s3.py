@@ -1,4 +1,4 @@
-"""S3 for destinations (boto3): objects by key, and a model's lock as an object.
+"""S3 (boto3), for destinations and source staging alike: objects by key, and a model's lock as an object.
 
 Errors name the bucket, the endpoint and S3's reason, never a secret (the keys are read from the
 environment variables the configuration names, and remembered for log redaction).
