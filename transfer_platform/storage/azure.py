@@ -1,5 +1,5 @@
-"""Azure Blob Storage (azure-storage-blob), for destinations and source staging alike: objects by key in a container, and a
-model's lock as an object (:class:`~transfer_platform.storage.s3.S3Locks`, over the
+"""Azure Blob Storage (azure-storage-blob), for destinations and source staging alike: objects by
+key in a container, and a model's lock as an object (:class:`~transfer_platform.storage.s3.S3Locks`, over the
 conditional writes Blob Storage has: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to
 renew and delete).
 
