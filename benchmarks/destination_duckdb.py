@@ -122,7 +122,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(rows: int, work: Path) -> dict:
     from transfer_platform.config.models import SparkSettings
-    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.runtime.spark_session import get_spark_session
 
     create_source(rows, 1)
     spark = get_spark_session(SparkSettings(**SPARK), shared=False)  # a Spark of its own: what these measure

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from transfer_platform.destinations.base import writer_for
     from transfer_platform.destinations.iceberg.merge import merge_rows
     from transfer_platform.destinations.iceberg.writer import _rewrite
-    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.runtime.spark_session import get_spark_session
 
     create_source(args.rows, 1)
     results: dict = {"rows": args.rows}

@@ -409,8 +409,8 @@ def uptime() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.spark_server import spark_connect_server
-    from transfer_platform.resident import stop_servers as stop_resident
-    from transfer_platform.shared_spark import STATE_DIR_ENV_VAR, stop_servers
+    from transfer_platform.runtime.resident import stop_servers as stop_resident
+    from transfer_platform.runtime.shared_spark import STATE_DIR_ENV_VAR, stop_servers
 
     args = parse_args(argv)
     results = {"parameters": vars(args), "machine": {"cpu_count": os.cpu_count(), "uptime_before": uptime(),

@@ -247,7 +247,7 @@ def definitions_case(bench: Bench) -> None:
 def start_spark() -> tuple[object, float]:
     """The harness's SparkSession (the active one if there is one) and the seconds it took."""
     from transfer_platform.config.models import SparkSettings
-    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.runtime.spark_session import get_spark_session
 
     start = time.perf_counter()
     spark = get_spark_session(SparkSettings(**SPARK), shared=False)  # a Spark of its own: what these measure

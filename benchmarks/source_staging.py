@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transfer_platform.config import parse_config
     from transfer_platform.config.models import SparkSettings
-    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.runtime.spark_session import get_spark_session
 
     tenants = tenant_names(args.recipients)
     create_source(args.rows_per_tenant * args.recipients, args.recipients)

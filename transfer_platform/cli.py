@@ -73,7 +73,7 @@ def _spark(config, args: argparse.Namespace):  # PlatformConfig -> SparkSession
     terminal unless --verbose: a client of ``spark.remote``, of the shared Spark server (the
     default; started in the background on first use), or (--no-shared-spark) a Spark of its own."""
     from transfer_platform.console.streams import child_output
-    from transfer_platform.spark_session import get_spark_session, remote_endpoint
+    from transfer_platform.runtime.spark_session import get_spark_session, remote_endpoint
 
     endpoint = remote_endpoint(config.spark)
     shared = _shared(config, args)
@@ -101,7 +101,7 @@ def _spark(config, args: argparse.Namespace):  # PlatformConfig -> SparkSession
 def _shared(config, args: argparse.Namespace) -> bool:
     """Whether this command uses the shared Spark server (without spark.remote): not with
     --no-shared-spark, ``$TRANSFER_PLATFORM_SHARED_SPARK`` off or ``spark.shared: false``."""
-    from transfer_platform.shared_spark import shared_from_env
+    from transfer_platform.runtime.shared_spark import shared_from_env
 
     from_env = shared_from_env()  # a ConfigError for a value that is neither on nor off
     return not getattr(args, "no_shared_spark", False) and from_env is not False and config.spark.shared
@@ -394,11 +394,11 @@ def cmd_signing_key(args: argparse.Namespace) -> int:
 def cmd_spark_server(args: argparse.Namespace) -> int:
     """Run the Spark Connect server that transfers share, in the foreground, until stopped."""
     from transfer_platform.config.endpoints import DEFAULT_CONNECT_PORT, Endpoint
-    from transfer_platform.spark_session import remote_endpoint, serve
+    from transfer_platform.runtime.spark_session import remote_endpoint, serve
 
     if args.stop:
-        from transfer_platform.resident import stop_servers as stop_resident
-        from transfer_platform.shared_spark import state_dir, stop_servers
+        from transfer_platform.runtime.resident import stop_servers as stop_resident
+        from transfer_platform.runtime.shared_spark import state_dir, stop_servers
 
         folder = state_dir()
         stopped = stop_servers(folder)
@@ -490,7 +490,7 @@ def cmd_magic_link(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
-    from transfer_platform.shared_spark import shared_from_env
+    from transfer_platform.runtime.shared_spark import shared_from_env
 
     shared = not args.no_shared_spark and shared_from_env() is not False
     return 0 if run_demo(Path(args.dir), verbose=args.verbose, shared=shared) else 1

@@ -80,7 +80,7 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory):
         yield None
         return
     from benchmarks.spark_server import spark_connect_server
-    from transfer_platform.spark_session import REMOTE_ENV_VAR
+    from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR
 
     with spark_connect_server(tmp_path_factory.mktemp("spark_connect")) as server:
         os.environ[REMOTE_ENV_VAR] = server.url
@@ -95,7 +95,7 @@ def spark(spark_server):
     """One small, quiet Spark session for the whole test session: a local one, or in the
     Connect lane a client of the session's Spark Connect server."""
     from transfer_platform.config.models import SparkSettings
-    from transfer_platform.spark_session import get_spark_session
+    from transfer_platform.runtime.spark_session import get_spark_session
 
     session = get_spark_session(SparkSettings(master="local[2]", driver_memory="1g",
                                               conf={"spark.sql.shuffle.partitions": "2"}))

@@ -1,4 +1,4 @@
-"""The resident command process (``transfer_platform.resident``): ``transfer-platform`` commands
+"""The resident command process (``transfer_platform.runtime.resident``): ``transfer-platform`` commands
 forked from a Python that has imported the data path already, as a user runs them: the installed
 ``transfer-platform`` executable, in processes of their own, with the shared mode on (the suite
 turns it off for every other test)."""
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transfer_platform import resident
+from transfer_platform.runtime import resident
 from transfer_platform_tests.support.config import valid_raw
 
 CLI = str(Path(sys.executable).with_name("transfer-platform"))
@@ -75,7 +75,7 @@ class Place:
                 text = cmdline.read_bytes()
             except OSError:
                 continue
-            if b"transfer_platform.resident" in text and str(self.state).encode() in text:
+            if b"transfer_platform.runtime.resident" in text and str(self.state).encode() in text:
                 pid = int(cmdline.parent.name)
                 if alive(pid):
                     found.append(pid)
@@ -238,13 +238,14 @@ def test_changed_code_is_never_run_from_a_stale_resident_process(tmp_path: Path)
     config = write(tmp_path / "good.yaml", valid_raw())
     place.state.mkdir()
     # the socket's name depends on PYTHONPATH: asked of a Python with the callers' environment
-    probe = subprocess.run([sys.executable, "-c", "from transfer_platform import resident; print(resident.socket_path())"],
+    probe = subprocess.run([sys.executable, "-c", "from transfer_platform.runtime import resident; print(resident.socket_path())"],
                            env=place.env, capture_output=True, text=True, check=True)
     path = Path(probe.stdout.strip())
     with path.with_suffix(".log").open("ab") as log:
         server = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from pathlib import Path; from transfer_platform.resident import "
-             "Server; sys.exit(Server(Path(sys.argv[1]), 600, module='fake_pkg').serve())", str(path)],
+            [sys.executable, "-c", "import sys; from pathlib import Path; from transfer_platform.runtime.resident import "
+             "Server; from transfer_platform.executable import COMMAND; "
+             "sys.exit(Server(Path(sys.argv[1]), 600, COMMAND, module='fake_pkg').serve())", str(path)],
             env=place.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(lambda: path.exists(), "the resident process listening")

@@ -11,14 +11,14 @@ import pytest
 
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import DatabaseConnection, SparkSettings
-from transfer_platform.connections import (
+from transfer_platform.orchestration.resources import spark_resource
+from transfer_platform.runtime.connections import (
     connect_mysql,
     jdbc_properties,
     postgres_connect_kwargs,
 )
-from transfer_platform.orchestration.resources import spark_resource
+from transfer_platform.runtime.spark_session import spark_conf
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform.spark_session import spark_conf
 
 VAR = "TP_TEST_SETTINGS_PASSWORD"
 SECRET = "pw-from-the-environment"

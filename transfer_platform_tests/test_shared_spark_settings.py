@@ -14,7 +14,7 @@ import pytest
 
 from transfer_platform.config.models import SparkSettings
 from transfer_platform.errors import ConfigError
-from transfer_platform.shared_spark import (
+from transfer_platform.runtime.shared_spark import (
     SHARED_ENV_VAR,
     SHARED_MARKER,
     STATE_DIR_ENV_VAR,
@@ -23,7 +23,7 @@ from transfer_platform.shared_spark import (
     shared_from_env,
     state_dir,
 )
-from transfer_platform.spark_session import REMOTE_ENV_VAR, local_spark_conf, spark_conf
+from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR, local_spark_conf, spark_conf
 
 
 def test_the_key_changes_with_each_of_its_fields_and_only_with_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,7 +48,7 @@ def test_the_key_changes_with_each_of_its_fields_and_only_with_them(monkeypatch:
     monkeypatch.undo()
     monkeypatch.setattr(pyspark, "__version__", "4.9.0")
     others.add(server_key(conf)[0])
-    monkeypatch.setattr("transfer_platform.shared_spark._package_version", lambda: "9.9.9")
+    monkeypatch.setattr("transfer_platform.runtime.shared_spark._package_version", lambda: "9.9.9")
     others.add(server_key(conf)[0])
     assert key not in others
     assert len(others) == 7
@@ -110,7 +110,7 @@ def test_a_state_file_whose_process_is_gone_or_is_no_server_is_stale_and_removed
 
 
 def test_a_session_names_its_client_process_in_its_user_id() -> None:
-    from transfer_platform.shared_spark import CLIENT_USER_PREFIX, client_pid
+    from transfer_platform.runtime.shared_spark import CLIENT_USER_PREFIX, client_pid
 
     assert client_pid(f"{CLIENT_USER_PREFIX}4242") == 4242
     for other in ("", "alice", f"{CLIENT_USER_PREFIX}", f"{CLIENT_USER_PREFIX}12x", "4242"):

@@ -11,7 +11,7 @@ import pytest
 from transfer_platform.config import parse_config
 from transfer_platform.config.models import SparkSettings
 from transfer_platform.errors import ConfigError, ConnectionFailure
-from transfer_platform.spark_session import (
+from transfer_platform.runtime.spark_session import (
     JVM_PASSWORD_MESSAGE,
     REMOTE_ENV_VAR,
     Endpoint,

@@ -1,6 +1,6 @@
 """A Spark Connect server's address as the configuration writes it (``spark.remote``,
 ``$TRANSFER_PLATFORM_SPARK_REMOTE``): parsed here, where the configuration is checked, and used by
-``spark_session.py`` to connect."""
+``runtime/spark_session.py`` to connect."""
 
 from __future__ import annotations
 

@@ -555,7 +555,7 @@ class SparkSettings(StrictModel):
 
     Without ``remote`` (the default): a Spark Connect server on this machine that the first
     process needing Spark starts in the background and later ones reuse (``shared``; one per
-    version and JVM settings, :mod:`transfer_platform.shared_spark`), stopped by itself after
+    version and JVM settings, :mod:`transfer_platform.runtime.shared_spark`), stopped by itself after
     ``shared_idle_seconds`` without a query or a client; with ``shared: false``
     (``--no-shared-spark``, ``$TRANSFER_PLATFORM_SHARED_SPARK=0``), a Spark started inside each
     process that transfers (~11 s of start-up per process). With ``remote`` (``sc://host:port``):

@@ -40,7 +40,7 @@ from transfer_platform.destinations.manifests import (
 )
 from transfer_platform.destinations.object_storage import latest_per_key
 from transfer_platform.errors import ConfigError, Problem
-from transfer_platform.spark_session import get_spark_session
+from transfer_platform.runtime.spark_session import get_spark_session
 from transfer_platform.transfers.entry import Transfer, models_of
 from transfer_platform.transfers.runner import ModelSummary
 

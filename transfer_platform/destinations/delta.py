@@ -82,13 +82,13 @@ from transfer_platform.destinations.base import (
     refuse_bad_rows,
     staging_suffix,
 )
-from transfer_platform.destinations.folders import folder_fix, missing_parents, probe_folder
-from transfer_platform.destinations.locks import FolderLocks
-from transfer_platform.destinations.s3 import S3Locks, S3Store, probe_objects, storage_options
 from transfer_platform.destinations.skeleton import STALE, Writer, next_state
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
+from transfer_platform.storage.locks import FolderLocks
+from transfer_platform.storage.s3 import S3Locks, S3Store, probe_objects, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -164,10 +164,10 @@ class DeltaWriter(Writer):
             owner = f"destination '{destination.name}'"
             self.s3: S3Store | None
             if isinstance(connection, AzureBlobConnection):  # the same methods as S3Store's
-                from transfer_platform.destinations import azure_blob
+                from transfer_platform.storage import azure
 
-                self.s3 = azure_blob.AzureStore(connection, owner)  # type: ignore[assignment]
-                self.options: dict[str, str] | None = azure_blob.storage_options(connection, owner)
+                self.s3 = azure.AzureStore(connection, owner)  # type: ignore[assignment]
+                self.options: dict[str, str] | None = azure.storage_options(connection, owner)
             else:
                 self.s3, self.options = S3Store(connection, owner), storage_options(connection, owner)
             self.prefix = connection.prefix.strip("/")
@@ -391,7 +391,7 @@ class DeltaWriter(Writer):
         when this writer closes, or when its process dies) so that two transfers of one model to
         this folder never interleave; a second one waits up to ``Tuning.lock_wait_seconds``, then is
         refused naming the first. The file says who holds it."""
-        if self.s3 is not None:  # a lock object (see destinations/s3.py)
+        if self.s3 is not None:  # a lock object (see storage/s3.py)
             self._s3_locks.acquire(self._key(LOCK_DIR, f"{model.model_name}.json"), model.model_name,
                                    transfer_id, destination=self.name, wait_seconds=self.tuning.lock_wait_seconds)
             return

@@ -1,5 +1,5 @@
 """Object storage: Parquet files and signed manifests in a bucket (vendor ``s3``), an Azure
-container (vendor ``abs``) or a folder (vendor ``local``), the same code over small stores (``destinations/stores.py``, chosen once
+container (vendor ``abs``) or a folder (vendor ``local``), the same code over small stores (``storage/stores.py``, chosen once
 by the connection's type). The order of ``prepare``, of a window's write and of a refresh's
 publish is ``destinations/skeleton.py``'s; this module implements its primitives.
 
@@ -72,12 +72,12 @@ from transfer_platform.destinations.base import (
     newly_marked,
     refuse_bad_rows,
 )
-from transfer_platform.destinations.s3 import probe_objects
 from transfer_platform.destinations.skeleton import STALE, Writer, next_state
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage
-from transfer_platform.destinations.stores import Store, store_for
 from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.s3 import probe_objects
+from transfer_platform.storage.stores import Store, store_for
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

@@ -102,7 +102,7 @@ def staging_filesystem(options: dict[str, str] | None):  # -> pyarrow.fs.FileSys
 
     if options is None:
         return fs.LocalFileSystem()
-    if "azure_storage_account_name" in options:  # an Azure container (destinations/azure_blob.py)
+    if "azure_storage_account_name" in options:  # an Azure container (storage/azure.py)
         kwargs = {"account_name": options["azure_storage_account_name"],
                   "account_key": options["azure_storage_account_key"]}
         endpoint = options.get("azure_storage_endpoint")

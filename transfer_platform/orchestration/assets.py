@@ -62,7 +62,7 @@ from transfer_platform.orchestration.partitions import partitions_for, windows_f
 from transfer_platform.orchestration.reporting import relay, transfer_events
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
-from transfer_platform.spark_session import LazySession
+from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.runner import ModelSummary, windowing_for
 

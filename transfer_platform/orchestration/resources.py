@@ -11,7 +11,7 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.shards import parse_shard, shard_config
 from transfer_platform.destinations.base import DestinationWriter, writer_for
 from transfer_platform.orchestration.config_stamp import config_stamp
-from transfer_platform.spark_session import session_from_conf, spark_conf, stop_session
+from transfer_platform.runtime.spark_session import session_from_conf, spark_conf, stop_session
 
 
 class TransferPlatformResource(ConfigurableResource):
@@ -55,6 +55,6 @@ def spark_resource(config: PlatformConfig) -> LazyPySparkResource:
     """One SparkSession per run, created when a step first needs it, shared by every model of
     the run (the definitions use the in-process executor so that a run is one process); with
     ``spark.remote``, a session of that Spark Connect server, else (``spark.shared``, the default)
-    one of the shared server :mod:`transfer_platform.shared_spark` starts, instead of a Spark of
+    one of the shared server :mod:`transfer_platform.runtime.shared_spark` starts, instead of a Spark of
     its own. Only settings here: nothing starts until the run's session does."""
     return TransferSparkResource(spark_config=spark_conf(config.spark))

@@ -4,7 +4,8 @@ run workers: ``python -m transfer_platform.orchestration.run_worker``, started b
 Dagster's code server starts every run in a new ``spawn``-ed Python (hard-coded in its
 ``StartRun``), which imports Dagster, the code location and the data path's libraries again: about
 2.5 s of a small incremental's 5.5 s through the daemon on this 2-core machine, and as much CPU per
-run, which under sustained load is what limits transfers per hour. This process pays that once:
+run, which under sustained load is what limits transfers per hour. This process pays that once
+(a fork server, as the resident command process: :mod:`transfer_platform.runtime.forks`):
 
 1. its first line on stdin is ``{"instance_ref": ..., "origin": ...}`` (serialized by Dagster's
    serdes): the Dagster instance and the code location (a ``RepositoryPythonOrigin``) it serves;
@@ -39,8 +40,6 @@ the worker is proven on, or lacks a private name it uses (``dagster_internals.fo
 from __future__ import annotations
 
 import faulthandler
-import importlib
-import importlib.util
 import json
 import os
 import select
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from transfer_platform import vendors
+from transfer_platform.runtime.forks import ForkServer, package_stamp, warm
 
 #: modules a transfer imports, imported once by the parent after Dagster's run machinery
 #: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped
@@ -77,8 +77,6 @@ def process_start_time(pid: int) -> str | None:
 def code_stamp(module: str) -> list:
     """What, changed, makes imported code stale: the files of ``module``'s top package (names,
     sizes, modification times) and the configuration file ``transfer_platform`` reads."""
-    from transfer_platform.resident import package_stamp
-
     stamp = package_stamp(module)
     with suppress(Exception):  # no configuration file: the run reports it
         from transfer_platform.config import find_config_path
@@ -89,13 +87,14 @@ def code_stamp(module: str) -> list:
     return stamp
 
 
-class Parent:
-    """The preloaded process: reads requests, forks run workers, reaps them."""
+class Parent(ForkServer[str | None]):
+    """The preloaded process: reads requests, forks run workers, reaps them; its children: pid ->
+    run id (None: a crash reporter; SPARE: the spare worker, waiting for a run)."""
 
     def __init__(self, control: TextIO) -> None:
+        super().__init__(lambda: code_stamp(self.module))
         self.control = control
-        #: pid -> run id (None: a crash reporter; SPARE: the spare worker, waiting for a run)
-        self.children: dict[int, str | None] = {}
+        self.module = "transfer_platform"
         self.spare: tuple[int, int] | None = None  # the spare worker: (pid, the pipe its run id goes to)
 
     def say(self, message: dict[str, Any]) -> None:
@@ -116,36 +115,36 @@ class Parent:
         self.instance_ref = deserialize_value(header["instance_ref"])  # an InstanceRef
         self.origin = deserialize_value(header["origin"])  # a RepositoryPythonOrigin
         self.unsupported = fork_refusal()  # this Python's Dagster: proven, with what the worker uses
-        module = getattr(self.origin.code_pointer, "module", None) or "transfer_platform"
-        self.stamp = code_stamp(module)
+        self.module = getattr(self.origin.code_pointer, "module", None) or "transfer_platform"
+        self.remember_code()
         started = time.perf_counter()
         preload(self.origin)
         self.say({"ready": round(time.perf_counter() - started, 3), "threads": threading.active_count()})
         self.fork_spare()
         while (line := requests.next(on_wait=self.reap)) is not None:
-            if line.strip() and not self.start(json.loads(line)["run_id"], module):
+            if line.strip() and not self.start(json.loads(line)["run_id"]):
                 break
         self.drop_spare()
-        while self.children:  # stdin closed: the workers outlive us, but are reaped while we wait
-            self.reap(block=True)
+        self.reap_all()  # stdin closed: the workers outlive us, but are reaped while we wait
 
-    def start(self, run_id: str, module: str) -> bool:
+    def start(self, run_id: str) -> bool:
         """Fork the worker of ``run_id``; False when the parent must go (its code is stale, or a
         thread it would carry into the fork started)."""
         if self.unsupported:
             self.say({"run_id": run_id, "refused": "unsupported", "why": self.unsupported})
             return False
-        refused = ("stale" if code_stamp(module) != self.stamp
-                   else "threads" if threading.active_count() > 1 else None)
+        refused = self.refusal()
         if refused:
             self.say({"run_id": run_id, "refused": refused})
             return False
         pid = self.hand_to_spare(run_id)
         if pid is None:
-            pid = os.fork()
-            if pid == 0:
+
+            def child() -> int:
                 self.in_child()
-                os._exit(execute(self.instance_ref, run_id))
+                return execute(self.instance_ref, run_id)
+
+            pid = self.fork(child)
         self.children[pid] = run_id
         self.say({"run_id": run_id, "pid": pid, "started": process_start_time(pid)})
         self.fork_spare()  # for the next run
@@ -163,11 +162,13 @@ class Parent:
         if self.spare is not None or self.unsupported or threading.active_count() > 1:
             return
         read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+
+        def child() -> int:
             os.close(write)
             self.in_child()
-            os._exit(execute(self.instance_ref, None, waiting=read, origin=self.origin))
+            return execute(self.instance_ref, None, waiting=read, origin=self.origin)
+
+        pid = self.fork(child)
         os.close(read)
         self.spare = (pid, write)
         self.children[pid] = SPARE
@@ -193,29 +194,21 @@ class Parent:
             os.close(self.spare[1])
             self.spare = None
 
-    def reap(self, block: bool = False) -> None:
-        """Collect ended workers; one that ended badly is reported by a short-lived fork (so this
+    def ended(self, pid: int, mark: str | None, status: int) -> None:
+        """A worker ended; one that ended badly is reported by a short-lived fork (so this
         process never opens the instance, and stays without threads or connections to fork)."""
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
-            except ChildProcessError:  # none left (they were collected elsewhere)
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            run_id = self.children.pop(pid, None)
-            if run_id == SPARE and self.spare is not None and self.spare[0] == pid:
-                self.drop_spare()  # it ended before it had a run: the next run forks its own
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            if run_id and run_id != SPARE and code != 0:
-                reporter = os.fork()
-                if reporter == 0:
-                    self.in_child()
-                    _report_crash(self.instance_ref, run_id, code)
-                    os._exit(0)
-                self.children[reporter] = None
+        if mark == SPARE and self.spare is not None and self.spare[0] == pid:
+            self.drop_spare()  # it ended before it had a run: the next run forks its own
+            return
+        code = os.waitstatus_to_exitcode(status)
+        if mark and mark != SPARE and code != 0:
+
+            def reporter() -> int:
+                self.in_child()
+                _report_crash(self.instance_ref, mark, code)
+                return 0
+
+            self.children[self.fork(reporter)] = None
 
 
 class Lines:
@@ -243,9 +236,7 @@ def preload(origin: Any) -> None:  # a RepositoryPythonOrigin
     """Import what a run imports; nothing here may start a thread or open a connection."""
     from transfer_platform.orchestration import dagster_internals
 
-    for name in (*dagster_internals.WARM_MODULES, *WARM_IMPORTS):
-        with suppress(Exception):
-            importlib.import_module(name)
+    warm((*dagster_internals.WARM_MODULES, *WARM_IMPORTS), skipped=Exception)
     with suppress(Exception):  # a code location that does not load fails its run, with Dagster's error
         dagster_internals.load_repository(origin)
 

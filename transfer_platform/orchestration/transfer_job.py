@@ -46,7 +46,7 @@ from transfer_platform.orchestration.run_tags import (
     SCHEDULED_FOR_TAG,
     limit_tags,
 )
-from transfer_platform.spark_session import LazySession
+from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.dry_run import plan_as_dict
 from transfer_platform.transfers.entry import Transfer, models_of
 

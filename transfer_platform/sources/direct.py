@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from transfer_platform.connections import connect_postgres
 from transfer_platform.core.sql import derived_table, search_path_value
+from transfer_platform.runtime.connections import connect_postgres
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest
 
 if TYPE_CHECKING:

@@ -45,14 +45,6 @@ from transfer_platform.config.models import (
     MysqlSource,
     PostgresSource,
 )
-from transfer_platform.connections import (
-    connect_mysql,
-    connect_postgres,
-    jdbc_properties,
-    mysql_jdbc_url,
-    postgres_jdbc_url,
-    spark_error_reason,
-)
 from transfer_platform.core.sql import (
     change_predicate,
     derived_table,
@@ -73,6 +65,15 @@ from transfer_platform.errors import (
     Problem,
     TransferPlatformError,
 )
+from transfer_platform.runtime.connections import (
+    connect_mysql,
+    connect_postgres,
+    jdbc_properties,
+    mysql_jdbc_url,
+    postgres_jdbc_url,
+    spark_error_reason,
+)
+from transfer_platform.runtime.spark_session import server_lost
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
@@ -85,7 +86,6 @@ from transfer_platform.sources.base import (
     required_columns,
     spark_col,
 )
-from transfer_platform.spark_session import server_lost
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -26,10 +26,10 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, TypeVar
 
 from transfer_platform.config.models import ModelConfig, ParquetSource, PathConnection
-from transfer_platform.connections import spark_error_reason
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
+from transfer_platform.runtime.connections import spark_error_reason
 from transfer_platform.sources.base import (
     ORIGIN_COLUMN,
     ReadRequest,

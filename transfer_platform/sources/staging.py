@@ -3,7 +3,7 @@
 Off unless a PostgreSQL source sets ``staging: {path: <folder>, max_age_hours: 24}`` or
 ``staging: {s3: {bucket: ..., prefix: ...}, max_age_hours: 24}``. Without it every destination's
 incremental transfer queries the source for its own tenant; with it, the transfers of one schedule
-tick share a *batch*. The folder or bucket is an object store (``destinations/stores.py``:
+tick share a *batch*. The folder or bucket is an object store (``storage/stores.py``:
 :class:`FolderStore`, :class:`BucketStore`), each object written whole; a model's objects are
 under ``<source>/<model>/`` (in the folder, or under the bucket's prefix):
 
@@ -65,8 +65,6 @@ import pyarrow.parquet as pq
 from transfer_platform.config.models import ModelConfig, PlatformConfig, PostgresSource
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, latest_tick
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.destinations.s3 import LostRace
-from transfer_platform.destinations.stores import BucketStore, FolderStore, Store
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
@@ -75,6 +73,8 @@ from transfer_platform.sources.base import (
     in_bounds_tags,
     model_columns,
 )
+from transfer_platform.storage.s3 import LostRace
+from transfer_platform.storage.stores import BucketStore, FolderStore, Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -329,7 +329,7 @@ class StagingArea:
         try:
             table = frame.toArrow()
         except Exception as exc:
-            from transfer_platform.connections import spark_error_reason
+            from transfer_platform.runtime.connections import spark_error_reason
 
             raise StagingUnavailable(f"the staged read failed: {spark_error_reason(exc)}") from exc
         self._renew()

@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.connections import spark_error_reason
 from transfer_platform.core.planning import (
     ModelWindowing,
     PlannedWindow,
@@ -37,6 +36,8 @@ from transfer_platform.destinations.base import (
 )
 from transfer_platform.errors import DataError, DuplicateKey, TransferPlatformError
 from transfer_platform.phases import log_phase
+from transfer_platform.runtime.connections import spark_error_reason
+from transfer_platform.runtime.spark_session import SparkServerLost, server_lost
 from transfer_platform.sources.base import (
     ORIGIN_COLUMN,
     WINDOW_COLUMN,
@@ -46,7 +47,6 @@ from transfer_platform.sources.base import (
 )
 from transfer_platform.sources.direct import DirectReads
 from transfer_platform.sources.staging import StagedReader, TransferStaging, next_lower
-from transfer_platform.spark_session import SparkServerLost, server_lost
 from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
 from transfer_platform.tuning import DEFAULT, Tuning
 

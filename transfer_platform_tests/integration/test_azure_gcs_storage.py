@@ -26,9 +26,9 @@ import yaml
 from transfer_platform.cli import main
 from transfer_platform.config import load_config
 from transfer_platform.destinations.base import writer_for
-from transfer_platform.destinations.locks import holder_text
 from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
 from transfer_platform.errors import TransferRunning
+from transfer_platform.storage.locks import holder_text
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.azurite import Azurite
 from transfer_platform_tests.support.platform import lake_rows, write_config

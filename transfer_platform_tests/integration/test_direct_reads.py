@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from transfer_platform.spark_session import LazySession
+from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.config import config_for
 from transfer_platform_tests.support.events import MODEL, epoch

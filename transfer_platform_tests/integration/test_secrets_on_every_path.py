@@ -55,7 +55,7 @@ from transfer_platform.config import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import JOB_NAME as INTEGRITY_JOB
 from transfer_platform.orchestration.checks import integrity_check_keys
-from transfer_platform.spark_session import REMOTE_ENV_VAR, is_remote
+from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR, is_remote
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.dagster import CONFIG_ENV, transfer_run_config, workspace
 from transfer_platform_tests.support.events import (

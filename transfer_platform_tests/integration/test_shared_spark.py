@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transfer_platform import resident
-from transfer_platform.shared_spark import SHARED_ENV_VAR, STATE_DIR_ENV_VAR
-from transfer_platform.spark_session import REMOTE_ENV_VAR
+from transfer_platform.runtime import resident
+from transfer_platform.runtime.shared_spark import SHARED_ENV_VAR, STATE_DIR_ENV_VAR
+from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import (
     create_events,
@@ -52,7 +52,7 @@ def server_pids(state: Path) -> list[int]:
             parts = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"transfer_platform.shared_spark" in parts and any(str(state).encode() in part for part in parts):
+        if b"transfer_platform.runtime.shared_spark" in parts and any(str(state).encode() in part for part in parts):
             pid = int(cmdline.parent.name)
             if group_alive(pid):
                 pids.append(pid)
@@ -284,7 +284,7 @@ def test_a_dagster_run_is_a_client_of_the_shared_server_that_loading_the_definit
 QUIET_CLIENT = """
 import sys, time
 from transfer_platform.config.models import SparkSettings
-from transfer_platform.spark_session import get_spark_session
+from transfer_platform.runtime.spark_session import get_spark_session
 
 spark = get_spark_session(SparkSettings(**{**eval(sys.argv[1]), "shared_idle_seconds": 10}))
 print(spark.range(3).count(), flush=True)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from benchmarks.spark_server import free_port, spark_connect_server
-from transfer_platform.spark_session import REMOTE_ENV_VAR
+from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import (
     create_events,
@@ -102,7 +102,7 @@ def test_transfers_through_the_server_and_a_server_that_is_down_fails_at_once_ch
 VERSION_CLIENT = """
 import sys, pyspark
 pyspark.__version__ = "3.5.1"  # what another installation's client would say
-from transfer_platform.spark_session import connect, parse_endpoint
+from transfer_platform.runtime.spark_session import connect, parse_endpoint
 try:
     connect(parse_endpoint(sys.argv[1]))
 except Exception as exc:

@@ -23,7 +23,7 @@ import yaml
 
 from benchmarks.spark_server import free_port, spark_connect_server
 from transfer_platform.destinations.postgres import STAGING_PREFIX
-from transfer_platform.spark_session import REMOTE_ENV_VAR
+from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR
 from transfer_platform.tuning import DEFAULT
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.events import normalize

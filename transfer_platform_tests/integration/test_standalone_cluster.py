@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from benchmarks.spark_server import spark_connect_server
-from transfer_platform.spark_session import REMOTE_ENV_VAR
+from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import (
     LOOKBACK,

@@ -201,7 +201,7 @@ def test_a_run_worker_parent_on_an_unproven_dagster_refuses_every_run() -> None:
     control = io.StringIO()
     parent = Parent(control)
     parent.unsupported = dagster_internals.fork_refusal(UNKNOWN)  # what main() finds on such a Dagster
-    assert parent.start("r1", "transfer_platform") is False
+    assert parent.start("r1") is False
     answer = json.loads(control.getvalue())
     assert answer == {"run_id": "r1", "refused": "unsupported", "why": parent.unsupported}
     assert not parent.children, "nothing was forked"

@@ -10,8 +10,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transfer_platform.destinations.folders import folder_fix
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.storage.folders import folder_fix
 
 if TYPE_CHECKING:
     import duckdb

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.duckdb.file import fetch_all, first_line
-from transfer_platform.destinations.folders import folder_fix, missing_parents, probe_folder
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ModelConfig

@@ -52,12 +52,12 @@ from transfer_platform.destinations.base import (
 from transfer_platform.destinations.duckdb.dialect import DuckdbDialect
 from transfer_platform.destinations.duckdb.file import DuckdbFile, first_line
 from transfer_platform.destinations.duckdb.probe import probe_destination
-from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.sql.session import DuckdbSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage
 from transfer_platform.errors import DataError
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.locks import FolderLocks
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

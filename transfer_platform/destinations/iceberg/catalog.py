@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from transfer_platform.config.models import DatabaseConnection
-from transfer_platform.connections import CONNECT_TIMEOUT_SECONDS, password_of
 from transfer_platform.core.sql import quote_ident
-from transfer_platform.destinations.locks import running_message
 from transfer_platform.destinations.postgres import dialect as sql
 from transfer_platform.errors import ConnectionFailure, MissingPrivilege, TransferRunning
+from transfer_platform.runtime.connections import CONNECT_TIMEOUT_SECONDS, password_of
+from transfer_platform.storage.locks import running_message
 
 if TYPE_CHECKING:
     import psycopg

@@ -69,8 +69,8 @@ def _probe_catalog(conn, probe, name: str, schema: str, catalog_name: str, names
 
 
 def _probe_warehouse(writer: IcebergWriter, probe, name: str) -> None:
-    from transfer_platform.destinations.folders import folder_fix, missing_parents, probe_folder
-    from transfer_platform.destinations.s3 import probe_objects
+    from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
+    from transfer_platform.storage.s3 import probe_objects
 
     if writer.s3 is not None:
         key = writer._key("_tp_probe_" + uuid.uuid4().hex[:12])

@@ -60,11 +60,11 @@ from transfer_platform.destinations.base import (
 )
 from transfer_platform.destinations.iceberg.catalog import Catalog
 from transfer_platform.destinations.iceberg.merge import merge_rows, without_versions
-from transfer_platform.destinations.s3 import S3Store, storage_options
 from transfer_platform.destinations.skeleton import STALE, Writer, next_state
 from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.s3 import S3Store, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from transfer_platform.connections import CONNECT_TIMEOUT_SECONDS, password_of
 from transfer_platform.destinations.mysql import dialect as sql
 from transfer_platform.errors import ConnectionFailure, MissingPrivilege
+from transfer_platform.runtime.connections import CONNECT_TIMEOUT_SECONDS, password_of
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import DatabaseConnection, MysqlDestination

@@ -24,7 +24,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, MysqlDestination
-from transfer_platform.connections import jdbc_properties, mysql_jdbc_url, spark_error_reason
 from transfer_platform.destinations.base import duplicate_key_error, offending_key
 from transfer_platform.destinations.mysql import dialect as sql
 from transfer_platform.destinations.mysql.errors import (
@@ -39,6 +38,11 @@ from transfer_platform.destinations.mysql.probe import probe_destination
 from transfer_platform.destinations.sql.session import PymysqlSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import ConnectionFailure, DataError, TransferRunning
+from transfer_platform.runtime.connections import (
+    jdbc_properties,
+    mysql_jdbc_url,
+    spark_error_reason,
+)
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from transfer_platform.connections import connect_postgres
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
 from transfer_platform.errors import ConfigError, ConnectionFailure
+from transfer_platform.runtime.connections import connect_postgres
 
 if TYPE_CHECKING:
     import psycopg

@@ -29,13 +29,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, PostgresDestination
-from transfer_platform.connections import (
-    connect_postgres,
-    jdbc_properties,
-    postgres_connect_kwargs,
-    postgres_jdbc_url,
-    spark_error_reason,
-)
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
 from transfer_platform.destinations.postgres.copy import copy_batches, copy_partition
@@ -48,6 +41,13 @@ from transfer_platform.errors import (
     MissingPrivilege,
     SchemaMismatch,
     TransferRunning,
+)
+from transfer_platform.runtime.connections import (
+    connect_postgres,
+    jdbc_properties,
+    postgres_connect_kwargs,
+    postgres_jdbc_url,
+    spark_error_reason,
 )
 from transfer_platform.tuning import DEFAULT, Tuning
 

@@ -4,10 +4,12 @@ already imported the data path.
 A command of the command line that needs Spark pays its Python's imports before it moves a row:
 about 0.85 s of a 1.4 s small incremental on a quiet 2-core machine (pydantic's configuration
 models, the Spark Connect client with pandas, gRPC and protobuf, pyarrow), against a floor of
-0.25 s for the same rows. So, like the shared Spark server (:mod:`transfer_platform.shared_spark`)
-and the preloaded parent of Dagster's runs (:mod:`transfer_platform.orchestration.run_worker`):
+0.25 s for the same rows. So, like the shared Spark server (:mod:`transfer_platform.runtime.shared_spark`)
+and the preloaded parent of Dagster's runs (:mod:`transfer_platform.orchestration.run_worker`, the
+same fork server: :mod:`transfer_platform.runtime.forks`):
 
-1. ``transfer-platform`` (:func:`main`) first asks, with the standard library only, whether the
+1. ``transfer-platform`` (:func:`forward`, called by :mod:`transfer_platform.executable` with the
+   :class:`Command` a resident process runs: the command line's) first asks, with the standard library only, whether the
    command is one that is *forwarded* (:data:`FORWARDED`: the commands that read the
    configuration and may start Spark) and whether a resident process of this Python and this
    code listens on its socket in the state folder (``$TRANSFER_PLATFORM_STATE_DIR``, as the
@@ -17,7 +19,8 @@ and the preloaded parent of Dagster's runs (:mod:`transfer_platform.orchestratio
    environment (over the socket, which only this user can open), and its standard input, output
    and error themselves (the file descriptors, ``SCM_RIGHTS``). The resident process forks; the
    fork takes those descriptors, directory, umask and environment and runs the command exactly
-   as the command line's ``main`` does (its exit handlers included); its output goes straight to
+   as the command line's ``main`` does (its exit handlers included; the resident process runs
+   what its :class:`Command` names, and imports nothing of the command line itself); its output goes straight to
    the caller's terminal or pipes. The caller waits for the exit code, and passes on SIGINT,
    SIGTERM, SIGHUP and SIGQUIT to the fork (Ctrl-C
    stops a transfer as it does in-process). A caller that goes away (killed) has its fork
@@ -44,6 +47,7 @@ import atexit
 import contextlib
 import fcntl
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -53,11 +57,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from transfer_platform.runtime.forks import ForkServer, package_stamp, warm
 
 #: the commands a resident process runs: those that read the configuration and may start Spark
 FORWARDED = frozenset({"transfer", "integrity", "sweep-deletes", "test-connection", "validate"})
@@ -67,10 +72,6 @@ LOG_KEPT_BYTES = 1 << 20
 DEFAULT_IDLE_SECONDS = 1800
 #: signals the caller passes on to the command's fork
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-#: what the resident process imports before it forks (a missing one is skipped)
-WARM_IMPORTS = ("transfer_platform.cli", "transfer_platform.transfers.entry", "transfer_platform.transfers.runner",
-                "transfer_platform.spark_session", "transfer_platform.shared_spark", "transfer_platform.console.progress",
-                "pyspark.sql.connect.session", "pyarrow", "pyarrow.parquet", "pandas")
 #: the environment a resident process is started with (the commands get their callers' own)
 _SERVER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR", "XDG_CACHE_HOME",
                "TRANSFER_PLATFORM_STATE_DIR", IDLE_ENV_VAR)
@@ -79,18 +80,25 @@ _SOCKET_PATH_MAX = 100  # AF_UNIX's sun_path holds 108 bytes
 _ON = ("", "1", "true", "on", "yes")
 
 
+class Command(NamedTuple):
+    """What a resident process runs, given by the command line (the runtime imports nothing of
+    it): ``run``, called in a fork with a command's arguments, returns its exit code; ``warm``:
+    what the resident process imports before it forks (a missing one is skipped); ``pointer``:
+    where this object is (``module:NAME``), for the resident process to find it. (A named tuple,
+    not a dataclass: the caller's side imports nothing it does not need.)"""
+
+    pointer: str
+    run: Callable[[list[str]], int]
+    warm: tuple[str, ...] = ()
+
+
+def command_at(pointer: str) -> Command:
+    """The :class:`Command` a pointer (``module:NAME``) names."""
+    module, _, name = pointer.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 # -- the caller ------------------------------------------------------------------------------
-
-def main() -> int:
-    """The ``transfer-platform`` command: served by the resident process when one of this code
-    listens, else run here (having started one for the next commands)."""
-    argv = sys.argv[1:]
-    code = forward(argv)
-    if code is not None:
-        return code
-    from transfer_platform.cli import main as run_here
-
-    return run_here(argv)
 
 
 def command_of(argv: list[str]) -> str | None:
@@ -134,10 +142,10 @@ def socket_path(folder: Path | None = None) -> Path:
     return (folder or state_folder()) / f"commands-{server_key()}.sock"
 
 
-def forward(argv: list[str]) -> int | None:
-    """The exit code of ``argv`` run by the resident process; ``None`` when it is to run here
-    (not forwarded, no resident process, or refused). Once the resident process forked the
-    command, its result is final: a command never runs twice."""
+def forward(argv: list[str], command: Command) -> int | None:
+    """The exit code of ``argv`` run by the resident process (of ``command``); ``None`` when it
+    is to run here (not forwarded, no resident process, or refused). Once the resident process
+    forked the command, its result is final: a command never runs twice."""
     if not forwarded(argv):
         return None
     try:
@@ -151,12 +159,12 @@ def forward(argv: list[str]) -> int | None:
         try:
             caller.connect(str(path))
         except OSError:  # none listens (or a dead one's socket file): start one for the next commands
-            start_server(path)
+            start_server(path, command)
             return None
-        return _served(caller, argv, path)
+        return _served(caller, argv, path, command)
 
 
-def _served(caller: socket.socket, argv: list[str], path: Path) -> int | None:
+def _served(caller: socket.socket, argv: list[str], path: Path, command: Command) -> int | None:
     pending: list[int] = []
     child: list[int] = []
 
@@ -181,7 +189,7 @@ def _served(caller: socket.socket, argv: list[str], path: Path) -> int | None:
             return 130 if pending else None  # Ctrl-C before anything ran: the command does not run
         if "pid" not in first:  # refused (stale code, a thread): run here; a stale one has gone
             if first.get("refused") == "stale":
-                start_server(path)
+                start_server(path, command)
             return 130 if pending else None
         child.append(int(first["pid"]))
         for signum in pending:
@@ -198,36 +206,21 @@ def _served(caller: socket.socket, argv: list[str], path: Path) -> int | None:
             signal.signal(signum, handler)
 
 
-def start_server(path: Path) -> None:
-    """Start a resident process for ``path`` in the background (it exits at once if another
-    holds the lock); never waits for it."""
+def start_server(path: Path, command: Command) -> None:
+    """Start a resident process of ``command`` for ``path`` in the background (it exits at once
+    if another holds the lock); never waits for it."""
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         env = {k: v for k in _SERVER_ENV if (v := os.environ.get(k)) is not None}
         log_path = path.with_suffix(".log")
         kept = log_path.exists() and log_path.stat().st_size < LOG_KEPT_BYTES  # else started afresh
         with open(log_path, "ab" if kept else "wb") as log:
-            subprocess.Popen([sys.executable, "-m", "transfer_platform.resident", str(path)],
+            subprocess.Popen([sys.executable, "-m", "transfer_platform.runtime.resident", str(path), command.pointer],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True, close_fds=True)
 
 
 # -- the resident process --------------------------------------------------------------------
-
-def package_stamp(module: str) -> list:
-    """The files of ``module``'s top package (names, sizes, modification times): changed, the
-    code a process imported is stale."""
-    import importlib.util
-
-    stamp: list = []
-    spec = importlib.util.find_spec(module.split(".")[0])
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        for path in sorted(Path(folder).rglob("*.py")):
-            with contextlib.suppress(OSError):
-                status = path.stat()
-                stamp.append([str(path), status.st_size, status.st_mtime_ns])
-    return stamp
-
 
 def idle_seconds() -> float:
     value = os.environ.get(IDLE_ENV_VAR, "").strip()
@@ -258,12 +251,13 @@ def _held_lock(path: Path) -> Iterator[Any]:
         yield handle
 
 
-class Server:
-    """Accepts commands on a socket and runs each in a fork (see the module's docstring)."""
+class Server(ForkServer[socket.socket | None]):
+    """Accepts commands on a socket and runs each in a fork (see the module's docstring); its
+    children: pid -> the fork's caller (None: the caller left)."""
 
-    def __init__(self, path: Path, idle: float, module: str = "transfer_platform") -> None:
-        self.path, self.idle, self.module = path, idle, module
-        self.children: dict[int, socket.socket | None] = {}  # pid -> its caller (None: the caller left)
+    def __init__(self, path: Path, idle: float, command: Command, module: str = "transfer_platform") -> None:
+        super().__init__(lambda: package_stamp(module))
+        self.path, self.idle, self.command, self.module = path, idle, command, module
         self.last_activity = time.monotonic()
         self.stopping = False
         self.handed_over = False  # stale: its socket and lock left to the next resident process
@@ -274,10 +268,8 @@ class Server:
                 _say("another resident process holds the lock: exiting")
                 return 0
             started = time.perf_counter()
-            for name in WARM_IMPORTS:
-                with contextlib.suppress(ImportError):
-                    __import__(name)
-            self.stamp = package_stamp(self.module)
+            warm(self.command.warm)
+            self.remember_code()
             self.wake, wake_write = os.pipe()
             os.set_blocking(wake_write, False)
             signal.set_wakeup_fd(wake_write)
@@ -302,8 +294,7 @@ class Server:
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
                 listener.close()
-            while self.children:  # the callers still wait for these
-                self._reap(block=True)
+            self.reap_all()  # the callers still wait for these
             return 0
 
     def _stop(self, signum: int, frame: Any) -> None:
@@ -316,7 +307,7 @@ class Server:
             readable, _, _ = select.select([listener, wake, *callers], [], [], 1.0)
             if wake in readable:
                 os.read(wake, 4096)
-            self._reap()
+            self.reap()
             for caller in readable:
                 if caller is listener:
                     if not self._accept(listener):
@@ -352,8 +343,7 @@ class Server:
                 os.close(fd)
             caller.close()
             return True
-        refused = ("stale" if package_stamp(self.module) != self.stamp
-                   else "threads" if threading.active_count() > 1 else None)
+        refused = self.refusal()
         if refused:
             _say(f"refused a command: {refused}")
             if refused == "stale":  # gone before the caller hears it: the one it starts takes over
@@ -368,14 +358,16 @@ class Server:
             for fd in fds:
                 os.close(fd)
             return refused != "stale"
-        pid = os.fork()
-        if pid == 0:  # the command's process: nothing of the resident one's sockets stays open in it
+
+        def child() -> int:  # the command's process: nothing of the resident one's sockets stays open in it
             for other in (listener, caller, *(c for c in self.children.values() if c is not None)):
                 other.close()
             os.close(self.wake)
-            code = _run_command(request, fds)
+            code = _run_command(self.command, request, fds)
             atexit._run_exitfuncs()  # as a process that ends its main does (sessions, pools, logs)
-            os._exit(code)
+            return code
+
+        pid = self.fork(child)
         for fd in fds:
             os.close(fd)
         self.children[pid] = caller
@@ -384,27 +376,19 @@ class Server:
             caller.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         return True
 
-    def _reap(self, block: bool = False) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            caller = self.children.pop(pid, None)
-            code = os.waitstatus_to_exitcode(status)
-            code = 128 - code if code < 0 else code  # killed by a signal: as a shell says it
-            _say(f"pid {pid} ended: exit {code}")
-            self.last_activity = time.monotonic()
-            if caller is not None:
-                with contextlib.suppress(OSError):
-                    caller.sendall(json.dumps({"exit": code}).encode() + b"\n")
-                caller.close()
+    def ended(self, pid: int, mark: socket.socket | None, status: int) -> None:
+        """A command's fork ended: its exit code to its caller (if it is still there)."""
+        code = os.waitstatus_to_exitcode(status)
+        code = 128 - code if code < 0 else code  # killed by a signal: as a shell says it
+        _say(f"pid {pid} ended: exit {code}")
+        self.last_activity = time.monotonic()
+        if mark is not None:
+            with contextlib.suppress(OSError):
+                mark.sendall(json.dumps({"exit": code}).encode() + b"\n")
+            mark.close()
 
 
-def _run_command(request: dict, fds: list[int]) -> int:
+def _run_command(command: Command, request: dict, fds: list[int]) -> int:
     """In the fork: become the caller's command (its descriptors, directory, environment) and run it."""
     try:
         signal.set_wakeup_fd(-1)
@@ -429,9 +413,7 @@ def _run_command(request: dict, fds: list[int]) -> int:
         return 1
     code = 1
     try:
-        from transfer_platform.cli import main as run_here
-
-        code = run_here(request["argv"])
+        code = command.run(request["argv"])
     except SystemExit as exc:  # argparse: usage errors (2), --help (0)
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
@@ -460,9 +442,12 @@ def stop_servers(folder: Path) -> list[int]:
 
 def _is_resident(pid: int) -> bool:
     with contextlib.suppress(OSError):
-        return b"transfer_platform.resident" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"transfer_platform.runtime.resident" in Path(f"/proc/{pid}/cmdline").read_bytes()
     return False
 
 
-if __name__ == "__main__":
-    sys.exit(Server(Path(sys.argv[1]), idle_seconds()).serve())
+if __name__ == "__main__":  # python -m transfer_platform.runtime.resident SOCKET COMMAND_POINTER
+    # the module the command's pointer imports too, not this copy of it
+    from transfer_platform.runtime import resident
+
+    sys.exit(resident.Server(Path(sys.argv[1]), resident.idle_seconds(), resident.command_at(sys.argv[2])).serve())

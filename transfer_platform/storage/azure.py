@@ -1,5 +1,5 @@
-"""Azure Blob Storage for destinations (azure-storage-blob): objects by key in a container, and a
-model's lock as an object (:class:`~transfer_platform.destinations.s3.S3Locks`, over the
+"""Azure Blob Storage (azure-storage-blob), for destinations and source staging alike: objects by
+key in a container, and a model's lock as an object (:class:`~transfer_platform.storage.s3.S3Locks`, over the
 conditional writes Blob Storage has: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to
 renew and delete).
 
@@ -13,8 +13,8 @@ import logging
 from typing import Any
 
 from transfer_platform.config.models import AzureBlobConnection
-from transfer_platform.destinations.s3 import LockedBucket, LostRace, S3Locks
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.storage.s3 import LockedBucket, LostRace, S3Locks
 
 #: the SDK's HTTP logging policy writes every request at INFO (headers, URLs): not ours to show
 logging.getLogger("azure").setLevel(logging.WARNING)

@@ -1,5 +1,5 @@
 """Where object storage keeps its objects: a folder (:class:`FolderStore`), an S3 bucket
-(:class:`BucketStore`) or an Azure container (``azure_blob.AzureBucketStore``), chosen once by the connection's type (:func:`store_for`). Each store
+(:class:`BucketStore`) or an Azure container (``azure.AzureBucketStore``), chosen once by the connection's type (:func:`store_for`). Each store
 also holds the models' locks of its kind (a ``flock``'d file, or a lock object), so the writer
 never asks which one it has."""
 
@@ -16,10 +16,10 @@ from transfer_platform.config.models import (
     LocalStorageConnection,
     S3Connection,
 )
-from transfer_platform.destinations.locks import FolderLocks
-from transfer_platform.destinations.s3 import LockedBucket, S3Locks, S3Store, storage_options
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.probes import current_user
+from transfer_platform.storage.locks import FolderLocks
+from transfer_platform.storage.s3 import LockedBucket, S3Locks, S3Store, storage_options
 
 
 class Store(Protocol):
@@ -64,7 +64,7 @@ def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConne
     if isinstance(connection, S3Connection):
         return BucketStore(connection, owner)
     if isinstance(connection, AzureBlobConnection):
-        from transfer_platform.destinations.azure_blob import AzureBucketStore
+        from transfer_platform.storage.azure import AzureBucketStore
 
         return AzureBucketStore(connection, owner)
     return FolderStore(connection.path)

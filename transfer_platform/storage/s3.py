@@ -1,4 +1,4 @@
-"""S3 for destinations (boto3): objects by key, and a model's lock as an object.
+"""S3 (boto3), for destinations and source staging alike: objects by key, and a model's lock as an object.
 
 Errors name the bucket, the endpoint and S3's reason, never a secret (the keys are read from the
 environment variables the configuration names, and remembered for log redaction).
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import S3Connection
-from transfer_platform.destinations.locks import holder_text, running_message
 from transfer_platform.errors import ConnectionFailure, TransferRunning
+from transfer_platform.storage.locks import holder_text, running_message
 
 if TYPE_CHECKING:
     from collections.abc import Callable

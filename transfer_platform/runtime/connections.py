@@ -93,7 +93,7 @@ def jdbc_properties(connection: DatabaseConnection, where: str) -> dict[str, str
     whose DEBUG log writes every command it sends (resolving it made every Python log record
     redact it, see ``config/secrets.py``), and Spark logs the JDBC properties at DEBUG when it
     connects: the JVM's log drops such lines first (``spark_session.protect_jvm_logs``)."""
-    from transfer_platform.spark_session import protect_jvm_logs
+    from transfer_platform.runtime.spark_session import protect_jvm_logs
 
     props = {"user": connection.username}
     password = password_of(connection, where)

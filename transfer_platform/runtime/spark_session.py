@@ -5,7 +5,7 @@ server: one that every run shares (``spark.remote: sc://host:port``, or
 ``$TRANSFER_PLATFORM_SPARK_REMOTE``), started by ``transfer-platform spark-server``
 (:func:`serve`) with the same settings a local Spark gets (JDBC drivers, UTC, the log filter), or,
 by default, the shared server of this machine that the first process needing Spark starts in the
-background (:mod:`transfer_platform.shared_spark`; a local Spark when opted out or unusable).
+background (:mod:`transfer_platform.runtime.shared_spark`; a local Spark when opted out or unusable).
 
 The session itself is created by a Dagster resource (``orchestration/resources.py``) or, in the
 command line, tests and benchmarks, by :func:`get_spark_session`; never at import time.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from transfer_platform import vendors
 from transfer_platform.config.endpoints import Endpoint, parse_endpoint
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferPlatformError
-from transfer_platform.shared_spark import SHARED_MARKER
+from transfer_platform.runtime.shared_spark import SHARED_MARKER
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -156,7 +156,7 @@ def session_from_conf(conf: dict[str, Any], *, warn: Callable[[str], None] | Non
     ``$TRANSFER_PLATFORM_SHARED_SPARK`` says off), or a local Spark whose JVM log drops passwords."""
     from pyspark.sql import SparkSession
 
-    from transfer_platform.shared_spark import shared_from_env, shared_session
+    from transfer_platform.runtime.shared_spark import shared_from_env, shared_session
 
     if "spark.remote" in conf:
         return connect(parse_endpoint(conf["spark.remote"]))

@@ -5,7 +5,7 @@ itself once idle.
 Without ``spark.remote``, a process that transfers (a command line, a Dagster run) does not start
 a Spark of its own (~11 s): it asks for the server of its **key** (the pyspark and
 transfer_platform versions, the Python executable and the Spark JVM's settings,
-:func:`~transfer_platform.spark_session.local_spark_conf`) and becomes its Connect client. Each
+:func:`~transfer_platform.runtime.spark_session.local_spark_conf`) and becomes its Connect client. Each
 key has three files in the state folder (``$TRANSFER_PLATFORM_STATE_DIR``, else
 ``~/.cache/transfer_platform/spark``): ``<key>.json`` (the running server: pid, port, key fields,
 log path; written by the server once it listens, removed when it stops), ``<key>.log`` (its
@@ -13,7 +13,7 @@ output) and ``<key>.lock``: a process holds an exclusive ``flock`` on it while i
 server, starts one if there is none and opens its session, so two commands started at once
 start one server. A server of another key is never reused.
 
-The server (``python -m transfer_platform.shared_spark <request>``, its own session and process
+The server (``python -m transfer_platform.runtime.shared_spark <request>``, its own session and process
 group) stops after ``spark.shared_idle_seconds`` without activity, read from its own JVM every
 few seconds: no execution running (``SparkConnectExecutionManager.listActiveExecutions``), no
 session used since (``SparkConnectSessionManager.listActiveSessions``' ``lastAccessTimeMs``), and
@@ -57,7 +57,7 @@ STATE_DIR_ENV_VAR = "TRANSFER_PLATFORM_STATE_DIR"
 #: the prefix of the Spark Connect user id in which a client names its process, so that the
 #: server keeps running while that process lives (on this machine: it listens on 127.0.0.1 only)
 CLIENT_USER_PREFIX = "transfer_platform_pid_"
-#: the key of :func:`~transfer_platform.spark_session.spark_conf`'s settings that asks for the
+#: the key of :func:`~transfer_platform.runtime.spark_session.spark_conf`'s settings that asks for the
 #: shared server (its value: the idle seconds); never given to a Spark
 SHARED_MARKER = "transfer_platform.shared_idle_seconds"
 #: how long a client waits for a server it started to listen (a start takes ~10-20 s on 2 cores)
@@ -90,7 +90,7 @@ def shared_from_env() -> bool | None:
 def state_dir() -> Path:
     """``$TRANSFER_PLATFORM_STATE_DIR``, else ``~/.cache/transfer_platform/spark`` (the resident
     command process keeps its files there too)."""
-    from transfer_platform.resident import state_folder
+    from transfer_platform.runtime.resident import state_folder
 
     return state_folder()
 
@@ -146,7 +146,7 @@ def _is_server_of(pid: int, key: str) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc: the pid alone
-    return b"transfer_platform.shared_spark" in command and any(key.encode() in part for part in command)
+    return b"transfer_platform.runtime.shared_spark" in command and any(key.encode() in part for part in command)
 
 
 def read_state(folder: Path, key: str) -> dict[str, Any] | None:
@@ -160,7 +160,7 @@ def live_state(folder: Path, key: str) -> dict[str, Any] | None:
     """The state of the running server of ``key``: its pid runs that server, and its port
     accepts connections; None (after removing a stale file) otherwise."""
     from transfer_platform.config.endpoints import Endpoint
-    from transfer_platform.spark_session import _refused
+    from transfer_platform.runtime.spark_session import _refused
 
     state = read_state(folder, key)
     if state is None:
@@ -209,7 +209,7 @@ def start_server(folder: Path, key: str, fields: dict[str, Any], conf: dict[str,
            if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "TRANSFER_PLATFORM_SPARK_REMOTE")}
     try:
         with log.open("w") as output:
-            process = subprocess.Popen([sys.executable, "-m", "transfer_platform.shared_spark", "serve", key,
+            process = subprocess.Popen([sys.executable, "-m", "transfer_platform.runtime.shared_spark", "serve", key,
                                         str(request)], stdin=subprocess.DEVNULL, stdout=output,
                                        stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=folder)
     except OSError as exc:
@@ -241,7 +241,7 @@ def shared_session(conf: dict[str, str], idle_seconds: int, warn: Callable[[str]
     none); None after one ``warn``ing that says why, when it cannot be used."""
     from transfer_platform.config.endpoints import Endpoint
     from transfer_platform.errors import TransferPlatformError
-    from transfer_platform.spark_session import connect
+    from transfer_platform.runtime.spark_session import connect
 
     key, fields = server_key(conf)
     folder = state_dir()
@@ -344,7 +344,7 @@ def serve_shared(key: str, request_path: Path) -> int:
     """The shared server of ``key``: listen as the request says, write the state file once
     listening, stop after the idle time (or on SIGTERM/SIGINT), removing the state file."""
     from transfer_platform.config.endpoints import Endpoint
-    from transfer_platform.spark_session import serve
+    from transfer_platform.runtime.spark_session import serve
 
     request = json.loads(request_path.read_text())
     request_path.unlink(missing_ok=True)
@@ -390,7 +390,7 @@ def serve_shared(key: str, request_path: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "serve":
-        sys.stderr.write("usage: python -m transfer_platform.shared_spark serve KEY REQUEST_FILE\n")
+        sys.stderr.write("usage: python -m transfer_platform.runtime.shared_spark serve KEY REQUEST_FILE\n")
         return 2
     return serve_shared(argv[1], Path(argv[2]))
 
