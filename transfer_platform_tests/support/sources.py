@@ -28,7 +28,11 @@ import pytest
 
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import SOURCES
-from transfer_platform_tests.support.mysql import mysql_connect, mysql_connection_config, mysql_ident
+from transfer_platform_tests.support.mysql import (
+    mysql_connect,
+    mysql_connection_config,
+    mysql_ident,
+)
 from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
 
 TENANCIES = ("multi_tenant", "schema_tenanted")
