@@ -354,6 +354,21 @@ def test_check_read_refuses_a_read_without_the_right_naming_the_grant(spark, sou
     assert source.refused_read_fix in fix, fix
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("variant", sources.variants(only=("mysql",)))
+def test_a_wrong_password_is_not_told_as_a_missing_grant(spark, variant, request, tmp_path, monkeypatch) -> None:
+    """The server refuses a wrong password with "Access denied" too: that is no grant to give."""
+    source = sources.make(*variant, sources.new_place(request, tmp_path, monkeypatch))
+    tenant = f"o'bri\"en{source.token}"
+    model = reading(source, {tenant: tenant_rows(tenant)})
+    monkeypatch.setenv(sources.MYSQL_PASSWORD_ENV, "not-the-password")
+
+    message, fix = refusal(spark, model, tenant)
+
+    assert "GRANT" not in fix, fix
+    assert "not-the-password" not in message
+
+
 # -- a tenant without rows -------------------------------------------------------------------------------
 
 

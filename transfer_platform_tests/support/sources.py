@@ -351,14 +351,15 @@ FACTORIES: dict[str, tuple[str, Callable[[Place, str], TestSource]]] = {
 SOURCE_VENDORS: tuple[str, ...] = tuple(SOURCES)
 
 
-def variants(*, with_rights: bool = False) -> list:
+def variants(*, with_rights: bool = False, only: tuple[str, ...] | None = None) -> list:
     """The test sources to parametrize over: each variant of a registered vendor in each
     tenancy (``pytest.param((variant, tenancy))`` named ``<variant>-<tenancy>``);
     ``with_rights``: only those whose reader has a right :meth:`TestSource.withhold_read` can take
-    away."""
+    away; ``only``: only these variants."""
     return [pytest.param((variant, tenancy), id=f"{variant}-{tenancy}")
             for variant, (vendor, _) in FACTORIES.items() if vendor in SOURCE_VENDORS
-            for tenancy in TENANCIES if not with_rights or variant in WITH_RIGHTS]
+            and (not with_rights or variant in WITH_RIGHTS) and (only is None or variant in only)
+            for tenancy in TENANCIES]
 
 
 #: the variants whose reader's rights can be withheld (a folder read by root has none)
