@@ -22,7 +22,8 @@ tools and read by the least-privilege reader ``docs/permissions.md`` lists:
 
 Each read is checked as :meth:`read` gives it, counted (:meth:`count`) and, where windows matter,
 as neighbouring windows read together (:meth:`read_together` then :meth:`tagged`, as a transfer
-reads small windows).
+reads small windows; their counts, :meth:`window_rows`, never below what they read; and where a
+database's own driver reads them without Spark, ``sources/direct.py``, the same rows).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from transfer_platform.core.planning import plan_windows
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
+from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.errors import ConfigError, TransferPlatformError
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, SourceReader, reader_for
+from transfer_platform.sources.direct import DirectReads
 from transfer_platform.transfers.runner import windowing_for
 from transfer_platform.vendors import SOURCES
 from transfer_platform_tests.support import sources
@@ -122,13 +125,28 @@ class Reading:
         return self.reader.count(spark, self.request(tenant, bounds))
 
     def together(self, spark, tenant: str, windows: list[ReadBounds]) -> list[dict]:
-        """The rows of ``windows`` read together and tagged, each with its window's index."""
+        """The rows of ``windows`` read together and tagged, each with its window's index; where
+        the source's own driver reads such windows without Spark (``sources/direct.py``), it
+        reads the same rows. Each window's count (``window_rows``), if the source tells it, is
+        never below the rows it reads, and 0 only for a window that reads none."""
         requests = [self.request(tenant, bounds) for bounds in windows]
-        table = self.reader.tagged(self.reader.read_together(spark, requests).toArrow(), requests)
-        return table.to_pylist()
+        rows = self.reader.tagged(self.reader.read_together(spark, requests).toArrow(), requests).to_pylist()
+        direct = DirectReads.proven(self.reader, requests[0])
+        if direct is not None:
+            straight = direct.read_together(requests, arrow_schema(self.config.model(MODEL))).to_pylist()
+            assert by_window(straight) == by_window(rows), "the driver's direct read differs from Spark's"
+        counts = self.reader.window_rows(spark, requests, 1000)
+        if counts is not None:
+            read = [sum(r[WINDOW_COLUMN] == i for r in rows) for i in range(len(requests))]
+            assert all(n >= r and (n > 0 or r == 0) for n, r in zip(counts, read, strict=True)), (counts, read)
+        return rows
 
     def check_read(self, spark, tenant: str) -> None:
         self.reader.check_read(spark, self.request(tenant))
+
+
+def by_window(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: (r[WINDOW_COLUMN], r["id"]))
 
 
 def reading(source: TestSource, rows: sources.Rows, columns: dict[str, str] = COLUMNS, *,
