@@ -117,6 +117,7 @@ class PostgresDialect:
     label = "PostgreSQL"
     driver = "org.postgresql.Driver"
     session_init = "SET TIME ZONE 'UTC'"
+    refuses_missing_tables = False  # a missing table is "does not exist", whatever the rights
     case_sensitive_columns = True  # the query quotes every name
     exact_tenant_match_in_spark = False  # deterministic collations compare exactly
     #: the source types (by OID) a small read takes as they are, each with the data_type that reads
@@ -204,6 +205,8 @@ class MysqlDialect:
     driver = "org.mariadb.jdbc.Driver"  # Debian's libmariadb-java; it also speaks to MySQL
     session_init = "SET time_zone = '+00:00'"
     direct_types: dict[int, str] = {}  # every read goes through Spark (sources/direct.py)
+    #: a table the user has no right on is refused alike whether it exists or not
+    refuses_missing_tables = True
     case_sensitive_columns = False
     exact_tenant_match_in_spark = True  # _ci collations: 'ACME' = 'acme ' = 'acmé' is true
 
@@ -344,15 +347,18 @@ class JdbcReader:
         if not refused.startswith("refused: "):
             probe.failed(name, refused, self._read_fix())
             return
+        probe.failed(name, refused.removeprefix("refused: "), self._grant_fix(model, tenant, refused))
+
+    def _grant_fix(self, model: ModelConfig, tenant: str, refused: str) -> str:
+        """The grant that lets the source's user read ``model`` (for ``tenant``), refused as
+        ``refused`` says."""
         if model.source_query:
-            fix = (f"grant {self.source.connection.username!r} SELECT on every table the source_query "
-                   "reads (and USAGE on their schemas)")
-        else:
-            schema, _, table = model.source_table.rpartition(".")
-            schema = tenant if not self.multi_tenant else schema or self.dialect.table_schema(self.source.connection)
-            fix = self.dialect.grant(self.source.connection, schema, table,
-                                     required_columns(model, multi_tenant=self.multi_tenant), refused)
-        probe.failed(name, refused.removeprefix("refused: "), fix)
+            return (f"grant {self.source.connection.username!r} SELECT on every table the source_query "
+                    "reads (and USAGE on their schemas)")
+        schema, _, table = model.source_table.rpartition(".")
+        schema = tenant if not self.multi_tenant else schema or self.dialect.table_schema(self.source.connection)
+        return self.dialect.grant(self.source.connection, schema, table,
+                                  required_columns(model, multi_tenant=self.multi_tenant), refused)
 
     # -- SQL text -----------------------------------------------------------------------------
 
@@ -622,10 +628,38 @@ class JdbcReader:
                 check_last_modified_type(relation, request, self.source.name)
             except ConfigError as mismatch:
                 return mismatch
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         return DataError(
             f"reading {self.what} failed: {spark_error_reason(exc)}",
             model=request.model.model_name, destination=request.destination,
             fix=self._read_fix(),
+        )
+
+    def _refused(self, request: ReadRequest) -> DataError | None:
+        """The read refused for a missing right, as the database says it to its own driver (the
+        read's query, returning no row, in a read-only transaction), with the grant that fixes
+        it; ``None`` if the user cannot log in at all or the query is not refused for a right.
+        Spark's JDBC error does not always carry the server's reason (MySQL's "Access denied
+        for user ... to database ..." reaches it as "Couldn't connect to the database")."""
+        connection = self.source.connection
+        sql = f"SELECT * FROM {derived_table(self.query_for(request), 'tp_check', self.dialect.name)} LIMIT 0"
+        try:
+            self.dialect.login(connection, self.what)  # a wrong password is not a missing grant
+            refused = self.dialect.try_query(connection, self.what, sql, self.default_schema_for(request))
+        except Exception:  # noqa: BLE001 - any other failure: the caller names Spark's reason
+            _LOG.debug("asking %s why the read failed failed", self.what, exc_info=True)
+            return None
+        if refused is None or not refused.startswith("refused: "):
+            return None
+        fix = self._grant_fix(request.model, request.tenant_id, refused)
+        if self.dialect.refuses_missing_tables and not request.model.source_query:
+            fix += (f"; {self.dialect.label} refuses a table that does not exist the same way: check that "
+                    "source_table names an existing table")
+        return DataError(
+            f"{self.what} refused the read as {connection.username!r}: {refused.removeprefix('refused: ')}",
+            model=request.model.model_name, destination=request.destination, fix=fix,
         )
 
     def _relation_schema(self, spark: SparkSession, request: ReadRequest,

@@ -23,7 +23,7 @@ _SETUP_REQUESTS = 3
 class S3Server:
     endpoint: str
     log: Path
-    access_key: str  # a key of the server's own IAM user, allowed everything on S3
+    access_key: str  # a key of the server's own IAM user, allowed everything on S3 and IAM
     secret_key: str
 
     def client(self, **credentials: str):
@@ -34,6 +34,14 @@ class S3Server:
                             aws_access_key_id=credentials.get("access_key", self.access_key),
                             aws_secret_access_key=credentials.get("secret_key", self.secret_key),
                             config=Config(s3={"addressing_style": "path"}))
+
+    def iam(self):
+        """An IAM client with the server's key: users of limited rights for a test (the server
+        checks each request against its signer's policies)."""
+        import boto3
+
+        return boto3.client("iam", endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
@@ -59,5 +67,5 @@ def _user_with_a_key(endpoint: str) -> tuple[str, str]:
     iam.create_user(UserName="transfers")
     key = iam.create_access_key(UserName="transfers")["AccessKey"]
     iam.put_user_policy(UserName="transfers", PolicyName="s3", PolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:*", "iam:*"], "Resource": "*"}]}))
     return key["AccessKeyId"], key["SecretAccessKey"]
