@@ -78,7 +78,7 @@ def platform_raw(tenants: list[str], prefix: str, *, window: int | None = None,
 
 
 def platform_config(tenants: list[str], prefix: str, **options):
-    from transfer_platform.config import parse_config
+    from transfer_platform.config.parsing import parse_config
 
     return parse_config(platform_raw(tenants, prefix, **options), now=NOW)
 

@@ -112,7 +112,7 @@ class Daemon:
     # -- runs ---------------------------------------------------------------------------------
 
     def enqueue(self, destination: str, full_refresh: bool = False) -> str:
-        from transfer_platform.config import load_config
+        from transfer_platform.config.loading import load_config
         from transfer_platform.orchestration.transfers import TransferOrder, enqueue
 
         return enqueue(self.instance, load_config(self.config_path), self.config_path,

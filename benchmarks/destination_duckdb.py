@@ -88,7 +88,7 @@ def floor_incremental(parquet: Path, database: Path) -> None:
 
 
 def platform_config(database: Path):
-    from transfer_platform.config import parse_config
+    from transfer_platform.config.parsing import parse_config
 
     raw = platform_raw([TENANT], "unused")
     raw["destinations"] = [{"name": "d0", "vendor": "duckdb", "recipient": "r0",

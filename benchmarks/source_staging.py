@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ticks", type=int, default=2)
     args = parser.parse_args(argv)
 
-    from transfer_platform.config import parse_config
     from transfer_platform.config.models import SparkSettings
+    from transfer_platform.config.parsing import parse_config
     from transfer_platform.spark_session import get_spark_session
 
     tenants = tenant_names(args.recipients)

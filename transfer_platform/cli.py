@@ -18,7 +18,8 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from transfer_platform.config import find_config_path, load_config
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.parsing import find_config_path
 from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem, TransferPlatformError
 

@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transfer_platform.config import load_config
-from transfer_platform.config.models import DeltaDestination, DuckdbDestination, PlatformConfig
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.signing_keys import load_signing_key
 from transfer_platform.console.streams import child_output
 from transfer_platform.demo import sample_data
@@ -43,6 +43,8 @@ from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.spark_session import get_spark_session
 from transfer_platform.transfers.entry import Transfer, models_of
 from transfer_platform.transfers.runner import ModelSummary
+from transfer_platform.vendors.delta import DeltaDestination
+from transfer_platform.vendors.duckdb import DuckdbDestination
 
 
 def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name: str,

@@ -81,7 +81,7 @@ def code_stamp(module: str) -> list:
 
     stamp = package_stamp(module)
     with suppress(Exception):  # no configuration file: the run reports it
-        from transfer_platform.config import find_config_path
+        from transfer_platform.config.parsing import find_config_path
 
         config = find_config_path(None)
         status = Path(config).stat()

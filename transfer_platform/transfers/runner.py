@@ -45,7 +45,7 @@ from transfer_platform.sources.base import (
     reader_for,
 )
 from transfer_platform.sources.direct import DirectReads
-from transfer_platform.sources.staging import StagedReader, TransferStaging, next_lower
+from transfer_platform.sources.shared_reads import StagedReader, TransferStaging, next_lower
 from transfer_platform.spark_session import SparkServerLost, server_lost
 from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
 from transfer_platform.tuning import DEFAULT, Tuning

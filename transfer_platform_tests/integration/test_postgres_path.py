@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import staging_suffix, writer_for

@@ -56,10 +56,11 @@ import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
-from transfer_platform.config import parse_config
-from transfer_platform.config.models import PlatformConfig, RecipientConfig, SourceStaging
+from transfer_platform.config.models import PlatformConfig, RecipientConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform.vendors.postgres import SourceStaging
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.events import MODEL, Row, create_events, epoch, source_rows
 from transfer_platform_tests.support.postgres import (

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import ColumnConfig, ModelConfig, PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform.sources.base import ReadRequest, reader_for

@@ -28,8 +28,8 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window

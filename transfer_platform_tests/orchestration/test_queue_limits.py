@@ -42,7 +42,7 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (  # p
 from dagster_graphql.client.query import LAUNCH_PIPELINE_EXECUTION_MUTATION
 from dagster_graphql.test.utils import execute_dagster_graphql, infer_job_selector
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.orchestration.transfers import (
     TransferFilter,
     TransferOrder,

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from dagster._grpc.client import DagsterGrpcClient  # pinned Dagster
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.orchestration.transfers import (
     TransferOrder,
     enqueue,

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.transfers.runner import TransferRequest, run_transfer

@@ -13,7 +13,7 @@ file read-only for as long as they read, and create nothing.
 Per window, in the order of ``destinations/skeleton.py``: a window read alone is staged by
 Spark's executors as Parquet files under ``<file>.tp/staging/<model>/<window>/`` (each Python
 worker writes its partition as it was read, ``Tuning.batch_rows`` rows at a time, and sums it up
-with ``destinations/staging.py``'s ``stage_partition``; without the Delta staging's shuffle and sort
+with ``destinations/staged_files.py``'s ``stage_partition``; without the Delta staging's shuffle and sort
 on the key, which cost three times DuckDB's whole commit at 1M rows), so the window never sits
 whole in this process; NULL keys and last-modified values are refused from the summaries, a key
 twice by one ``GROUP BY`` of the staged files in DuckDB, before anything is committed. A window
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from transfer_platform.config.models import DuckdbDestination, ModelConfig
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.columns import (
     ColumnChanges,
     plan_columns,
@@ -66,10 +66,11 @@ from transfer_platform.destinations.duckdb.file import File, fetch_all, fetch_on
 from transfer_platform.destinations.duckdb.probe import Probing
 from transfer_platform.destinations.locks import FolderLocks
 from transfer_platform.destinations.skeleton import STALE, Writer
-from transfer_platform.destinations.staging import Staged, refuse_staged, stage
+from transfer_platform.destinations.staged_files import Staged, refuse_staged, stage
 from transfer_platform.errors import DataError
 from transfer_platform.phases import log_phase
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.duckdb import DuckdbDestination
 
 if TYPE_CHECKING:
     import duckdb

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from transfer_platform.config.models import ModelConfig, MysqlDestination
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.connections import jdbc_properties, mysql_jdbc_url
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.mysql import sql
@@ -33,6 +33,7 @@ from transfer_platform.destinations.mysql.state import States
 from transfer_platform.destinations.skeleton import Writer
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.mysql import MysqlDestination
 
 if TYPE_CHECKING:
     import pymysql

@@ -10,7 +10,7 @@ from transfer_platform.core.sql import quote_ident
 from transfer_platform.errors import ConnectionFailure, MissingPrivilege
 
 if TYPE_CHECKING:
-    from transfer_platform.config.models import PostgresDestination
+    from transfer_platform.vendors.postgres import PostgresDestination
 
 
 def first_line(exc: Exception) -> str:

@@ -10,8 +10,9 @@ from transfer_platform.errors import TransferRunning
 if TYPE_CHECKING:
     import psycopg
 
-    from transfer_platform.config.models import ModelConfig, PostgresDestination
+    from transfer_platform.config.models import ModelConfig
     from transfer_platform.tuning import Tuning
+    from transfer_platform.vendors.postgres import PostgresDestination
 
 
 class Locks:

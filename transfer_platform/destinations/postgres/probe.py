@@ -14,8 +14,9 @@ from transfer_platform.errors import ConfigError, ConnectionFailure
 if TYPE_CHECKING:
     import psycopg
 
-    from transfer_platform.config.models import ModelConfig, PostgresDestination
+    from transfer_platform.config.models import ModelConfig
     from transfer_platform.probes import Check, Probe
+    from transfer_platform.vendors.postgres import PostgresDestination
 
 
 class Probing:

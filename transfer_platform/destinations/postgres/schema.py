@@ -17,8 +17,9 @@ from transfer_platform.errors import MissingPrivilege
 if TYPE_CHECKING:
     import psycopg
 
-    from transfer_platform.config.models import ModelConfig, PostgresDestination
+    from transfer_platform.config.models import ModelConfig
     from transfer_platform.core.watermarks import ModelState
+    from transfer_platform.vendors.postgres import PostgresDestination
 
 
 class Schema:

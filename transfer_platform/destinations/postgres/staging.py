@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from transfer_platform.config.models import ModelConfig, PostgresDestination
+    from transfer_platform.config.models import ModelConfig
     from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.vendors.postgres import PostgresDestination
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from transfer_platform.config.models import ModelConfig, PostgresDestination
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.connections import connect_postgres, jdbc_properties, postgres_jdbc_url
 from transfer_platform.core.sql import qualified
 from transfer_platform.destinations.base import staging_suffix
@@ -35,6 +35,7 @@ from transfer_platform.destinations.postgres.state import States
 from transfer_platform.destinations.skeleton import Writer
 from transfer_platform.errors import DataError
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.postgres import PostgresDestination
 
 if TYPE_CHECKING:
     import psycopg
