@@ -41,7 +41,8 @@ from transfer_platform.destinations.manifests import (
 from transfer_platform.destinations.object_storage import latest_per_key
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.spark_session import get_spark_session
-from transfer_platform.transfers.entry import Transfer, models_of
+from transfer_platform.transfers.entry import Transfer
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import ModelSummary
 from transfer_platform.vendors.delta import DeltaDestination
 from transfer_platform.vendors.duckdb import DuckdbDestination
@@ -119,9 +120,8 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
             from transfer_platform.orchestration.reporting import RunlessReporter
 
             report = RunlessReporter(instance, config, destination.name)
-        moving = Transfer(spark=spark, config=config, destination=destination.name,
-                          models=models_of(config, destination.name), now=datetime.now(UTC),
-                          transfer_id=f"{label}-{uuid.uuid4().hex[:8]}")
+        moving = Transfer(spark=spark, config=config, order=TransferOrder(destination=destination.name),
+                          now=datetime.now(UTC), transfer_id=f"{label}-{uuid.uuid4().hex[:8]}")
         for model, partition in moving.run():
             if report is not None:
                 with reporting:
