@@ -108,16 +108,14 @@ class Transfer:
         The writer is closed (the models' locks released) before this ends, however it ends."""
         destination = self.config.destination(self.destination)
         writer = writer_for(destination, self.tuning)
-        order = self.order
         request = TransferRequest(
-            spark=self.spark, config=self.config, destination=destination.name, writer=writer,
-            transfer_id=self.transfer_id, now=self.now, full_refresh=order.full_refresh, log=self.log,
-            start=order.start, end=order.end, on_plan=self.on_plan, tuning=self.tuning, tick=order.tick)
+            spark=self.spark, config=self.config, order=self.order, writer=writer, transfer_id=self.transfer_id,
+            now=self.now, log=self.log, on_plan=self.on_plan, tuning=self.tuning)
         tallies: dict[str, PartitionTally] = {}
         try:
             with self.keep_alive():
                 for model, outcome in transfer_models(request, self.models, self.summaries,
-                                                      partitions=_windows(order.partitions)):
+                                                      partitions=_windows(self.order.partitions)):
                     if self.on_window is not None:
                         self.on_window(model, outcome)
                     done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
