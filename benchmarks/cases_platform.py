@@ -78,7 +78,7 @@ def platform_raw(tenants: list[str], prefix: str, *, window: int | None = None,
 
 
 def platform_config(tenants: list[str], prefix: str, **options):
-    from transfer_platform.config import parse_config
+    from transfer_platform.config.parsing import parse_config
 
     return parse_config(platform_raw(tenants, prefix, **options), now=NOW)
 
@@ -95,6 +95,7 @@ def transfer_all(spark, config, now: datetime, indices: list[int] | None = None)
     """``run_transfer`` for destinations ``d<i>`` (all if ``indices`` is None), one after another;
     return the rows the platform says it moved."""
     from transfer_platform.destinations.base import writer_for
+    from transfer_platform.transfers.order import TransferOrder
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
     rows = 0
@@ -103,7 +104,8 @@ def transfer_all(spark, config, now: datetime, indices: list[int] | None = None)
             continue
         writer = writer_for(destination)
         try:
-            (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination=destination.name,
+            (summary,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                      order=TransferOrder(destination=destination.name),
                                                       writer=writer, transfer_id=uuid.uuid4().hex, now=now),
                                       config.models_for(destination))
         finally:

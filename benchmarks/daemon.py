@@ -112,8 +112,9 @@ class Daemon:
     # -- runs ---------------------------------------------------------------------------------
 
     def enqueue(self, destination: str, full_refresh: bool = False) -> str:
-        from transfer_platform.config import load_config
-        from transfer_platform.orchestration.transfers import TransferOrder, enqueue
+        from transfer_platform.config.loading import load_config
+        from transfer_platform.orchestration.transfers import enqueue
+        from transfer_platform.transfers.order import TransferOrder
 
         return enqueue(self.instance, load_config(self.config_path), self.config_path,
                        TransferOrder(destination=destination, models=[], full_refresh=full_refresh))

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from benchmarks.common import PG, pg_connect
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.run_tags import USER_TAG_PREFIX, limit_tags
 

@@ -88,7 +88,7 @@ def floor_incremental(parquet: Path, database: Path) -> None:
 
 
 def platform_config(database: Path):
-    from transfer_platform.config import parse_config
+    from transfer_platform.config.parsing import parse_config
 
     raw = platform_raw([TENANT], "unused")
     raw["destinations"] = [{"name": "d0", "vendor": "duckdb", "recipient": "r0",
@@ -98,12 +98,14 @@ def platform_config(database: Path):
 
 def platform_transfer(spark, config, now) -> int:
     from transfer_platform.destinations.base import writer_for
+    from transfer_platform.transfers.order import TransferOrder
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
     destination = config.destination("d0")
     writer = writer_for(destination)
     try:
-        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="d0", writer=writer,
+        (summary,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                  order=TransferOrder(destination="d0"), writer=writer,
                                                   transfer_id=uuid.uuid4().hex, now=now),
                                   config.models_for(destination))
     finally:

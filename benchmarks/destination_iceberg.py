@@ -36,7 +36,7 @@ SPARK = {"master": "local[2]", "driver_memory": "2g"}
 
 def config(warehouse: Path, *, namespace: str = "r0", min_start=None):
     from benchmarks.cases_platform import platform_raw
-    from transfer_platform.config import parse_config
+    from transfer_platform.config.parsing import parse_config
 
     raw = platform_raw([TENANT], f"{SCHEMA}_unused", min_start=min_start)
     connection = {"host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"],

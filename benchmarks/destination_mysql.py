@@ -77,7 +77,7 @@ def my_run(*statements: str) -> None:
 
 def config():
     from benchmarks.cases_platform import platform_raw
-    from transfer_platform.config import parse_config
+    from transfer_platform.config.parsing import parse_config
 
     raw = platform_raw([TENANT], "unused")
     raw["destinations"] = [{"name": "d0", "vendor": "mysql", "recipient": "r0",

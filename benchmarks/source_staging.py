@@ -85,6 +85,7 @@ def change(tenants: int, changes: int, tick_now, seed: int) -> None:
 def run_tick(spark, config, now, count: int) -> dict:
     from transfer_platform.destinations.base import writer_for
     from transfer_platform.sources import jdbc
+    from transfer_platform.transfers.order import TransferOrder
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
     before_rows, before_schema = jdbc.SOURCE_STATEMENTS[("src", "rows")], jdbc.SOURCE_STATEMENTS[("src", "schema")]
@@ -96,8 +97,9 @@ def run_tick(spark, config, now, count: int) -> dict:
         destination = config.destination(f"d{i}")
         writer = writer_for(destination)
         try:
-            (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination=destination.name,
-                                                      writer=writer, transfer_id=uuid.uuid4().hex, now=now, tick=now),
+            (summary,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                      order=TransferOrder(destination=destination.name, tick=now),
+                                                      writer=writer, transfer_id=uuid.uuid4().hex, now=now),
                                       config.models_for(destination))
         finally:
             writer.close()
@@ -122,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ticks", type=int, default=2)
     args = parser.parse_args(argv)
 
-    from transfer_platform.config import parse_config
     from transfer_platform.config.models import SparkSettings
+    from transfer_platform.config.parsing import parse_config
     from transfer_platform.runtime.spark_session import get_spark_session
 
     tenants = tenant_names(args.recipients)

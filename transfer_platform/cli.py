@@ -18,7 +18,8 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from transfer_platform.config import find_config_path, load_config
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.parsing import find_config_path
 from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem, TransferPlatformError
 
@@ -129,21 +130,20 @@ def cmd_transfer(args: argparse.Namespace) -> int:
 
     path = find_config_path(args.config)
     config = load_config(path)
-    destination = config.destination(args.destination)
-    models = models_of(config, destination.name, args.model)
-    check_before_spark(config, destination.name, models, now=datetime.now(UTC), start=args.start,
-                       end=args.end, source=str(path))
-    report = None if args.dry_run else _runless_reporter(config, destination.name)
+    order = _order(args, destination=config.destination(args.destination).name)
+    models = models_of(config, order.destination, order.models)
+    check_before_spark(config, order.destination, models, now=datetime.now(UTC), start=order.start,
+                       end=order.end, source=str(path))
+    report = None if order.dry_run else _runless_reporter(config, order.destination)
     spark = _spark(config, args)
     progress = (progress_for(sys.stderr, what="windows counted", label=lambda model: f"{model} (dry run)")
-                if args.dry_run else progress_for(sys.stderr))
-    transfer = Transfer(spark=spark, config=config, destination=destination.name, models=models,
-                        transfer_id=uuid.uuid4().hex, now=datetime.now(UTC), full_refresh=args.full_refresh,
-                        start=args.start, end=args.end, log=logging.getLogger("transfer_platform.transfer"),
+                if order.dry_run else progress_for(sys.stderr))
+    transfer = Transfer(spark=spark, config=config, order=order, transfer_id=uuid.uuid4().hex,
+                        now=datetime.now(UTC), log=logging.getLogger("transfer_platform.transfer"),
                         on_plan=progress.planned,
                         on_window=lambda model, outcome: progress.advanced(model.model_name,
                                                                            outcome.result.rows_transferred))
-    if args.dry_run:
+    if order.dry_run:
         return _dry_run(transfer, progress)
     try:
         for model, partition in transfer.run():
@@ -153,6 +153,14 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         progress.close()
     print(json.dumps(transfer.as_dict(), indent=2))
     return _exit_code([(s.model, s.error) for s in transfer.failed])
+
+
+def _order(args: argparse.Namespace, *, destination: str):  # -> TransferOrder
+    """What ``transfer`` was asked on the command line."""
+    from transfer_platform.transfers.order import TransferOrder
+
+    return TransferOrder(destination=destination, models=args.model, full_refresh=args.full_refresh,
+                         start=args.start, end=args.end, dry_run=args.dry_run, tags=args.tag, trigger="cli")
 
 
 def _dry_run(transfer, progress) -> int:  # a Transfer, its Progress
@@ -200,16 +208,15 @@ def _enqueue(args: argparse.Namespace) -> int:
     launch it writes its log elsewhere (nowhere; on stderr with --verbose). Secrets are not
     checked here: the run reads them where it runs."""
     from transfer_platform.console.streams import child_output
-    from transfer_platform.orchestration.transfers import TransferOrder, enqueue
+    from transfer_platform.orchestration.transfers import enqueue
     from transfer_platform.transfers.preflight import window_problems
 
     path = find_config_path(args.config)
     config = load_config(path)
-    problems = window_problems(args.start, args.end, datetime.now(UTC))
+    order = _order(args, destination=args.destination)
+    problems = window_problems(order.start, order.end, datetime.now(UTC))
     if problems:
         raise ConfigError(problems)
-    order = TransferOrder(destination=args.destination, models=args.model or [], full_refresh=args.full_refresh,
-                          start=args.start, end=args.end, tags=args.tag)
     with _instance() as instance, child_output(args.verbose):
         transfer_id = enqueue(instance, config, path, order)
     print(transfer_id, flush=True)

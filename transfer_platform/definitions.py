@@ -11,7 +11,8 @@ import re
 
 import dagster as dg
 
-from transfer_platform.config import find_config_path, load_config
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.parsing import find_config_path
 from transfer_platform.config.shards import (
     current_shard,
     does_instance_upkeep,

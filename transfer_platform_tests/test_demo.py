@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.demo.run import consumed_rows, run_demo, tenant_rows_equal
 from transfer_platform.destinations.manifests import new_signing_key
 

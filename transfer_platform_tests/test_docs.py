@@ -27,8 +27,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from transfer_platform.config import load_config
 from transfer_platform.config import models as config_models
+from transfer_platform.config.loading import load_config
 from transfer_platform.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

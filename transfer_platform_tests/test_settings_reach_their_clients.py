@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 import pymysql
 import pytest
 
-from transfer_platform.config import parse_config
-from transfer_platform.config.models import DatabaseConnection, SparkSettings
+from transfer_platform.config.connection_settings import DatabaseConnection
+from transfer_platform.config.models import SparkSettings
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.orchestration.resources import spark_resource
 from transfer_platform.runtime.connections import (
     connect_mysql,

@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import SparkSettings
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.errors import ConfigError, ConnectionFailure
 from transfer_platform.runtime.spark_session import (
     JVM_PASSWORD_MESSAGE,
@@ -154,7 +154,7 @@ def test_the_jvm_log_filter_drops_a_plan_shipping_a_buckets_keys_to_the_executor
     from google.protobuf import text_encoding
     from pyspark import cloudpickle
 
-    from transfer_platform.destinations.staging import stage_partition
+    from transfer_platform.destinations.staged_files import stage_partition
 
     shipped = cloudpickle.dumps(partial(stage_partition, folder="bucket/_tp_staging/m/w",
                                         options={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",

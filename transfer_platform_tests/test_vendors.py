@@ -1,5 +1,6 @@
-"""The vendor records (``transfer_platform/vendors.py``) hold true: each names a module, class and
-configuration class that exist and agree with the configuration's ``vendor:`` choice, its refused
+"""The vendor records (``transfer_platform/vendors/``) hold true: each names a module, class and
+configuration class that exist and agree with the configuration's ``vendor:`` choice, the
+configuration class sits beside its record, its refused
 settings name real fields, its type names cover every data_type; the registry loads no driver;
 and no other module switches on a vendor's name."""
 
@@ -13,17 +14,18 @@ from pathlib import Path
 
 import pytest
 
+import transfer_platform
 from transfer_platform import vendors
 from transfer_platform.config import models
 from transfer_platform.core.types import TYPES
 
-PACKAGE = Path(vendors.__file__).parent
+PACKAGE = Path(transfer_platform.__file__).parent
+REGISTRY = Path(vendors.__file__).parent
 RECORDS = [*vendors.SOURCES.values(), *vendors.DESTINATIONS.values()]
 
 
 def _id(vendor: vendors.Vendor) -> str:
     return f"{vendor.kind}-{vendor.name}"
-
 
 
 def _chosen_by_vendor(union: object) -> dict[str, type]:
@@ -44,13 +46,20 @@ def test_a_vendor_names_a_class_that_exists(vendor):
                                                  (vendors.DESTINATIONS, models.DestinationConfig)],
                          ids=["sources", "destinations"])
 def test_each_vendor_value_chooses_the_configuration_class_its_record_names(registry, union):
-    assert _chosen_by_vendor(union) == {name: v.config_class() for name, v in registry.items()}
+    assert _chosen_by_vendor(union) == {name: v.config for name, v in registry.items()}
     assert all(name == v.name for name, v in registry.items())
 
 
 @pytest.mark.parametrize("vendor", RECORDS, ids=_id)
+def test_a_vendors_configuration_class_sits_beside_its_record(vendor):
+    module = sys.modules[vendor.config.__module__]
+    assert Path(module.__file__).parent == REGISTRY
+    assert vendor in vars(module).values()
+
+
+@pytest.mark.parametrize("vendor", RECORDS, ids=_id)
 def test_a_configured_entry_finds_its_record(vendor):
-    entry = vendor.config_class().model_construct(vendor=vendor.name)
+    entry = vendor.config.model_construct(vendor=vendor.name)
     assert entry.vendor_record is vendor
 
 
@@ -67,7 +76,7 @@ def _field(cls: type, setting: str) -> object:
 @pytest.mark.parametrize("vendor", [v for v in RECORDS if v.refuses], ids=_id)
 def test_a_refused_setting_is_a_field_of_the_vendors_configuration(vendor):
     for refusal in vendor.refuses:
-        _field(vendor.config_class(), refusal.setting)
+        _field(vendor.config, refusal.setting)
         assert refusal.fix.startswith("remove")
 
 
@@ -92,7 +101,7 @@ def test_the_run_worker_can_warm_every_vendor_module_and_driver():
 
 def test_the_registry_and_the_configuration_load_no_driver_spark_or_dagster():
     heavy = ("psycopg", "pymysql", "pyspark", "dagster", "deltalake", "pyarrow", "boto3", "cryptography", "pandas")
-    code = ("import sys, transfer_platform.vendors, transfer_platform.config; "
+    code = ("import sys, transfer_platform.vendors, transfer_platform.config.loading; "
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
@@ -115,9 +124,9 @@ def _vendor_branches(path: Path, root: Path = PACKAGE.parent) -> list[str]:
 
 
 def test_no_module_but_the_registry_switches_on_a_vendors_name():
-    branches = [branch for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "vendors.py"
+    branches = [branch for path in sorted(PACKAGE.rglob("*.py")) if REGISTRY not in path.parents
                 for branch in _vendor_branches(path)]
-    assert branches == [], "read the vendor's record (vendors.py) instead of its name"
+    assert branches == [], "read the vendor's record (transfer_platform/vendors/) instead of its name"
 
 
 def test_the_branch_finder_finds_a_branch(tmp_path):

@@ -112,7 +112,7 @@ def unwrap(body: Any, name: str) -> Any:
 def api_settings(file_raw: dict[str, Any]) -> ApiSettings:
     from pydantic import ValidationError
 
-    from transfer_platform.config.loading import problems_from_validation
+    from transfer_platform.config.parsing import problems_from_validation
 
     try:
         return ApiSettings.model_validate(file_raw.get("api") or {})

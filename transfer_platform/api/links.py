@@ -9,7 +9,7 @@ browser sends is ignored), its secret encrypted at rest, never shown back, never
 then stops working; the provider sees the destination (its password masked), an audit entry whose
 actor is ``magic_link:<id>`` and a ``magic_link.used`` event.
 
-The form offers the destination vendors (``transfer_platform/vendors.py``) whose connection is a
+The form offers the destination vendors (``transfer_platform/vendors/``) whose connection is a
 flat set of fields (a PostgreSQL or MySQL server, a DuckDB file); a link may narrow them (``vendors``).
 """
 
@@ -43,7 +43,7 @@ from transfer_platform.api.app import (
     unwrap,
 )
 from transfer_platform.api.dagster_reload import reload_soon
-from transfer_platform.config.loading import problems_from_validation
+from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.store import audit, events
@@ -61,7 +61,7 @@ public_router = APIRouter()
 
 #: the longest token looked up (``token_urlsafe(32)`` is 43 characters)
 _MAX_TOKEN = 128
-_NAME_MAX = 120  # a destination's name (config/models.py Name)
+_NAME_MAX = 120  # a destination's name (config/entries.py Name)
 #: what the form's pages may load: nothing but themselves (the inline script and style carry a nonce)
 _CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
         "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -101,12 +101,12 @@ def form_vendors() -> dict[str, list[dict[str, Any]]]:
     """Destination vendor -> the fields of its connection, for every vendor a form can describe:
     its configuration class adds only ``vendor`` and ``connection`` (a flat model) to what every
     destination has. Settings a vendor refuses (MySQL's ``schema``) are left out."""
-    from transfer_platform.config.models import _DestinationBase
+    from transfer_platform.config.entries import DestinationBase
 
-    common = set(_DestinationBase.model_fields)
+    common = set(DestinationBase.model_fields)
     found: dict[str, list[dict[str, Any]]] = {}
     for name, record in vendor_registry.DESTINATIONS.items():
-        cls = record.config_class()
+        cls = record.config
         if set(cls.model_fields) - common != {"vendor", "connection"}:
             continue  # e.g. an object storage's signing key: the provider's, not the recipient's
         connection = cls.model_fields["connection"].annotation

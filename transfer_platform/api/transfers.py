@@ -26,6 +26,7 @@ from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration import transfers as orchestration
 from transfer_platform.orchestration.run_tags import parse_user_tags
 from transfer_platform.store import audit
+from transfer_platform.transfers.order import TransferOrder
 
 router = APIRouter()
 
@@ -53,8 +54,9 @@ def instance(request: Request):  # -> DagsterInstance
 
 # -- requesting a transfer ----------------------------------------------------------------------
 
-class TransferRequest(BaseModel):
-    """Prequel's transfer request (every field optional)."""
+class TransferRequestBody(BaseModel):
+    """Prequel's transfer request as the API receives it (every field optional); it becomes a
+    :class:`TransferOrder` once checked against the destination (:func:`request_transfer`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -72,13 +74,13 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _request(body: Any) -> TransferRequest:
+def _request(body: Any) -> TransferRequestBody:
     if body is None:
         body = {}
     if isinstance(body, dict) and isinstance(body.get("transfer"), dict):
         body = body["transfer"]  # also accepted wrapped, as the other resources' bodies
     try:
-        wanted = TransferRequest.model_validate(body)
+        wanted = TransferRequestBody.model_validate(body)
     except ValidationError as exc:
         problems = [Problem(".".join(str(p) for p in e["loc"]) or "body", e["msg"], _FIXES.get(
             str(e["loc"][0]) if e["loc"] else "", "see the transfer request's fields")) for e in exc.errors()]
@@ -126,9 +128,8 @@ def request_transfer(key: str, request: Request, resources: StoreDep, actor: Act
     if problems:
         raise ApiError(422, "invalid transfer request: " + "; ".join(f"{p.path}: {p.message}" for p in problems),
                        problems)
-    order = orchestration.TransferOrder(
-        destination=destination.name, models=wanted.models, full_refresh=wanted.full_refresh, start=start,
-        end=end, tags=wanted.tags, dry_run=wanted.is_debug_mode, trigger="api")
+    order = TransferOrder(destination=destination.name, models=wanted.models, full_refresh=wanted.full_refresh,
+                          start=start, end=end, tags=wanted.tags, dry_run=wanted.is_debug_mode, trigger="api")
     dagster = instance(request)
     with _launching:  # one at a time: each names the configuration to its code server by variable
         transfer_id = orchestration.enqueue(dagster, config, request.app.state.config_path, order)

@@ -1,20 +1,6 @@
-"""Configuration: one YAML file of sources, models, recipients and destinations."""
+"""Configuration: one YAML file of sources, models, recipients and destinations.
 
-from transfer_platform.config.loading import find_config_path, load_config, parse_config
-from transfer_platform.config.models import (
-    ColumnConfig,
-    DatabaseConnection,
-    DeltaDestination,
-    ModelConfig,
-    ParquetSource,
-    PlatformConfig,
-    PostgresDestination,
-    PostgresSource,
-    RecipientConfig,
-)
-
-__all__ = [
-    "ColumnConfig", "DatabaseConnection", "DeltaDestination", "ModelConfig", "ParquetSource",
-    "PlatformConfig", "PostgresDestination", "PostgresSource", "RecipientConfig",
-    "find_config_path", "load_config", "parse_config",
-]
+``loading.py`` loads it (with the store's entries), ``parsing.py`` reads and validates it,
+``models.py`` is its schema (a vendor's classes beside its record: ``transfer_platform/vendors/``),
+``cross_checks.py`` its rules across entries.
+"""

@@ -1,32 +1,14 @@
-"""Finding, reading and validating the configuration file."""
+"""Loading the platform's configuration: the file's entries (read and validated by
+:mod:`transfer_platform.config.parsing`), plus the store's where the file names a ``store``
+(:mod:`transfer_platform.store.resources`, which validates its entries with the same parsing)."""
 
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from datetime import datetime
 
-import yaml
-from pydantic import ValidationError
-
-from transfer_platform import vendors
-from transfer_platform.config.checks import check_config
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.errors import ConfigError, Problem
-
-ENV_VAR = "TRANSFER_PLATFORM_CONFIG"
-DEFAULT_FILE = "transfer_platform.yaml"
-_VENDOR_TAGS = set(vendors.SOURCES) | set(vendors.DESTINATIONS)
-
-
-def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """``--config PATH``, else ``$TRANSFER_PLATFORM_CONFIG``, else ``./transfer_platform.yaml``."""
-    if explicit:
-        return Path(explicit)
-    if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR])
-    return Path.cwd() / DEFAULT_FILE
+from transfer_platform.config.parsing import parse_config, read_file
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, now: datetime | None = None) -> PlatformConfig:
@@ -34,105 +16,8 @@ def load_config(path: str | os.PathLike[str] | None = None, *, now: datetime | N
     names a ``store``); raise :class:`ConfigError` listing every problem."""
     config_path, raw = read_file(path)
     if raw.get("store") is not None:
+        # imported here: a file without a store loads no database client
         from transfer_platform.store.resources import merge_stored
 
         raw = merge_stored(raw, source=str(config_path))
     return parse_config(raw, base_dir=config_path.parent, now=now, source=str(config_path))
-
-
-def read_file(path: str | os.PathLike[str] | None = None) -> tuple[Path, dict[str, Any]]:
-    """The configuration file as written (not validated, without the store's entries)."""
-    config_path = find_config_path(path)
-    if not config_path.is_file():
-        raise ConfigError(
-            [Problem(str(config_path), "configuration file not found",
-                     f"pass --config PATH, set {ENV_VAR}, or create {DEFAULT_FILE} in the working directory")]
-        )
-    try:
-        # libyaml's parser where PyYAML has it (the same safe loading, ~10x faster on a large file)
-        raw = yaml.load(config_path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        raise ConfigError([Problem(str(config_path), f"not valid YAML: {exc}", "fix the YAML syntax")],
-                          source=str(config_path)) from None
-    if raw is None or raw == {}:
-        raise ConfigError([Problem(str(config_path), "the configuration file is empty",
-                                   "add its sources, models, recipients and destinations (see the "
-                                   "configuration reference), or point --config at the right file")],
-                          source=str(config_path))
-    if not isinstance(raw, dict):
-        raise ConfigError([Problem("(top level)", "expected a mapping with sources, models, recipients, destinations",
-                                   "see docs/configuration.md")], source=str(config_path))
-    return config_path, raw
-
-
-def parse_config(raw: Any, *, base_dir: Path | None = None, now: datetime | None = None,
-                 source: str | None = None) -> PlatformConfig:
-    if not isinstance(raw, dict):
-        raise ConfigError([Problem("(top level)", "expected a mapping with sources, models, recipients, destinations",
-                                   "see docs/configuration.md")], source=source)
-    try:
-        config = PlatformConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(_problems_from_validation(exc), source=source) from None
-    problems = check_config(config, now or datetime.now(UTC))
-    if problems:
-        raise ConfigError(problems, source=source)
-    return _resolve_paths(config, base_dir) if base_dir else config
-
-
-def _resolve_paths(config: PlatformConfig, base_dir: Path) -> PlatformConfig:
-    """File paths in connections are relative to the configuration file's folder."""
-
-    def fix(entry):
-        path = getattr(entry.connection, "path", None)
-        if path is None or path.is_absolute():
-            return entry
-        connection = entry.connection.model_copy(update={"path": (base_dir / path).resolve()})
-        return entry.model_copy(update={"connection": connection})
-
-    return config.model_copy(update={
-        "sources": [fix(s) for s in config.sources],
-        "destinations": [fix(d) for d in config.destinations],
-    })
-
-
-def problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[Problem]:
-    """Pydantic's errors as problems, each with its field's path (after ``prefix``) and a fix."""
-    return _problems_from_validation(exc, prefix)
-
-
-def _problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[Problem]:
-    problems = []
-    for error in exc.errors(include_url=False):
-        path = _format_location(prefix + tuple(error["loc"]))
-        kind = error["type"]
-        message = error["msg"].removeprefix("Value error, ")
-        fix = ""
-        if kind == "extra_forbidden":
-            message = "unknown field"
-            fix = "remove it or check its spelling against the configuration reference (docs/configuration.md)"
-        elif kind == "missing":
-            fix = "add this field"
-        elif kind == "union_tag_invalid":
-            registry = vendors.DESTINATIONS if (prefix + tuple(error["loc"]))[:1] in (("destinations",), ("destination",)) else vendors.SOURCES
-            fix = f"use one of the vendors: {vendors.supported(registry)}"
-        elif kind == "string_pattern_mismatch":
-            fix = "use only letters, digits and underscores"
-        problems.append(Problem(path, message, fix))
-    return problems
-
-
-def _format_location(loc: tuple[Any, ...]) -> str:
-    text = ""
-    previous: Any = None
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif part in _VENDOR_TAGS and (isinstance(previous, int) or previous in ("destination", "source")):
-            pass  # the discriminator pydantic inserts after a list index (or an API body's entry)
-        elif previous == "connection" and part in ("folder", "bucket"):
-            pass  # the kind of a Parquet source's connection (config/models.py)
-        else:
-            text += f".{part}" if text else str(part)
-        previous = part
-    return text or "(top level)"

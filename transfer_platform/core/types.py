@@ -1,5 +1,5 @@
 """The model's column types and what each becomes in Spark and Arrow (a destination's own type
-names are in its vendor record: ``vendors.py``)."""
+names are in its vendor record: ``vendors/``)."""
 
 from __future__ import annotations
 

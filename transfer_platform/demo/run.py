@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transfer_platform.config import load_config
-from transfer_platform.config.models import DeltaDestination, DuckdbDestination, PlatformConfig
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.signing_keys import load_signing_key
 from transfer_platform.console.streams import child_output
 from transfer_platform.demo import sample_data
@@ -41,8 +41,11 @@ from transfer_platform.destinations.manifests import (
 from transfer_platform.destinations.object_storage import latest_per_key
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.runtime.spark_session import get_spark_session
-from transfer_platform.transfers.entry import Transfer, models_of
+from transfer_platform.transfers.entry import Transfer
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import ModelSummary
+from transfer_platform.vendors.delta import DeltaDestination
+from transfer_platform.vendors.duckdb import DuckdbDestination
 
 
 def tenant_rows_equal(config: PlatformConfig, destination_name: str, model_name: str,
@@ -117,9 +120,8 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
             from transfer_platform.orchestration.reporting import RunlessReporter
 
             report = RunlessReporter(instance, config, destination.name)
-        moving = Transfer(spark=spark, config=config, destination=destination.name,
-                          models=models_of(config, destination.name), now=datetime.now(UTC),
-                          transfer_id=f"{label}-{uuid.uuid4().hex[:8]}")
+        moving = Transfer(spark=spark, config=config, order=TransferOrder(destination=destination.name),
+                          now=datetime.now(UTC), transfer_id=f"{label}-{uuid.uuid4().hex[:8]}")
         for model, partition in moving.run():
             if report is not None:
                 with reporting:

@@ -131,7 +131,7 @@ class DestinationWriter(Protocol):
 
 
 def writer_for(destination, tuning: Tuning = DEFAULT) -> DestinationWriter:  # any configured destination
-    """The writer of a configured destination, by its vendor (``transfer_platform/vendors.py``),
+    """The writer of a configured destination, by its vendor (``transfer_platform/vendors/``),
     with the sizes and waits of ``tuning``. Every writer is a ``destinations.skeleton.Writer``."""
     from transfer_platform.vendors import DESTINATIONS, implementation
 

@@ -58,12 +58,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from transfer_platform.config.models import (
-    AzureBlobConnection,
-    DeltaDestination,
-    ModelConfig,
-    S3Connection,
-)
+from transfer_platform.config.connection_settings import AzureBlobConnection, S3Connection
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.columns import (
     ColumnChanges,
     change_sentences,
@@ -83,13 +79,19 @@ from transfer_platform.destinations.base import (
     staging_suffix,
 )
 from transfer_platform.destinations.skeleton import STALE, Writer, next_state
-from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
+from transfer_platform.destinations.staged_files import (
+    Staged,
+    refuse_staged,
+    stage,
+    staging_filesystem,
+)
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
 from transfer_platform.storage.locks import FolderLocks
 from transfer_platform.storage.s3 import S3Locks, S3Store, probe_objects, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.delta import DeltaDestination
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

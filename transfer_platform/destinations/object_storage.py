@@ -53,12 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transfer_platform.config.models import (
-    AzureBlobDestination,
-    LocalStorageDestination,
-    ModelConfig,
-    S3Destination,
-)
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.config.signing_keys import KEY_FORMAT, load_signing_key
 from transfer_platform.core.columns import ColumnChanges, column_changes, refuse_column_drops
 from transfer_platform.core.watermarks import ModelState
@@ -73,12 +68,17 @@ from transfer_platform.destinations.base import (
     refuse_bad_rows,
 )
 from transfer_platform.destinations.skeleton import STALE, Writer, next_state
-from transfer_platform.destinations.staging import Staged, refuse_staged, stage
+from transfer_platform.destinations.staged_files import Staged, refuse_staged, stage
 from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.s3 import probe_objects
 from transfer_platform.storage.stores import Store, store_for
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.object_storage import (
+    AzureBlobDestination,
+    LocalStorageDestination,
+    S3Destination,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

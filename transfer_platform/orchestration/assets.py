@@ -64,6 +64,7 @@ from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
 from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.entry import Transfer
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import ModelSummary, windowing_for
 
 
@@ -185,14 +186,15 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         planned = list(context.partition_keys) if partitions_def is not None else []
         if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
             context.instance.add_run_tags(run_id, limit_tags(current, destination_name, models, "transfer"))
-        transfer = Transfer(
-            spark=LazySession(lambda: pyspark.spark_session), config=current, destination=destination_name,
-            models=models,
-            transfer_id=run_id, now=now, log=context.log, warn_if_tenant_empty=False,
+        order = TransferOrder(
+            destination=destination_name, models=[m.model_name for m in models],
             full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
             partitions=windows_for_keys(partitions_def, planned) if partitions_def is not None else None,
-            keep_alive=partial(heartbeat, context.instance, run_id))
-        if config.dry_run:
+            dry_run=config.dry_run, trigger="dagster")
+        transfer = Transfer(
+            spark=LazySession(lambda: pyspark.spark_session), config=current, order=order, transfer_id=run_id,
+            now=now, log=context.log, warn_if_tenant_empty=False, keep_alive=partial(heartbeat, context.instance, run_id))
+        if order.dry_run:
             yield from _dry_run(context, transfer, key_of_model)
             for check_key in checked:  # nothing moved: the last outcome stands
                 yield as_result(latest(context.instance, check_key.asset_key, run_id))

@@ -52,7 +52,7 @@ def _store_version(path: str, mtime: int, last: object) -> object:
 
 @lru_cache(maxsize=4)
 def _store_of(path: str, _mtime_ns: int):  # -> StoreSettings | None
-    from transfer_platform.config.loading import read_file
+    from transfer_platform.config.parsing import read_file
     from transfer_platform.store.resources import store_settings
 
     try:

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
 
-from transfer_platform.config import find_config_path, load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import find_config_path
 from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration import dagster_internals, queue_wake
 from transfer_platform.orchestration.config_stamp import config_stamp

@@ -23,11 +23,19 @@ from datetime import datetime
 from dagster import AssetCheckKey, DagsterInstance, RunRequest, RunsFilter
 
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.core.timeutil import utc
 from transfer_platform.orchestration.budget import Budget, unlimited
 from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
 from transfer_platform.orchestration.dagster_internals import check_ended
 from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.run_tags import PREFIX, TRIGGER_TAG, limit_tags
+from transfer_platform.orchestration.run_tags import (
+    PREFIX,
+    TRIGGER_TAG,
+    limit_tags,
+    transfer_run_config,
+    transfer_tags,
+)
+from transfer_platform.transfers.order import TransferOrder
 
 REPAIR_TAG = f"{PREFIX}/repair_of"
 _FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
@@ -90,12 +98,12 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
             continue  # the bound: the check stays failed for a person to look at
         before = len(requests)
         for start, end in metadata.get("repair_windows") or []:
+            order = TransferOrder(destination=destination.name, models=[model.model_name],
+                                  start=utc(datetime.fromisoformat(start)), end=utc(datetime.fromisoformat(end)),
+                                  trigger="repair")
             requests.append(RunRequest(
-                run_key=f"repair:{name}@{run_id}:{start}", job_name="transfer",
-                run_config={"ops": {"run_transfer": {"config": {
-                    "destination": destination.name, "models": [model.model_name],
-                    "start": start, "end": end}}}},
-                tags={**limit_tags(config, destination.name, [model], "transfer"), **tags}))
+                run_key=f"repair:{name}@{run_id}:{start}", job_name="transfer", run_config=transfer_run_config(order),
+                tags={**transfer_tags(config, order, [model]), REPAIR_TAG: run_id}))
         if metadata.get("orphaned") and model.delete_detection == "sweep":
             requests.append(RunRequest(
                 run_key=f"repair-sweep:{name}@{run_id}", job_name="delete_sweep",

@@ -6,7 +6,7 @@ from functools import lru_cache
 from dagster import ConfigurableResource
 from dagster_pyspark import LazyPySparkResource
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.shards import parse_shard, shard_config
 from transfer_platform.destinations.base import DestinationWriter, writer_for

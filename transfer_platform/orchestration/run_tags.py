@@ -30,8 +30,12 @@ queue's tag limits see them like any other tag. It is the one way Dagster offers
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from datetime import datetime
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
+from transfer_platform.core.timeutil import isoformat, utc
+from transfer_platform.transfers.order import TRIGGERS, TransferOrder
 
 PREFIX = "transfer_platform"
 #: Dagster hides run tags starting with ".dagster/" (dagster._core.storage.tags.HIDDEN_TAG_PREFIX,
@@ -47,7 +51,10 @@ STATUS_TAG = f"{PREFIX}/status"  # Prequel's status of the transfer, once it has
 ROWS_TAG = f"{PREFIX}/rows_transferred"  # rows moved, once it has ended
 #: the schedule tick a sensor-launched transfer belongs to (source staging: that tick's shared read)
 SCHEDULED_FOR_TAG = f"{HIDDEN_PREFIX}/scheduled_for"
-TRIGGER_TAG = f"{HIDDEN_PREFIX}/trigger"  # sensor | cli (Dagster shows sensor launches itself)
+TRIGGER_TAG = f"{HIDDEN_PREFIX}/trigger"  # who asked: transfers/order.py's TRIGGERS
+DRY_RUN_TAG = f"{PREFIX}/dry_run"  # a transfer that only plans (the API's is_debug_mode)
+#: the ``transfer`` job's one op, whose config says what a transfer run is asked
+TRANSFER_OP = "run_transfer"
 KINDS = ("transfer", "integrity", "delete_sweep")
 
 USER_TAG_PATTERN = re.compile(r"[A-Za-z0-9_-]+")  # whole key and value (fullmatch)
@@ -102,7 +109,60 @@ def queue_rules(config: PlatformConfig) -> list[dict]:
 
 def transfer_op_config(run_config: dict | None) -> dict:
     """The ``transfer`` job's op config inside a run config (empty for any other run)."""
-    return (((run_config or {}).get("ops") or {}).get("run_transfer") or {}).get("config") or {}
+    return (((run_config or {}).get("ops") or {}).get(TRANSFER_OP) or {}).get("config") or {}
+
+
+# -- a transfer order as a run of the ``transfer`` job, and back ---------------------------------
+
+
+def transfer_run_config(order: TransferOrder, *, stating_defaults: bool = False) -> dict:
+    """The run config of a ``transfer`` job run asked ``order``: its destination and each field
+    not at its default; ``stating_defaults``: ``models`` and ``full_refresh`` always (a transfer
+    a person asked for, through the command line or the API, states them)."""
+    op_config: dict = {"destination": order.destination}
+    if order.models or stating_defaults:
+        op_config["models"] = list(order.models)
+    if order.full_refresh or stating_defaults:
+        op_config["full_refresh"] = order.full_refresh
+    if order.start is not None:
+        op_config["start"] = order.start.isoformat()
+    if order.end is not None:
+        op_config["end"] = order.end.isoformat()
+    if order.dry_run:
+        op_config["dry_run"] = True
+    return {"ops": {TRANSFER_OP: {"config": op_config}}}
+
+
+def transfer_tags(config: PlatformConfig, order: TransferOrder, models: list[ModelConfig]) -> dict[str, str]:
+    """The tags of a ``transfer`` job run asked ``order`` over ``models`` (resolved from it): the
+    queue's limits, the user's tags, the schedule tick, who asked, a dry run, a full refresh."""
+    tags = {**limit_tags(config, order.destination, models, "transfer"),
+            **{USER_TAG_PREFIX + k: v for k, v in order.tags.items()}}
+    if order.tick is not None:
+        tags[SCHEDULED_FOR_TAG] = isoformat(order.tick)
+    tags[TRIGGER_TAG] = order.trigger
+    if order.dry_run:
+        tags[DRY_RUN_TAG] = "true"
+    if order.full_refresh:
+        tags[FULL_REFRESH_TAG] = "true"
+    return tags
+
+
+def _moment(text: str | None) -> datetime | None:
+    return None if text is None else utc(datetime.fromisoformat(text))
+
+
+def order_of_run(op_config: Mapping, run_tags: Mapping[str, str]) -> TransferOrder:
+    """The order a ``transfer`` job run was asked: its op config (``destination``, ``models``,
+    ``full_refresh``, ``start``, ``end``, ``dry_run``) and its tags (the schedule tick, who asked,
+    the user's tags). A run launched otherwise (the launchpad) was asked by Dagster."""
+    trigger = run_tags.get(TRIGGER_TAG, "dagster")
+    return TransferOrder(
+        destination=op_config["destination"], models=op_config.get("models") or (),
+        full_refresh=bool(op_config.get("full_refresh")), start=_moment(op_config.get("start")),
+        end=_moment(op_config.get("end")), dry_run=bool(op_config.get("dry_run")),
+        tick=_moment(run_tags.get(SCHEDULED_FOR_TAG)), tags=user_tags_of(dict(run_tags)),
+        trigger=trigger if trigger in TRIGGERS else "dagster")
 
 
 def parse_user_tags(pairs: list[str]) -> dict[str, str]:

@@ -79,7 +79,7 @@ def code_stamp(module: str) -> list:
     sizes, modification times) and the configuration file ``transfer_platform`` reads."""
     stamp = package_stamp(module)
     with suppress(Exception):  # no configuration file: the run reports it
-        from transfer_platform.config import find_config_path
+        from transfer_platform.config.parsing import find_config_path
 
         config = find_config_path(None)
         status = Path(config).stat()

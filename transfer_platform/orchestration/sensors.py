@@ -66,8 +66,11 @@ from transfer_platform.orchestration.run_tags import (
     SCHEDULED_FOR_TAG,
     TRIGGER_TAG,
     limit_tags,
+    transfer_run_config,
+    transfer_tags,
 )
 from transfer_platform.orchestration.transfer_job import transfer_job
+from transfer_platform.transfers.order import TransferOrder
 
 MISSED_TICKS_TAG = f"{HIDDEN_PREFIX}/missed_ticks"
 #: the sensor's interval: a destination created through the API (no reload needed: the resource's
@@ -94,14 +97,11 @@ def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datet
         if budget.spent():
             budget.leave("transfer")
             continue
-        models = config.models_for(destination)
-        tags = {**limit_tags(config, destination.name, models, "transfer"),
-                SCHEDULED_FOR_TAG: isoformat(when.tick),
-                MISSED_TICKS_TAG: str(when.missed), TRIGGER_TAG: "sensor"}
+        order = TransferOrder(destination=destination.name, tick=when.tick, trigger="sensor")
+        tags = {**transfer_tags(config, order, config.models_for(destination)), MISSED_TICKS_TAG: str(when.missed)}
         requests.append(RunRequest(
             run_key=f"{destination.name}@{isoformat(when.tick)}", job_name="transfer",
-            run_config={"ops": {"run_transfer": {"config": {"destination": destination.name}}}},
-            tags=tags,
+            run_config=transfer_run_config(order), tags=tags,
         ))
         new_cursor[destination.name] = isoformat(when.tick)
     return requests, {k: v for k, v in new_cursor.items() if v}

@@ -33,7 +33,6 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
-from transfer_platform.core.timeutil import utc
 from transfer_platform.errors import ConfigError
 from transfer_platform.orchestration.keys import transfer_asset_key
 from transfer_platform.orchestration.last_transfer import failure_description
@@ -43,12 +42,13 @@ from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
-    SCHEDULED_FOR_TAG,
+    TRANSFER_OP,
     limit_tags,
+    order_of_run,
 )
 from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.dry_run import plan_as_dict
-from transfer_platform.transfers.entry import Transfer, models_of
+from transfer_platform.transfers.entry import Transfer
 
 
 class TransferConfig(Config):
@@ -61,32 +61,28 @@ class TransferConfig(Config):
                                                       "counts per model; move and record nothing")
 
 
-def _moment(text: str | None) -> datetime | None:
-    return None if text is None else utc(datetime.fromisoformat(text))
-
-
-@op(name="run_transfer", description="move a destination's models window by window (see the job)")
+@op(name=TRANSFER_OP, description="move a destination's models window by window (see the job)")
 def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: LazyPySparkResource,
                 platform: TransferPlatformResource):
     now = datetime.now(UTC)  # the run's clock, captured once and passed down
     current, run_id = platform.config, context.run.run_id
-    destination = current.destination(config.destination)
+    # what the run was asked (the sensor's tick among its tags: its runs share a staged read)
+    order = order_of_run(config.model_dump(), context.run.tags)
+    destination = current.destination(order.destination)
     queued = DESTINATION_TAG in context.run.tags
     if not queued:  # run in process (not through the queue): say at least where it goes
         context.instance.add_run_tags(run_id, {DESTINATION_TAG: destination.name, KIND_TAG: "transfer"})
     try:
-        models = models_of(current, destination.name, config.models)
-    except ConfigError as exc:
+        transfer = Transfer(
+            spark=LazySession(lambda: pyspark.spark_session), config=current, order=order, transfer_id=run_id,
+            now=now, log=context.log, warn_if_tenant_empty=False,
+            keep_alive=partial(heartbeat, context.instance, run_id))
+    except ConfigError as exc:  # a model the destination does not receive
         raise Failure(description=str(exc)) from None
+    models = transfer.models
     if not queued:
         context.instance.add_run_tags(run_id, limit_tags(current, destination.name, models, "transfer"))
-    transfer = Transfer(
-        spark=LazySession(lambda: pyspark.spark_session), config=current, destination=destination.name, models=models,
-        transfer_id=run_id, now=now, full_refresh=config.full_refresh, log=context.log,
-        start=_moment(config.start), end=_moment(config.end), warn_if_tenant_empty=False,
-        tick=_moment(context.run.tags.get(SCHEDULED_FOR_TAG)),  # the sensor's tick: its runs share a staged read
-        keep_alive=partial(heartbeat, context.instance, run_id))
-    if config.dry_run:
+    if order.dry_run:
         yield _dry_run(context, transfer)
         return
     key_of_model = {m.model_name: transfer_asset_key(destination.recipient, destination.name, m.model_name)

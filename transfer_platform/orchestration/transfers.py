@@ -44,6 +44,7 @@ from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration.dagster_internals import launch_job_run
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
+    DRY_RUN_TAG,
     FULL_REFRESH_TAG,
     KIND_TAG,
     MODELS_TAG,
@@ -51,11 +52,13 @@ from transfer_platform.orchestration.run_tags import (
     USER_TAG_PREFIX,
     limit_tags,
     transfer_op_config,
+    transfer_run_config,
+    transfer_tags,
     user_tags_of,
 )
+from transfer_platform.transfers.order import TransferOrder
 
 WORKSPACE_ENV = "TRANSFER_PLATFORM_WORKSPACE"
-DRY_RUN_TAG = "transfer_platform/dry_run"  # a transfer that only plans (the API's is_debug_mode)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 PARTITION_TAG = "dagster/partition"
@@ -138,41 +141,15 @@ def _absolute(entry: dict, base: Path) -> dict:
                        else v) for k, v in value.items()}}
 
 
-@dataclass(frozen=True)
-class TransferOrder:
-    destination: str
-    models: list[str] = field(default_factory=list)
-    full_refresh: bool = False
-    start: datetime | None = None
-    end: datetime | None = None
-    tags: dict[str, str] = field(default_factory=dict)  # the user's, already validated
-    dry_run: bool = False  # only plan (the op's dry_run): move and record nothing
-    trigger: str = "cli"  # who asked: cli | api
-
-
 def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path, order: TransferOrder) -> str:
-    """Submit a run of the ``transfer`` job to the instance's queue; returns the transfer id."""
+    """Submit a run of the ``transfer`` job asked ``order`` to the instance's queue; returns the
+    transfer id."""
     from transfer_platform.transfers.entry import models_of
 
     destination = config.destination(order.destination)
     models = models_of(config, destination.name, order.models)
-    op_config: dict[str, Any] = {"destination": destination.name, "models": order.models,
-                                 "full_refresh": order.full_refresh}
-    if order.start is not None:
-        op_config["start"] = order.start.isoformat()
-    if order.end is not None:
-        op_config["end"] = order.end.isoformat()
-    if order.dry_run:
-        op_config["dry_run"] = True
-    tags = {**limit_tags(config, destination.name, models, "transfer"),
-            **{USER_TAG_PREFIX + k: v for k, v in order.tags.items()},
-            TRIGGER_TAG: order.trigger}
-    if order.dry_run:
-        tags[DRY_RUN_TAG] = "true"
-    if order.full_refresh:
-        tags[FULL_REFRESH_TAG] = "true"
     return _launch(instance, config_path, destination.recipient, "transfer",
-                   {"ops": {"run_transfer": {"config": op_config}}}, tags)
+                   transfer_run_config(order, stating_defaults=True), transfer_tags(config, order, models))
 
 
 def _launch(instance: DagsterInstance, config_path: Path, recipient: str, job_name: str, run_config: dict,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transfer_platform.config.models import DatabaseConnection
+from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.errors import ConnectionFailure
 
 if TYPE_CHECKING:

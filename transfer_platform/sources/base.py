@@ -351,7 +351,7 @@ def columns_mismatch(request: ReadRequest, source_name: str, missing: Sequence[s
 
 
 def reader_for(source) -> SourceReader:  # any configured source
-    """The reader of a configured source, by its vendor (``transfer_platform/vendors.py``)."""
+    """The reader of a configured source, by its vendor (``transfer_platform/vendors/``)."""
     from transfer_platform.vendors import SOURCES, implementation
 
     return implementation(SOURCES, "source", source)

@@ -39,12 +39,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from transfer_platform.config.models import (
-    DatabaseConnection,
-    ModelConfig,
-    MysqlSource,
-    PostgresSource,
-)
+from transfer_platform.config.connection_settings import DatabaseConnection
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.sql import (
     change_predicate,
     derived_table,
@@ -86,6 +82,8 @@ from transfer_platform.sources.base import (
     required_columns,
     spark_col,
 )
+from transfer_platform.vendors.mysql import MysqlSource
+from transfer_platform.vendors.postgres import PostgresSource
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -25,7 +25,8 @@ from datetime import datetime, timedelta
 from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, TypeVar
 
-from transfer_platform.config.models import ModelConfig, ParquetSource, PathConnection
+from transfer_platform.config.connection_settings import PathConnection
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
@@ -42,6 +43,7 @@ from transfer_platform.sources.base import (
     required_columns,
     spark_col,
 )
+from transfer_platform.vendors.parquet import ParquetSource
 
 if TYPE_CHECKING:
     import pyarrow as pa

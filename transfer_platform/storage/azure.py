@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from transfer_platform.config.models import AzureBlobConnection
+from transfer_platform.config.connection_settings import AzureBlobConnection
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.storage.s3 import LockedBucket, LostRace, S3Locks
 
@@ -142,7 +142,7 @@ class AzureBucketStore(LockedBucket, AzureStore):
 
 def storage_options(c: AzureBlobConnection, owner: str) -> dict[str, str]:
     """delta-rs's options for the container (the key read from its variable); pyarrow's Azure
-    file system is built from the same (``staging.staging_filesystem``)."""
+    file system is built from the same (``staged_files.staging_filesystem``)."""
     options = {"azure_storage_account_name": c.account_name, "azure_storage_account_key": c.key(owner)}
     if c.endpoint_url:
         options["azure_storage_endpoint"] = c.service_url

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transfer_platform.config.models import S3Connection
+from transfer_platform.config.connection_settings import S3Connection
 from transfer_platform.errors import ConnectionFailure, TransferRunning
 from transfer_platform.storage.locks import holder_text, running_message
 

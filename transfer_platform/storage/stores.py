@@ -11,15 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
-from transfer_platform.config.models import (
-    AzureBlobConnection,
-    LocalStorageConnection,
-    S3Connection,
-)
+from transfer_platform.config.connection_settings import AzureBlobConnection, S3Connection
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.probes import current_user
 from transfer_platform.storage.locks import FolderLocks
 from transfer_platform.storage.s3 import LockedBucket, S3Locks, S3Store, storage_options
+from transfer_platform.vendors.object_storage import LocalStorageConnection
 
 
 class Store(Protocol):

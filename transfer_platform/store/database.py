@@ -11,7 +11,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from transfer_platform.config.models import DatabaseConnection
+from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
 
 DEFAULT_SCHEMA = "transfer_platform"

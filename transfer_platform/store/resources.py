@@ -19,7 +19,6 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
 
-from transfer_platform.config.loading import parse_config, problems_from_validation, read_file
 from transfer_platform.config.models import (
     DestinationConfig,
     ModelConfig,
@@ -28,6 +27,7 @@ from transfer_platform.config.models import (
     SourceConfig,
     StoreSettings,
 )
+from transfer_platform.config.parsing import parse_config, problems_from_validation, read_file
 from transfer_platform.config.secrets import PLAIN_SECRETS, mask_secrets
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
 from transfer_platform.store import audit, events

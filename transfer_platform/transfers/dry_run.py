@@ -113,7 +113,7 @@ def plan_transfer(
 ) -> list[ModelPlan]:
     """The plan of a transfer of ``models`` to ``destination`` at ``now``, changing nothing.
 
-    The arguments mean what they mean for a transfer (``TransferRequest`` and
+    The arguments mean what they mean for a transfer (``TransferOrder`` and
     ``transfer_model(partitions=)``). A model whose source or destination cannot be read gets
     ``status: ERROR`` and its reason; the others are still planned. ``on_plan(model, windows)``
     and ``on_count(model, rows)`` (after each window is counted) follow the work (progress)."""

@@ -1,9 +1,9 @@
 """One transfer of a destination's models, whoever starts it: the one entry point.
 
 The Dagster asset body, the ``transfer`` job's op, ``transfer-platform transfer`` and the demo
-each build a :class:`Transfer` and hand it only what they do differently (the hooks: a
-keep-alive held while models move, told of each planned model and committed window); the
-transfer itself is here, once:
+each build a :class:`Transfer` of what was asked (a :class:`TransferOrder`) and hand it only what
+they do differently (the hooks: a keep-alive held while models move, told of each planned model
+and committed window); the transfer itself is here, once:
 
 - the models, resolved once (:func:`models_of`: a model the destination does not receive is
   a ``ConfigError``, whoever asked for it);
@@ -33,6 +33,7 @@ from transfer_platform.core.windows import Window
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.dry_run import ModelPlan, plan_transfer
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import (
     ModelSummary,
     PartitionTally,
@@ -67,22 +68,15 @@ def models_of(config: PlatformConfig, destination: str, names: Iterable[str] | N
 
 @dataclass
 class Transfer:
-    """One transfer of ``models`` to ``destination`` (see the module's doc). The fields mean
-    what they mean for :class:`TransferRequest`; ``partitions``: only these (Dagster's
-    partitions of the run), as :func:`runner.transfer_model` takes them."""
+    """One transfer of what ``order`` asks (see the module's doc), at ``now``, with the id
+    ``transfer_id``. Its models are resolved when it is made (:func:`models_of`: a model the
+    destination does not receive is a ``ConfigError``)."""
 
     spark: SparkSession
     config: PlatformConfig
-    destination: str
-    models: list[ModelConfig]
+    order: TransferOrder
     transfer_id: str
     now: datetime
-    full_refresh: bool = False
-    start: datetime | None = None
-    end: datetime | None = None
-    partitions: list[Window] | None = None
-    #: the schedule tick it belongs to (source staging), None: the one holding ``now``
-    tick: datetime | None = None
     tuning: Tuning = DEFAULT
     log: Any = field(default=_LOG)
     # -- hooks: what differs per caller --
@@ -95,8 +89,17 @@ class Transfer:
     #: log one warning when nothing was ever delivered and the sources hold no row of the
     #: recipient's tenant id (:func:`runner.tenant_without_rows`)
     warn_if_tenant_empty: bool = True
+    #: the models it moves, in the configuration's order
+    models: list[ModelConfig] = field(init=False)
     #: each model's summary, appended as the model starts (the last one may be in progress)
     summaries: list[ModelSummary] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.models = models_of(self.config, self.order.destination, self.order.models)
+
+    @property
+    def destination(self) -> str:
+        return self.order.destination
 
     def run(self) -> Iterator[tuple[ModelConfig, WindowOutcome]]:
         """Move the models, yielding each partition's outcome once its last read has committed
@@ -106,14 +109,13 @@ class Transfer:
         destination = self.config.destination(self.destination)
         writer = writer_for(destination, self.tuning)
         request = TransferRequest(
-            spark=self.spark, config=self.config, destination=destination.name, writer=writer,
-            transfer_id=self.transfer_id, now=self.now, full_refresh=self.full_refresh, log=self.log,
-            start=self.start, end=self.end, on_plan=self.on_plan, tuning=self.tuning, tick=self.tick)
+            spark=self.spark, config=self.config, order=self.order, writer=writer, transfer_id=self.transfer_id,
+            now=self.now, log=self.log, on_plan=self.on_plan, tuning=self.tuning)
         tallies: dict[str, PartitionTally] = {}
         try:
             with self.keep_alive():
                 for model, outcome in transfer_models(request, self.models, self.summaries,
-                                                      partitions=self.partitions):
+                                                      partitions=_windows(self.order.partitions)):
                     if self.on_window is not None:
                         self.on_window(model, outcome)
                     done = tallies.setdefault(model.model_name, PartitionTally()).add(outcome)
@@ -135,9 +137,10 @@ class Transfer:
     def plan(self, on_count: Callable[[str, int], None] | None = None) -> list[ModelPlan]:
         """The dry run: what :meth:`run` would move (``transfers/dry_run.py``), changing nothing.
         ``on_count(model, rows)``: after each window is counted (progress)."""
-        return plan_transfer(self.spark, self.config, self.destination, self.models, self.now,
-                             full_refresh=self.full_refresh, start=self.start, end=self.end,
-                             partitions=self.partitions, on_plan=self.on_plan, on_count=on_count)
+        order = self.order
+        return plan_transfer(self.spark, self.config, order.destination, self.models, self.now,
+                             full_refresh=order.full_refresh, start=order.start, end=order.end,
+                             partitions=_windows(order.partitions), on_plan=self.on_plan, on_count=on_count)
 
     @property
     def failed(self) -> list[ModelSummary]:
@@ -153,3 +156,8 @@ class Transfer:
         """The outcome as the command line prints it."""
         return {"transfer_id": self.transfer_id, "destination": self.destination, "status": self.status,
                 "models": [s.as_dict() for s in self.summaries]}
+
+
+def _windows(partitions: tuple[Window, ...] | None) -> list[Window] | None:
+    """An order's partitions as the runner takes them."""
+    return None if partitions is None else list(partitions)

@@ -46,7 +46,8 @@ from transfer_platform.sources.base import (
     reader_for,
 )
 from transfer_platform.sources.direct import DirectReads
-from transfer_platform.sources.staging import StagedReader, TransferStaging, next_lower
+from transfer_platform.sources.shared_reads import StagedReader, TransferStaging, next_lower
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
 from transfer_platform.tuning import DEFAULT, Tuning
 
@@ -82,23 +83,21 @@ class WindowOutcome:
 
 @dataclass
 class TransferRequest:
+    """What the runner moves (``order``: its destination, full refresh, window bounds, schedule
+    tick) and with what: the Spark session, the configuration, the destination's open writer, the
+    transfer's id and its "now"."""
+
     spark: SparkSession
     config: PlatformConfig
-    destination: str
+    order: TransferOrder
     writer: DestinationWriter
     transfer_id: str
     now: datetime
-    full_refresh: bool = False
     log: Any = field(default=_LOG)
-    start: datetime | None = None  # start_transfer_window_at (inclusive): only windows from here
-    end: datetime | None = None  # end_transfer_window_at (exclusive)
     #: told each model's number of planned windows before the first moves (progress displays)
     on_plan: Callable[[str, int], None] | None = None
     #: the sizes the windows are read with (``run_rows``, ``run_windows``: see :func:`_steps`)
     tuning: Tuning = DEFAULT
-    #: the schedule tick this transfer belongs to (source staging: the transfers of one tick share
-    #: a read); ``None``: the tick of the destination's frequency that holds ``now``
-    tick: datetime | None = None
 
 
 def transfer_model(
@@ -117,10 +116,10 @@ def transfer_model(
     aside and yields the published live state last, once that table has replaced the live one.
     """
     config = request.config
-    destination = config.destination(request.destination)
+    destination = config.destination(request.order.destination)
     recipient = config.recipient(destination.recipient)
     source = config.source(model.source_name)
-    windowing = windowing_for(config, request.destination, model)
+    windowing = windowing_for(config, request.order.destination, model)
     ids = {"transfer_id": request.transfer_id, "destination": destination.name, "model": model.model_name,
            "sink": request.log}
 
@@ -139,14 +138,14 @@ def transfer_model(
     direct = DirectReads.proven(reader, proof) if staged is None and request.tuning.direct_reads else None
     if direct is None:
         (staged or reader).check_read(request.spark, proof)
-    prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.full_refresh)
+    prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.order.full_refresh)
     for change in prepared.schema_changes:
         log_phase("schema", **ids, level=logging.WARNING, change=change)
     refreshing = prepared.refresh is not None
     state = prepared.refresh if refreshing else prepared.state
     yield state
     planned = plan_transfer_windows(windowing, now=request.now, state=state, refreshing=refreshing,
-                                    partitions=partitions, start=request.start, end=request.end)
+                                    partitions=partitions, start=request.order.start, end=request.order.end)
     if staging is not None:
         request, planned, staged = _staged_plan(source_request, request, windowing, state, refreshing,
                                                 planned, staging, staged, reader)
@@ -182,10 +181,11 @@ def _staging_for(request: TransferRequest, model: ModelConfig,
                  partitions: list[Window] | None) -> TransferStaging | None:
     """Source staging for a plain incremental transfer (not a full refresh asked for, nor
     explicit windows or partitions) of a model whose source stages reads, else ``None``."""
-    if request.full_refresh or request.start is not None or request.end is not None or partitions is not None:
+    order = request.order
+    if order.full_refresh or order.start is not None or order.end is not None or partitions is not None:
         return None
-    return TransferStaging.for_transfer(request.config, model, request.destination, request.now, request.log,
-                                        tick=request.tick)
+    return TransferStaging.for_transfer(request.config, model, request.order.destination, request.now, request.log,
+                                        tick=order.tick)
 
 
 def _up_to(request: TransferRequest, staged: StagedReader) -> TransferRequest:
@@ -392,7 +392,7 @@ class _WindowMover:
             batch = rows.select(schema.names).cast(schema)
             for name in origin:
                 batch = batch.append_column(name, rows.column(name))
-            resolved = latest_versions(batch, self.model, self.request.destination)
+            resolved = latest_versions(batch, self.model, self.request.order.destination)
             batch = resolved.table.select(schema.names)
             result = self._superseded(self.request.writer.write_arrow(batch, self._load(window)),
                                       resolved.older_versions, resolved.identical_copies, window)
@@ -434,7 +434,7 @@ class _WindowMover:
             raise DataError(
                 f"reading or staging the window {isoformat(lower)} <= last_modified < "
                 f"{isoformat(upper)} failed: {spark_error_reason(exc)}",
-                model=self.model.model_name, destination=self.request.destination,
+                model=self.model.model_name, destination=self.request.order.destination,
                 fix="check that each column's data_type matches the source values, that the "
                     "primary key columns hold no NULLs and that source_query runs",
             ) from None
@@ -581,7 +581,7 @@ def transfer_models(
 
 def _fail(request: TransferRequest, summary: ModelSummary, exc: TransferPlatformError) -> None:
     summary.fail(exc)
-    log_phase("error", transfer_id=request.transfer_id, destination=request.destination,
+    log_phase("error", transfer_id=request.transfer_id, destination=request.order.destination,
               model=summary.model, sink=request.log, level=logging.ERROR,
               error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
 
@@ -644,7 +644,7 @@ def tenant_without_rows(request: TransferRequest, models: list[ModelConfig],
     a mistyped ``id_in_provider_system`` would otherwise look like a successful transfer. Asked
     (one ``COUNT`` per such model) only while nothing was ever delivered, so incremental
     transfers that find nothing new cost nothing more."""
-    destination = request.config.destination(request.destination)
+    destination = request.config.destination(request.order.destination)
     recipient = request.config.recipient(destination.recipient)
     tenant = recipient.id_in_provider_system
     empty = []
@@ -652,7 +652,7 @@ def tenant_without_rows(request: TransferRequest, models: list[ModelConfig],
         never = summary.state is None or summary.state.high_watermark is None
         if summary.status != "SUCCESS" or summary.rows_transferred or not never:
             continue
-        start = windowing_for(request.config, request.destination, model).configured_start
+        start = windowing_for(request.config, request.order.destination, model).configured_start
         bounds = ReadBounds(start, _OPEN_END, Window(start, _OPEN_END))
         try:
             rows = reader_for(request.config.source(model.source_name)).count(

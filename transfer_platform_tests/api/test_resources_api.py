@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform_tests.support.api import Api, start_api, write_api_config
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from transfer_platform.config.models import DatabaseConnection
+from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.store.database import engine_for, migrate
 from transfer_platform.store.tables import metadata
 from transfer_platform_tests.support.postgres import pg_connection_config

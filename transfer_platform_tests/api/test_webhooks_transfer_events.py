@@ -179,7 +179,7 @@ def test_the_webhook_sensors_are_in_one_code_location_and_only_with_a_store(plat
 
 def test_a_failed_integrity_check_is_one_event_naming_the_destination_and_model(
         platform: Path, engine: sa.Engine, instance: dg.DagsterInstance, hook: Receiver) -> None:
-    from transfer_platform.config import load_config
+    from transfer_platform.config.loading import load_config
     from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
 
     document = yaml.safe_load(platform.read_text())

@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 
-from transfer_platform.config import parse_config
-from transfer_platform.config.models import (
-    AzureBlobConnection,
-    AzureBlobDestination,
-    DeltaDestination,
-)
+from transfer_platform.config.connection_settings import AzureBlobConnection
+from transfer_platform.config.parsing import parse_config
+from transfer_platform.vendors.delta import DeltaDestination
+from transfer_platform.vendors.object_storage import AzureBlobDestination
 from transfer_platform_tests.support.config import NOW, problems_of, valid_raw
 
 

@@ -9,19 +9,15 @@ from typing import Any
 import pytest
 import yaml
 
-from transfer_platform.config import (
-    DeltaDestination,
-    ParquetSource,
-    PostgresSource,
-    find_config_path,
-    load_config,
-    parse_config,
-)
-from transfer_platform.config.loading import ENV_VAR
-from transfer_platform.config.models import MysqlSource
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.parsing import ENV_VAR, find_config_path, parse_config
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.preflight import secrets_needed
+from transfer_platform.vendors.delta import DeltaDestination
+from transfer_platform.vendors.mysql import MysqlSource
+from transfer_platform.vendors.parquet import ParquetSource
+from transfer_platform.vendors.postgres import PostgresSource
 from transfer_platform_tests.support.config import NOW, problems_of, valid_raw
 
 SECRET = "s3cr3t-hunter2-value"

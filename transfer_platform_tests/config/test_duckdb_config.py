@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transfer_platform.config import load_config, parse_config
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.errors import ConfigError
 
 

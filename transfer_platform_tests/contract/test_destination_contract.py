@@ -35,8 +35,8 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.delete_sweep import sweep_deletes

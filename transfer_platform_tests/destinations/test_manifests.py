@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from transfer_platform.cli import main
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.signing_keys import load_signing_key
 from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.destinations.manifests import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.mysql import dialect as sql
 from transfer_platform.vendors import DESTINATIONS
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from transfer_platform.cli import main
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
 from transfer_platform.errors import TransferRunning

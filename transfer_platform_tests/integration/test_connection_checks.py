@@ -239,7 +239,7 @@ def as_nobody(config_path: Path, name: str) -> list[str]:
     runs the checks. It forks rather than starts Python: nobody cannot read this interpreter."""
     import pwd
 
-    from transfer_platform.config import load_config
+    from transfer_platform.config.loading import load_config
     from transfer_platform.transfers.connection_test import lines, run_connection_test
 
     config = load_config(config_path)

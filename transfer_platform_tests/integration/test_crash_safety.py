@@ -32,7 +32,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window

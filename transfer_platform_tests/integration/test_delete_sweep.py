@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.errors import ConfigError, ConnectionFailure
 from transfer_platform.transfers.delete_sweep import sweep_deletes
 from transfer_platform_tests.support.config import events_model

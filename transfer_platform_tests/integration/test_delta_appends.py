@@ -19,6 +19,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.destinations.base import writer_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.config import DESTINATION
@@ -39,8 +40,8 @@ def transfer(spark, config, transfer_id: str, now=NOW, tuning: Tuning = DEFAULT)
     outcomes = []
     try:
         (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                            transfer_id=transfer_id, now=now),
+            TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                            writer=writer, transfer_id=transfer_id, now=now),
             config.models_for(config.destination(DESTINATION)), on_window=lambda model, o: outcomes.append(o))
     finally:
         writer.close()

@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations import delta, staging
+from transfer_platform.destinations import delta
 from transfer_platform.destinations.delta import STAGING_DIR, DeltaWriter, read_state
+from transfer_platform.destinations.staged_files import Staged, stage_partition
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support import lake as support_lake
 from transfer_platform_tests.support import transfers as support_transfers
@@ -221,10 +222,10 @@ def test_the_executors_summary_matches_refuse_bad_rows(tmp_path):
     table = table.set_column(2, "updated_at", pa.array(
         [at + timedelta(seconds=i) if i != 9 else None for i in range(len(ids))], pa.timestamp("us", tz="UTC")))
     state = ModelState(high_watermark=at + timedelta(seconds=5, microseconds=1))
-    (summary,) = staging.stage_partition(table.to_batches(max_chunksize=4), folder=str(tmp_path / "stage"),
+    (summary,) = stage_partition(table.to_batches(max_chunksize=4), folder=str(tmp_path / "stage"),
                                         options=None, schema=schema, model=model, state=state, batch_rows=4)
     row = summary.to_pylist()[0]
-    staged = staging.Staged.of([row], model)
+    staged = Staged.of([row], model)
     assert staged.rows == len(ids)
     assert staged.files == [row["file"]]
     assert pq.read_table(row["file"]).equals(table)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.destinations import duckdb_delivered, duckdb_watermark

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.timeutil import utc
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.tuning import Tuning

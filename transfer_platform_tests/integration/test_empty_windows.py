@@ -70,6 +70,7 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
     config = config_for(vendor, pg_schema, where)
     outcomes = []
     from transfer_platform.destinations.base import writer_for
+    from transfer_platform.transfers.order import TransferOrder
     from transfer_platform.transfers.runner import TransferRequest, run_transfer
 
     writer = writer_for(config.destination(DESTINATION))
@@ -85,8 +86,8 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
     writer.write_window, writer.write_arrow = recording(write_window), recording(write_arrow)
     try:
         (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
-                            now=NOW), config.models_for(config.destination(DESTINATION)),
+            TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                            writer=writer, transfer_id="t1", now=NOW), config.models_for(config.destination(DESTINATION)),
             on_window=lambda model, outcome: outcomes.append(outcome))
     finally:
         writer.close()

@@ -16,6 +16,7 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import REFRESH_DIR, read_state
 from transfer_platform.destinations.postgres import REFRESH_PREFIX
 from transfer_platform.errors import DataError
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
 from transfer_platform_tests.support.config import DESTINATION, pg_config, with_columns
 from transfer_platform_tests.support.events import (
@@ -116,8 +117,9 @@ def test_postgres_type_change_is_refused_until_a_full_refresh_replaces_the_table
 
     writer = writer_for(changed.destination(DESTINATION))
     try:
-        request = TransferRequest(spark=spark, config=changed, destination=DESTINATION, writer=writer,
-                                  transfer_id="t3", now=NOW2, full_refresh=True)
+        request = TransferRequest(spark=spark, config=changed,
+                                  order=TransferOrder(destination=DESTINATION, full_refresh=True),
+                                  writer=writer, transfer_id="t3", now=NOW2)
         list(transfer_model(request, changed.model(MODEL)))
     finally:
         writer.close()
@@ -149,8 +151,9 @@ def test_an_unfinished_postgres_refresh_is_carried_on_by_the_next_transfer(
     mar2 = next(r for r in rows if r[1] == TENANT and day(3, 2) <= r[2] < day(3, 3))
     insert_rows(pg_conn, pg_schema, [(mar2[0], TENANT, mar2[2], "dup")])
     writer = writer_for(config.destination(DESTINATION))
-    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id="refresh1", now=NOW2, full_refresh=True)
+    request = TransferRequest(spark=spark, config=config,
+                              order=TransferOrder(destination=DESTINATION, full_refresh=True), writer=writer,
+                              transfer_id="refresh1", now=NOW2)
     windows = []
 
     def run_until_failure() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.vendors import DESTINATIONS
 from transfer_platform_tests.support import destinations
 from transfer_platform_tests.support.config import DESTINATION, events_model

@@ -13,10 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import reader_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.support.platform import TENANTS, delivered, lake_rows, write_config
 from transfer_platform_tests.support.s3_server import S3Server
@@ -73,7 +74,8 @@ def transfer_all(spark, config_path: Path) -> None:
     for recipient in ("acme", "globex"):
         writer = writer_for(config.destination(f"{recipient}_delta"))
         try:
-            request = TransferRequest(spark=spark, config=config, destination=f"{recipient}_delta", writer=writer,
+            request = TransferRequest(spark=spark, config=config,
+                                      order=TransferOrder(destination=f"{recipient}_delta"), writer=writer,
                                       transfer_id=f"t-{recipient}", now=datetime.now(UTC))
             summaries = run_transfer(request, config.models)
         finally:

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.last_modified import LastModified
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window

@@ -24,8 +24,8 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY, events_rows
 from transfer_platform_tests.support.events import (

@@ -30,11 +30,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
 from transfer_platform.destinations.object_storage import ObjectStorageWriter
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.support.destinations import OBJECT_STORAGE
 from transfer_platform_tests.support.platform import TENANTS, TS, write_config
@@ -163,9 +164,10 @@ def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool =
     config = load_config(config_path)
     writer = writer_for(config.destination("acme_files"))
     try:
-        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
-                                                  transfer_id=transfer_id, now=datetime.now(UTC),
-                                                  full_refresh=full_refresh), config.models)
+        (summary,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                  order=TransferOrder(destination="acme_files", full_refresh=full_refresh),
+                                                  writer=writer, transfer_id=transfer_id,
+                                                  now=datetime.now(UTC)), config.models)
     finally:
         writer.close()
     assert summary.status == "SUCCESS", summary.error
@@ -303,8 +305,9 @@ def test_a_transfer_that_dies_after_its_manifest_leaves_the_next_one_a_greater_s
     config = load_config(config_path)
     writer = writer_for(config.destination("acme_files"))
     try:
-        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
-                                                  transfer_id="t2-dies", now=datetime.now(UTC)), config.models)
+        (summary,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                  order=TransferOrder(destination="acme_files"),
+                                                  writer=writer, transfer_id="t2-dies", now=datetime.now(UTC)), config.models)
     finally:
         writer.close()
     assert summary.status != "SUCCESS"

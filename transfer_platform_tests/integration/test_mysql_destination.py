@@ -24,8 +24,8 @@ from decimal import Decimal
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform_tests.support.config import DESTINATION

@@ -28,11 +28,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.destinations import object_storage
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key, verify_manifest
 from transfer_platform.errors import ConnectionFailure
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.azurite import Azurite
@@ -124,8 +125,9 @@ def transfer(spark, config_path: Path, transfer_id: str, *, full_refresh: bool =
     config = load_config(config_path)
     writer = writer_for(config.destination("acme_files"), tuning)
     try:
-        request = TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
-                                  transfer_id=transfer_id, now=datetime.now(UTC), full_refresh=full_refresh,
+        request = TransferRequest(spark=spark, config=config,
+                                  order=TransferOrder(destination="acme_files", full_refresh=full_refresh),
+                                  writer=writer, transfer_id=transfer_id, now=datetime.now(UTC),
                                   tuning=tuning)
         summaries = run_transfer(request, config.models)
     finally:
@@ -268,8 +270,8 @@ def test_a_failure_before_the_manifest_delivers_nothing_and_is_cleaned_next_time
     monkeypatch.setattr(object_storage.ObjectStorageWriter, "_write_manifest", fail_on_the_second_window)
     config = load_config(config_path)
     writer = writer_for(config.destination("acme_files"))
-    request = TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
-                              transfer_id="dies", now=datetime.now(UTC))
+    request = TransferRequest(spark=spark, config=config, order=TransferOrder(destination="acme_files"),
+                              writer=writer, transfer_id="dies", now=datetime.now(UTC))
     (items,) = run_transfer(request, [config.model("items")])
     writer.close()
     assert items.status != "SUCCESS"
@@ -421,7 +423,8 @@ def test_a_bad_row_in_a_window_the_executors_write_leaves_no_file_and_no_state(
                                        {**old, "updated_at": now, "v": "copy b"}])
     writer = writer_for(config.destination("acme_files"))
     try:
-        (items,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_files", writer=writer,
+        (items,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                order=TransferOrder(destination="acme_files"), writer=writer,
                                                 transfer_id="refused", now=datetime.now(UTC), tuning=tuning),
                                 [config.model("items")])
     finally:

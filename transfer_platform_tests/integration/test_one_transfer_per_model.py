@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.base import staging_suffix
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.destinations.postgres.dialect import model_lock_key
@@ -188,7 +188,7 @@ def test_transfers_of_several_models_starting_at_once_on_a_new_destination_all_s
     race there (PostgreSQL refuses all but one with a duplicate type), and every one must start."""
     import threading
 
-    from transfer_platform.config import parse_config
+    from transfer_platform.config.parsing import parse_config
     from transfer_platform.destinations.base import writer_for
     from transfer_platform_tests.support.config import DESTINATION, events_model
     from transfer_platform_tests.support.events import day

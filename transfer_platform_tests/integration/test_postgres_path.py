@@ -13,13 +13,14 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import staging_suffix, writer_for
 from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import ReadRequest, reader_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import (
     TransferRequest,
     WindowOutcome,
@@ -294,8 +295,9 @@ def test_a_failing_model_does_not_stop_the_others(spark, pg_conn, source, dst_sc
     }, now=NOW1)
     writer = writer_for(config.destination(DESTINATION))
     try:
-        summaries = run_transfer(TransferRequest(spark=spark, config=config, destination=DESTINATION,
-                                                 writer=writer, transfer_id="t1", now=NOW1), config.models)
+        summaries = run_transfer(TransferRequest(spark=spark, config=config,
+                                                 order=TransferOrder(destination=DESTINATION), writer=writer,
+                                                 transfer_id="t1", now=NOW1), config.models)
     finally:
         writer.close()
 
@@ -369,8 +371,8 @@ def test_a_failing_window_keeps_earlier_windows_and_the_next_transfer_resumes(
     pg_conn.execute(f'DELETE FROM "{pg_schema}".events_nopk WHERE payload = %s', ("dup",))
     writer = writer_for(config.destination(DESTINATION))
     try:
-        request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                                  transfer_id="t2", now=now)
+        request = TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                                  writer=writer, transfer_id="t2", now=now)
         items = list(transfer_model(request, config.model(MODEL)))
     finally:
         writer.close()

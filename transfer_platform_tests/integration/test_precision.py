@@ -28,8 +28,8 @@ import psycopg
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.timeutil import EPOCH, isoformat, utc
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
@@ -38,6 +38,7 @@ from transfer_platform.destinations.delta import read_state
 from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.partitions import partitions_for
 from transfer_platform.sources.base import ReadRequest, reader_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import (
     ModelSummary,
     TransferRequest,
@@ -141,8 +142,8 @@ def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str) -> 
     writer = writer_for(config.destination(DESTINATION))
     try:
         (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                            transfer_id=transfer_id, now=now), config.models)
+            TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                            writer=writer, transfer_id=transfer_id, now=now), config.models)
     finally:
         writer.close()
     assert summary.status == "SUCCESS", summary.error
@@ -153,8 +154,8 @@ def reads_of(spark, config: PlatformConfig, now: datetime, transfer_id: str,
              partitions: list[Window] | None = None) -> list[WindowOutcome]:
     """A transfer, window by window: what each read asked for and moved."""
     writer = writer_for(config.destination(DESTINATION))
-    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id=transfer_id, now=now)
+    request = TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                              writer=writer, transfer_id=transfer_id, now=now)
     try:
         items = list(transfer_model(request, config.model(MODEL), partitions=partitions))
     except TransferPlatformError as exc:

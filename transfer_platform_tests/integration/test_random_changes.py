@@ -56,10 +56,12 @@ import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
-from transfer_platform.config import parse_config
-from transfer_platform.config.models import PlatformConfig, RecipientConfig, SourceStaging
+from transfer_platform.config.models import PlatformConfig, RecipientConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
+from transfer_platform.vendors.postgres import SourceStaging
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.events import MODEL, Row, create_events, epoch, source_rows
 from transfer_platform_tests.support.postgres import (
@@ -317,8 +319,10 @@ def staged_transfer(world: World, scenario: Scenario, index: int, now: datetime,
     name = f"d{index}"
     writer = writer_for(config.destination(name))
     try:
-        (summary,) = run_transfer(TransferRequest(spark=world.spark, config=config, destination=name, writer=writer,
-                                                  transfer_id=transfer_id, now=now, tick=now, log=StagingSink(world)),
+        (summary,) = run_transfer(TransferRequest(spark=world.spark, config=config,
+                                                  order=TransferOrder(destination=name, tick=now),
+                                                  writer=writer, transfer_id=transfer_id, now=now,
+                                                  log=StagingSink(world)),
                                   config.models_for(config.destination(name)))
     finally:
         writer.close()

@@ -36,7 +36,7 @@ import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.transfers.delete_sweep import sweep_deletes
 from transfer_platform_tests.support.events import epoch
 from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config

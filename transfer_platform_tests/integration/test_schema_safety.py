@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform_tests.support.config import DESTINATION

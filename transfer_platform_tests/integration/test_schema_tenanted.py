@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.timeutil import utc
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError

@@ -51,7 +51,7 @@ from dagster_graphql.test.utils import execute_dagster_graphql
 from deltalake import DeltaTable
 
 from benchmarks.spark_server import SparkServer, spark_connect_server
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import JOB_NAME as INTEGRITY_JOB
 from transfer_platform.orchestration.checks import integrity_check_keys

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY

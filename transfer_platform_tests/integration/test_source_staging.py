@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConfigError
 from transfer_platform.sources import jdbc
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.support.destinations import Place, TestDestination, delta, postgres
 from transfer_platform_tests.support.events import (
@@ -95,7 +96,8 @@ class World:
         name = f"d{index}"
         writer = writer_for(config.destination(name))
         try:
-            (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination=name, writer=writer,
+            (summary,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                      order=TransferOrder(destination=name), writer=writer,
                                                       transfer_id=f"t{uuid.uuid4().hex[:6]}", now=now),
                                       config.models_for(config.destination(name)))
         finally:

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 
 from transfer_platform.destinations.postgres import PostgresWriter
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.support.config import DESTINATION, pg_config
 from transfer_platform_tests.support.events import (
@@ -46,7 +47,7 @@ class PublishingWriter(PostgresWriter):
 
 def run(spark, config, now, writer):
     try:
-        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination=DESTINATION,
+        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
                                                   writer=writer, transfer_id=f"t{now:%d}", now=now),
                                   config.models_for(config.destination(DESTINATION)))
     finally:

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import create_events, day, insert_rows, make_rows
 from transfer_platform_tests.support.postgres import pg_connection_config

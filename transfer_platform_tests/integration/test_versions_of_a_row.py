@@ -25,12 +25,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import ColumnConfig, ModelConfig, PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.integrity import check_integrity
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.destinations import WITHOUT_S3
@@ -151,8 +152,10 @@ def latest_in_lake(lake: Lake) -> list[dict]:
 def transfer(spark, config: PlatformConfig, transfer_id: str, tuning: Tuning = DEFAULT) -> ModelSummary:
     writer = writer_for(config.destination("acme_dest"))
     try:
-        (summary,) = run_transfer(TransferRequest(spark=spark, config=config, destination="acme_dest", writer=writer,
-                                                  transfer_id=transfer_id, now=datetime.now(UTC), tuning=tuning),
+        (summary,) = run_transfer(TransferRequest(spark=spark, config=config,
+                                                  order=TransferOrder(destination="acme_dest"), writer=writer,
+                                                  transfer_id=transfer_id, now=datetime.now(UTC),
+                                                  tuning=tuning),
                                   config.models)
     finally:
         writer.close()

@@ -28,8 +28,8 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
@@ -38,6 +38,7 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.orchestration.partitions import partitions_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import (
     TransferRequest,
     WindowOutcome,
@@ -187,8 +188,8 @@ class Run:
 def run_model(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t1",
               model: str = MODEL) -> Run:
     writer = writer_for(config.destination(DESTINATION))
-    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id=transfer_id, now=now)
+    request = TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                              writer=writer, transfer_id=transfer_id, now=now)
     items: list = []
     error = None
     try:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.orchestration.checks import (

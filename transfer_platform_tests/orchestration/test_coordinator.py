@@ -22,7 +22,7 @@ import yaml
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.orchestration.checks import CHECK_NAME, integrity_check_keys
 from transfer_platform.orchestration.coordinator import (
     RunPlacementError,

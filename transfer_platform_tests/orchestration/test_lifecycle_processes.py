@@ -38,7 +38,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, ORPHANED_AFTER, ORPHANED_TAG
 from transfer_platform.orchestration.lifecycle import sweep
 from transfer_platform.orchestration.run_tags import STATUS_TAG

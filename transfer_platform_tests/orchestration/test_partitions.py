@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.planning import ModelWindowing, plan_windows
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import Window

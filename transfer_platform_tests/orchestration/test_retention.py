@@ -17,7 +17,7 @@ import pytest
 import yaml
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import DagsterSettings
 from transfer_platform.definitions import build_definitions
 from transfer_platform.errors import ConfigError

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,

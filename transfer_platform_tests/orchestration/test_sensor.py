@@ -18,7 +18,7 @@ import pytest
 import yaml
 from dagster._core.events import DagsterEvent, DagsterEventType
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.lifecycle import EXPIRED_TAG, HEARTBEAT_TAG, ORPHANED_TAG
 from transfer_platform.core.schedule import Due, due, latest_tick

@@ -23,7 +23,7 @@ import yaml
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.budget import BUDGET_ENV, Budget

@@ -25,7 +25,7 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import Queued
 from deltalake import DeltaTable
 
 from transfer_platform.cli import main
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
 from transfer_platform.destinations.base import writer_for

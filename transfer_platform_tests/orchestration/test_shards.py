@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.config.shards import ENV_VAR, Shard, parse_shard, shard_config, shard_of
 from transfer_platform.core.lifecycle import EXPIRED_TAG
 from transfer_platform.definitions import build_definitions

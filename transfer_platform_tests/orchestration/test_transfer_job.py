@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.lifecycle import sweep

@@ -18,7 +18,7 @@ import yaml
 from dagster._core.storage.tags import HIDDEN_TAG_PREFIX, TagType, get_tag_type  # pinned Dagster
 from dagster._core.workspace.context import WorkspaceProcessContext
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.run_tags import (
     DAGSTER_HIDDEN_PREFIX,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.errors import ConfigError
 from transfer_platform_tests.support.events import MODEL, epoch
 from transfer_platform_tests.support.postgres import pg_connection_config

@@ -18,11 +18,9 @@ import pytest
 import yaml
 from dagster._grpc.client import DagsterGrpcClient  # pinned Dagster
 
-from transfer_platform.config import load_config
-from transfer_platform.orchestration.transfers import (
-    TransferOrder,
-    enqueue,
-)
+from transfer_platform.config.loading import load_config
+from transfer_platform.orchestration.transfers import enqueue
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform_tests.support.platform import REPO, dagster_home, write_config
 
 #: deadlines here bound a failure, they are not what a test waits for: on a loaded 2-core machine a

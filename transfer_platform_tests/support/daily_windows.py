@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from transfer_platform.destinations.base import writer_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support import sparse_tenant as empty_windows
@@ -54,8 +55,8 @@ def run(spark, config, now=NOW, tuning: Tuning = DEFAULT) -> tuple:
     writer.write_window, writer.write_arrow = recording("staged", write_window), recording("arrow", write_arrow)
     try:
         (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer, transfer_id="t1",
-                            now=now, tuning=tuning), config.models_for(config.destination(DESTINATION)),
+            TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                            writer=writer, transfer_id="t1", now=now, tuning=tuning), config.models_for(config.destination(DESTINATION)),
             on_window=lambda model, outcome: outcomes.append(outcome))
     finally:
         writer.close()

@@ -87,7 +87,7 @@ class TestDestination:
 def registered(*vendors: str) -> tuple[str, ...]:
     """``vendors``, each a registered destination vendor (a test's list cannot name another)."""
     unknown = [v for v in vendors if v not in DESTINATIONS]
-    assert not unknown, f"not registered in transfer_platform/vendors.py: {unknown}"
+    assert not unknown, f"not registered in transfer_platform/vendors/: {unknown}"
     return vendors
 
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform_tests.support.config import (
     DESTINATION,
     events_model,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from transfer_platform.config import parse_config
+from transfer_platform.config.parsing import parse_config
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import day
 from transfer_platform_tests.support.postgres import pg_connection_config

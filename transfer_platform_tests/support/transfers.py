@@ -8,6 +8,7 @@ from datetime import datetime
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.base import writer_for
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import (
     ModelSummary,
     TransferRequest,
@@ -27,8 +28,9 @@ def transfer(spark, config: PlatformConfig, now: datetime, transfer_id: str = "t
     writer = writer_for(dest, tuning)
     try:
         summaries = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=destination, writer=writer,
-                            transfer_id=transfer_id, now=now, full_refresh=full_refresh, tuning=tuning),
+            TransferRequest(spark=spark, config=config,
+                            order=TransferOrder(destination=destination, full_refresh=full_refresh),
+                            writer=writer, transfer_id=transfer_id, now=now, tuning=tuning),
             config.models_for(dest),
         )
     finally:
@@ -41,8 +43,9 @@ def refresh_step_by_step(spark, config: PlatformConfig, now, on_window, tuning: 
                          transfer_id: str = "refresh1") -> list:
     """Run a full refresh, calling ``on_window()`` after each window has committed aside; its items."""
     writer = writer_for(config.destination(DESTINATION), tuning)
-    request = TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                              transfer_id=transfer_id, now=now, full_refresh=True, tuning=tuning)
+    request = TransferRequest(spark=spark, config=config,
+                              order=TransferOrder(destination=DESTINATION, full_refresh=True), writer=writer,
+                              transfer_id=transfer_id, now=now, tuning=tuning)
     items = []
     try:
         for item in transfer_model(request, config.model(MODEL)):

@@ -24,6 +24,7 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import staging_suffix, writer_for
 from transfer_platform.destinations.postgres import STAGING_PREFIX, PostgresWriter
 from transfer_platform.transfers.dry_run import ModelPlan, plan_as_dict, plan_transfer
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform_tests.support.config import DESTINATION, pg_config
 from transfer_platform_tests.support.events import (
@@ -68,8 +69,8 @@ def real_reads(spark, config: PlatformConfig, now: datetime, transfer_id: str) -
     writer = writer_for(config.destination(DESTINATION))
     try:
         (summary,) = run_transfer(
-            TransferRequest(spark=spark, config=config, destination=DESTINATION, writer=writer,
-                            transfer_id=transfer_id, now=now),
+            TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
+                            writer=writer, transfer_id=transfer_id, now=now),
             config.models,
             on_window=lambda _model, o: reads.append((o.partition_key, o.planned.bounds.lower,
                                                       o.planned.bounds.upper, o.result.rows_transferred)))

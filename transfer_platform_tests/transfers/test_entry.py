@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.entry import models_of
 from transfer_platform_tests.support.platform import write_config

@@ -29,9 +29,10 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from transfer_platform.config import load_config
+from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.platform import TENANTS, write_config
@@ -46,8 +47,8 @@ def test_an_interrupt_stops_the_transfer_and_fails_no_model(spark, tmp_path: Pat
     monkeypatch.chdir(tmp_path)  # the lake and destination paths are relative to the configuration
     config = load_config(write_config(tmp_path, window=3600))
     writer = writer_for(config.destination("acme_delta"))
-    request = TransferRequest(spark=spark, config=config, destination="acme_delta", writer=writer,
-                              transfer_id="interrupted", now=datetime.now(UTC),
+    request = TransferRequest(spark=spark, config=config, order=TransferOrder(destination="acme_delta"),
+                              writer=writer, transfer_id="interrupted", now=datetime.now(UTC),
                               tuning=Tuning(run_windows=1))  # a Spark job per window (else 64 share one): one to land in
     committed, timers = [], []
 

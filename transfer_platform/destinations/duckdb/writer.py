@@ -14,7 +14,7 @@ file read-only for as long as they read, and create nothing (:mod:`.file`).
 What DuckDB does its own way is where a window is staged, since DuckDB reads Parquet and Arrow in
 place: a window read alone is staged by Spark's executors as Parquet files under
 ``<file>.tp/staging/<model>/<window>/`` (each Python worker writes its partition as it was read,
-``Tuning.batch_rows`` rows at a time, and sums it up with ``destinations/staging.py``'s
+``Tuning.batch_rows`` rows at a time, and sums it up with ``destinations/staged_files.py``'s
 ``stage_partition``; without the Delta staging's shuffle and sort on the key, which cost three times
 DuckDB's whole commit at 1M rows), so the window never sits whole in this process; NULL keys and
 last-modified values are refused from the summaries, a key twice by one ``GROUP BY`` of the staged
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from transfer_platform.config.models import DuckdbDestination, ModelConfig
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.sql import quote_ident
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
@@ -54,11 +54,12 @@ from transfer_platform.destinations.duckdb.file import DuckdbFile, first_line
 from transfer_platform.destinations.duckdb.probe import probe_destination
 from transfer_platform.destinations.sql.session import DuckdbSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.destinations.staging import Staged, refuse_staged, stage
+from transfer_platform.destinations.staged_files import Staged, refuse_staged, stage
 from transfer_platform.errors import DataError
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.locks import FolderLocks
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.duckdb import DuckdbDestination
 
 if TYPE_CHECKING:
     import duckdb

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from transfer_platform.config.models import DatabaseConnection
+from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.core.sql import quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
 from transfer_platform.errors import ConnectionFailure, MissingPrivilege, TransferRunning

@@ -41,7 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from transfer_platform.config.models import IcebergDestination, ModelConfig, S3Connection
+from transfer_platform.config.connection_settings import S3Connection
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.columns import (
     ColumnChanges,
     change_sentences,
@@ -61,11 +62,17 @@ from transfer_platform.destinations.base import (
 from transfer_platform.destinations.iceberg.catalog import Catalog
 from transfer_platform.destinations.iceberg.merge import merge_rows, without_versions
 from transfer_platform.destinations.skeleton import STALE, Writer, next_state
-from transfer_platform.destinations.staging import Staged, refuse_staged, stage, staging_filesystem
+from transfer_platform.destinations.staged_files import (
+    Staged,
+    refuse_staged,
+    stage,
+    staging_filesystem,
+)
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.s3 import S3Store, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.iceberg import IcebergDestination
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -13,7 +13,8 @@ from transfer_platform.errors import ConnectionFailure, MissingPrivilege
 from transfer_platform.runtime.connections import CONNECT_TIMEOUT_SECONDS, password_of
 
 if TYPE_CHECKING:
-    from transfer_platform.config.models import DatabaseConnection, MysqlDestination
+    from transfer_platform.config.connection_settings import DatabaseConnection
+    from transfer_platform.vendors.mysql import MysqlDestination
 
 #: every privilege the loader needs, on its own database only (docs/permissions.md)
 LOADER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")

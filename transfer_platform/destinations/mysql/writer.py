@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING
 
-from transfer_platform.config.models import ModelConfig, MysqlDestination
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.destinations.base import duplicate_key_error, offending_key
 from transfer_platform.destinations.mysql import dialect as sql
 from transfer_platform.destinations.mysql.errors import (
@@ -44,6 +44,7 @@ from transfer_platform.runtime.connections import (
     spark_error_reason,
 )
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.mysql import MysqlDestination
 
 if TYPE_CHECKING:
     import pyarrow as pa

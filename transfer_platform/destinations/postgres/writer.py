@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING
 
-from transfer_platform.config.models import ModelConfig, PostgresDestination
+from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
 from transfer_platform.destinations.postgres.copy import copy_batches, copy_partition
@@ -50,6 +50,7 @@ from transfer_platform.runtime.connections import (
     spark_error_reason,
 )
 from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.postgres import PostgresDestination
 
 if TYPE_CHECKING:
     import psycopg

@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transfer_platform.config.models import ModelConfig, PlatformConfig, PostgresSource
+from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, latest_tick
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
@@ -75,6 +75,7 @@ from transfer_platform.sources.base import (
 )
 from transfer_platform.storage.s3 import LostRace
 from transfer_platform.storage.stores import BucketStore, FolderStore, Store
+from transfer_platform.vendors.postgres import PostgresSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

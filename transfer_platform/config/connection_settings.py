@@ -1,0 +1,92 @@
+"""The connection settings several entries share: a database server, a folder, an S3 bucket, an
+Azure Blob Storage container (a vendor's own connection lives beside it, in
+``transfer_platform/vendors/<vendor>.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import ConfigDict, Discriminator, Field, Tag
+
+from transfer_platform.config.entries import Place, StrictModel
+from transfer_platform.config.secrets import EnvRef
+
+#: the characters of an object store's prefix
+PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*$"
+
+
+class DatabaseConnection(StrictModel):
+    host: str
+    port: int = Field(gt=0, lt=65536)
+    database: str
+    username: str
+    password: EnvRef | None = None
+    schema_: str | None = Field(default=None, alias="schema")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class PathConnection(StrictModel):
+    path: Path
+
+
+class S3Connection(StrictModel):
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = Field(default="", pattern=PREFIX_PATTERN)
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://", description="an S3-compatible store")
+    access_key_id: EnvRef | None = None  # None: boto3's own chain (environment, profile, instance role)
+    secret_access_key: EnvRef | None = None
+    path_style: bool = False  # bucket in the path, not the host name (most S3-compatible stores)
+
+    def credentials(self, owner: str, names: tuple[str, str], *, at: str = "connection") -> dict[str, str]:
+        """{``names[0]``: access key id, ``names[1]``: secret}, each read from its variable, as a
+        client library's keyword arguments or options; one not configured is left out (the
+        client's own chain then finds it). ``owner`` names the source or destination in errors,
+        ``at`` where in it these fields are."""
+        refs = (self.access_key_id, self.secret_access_key)
+        fields = ("access_key_id", "secret_access_key")
+        return {name: ref.resolve(f"{owner}.{at}.{field}").get_secret_value()
+                for name, ref, field in zip(names, refs, fields, strict=True) if ref is not None}
+
+    def place(self) -> Place:
+        prefix = tuple(p for p in self.prefix.split("/") if p)
+        return Place("s3", ((self.endpoint_url or "aws").rstrip("/").lower(), self.bucket), prefix,
+                     f"bucket {self.bucket}, prefix {self.prefix.strip('/') or '(none)'}")
+
+
+def folder_or_bucket(value: object) -> str:
+    """A connection with a ``bucket`` is an S3 one, any other a folder's (errors name its fields)."""
+    has_bucket = isinstance(value, S3Connection) or (isinstance(value, dict) and "bucket" in value)
+    return "bucket" if has_bucket else "folder"
+
+
+FolderOrBucket = Annotated[Annotated[PathConnection, Tag("folder")] | Annotated[S3Connection, Tag("bucket")],
+                           Discriminator(folder_or_bucket)]
+
+
+class AzureBlobConnection(StrictModel):
+    """A container of an Azure Storage account (Blob Storage), with the account's shared key."""
+
+    account_name: str = Field(pattern=r"^[a-z0-9]{3,24}$")
+    container: str = Field(pattern=r"^[a-z0-9](-?[a-z0-9])+$", min_length=3, max_length=63)
+    prefix: str = Field(default="", pattern=PREFIX_PATTERN)
+    account_key: EnvRef  # the storage account's access key (base64), read from this variable
+    #: the Blob service's URL including the account (``http://127.0.0.1:10000/devstoreaccount1``
+    #: for Azurite); default ``https://<account_name>.blob.core.windows.net``
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://")
+
+    @property
+    def service_url(self) -> str:
+        return (self.endpoint_url or f"https://{self.account_name}.blob.core.windows.net").rstrip("/")
+
+    def key(self, owner: str) -> str:
+        """The account key, read from its variable (``owner`` names the destination in errors)."""
+        return self.account_key.resolve(f"{owner}.connection.account_key").get_secret_value()
+
+    def place(self) -> Place:
+        prefix = tuple(p for p in self.prefix.split("/") if p)
+        return Place("azure", (self.service_url.lower(), self.container), prefix,
+                     f"Azure container {self.container} of account {self.account_name}, "
+                     f"prefix {self.prefix.strip('/') or '(none)'}")

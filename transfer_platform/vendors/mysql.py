@@ -1,0 +1,80 @@
+"""MySQL and MariaDB: the source (read over JDBC) and the destination, their configuration and
+their records."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Literal
+
+from transfer_platform.config.connection_settings import DatabaseConnection
+from transfer_platform.config.entries import DestinationBase, Place, SourceBase, server_host
+from transfer_platform.vendors.record import Refusal, Vendor
+
+#: MySQL refuses database names over 64 characters
+MYSQL_MAX_IDENTIFIER_CHARS = 64
+
+
+# -- the source ------------------------------------------------------------------------------
+
+
+class MysqlSource(SourceBase):
+    vendor: Literal["mysql"]
+    connection: DatabaseConnection
+
+
+def _database_name(tenant_id: str, uses_source_query: bool) -> str | None:
+    if len(tenant_id) > MYSQL_MAX_IDENTIFIER_CHARS:
+        return f"MySQL database names are at most {MYSQL_MAX_IDENTIFIER_CHARS} characters"
+    if tenant_id != tenant_id.rstrip(" "):
+        return "MySQL database names cannot end with a space"
+    if uses_source_query and ("/" in tenant_id or "?" in tenant_id):
+        return ("a source_query runs with the tenant's database as the JDBC URL's database, "
+                "where '/' and '?' are syntax (the driver does not decode them); source_table "
+                "has no such limit")
+    return None
+
+
+SOURCE = Vendor("mysql", "source", "transfer_platform.sources.jdbc", "MysqlReader", MysqlSource,
+                drivers=("pymysql",), jdbc_jars=("/usr/share/java/mariadb-java-client.jar",),
+                refuses=(Refusal("connection.schema", None,
+                                 "MySQL's schemas are its databases, and the source reads connection.database "
+                                 "(or the database a qualified source_table names)",
+                                 "remove schema and put the database in connection.database"),),
+                default_lookback_seconds=5, tenant_container="database", tenant_id_rule=_database_name)
+
+
+# -- the destination -------------------------------------------------------------------------
+
+
+class MysqlDestination(DestinationBase):
+    """A MySQL or MariaDB database: the recipient's (``connection.database``, created beforehand),
+    one table per model beside ``_transfer_status``."""
+
+    vendor: Literal["mysql"]
+    connection: DatabaseConnection
+
+    def place(self) -> Place:
+        c = self.connection
+        host = server_host(c.host)
+        return Place("mysql", (host, c.port), (c.database,), f"MySQL {host}:{c.port}, database {c.database}")
+
+
+#: timestamps as DATETIME(6) in UTC (the session's time_zone is '+00:00'); a string primary-key
+#: column is VARCHAR(255) instead of LONGTEXT (an index needs a bounded length:
+#: destinations/mysql/sql.py)
+COLUMN_TYPES = MappingProxyType({
+    "string": "LONGTEXT",
+    "integer": "BIGINT",
+    "float": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "DATETIME(6)",
+    "date": "DATE",
+    "decimal": "DECIMAL(38,9)",
+    "json": "JSON",
+})
+
+DESTINATION = Vendor("mysql", "destination", "transfer_platform.destinations.mysql.writer", "MysqlWriter",
+                     MysqlDestination, drivers=("pymysql", "pyarrow", "pyarrow.csv"), column_types=COLUMN_TYPES,
+                     refuses=(Refusal("connection.schema", None,
+                                      "MySQL's schemas are its databases: the destination writes connection.database",
+                                      "remove schema and put the recipient's database in connection.database"),))

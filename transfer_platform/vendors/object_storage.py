@@ -1,0 +1,97 @@
+"""Object storage: Parquet files and signed manifests in a folder (``local``), an S3 bucket
+(``s3``) or an Azure Blob Storage container (``abs``), all written by
+``destinations/object_storage.py``: the destinations' configuration and their records."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from transfer_platform.config.connection_settings import (
+    PREFIX_PATTERN,
+    AzureBlobConnection,
+    S3Connection,
+)
+from transfer_platform.config.entries import DestinationBase, Place, StrictModel, folder_place
+from transfer_platform.config.secrets import EnvRef
+from transfer_platform.vendors.record import Vendor
+
+_WRITER = ("transfer_platform.destinations.object_storage", "ObjectStorageWriter")
+_DRIVERS = ("pyarrow", "pyarrow.parquet", "cryptography")
+
+
+class ObjectStorageBase(DestinationBase):
+    """Parquet files and signed manifests (``destinations/object_storage.py``)."""
+
+    signing_key: EnvRef  # an Ed25519 private key: manifests are signed with it
+
+    def problems(self, path: str) -> list:
+        from transfer_platform.config.signing_keys import KEY_FORMAT, load_signing_key
+        from transfer_platform.errors import Problem
+
+        text = os.environ.get(self.signing_key.env)
+        if text is None:  # as any secret's: validate warns, a transfer to this destination refuses
+            return []
+        try:
+            load_signing_key(text)
+        except ValueError as exc:
+            return [Problem(f"{path}.signing_key", f"environment variable {self.signing_key.env} does not "
+                            f"hold a signing key: {exc}", f"it must hold {KEY_FORMAT}")]
+        return []
+
+
+# -- a folder --------------------------------------------------------------------------------
+
+
+class LocalStorageConnection(StrictModel):
+    path: Path
+    prefix: str = Field(default="", pattern=PREFIX_PATTERN)
+
+
+class LocalStorageDestination(ObjectStorageBase):
+    """Object storage in a folder (a mounted bucket, a test, the demo)."""
+
+    vendor: Literal["local"]
+    connection: LocalStorageConnection
+
+    def place(self) -> Place:
+        return folder_place(self.connection.path / self.connection.prefix.strip("/"), "folder")
+
+
+LOCAL = Vendor("local", "destination", *_WRITER, LocalStorageDestination, drivers=_DRIVERS, only_adds_files=True)
+
+
+# -- an S3 bucket ----------------------------------------------------------------------------
+
+
+class S3Destination(ObjectStorageBase):
+    """Object storage in an S3 (or S3-compatible) bucket."""
+
+    vendor: Literal["s3"]
+    connection: S3Connection
+
+    def place(self) -> Place:
+        return self.connection.place()
+
+
+S3 = Vendor("s3", "destination", *_WRITER, S3Destination, drivers=(*_DRIVERS, "boto3"), only_adds_files=True)
+
+
+# -- an Azure Blob Storage container ---------------------------------------------------------
+
+
+class AzureBlobDestination(ObjectStorageBase):
+    """Object storage in an Azure Blob Storage container."""
+
+    vendor: Literal["abs"]
+    connection: AzureBlobConnection
+
+    def place(self) -> Place:
+        return self.connection.place()
+
+
+ABS = Vendor("abs", "destination", *_WRITER, AzureBlobDestination, drivers=(*_DRIVERS, "azure.storage.blob"),
+             only_adds_files=True)

@@ -1,0 +1,70 @@
+"""A vendor's record: what the rest of the platform needs to know about one ``vendor:`` value of
+the configuration file (see :mod:`transfer_platform.vendors`). Standard library only."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+#: the lookback of a source whose record does not name one (the reference system's, 5 minutes)
+DEFAULT_LOOKBACK_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A setting that has no effect on a vendor: ``validate`` refuses any value but ``allowed``
+    (the setting's default), saying ``has no effect on a <vendor> <kind>: <reason>``."""
+
+    setting: str  # its path inside the entry, as the file writes it ("connection.schema")
+    allowed: object
+    reason: str
+    fix: str
+
+
+def one_query(kind: str, reason: str) -> Refusal:
+    """The refusal of ``max_concurrent_queries_per_transfer`` by a vendor that runs no query in
+    parallel (``kind``: source or destination)."""
+    return Refusal("max_concurrent_queries_per_transfer", 1, reason,
+                   f"remove max_concurrent_queries_per_transfer from this {kind}")
+
+
+#: why a tenant id cannot name its tenant's schema (``None``: it can); its arguments are the
+#: tenant id and whether the model reads a ``source_query``
+TenantIdRule = Callable[[str, bool], "str | None"]
+
+
+@dataclass(frozen=True, eq=False)
+class Vendor:
+    """One ``vendor:`` value of the configuration file and what the platform knows of it."""
+
+    name: str  # the ``vendor:`` value
+    kind: Literal["source", "destination"]
+    module: str  # the module of its reader (SourceReader) or writer (DestinationWriter)
+    class_name: str  # that class
+    config: type[BaseModel]  # its configuration class (the ``vendor:`` discriminator's choice)
+    drivers: tuple[str, ...] = ()  # the Python modules of its client libraries (imported only at run time)
+    jdbc_jars: tuple[str, ...] = ()  # the JDBC drivers Spark loads to read it (Debian's packages)
+    refuses: tuple[Refusal, ...] = ()  # settings without effect on it
+    # -- a source's ---------------------------------------------------------------------------
+    default_lookback_seconds: int = DEFAULT_LOOKBACK_SECONDS  # when lookback_window is not set
+    tenant_container: str = "schema"  # what a schema-tenanted source's tenant id names
+    tenant_id_rule: TenantIdRule | None = None  # the limits on such a name, beyond "no NUL"
+    # -- a destination's ------------------------------------------------------------------------
+    column_types: Mapping[str, str] = field(default_factory=dict)  # a model's data_type -> its type name
+    only_adds_files: bool = False  # rows gone from the source cannot be deleted (no delete sweep)
+
+    def implementation(self) -> type:
+        """The class that implements this vendor (importing its module, drivers and all)."""
+        return getattr(importlib.import_module(self.module), self.class_name)
+
+    def tenant_id_problem(self, tenant_id: str, *, uses_source_query: bool) -> str | None:
+        """Why ``tenant_id`` cannot name a tenant's schema (MySQL: database; Parquet: folder) in
+        a schema-tenanted source of this vendor, or ``None`` if it can."""
+        if "\x00" in tenant_id:
+            return "it contains a NUL character"
+        return self.tenant_id_rule(tenant_id, uses_source_query) if self.tenant_id_rule else None
