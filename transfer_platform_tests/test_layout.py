@@ -36,8 +36,8 @@ PACKAGE = "transfer_platform"
 #: read the configuration, whose models stand on the pure core.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "tuning", "phases", "probes"),  # the error types, the sizes passed in, phase logs, test-connection's checks
-    ("core", "vendors"),  # the pure core; the vendors' registry (standard library only)
-    ("config",),  # the configuration's models, loading and checks
+    ("core",),  # the pure core
+    ("config", "vendors"),  # the configuration's models, loading and checks; each vendor's record and classes
     ("store", "storage"),  # the control plane's store; object stores and their locks
     ("runtime",),  # the Spark session and shared server, connections, the resident process, the fork server
     ("sources", "destinations"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -71,6 +71,7 @@ def server_host(host: str) -> str:
 class SourceBase(StrictModel):
     """What every source has; a vendor's class adds its ``vendor`` and ``connection``."""
 
+    RECORD: ClassVar[Vendor]  # set by the registry on each vendor's class
     name: Name
     max_concurrent_transfers: int = Field(default=10, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
@@ -86,10 +87,9 @@ class SourceBase(StrictModel):
 
     @property
     def vendor_record(self) -> Vendor:
-        """What the platform knows of this source's vendor (``transfer_platform/vendors/``)."""
-        from transfer_platform.vendors import SOURCES
-
-        return SOURCES[self.vendor]  # type: ignore[attr-defined]
+        """What the platform knows of this source's vendor: its record, which the registry
+        (``transfer_platform/vendors/``) sets on its configuration class."""
+        return type(self).RECORD
 
     @property
     def lookback_seconds(self) -> int:
@@ -102,6 +102,7 @@ class DestinationBase(StrictModel):
     """What every destination has; a vendor's class adds its ``vendor`` and ``connection``, and
     says where it writes (:meth:`place`) and what else ``validate`` checks (:meth:`problems`)."""
 
+    RECORD: ClassVar[Vendor]  # set by the registry on each vendor's class
     name: Name
     recipient: str
     is_enabled: bool = True
@@ -117,10 +118,9 @@ class DestinationBase(StrictModel):
 
     @property
     def vendor_record(self) -> Vendor:
-        """What the platform knows of this destination's vendor (``transfer_platform/vendors/``)."""
-        from transfer_platform.vendors import DESTINATIONS
-
-        return DESTINATIONS[self.vendor]  # type: ignore[attr-defined]
+        """What the platform knows of this destination's vendor: its record, which the registry
+        (``transfer_platform/vendors/``) sets on its configuration class."""
+        return type(self).RECORD
 
     def place(self) -> Place:
         raise NotImplementedError

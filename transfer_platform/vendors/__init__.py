@@ -51,6 +51,10 @@ DESTINATIONS: Mapping[str, Vendor] = _registry(
     object_storage.ABS, iceberg.DESTINATION, duckdb.DESTINATION)
 
 
+for _record in (*SOURCES.values(), *DESTINATIONS.values()):
+    _record.config.RECORD = _record  # what a configured entry's ``vendor_record`` answers
+
+
 def supported(registry: Mapping[str, Vendor]) -> str:
     """The vendor names of a registry, for messages: ``postgres, mysql, parquet``."""
     return ", ".join(registry)

@@ -35,8 +35,8 @@ from decimal import Decimal
 
 import pytest
 
-from transfer_platform.config import parse_config
 from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.planning import plan_windows
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
