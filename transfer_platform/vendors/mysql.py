@@ -61,7 +61,7 @@ class MysqlDestination(DestinationBase):
 
 #: timestamps as DATETIME(6) in UTC (the session's time_zone is '+00:00'); a string primary-key
 #: column is VARCHAR(255) instead of LONGTEXT (an index needs a bounded length:
-#: destinations/mysql/sql.py)
+#: destinations/mysql/dialect.py)
 COLUMN_TYPES = MappingProxyType({
     "string": "LONGTEXT",
     "integer": "BIGINT",

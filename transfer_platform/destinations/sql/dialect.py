@@ -45,7 +45,7 @@ def state_column(column: str) -> str:
 
 
 class Dialect:
-    """One vendor's SQL. ``vendor`` names its record in ``transfer_platform/vendors.py`` (whose
+    """One vendor's SQL. ``vendor`` names its record in ``transfer_platform/vendors/`` (whose
     ``column_types`` give the model's types)."""
 
     #: the statements, found at class creation (methods marked :func:`statement`)
