@@ -31,7 +31,7 @@ def test_a_transfer_run_belongs_to_its_scheduled_tick(tmp_path: Path, monkeypatc
     seen = []
 
     def recording_transfer(**fields):
-        seen.append(fields["tick"])
+        seen.append(fields["order"].tick)
         raise Recorded
 
     monkeypatch.setattr(transfer_job, "Transfer", recording_transfer)
