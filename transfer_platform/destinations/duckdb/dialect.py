@@ -51,22 +51,10 @@ class DuckdbDialect(Dialect):
                 "transfer_last_updated_at TIMESTAMPTZ, high_watermark TIMESTAMPTZ, state JSON, "
                 "refresh_state JSON, last_transfer_id VARCHAR, updated_at TIMESTAMPTZ)")
 
-    def target_ddl(self, table: str, model: ModelConfig) -> str:
-        columns = ", ".join(f"{quote_ident(c.destination_name)} {self.column_type(c)}" for c in model.columns)
-        key = ", ".join(quote_ident(c.destination_name) for c in model.primary_key)
-        return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
-
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:
         cols = ", ".join(f"{quote_ident(c.destination_name)} {self.column_type(c)}" for c in (columns or model.columns))
         return f"CREATE TABLE {staging} ({cols})"
-
-    def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
-        return ([f"ALTER TABLE {table} ADD COLUMN {quote_ident(c.destination_name)} {self.column_type(c)}"
-                 for c in added] + [f"ALTER TABLE {table} DROP COLUMN {quote_ident(name)}" for name in dropped])
-
-    def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
-        return [f"ALTER TABLE {table} RENAME TO {quote_ident(name)}" for table, name in pairs]
 
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         lm = quote_ident(model.last_modified.destination_name)

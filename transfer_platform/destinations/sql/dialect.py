@@ -131,10 +131,11 @@ class Dialect:
         last_transfer_id, updated_at."""
         raise NotImplementedError
 
-    @statement
     def target_ddl(self, table: str, model: ModelConfig) -> str:
         """The model's table created if missing: its columns and primary key."""
-        raise NotImplementedError
+        columns = ", ".join(f"{self.quote(c.destination_name)} {self.column_type(c)}" for c in model.columns)
+        key = ", ".join(self.quote(c.destination_name) for c in model.primary_key)
+        return f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({key}))"
 
     @statement
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
@@ -147,16 +148,15 @@ class Dialect:
     def drop_table(self, table: str, *, if_exists: bool = True) -> str:
         return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
 
-    @statement
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
         """The statements that add ``added`` and drop ``dropped`` (run in one transaction)."""
-        raise NotImplementedError
+        return ([f"ALTER TABLE {table} ADD COLUMN {self.quote(c.destination_name)} {self.column_type(c)}"
+                 for c in added] + [f"ALTER TABLE {table} DROP COLUMN {self.quote(name)}" for name in dropped])
 
-    @statement
     def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
         """Rename each (qualified table, new name in ``container``), in order; one atomic
         statement where the vendor has one."""
-        raise NotImplementedError
+        return [f"ALTER TABLE {table} RENAME TO {self.quote(name)}" for table, name in pairs]
 
     # -- the status table's rows (values always parameters) ---------------------------------------
 
