@@ -26,6 +26,8 @@ def _split(statement: Statement) -> tuple[str, Any]:
 class Session:
     """A connection as the SQL writer uses it (autocommit outside :meth:`transaction`)."""
 
+    conn: Any  # the driver's connection
+
     def execute(self, statement: Statement) -> int:
         """Run ``statement``; the rows it changed."""
         raise NotImplementedError
@@ -39,9 +41,16 @@ class Session:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One transaction (nested: a savepoint where the driver has them)."""
-        raise NotImplementedError
-        yield
+        """One transaction of the driver's ``begin``, ``commit`` and ``rollback`` (psycopg's
+        nests, as savepoints)."""
+        self.conn.begin()
+        try:
+            yield
+        except BaseException:
+            with suppress(Exception):  # the connection may be gone: the first error is the one told
+                self.conn.rollback()
+            raise
+        self.conn.commit()
 
 
 class PsycopgSession(Session):
@@ -87,16 +96,6 @@ class PymysqlSession(Session):
             self._run(cursor, statement)
             return list(cursor.fetchall())
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.conn.begin()
-        try:
-            yield
-        except BaseException:
-            self.conn.rollback()
-            raise
-        self.conn.commit()
-
 
 class DuckdbSession(Session):
     """Every result fetched whole (DuckDB takes no other statement on a connection while a result
@@ -112,14 +111,3 @@ class DuckdbSession(Session):
     def all(self, statement: Statement) -> list[tuple]:
         text, params = _split(statement)
         return self.conn.execute(text, list(params or [])).fetchall()
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.conn.begin()
-        try:
-            yield
-        except BaseException:
-            with suppress(Exception):
-                self.conn.rollback()
-            raise
-        self.conn.commit()

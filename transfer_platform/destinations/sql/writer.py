@@ -177,7 +177,7 @@ class SqlWriter(Writer, abstract=True):
 
     def _clean_staging(self, model: ModelConfig) -> None:
         """Under the model's lock: a dead transfer's staging tables (and a publish's old table)
-        dropped, a publish it left half done finished (:meth:`_finish_publish`)."""
+        dropped, a publish it left half done finished (``rename_publish.finish_publish``)."""
         prefixes = [STAGING_PREFIX + staging_suffix(model.model_name, "")]
         if not self.dialect.transactional_ddl:
             prefixes.append(self.old_table_name(model))
