@@ -80,7 +80,7 @@ def source(pg_conn, pg_schema) -> str:
 @pytest.fixture(params=destinations.variants())
 def destination(request, new_schema, tmp_path, monkeypatch) -> destinations.TestDestination:
     place = destinations.Place(new_schema(), tmp_path / "destination", lambda: request.getfixturevalue("s3"),
-                               lambda: request.getfixturevalue("azure_blob"))
+                               lambda: request.getfixturevalue("azure_blob"), request.getfixturevalue)
     return destinations.make(request.param, place, monkeypatch)
 
 

@@ -49,12 +49,14 @@ AZURE_KEY_ENV = "TP_TEST_AZURE_KEY"
 @dataclass
 class Place:
     """What a factory is given: a fresh PostgreSQL schema name (not created), a fresh folder,
-    and the session's S3 server and Azure emulator (each started on first use)."""
+    the session's S3 server and Azure emulator (each started on first use), and any other
+    fixture by name (``place.fixture("snowflake_server")``: a vendor's emulator, session-scoped)."""
 
     schema: str
     folder: Path
     s3: Callable[[], Any]  # () -> S3Server
     azure: Callable[[], Any] | None = None  # () -> Azurite
+    fixture: Callable[[str], Any] | None = None  # pytest's request.getfixturevalue
 
 
 @dataclass
