@@ -78,7 +78,8 @@ def _hash(token: str) -> str:
 
 
 def _field_kind(annotation: Any) -> str | None:
-    """``text``, ``number``, ``password`` for a flat connection field; ``None`` for anything else."""
+    """``text``, ``number``, ``password``, ``boolean`` for a flat connection field; ``None`` for
+    anything else."""
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = tuple(a for a in args if a is not type(None))
@@ -89,6 +90,8 @@ def _field_kind(annotation: Any) -> str | None:
         annotation = args[0]
     if annotation is EnvRef:
         return "password"
+    if annotation is bool:
+        return "boolean"
     if annotation is int:
         return "number"
     if annotation in (str, Path):
