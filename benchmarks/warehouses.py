@@ -1,0 +1,144 @@
+"""The warehouse destinations beside the PostgreSQL destination, in one run on this machine.
+
+    .venv/bin/python -m benchmarks.warehouses --rows 100000 [--vendors snowflake,bigquery] [--json out.json]
+
+The source is the harness's PostgreSQL table (``benchmarks/source.py``), all rows one tenant's:
+the end-to-end benchmark's tenant. For PostgreSQL (always, first: the reference) and each vendor
+asked for, in turn:
+
+- ``backfill``: the platform's transfer of the tenant's rows into an empty destination
+  (``run_transfer``, as ``cases_platform.transfer_all`` does);
+- ``incremental_1pct``: then 1 % of the rows changed in the source, one incremental transfer.
+
+Each case is checked by counting what the destination holds through the vendor's own client
+(a wrong count voids the run). The vendors run against the emulators the tests use
+(``benchmarks/emulators.py``): their numbers say what this platform's path costs around each
+vendor's client and an emulator on this machine, not what the real service takes; the ratio to
+PostgreSQL, measured in the same run on the same machine, is the comparable number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from benchmarks.common import NOW, PG, SCHEMA, RowCountMismatch, count_rows, drop_schemas, stats
+from benchmarks.source import create_source, drop_source, tenant_names, touch_one_percent
+
+TENANT = tenant_names(1)[0]
+
+
+@dataclass
+class Target:
+    """One destination of the run: its configuration entry (without name and recipient) and how
+    many rows it holds (with ``updated_at`` equal to the given moment, if one is given), read
+    through the vendor's own client."""
+
+    vendor: str
+    entry: dict
+    count: Callable[[datetime | None], int]
+    env: dict[str, str] = field(default_factory=dict)  # environment variables its secrets name
+
+
+def postgres(stack: ExitStack, folder: Path) -> Target:
+    schema = f"{SCHEMA}_wh_pg"
+    stack.callback(drop_schemas, schema)
+    connection = {"host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"],
+                  "schema": schema}
+
+    def count(at: datetime | None) -> int:
+        return count_rows(f"{schema}.events", *(("WHERE updated_at = %s", (at,)) if at else ()))
+
+    return Target("postgres", {"vendor": "postgres", "connection": connection}, count)
+
+
+#: vendor -> how to set its destination up (an emulator started on ``stack``, closed after)
+TARGETS: dict[str, Callable[[ExitStack, Path], Target]] = {"postgres": postgres}
+
+
+def config(target: Target):
+    from benchmarks.cases_platform import platform_raw
+    from transfer_platform.config.parsing import parse_config
+
+    raw = platform_raw([TENANT], "unused")
+    raw["destinations"] = [{"name": "d0", "recipient": "r0", **target.entry}]
+    return parse_config(raw, now=NOW)
+
+
+def run_vendor(spark, target: Target, rows: int, start: datetime) -> dict:
+    """The backfill at ``start``, then the 1 % incremental an hour later; both checked."""
+    import os
+
+    from benchmarks.cases_platform import transfer_all
+
+    os.environ.update(target.env)
+    cfg = config(target)
+    began = time.perf_counter()
+    transfer_all(spark, cfg, start)
+    backfill = time.perf_counter() - began
+    if (held := target.count(None)) != rows:
+        raise RowCountMismatch(f"{target.vendor} backfill: {held} rows held, the source has {rows}")
+    moment = start + timedelta(hours=1)
+    changed_at = moment - timedelta(minutes=1)
+    changed = touch_one_percent(TENANT, 1, changed_at)
+    began = time.perf_counter()
+    transfer_all(spark, cfg, moment)
+    incremental = time.perf_counter() - began
+    moved = target.count(changed_at)
+    if moved != changed:
+        raise RowCountMismatch(f"{target.vendor} incremental: {moved} of {changed} changed rows delivered")
+    return {"backfill": {**stats([backfill]), "rows": rows, "rows_checked": True},
+            "incremental_1pct": {**stats([incremental]), "rows": changed, "rows_checked": True}}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000, help="rows of the source (one tenant)")
+    parser.add_argument("--vendors", default=",".join(v for v in TARGETS if v != "postgres"),
+                        help="the vendors beside PostgreSQL, comma-separated (default: all)")
+    parser.add_argument("--json", default=None, help="write the results here as JSON")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import tempfile
+
+    from benchmarks.run import start_spark
+
+    args = parse_args(argv)
+    vendors = ["postgres", *(v for v in args.vendors.split(",") if v and v != "postgres")]
+    unknown = [v for v in vendors if v not in TARGETS]
+    if unknown:
+        print(f"unknown vendors: {', '.join(unknown)} (known: {', '.join(TARGETS)})", file=sys.stderr)
+        return 2
+    spark, _ = start_spark()
+    results: dict = {"parameters": vars(args), "vendors": {}}
+    try:
+        create_source(args.rows, 1)
+        for index, vendor in enumerate(vendors):
+            with ExitStack() as stack, tempfile.TemporaryDirectory(prefix=f"tp_bench_{vendor}_") as folder:
+                target = TARGETS[vendor](stack, Path(folder))
+                results["vendors"][vendor] = run_vendor(spark, target, args.rows, NOW + timedelta(hours=2 * index))
+    finally:
+        drop_source()
+    reference = results["vendors"]["postgres"]
+    print(f"{'vendor':<12} {'backfill s':>11} {'x postgres':>10} {'1% incr. s':>11} {'x postgres':>10}")
+    for vendor, cases in results["vendors"].items():
+        ratios = {case: round(cases[case]["median_s"] / reference[case]["median_s"], 2) for case in cases}
+        cases["ratio_to_postgres"] = ratios
+        print(f"{vendor:<12} {cases['backfill']['median_s']:>11.2f} {ratios['backfill']:>10.2f} "
+              f"{cases['incremental_1pct']['median_s']:>11.2f} {ratios['incremental_1pct']:>10.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
