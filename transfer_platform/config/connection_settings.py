@@ -4,10 +4,10 @@ Azure Blob Storage container, an SFTP server's folder (a vendor's own connection
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 
 from transfer_platform.config.entries import Place, StrictModel, server_host
 from transfer_platform.config.secrets import EnvRef
@@ -104,9 +104,17 @@ class SFTPConnection(StrictModel):
     #: the server's public host key, as ``ssh-keyscan`` or its ``ssh_host_*_key.pub`` says it
     #: (``ssh-ed25519 AAAA...``): the only key accepted from the server
     known_host_key: str = Field(pattern=r"^(ssh-[a-z0-9-]+|ecdsa-sha2-nistp[0-9]+) [A-Za-z0-9+/]+=*( .*)?$")
-    path: str = Field(pattern=r"^/", description="the folder transfers write under, as the user sees it "
-                                                 "(inside a chroot: the path below it)")
+    #: the folder transfers write under, as the user sees it (inside a chroot: the path below it);
+    #: absolute, on the server (never taken as a local path)
+    path: PurePosixPath
     prefix: str = Field(default="", pattern=PREFIX_PATTERN)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, path: PurePosixPath) -> PurePosixPath:
+        if not path.is_absolute():
+            raise ValueError("the folder on the server must be absolute (start with '/')")
+        return path
 
     def place(self) -> Place:
         folder = tuple(p for p in f"{self.path}/{self.prefix}".split("/") if p)

@@ -55,7 +55,7 @@ class SFTPStore:
         """``owner``: what the connection belongs to, as errors name it ("destination 'x'")."""
         self.c = c
         self.owner = owner
-        self.root = c.path.rstrip("/") or "/"
+        self.root = str(c.path).rstrip("/") or "/"
         self.where = f"SFTP folder {self.root} on {c.host}:{c.port}"
         self.bucket_name = self.root
         self._ssh: paramiko.SSHClient | None = None
@@ -176,7 +176,7 @@ class SFTPStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise self._failure("read", key, exc) from None
+            raise self._failure("read", self._path(key), exc) from None
         return data.getvalue()
 
     def keys(self, prefix: str) -> list[str]:
@@ -209,7 +209,7 @@ class SFTPStore:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise self._failure("delete", key, exc) from None
+                raise self._failure("delete", self._path(key), exc) from None
 
     def etag(self, key: str, md5: str) -> str:
         """A file written whole: its MD5, as a single-part S3 upload's ETag."""
@@ -239,12 +239,14 @@ class SFTPStore:
         self._folders.add(folder)
 
     def _failure(self, what: str, key: str, exc: Exception) -> ConnectionFailure:
+        """``what`` (a step: create, rename into place, delete, ...) of ``key`` failed: the step
+        is named in the reason, which ``test-connection`` shows."""
         denied = isinstance(exc, PermissionError) or getattr(exc, "errno", None) == errno.EACCES
-        reason = "permission denied" if denied else f"{type(exc).__name__}: {_line(exc)}"
+        detail = "permission denied" if denied else f"{type(exc).__name__}: {_line(exc)}"
         fix = (f"let user {self.c.username} create, rename and delete files and folders in {self.root} "
                "(docs/permissions.md), or correct connection.path") if denied else \
-            "check that the server is running and the folder is writable, then run again"
-        return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=reason, fix=fix)
+            f"check that {key} can be written in {self.root} (no file where a folder goes) and the server runs"
+        return ConnectionFailure(f"object storage {self.where}", reason=f"cannot {what} {key}: {detail}", fix=fix)
 
     # -- a model's lock ---------------------------------------------------------------------
 

@@ -49,10 +49,10 @@ class SFTPServer:
         (self.chroot / UPLOAD.strip("/") / name).mkdir()
         return f"{UPLOAD}/{name}"
 
-    def connection(self, path: str, key_env: str, **changes: object) -> dict:
+    def connection(self, path: str, key_env: str, /, **changes: object) -> dict:
         """A destination's ``connection`` block for ``path`` (the key read from ``key_env``)."""
         return {"host": self.host, "port": self.port, "username": self.user, "private_key": f"${{{key_env}}}",
-                "known_host_key": self.host_key, "path": path, **changes}
+                "known_host_key": self.host_key, "path": path} | changes
 
     @contextmanager
     def sftp(self) -> Iterator:
