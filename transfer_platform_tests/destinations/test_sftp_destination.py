@@ -121,7 +121,8 @@ def test_a_wrong_key_an_unknown_host_key_an_unreachable_port_and_a_missing_folde
     for case, (changes, words) in cases.items():
         config = configure(tmp_path, server, folder, **changes)
         code, out, err = cli(capsys, config, "test-connection", "acme_files")
-        assert code == 1 and out, (case, out, err)
+        assert code == 1, (case, out, err)
+        assert out, (case, err)
         first = out.splitlines()[0]
         assert first.startswith("FAIL"), (case, out)
         for word in [*words, "SFTP folder"]:
@@ -316,16 +317,16 @@ def test_of_creators_racing_for_a_lock_file_exactly_one_wins(server: SFTPServer)
     stores = [SFTPStore(connection, "destination 'race'") for _ in range(6)]
     for store in stores:
         store.keys("")  # connected
+    def create(store: SFTPStore, name: str, key: str, start: threading.Barrier, won: list[str]) -> None:
+        start.wait()
+        if store._create_exclusively(key, name.encode()):
+            won.append(name)
+
     for round_ in range(15):
         key = f"locks/m{round_}/lock.json"
         start, won = threading.Barrier(len(stores)), []
-
-        def create(store: SFTPStore, name: str) -> None:
-            start.wait()
-            if store._create_exclusively(key, name.encode()):  # noqa: B023 - each round waits for its threads
-                won.append(name)
-
-        threads = [threading.Thread(target=create, args=(s, f"creator-{i}")) for i, s in enumerate(stores)]
+        threads = [threading.Thread(target=create, args=(s, f"creator-{i}", key, start, won))
+                   for i, s in enumerate(stores)]
         for thread in threads:
             thread.start()
         for thread in threads:
