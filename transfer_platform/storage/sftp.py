@@ -180,7 +180,8 @@ class SFTPStore:
         return data.getvalue()
 
     def keys(self, prefix: str) -> list[str]:
-        """Every file under the folder-like ``prefix`` (dot-names, files being written, left out)."""
+        """Every file under the folder-like ``prefix`` (dot-names, files being written, left out;
+        a killed transfer's are removed: :meth:`_remove_if_dead`)."""
         sftp = self._client()
         found, folders = [], [prefix.rsplit("/", 1)[0] if "/" in prefix else ""]
         while folders:
@@ -193,6 +194,7 @@ class SFTPStore:
                 raise self._failure("list", folder or "/", exc) from None
             for entry in entries:
                 if entry.filename.startswith("."):
+                    self._remove_if_dead(folder, entry)
                     continue
                 key = f"{folder}/{entry.filename}" if folder else entry.filename
                 if stat.S_ISDIR(entry.st_mode or 0):
@@ -200,6 +202,13 @@ class SFTPStore:
                 elif key.startswith(prefix):
                     found.append(key)
         return sorted(found)
+
+    def _remove_if_dead(self, folder: str, entry: paramiko.SFTPAttributes) -> None:
+        """A file written aside (``.<name>.<random>.tmp``) is renamed into place within seconds;
+        one older than the lock's lease is a killed transfer's: removed where it is listed."""
+        if entry.filename.endswith(".tmp") and time.time() - (entry.st_mtime or 0) > S3_LOCK_LEASE_SECONDS:
+            with suppress(OSError):
+                self._client().remove(self._path(f"{folder}/{entry.filename}" if folder else entry.filename))
 
     def delete(self, keys: list[str]) -> None:
         sftp = self._client() if keys else None
