@@ -34,7 +34,7 @@ from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
-BATCH = 300_000  # rows of the window that is killed: a file long enough to catch being written
+BATCH = 60_000  # rows of the window that is killed (more than Tuning.run_rows: read alone, one file)
 TIMEOUT_SECONDS = 600  # a failure bound (a JVM starts slowly on a loaded machine), not a wait
 
 
