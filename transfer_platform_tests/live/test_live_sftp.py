@@ -1,7 +1,7 @@
 """The ``sftp`` destination against a real SFTP server, when its environment variables are set
 (skipped otherwise): a transfer of the lake's two models into a new prefix under the folder, read
 back over SFTP with paramiko as a recipient reads it (manifests verified with the public key),
-then everything it wrote deleted.
+then the prefix deleted.
 
 - ``TRANSFER_PLATFORM_LIVE_SFTP_HOST``, ``_PORT`` (default 22), ``_USER``;
 - ``TRANSFER_PLATFORM_LIVE_SFTP_KEY``: the user's private key (OpenSSH or PEM text);
@@ -115,5 +115,17 @@ def test_a_transfer_to_the_live_server_is_read_back_over_sftp(spark, tmp_path: P
             for manifest in manifests:
                 verify_manifest(manifest, public)
         finally:
-            for key in keys:
-                client.remove(f"{root}/{key}")
+            _remove_tree(client, f"{root}/{prefix}")
+
+
+def _remove_tree(client, folder: str) -> None:
+    """Delete ``folder`` and everything under it."""
+    import stat
+
+    for entry in client.listdir_attr(folder):
+        path = f"{folder}/{entry.filename}"
+        if stat.S_ISDIR(entry.st_mode):
+            _remove_tree(client, path)
+        else:
+            client.remove(path)
+    client.rmdir(folder)
