@@ -94,9 +94,9 @@ def cli(capsys, config: Path, *args: str) -> tuple[int, str, str]:
 
 def another_key(tmp_path: Path, name: str) -> tuple[str, str]:
     """A new Ed25519 key pair: (private key text, public key line)."""
-    from transfer_platform_tests.support.sftp_server import _keygen
+    from transfer_platform_tests.support.sftp_server import keygen
 
-    return _keygen(tmp_path / name)
+    return keygen(tmp_path / name)
 
 
 # -- failures: named, with the fix, no secret, nothing written ---------------------------------------
