@@ -35,8 +35,10 @@ PREFIX = "bench_sftp"
 KEY_ENV, SIGNING_ENV = "TP_BENCH_SFTP_KEY", "TP_BENCH_SIGNING_KEY"
 
 
-def sftp_rows(server: SFTPServer, root: str, transfer_id: str | None = None) -> int:
-    """Rows of the files the manifests name (of one transfer, or all), read back over SFTP."""
+def sftp_rows(server: SFTPServer, root: str, transfer_id: str | None = None, changed_at=None) -> int:
+    """Rows of the files the manifests name (of one transfer, or all; ``changed_at``: only rows
+    last modified then, as the lookback delivers a few older rows again), read back over SFTP."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     with server.sftp() as client:
@@ -50,7 +52,10 @@ def sftp_rows(server: SFTPServer, root: str, transfer_id: str | None = None) -> 
                     continue
                 for entry in manifest["files"]:
                     with client.open(f"{root}/{entry['data_file_key']}", "rb") as file:
-                        count += pq.read_metadata(io.BytesIO(file.read())).num_rows
+                        table = pq.read_table(io.BytesIO(file.read()), columns=["updated_at"])
+                    if changed_at is not None:
+                        table = table.filter(pc.equal(table["updated_at"], changed_at))
+                    count += table.num_rows
         return count
 
 
@@ -124,7 +129,7 @@ def run(rows: int, work: Path) -> dict:
         changed = touch_one_percent(TENANT, 1, changed_at)
         results["sftp_incremental"] = measure(
             "sftp_incremental", lambda: platform_transfer(spark, sftp, NOW + timedelta(minutes=3), incremental),
-            runs=1, expected=changed, delivered=lambda: sftp_rows(server, root, incremental))
+            runs=1, expected=changed, delivered=lambda: sftp_rows(server, root, incremental, changed_at))
         results["postgres_incremental"] = measure(
             "postgres_incremental",
             lambda: platform_transfer(spark, postgres, NOW + timedelta(minutes=3), incremental), runs=1,
