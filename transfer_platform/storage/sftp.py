@@ -205,10 +205,14 @@ class SFTPStore:
 
     def _remove_if_dead(self, folder: str, entry: paramiko.SFTPAttributes) -> None:
         """A file written aside (``.<name>.<random>.tmp``) is renamed into place within seconds;
-        one older than the lock's lease is a killed transfer's: removed where it is listed."""
-        if entry.filename.endswith(".tmp") and time.time() - (entry.st_mtime or 0) > S3_LOCK_LEASE_SECONDS:
+        one older than the lock's lease is a killed transfer's, and so is a data file's
+        (``.part-...``) at any age: a model's data folders are listed only by its next transfer,
+        under the model's lock, looking for a dead transfer's files. Removed where it is listed."""
+        name = entry.filename
+        if name.endswith(".tmp") and (name.startswith(".part-")
+                                      or time.time() - (entry.st_mtime or 0) > S3_LOCK_LEASE_SECONDS):
             with suppress(OSError):
-                self._client().remove(self._path(f"{folder}/{entry.filename}" if folder else entry.filename))
+                self._client().remove(self._path(f"{folder}/{name}" if folder else name))
 
     def delete(self, keys: list[str]) -> None:
         sftp = self._client() if keys else None
