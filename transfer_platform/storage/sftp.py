@@ -31,6 +31,8 @@ from contextlib import suppress
 from posixpath import dirname
 from typing import TYPE_CHECKING
 
+from paramiko import SSHException
+
 from transfer_platform.config.connection_settings import SFTPConnection
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
 from transfer_platform.storage.locks import holder_text, running_message
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 
 #: seconds to connect, to get the server's banner and to authenticate
 CONNECT_TIMEOUT = 10
+#: what an SFTP operation raises: the server's refusal, or a connection lost meanwhile
+_FAILURES = (OSError, EOFError, SSHException)
 
 
 class SFTPStore:
@@ -74,7 +78,7 @@ class SFTPStore:
         try:
             self._sftp = self._ssh.open_sftp()
             found = self._sftp.stat(self.root)
-        except OSError as exc:
+        except _FAILURES as exc:
             self._disconnect()
             if isinstance(exc, FileNotFoundError):
                 raise ConnectionFailure(f"object storage {self.where}", reason="the folder does not exist",
@@ -158,11 +162,11 @@ class SFTPStore:
         try:
             try:
                 sftp.putfo(io.BytesIO(data), aside, file_size=len(data))
-            except OSError as exc:
+            except _FAILURES as exc:
                 raise self._failure("create", aside, exc) from None
             try:
                 sftp.posix_rename(aside, path)
-            except OSError as exc:
+            except _FAILURES as exc:
                 raise self._failure("rename into place", path, exc) from None
         except BaseException:
             with suppress(Exception):
@@ -175,7 +179,7 @@ class SFTPStore:
             self._client().getfo(self._path(key), data)
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except _FAILURES as exc:
             raise self._failure("read", self._path(key), exc) from None
         return data.getvalue()
 
@@ -190,7 +194,7 @@ class SFTPStore:
                 entries = sftp.listdir_attr(self._path(folder) if folder else self.root)
             except FileNotFoundError:
                 continue
-            except OSError as exc:
+            except _FAILURES as exc:
                 raise self._failure("list", folder or "/", exc) from None
             for entry in entries:
                 if entry.filename.startswith("."):
@@ -221,7 +225,7 @@ class SFTPStore:
                 sftp.remove(self._path(key))
             except FileNotFoundError:
                 pass
-            except OSError as exc:
+            except _FAILURES as exc:
                 raise self._failure("delete", self._path(key), exc) from None
 
     def etag(self, key: str, md5: str) -> str:
@@ -242,12 +246,12 @@ class SFTPStore:
             self._make_folders(dirname(folder))
             try:
                 sftp.mkdir(folder)
-            except OSError as exc:
+            except _FAILURES as exc:
                 try:  # made meanwhile by another transfer (a folder that exists fails as "Failure")
                     sftp.stat(folder)
                 except OSError:
                     raise self._failure("create folder", folder, exc) from None
-        except OSError as exc:
+        except _FAILURES as exc:
             raise self._failure("create folder", folder, exc) from None
         self._folders.add(folder)
 
@@ -313,7 +317,7 @@ class SFTPStore:
         self._make_folders(dirname(path))
         try:
             file = sftp.open(path, "wbx")  # SSH_FXF_CREAT | SSH_FXF_EXCL: fails if the file exists
-        except OSError as exc:
+        except _FAILURES as exc:
             with suppress(FileNotFoundError):
                 sftp.stat(path)
                 return False  # OpenSSH says "Failure" for EEXIST: the file is there
@@ -321,7 +325,7 @@ class SFTPStore:
         try:
             with file:
                 file.write(text)
-        except OSError as exc:
+        except _FAILURES as exc:
             with suppress(Exception):
                 sftp.remove(path)
             raise self._failure("write lock", key, exc) from None
@@ -333,7 +337,7 @@ class SFTPStore:
             found = self._client().stat(self._path(key))
         except FileNotFoundError:
             return None, 0.0
-        except OSError as exc:
+        except _FAILURES as exc:
             raise self._failure("read lock", key, exc) from None
         held = self.get(key)
         return held, time.time() - (found.st_mtime or 0)
