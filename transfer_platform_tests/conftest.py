@@ -142,3 +142,12 @@ def azure_blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     """A real Azure Blob Storage emulator (Azurite) in its own process, for the whole session."""
     with azurite(tmp_path_factory.mktemp("azurite")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def sftp_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real SFTP server (OpenSSH's sshd, chrooted key-only user) in its own process, for the session."""
+    from transfer_platform_tests.support.sftp_server import sftp_server as launch
+
+    with launch(tmp_path_factory.mktemp("sftp")) as server:
+        yield server

@@ -1,15 +1,15 @@
 """The connection settings several entries share: a database server, a folder, an S3 bucket, an
-Azure Blob Storage container (a vendor's own connection lives beside it, in
+Azure Blob Storage container, an SFTP server's folder (a vendor's own connection lives beside it, in
 ``transfer_platform/vendors/<vendor>.py``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 
-from transfer_platform.config.entries import Place, StrictModel
+from transfer_platform.config.entries import Place, StrictModel, server_host
 from transfer_platform.config.secrets import EnvRef
 
 #: the characters of an object store's prefix
@@ -90,3 +90,33 @@ class AzureBlobConnection(StrictModel):
         return Place("azure", (self.service_url.lower(), self.container), prefix,
                      f"Azure container {self.container} of account {self.account_name}, "
                      f"prefix {self.prefix.strip('/') or '(none)'}")
+
+
+class SFTPConnection(StrictModel):
+    """A folder on an SFTP server, reached with a private key (the user's, often chrooted), the
+    server known by its public host key (never accepted unseen)."""
+
+    host: str
+    port: int = Field(default=22, gt=0, lt=65536)
+    username: str
+    private_key: EnvRef  # the private key's text (OpenSSH or PEM), read from this variable
+    password: EnvRef | None = None  # the private key's passphrase, or a password the server asks besides
+    #: the server's public host key, as ``ssh-keyscan`` or its ``ssh_host_*_key.pub`` says it
+    #: (``ssh-ed25519 AAAA...``): the only key accepted from the server
+    known_host_key: str = Field(pattern=r"^(ssh-[a-z0-9-]+|ecdsa-sha2-nistp[0-9]+) [A-Za-z0-9+/]+=*( .*)?$")
+    #: the folder transfers write under, as the user sees it (inside a chroot: the path below it);
+    #: absolute, on the server (never taken as a local path)
+    path: PurePosixPath
+    prefix: str = Field(default="", pattern=PREFIX_PATTERN)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, path: PurePosixPath) -> PurePosixPath:
+        if not path.is_absolute():
+            raise ValueError("the folder on the server must be absolute (start with '/')")
+        return path
+
+    def place(self) -> Place:
+        folder = tuple(p for p in f"{self.path}/{self.prefix}".split("/") if p)
+        return Place("sftp", (server_host(self.host), self.port, self.username), folder,
+                     f"SFTP folder {self.path} on {self.host}:{self.port}, prefix {self.prefix.strip('/') or '(none)'}")

@@ -1,5 +1,6 @@
 """Object storage: Parquet files and signed manifests in a bucket (vendor ``s3``), an Azure
-container (vendor ``abs``) or a folder (vendor ``local``), the same code over small stores (``storage/stores.py``, chosen once
+container (vendor ``abs``), a folder (vendor ``local``) or a folder of an SFTP server (vendor
+``sftp``), the same code over small stores (``storage/stores.py``, chosen once
 by the connection's type). The order of ``prepare``, of a window's write and of a refresh's
 publish is ``destinations/skeleton.py``'s; this module implements its primitives.
 
@@ -78,6 +79,7 @@ from transfer_platform.vendors.object_storage import (
     AzureBlobDestination,
     LocalStorageDestination,
     S3Destination,
+    SFTPDestination,
 )
 
 if TYPE_CHECKING:
@@ -102,7 +104,7 @@ class _Window:
 
 
 class ObjectStorageWriter(Writer):
-    def __init__(self, destination: LocalStorageDestination | S3Destination | AzureBlobDestination,
+    def __init__(self, destination: LocalStorageDestination | S3Destination | AzureBlobDestination | SFTPDestination,
                  tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning)
         self.store: Store = store_for(destination.connection, f"destination '{destination.name}'")
@@ -219,7 +221,11 @@ class ObjectStorageWriter(Writer):
     def _stage_frame(self, frame: DataFrame, staging: None, load: WindowLoad) -> _Window:
         """A window read alone (a large one): Spark's executors write its files where they are
         delivered (one per partition, ``Tuning.batch_rows`` rows per row group, their digests read
-        back there) and check it; only their summaries come here."""
+        back there) and check it; only their summaries come here. A store Spark's executors
+        cannot write to (``writes_here``: SFTP) has the window's rows brought here and written
+        as one file, as a small window's (:meth:`_stage_arrow`)."""
+        if getattr(self.store, "writes_here", False):
+            return self._stage_arrow(_arrow_of(frame, load.model), staging, load)
         model, name = load.model, load.model.model_name
         transfer = self._transfers[name]
         before = self._state_before(load)
@@ -496,6 +502,15 @@ def latest_per_key(rows: pa.Table, model: ModelConfig) -> pa.Table:
         gone = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
         rows = rows.filter(pc.invert(gone))
     return rows
+
+
+def _arrow_of(frame: DataFrame, model: ModelConfig) -> pa.Table:
+    """A window's rows brought into this process as Arrow, in the model's columns and types."""
+    from pyspark.sql import functions as F
+
+    schema = arrow_schema(model)
+    names = [F.col("`" + name.replace("`", "``") + "`") for name in schema.names]
+    return frame.select(*names).toArrow().select(schema.names).cast(schema)
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -1,5 +1,6 @@
 """Where object storage keeps its objects: a folder (:class:`FolderStore`), an S3 bucket
-(:class:`BucketStore`) or an Azure container (``azure.AzureBucketStore``), chosen once by the connection's type (:func:`store_for`). Each store
+(:class:`BucketStore`), an Azure container (``azure.AzureBucketStore``) or a folder of an SFTP
+server (``sftp.SFTPStore``), chosen once by the connection's type (:func:`store_for`). Each store
 also holds the models' locks of its kind (a ``flock``'d file, or a lock object), so the writer
 never asks which one it has."""
 
@@ -11,7 +12,11 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
-from transfer_platform.config.connection_settings import AzureBlobConnection, S3Connection
+from transfer_platform.config.connection_settings import (
+    AzureBlobConnection,
+    S3Connection,
+    SFTPConnection,
+)
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.probes import current_user
 from transfer_platform.storage.locks import FolderLocks
@@ -56,7 +61,8 @@ class Store(Protocol):
     def holds_locks(self) -> bool: ...
 
 
-def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConnection, owner: str) -> Store:
+def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConnection | SFTPConnection,
+              owner: str) -> Store:
     """The store of an object storage connection: a bucket's, a container's, or a folder's."""
     if isinstance(connection, S3Connection):
         return BucketStore(connection, owner)
@@ -64,6 +70,10 @@ def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConne
         from transfer_platform.storage.azure import AzureBucketStore
 
         return AzureBucketStore(connection, owner)
+    if isinstance(connection, SFTPConnection):
+        from transfer_platform.storage.sftp import SFTPStore
+
+        return SFTPStore(connection, owner)
     return FolderStore(connection.path)
 
 

@@ -1,5 +1,5 @@
 """Object storage: Parquet files and signed manifests in a folder (``local``), an S3 bucket
-(``s3``) or an Azure Blob Storage container (``abs``), all written by
+(``s3``), an Azure Blob Storage container (``abs``) or a folder on an SFTP server (``sftp``), all written by
 ``destinations/object_storage.py``: the destinations' configuration and their records."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from transfer_platform.config.connection_settings import (
     PREFIX_PATTERN,
     AzureBlobConnection,
     S3Connection,
+    SFTPConnection,
 )
 from transfer_platform.config.entries import DestinationBase, Place, StrictModel, folder_place
 from transfer_platform.config.secrets import EnvRef
@@ -95,3 +96,19 @@ class AzureBlobDestination(ObjectStorageBase):
 
 ABS = Vendor("abs", "destination", *_WRITER, AzureBlobDestination, drivers=(*_DRIVERS, "azure.storage.blob"),
              only_adds_files=True)
+
+
+# -- a folder on an SFTP server --------------------------------------------------------------
+
+
+class SFTPDestination(ObjectStorageBase):
+    """Object storage in a folder on an SFTP server (``storage/sftp.py``: paramiko)."""
+
+    vendor: Literal["sftp"]
+    connection: SFTPConnection
+
+    def place(self) -> Place:
+        return self.connection.place()
+
+
+SFTP = Vendor("sftp", "destination", *_WRITER, SFTPDestination, drivers=(*_DRIVERS, "paramiko"), only_adds_files=True)

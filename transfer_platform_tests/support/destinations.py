@@ -83,7 +83,7 @@ class TestDestination:
     @property
     def sweeps_deletes(self) -> bool:
         """Whether the vendor can remove rows (object storage only adds files)."""
-        return self.vendor not in OBJECT_STORAGE
+        return not DESTINATIONS[self.vendor].only_adds_files
 
 
 def registered(*vendors: str) -> tuple[str, ...]:
@@ -510,6 +510,12 @@ def duckdb(place: Place) -> TestDestination:
                            read, {"path": path})
 
 
+def _sftp_factory(place: Place) -> TestDestination:
+    from transfer_platform_tests.support.sftp import sftp
+
+    return sftp(place)
+
+
 #: variant -> (vendor, factory): every registered destination vendor has at least one
 FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "postgres": ("postgres", postgres),
@@ -523,6 +529,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
     "abs": ("abs", abs_),
     "duckdb": ("duckdb", duckdb),
+    "sftp": ("sftp", _sftp_factory),
 }
 
 #: the registered destination vendors (the product's registry)
