@@ -510,6 +510,8 @@ def duckdb(place: Place) -> TestDestination:
                            read, {"path": path})
 
 
+from transfer_platform_tests.support.clickhouse import clickhouse  # noqa: E402 (it imports this module)
+
 #: variant -> (vendor, factory): every registered destination vendor has at least one
 FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "postgres": ("postgres", postgres),
@@ -523,6 +525,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
     "abs": ("abs", abs_),
     "duckdb": ("duckdb", duckdb),
+    "clickhouse": ("clickhouse", clickhouse),
 }
 
 #: the registered destination vendors (the product's registry)
