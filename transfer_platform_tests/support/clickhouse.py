@@ -11,12 +11,11 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from transfer_platform_tests.support.destinations import Place, TestDestination, _clean, _columns
-
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from transfer_platform.config.models import ModelConfig
+    from transfer_platform_tests.support.destinations import Place, TestDestination
 
 
 def q(name: str) -> str:
@@ -25,6 +24,8 @@ def q(name: str) -> str:
 
 def clickhouse_rows(client: Any, database: str, model: ModelConfig) -> list[dict] | None:
     """The model's rows as a recipient reads them (``SELECT ... FINAL``), or None if no table."""
+    from transfer_platform_tests.support.destinations import _columns
+
     found = client.query("SELECT count() FROM system.tables WHERE database = {db:String} AND name = {t:String}",
                          parameters={"db": database, "t": model.model_name}).result_rows[0][0]
     if not found:
@@ -38,6 +39,8 @@ def clickhouse_rows(client: Any, database: str, model: ModelConfig) -> list[dict
 
 
 def clickhouse_reader(folder: Any, database: str) -> Callable[[ModelConfig], list[dict] | None]:
+    from transfer_platform_tests.support.destinations import _clean
+
     def read(model: ModelConfig) -> list[dict] | None:
         rows = clickhouse_rows(folder.client(), database, model)
         return None if rows is None else _clean(rows, model)
@@ -46,6 +49,8 @@ def clickhouse_reader(folder: Any, database: str) -> Callable[[ModelConfig], lis
 
 
 def clickhouse(place: Place) -> TestDestination:
+    from transfer_platform_tests.support.destinations import TestDestination
+
     folder = place.fixture("clickhouse_server")
     database = folder.new_database()
     return TestDestination("clickhouse", "clickhouse",
