@@ -13,7 +13,7 @@ from benchmarks.destination_clickhouse import main
 pytestmark = pytest.mark.integration
 
 
-def test_the_clickhouse_benchmark_runs_at_a_tiny_size(tmp_path, clickhouse_server, capsys):
+def test_the_clickhouse_benchmark_runs_at_a_tiny_size(tmp_path, spark, clickhouse_server, capsys):
     out = tmp_path / "results.json"  # the session's chDB folder: chDB opens one folder per process
     assert main(["--rows", "2000", "--json", str(out), "--chdb-folder", str(clickhouse_server.path)]) == 0
     results = json.loads(out.read_text())

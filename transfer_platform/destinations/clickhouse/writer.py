@@ -44,7 +44,6 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
-    frame_batches,
     staging_suffix,
 )
 from transfer_platform.destinations.clickhouse.dialect import (
@@ -292,15 +291,17 @@ class ClickhouseWriter(SqlWriter):
         self._insert(batch, staging, load.model)
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        """Spark's rows brought to this process ``Tuning.batch_rows`` at a time, one partition at a
-        time (memory stays flat), each batch one ``insert_arrow`` (an embedded chDB folder is open
-        in this process only)."""
+        """Spark's rows brought to this process as Arrow (``toArrow``: the window whole, in
+        columns), then inserted ``Tuning.batch_rows`` rows per ``insert_arrow`` (an embedded chDB
+        folder is open in this process only)."""
         import pyarrow as pa
 
         wanted = arrow_schema(model)
-        schema = pa.schema([wanted.field(name) for name in frame.columns])
-        for batch in frame_batches(frame, schema, self.tuning.batch_rows):
-            self._insert(batch, staging, model)
+        table = frame.toArrow()
+        table = pa.table([table.column(n).cast(wanted.field(n).type) for n in table.column_names],
+                         names=table.column_names)
+        for start in range(0, table.num_rows, self.tuning.batch_rows):
+            self._insert(table.slice(start, self.tuning.batch_rows), staging, model)
 
     def _insert(self, batch: pa.Table, staging: str, model: ModelConfig) -> None:
         if not batch.num_rows:
