@@ -1,18 +1,22 @@
 """A transfer into ClickHouse (an embedded chDB folder) killed with SIGKILL in the middle of a
-window's commit: the window's clone of the table is made and being filled, the swap not done. A
-recipient then opening the folder in another process with clickhouse-connect reads exactly the
-rows and watermark of before; the next transfer removes what the dead one left and delivers the
-source's rows.
+window's commit, after earlier windows of it committed: the window's clone of the table is made
+and being filled, the swap not done. A recipient then opening the folder in another process with
+clickhouse-connect reads exactly the rows and watermark the earlier windows committed; the next
+transfer removes what the dead one left and delivers the source's rows.
 
 chDB lets one process open a folder at a time, so every transfer runs as the real command line
 in its own process group, and every read in a process of its own after it ended. The test waits
-until the window's clone (``_tp_stg_<model>_<transfer>_swap``) appears in the database's metadata
-folder, then kills the group.
+until the table's metadata file (``metadata/<database>/events.sql``, its comment the state) shows
+the window of the first rows committed and a window's clone (``_tp_stg_<model>_<transfer>_swap``)
+exists: a later window, holding rows of the batch, is being committed; then it kills the group.
+What the reader must find is exact against the watermark it reads: every source row before it,
+no row after it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,9 +80,11 @@ def test_a_transfer_killed_in_the_middle_of_a_commit_leaves_the_rows_and_waterma
     create_events(pg_conn, pg_schema)
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1, count=10, start=now - timedelta(days=4),
              span=timedelta(hours=1), payload="before-")
+    before = source_rows(pg_conn, pg_schema, TENANT)
+    add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
+             span=timedelta(days=1), payload="batch-")
     folder = tmp_path / "chdb"
-    model = events_model(f"{pg_schema}.events", min_start=now - timedelta(days=5))
-    del model["max_transfer_time_window_seconds"]  # one window: the whole batch committed at once
+    model = events_model(f"{pg_schema}.events", min_start=now - timedelta(days=5))  # daily windows
     config = tmp_path / "transfer_platform.yaml"
     config.write_text(yaml.safe_dump({
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
@@ -88,19 +94,25 @@ def test_a_transfer_killed_in_the_middle_of_a_commit_leaves_the_rows_and_waterma
                           "connection": {"path": str(folder), "database": DATABASE}}],
         "spark": {"master": "local[2]", "driver_memory": "1g"},
     }))
-    first = now - timedelta(days=3)
-    _ran(tmp_path, _cli(tmp_path, config, "--end", first.isoformat()))
-    before = delivered(folder)
-    assert len(before) == 10
-    assert watermark(folder) == first
-    add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
-             span=timedelta(days=1), payload="batch-")
-
+    first_rows_done_us = int((now - timedelta(days=4) + timedelta(hours=1)).timestamp()) * 1_000_000
     proc = _cli(tmp_path, config)
     metadata = folder / "metadata" / DATABASE
+
+    def fourth_window_committing() -> bool:
+        if not metadata.is_dir():
+            return False
+        names = os.listdir(metadata)
+        if not any(n.startswith("_tp_stg_") and n.endswith("_swap.sql") for n in names):
+            return False
+        try:
+            found = re.search(r'"watermark_us": (\d+)', (metadata / f"{MODEL}.sql").read_text())
+        except OSError:
+            return False
+        return found is not None and int(found.group(1)) >= first_rows_done_us
+
     try:
         launched = time.monotonic()
-        while not any(n.startswith("_tp_stg_") and n.endswith("_swap.sql") for n in os.listdir(metadata)):
+        while not fourth_window_committing():
             assert proc.poll() is None, "the commit ended before it was caught: " + (
                 tmp_path / "cli.out").read_text(errors="replace")[-3000:]
             assert time.monotonic() - launched < TIMEOUT_SECONDS
@@ -114,11 +126,14 @@ def test_a_transfer_killed_in_the_middle_of_a_commit_leaves_the_rows_and_waterma
         assert time.monotonic() < deadline
         time.sleep(0.1)
 
-    assert delivered(folder) == before  # another process opens the folder: exactly the rows of before
-    assert watermark(folder) == first  # and their watermark
+    committed = watermark(folder)  # another process opens the folder
+    assert now - timedelta(days=4) < committed < now - timedelta(days=1)
+    held = delivered(folder)
+    assert held == [row for row in source_rows(pg_conn, pg_schema, TENANT) if row[2] < committed]  # exact
+    assert set(before) <= set(held)
     assert any(name.endswith("_swap") for name in own_tables(folder))  # killed mid-commit: its clone left
 
     _ran(tmp_path, _cli(tmp_path, config))
     assert delivered(folder) == source_rows(pg_conn, pg_schema, TENANT)
-    assert watermark(folder) > first
+    assert watermark(folder) > committed
     assert own_tables(folder) == []
