@@ -65,3 +65,20 @@ def test_the_status_view_reads_the_model_tables_comments_of_its_own_database_onl
     ddl = D.status_ddl("`o'b`.`_transfer_status`")
     assert "FROM system.tables WHERE database = 'o\\'b'" in ddl
     assert "NOT startsWith(name, '_tp_')" in ddl
+
+
+def test_a_refused_right_names_the_grant_clickhouse_asks_for_without_the_password() -> None:
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    from transfer_platform.destinations.clickhouse.session import missing_privilege
+    from transfer_platform.vendors.clickhouse import ClickhouseDestination
+
+    destination = ClickhouseDestination.model_validate({
+        "name": "acme_ch", "recipient": "acme", "vendor": "clickhouse",
+        "connection": {"host": "h", "database": "analytics", "username": "tp_loader", "password": "${PW}"}})
+    text = ("HTTPDriver for http://h:8123 received ClickHouse error code 497\n Code: 497. DB::Exception: tp_loader: "
+            "Not enough privileges. To execute this query, it's necessary to have the grant ALTER ATTACH PARTITION "
+            "ON analytics.events. (ACCESS_DENIED) (version 25.8.1.1)")
+    refused = missing_privilege(destination, "ClickHouse destination 'acme_ch'", DatabaseError(text))
+    assert refused.grant == "GRANT ALTER ATTACH PARTITION ON analytics.events TO `tp_loader`"
+    assert str(refused).startswith("ClickHouse destination 'acme_ch': role 'tp_loader' may not")
