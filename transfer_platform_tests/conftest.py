@@ -151,3 +151,12 @@ def sftp_server(tmp_path_factory: pytest.TempPathFactory):
 
     with launch(tmp_path_factory.mktemp("sftp")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory: pytest.TempPathFactory):
+    """The session's ClickHouse: a chDB data folder opened in this process (no server process:
+    chDB is ClickHouse embedded; see support/clickhouse_server.py)."""
+    from transfer_platform_tests.support.clickhouse_server import chdb_folder
+
+    return chdb_folder(tmp_path_factory.mktemp("clickhouse"))

@@ -516,6 +516,12 @@ def _sftp_factory(place: Place) -> TestDestination:
     return sftp(place)
 
 
+def _clickhouse_factory(place: Place) -> TestDestination:
+    from transfer_platform_tests.support.clickhouse import clickhouse
+
+    return clickhouse(place)
+
+
 #: variant -> (vendor, factory): every registered destination vendor has at least one
 FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "postgres": ("postgres", postgres),
@@ -530,6 +536,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "abs": ("abs", abs_),
     "duckdb": ("duckdb", duckdb),
     "sftp": ("sftp", _sftp_factory),
+    "clickhouse": ("clickhouse", _clickhouse_factory),
 }
 
 #: the registered destination vendors (the product's registry)

@@ -1,0 +1,451 @@
+"""ClickHouse destination: the SQL writer's algorithm (``destinations/sql/``) with
+:class:`~.dialect.ClickhouseDialect`'s statements, through clickhouse-connect (a server over
+HTTP(S), or an embedded chDB data folder).
+
+**How a window becomes visible at once** (ClickHouse has no multi-statement transactions):
+
+1. the window's rows are inserted (``insert_arrow``) into a staging table of Nullable columns and
+   scanned once: a NULL key or last-modified value, or a key twice, is refused by name;
+2. a clone of the model's table is made aside (``CREATE TABLE ... AS``) whose **comment is the
+   window's new state**; the live table's parts are attached to it (``ATTACH PARTITION ALL FROM``:
+   hard links, no row copied); the staged rows are inserted into it (soft deletes as
+   ``_tp_deleted`` rows);
+3. one ``EXCHANGE TABLES`` swaps the clone and the live table: the rows and the state (the
+   comment, which ``_transfer_status`` shows) change in that one atomic step; the old table is
+   dropped.
+
+A reader sees the previous rows and state, or the new ones; never a part of a window, never a
+watermark ahead of or behind the rows. A transfer killed anywhere leaves the live table as it was
+(the clone and the staging table are dropped by the model's next transfer, under its lock). A
+window without rows changes the comment alone (one ``ALTER ... MODIFY COMMENT``). A full refresh is
+built in a table aside whose comment is its progress, and published by one ``EXCHANGE TABLES``.
+
+Readers read with ``FINAL`` (``ReplacingMergeTree``: per key the latest last-modified version,
+the last inserted at an equal value, hidden when deleted).
+
+**One transfer of a model at a time**: a lock table ``_tp_lock_<model hash>`` created (not ``IF
+NOT EXISTS``: ClickHouse creates a name once) with the holder in its comment (transfer, host,
+process, lease end); dropped at ``close``. A second transfer waits up to
+``Tuning.lock_wait_seconds``, then is refused naming the holder; a lock whose holder's process is
+gone (same host) or whose lease ended (renewed at each commit) is taken over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from contextlib import AbstractContextManager, nullcontext, suppress
+from typing import TYPE_CHECKING
+
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations.base import (
+    WindowResult,
+    arrow_schema,
+    staging_suffix,
+)
+from transfer_platform.destinations.clickhouse.dialect import (
+    VERSION_TYPES,
+    ClickhouseDialect,
+    literal,
+    split_qualified,
+)
+from transfer_platform.destinations.clickhouse.session import (
+    TABLE_EXISTS,
+    UNKNOWN_TABLE,
+    ClickhouseSession,
+    connect,
+    error_code,
+    translated_errors,
+)
+from transfer_platform.destinations.skeleton import next_state
+from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
+from transfer_platform.errors import DataError, SchemaMismatch, TransferRunning
+from transfer_platform.tuning import DEFAULT, Tuning
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from clickhouse_connect.driver.client import Client
+    from pyspark.sql import DataFrame, SparkSession
+
+    from transfer_platform.config.models import ModelConfig
+    from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.probes import Check
+    from transfer_platform.vendors.clickhouse import ClickhouseDestination
+
+LOCK_PREFIX = "_tp_lock_"
+#: a model lock's lease: renewed at each commit; a holder silent longer is taken over
+LOCK_LEASE_SECONDS = 900
+#: while another transfer holds a model's lock: the pause between attempts
+_RETRY_SECONDS = 0.2
+#: the range of DateTime64 and Date32
+EARLIEST, LATEST = "1900-01-01", "2299-12-31"
+
+
+def _now_us() -> int:
+    return int(time.time() * 1_000_000)
+
+
+class ClickhouseWriter(SqlWriter):
+    DIALECT = ClickhouseDialect()
+
+    def __init__(self, destination: ClickhouseDestination, tuning: Tuning = DEFAULT) -> None:
+        super().__init__(destination, tuning, container=destination.connection.database,
+                         what=f"ClickHouse destination '{destination.name}'")
+        self._client: Client | None = None
+        self._locks: dict[str, str] = {}  # model name -> its lock table (qualified), held by this writer
+
+    # -- connection ---------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = connect(self.destination, self.what)
+        return self._client
+
+    @property
+    def session(self) -> ClickhouseSession:
+        return ClickhouseSession(self.client)
+
+    def _translated_errors(self) -> AbstractContextManager[None]:
+        return translated_errors(self.destination, self.what)
+
+    def _preparing(self) -> AbstractContextManager[None]:
+        return self._translated_errors()
+
+    def close(self) -> None:
+        """Release the models' locks (their tables dropped) and the client."""
+        if self._client is not None:
+            for lock in self._locks.values():
+                with suppress(Exception):
+                    self.session.execute(self.dialect.drop_table(lock))
+            with suppress(Exception):
+                self._client.close()
+            self._client = None
+        self._locks.clear()
+
+    def check(self) -> None:
+        with self._translated_errors():
+            self._create_container()
+            if not self.session.one(("SELECT count() FROM system.databases WHERE name = {db:String}",
+                                     {"db": self.container}))[0]:
+                from transfer_platform.destinations.clickhouse.session import connection_error
+
+                raise connection_error(self.destination, self.what, RuntimeError(
+                    f"Code: 81. DB::Exception: database {self.container} does not exist"))
+
+    def _create_container(self) -> None:
+        """An embedded chDB folder's database is created if missing (the folder is the recipient's
+        own); a server's must exist (the loader is granted rights on it, not CREATE DATABASE)."""
+        if self.destination.connection.path is not None:
+            self.session.execute(f"CREATE DATABASE IF NOT EXISTS {self.dialect.quote(self.container)}")
+
+    # -- the model's lock ---------------------------------------------------------------------
+
+    def _lock_table(self, model: ModelConfig) -> str:
+        return self.dialect.qualified(self.container, LOCK_PREFIX + staging_suffix(model.model_name, "").rstrip("_"))
+
+    def _holder(self, transfer_id: str) -> str:
+        return json.dumps({"transfer_id": transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
+                           "since_us": _now_us(), "lease_end_us": _now_us() + LOCK_LEASE_SECONDS * 1_000_000})
+
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """One transfer of a model to this database at a time, however they were started (see the
+        module); a second waits up to ``Tuning.lock_wait_seconds``, then ``TransferRunning``."""
+        if model.model_name in self._locks:
+            return
+        from clickhouse_connect.driver.exceptions import DatabaseError
+
+        lock = self._lock_table(model)
+        deadline = time.monotonic() + max(0.0, float(self.tuning.lock_wait_seconds))
+        with self._translated_errors():
+            self._create_container()
+            while True:
+                try:
+                    self.session.execute(f"CREATE TABLE {lock} (held UInt8) ENGINE = Memory COMMENT "
+                                         f"{literal(self._holder(transfer_id))}")
+                    self._locks[model.model_name] = lock
+                    return
+                except DatabaseError as exc:
+                    if error_code(exc) != TABLE_EXISTS:
+                        raise
+                holder = self._read_holder(lock)
+                if holder is not None and _stale(holder):
+                    self._take_over(lock, holder)
+                    continue
+                if time.monotonic() >= deadline:
+                    who = ("another session" if not holder else
+                           f"transfer {holder.get('transfer_id')!r} on {holder.get('host')}, process "
+                           f"{holder.get('pid')}")
+                    raise TransferRunning(
+                        f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
+                        f"model to this destination is running ({who}); two transfers never write one "
+                        "table at once. Fix: wait for it to end, or cancel it (transfer-platform cancel "
+                        "TRANSFER_ID), then run this one again; transfers queued through Dagster wait for "
+                        "each other by themselves")
+                time.sleep(_RETRY_SECONDS)
+
+    def _read_holder(self, lock: str) -> dict | None:
+        database, name = split_qualified(lock)
+        row = self.session.one(self.dialect.comment(database, name))
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError:
+            return {}
+
+    def _take_over(self, lock: str, holder: dict) -> None:
+        """A dead holder's lock renamed away (one taker wins the rename) and dropped; if what was
+        renamed is not that holder's (a new holder came meanwhile) it is put back."""
+        from clickhouse_connect.driver.exceptions import DatabaseError
+
+        database, _ = split_qualified(lock)
+        gone = self.dialect.qualified(database, f"{LOCK_PREFIX}gone_{uuid.uuid4().hex[:12]}")
+        try:
+            self.session.execute(f"RENAME TABLE {lock} TO {gone}")
+        except DatabaseError as exc:
+            if error_code(exc) == UNKNOWN_TABLE:
+                return
+            raise
+        if self._read_holder(gone) != holder:
+            with suppress(DatabaseError):
+                self.session.execute(f"RENAME TABLE {gone} TO {lock}")
+                return
+        self.session.execute(self.dialect.drop_table(gone))
+
+    def _renew_lock(self, model: ModelConfig, transfer_id: str) -> None:
+        lock = self._locks.get(model.model_name)
+        if lock is not None:
+            self.session.execute(self.dialect.set_comment(lock, self._holder(transfer_id)))
+
+    # -- the state: each model table's comment ------------------------------------------------
+
+    def _table_state(self, name: str) -> str | None:
+        """The state (ModelState JSON) in table ``name``'s comment; ``None`` if none."""
+        row = self.session.one(self.dialect.comment(self.container, name))
+        if row is None or not row[0]:
+            return None
+        try:
+            state = json.loads(row[0]).get("state")
+        except (ValueError, AttributeError):
+            return None
+        return None if state is None else json.dumps(state)
+
+    def _comment(self, state: ModelState, transfer_id: str) -> str:
+        return json.dumps({"state": json.loads(state.to_json()), "last_transfer_id": transfer_id,
+                           "updated_at_us": _now_us()}, sort_keys=True)
+
+    def _state_table(self, model: ModelConfig, column: str) -> str:
+        return self.refresh_table_name(model) if column == "refresh_state" else model.model_name
+
+    def _status_row(self, model: ModelConfig) -> tuple | None:
+        return (self._table_state(model.model_name), self._table_state(self.refresh_table_name(model)), None)
+
+    def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
+        return ModelState.from_json(self._table_state(self._state_table(model, column)))
+
+    def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
+        return self.read_state(model, column)  # the model's lock keeps other writers out
+
+    def _ensure_status_row(self, model: ModelConfig) -> None:
+        """Nothing: a model's row of ``_transfer_status`` is its table's comment."""
+
+    def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        self.session.execute(self.dialect.set_comment(self.table(model), self._comment(state, transfer_id)))
+
+    def _set_state(self, model: ModelConfig, column: str, state: ModelState | None) -> None:
+        if column == "refresh_state" and state is not None:
+            self.session.execute(self.dialect.set_comment(self.refresh_table(model), self._comment(state, "")))
+
+    # -- the table's shape ----------------------------------------------------------------------
+
+    def _plan_columns(self, model: ModelConfig):
+        if model.last_modified.data_type not in VERSION_TYPES:
+            raise SchemaMismatch(
+                f"model '{model.model_name}' -> destination '{self.name}': its last-modified column "
+                f"'{model.last_modified.destination_name}' is of type {model.last_modified.data_type}; a "
+                "ClickHouse table orders versions by a timestamp, date or integer (ReplacingMergeTree). Fix: "
+                "give the model a last-modified column of one of those types")
+        return super()._plan_columns(model)
+
+    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
+        """The table aside created with its progress in its comment, in one statement."""
+        state = ModelState(high_watermark=live.high_watermark)
+        aside = self.refresh_table(model)
+        with self._translated_errors():
+            self.session.execute(self.dialect.drop_table(aside))
+            self.session.execute(self.dialect.table_ddl(aside, model, comment=self._comment(state, "")))
+        return state
+
+    # -- a window -------------------------------------------------------------------------------
+
+    def _atomically(self, load: WindowLoad | None = None) -> AbstractContextManager[None]:
+        """Nothing to open: a window becomes visible by one ``EXCHANGE TABLES`` of a clone holding
+        its rows and, in its comment, its state (:meth:`_commit`, the module's docstring)."""
+        return nullcontext()
+
+    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        self._insert(batch, staging, load.model)
+
+    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        """Spark's rows brought to this process as Arrow (``toArrow``: the window whole, in
+        columns), then inserted ``Tuning.batch_rows`` rows per ``insert_arrow`` (an embedded chDB
+        folder is open in this process only)."""
+        import pyarrow as pa
+
+        wanted = arrow_schema(model)
+        table = frame.toArrow()
+        table = pa.table([table.column(n).cast(wanted.field(n).type) for n in table.column_names],
+                         names=table.column_names)
+        for start in range(0, table.num_rows, self.tuning.batch_rows):
+            self._insert(table.slice(start, self.tuning.batch_rows), staging, model)
+
+    def _insert(self, batch: pa.Table, staging: str, model: ModelConfig) -> None:
+        if not batch.num_rows:
+            return
+        _refuse_out_of_range(batch, model, self.name)
+        database, name = split_qualified(staging)
+        with self._translated_errors():
+            self.client.insert_arrow(name, batch, database=database)
+
+    def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
+        """The window's rows and state swapped in together (see the module's docstring)."""
+        model = load.model
+        column = "refresh_state" if load.into_refresh else "state"
+        target = self.refresh_table(model) if load.into_refresh else self.table(model)
+        with self._translated_errors():
+            state = self.read_state(model, column)
+            if staging is None:
+                rows = delta_rows = volume = rows_deleted = 0
+                max_lm = None
+                new_state = next_state(state, load, max_lm)
+                self.session.execute(self.dialect.set_comment(target, self._comment(new_state, load.transfer_id)))
+            else:
+                rows, delta_rows, volume = staging.rows, staging.delta_rows, staging.volume
+                max_lm = staging.max_last_modified
+                new_state = next_state(state, load, max_lm)
+                rows_deleted = staging.marked
+                if model.removes_deleted_rows:
+                    rows_deleted = int(self.session.one(self.dialect.removed_count(staging.table, target, model))[0])
+                columns = [c.destination_name for c in model.columns]
+                self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id),
+                              self.dialect.window_insert("{clone}", staging.table, target, model, columns))
+            self._renew_lock(model, load.transfer_id)
+        return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
+
+    def _swap_in(self, target: str, staging_name: str, comment: str, insert: str) -> None:
+        """``target`` replaced by a clone holding its parts, ``insert``'s rows (``{clone}`` in its
+        text) and ``comment``: one ``EXCHANGE TABLES``."""
+        clone = self.dialect.qualified(self.container, f"{staging_name}_swap")
+        session = self.session
+        session.execute(self.dialect.drop_table(clone))
+        session.execute(self.dialect.clone_ddl(clone, target, comment))
+        session.execute(self.dialect.attach_all(clone, target))
+        session.execute(insert.replace("{clone}", clone, 1))
+        session.execute(self.dialect.exchange(target, clone))
+        session.execute(self.dialect.drop_table(clone))
+
+    def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        """The refresh built aside takes the live table's place with its state, in one
+        ``EXCHANGE TABLES`` (or one ``RENAME`` when there is no live table yet)."""
+        live, aside = self.table(model), self.refresh_table(model)
+        self.session.execute(self.dialect.set_comment(aside, self._comment(state, transfer_id)))
+        if self._exists(model.model_name):
+            self.session.execute(self.dialect.exchange(live, aside))
+            self.session.execute(self.dialect.drop_table(aside))
+        else:
+            self._rename(model, [(aside, model.model_name)])
+
+    # -- outside a transfer's windows ------------------------------------------------------------
+
+    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
+        """Remove the rows whose key and last-modified value ``frame`` holds (a row changed since is
+        left alone): staged, then a ``_tp_deleted`` row for each, swapped in like a window (the
+        table's state kept)."""
+        chosen = [*model.primary_key, model.last_modified]
+        columns = [c.destination_name for c in chosen]
+        name = self.staging_table_name(model, transfer_id)
+        staging = StagingTable(name, self.dialect.qualified(self.container, name), model.model_name, self.table(model))
+        self._create_staging_table(staging, model, chosen, logged=False)
+        try:
+            self._load_frame(frame.select(*columns), staging.table, model)
+            with self._translated_errors():
+                row = self.session.one(self.dialect.comment(self.container, model.model_name))
+                sweep = self.dialect.sweep_insert("{clone}", staging.table, staging.target, model, columns)
+                deleted = int(self.session.one(self.dialect.sweep_count(staging.table, staging.target, columns))[0])
+                if deleted:
+                    self._swap_in(staging.target, name, row[0] if row else "", sweep)
+                return deleted
+        finally:
+            with self._translated_errors():
+                self.session.execute(self.dialect.drop_table(staging.table))
+
+    def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
+        """The table as its readers see it (``FINAL``), read into this process as Arrow, then handed
+        to Spark: fine for millions of rows, not for a table beyond the driver's memory."""
+        import pyarrow as pa
+
+        from transfer_platform.destinations.base import empty_frame
+
+        with self._translated_errors():
+            if not self._exists(model.model_name):
+                return empty_frame(spark, model)
+            names = list(self._columns(model.model_name))
+            table = self.client.query_arrow(
+                f"SELECT {', '.join(self.dialect.quote(n) for n in names)} FROM {self.table(model)} FINAL")
+        wanted = arrow_schema(model)
+        table = pa.table([table.column(n).cast(wanted.field(n).type) if n in wanted.names else table.column(n)
+                          for n in table.column_names], names=table.column_names)
+        return spark.createDataFrame(table) if table.num_rows else empty_frame(spark, model)
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        from transfer_platform.destinations.clickhouse.probe import probe_destination
+
+        return probe_destination(self, models, target)
+
+
+
+
+def _stale(holder: dict) -> bool:
+    """A holder whose lease ended, or whose process (on this host) is gone."""
+    if not holder:
+        return False
+    if holder.get("lease_end_us", 0) < _now_us():
+        return True
+    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        try:
+            os.kill(holder["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
+
+
+def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:
+    """A timestamp or date outside DateTime64's and Date32's range (1900-01-01 to 2299-12-31),
+    refused by name before any row is written (ClickHouse would clamp it)."""
+    import datetime as dt
+
+    import pyarrow.compute as pc
+
+    low, high = dt.date.fromisoformat(EARLIEST), dt.date.fromisoformat(LATEST)
+    for c in model.columns:
+        if c.data_type not in ("timestamp", "date") or c.destination_name not in batch.column_names:
+            continue
+        column = batch.column(c.destination_name)
+        bounds = pc.min_max(column)
+        for value in (bounds["min"].as_py(), bounds["max"].as_py()):
+            if value is None:
+                continue
+            day = value.date() if isinstance(value, dt.datetime) else value
+            if day < low or day > high:
+                raise DataError(
+                    f"column '{c.destination_name}' holds {value}, outside {EARLIEST} to {LATEST} (the range of "
+                    "ClickHouse's DateTime64 and Date32); nothing was written", model=model.model_name,
+                    destination=destination, fix=f"correct the value in the source, or leave {c.destination_name} "
+                                                 "out of the model")
+
