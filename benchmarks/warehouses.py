@@ -47,7 +47,7 @@ class Target:
     env: dict[str, str] = field(default_factory=dict)  # environment variables its secrets name
 
 
-def postgres(stack: ExitStack, folder: Path) -> Target:
+def postgres(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
     schema = f"{SCHEMA}_wh_pg"
     stack.callback(drop_schemas, schema)
     connection = {"host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"],
@@ -59,8 +59,73 @@ def postgres(stack: ExitStack, folder: Path) -> Target:
     return Target("postgres", {"vendor": "postgres", "connection": connection}, count)
 
 
+def clickhouse(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
+    """A database of an embedded chDB folder (``--chdb-folder``, or a new one: chDB opens one
+    folder per process), read with ``FINAL``."""
+    import uuid
+
+    import clickhouse_connect
+
+    path = Path(args.chdb_folder) if args.chdb_folder else folder / "chdb"
+    database = f"tp_bench_{uuid.uuid4().hex[:8]}"
+    client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+    stack.callback(client.command, f"DROP DATABASE IF EXISTS `{database}` SYNC")
+
+    def count(at: datetime | None) -> int:
+        where, params = ("WHERE updated_at = {at:DateTime64(6, 'UTC')}",
+                         {"at": at.strftime("%Y-%m-%d %H:%M:%S.%f")}) if at else ("", None)
+        return client.query(f"SELECT count() FROM `{database}`.events FINAL {where}",
+                            parameters=params).result_rows[0][0]
+
+    return Target("clickhouse", {"vendor": "clickhouse", "connection": {"path": str(path), "database": database}},
+                  count)
+
+
+def sftp(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
+    """A folder of a local OpenSSH sshd (``benchmarks/sftp_server.py``; as root: it chroots), its
+    rows those of the files its manifests name, read back over SFTP."""
+    from benchmarks.sftp_server import sftp_server
+    from transfer_platform.destinations.manifests import new_signing_key
+
+    server = stack.enter_context(sftp_server(folder))
+    root = server.folder()
+
+    def count(at: datetime | None) -> int:
+        return manifest_rows(server.sftp, root, at)
+
+    env = {"TP_BENCH_SFTP_KEY": server.private_key, "TP_BENCH_SIGNING_KEY": new_signing_key()[0]}
+    return Target("sftp", {"vendor": "sftp", "signing_key": "${TP_BENCH_SIGNING_KEY}",
+                           "connection": server.connection(root, "TP_BENCH_SFTP_KEY")}, count, env)
+
+
+def manifest_rows(client: Callable, root: str, at: datetime | None) -> int:
+    """Object storage's rows: those of the files the model's manifests name (``at``: only rows last
+    modified then), read through ``client()`` (a context manager giving an SFTP-like client:
+    ``listdir``, ``open``)."""
+    import io
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    count = 0
+    with client() as files:
+        folder = f"{root}/_manifests/events"
+        for day in files.listdir(folder):
+            for name in files.listdir(f"{folder}/{day}"):
+                with files.open(f"{folder}/{day}/{name}", "rb") as file:
+                    manifest = json.loads(file.read())
+                for entry in manifest["files"]:
+                    with files.open(f"{root}/{entry['data_file_key']}", "rb") as file:
+                        table = pq.read_table(io.BytesIO(file.read()), columns=["updated_at"])
+                    if at is not None:
+                        table = table.filter(pc.equal(table["updated_at"], at))
+                    count += table.num_rows
+    return count
+
+
 #: vendor -> how to set its destination up (an emulator started on ``stack``, closed after)
-TARGETS: dict[str, Callable[[ExitStack, Path], Target]] = {"postgres": postgres}
+TARGETS: dict[str, Callable[[ExitStack, Path, argparse.Namespace], Target]] = {
+    "postgres": postgres, "clickhouse": clickhouse, "sftp": sftp}
 
 
 def config(target: Target):
@@ -104,6 +169,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vendors", default=",".join(v for v in TARGETS if v != "postgres"),
                         help="the vendors beside PostgreSQL, comma-separated (default: all)")
     parser.add_argument("--json", default=None, help="write the results here as JSON")
+    parser.add_argument("--chdb-folder", default=None,
+                        help="ClickHouse: the chDB folder to use (default: a new one; chDB opens one folder per process)")
     return parser.parse_args(argv)
 
 
@@ -124,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         create_source(args.rows, 1)
         for index, vendor in enumerate(vendors):
             with ExitStack() as stack, tempfile.TemporaryDirectory(prefix=f"tp_bench_{vendor}_") as folder:
-                target = TARGETS[vendor](stack, Path(folder))
+                target = TARGETS[vendor](stack, Path(folder), args)
                 results["vendors"][vendor] = run_vendor(spark, target, args.rows, NOW + timedelta(hours=2 * index))
     finally:
         drop_source()
