@@ -11,7 +11,11 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
-from transfer_platform.config.connection_settings import AzureBlobConnection, S3Connection
+from transfer_platform.config.connection_settings import (
+    AzureBlobConnection,
+    GcsConnection,
+    S3Connection,
+)
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.probes import current_user
 from transfer_platform.storage.locks import FolderLocks
@@ -56,7 +60,8 @@ class Store(Protocol):
     def holds_locks(self) -> bool: ...
 
 
-def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConnection, owner: str) -> Store:
+def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConnection | GcsConnection,
+              owner: str) -> Store:
     """The store of an object storage connection: a bucket's, a container's, or a folder's."""
     if isinstance(connection, S3Connection):
         return BucketStore(connection, owner)
@@ -64,6 +69,10 @@ def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConne
         from transfer_platform.storage.azure import AzureBucketStore
 
         return AzureBucketStore(connection, owner)
+    if isinstance(connection, GcsConnection):
+        from transfer_platform.storage.gcs import GcsBucketStore
+
+        return GcsBucketStore(connection, owner)
     return FolderStore(connection.path)
 
 

@@ -1,5 +1,5 @@
 """Object storage: Parquet files and signed manifests in a folder (``local``), an S3 bucket
-(``s3``) or an Azure Blob Storage container (``abs``), all written by
+(``s3``), an Azure Blob Storage container (``abs``) or a Google Cloud Storage bucket (``gcs``), all written by
 ``destinations/object_storage.py``: the destinations' configuration and their records."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pydantic import Field
 from transfer_platform.config.connection_settings import (
     PREFIX_PATTERN,
     AzureBlobConnection,
+    GcsConnection,
     S3Connection,
 )
 from transfer_platform.config.entries import DestinationBase, Place, StrictModel, folder_place
@@ -94,4 +95,21 @@ class AzureBlobDestination(ObjectStorageBase):
 
 
 ABS = Vendor("abs", "destination", *_WRITER, AzureBlobDestination, drivers=(*_DRIVERS, "azure.storage.blob"),
+             only_adds_files=True)
+
+
+# -- a Google Cloud Storage bucket -----------------------------------------------------------
+
+
+class GcsDestination(ObjectStorageBase):
+    """Object storage in a Google Cloud Storage bucket."""
+
+    vendor: Literal["gcs"]
+    connection: GcsConnection
+
+    def place(self) -> Place:
+        return self.connection.place()
+
+
+GCS = Vendor("gcs", "destination", *_WRITER, GcsDestination, drivers=(*_DRIVERS, "google.cloud.storage"),
              only_adds_files=True)

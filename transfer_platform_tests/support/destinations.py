@@ -33,6 +33,7 @@ from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import DESTINATIONS
 from transfer_platform_tests.support.events import MODEL, normalize
+from transfer_platform_tests.support.gcs import gcs
 from transfer_platform_tests.support.postgres import (
     destination_rows,
     pg_connection_config,
@@ -95,7 +96,7 @@ def registered(*vendors: str) -> tuple[str, ...]:
 
 #: the vendors that only add files (Parquet and manifests): their consumer keeps per key the
 #: latest version; they cannot remove a row
-OBJECT_STORAGE = registered("local", "s3", "abs")
+OBJECT_STORAGE = registered("local", "s3", "abs", "gcs")
 #: the vendors that hold one row per key (merged by key: rows can be replaced and removed)
 ONE_ROW_PER_KEY = registered("postgres", "delta")
 #: the vendors the per-vendor integration tests set up without the S3 server (a PostgreSQL
@@ -523,6 +524,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
     "abs": ("abs", abs_),
     "duckdb": ("duckdb", duckdb),
+    "gcs": ("gcs", gcs),
 }
 
 #: the registered destination vendors (the product's registry)
