@@ -146,7 +146,7 @@ class GcsStore:
 
     def _failure(self, what: str, key: str, exc: Exception) -> Exception:
         from google.api_core import exceptions as api
-        from google.auth.exceptions import GoogleAuthError
+        from google.auth.exceptions import GoogleAuthError, TransportError
 
         if isinstance(exc, api.RetryError) and exc.cause is not None:
             exc = exc.cause
@@ -165,6 +165,11 @@ class GcsStore:
             }
             return ConnectionFailure(subject, reason=reason,
                                      fix=fixes.get(exc.code, "check connection.bucket, endpoint_url and credentials"))
+        if isinstance(exc, TransportError):
+            return ConnectionFailure(subject, reason="no access token for the service account: its token_uri "
+                                                     "cannot be reached",
+                                     fix="check the network to oauth2.googleapis.com and the token_uri of the "
+                                         "service account key (connection.credentials's variable)")
         if isinstance(exc, GoogleAuthError):
             return ConnectionFailure(subject, reason=f"no access token for the service account: {type(exc).__name__}",
                                      fix="correct the service account key (connection.credentials's variable), "
