@@ -7,7 +7,8 @@ read alone)."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import date, timedelta
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -16,20 +17,40 @@ from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.timeutil import utc
 from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform.tuning import Tuning
-from transfer_platform_tests.integration.test_duckdb_destination import (
-    MIN_START,
-    NOW1,
-    TENANT,
-    TYPED_COLUMNS,
-    TYPED_ROWS,
-)
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.destinations import _consumed
+from transfer_platform_tests.support.events import day
 from transfer_platform_tests.support.gcs import gcs_reader
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
+
+TENANT = "ac'me \"q\" \\ é"  # a tenant id with quotes, a backslash and unicode: data, never SQL or a path
+MIN_START = day(3, 1)
+BASE = day(3, 1) + timedelta(hours=1, microseconds=123_457)
+NOW1 = day(3, 2) + timedelta(hours=1)
+TYPED_COLUMNS = [
+    {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+    {"name_in_source": "organization_id", "data_type": "string"},
+    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+    {"name_in_source": "amount", "data_type": "decimal"},
+    {"name_in_source": "doc", "data_type": "json"},
+    {"name_in_source": "note", "data_type": "string"},
+    {"name_in_source": "flag", "data_type": "boolean"},
+    {"name_in_source": "ratio", "data_type": "float"},
+    {"name_in_source": "born", "data_type": "date"},
+]
+#: the widest decimals, microseconds, JSON and text with quotes, unicode and a newline, NULLs
+TYPED_ROWS = [
+    (1, TENANT, BASE, Decimal("12345678901234567890123456789.123456789"), '{"a": [1, 2.5, "x\\"y"], "é": null}',
+     "quotes ' \" \\ and é, 😀\nsecond line", True, 0.1, date(1970, 1, 1)),
+    (2, TENANT, BASE + timedelta(microseconds=1), Decimal("-99999999999999999999999999999.999999999"), "[]",
+     "", False, -1.5e300, date(2999, 12, 31)),
+    (3, TENANT, BASE + timedelta(hours=20, microseconds=999_998), Decimal("-0.000000001"), '"text"', None, None,
+     None, None),
+    (4, TENANT, BASE + timedelta(hours=3), None, None, "NULL", True, 2.0 ** -1074, date(2024, 2, 29)),
+]
 
 #: windows read together into this process (one upload), or read alone and written by Spark's executors
 PATHS = {"together": Tuning(), "executors": Tuning(run_rows=0)}
