@@ -32,7 +32,7 @@ from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
-BATCH = 120_000  # rows of the window that is killed (read alone: over Tuning.run_rows), written long enough to catch
+BATCH = 60_000  # rows of the window that is killed (read alone: over Tuning.run_rows), written long enough to catch
 TIMEOUT_SECONDS = 600  # a failure bound (a JVM starts slowly on a loaded machine), not a wait
 PREFIX = "acme"
 
