@@ -1,5 +1,6 @@
 """Where object storage keeps its objects: a folder (:class:`FolderStore`), an S3 bucket
-(:class:`BucketStore`) or an Azure container (``azure.AzureBucketStore``), chosen once by the connection's type (:func:`store_for`). Each store
+(:class:`BucketStore`), an Azure container (``azure.AzureBucketStore``) or a GCS bucket
+(``gcs.GcsBucketStore``), chosen once by the connection's type (:func:`store_for`). Each store
 also holds the models' locks of its kind (a ``flock``'d file, or a lock object), so the writer
 never asks which one it has."""
 
