@@ -160,3 +160,12 @@ def clickhouse_server(tmp_path_factory: pytest.TempPathFactory):
     from transfer_platform_tests.support.clickhouse_server import chdb_folder
 
     return chdb_folder(tmp_path_factory.mktemp("clickhouse"))
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real Google Cloud Storage emulator (fake-gcs-server) in its own process, for the whole session."""
+    from transfer_platform_tests.support.gcs_server import gcs_server as start
+
+    with start(tmp_path_factory.mktemp("gcs")) as server:
+        yield server

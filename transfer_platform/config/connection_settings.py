@@ -1,5 +1,5 @@
 """The connection settings several entries share: a database server, a folder, an S3 bucket, an
-Azure Blob Storage container, an SFTP server's folder (a vendor's own connection lives beside it, in
+Azure Blob Storage container, a Google Cloud Storage bucket, an SFTP server's folder (a vendor's own connection lives beside it, in
 ``transfer_platform/vendors/<vendor>.py``)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from transfer_platform.config.entries import Place, StrictModel, server_host
 from transfer_platform.config.secrets import EnvRef
@@ -54,6 +54,30 @@ class S3Connection(StrictModel):
         prefix = tuple(p for p in self.prefix.split("/") if p)
         return Place("s3", ((self.endpoint_url or "aws").rstrip("/").lower(), self.bucket), prefix,
                      f"bucket {self.bucket}, prefix {self.prefix.strip('/') or '(none)'}")
+
+
+class GcsConnection(StrictModel):
+    """A Google Cloud Storage bucket, with a service account's JSON key."""
+
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+    prefix: str = Field(default="", pattern=PREFIX_PATTERN)
+    #: the service account's JSON key, read from this variable; left out only with ``endpoint_url``
+    #: (an emulator's, reached without credentials)
+    credentials: EnvRef | None = None
+    #: the JSON API's root (``http://127.0.0.1:4443`` for fake-gcs-server); default Google's
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://")
+
+    @model_validator(mode="after")
+    def _credentials_or_emulator(self) -> GcsConnection:
+        if self.credentials is None and self.endpoint_url is None:
+            raise ValueError("credentials (a service account's JSON key: '${VARIABLE_NAME}') is required; "
+                             "only an emulator's endpoint_url is reached without credentials")
+        return self
+
+    def place(self) -> Place:
+        prefix = tuple(p for p in self.prefix.split("/") if p)
+        return Place("gcs", ((self.endpoint_url or "google").rstrip("/").lower(), self.bucket), prefix,
+                     f"GCS bucket {self.bucket}, prefix {self.prefix.strip('/') or '(none)'}")
 
 
 def folder_or_bucket(value: object) -> str:

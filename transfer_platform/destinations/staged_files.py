@@ -102,6 +102,10 @@ def staging_filesystem(options: dict[str, str] | None):  # -> pyarrow.fs.FileSys
 
     if options is None:
         return fs.LocalFileSystem()
+    if "gcs_scheme" in options:  # a Google Cloud Storage bucket (storage/gcs.py)
+        from transfer_platform.storage.gcs import gcs_filesystem
+
+        return gcs_filesystem(options)
     if "azure_storage_account_name" in options:  # an Azure container (storage/azure.py)
         kwargs = {"account_name": options["azure_storage_account_name"],
                   "account_key": options["azure_storage_account_key"]}

@@ -1,6 +1,7 @@
 """Where object storage keeps its objects: a folder (:class:`FolderStore`), an S3 bucket
-(:class:`BucketStore`), an Azure container (``azure.AzureBucketStore``) or a folder of an SFTP
-server (``sftp.SFTPStore``), chosen once by the connection's type (:func:`store_for`). Each store
+(:class:`BucketStore`), an Azure container (``azure.AzureBucketStore``), a GCS bucket
+(``gcs.GcsBucketStore``) or a folder of an SFTP server (``sftp.SFTPStore``), chosen once by the
+connection's type (:func:`store_for`). Each store
 also holds the models' locks of its kind (a ``flock``'d file, or a lock object), so the writer
 never asks which one it has."""
 
@@ -14,6 +15,7 @@ from typing import Protocol
 
 from transfer_platform.config.connection_settings import (
     AzureBlobConnection,
+    GcsConnection,
     S3Connection,
     SFTPConnection,
 )
@@ -61,7 +63,8 @@ class Store(Protocol):
     def holds_locks(self) -> bool: ...
 
 
-def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConnection | SFTPConnection,
+def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConnection | GcsConnection
+              | SFTPConnection,
               owner: str) -> Store:
     """The store of an object storage connection: a bucket's, a container's, or a folder's."""
     if isinstance(connection, S3Connection):
@@ -74,6 +77,10 @@ def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConne
         from transfer_platform.storage.sftp import SFTPStore
 
         return SFTPStore(connection, owner)
+    if isinstance(connection, GcsConnection):
+        from transfer_platform.storage.gcs import GcsBucketStore
+
+        return GcsBucketStore(connection, owner)
     return FolderStore(connection.path)
 
 

@@ -49,7 +49,7 @@ SOURCES: Mapping[str, Vendor] = _registry(postgres.SOURCE, mysql.SOURCE, parquet
 #: vendor -> its record, for every destination the configuration can name
 DESTINATIONS: Mapping[str, Vendor] = _registry(
     postgres.DESTINATION, mysql.DESTINATION, delta.DESTINATION, object_storage.LOCAL, object_storage.S3,
-    object_storage.ABS, iceberg.DESTINATION, duckdb.DESTINATION, object_storage.SFTP,
+    object_storage.ABS, object_storage.GCS, iceberg.DESTINATION, duckdb.DESTINATION, object_storage.SFTP,
     clickhouse.DESTINATION)
 
 

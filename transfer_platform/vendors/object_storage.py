@@ -1,5 +1,6 @@
 """Object storage: Parquet files and signed manifests in a folder (``local``), an S3 bucket
-(``s3``), an Azure Blob Storage container (``abs``) or a folder on an SFTP server (``sftp``), all written by
+(``s3``), an Azure Blob Storage container (``abs``), a Google Cloud Storage bucket (``gcs``) or a
+folder on an SFTP server (``sftp``), all written by
 ``destinations/object_storage.py``: the destinations' configuration and their records."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic import Field
 from transfer_platform.config.connection_settings import (
     PREFIX_PATTERN,
     AzureBlobConnection,
+    GcsConnection,
     S3Connection,
     SFTPConnection,
 )
@@ -95,6 +97,23 @@ class AzureBlobDestination(ObjectStorageBase):
 
 
 ABS = Vendor("abs", "destination", *_WRITER, AzureBlobDestination, drivers=(*_DRIVERS, "azure.storage.blob"),
+             only_adds_files=True)
+
+
+# -- a Google Cloud Storage bucket -----------------------------------------------------------
+
+
+class GcsDestination(ObjectStorageBase):
+    """Object storage in a Google Cloud Storage bucket."""
+
+    vendor: Literal["gcs"]
+    connection: GcsConnection
+
+    def place(self) -> Place:
+        return self.connection.place()
+
+
+GCS = Vendor("gcs", "destination", *_WRITER, GcsDestination, drivers=(*_DRIVERS, "google.cloud.storage"),
              only_adds_files=True)
 
 

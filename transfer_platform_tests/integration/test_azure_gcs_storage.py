@@ -8,9 +8,9 @@ an integrity check work from the command line; every manifest verifies with the 
 key; a second transfer of a model is refused while the first holds the lock object, and a lock left
 by a transfer that is gone is taken over.
 
-GCS is not here: the emulator available (gcp-storage-emulator) ignores generation preconditions
-(``ifGenerationMatch``), on which a GCS lock would rest, and does not serve the XML API delta-rs
-uses (see docs/destinations.md).
+GCS object storage (vendor ``gcs``) is tested in ``destinations/test_gcs_*.py`` against
+fake-gcs-server; Delta on GCS is not built: that emulator does not serve the XML API delta-rs uses
+(see docs/destinations.md).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import DESTINATIONS
 from transfer_platform_tests.support.events import MODEL, normalize
+from transfer_platform_tests.support.gcs import gcs
 from transfer_platform_tests.support.postgres import (
     destination_rows,
     pg_connection_config,
@@ -93,8 +94,9 @@ def registered(*vendors: str) -> tuple[str, ...]:
     return vendors
 
 
-#: the vendors that only add files (Parquet and manifests): their consumer keeps per key the
-#: latest version; they cannot remove a row
+#: the object storage vendors (only adding files: their consumer keeps per key the latest version)
+#: that integration/test_object_storage.py and test_manifest_consumer.py run over; ``gcs`` and
+#: ``sftp`` have their own tests in destinations/
 OBJECT_STORAGE = registered("local", "s3", "abs")
 #: the vendors that hold one row per key (merged by key: rows can be replaced and removed)
 ONE_ROW_PER_KEY = registered("postgres", "delta")
@@ -537,6 +539,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "duckdb": ("duckdb", duckdb),
     "sftp": ("sftp", _sftp_factory),
     "clickhouse": ("clickhouse", _clickhouse_factory),
+    "gcs": ("gcs", gcs),
 }
 
 #: the registered destination vendors (the product's registry)
