@@ -142,3 +142,12 @@ def azure_blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     """A real Azure Blob Storage emulator (Azurite) in its own process, for the whole session."""
     with azurite(tmp_path_factory.mktemp("azurite")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def snowflake_server(tmp_path_factory: pytest.TempPathFactory):
+    """A Snowflake emulator (fakesnow's server) in its own process, for the whole session."""
+    from transfer_platform_tests.support.snowflake_server import fakesnow_server
+
+    with fakesnow_server(tmp_path_factory.mktemp("snowflake")) as server:
+        yield server

@@ -37,6 +37,7 @@ from transfer_platform_tests.support.postgres import (
     destination_rows,
     pg_connection_config,
 )
+from transfer_platform_tests.support.snowflake import snowflake
 
 #: the environment variable the object-storage destinations' ``signing_key`` names
 SIGNING_KEY_ENV = "TP_TEST_SIGNING_KEY"
@@ -523,6 +524,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
     "abs": ("abs", abs_),
     "duckdb": ("duckdb", duckdb),
+    "snowflake": ("snowflake", snowflake),
 }
 
 #: the registered destination vendors (the product's registry)
