@@ -31,16 +31,26 @@ def snowflake_rows(server, database: str, schema: str, model: ModelConfig) -> li
     return sorted(cleaned, key=lambda row: tuple(row[k] for k in keys))
 
 
-def status_row(server, database: str, schema: str, model_name: str) -> tuple | None:
-    """(high_watermark, state) of the model in ``_transfer_status``, read through the connector."""
+def watermark(server, database: str, schema: str, model_name: str):
+    """The model's watermark (``transfer_last_updated_at``) in ``_transfer_status``, read through
+    the connector; None without the table or the row."""
     with server.connect() as conn, conn.cursor() as cursor:
         cursor.execute(f'SELECT count(*) FROM "{database}".INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = %s '
                        "AND TABLE_NAME = '_transfer_status'", (schema,))
         if not cursor.fetchone()[0]:
             return None
-        cursor.execute(f'SELECT high_watermark, state FROM "{database}"."{schema}"."_transfer_status" '
+        cursor.execute(f'SELECT transfer_last_updated_at FROM "{database}"."{schema}"."_transfer_status" '
                        "WHERE data_model_name = %s", (model_name,))
-        return cursor.fetchone()
+        row = cursor.fetchone()
+    return None if row is None or row[0] is None else utc(row[0])
+
+
+def staging_tables(server, database: str, schema: str) -> list[str]:
+    """The window staging tables in the schema (``_tp_stg_...``)."""
+    with server.connect() as conn, conn.cursor() as cursor:
+        cursor.execute(f'SELECT TABLE_NAME FROM "{database}".INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = %s '
+                       "AND STARTSWITH(TABLE_NAME, '_tp_stg_')", (schema,))
+        return [row[0] for row in cursor.fetchall()]
 
 
 def snowflake(place) -> object:
