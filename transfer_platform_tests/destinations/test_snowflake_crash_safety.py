@@ -27,7 +27,12 @@ from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL, create_events, source_rows
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.processes import group_alive
-from transfer_platform_tests.support.snowflake import PASSWORD_ENV, snowflake_rows, staging_tables, watermark
+from transfer_platform_tests.support.snowflake import (
+    PASSWORD_ENV,
+    snowflake_rows,
+    staging_tables,
+    watermark,
+)
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
