@@ -76,8 +76,12 @@ def private_key_der(pem: str, where: str) -> bytes:
 
 
 def connect(destination: SnowflakeDestination, what: str) -> snowflake.connector.SnowflakeConnection:
+    import logging
+
     import snowflake.connector
 
+    # the connector's HTTP pool warns at each retry; the failure itself is reported, once
+    logging.getLogger("snowflake.connector.vendored.urllib3.connectionpool").setLevel(logging.ERROR)
     c = destination.connection
     try:
         return snowflake.connector.connect(**connect_kwargs(destination))
