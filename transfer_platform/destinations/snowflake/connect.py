@@ -43,7 +43,10 @@ def connect_kwargs(destination: SnowflakeDestination) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "account": c.account, "user": c.user, "warehouse": c.warehouse, "login_timeout": CONNECT_TIMEOUT_SECONDS,
         "application": "transfer_platform", "paramstyle": "pyformat", "autocommit": True,
+        # LOCK_TIMEOUT: a statement waits for another transaction's locks at most one lease
+        # (Snowflake's default is 12 hours), then fails and the transfer can be run again
         "session_parameters": {"TIMEZONE": "UTC", "QUERY_TAG": "transfer_platform",
+                               "LOCK_TIMEOUT": destination.lock_lease_seconds,
                                "CLIENT_OUT_OF_BAND_TELEMETRY_ENABLED": False},
     }
     if c.role is not None:
