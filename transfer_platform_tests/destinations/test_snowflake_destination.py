@@ -6,6 +6,8 @@ through snowflake.connector as a recipient reads it:
 - bad input is one line naming Snowflake, the object and the fix, exit 1 from the command line,
   nothing written, the watermark unmoved and the password nowhere: an unreachable host, a missing
   database, a missing schema, a password variable that is not set, a private key that is no key;
+- a transfer that fell silent loses the model's lock once its lease runs out, and its commit is
+  then refused;
 - ``test-connection`` passes every step against a schema that exists, and names the schema's
   ``CREATE SCHEMA`` when it does not.
 
@@ -182,3 +184,36 @@ def test_test_connection_passes_every_step_and_names_a_missing_schema(database, 
         cursor.execute(f'SELECT count(*) FROM "{database}".INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = \'acme\' '
                        "AND STARTSWITH(TABLE_NAME, '_tp_probe_')")
         assert cursor.fetchone()[0] == 0
+
+
+def test_a_dead_holders_lock_is_taken_over_after_its_lease_and_the_old_holder_cannot_commit(
+        database, snowflake_server) -> None:
+    import time
+
+    from transfer_platform.errors import TransferRunning
+    from transfer_platform.tuning import Tuning
+
+    destination = block(snowflake_server, database)
+    destination["lock_lease_seconds"] = 2
+    config = parse_config(settings("src_schema", destination))
+    model = config.model(MODEL)
+    first = writer_for(config.destination(DESTINATION))
+    second = writer_for(config.destination(DESTINATION), Tuning(lock_wait_seconds=0))
+    try:
+        first.lock_model(model, "first")
+        with pytest.raises(TransferRunning, match="is running"):
+            second.lock_model(model, "second")
+        deadline = time.monotonic() + 30
+        while True:  # the first holder falls silent: its lease runs out
+            with snowflake_server.connect() as conn, conn.cursor() as cursor:
+                cursor.execute(f'SELECT expires_at < CURRENT_TIMESTAMP() FROM "{database}"."acme"."_transfer_locks" '
+                               "WHERE data_model_name = %s", (MODEL,))
+                if cursor.fetchone()[0]:
+                    break
+            assert time.monotonic() < deadline
+        second.lock_model(model, "second")  # taken over
+        with pytest.raises(TransferRunning, match="taken over"), first.session.transaction():
+            first._lock_state(model, "state")  # the old holder's commit is refused
+    finally:
+        first.close()
+        second.close()
