@@ -169,3 +169,12 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory):
 
     with start(tmp_path_factory.mktemp("gcs")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def snowflake_server(tmp_path_factory: pytest.TempPathFactory):
+    """A Snowflake emulator (fakesnow's server) in its own process, for the whole session."""
+    from transfer_platform_tests.support.snowflake_server import fakesnow_server
+
+    with fakesnow_server(tmp_path_factory.mktemp("snowflake")) as server:
+        yield server

@@ -102,15 +102,16 @@ def _field_kind(annotation: Any) -> str | None:
 @cache
 def form_vendors() -> dict[str, list[dict[str, Any]]]:
     """Destination vendor -> the fields of its connection, for every vendor a form can describe:
-    its configuration class adds only ``vendor`` and ``connection`` (a flat model) to what every
-    destination has. Settings a vendor refuses (MySQL's ``schema``) are left out."""
+    its configuration class requires only ``vendor`` and ``connection`` (a flat model) beyond what
+    every destination has (its other settings keep their defaults). Settings a vendor refuses (MySQL's ``schema``) are left out."""
     from transfer_platform.config.entries import DestinationBase
 
     common = set(DestinationBase.model_fields)
     found: dict[str, list[dict[str, Any]]] = {}
     for name, record in vendor_registry.DESTINATIONS.items():
         cls = record.config
-        if set(cls.model_fields) - common != {"vendor", "connection"}:
+        extra = {name for name, info in cls.model_fields.items() if name not in common and info.is_required()}
+        if extra != {"vendor", "connection"}:
             continue  # e.g. an object storage's signing key: the provider's, not the recipient's
         connection = cls.model_fields["connection"].annotation
         if not (isinstance(connection, type) and issubclass(connection, BaseModel)):
@@ -120,11 +121,11 @@ def form_vendors() -> dict[str, list[dict[str, Any]]]:
         for field_name, info in connection.model_fields.items():
             key = info.alias or field_name
             kind = _field_kind(info.annotation)
+            if key in refused or (kind is None and not info.is_required()):
+                continue  # a refused setting, or one the form cannot show (left at its default)
             if kind is None:
                 fields = None
                 break
-            if key in refused:
-                continue
             field: dict[str, Any] = {"name": key, "type": kind, "required": info.is_required()}
             if key == "port" and name in _USUAL_PORTS:
                 field["placeholder"] = str(_USUAL_PORTS[name])

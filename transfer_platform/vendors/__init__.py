@@ -2,7 +2,7 @@
 destination is registered.
 
 A vendor's module here (``postgres.py``, ``mysql.py``, ``parquet.py``, ``delta.py``,
-``iceberg.py``, ``object_storage.py``, ``duckdb.py``, ``clickhouse.py``) holds its configuration classes (what a
+``iceberg.py``, ``object_storage.py``, ``duckdb.py``, ``clickhouse.py``, ``snowflake.py``) holds its configuration classes (what a
 ``vendor:`` entry of the configuration file may hold) and its :class:`Vendor` records, which say
 what the rest of the platform needs to know about that ``vendor:`` value: the module and class
 that implement it (``sources/<vendor>.py``, ``destinations/<vendor>.py``, imported only when a
@@ -32,6 +32,7 @@ from transfer_platform.vendors import (
     object_storage,
     parquet,
     postgres,
+    snowflake,
 )
 from transfer_platform.vendors.record import Refusal, Vendor
 
@@ -50,7 +51,7 @@ SOURCES: Mapping[str, Vendor] = _registry(postgres.SOURCE, mysql.SOURCE, parquet
 DESTINATIONS: Mapping[str, Vendor] = _registry(
     postgres.DESTINATION, mysql.DESTINATION, delta.DESTINATION, object_storage.LOCAL, object_storage.S3,
     object_storage.ABS, object_storage.GCS, iceberg.DESTINATION, duckdb.DESTINATION, object_storage.SFTP,
-    clickhouse.DESTINATION)
+    clickhouse.DESTINATION, snowflake.DESTINATION)
 
 
 for _record in (*SOURCES.values(), *DESTINATIONS.values()):

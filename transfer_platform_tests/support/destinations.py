@@ -38,6 +38,7 @@ from transfer_platform_tests.support.postgres import (
     destination_rows,
     pg_connection_config,
 )
+from transfer_platform_tests.support.snowflake import snowflake
 
 #: the environment variable the object-storage destinations' ``signing_key`` names
 SIGNING_KEY_ENV = "TP_TEST_SIGNING_KEY"
@@ -540,6 +541,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "sftp": ("sftp", _sftp_factory),
     "clickhouse": ("clickhouse", _clickhouse_factory),
     "gcs": ("gcs", gcs),
+    "snowflake": ("snowflake", snowflake),
 }
 
 #: the registered destination vendors (the product's registry)

@@ -1,0 +1,302 @@
+"""Snowflake destination: the SQL writer's algorithm (``destinations/sql/``) with
+:class:`~.dialect.SnowflakeDialect`'s statements, loaded the way Snowflake recommends:
+
+- **a window is staged** as Parquet files, ``PUT`` to the schema's named stage ``_tp_stage``
+  under a folder of its own (from Spark's Python workers, each over a connection of its own, or
+  from this process), then one ``COPY INTO`` a transient staging table (``MATCH_BY_COLUMN_NAME =
+  CASE_INSENSITIVE``, ``PURGE = TRUE``: the files leave the stage once loaded);
+- **the window's commit** is one ``BEGIN ... COMMIT`` of DML only (Snowflake commits at any DDL):
+  the soft deletes, the merge on the key with the last-modified tie-break, the ``_transfer_status``
+  row and the renewal of the model's lock; a reader sees the window whole or not at all;
+- **the model's lock** is a row of ``_transfer_locks`` (holder, expiry) claimed by one ``UPDATE``
+  when free, ours, or expired (``lock_lease_seconds`` after its holder's last sign of life); each
+  commit renews it and fails if the lock was taken over, so a transfer presumed dead never
+  commits over its successor;
+- **a full refresh** is built in a table aside and published, when the live table's columns are
+  the model's, as DML in one transaction (the live rows replaced by the aside's, the state
+  recorded); otherwise by renames between two commits (the SQL writer's publish without
+  transactional DDL: the live table is absent for the moment between two ``ALTER TABLE ...
+  RENAME``).
+
+Every table lives in ``connection.database``.``connection.schema`` (the recipient's, created
+beforehand); names are quoted as written.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from contextlib import AbstractContextManager, suppress
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations.base import arrow_schema, empty_frame
+from transfer_platform.destinations.snowflake.connect import (
+    SnowflakeSession,
+    connect,
+    connect_kwargs,
+    first_line,
+    translated_errors,
+)
+from transfer_platform.destinations.snowflake.dialect import LOCK_TABLE, STAGE, SnowflakeDialect
+from transfer_platform.destinations.sql.writer import SqlWriter
+from transfer_platform.errors import DataError, MissingPrivilege, TransferRunning
+from transfer_platform.tuning import DEFAULT, Tuning
+from transfer_platform.vendors.snowflake import SnowflakeDestination
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import snowflake.connector
+    from pyspark.sql import DataFrame, SparkSession
+
+    from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.probes import Check
+
+#: how often a transfer waiting for a model's lock asks again
+LOCK_POLL_SECONDS = 0.5
+
+
+def stage_partition(connect_args: dict, put_sql: str, batches) -> object:
+    """Runs in a Spark Python worker: its partition's Arrow batches written as one Parquet file,
+    uploaded to the window's stage folder over a connection of its own."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import snowflake.connector
+
+    rows, writer = 0, None
+    with tempfile.TemporaryDirectory(prefix="tp_sf_") as folder:
+        path = Path(folder) / f"part-{uuid.uuid4().hex}.parquet"
+        for batch in batches:
+            if writer is None:
+                writer = pq.ParquetWriter(path, batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+        if writer is not None:
+            writer.close()
+            try:
+                with snowflake.connector.connect(**connect_args) as conn, conn.cursor() as cursor:
+                    cursor.execute(put_sql.replace("{path}", str(path)))
+            except snowflake.connector.errors.Error as exc:  # the first line only, never the settings
+                raise RuntimeError(f"PUT to the stage failed: {first_line(exc)}") from None
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+class SnowflakeWriter(SqlWriter):
+    DIALECT = SnowflakeDialect()
+
+    def __init__(self, destination: SnowflakeDestination, tuning: Tuning = DEFAULT) -> None:
+        c = destination.connection
+        super().__init__(destination, tuning, container=c.schema_,
+                         what=f"Snowflake destination '{destination.name}' (schema {c.database}.{c.schema_})")
+        self.dialect = SnowflakeDialect(c.database)
+        self.stage = self.dialect.qualified(self.container, STAGE)
+        self.locks = self.dialect.qualified(self.container, LOCK_TABLE)
+        self.lease = destination.lock_lease_seconds
+        self.holder = f"{uuid.uuid4().hex}"  # this writer, in the lock rows
+        self._conn: snowflake.connector.SnowflakeConnection | None = None
+        self._locked: set[str] = set()
+
+    # -- connection ---------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> snowflake.connector.SnowflakeConnection:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = connect(self.destination, self.what)
+            with self._translated_errors():
+                self._use_schema()
+        return self._conn
+
+    @property
+    def session(self) -> SnowflakeSession:
+        return SnowflakeSession(self.conn)
+
+    def close(self) -> None:
+        """Release the models' locks, then the connection."""
+        if self._conn is not None:
+            with suppress(Exception):  # gone: the locks expire by themselves
+                if self._locked:
+                    self.session.execute(self.dialect.release_lock(self.locks, self.holder))
+            with suppress(Exception):
+                self._conn.close()
+            self._conn = None
+        self._locked.clear()
+
+    def check(self) -> None:
+        with self._translated_errors():
+            self.session.one("SELECT 1")
+
+    def _translated_errors(self) -> AbstractContextManager[None]:
+        return translated_errors(self.destination, self.what)
+
+    def _preparing(self) -> AbstractContextManager[None]:
+        return self._translated_errors()
+
+    # -- bookkeeping: the schema must exist; the status and lock tables and the stage are made --
+
+    def _reach(self) -> None:
+        with self._translated_errors():
+            for ddl in (self.dialect.status_ddl(self.status_table), self.dialect.lock_ddl(self.locks),
+                        self.dialect.stage_ddl(self.stage)):
+                self.session.execute(ddl)
+
+    def _use_schema(self) -> None:
+        """The session's schema set to the destination's (``COPY INTO`` keeps its load history
+        there), once it is known to exist."""
+        c = self.destination.connection
+        session = SnowflakeSession(self._conn)
+        (found,) = session.one(self.dialect.schema_exists(c.schema_))
+        if not found:
+            raise MissingPrivilege(self.what, role=c.role or c.user,
+                                   reason=f"schema {c.schema_!r} of database {c.database!r} does not exist or is "
+                                          "not visible to the role",
+                                   grant=f'CREATE SCHEMA "{c.database}"."{c.schema_}" (names are case-sensitive '
+                                         "as written), then the grants of docs/permissions.md")
+        session.execute(f"USE SCHEMA {self.dialect.quote(c.database)}.{self.dialect.quote(c.schema_)}")
+
+    # -- the model's lock: a row with holder and expiry ------------------------------------------
+
+    def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
+        """One transfer (or sweep) of a model at a time; a second waits up to
+        ``Tuning.lock_wait_seconds``, then is refused naming the holder's lease."""
+        name = model.model_name
+        if name in self._locked:
+            return
+        deadline = time.monotonic() + max(0.0, float(self.tuning.lock_wait_seconds))
+        with self._translated_errors():
+            self.session.execute(self.dialect.lock_ddl(self.locks))
+            self.session.execute(self.dialect.ensure_lock_row(self.locks, name))
+            while not self._claim(name):
+                if time.monotonic() >= deadline:
+                    row = self.session.one(self.dialect.lock_holder(self.locks, name))
+                    until = f", its lease running until {row[1]}" if row and row[1] else ""
+                    raise TransferRunning(
+                        f"model '{name}' -> destination '{self.name}': another transfer of this model to this "
+                        f"destination is running (it holds the model's lock{until}); two transfers never write one table at once. Fix: "
+                        "wait for it to end, or cancel it (transfer-platform cancel TRANSFER_ID), then run this "
+                        "one again; a transfer that died is taken over once its lease (lock_lease_seconds) runs out")
+                time.sleep(LOCK_POLL_SECONDS)
+        self._locked.add(name)
+
+    def _claim(self, name: str) -> bool:
+        import snowflake.connector
+
+        try:
+            return self.session.execute(self.dialect.claim_lock(self.locks, name, self.holder, self.lease)) > 0
+        except snowflake.connector.errors.ProgrammingError as exc:
+            if "conflict" in str(exc).lower():  # two claims at once: the other won
+                return False
+            raise
+
+    def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
+        """Inside a commit: the lease renewed, refused if the lock is no longer this writer's."""
+        renewed = self.session.execute(self.dialect.renew_lock(self.locks, model.model_name, self.holder, self.lease))
+        if not renewed:
+            raise TransferRunning(
+                f"model '{model.model_name}' -> destination '{self.name}': this transfer's lock expired and "
+                "was taken over by another transfer; nothing of this window was committed. Fix: raise "
+                "lock_lease_seconds above the longest window's load time, then run the transfer again")
+        return super()._lock_state(model, column)
+
+    # -- the bulk load: Parquet, PUT, COPY INTO ----------------------------------------------------
+
+    def _folder(self, staging: str) -> str:
+        return f"{staging.rsplit('.', 1)[-1].strip(chr(34))}/{uuid.uuid4().hex}"
+
+    def _copy(self, staging: str, folder: str, model: ModelConfig) -> None:
+        import snowflake.connector
+
+        with self._translated_errors():
+            try:
+                self.session.execute(self.dialect.copy_into(staging, self.stage, folder))
+            except snowflake.connector.errors.ProgrammingError as exc:
+                if exc.errno in (2003, 3001):
+                    raise
+                raise self._load_error(model, first_line(exc)) from None
+
+    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        """Each Spark partition is written as a Parquet file by a Python worker and PUT to the
+        stage over its own connection (``mapInArrow``: memory stays flat); then one COPY INTO."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        from transfer_platform.runtime.connections import spark_error_reason
+
+        folder = self._folder(staging)
+        put = partial(stage_partition, connect_kwargs(self.destination),
+                      self.dialect.put("{path}", self.stage, folder))
+        try:
+            rows = frame.coalesce(self.destination.max_concurrent_queries_per_transfer).mapInArrow(
+                put, "rows long").collect()
+        except (Py4JJavaError, PySparkException) as exc:
+            raise self._load_error(model, spark_error_reason(exc)) from None
+        if sum(r[0] for r in rows):
+            self._copy(staging, folder, model)
+
+    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        import pyarrow.parquet as pq
+
+        if not batch.num_rows:
+            return
+        folder = self._folder(staging)
+        with tempfile.TemporaryDirectory(prefix="tp_sf_") as tmp:
+            path = Path(tmp) / "window.parquet"
+            pq.write_table(batch, path)
+            with self._translated_errors():
+                self.session.execute(self.dialect.put(str(path), self.stage, folder))
+        self._copy(staging, folder, load.model)
+
+    def _load_error(self, model: ModelConfig, reason: str) -> DataError:
+        return DataError(f"loading the window into Snowflake failed: {reason}", model=model.model_name,
+                         destination=self.name, fix="check that each column's data_type matches the source values")
+
+    # -- the catalog: SHOW PRIMARY KEYS names the column in its fifth field ------------------------
+
+    def _primary_key(self, name: str) -> list[str]:
+        if not self._exists(name):
+            return []
+        return sorted(row[4] for row in self.session.all(self.dialect.primary_key(self.container, name)))
+
+    # -- a full refresh's publish ---------------------------------------------------------------------
+
+    def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
+        """The live table's rows replaced by the aside's in one transaction with the state (the
+        live table's columns are the model's); otherwise the renames between two commits."""
+        if not (self._exists(model.model_name) and self._columns_match(model, model.model_name)):
+            super()._replace_live(model, state, transfer_id)
+            return
+        with self.session.transaction():
+            self._lock_state(model, "refresh_state")
+            for statement in self.dialect.replace_rows(self.table(model), self.refresh_table(model), model):
+                self.session.execute(statement)
+            self._record_state(model, state, transfer_id)
+            self._set_state(model, "refresh_state", None)
+        self.session.execute(self.dialect.drop_table(self.refresh_table(model)))
+
+    # -- outside a transfer's windows ---------------------------------------------------------------
+
+    def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
+        """The table read into this process through the connector, then handed to Spark (fine for
+        millions of rows, not for a table beyond the driver's memory)."""
+        import pyarrow as pa
+
+        with self._translated_errors():
+            if not self._exists(model.model_name):
+                return empty_frame(spark, model)
+            schema = arrow_schema(model)
+            names = ", ".join(self.dialect.quote(n) for n in schema.names)
+            rows = self.session.all(f"SELECT {names} FROM {self.table(model)}")
+        json_columns = {c.destination_name for c in model.columns if c.data_type == "json"}
+        data = {n: [r[i] for r in rows] for i, n in enumerate(schema.names)}
+        for name in json_columns:
+            data[name] = [None if v is None else str(v) for v in data[name]]
+        table = pa.table(data, schema=schema)
+        return spark.createDataFrame(table) if table.num_rows else empty_frame(spark, model)
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        from transfer_platform.destinations.snowflake.probe import probe_destination
+
+        return probe_destination(self, target)
