@@ -1,50 +1,9 @@
-"""A Snowflake emulator for the tests: fakesnow's server (``fakesnow[server]``: Snowflake's REST
-protocol over HTTP, DuckDB underneath) started as its own process on 127.0.0.1 and stopped
-afterwards. Its databases are in memory, one set shared by every connection, kept while the
-process lives (a transfer killed with -9 leaves them). Nothing patches the connector: requests go
-over HTTP to this process."""
+"""A Snowflake emulator for the tests: ``benchmarks/snowflake_server.py``'s fakesnow server (its own
+process on a free loopback port; databases in memory, one set shared by every connection, kept
+while the process lives: a transfer killed with -9 leaves them)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from benchmarks.snowflake_server import ACCOUNT, PASSWORD, USER, FakeSnowflake, fakesnow_server
 
-from transfer_platform_tests.support.processes import listening
-
-#: fakesnow accepts any account, user and password
-ACCOUNT, USER, PASSWORD = "fakesnow", "fake", "snow"
-
-
-@dataclass(frozen=True)
-class FakeSnowflake:
-    host: str
-    port: int
-    log: Path
-
-    def connect(self, **extra):
-        """A connector session of the tests (the recipient's, or the administrator's)."""
-        import snowflake.connector
-
-        return snowflake.connector.connect(
-            account=ACCOUNT, user=USER, password=PASSWORD, host=self.host, port=self.port, protocol="http",
-            login_timeout=10, session_parameters={"CLIENT_OUT_OF_BAND_TELEMETRY_ENABLED": False}, **extra)
-
-    def create_schema(self, database: str, schema: str) -> None:
-        with self.connect() as conn, conn.cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE IF NOT EXISTS "{database}"')
-            cursor.execute(f'CREATE SCHEMA IF NOT EXISTS "{database}"."{schema}"')
-
-    def connection(self, database: str, schema: str, password_env: str) -> dict:
-        """A destination's ``connection`` block pointing at this emulator."""
-        return {"account": ACCOUNT, "user": USER, "password": f"${{{password_env}}}", "database": database,
-                "schema": schema, "warehouse": "TP_WH", "host": self.host, "port": self.port, "protocol": "http"}
-
-
-@contextmanager
-def fakesnow_server(folder: Path) -> Iterator[FakeSnowflake]:
-    command = [sys.executable, "-m", "fakesnow", "-s", "--host", "127.0.0.1", "--port", "{port}"]
-    with listening("fakesnow", command, folder / "fakesnow.log") as port:
-        yield FakeSnowflake("127.0.0.1", port, folder / "fakesnow.log")
+__all__ = ["ACCOUNT", "PASSWORD", "USER", "FakeSnowflake", "fakesnow_server"]
