@@ -142,3 +142,12 @@ def azure_blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     """A real Azure Blob Storage emulator (Azurite) in its own process, for the whole session."""
     with azurite(tmp_path_factory.mktemp("azurite")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def bigquery_server(tmp_path_factory: pytest.TempPathFactory):
+    """A BigQuery emulator (crucible) in its own process, for the whole session."""
+    from transfer_platform_tests.support.bigquery_server import bigquery_server as start
+
+    with start(tmp_path_factory.mktemp("bigquery")) as server:
+        yield server

@@ -2,7 +2,7 @@
 destination is registered.
 
 A vendor's module here (``postgres.py``, ``mysql.py``, ``parquet.py``, ``delta.py``,
-``iceberg.py``, ``object_storage.py``, ``duckdb.py``) holds its configuration classes (what a
+``iceberg.py``, ``object_storage.py``, ``duckdb.py``, ``bigquery.py``) holds its configuration classes (what a
 ``vendor:`` entry of the configuration file may hold) and its :class:`Vendor` records, which say
 what the rest of the platform needs to know about that ``vendor:`` value: the module and class
 that implement it (``sources/<vendor>.py``, ``destinations/<vendor>.py``, imported only when a
@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from transfer_platform.vendors import (
+    bigquery,
     delta,
     duckdb,
     iceberg,
@@ -48,7 +49,8 @@ SOURCES: Mapping[str, Vendor] = _registry(postgres.SOURCE, mysql.SOURCE, parquet
 #: vendor -> its record, for every destination the configuration can name
 DESTINATIONS: Mapping[str, Vendor] = _registry(
     postgres.DESTINATION, mysql.DESTINATION, delta.DESTINATION, object_storage.LOCAL, object_storage.S3,
-    object_storage.ABS, iceberg.DESTINATION, duckdb.DESTINATION)
+    object_storage.ABS, iceberg.DESTINATION, duckdb.DESTINATION,
+    bigquery.DESTINATION)
 
 
 for _record in (*SOURCES.values(), *DESTINATIONS.values()):

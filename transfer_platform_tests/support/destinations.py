@@ -32,6 +32,7 @@ import pytest
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import DESTINATIONS
+from transfer_platform_tests.support.bigquery import bigquery
 from transfer_platform_tests.support.events import MODEL, normalize
 from transfer_platform_tests.support.postgres import (
     destination_rows,
@@ -523,6 +524,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "iceberg-s3": ("iceberg", iceberg_in_a_bucket),
     "abs": ("abs", abs_),
     "duckdb": ("duckdb", duckdb),
+    "bigquery": ("bigquery", bigquery),
 }
 
 #: the registered destination vendors (the product's registry)
