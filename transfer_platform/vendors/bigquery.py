@@ -10,7 +10,7 @@ from pydantic import Field
 
 from transfer_platform.config.entries import DestinationBase, Place, StrictModel
 from transfer_platform.config.secrets import EnvRef
-from transfer_platform.vendors.record import Refusal, Vendor, one_query
+from transfer_platform.vendors.record import Vendor, one_query
 
 
 class BigqueryConnection(StrictModel):

@@ -80,7 +80,7 @@ class BigquerySession(Session):
     def all(self, statement: Statement) -> list[tuple]:
         return [tuple(row.values()) for row in self._run(statement).result(retry=retry())]
 
-    def transaction(self):  # noqa: ANN201 (a context manager)
+    def transaction(self):
         return nullcontext()
 
 

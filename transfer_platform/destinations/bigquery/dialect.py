@@ -110,9 +110,9 @@ class BigqueryDialect(Dialect):
         return q(name)
 
     def qualified(self, container: str, name: str) -> str:
-        """``container`` is ``project.dataset`` (a dataset name has no dot, a project id may)."""
-        project, dataset = container.rsplit(".", 1)
-        return f"{q(project)}.{q(dataset)}.{q(name)}"
+        """``container`` is ``project.dataset`` (a dataset name has no dot, a project id may), or
+        a dataset alone (the client's project)."""
+        return ".".join(q(part) for part in (*container.rsplit(".", 1), name))
 
     def matches(self, declared: str, actual: str) -> bool:
         return declared == _LEGACY.get(actual.upper(), actual.upper())
@@ -124,8 +124,7 @@ class BigqueryDialect(Dialect):
     # -- the catalog: the writer asks the tables API (no query job); these are its SQL twins -----
 
     def _schema(self, container: str) -> str:
-        project, dataset = container.rsplit(".", 1)
-        return f"{q(project)}.{q(dataset)}.INFORMATION_SCHEMA"
+        return ".".join(q(part) for part in container.rsplit(".", 1)) + ".INFORMATION_SCHEMA"
 
     def table_exists(self, container: str, name: str) -> Statement:
         return f"SELECT COUNT(*) > 0 FROM {self._schema(container)}.TABLES WHERE table_name = %s", (name,)
@@ -228,8 +227,8 @@ class BigqueryDialect(Dialect):
         """Not run alone: the window's one ``MERGE`` (:meth:`upsert`) removes these rows."""
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
         keys = [c.destination_name for c in model.primary_key]
-        return (f"DELETE FROM {target} AS t WHERE EXISTS (SELECT 1 FROM {staging} AS s WHERE {_on(keys)} AND "
-                f"{self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm})")
+        return (f"MERGE {target} AS t USING {staging} AS s ON {_on(keys)} WHEN MATCHED AND "
+                f"{self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm} THEN DELETE")
 
     def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
         """One ``MERGE`` on the key: the soft deletes (``skip`` given: a staged row marked deleted,
@@ -255,7 +254,8 @@ class BigqueryDialect(Dialect):
         return [f"MERGE {target} AS t USING {staging} AS s ON {_on(keys)} " + " ".join(clauses)]
 
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
-        return f"DELETE FROM {target} AS t WHERE EXISTS (SELECT 1 FROM {staging} AS s WHERE {_on(columns)})"
+        """A ``MERGE ... THEN DELETE`` (the emulator has no ``DELETE`` statement)."""
+        return f"MERGE {target} AS t USING {staging} AS s ON {_on(columns)} WHEN MATCHED THEN DELETE"
 
     # -- the model's lock row --------------------------------------------------------------------
 
@@ -274,7 +274,8 @@ class BigqueryDialect(Dialect):
         return f"SELECT holder, expires_at FROM {locks} WHERE model_name = %s", (model_name,)
 
     def release_lock(self, locks: str, model_name: str, holder: str) -> Statement:
-        return f"DELETE FROM {locks} WHERE model_name = %s AND holder = %s", (model_name, holder)
+        return (f"MERGE {locks} AS t USING (SELECT %s AS model_name, %s AS holder) AS s ON t.model_name = "
+                "s.model_name AND t.holder = s.holder WHEN MATCHED THEN DELETE", (model_name, holder))
 
 
 __all__ = ["LOCKS_TABLE", "STATUS_TABLE", "BigqueryDialect", "decoded", "literal", "q", "render"]

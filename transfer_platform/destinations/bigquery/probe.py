@@ -18,7 +18,6 @@ from transfer_platform.destinations.bigquery.client import (
     first_line,
     missing_role,
     principal,
-    retry,
 )
 from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege
 
@@ -46,7 +45,7 @@ def probe_destination(self: BigqueryWriter, models: list[ModelConfig], target: s
              (f"load rows with a load job ({PROJECT_ROLE} on the project)",
               lambda: self._load([pa.table({"id": ["probe"]})], name, None, [column])),
              ("merge and delete rows (DML)",
-              lambda: self.session.execute(f"DELETE FROM {table} WHERE id IS NOT NULL"))]
+              lambda: self.session.execute(self.dialect.delete_matching(table, "(SELECT 'probe' AS id)", ["id"])))]
     if not probe.reach(host, port):
         probe.skipped([reach, *(s for s, _ in steps)], "the endpoint cannot be reached")
         return probe.checks

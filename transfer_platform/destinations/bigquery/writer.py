@@ -35,7 +35,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig
-from transfer_platform.destinations.base import WindowLoad, arrow_schema, empty_frame, frame_batches, staging_suffix
+from transfer_platform.destinations.base import (
+    WindowLoad,
+    arrow_schema,
+    empty_frame,
+    frame_batches,
+    staging_suffix,
+)
 from transfer_platform.destinations.bigquery import dialect as sql
 from transfer_platform.destinations.bigquery.client import (
     BigquerySession,
