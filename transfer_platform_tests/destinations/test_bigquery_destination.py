@@ -8,65 +8,33 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from datetime import timedelta
 
-import pyarrow as pa
 import pytest
 
-from transfer_platform.config.models import ColumnConfig, ModelConfig
-from transfer_platform.core.windows import Window
-from transfer_platform.destinations.base import WindowLoad, arrow_schema
 from transfer_platform.destinations.bigquery.writer import BigqueryWriter
 from transfer_platform.errors import ConfigError, ConnectionFailure
 from transfer_platform.vendors.bigquery import BigqueryDestination
-from transfer_platform_tests.support.bigquery import bigquery_rows, bigquery_watermark, new_dataset
+from transfer_platform_tests.support.bigquery import (
+    ROWS,
+    T0,
+    TRICKY,
+    bigquery_rows,
+    bigquery_watermark,
+    new_dataset,
+    typed_model,
+    write,
+)
 
 pytestmark = pytest.mark.integration
 
-T0 = datetime(2024, 3, 1, tzinfo=UTC)
-TRICKY = "it's \"quoted\", back\\slash,\nnew line\r\n, unicode é ✓ 𝄞, tab\t, ''"
 SECRET_ENV = "TP_TEST_BIGQUERY_KEY"
-
-
-def typed_model() -> ModelConfig:
-    return ModelConfig(model_name="typed", source_name="src", source_table="t", columns=[
-        ColumnConfig(name_in_source="id", data_type="string", is_primary_key=True),
-        ColumnConfig(name_in_source="updated_at", data_type="timestamp", is_last_modified=True),
-        ColumnConfig(name_in_source="n", data_type="integer"),
-        ColumnConfig(name_in_source="f", data_type="float"),
-        ColumnConfig(name_in_source="b", data_type="boolean"),
-        ColumnConfig(name_in_source="d", data_type="date"),
-        ColumnConfig(name_in_source="amount", data_type="decimal"),
-        ColumnConfig(name_in_source="doc", data_type="json"),
-        ColumnConfig(name_in_source="s", data_type="string")])
-
-
-ROWS = [
-    {"id": "k'1 \"x\"\n", "updated_at": T0 + timedelta(microseconds=123456), "n": -9223372036854775808,
-     "f": 0.1, "b": True, "d": date(1, 1, 1), "amount": Decimal("12345678901234567890123456789.123456789"),
-     "doc": json.dumps({"a": [1, "two\n", None], "é": {"x": True}}), "s": TRICKY},
-    {"id": "k2", "updated_at": T0 + timedelta(seconds=1, microseconds=1), "n": 9223372036854775807,
-     "f": -1.7976931348623157e308, "b": False, "d": date(9999, 12, 31), "amount": Decimal("-0.000000001"),
-     "doc": "[]", "s": ""},
-    {"id": "k3", "updated_at": T0, "n": None, "f": None, "b": None, "d": None, "amount": None, "doc": None,
-     "s": None},
-]
 
 
 def destination(server, dataset: str, **connection) -> BigqueryDestination:
     return BigqueryDestination.model_validate({
         "name": "bq", "recipient": "r", "vendor": "bigquery",
         "connection": {"project": server.project, "dataset": dataset, "api_endpoint": server.endpoint, **connection}})
-
-
-def load(model: ModelConfig, transfer_id: str) -> WindowLoad:
-    return WindowLoad(model, transfer_id, Window(T0 - timedelta(days=1), T0 + timedelta(days=1)), T0 - timedelta(days=1))
-
-
-def write(writer: BigqueryWriter, model: ModelConfig, rows: list[dict], transfer_id: str = "t1") -> None:
-    writer.prepare(model, transfer_id)
-    writer.write_arrow(pa.Table.from_pylist(rows, schema=arrow_schema(model)), load(model, transfer_id))
 
 
 def test_every_data_type_is_read_back_as_written(bigquery_server) -> None:
@@ -121,7 +89,9 @@ def test_an_unreachable_endpoint_is_one_line_naming_it_and_the_fix(bigquery_serv
         writer.close()
     message = str(refused.value)
     assert "\n" not in message
-    assert "BigQuery destination 'bq'" in message and "127.0.0.1" in message and "Fix:" in message
+    assert "BigQuery destination 'bq'" in message
+    assert "127.0.0.1" in message
+    assert "Fix:" in message
 
 
 def test_a_missing_dataset_is_named_with_the_fix_and_nothing_is_created(bigquery_server) -> None:
@@ -154,5 +124,6 @@ def test_a_bad_service_account_key_is_refused_without_showing_it(bigquery_server
     finally:
         writer.close()
     assert "connection.credentials" in str(refused.value)
-    assert "SECRETSECRET" not in str(refused.value) and "SECRETSECRET" not in caplog.text
+    assert "SECRETSECRET" not in str(refused.value)
+    assert "SECRETSECRET" not in caplog.text
     assert bigquery_rows(bigquery_server, dataset, "typed", [("id", "string")]) is None  # nothing written

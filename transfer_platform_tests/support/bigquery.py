@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
+from transfer_platform.config.models import ColumnConfig, ModelConfig
 from transfer_platform.core.timeutil import utc
+from transfer_platform.core.windows import Window
+from transfer_platform.destinations.base import WindowLoad, arrow_schema
 
 if TYPE_CHECKING:
-    from transfer_platform.config.models import ModelConfig
+    from transfer_platform.destinations.bigquery.writer import BigqueryWriter
     from transfer_platform_tests.support.destinations import Place, TestDestination
 
 
@@ -77,3 +82,43 @@ def bigquery(place: Place) -> TestDestination:
     block = {"vendor": "bigquery", "connection": {"project": server.project, "dataset": dataset,
                                                   "api_endpoint": server.endpoint}}
     return TestDestination("bigquery", "bigquery", block, read, {"dataset": dataset, "server": server})
+
+
+# -- a model of every data type, its rows, a window written through the writer alone ---------------
+
+T0 = datetime(2024, 3, 1, tzinfo=UTC)
+TRICKY = "it's \"quoted\", back\\slash,\nnew line\r\n, unicode é ✓ 𝄞, tab\t, ''"
+
+
+def typed_model() -> ModelConfig:
+    return ModelConfig(model_name="typed", source_name="src", source_table="t", columns=[
+        ColumnConfig(name_in_source="id", data_type="string", is_primary_key=True),
+        ColumnConfig(name_in_source="updated_at", data_type="timestamp", is_last_modified=True),
+        ColumnConfig(name_in_source="n", data_type="integer"),
+        ColumnConfig(name_in_source="f", data_type="float"),
+        ColumnConfig(name_in_source="b", data_type="boolean"),
+        ColumnConfig(name_in_source="d", data_type="date"),
+        ColumnConfig(name_in_source="amount", data_type="decimal"),
+        ColumnConfig(name_in_source="doc", data_type="json"),
+        ColumnConfig(name_in_source="s", data_type="string")])
+
+
+ROWS = [
+    {"id": "k'1 \"x\"\n", "updated_at": T0 + timedelta(microseconds=123456), "n": -9223372036854775808,
+     "f": 0.1, "b": True, "d": date(1, 1, 1), "amount": Decimal("12345678901234567890123456789.123456789"),
+     "doc": json.dumps({"a": [1, "two\n", None], "é": {"x": True}}), "s": TRICKY},
+    {"id": "k2", "updated_at": T0 + timedelta(seconds=1, microseconds=1), "n": 9223372036854775807,
+     "f": -1.7976931348623157e308, "b": False, "d": date(9999, 12, 31), "amount": Decimal("-0.000000001"),
+     "doc": "[]", "s": ""},
+    {"id": "k3", "updated_at": T0, "n": None, "f": None, "b": None, "d": None, "amount": None, "doc": None,
+     "s": None},
+]
+
+
+def load(model: ModelConfig, transfer_id: str) -> WindowLoad:
+    return WindowLoad(model, transfer_id, Window(T0 - timedelta(days=1), T0 + timedelta(days=1)), T0 - timedelta(days=1))
+
+
+def write(writer: BigqueryWriter, model: ModelConfig, rows: list[dict], transfer_id: str = "t1") -> None:
+    writer.prepare(model, transfer_id)
+    writer.write_arrow(pa.Table.from_pylist(rows, schema=arrow_schema(model)), load(model, transfer_id))
