@@ -127,3 +127,58 @@ def test_a_bad_service_account_key_is_refused_without_showing_it(bigquery_server
     assert "SECRETSECRET" not in str(refused.value)
     assert "SECRETSECRET" not in caplog.text
     assert bigquery_rows(bigquery_server, dataset, "typed", [("id", "string")]) is None  # nothing written
+
+
+class Died(BaseException):
+    """The transfer's process dying at a chosen point (raised by the writer's own step)."""
+
+
+def test_a_transfer_dying_between_the_merge_and_the_watermark_is_redelivered_exactly(
+        bigquery_server, monkeypatch) -> None:
+    dataset = new_dataset(bigquery_server)
+    model = typed_model()
+    columns = [(c.destination_name, c.data_type) for c in model.columns]
+    writer = BigqueryWriter(destination(bigquery_server, dataset))
+    try:
+        write(writer, model, ROWS[:1])
+    finally:
+        writer.close()
+    before = bigquery_watermark(bigquery_server, dataset, "typed")
+    window = [{**ROWS[0], "updated_at": ROWS[0]["updated_at"] + timedelta(days=2), "s": "v2"}, *ROWS[1:]]
+
+    def die(*args, **kwargs) -> None:
+        raise Died
+
+    writer = BigqueryWriter(destination(bigquery_server, dataset))
+    monkeypatch.setattr(writer, "_record_state", die)  # after the window's MERGE, before its watermark
+    with pytest.raises(Died):
+        write(writer, model, window, "t2")
+    writer._locked.clear()  # a dead process releases nothing: its lock row stays
+    writer._client.close()
+    merged = bigquery_rows(bigquery_server, dataset, "typed", columns)
+    assert len(merged) == 3  # the rows of the one MERGE, all of them
+    assert bigquery_watermark(bigquery_server, dataset, "typed") == before  # the watermark did not move
+
+    writer = BigqueryWriter(destination(bigquery_server, dataset))
+    try:
+        writer._dead = lambda holder: True  # the holder above was this process's: taken over as a dead one's
+        write(writer, model, window, "t3")  # the next transfer reads the window again
+    finally:
+        writer.close()
+    assert sorted(map(str, bigquery_rows(bigquery_server, dataset, "typed", columns))) == sorted(map(str, merged))
+    assert bigquery_watermark(bigquery_server, dataset, "typed") == T0 + timedelta(days=1)
+
+
+def test_test_connection_passes_every_step_on_the_emulator(bigquery_server) -> None:
+    dataset = new_dataset(bigquery_server)
+    writer = BigqueryWriter(destination(bigquery_server, dataset))
+    try:
+        checks = writer.probe([typed_model()], "bq")
+    finally:
+        writer.close()
+    assert [c.outcome for c in checks] == ["PASS"] * 5, checks  # reach, dataset, tables, load job, DML
+    client = bigquery_server.client()
+    try:
+        assert not list(client.list_tables(f"{bigquery_server.project}.{dataset}"))  # the probe's table dropped
+    finally:
+        client.close()
