@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
 
     from transfer_platform.config.models import ColumnConfig
     from transfer_platform.destinations.bigquery.client import BigquerySession
@@ -39,23 +40,59 @@ def _text(column: pa.ChunkedArray | pa.Array, data_type: str) -> pa.Array:
     return column.cast(pa.string())
 
 
-def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[ColumnConfig], path: str) -> int:
-    """``batches`` appended to the CSV file ``path`` (no header); its size in bytes (0: no row)."""
+def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[tuple[str, str]], path: str) -> int:
+    """``batches`` written to the CSV file ``path`` (no header) as the staged text of ``columns``
+    ((name, data_type)); its size in bytes (0: no row, no file)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
-    names = [c.destination_name for c in columns]
-    schema = pa.schema([(n, pa.string()) for n in names])
-    rows = 0
-    with pa_csv.CSVWriter(path, schema, write_options=pa_csv.WriteOptions(include_header=False,
-                                                                         quoting_style="needed")) as writer:
+    schema = pa.schema([(name, pa.string()) for name, _ in columns])
+    writer = None
+    try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            rows += batch.num_rows
-            writer.write_table(pa.Table.from_arrays([_text(batch.column(n), c.data_type)
-                                                     for n, c in zip(names, columns, strict=True)], schema=schema))
-    return os.path.getsize(path) if rows else 0
+            if writer is None:
+                writer = pa_csv.CSVWriter(path, schema, write_options=pa_csv.WriteOptions(include_header=False,
+                                                                                          quoting_style="needed"))
+            writer.write_table(pa.Table.from_arrays([_text(batch.column(name), data_type)
+                                                     for name, data_type in columns], schema=schema))
+    finally:
+        if writer is not None:
+            writer.close()
+    return os.path.getsize(path) if writer is not None else 0
+
+
+def write_part(batches: Iterator[pa.RecordBatch], *, folder: str, columns: list[tuple[str, str]]
+               ) -> Iterator[pa.RecordBatch]:
+    """Runs in a Spark Python worker: its partition written as one CSV part in ``folder`` (a
+    folder of this machine's: Spark runs here); hands back the part's path and size only."""
+    import uuid
+
+    import pyarrow as pa
+
+    path = os.path.join(folder, f"part-{uuid.uuid4().hex}.csv")
+    size = write_csv(batches, columns, path)
+    yield pa.RecordBatch.from_pydict({"path": [path if size else None], "size": [size]},
+                                     schema=pa.schema([("path", pa.string()), ("size", pa.int64())]))
+
+
+def stage_frame(frame: DataFrame, columns: list[tuple[str, str]], folder: str, path: str) -> int:
+    """Spark's executors write ``frame`` as CSV parts in ``folder`` (one per partition, nothing of
+    the window through this process), joined here into the one file ``path``; its size."""
+    import shutil
+    from functools import partial
+
+    parts = frame.mapInArrow(partial(write_part, folder=folder, columns=columns), "path string, size long").collect()
+    size = 0
+    with open(path, "wb") as out:
+        for part in parts:
+            if part["path"]:
+                with open(part["path"], "rb") as file:
+                    shutil.copyfileobj(file, out)
+                os.unlink(part["path"])
+                size += part["size"]
+    return size
 
 
 def read_rows(session: BigquerySession, table: str, columns: list[ColumnConfig]) -> list[dict[str, Any]]:

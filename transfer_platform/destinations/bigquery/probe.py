@@ -43,7 +43,7 @@ def probe_destination(self: BigqueryWriter, models: list[ModelConfig], target: s
     steps = [(f"create and drop tables ({DATASET_ROLE} on the dataset; queries need {PROJECT_ROLE})",
               lambda: self.session.execute(self.dialect.staging_ddl(table, table, None, [column], logged=False))),
              (f"load rows with a load job ({PROJECT_ROLE} on the project)",
-              lambda: self._load([pa.table({"id": ["probe"]})], name, None, [column])),
+              lambda: _load_one(self, name, column)),
              ("merge and delete rows (DML)",
               lambda: self.session.execute(self.dialect.delete_matching(table, "(SELECT 'probe' AS id)", ["id"])))]
     if not probe.reach(host, port):
@@ -75,3 +75,15 @@ def probe_destination(self: BigqueryWriter, models: list[ModelConfig], target: s
         with suppress(Exception):  # reported by the step that failed
             self.session.execute(self.dialect.drop_table(table))
     return probe.checks
+
+
+def _load_one(self: BigqueryWriter, name: str, column) -> None:
+    import os
+    import tempfile
+
+    from transfer_platform.destinations.bigquery.load import write_csv
+
+    with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
+        path = os.path.join(folder, "probe.csv")
+        size = write_csv([pa.table({"id": ["probe"]})], [("id", "string")], path)
+        self._load(path, size, name, None, [column])

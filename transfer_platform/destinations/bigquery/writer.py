@@ -39,7 +39,6 @@ from transfer_platform.destinations.base import (
     WindowLoad,
     arrow_schema,
     empty_frame,
-    frame_batches,
     staging_suffix,
 )
 from transfer_platform.destinations.bigquery import dialect as sql
@@ -50,7 +49,7 @@ from transfer_platform.destinations.bigquery.client import (
     retry,
     translated_errors,
 )
-from transfer_platform.destinations.bigquery.load import write_csv
+from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
 from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, TransferRunning
@@ -263,37 +262,44 @@ class BigqueryWriter(SqlWriter):
         return staging
 
     def _stage_frame(self, frame: DataFrame, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
-        batches = frame_batches(frame.select(*arrow_schema(load.model).names), arrow_schema(load.model),
-                                self.tuning.batch_rows)
-        staging.loaded_bytes = self._load(batches, staging.name, load.model)
+        staging.loaded_bytes = self._load_spark(frame, staging.name, load.model, list(load.model.columns))
         return self._staged(staging, load)
 
     def _stage_arrow(self, batch: pa.Table, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
-        staging.loaded_bytes = self._load([batch.select(arrow_schema(load.model).names)], staging.name, load.model)
+        columns = list(load.model.columns)
+        with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
+            path = os.path.join(folder, "window.csv")
+            size = write_csv([batch], _pairs(columns), path)
+            staging.loaded_bytes = self._load(path, size, staging.name, load.model, columns)
         return self._staged(staging, load)
 
-    def _load(self, batches: Any, name: str, model: ModelConfig, columns: list | None = None) -> int:
-        """The batches written to one CSV file here, then one load job appends it to ``name``."""
+    def _load_spark(self, frame: DataFrame, name: str, model: ModelConfig | None, columns: list) -> int:
+        """Spark's executors write the rows as CSV parts (``load.stage_frame``), joined into one
+        file here, appended to ``name`` by one load job."""
+        with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
+            path = os.path.join(folder, "window.csv")
+            selected = frame.select(*["`" + c.destination_name.replace("`", "``") + "`" for c in columns])
+            size = stage_frame(selected, _pairs(columns), folder, path)
+            return self._load(path, size, name, model, columns)
+
+    def _load(self, path: str, size: int, name: str, model: ModelConfig | None, columns: list) -> int:
+        """The CSV file ``path`` appended to the staging table ``name`` by one load job."""
         from google.api_core.exceptions import BadRequest
         from google.cloud import bigquery
 
-        columns = columns or list(model.columns)
-        with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
-            path = os.path.join(folder, "window.csv")
-            size = write_csv(batches, columns, path)
-            if size == 0:
-                return 0
-            config = bigquery.LoadJobConfig(
-                source_format=bigquery.SourceFormat.CSV, write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
-                schema=[bigquery.SchemaField(c.destination_name, "STRING") for c in columns])
-            with self._translated_errors(), open(path, "rb") as file:
-                job = self.client.load_table_from_file(file, self._table_id(name), job_config=config)
-                try:
-                    job.result(retry=retry())
-                except BadRequest as exc:
-                    raise DataError(f"the load job into the staging table failed: {first_line(exc)}",
-                                    model=model.model_name, destination=self.name,
-                                    fix="check that each column's data_type matches the source values") from None
+        if size == 0:
+            return 0
+        config = bigquery.LoadJobConfig(
+            source_format=bigquery.SourceFormat.CSV, write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+            schema=[bigquery.SchemaField(c.destination_name, "STRING") for c in columns])
+        with self._translated_errors(), open(path, "rb") as file:
+            job = self.client.load_table_from_file(file, self._table_id(name), job_config=config)
+            try:
+                job.result(retry=retry())
+            except BadRequest as exc:
+                raise DataError(f"the load job into the staging table failed: {first_line(exc)}",
+                                model=model.model_name if model else "(none)", destination=self.name,
+                                fix="check that each column's data_type matches the source values") from None
         return size
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
@@ -369,16 +375,11 @@ class BigqueryWriter(SqlWriter):
         names = [c.destination_name for c in chosen]
         name = self.staging_table_name(model, transfer_id)
         raw = self.dialect.qualified(self.container, name)
-        schema = arrow_schema(model)
-        import pyarrow as pa
-
         with self._translated_errors():
             self.session.execute(self.dialect.drop_table(raw))
             self.session.execute(self.dialect.staging_ddl(raw, self.table(model), model, chosen, logged=False))
             try:
-                batches = frame_batches(frame.select(*names), pa.schema([schema.field(n) for n in names]),
-                                        self.tuning.delete_batch_rows)
-                if self._load(batches, name, model, chosen) == 0:
+                if self._load_spark(frame, name, model, chosen) == 0:
                     return 0
                 return self.session.execute(self.dialect.delete_matching(self.table(model), sql.decoded(raw, chosen),
                                                                          names))
@@ -403,6 +404,10 @@ class BigqueryWriter(SqlWriter):
         from transfer_platform.destinations.bigquery.probe import probe_destination
 
         return probe_destination(self, models, target)
+
+
+def _pairs(columns: list) -> list[tuple[str, str]]:
+    return [(c.destination_name, c.data_type) for c in columns]
 
 
 def _bad_request() -> type[Exception]:
