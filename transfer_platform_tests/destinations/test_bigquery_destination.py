@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from dataclasses import replace
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 
+from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.destinations.bigquery.writer import BigqueryWriter
-from transfer_platform.errors import ConfigError, ConnectionFailure
+from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.vendors.bigquery import BigqueryDestination
 from transfer_platform_tests.support.bigquery import (
     ROWS,
@@ -21,6 +24,7 @@ from transfer_platform_tests.support.bigquery import (
     TRICKY,
     bigquery_rows,
     bigquery_watermark,
+    load,
     new_dataset,
     typed_model,
     write,
@@ -182,3 +186,24 @@ def test_test_connection_passes_every_step_on_the_emulator(bigquery_server) -> N
         assert not list(client.list_tables(f"{bigquery_server.project}.{dataset}"))  # the probe's table dropped
     finally:
         client.close()
+
+
+def test_a_changed_primary_key_is_refused_until_a_full_refresh_rebuilds_the_table(bigquery_server) -> None:
+    dataset = new_dataset(bigquery_server)
+    model = typed_model()
+    rekeyed = model.model_copy(update={"columns": [c.model_copy(update={"is_primary_key": c.destination_name in
+                                                                         ("id", "n")}) for c in model.columns]})
+    writer = BigqueryWriter(destination(bigquery_server, dataset))
+    try:
+        write(writer, model, ROWS)
+        with pytest.raises(SchemaMismatch, match=r"the primary key of .* is \(id\) but the model's is \(id, n\)"):
+            writer.prepare(rekeyed, "t2")
+        writer.prepare(rekeyed, "t3", full_refresh=True)
+        rows = [r for r in ROWS if r["n"] is not None]
+        batch = pa.Table.from_pylist(rows, schema=arrow_schema(rekeyed))
+        writer.write_arrow(batch, replace(load(rekeyed, "t3"), into_refresh=True))
+        writer.publish_refresh(rekeyed, "t3")
+        writer.prepare(rekeyed, "t4")  # the rebuilt table's key is the model's now
+    finally:
+        writer.close()
+    assert len(bigquery_rows(bigquery_server, dataset, "typed", [("id", "string")])) == 2

@@ -145,7 +145,7 @@ class BigqueryDialect(Dialect):
     def status_ddl(self, status: str) -> str:
         return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name STRING, transfer_last_updated_at TIMESTAMP, "
                 "high_watermark TIMESTAMP, state STRING, refresh_state STRING, last_transfer_id STRING, "
-                "updated_at TIMESTAMP)")
+                "updated_at TIMESTAMP, primary_key STRING)")
 
     def locks_ddl(self, locks: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {locks} (model_name STRING, holder STRING, expires_at TIMESTAMP)"
@@ -190,11 +190,20 @@ class BigqueryDialect(Dialect):
                                   clear_refresh=False)
 
     def publish_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                      transfer_id: str, *, clear_refresh: bool = True) -> Statement:
-        """The state recorded (and, publishing a refresh, its refresh state cleared) at once."""
+                      transfer_id: str, *, clear_refresh: bool = True, primary_key: str | None = None) -> Statement:
+        """The state recorded (and, publishing a refresh, its refresh state cleared and the key of
+        the table it built recorded) at once."""
         sets = ("transfer_last_updated_at = %s, high_watermark = %s, state = %s, last_transfer_id = %s, "
-                f"updated_at = {self.now}" + (", refresh_state = NULL" if clear_refresh else ""))
-        return self._status_merge(status, sets), (model_name, watermark, high_watermark, state_json, transfer_id)
+                f"updated_at = {self.now}" + (", refresh_state = NULL, primary_key = %s" if clear_refresh else ""))
+        params = (model_name, watermark, high_watermark, state_json, transfer_id)
+        return self._status_merge(status, sets), params + ((primary_key,) if clear_refresh else ())
+
+    def read_primary_key(self, status: str, model_name: str) -> Statement:
+        """The live table's primary key as recorded (BigQuery keeps no constraint): ``a,b`` (JSON)."""
+        return f"SELECT primary_key FROM {status} WHERE data_model_name = %s", (model_name,)
+
+    def record_primary_key(self, status: str, model_name: str, primary_key: str) -> Statement:
+        return self._status_merge(status, "primary_key = %s"), (model_name, primary_key)
 
     def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
         from transfer_platform.destinations.sql.dialect import state_column

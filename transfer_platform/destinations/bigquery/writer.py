@@ -24,6 +24,7 @@ recipient's, created beforehand), and what BigQuery does its own way:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import tempfile
@@ -160,19 +161,28 @@ class BigqueryWriter(SqlWriter):
         return {} if table is None else {f.name: f.field_type for f in table.schema}
 
     def _primary_key(self, name: str) -> list[str]:
-        """BigQuery's emulator keeps no table constraint: the key is the model's (sorted), and a
-        changed primary key is not refused (docs/destinations.md)."""
+        """BigQuery keeps no table constraint: a live table's key is the one recorded in its
+        status row (``primary_key``, recorded when the table is first planned, and by a full
+        refresh's publish); a refresh's table aside has its model's."""
         model = self._models.get(name)
-        return sorted(c.destination_name for c in model.primary_key) if model is not None else []
+        if model is None:
+            return []
+        wanted = _key_text(model)
+        if name == model.model_name:
+            self._ensure_status_row(model)
+            row = self.session.one(self.dialect.read_primary_key(self.status_table, model.model_name))
+            if row is not None and row[0] is not None:
+                return json.loads(row[0])
+            self.session.execute(self.dialect.record_primary_key(self.status_table, model.model_name, wanted))
+        return json.loads(wanted)
 
     @property
     def _models(self) -> dict[str, ModelConfig]:
-        return getattr(self, "_known_models", {})
+        return self.__dict__.setdefault("_known_models", {})
 
     def _remember(self, model: ModelConfig) -> None:
-        known = self.__dict__.setdefault("_known_models", {})
-        known[model.model_name] = model
-        known[self.refresh_table_name(model)] = model
+        self._models[model.model_name] = model
+        self._models[self.refresh_table_name(model)] = model
 
     # -- prepare's steps -------------------------------------------------------------------------
 
@@ -362,7 +372,8 @@ class BigqueryWriter(SqlWriter):
         aside = self.refresh_table(model)
         self.session.execute(self.dialect.replace_table(self.table(model), aside))
         self.session.execute(self.dialect.publish_state(self.status_table, model.model_name, state.watermark,
-                                                        state.high_watermark, state.to_json(), transfer_id))
+                                                        state.high_watermark, state.to_json(), transfer_id,
+                                                        primary_key=_key_text(model)))
         self.session.execute(self.dialect.drop_table(aside))
 
     # -- outside a transfer's windows ------------------------------------------------------------
@@ -404,6 +415,11 @@ class BigqueryWriter(SqlWriter):
         from transfer_platform.destinations.bigquery.probe import probe_destination
 
         return probe_destination(self, models, target)
+
+
+def _key_text(model: ModelConfig) -> str:
+    """The model's primary key as recorded: its columns, sorted, as a JSON list."""
+    return json.dumps(sorted(c.destination_name for c in model.primary_key))
 
 
 def _pairs(columns: list) -> list[tuple[str, str]]:
