@@ -178,3 +178,12 @@ def snowflake_server(tmp_path_factory: pytest.TempPathFactory):
 
     with fakesnow_server(tmp_path_factory.mktemp("snowflake")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def bigquery_server(tmp_path_factory: pytest.TempPathFactory):
+    """A BigQuery emulator (crucible) in its own process, for the whole session."""
+    from transfer_platform_tests.support.bigquery_server import bigquery_server as start
+
+    with start(tmp_path_factory.mktemp("bigquery")) as server:
+        yield server

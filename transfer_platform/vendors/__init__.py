@@ -2,7 +2,8 @@
 destination is registered.
 
 A vendor's module here (``postgres.py``, ``mysql.py``, ``parquet.py``, ``delta.py``,
-``iceberg.py``, ``object_storage.py``, ``duckdb.py``, ``clickhouse.py``, ``snowflake.py``) holds its configuration classes (what a
+``iceberg.py``, ``object_storage.py``, ``duckdb.py``, ``clickhouse.py``, ``snowflake.py``,
+``bigquery.py``) holds its configuration classes (what a
 ``vendor:`` entry of the configuration file may hold) and its :class:`Vendor` records, which say
 what the rest of the platform needs to know about that ``vendor:`` value: the module and class
 that implement it (``sources/<vendor>.py``, ``destinations/<vendor>.py``, imported only when a
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from transfer_platform.vendors import (
+    bigquery,
     clickhouse,
     delta,
     duckdb,
@@ -51,7 +53,7 @@ SOURCES: Mapping[str, Vendor] = _registry(postgres.SOURCE, mysql.SOURCE, parquet
 DESTINATIONS: Mapping[str, Vendor] = _registry(
     postgres.DESTINATION, mysql.DESTINATION, delta.DESTINATION, object_storage.LOCAL, object_storage.S3,
     object_storage.ABS, object_storage.GCS, iceberg.DESTINATION, duckdb.DESTINATION, object_storage.SFTP,
-    clickhouse.DESTINATION, snowflake.DESTINATION)
+    clickhouse.DESTINATION, snowflake.DESTINATION, bigquery.DESTINATION)
 
 
 for _record in (*SOURCES.values(), *DESTINATIONS.values()):

@@ -32,6 +32,7 @@ import pytest
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.vendors import DESTINATIONS
+from transfer_platform_tests.support.bigquery import bigquery
 from transfer_platform_tests.support.events import MODEL, normalize
 from transfer_platform_tests.support.gcs import gcs
 from transfer_platform_tests.support.postgres import (
@@ -542,6 +543,7 @@ FACTORIES: dict[str, tuple[str, Callable[[Place], TestDestination]]] = {
     "clickhouse": ("clickhouse", _clickhouse_factory),
     "gcs": ("gcs", gcs),
     "snowflake": ("snowflake", snowflake),
+    "bigquery": ("bigquery", bigquery),
 }
 
 #: the registered destination vendors (the product's registry)

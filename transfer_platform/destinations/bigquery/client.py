@@ -1,0 +1,144 @@
+"""The BigQuery client of a destination: made from its connection (a service-account key read
+from its variable, never logged), the SQL writer's :class:`BigquerySession` around it, and what
+the API refuses turned into errors that name the fix (the role a service account lacks, a
+dataset that does not exist, an endpoint that does not answer)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from transfer_platform.destinations.bigquery.dialect import render
+from transfer_platform.destinations.sql.session import Session, _split
+from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege, Problem
+
+if TYPE_CHECKING:
+    from google.cloud import bigquery
+
+    from transfer_platform.destinations.sql.dialect import Statement
+    from transfer_platform.vendors.bigquery import BigqueryDestination
+
+#: how long one API call may keep retrying a connection that fails (the client's default: 600 s)
+RETRY_DEADLINE_SECONDS = 20.0
+#: the roles a loader needs (docs/permissions.md)
+DATASET_ROLE, PROJECT_ROLE = "roles/bigquery.dataEditor", "roles/bigquery.jobUser"
+CONNECT_FIX = ("check connection.project, connection.api_endpoint (if set) and the network; the service "
+               "account's key is read from connection.credentials")
+
+
+def retry() -> Any:
+    from google.cloud.bigquery import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_deadline(RETRY_DEADLINE_SECONDS)
+
+
+def make_client(destination: BigqueryDestination) -> bigquery.Client:
+    """A client of the destination's project: the service-account key of ``credentials``, or
+    anonymous against ``api_endpoint`` (an emulator), or Application Default Credentials."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import bigquery
+
+    connection = destination.connection
+    where = f"destinations.{destination.name}.connection.credentials"
+    credentials = None
+    if connection.credentials is not None:
+        from google.oauth2 import service_account
+
+        secret = connection.credentials.resolve(where).get_secret_value()
+        try:
+            credentials = service_account.Credentials.from_service_account_info(json.loads(secret))
+        except (ValueError, KeyError, TypeError):  # the message may quote the key: never shown
+            raise ConfigError([Problem(where, "is not a service-account key (the JSON file of a key, whole)",
+                                       "put the key file's content in the variable")]) from None
+    elif connection.api_endpoint is not None:
+        credentials = AnonymousCredentials()
+    options = {"api_endpoint": connection.api_endpoint} if connection.api_endpoint else None
+    return bigquery.Client(project=connection.project, credentials=credentials, location=connection.location,
+                           client_options=options)
+
+
+class BigquerySession(Session):
+    """Each statement one query job (its own commit: BigQuery's emulator has no multi-statement
+    transaction, so :meth:`transaction` groups nothing; the writer's order of statements is what
+    keeps a window whole, see ``writer.py``)."""
+
+    def __init__(self, client: bigquery.Client) -> None:
+        self.conn = client
+
+    def _run(self, statement: Statement) -> Any:
+        text, params = _split(statement)
+        job = self.conn.query(render(text, params), retry=retry(), job_retry=None)
+        job.result(retry=retry())
+        return job
+
+    def execute(self, statement: Statement) -> int:
+        return int(self._run(statement).num_dml_affected_rows or 0)
+
+    def all(self, statement: Statement) -> list[tuple]:
+        return [tuple(row.values()) for row in self._run(statement).result(retry=retry())]
+
+    def transaction(self):
+        return nullcontext()
+
+
+def first_line(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return (str(message).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def endpoint(destination: BigqueryDestination) -> tuple[str, int | None]:
+    url = urlparse(destination.connection.api_endpoint or "https://bigquery.googleapis.com")
+    return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+
+
+def principal(client: bigquery.Client | None) -> str:
+    email = getattr(getattr(client, "_credentials", None), "service_account_email", None)
+    return email if isinstance(email, str) else "the service account"
+
+
+def missing_role(destination: BigqueryDestination, what: str, reason: str, who: str) -> MissingPrivilege:
+    c = destination.connection
+    job = "bigquery.jobs.create" in reason or "jobs" in reason.lower() and "create" in reason.lower()
+    grant = (f"grant {who} {PROJECT_ROLE} on project {c.project}" if job else
+             f"grant {who} {DATASET_ROLE} on dataset {c.project}.{c.dataset}") + (
+        f" (a loader needs {DATASET_ROLE} on its dataset and {PROJECT_ROLE} on the project, nothing else)")
+    return MissingPrivilege(what, role=who, reason=reason, grant=grant)
+
+
+@contextmanager
+def translated_errors(destination: BigqueryDestination, what: str, client: bigquery.Client | None = None
+                      ) -> Iterator[None]:
+    """403 -> ``MissingPrivilege`` naming the role; 401 -> ``ConnectionFailure`` (credentials);
+    the dataset missing -> ``ConnectionFailure`` naming it; no answer -> ``ConnectionFailure``
+    naming the endpoint. Never the key."""
+    from google.api_core import exceptions as api
+    from google.auth import exceptions as auth
+    from requests import exceptions as http
+
+    c = destination.connection
+    host, port = endpoint(destination)
+    try:
+        yield
+    except api.Forbidden as exc:
+        raise missing_role(destination, what, first_line(exc), principal(client)) from None
+    except api.Unauthorized as exc:
+        raise ConnectionFailure(what, host=host, port=port, reason=first_line(exc),
+                                fix="check the service-account key in connection.credentials (it may be "
+                                    "revoked or of another project)") from None
+    except api.NotFound as exc:
+        if "Dataset" in str(exc) and f"{c.dataset}" in str(exc):
+            raise ConnectionFailure(what, host=host, port=port, reason=f"dataset {c.project}.{c.dataset} not found",
+                                    fix=f"create the dataset {c.dataset} in project {c.project} (the recipient's, "
+                                        "created beforehand) or correct connection.dataset and "
+                                        "connection.project") from None
+        raise
+    except (http.ConnectionError, http.Timeout, auth.TransportError, api.RetryError) as exc:
+        raise ConnectionFailure(what, host=host, port=port, reason=type(exc).__name__ + ": the endpoint did not "
+                                "answer", fix=CONNECT_FIX) from None
+    except auth.DefaultCredentialsError:
+        raise ConnectionFailure(what, reason="no credentials: connection.credentials is not set and Application "
+                                "Default Credentials were not found",
+                                fix="set connection.credentials to \"${VAR}\" holding a service-account key") from None

@@ -1,0 +1,290 @@
+"""The SQL text of the BigQuery destination, planned without a server: :class:`BigqueryDialect`
+(the statements of the SQL writer's algorithm, in GoogleSQL) and BigQuery's own (the staged
+window's decoding, the one ``MERGE`` of a window, the model's lock row).
+
+Tables are ```project`.`dataset`.`table```: the writer's container is ``project.dataset``. Values
+are literals rendered by :func:`literal` (the session substitutes each ``%s``): the statements stay
+the same text on BigQuery and on the emulator the tests use, which takes no query parameters.
+
+BigQuery has no enforced keys, no row locks and no ``UPDATE`` on the emulator: the status and lock
+rows are written with ``MERGE`` (one statement, atomic), the window's rows and soft deletes with
+one ``MERGE`` on the key with the last-modified tie-break.
+
+A window is staged as CSV text, every column a ``STRING`` (:func:`staging_columns`), strings and
+JSON as JSON string literals (so a newline, a quote or any character travels inside one CSV line),
+and read back typed through :func:`decoded` (``JSON_VALUE(x, '$')``, ``CAST(x AS ...)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from transfer_platform.core.timeutil import utc
+from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement
+
+if TYPE_CHECKING:
+    from transfer_platform.config.models import ColumnConfig, ModelConfig
+
+#: the table of the models' locks, beside ``_transfer_status``
+LOCKS_TABLE = "_transfer_locks"
+#: how each model data_type is read back from its staged text
+_DECODE = {"string": "JSON_VALUE({x}, '$')", "json": "PARSE_JSON(JSON_VALUE({x}, '$'))",
+           "integer": "CAST({x} AS INT64)", "float": "CAST({x} AS FLOAT64)", "boolean": "CAST({x} AS BOOL)",
+           "timestamp": "CAST({x} AS TIMESTAMP)", "date": "CAST({x} AS DATE)", "decimal": "CAST({x} AS NUMERIC)"}
+#: the legacy type names the tables API answers, as GoogleSQL names them
+_LEGACY = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL", "BIGNUMERIC": "BIGNUMERIC"}
+
+
+def q(name: str) -> str:
+    """An identifier quoted with backticks (a backtick or backslash in it escaped)."""
+    if "\x00" in name:
+        raise ValueError("identifiers cannot contain NUL characters")
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def string_literal(text: str) -> str:
+    return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
+
+
+def literal(value: Any) -> str:
+    """``value`` as a GoogleSQL literal of its type (a datetime as a UTC ``TIMESTAMP``)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"CAST({string_literal(repr(value))} AS FLOAT64)"
+    if isinstance(value, Decimal):
+        return f"NUMERIC {string_literal(str(value))}"
+    if isinstance(value, datetime):
+        return f"TIMESTAMP {string_literal(utc(value).isoformat())}"
+    if isinstance(value, date):
+        return f"DATE {string_literal(value.isoformat())}"
+    return string_literal(str(value))
+
+
+def render(text: str, params: Sequence[Any] | None) -> str:
+    """``text`` with each ``%s`` replaced by the next parameter's literal."""
+    if not params:
+        return text
+    parts = text.split("%s")
+    if len(parts) != len(params) + 1:
+        raise ValueError(f"{len(parts) - 1} placeholders for {len(params)} parameters")
+    return "".join(part + (literal(params[i]) if i < len(params) else "") for i, part in enumerate(parts))
+
+
+def staging_columns(columns: Sequence[ColumnConfig]) -> str:
+    return ", ".join(f"{q(c.destination_name)} STRING" for c in columns)
+
+
+def decoded(raw: str, columns: Sequence[ColumnConfig]) -> str:
+    """The relation of a staged window's typed rows, read from its table of text ``raw``."""
+    cols = ", ".join(_DECODE[c.data_type].format(x=q(c.destination_name)) + f" AS {q(c.destination_name)}"
+                     for c in columns)
+    return f"(SELECT {cols} FROM {raw})"
+
+
+def _same(column: ColumnConfig) -> str:
+    name = q(column.destination_name)
+    if column.data_type == "json":  # JSON values do not compare: their canonical text does
+        return f"TO_JSON_STRING(t.{name}) IS NOT DISTINCT FROM TO_JSON_STRING(s.{name})"
+    return f"t.{name} IS NOT DISTINCT FROM s.{name}"
+
+
+def _on(keys: Sequence[str]) -> str:
+    return " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
+
+
+class BigqueryDialect(Dialect):
+    vendor = "bigquery"
+    now = "CURRENT_TIMESTAMP()"
+    row_lock = ""  # no row locks: the model's lock row keeps writers apart (the writer)
+
+    def quote(self, name: str) -> str:
+        return q(name)
+
+    def qualified(self, container: str, name: str) -> str:
+        """``container`` is ``project.dataset`` (a dataset name has no dot, a project id may), or
+        a dataset alone (the client's project)."""
+        return ".".join(q(part) for part in (*container.rsplit(".", 1), name))
+
+    def matches(self, declared: str, actual: str) -> bool:
+        return declared == _LEGACY.get(actual.upper(), actual.upper())
+
+    def marked(self, column: str, data_type: str, alias: str | None = None) -> str:
+        ref = (f"{alias}." if alias else "") + q(column)
+        return f"COALESCE({ref}, FALSE)" if data_type == "boolean" else f"{ref} IS NOT NULL"
+
+    # -- the catalog: the writer asks the tables API (no query job); these are its SQL twins -----
+
+    def _schema(self, container: str) -> str:
+        return ".".join(q(part) for part in container.rsplit(".", 1)) + ".INFORMATION_SCHEMA"
+
+    def table_exists(self, container: str, name: str) -> Statement:
+        return f"SELECT COUNT(*) > 0 FROM {self._schema(container)}.TABLES WHERE table_name = %s", (name,)
+
+    def columns(self, container: str, name: str) -> Statement:
+        return (f"SELECT column_name, data_type FROM {self._schema(container)}.COLUMNS WHERE table_name = %s "
+                "ORDER BY ordinal_position", (name,))
+
+    def primary_key(self, container: str, name: str) -> Statement:
+        return (f"SELECT column_name FROM {self._schema(container)}.KEY_COLUMN_USAGE WHERE table_name = %s "
+                "AND constraint_name LIKE '%pk%' ORDER BY column_name", (name,))
+
+    def tables_starting_with(self, container: str, prefix: str) -> Statement:
+        return f"SELECT table_name FROM {self._schema(container)}.TABLES WHERE STARTS_WITH(table_name, %s)", (prefix,)
+
+    # -- tables ----------------------------------------------------------------------------------
+
+    def status_ddl(self, status: str) -> str:
+        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name STRING, transfer_last_updated_at TIMESTAMP, "
+                "high_watermark TIMESTAMP, state STRING, refresh_state STRING, last_transfer_id STRING, "
+                "updated_at TIMESTAMP, primary_key STRING)")
+
+    def locks_ddl(self, locks: str) -> str:
+        return f"CREATE TABLE IF NOT EXISTS {locks} (model_name STRING, holder STRING, expires_at TIMESTAMP)"
+
+    def target_ddl(self, table: str, model: ModelConfig) -> str:
+        """No ``PRIMARY KEY``: BigQuery enforces none (the merge keys on the model's)."""
+        columns = ", ".join(f"{q(c.destination_name)} {self.column_type(c)}" for c in model.columns)
+        return f"CREATE TABLE IF NOT EXISTS {table} ({columns})"
+
+    def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
+                    *, logged: bool) -> str:
+        """Every column ``STRING``: the CSV's text, read typed through :func:`decoded`."""
+        return f"CREATE TABLE {staging} ({staging_columns(columns or model.columns)})"
+
+    def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
+        """Columns added by ``ALTER TABLE``; dropped ones by rewriting the table without them
+        (``CREATE OR REPLACE TABLE ... AS SELECT * EXCEPT``: one atomic statement)."""
+        statements = [f"ALTER TABLE {table} ADD COLUMN {q(c.destination_name)} {self.column_type(c)}" for c in added]
+        if dropped:
+            statements.append(f"CREATE OR REPLACE TABLE {table} AS SELECT * EXCEPT "
+                              f"({', '.join(q(n) for n in dropped)}) FROM {table}")
+        return statements
+
+    def replace_table(self, table: str, source: str) -> str:
+        """``table`` replaced at once by a copy of ``source`` (a full refresh's publish)."""
+        return f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {source}"
+
+    # -- the status row: MERGE, one statement each ------------------------------------------------
+
+    def _status_merge(self, status: str, sets: str) -> str:
+        return (f"MERGE {status} AS t USING (SELECT %s AS data_model_name) AS s "
+                f"ON t.data_model_name = s.data_model_name WHEN MATCHED THEN UPDATE SET {sets}")
+
+    def ensure_status_row(self, status: str, model_name: str) -> Statement:
+        return (f"MERGE {status} AS t USING (SELECT %s AS data_model_name) AS s ON t.data_model_name = "
+                "s.data_model_name WHEN NOT MATCHED THEN INSERT (data_model_name, updated_at) "
+                f"VALUES (s.data_model_name, {self.now})", (model_name,))
+
+    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
+                     transfer_id: str) -> Statement:
+        return self.publish_state(status, model_name, watermark, high_watermark, state_json, transfer_id,
+                                  clear_refresh=False)
+
+    def publish_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
+                      transfer_id: str, *, clear_refresh: bool = True, primary_key: str | None = None) -> Statement:
+        """The state recorded (and, publishing a refresh, its refresh state cleared and the key of
+        the table it built recorded) at once."""
+        sets = ("transfer_last_updated_at = %s, high_watermark = %s, state = %s, last_transfer_id = %s, "
+                f"updated_at = {self.now}" + (", refresh_state = NULL, primary_key = %s" if clear_refresh else ""))
+        params = (model_name, watermark, high_watermark, state_json, transfer_id)
+        return self._status_merge(status, sets), params + ((primary_key,) if clear_refresh else ())
+
+    def read_primary_key(self, status: str, model_name: str) -> Statement:
+        """The live table's primary key as recorded (BigQuery keeps no constraint): ``a,b`` (JSON)."""
+        return f"SELECT primary_key FROM {status} WHERE data_model_name = %s", (model_name,)
+
+    def record_primary_key(self, status: str, model_name: str, primary_key: str) -> Statement:
+        return self._status_merge(status, "primary_key = %s"), (model_name, primary_key)
+
+    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
+        from transfer_platform.destinations.sql.dialect import state_column
+
+        return self._status_merge(status, f"{state_column(column)} = %s"), (model_name, state_json)
+
+    # -- a staged window -------------------------------------------------------------------------
+
+    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
+        lm = q(model.last_modified.destination_name)
+        null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)
+        marker = model.deletion_marker
+        flagged = "FALSE" if marker is None else self.marked(marker.destination_name, marker.data_type)
+        return (f"SELECT COUNT(*), COUNTIF({lm} > %s), MAX({lm}), COUNTIF({null_key}), COUNTIF({lm} IS NULL), "
+                f"COUNTIF({flagged} AND ({lm} > %s OR %s IS NULL)), NULL FROM {staging}", (high_watermark,) * 3)
+
+    def first_duplicate_key(self, staging: str, keys: Sequence[str]) -> str:
+        key_sql = ", ".join(q(k) for k in keys)
+        return f"SELECT {key_sql}, COUNT(*) FROM {staging} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
+
+    def soft_deleted(self, target: str, staging: str, model: ModelConfig) -> str:
+        """How many target rows the window's merge removes (a staged row marked deleted, as new or
+        newer: at the same last-modified value the delete wins)."""
+        lm, marker = q(model.last_modified.destination_name), model.deletion_marker
+        keys = [c.destination_name for c in model.primary_key]
+        return (f"SELECT COUNT(*) FROM {target} AS t JOIN {staging} AS s ON {_on(keys)} "
+                f"WHERE {self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm}")
+
+    def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
+        """Not run alone: the window's one ``MERGE`` (:meth:`upsert`) removes these rows."""
+        lm, marker = q(model.last_modified.destination_name), model.deletion_marker
+        keys = [c.destination_name for c in model.primary_key]
+        return (f"MERGE {target} AS t USING {staging} AS s ON {_on(keys)} WHEN MATCHED AND "
+                f"{self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm} THEN DELETE")
+
+    def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
+        """One ``MERGE`` on the key: the soft deletes (``skip`` given: a staged row marked deleted,
+        as new or newer, removes the delivered one), a newer row or an equally new one that
+        differs replaces the delivered one, an older one never does, a new key is inserted (an
+        ``is_append_only`` model only inserts); rows, deletes and all in one atomic statement.
+        ``skip`` is a condition on the staged row, aliased ``s``."""
+        keys = [c.destination_name for c in model.primary_key]
+        lm = q(model.last_modified.destination_name)
+        names = [q(c.destination_name) for c in model.columns]
+        not_skipped = f" AND NOT ({skip})" if skip else ""
+        clauses = []
+        if skip and not model.is_append_only:
+            clauses.append(f"WHEN MATCHED AND {skip} AND s.{lm} >= t.{lm} THEN DELETE")
+        if not model.is_append_only:
+            compared = [c for c in model.columns if not c.is_primary_key and c.destination_name !=
+                        model.last_modified.destination_name]
+            differs = f" OR (s.{lm} = t.{lm} AND NOT ({' AND '.join(_same(c) for c in compared)}))" if compared else ""
+            sets = ", ".join(f"{n} = s.{n}" for n in names if n not in {q(k) for k in keys})
+            clauses.append(f"WHEN MATCHED AND (s.{lm} > t.{lm}{differs}){not_skipped} THEN UPDATE SET {sets}")
+        clauses.append(f"WHEN NOT MATCHED BY TARGET{not_skipped} THEN INSERT ({', '.join(names)}) "
+                       f"VALUES ({', '.join('s.' + n for n in names)})")
+        return [f"MERGE {target} AS t USING {staging} AS s ON {_on(keys)} " + " ".join(clauses)]
+
+    def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
+        """A ``MERGE ... THEN DELETE`` (the emulator has no ``DELETE`` statement)."""
+        return f"MERGE {target} AS t USING {staging} AS s ON {_on(columns)} WHEN MATCHED THEN DELETE"
+
+    # -- the model's lock row --------------------------------------------------------------------
+
+    def claim_lock(self, locks: str, model_name: str, holder: str, ttl_seconds: int,
+                   takeover: str | None) -> Statement:
+        """The lock row taken when free, expired, already ours, or held by ``takeover`` (a holder
+        found dead); one ``MERGE``: two claims never both win."""
+        return (f"MERGE {locks} AS t USING (SELECT %s AS model_name) AS s ON t.model_name = s.model_name "
+                "WHEN MATCHED AND (t.holder = %s OR t.expires_at < CURRENT_TIMESTAMP() OR t.holder = %s) THEN "
+                f"UPDATE SET holder = %s, expires_at = TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} "
+                "SECOND) WHEN NOT MATCHED THEN INSERT (model_name, holder, expires_at) VALUES (s.model_name, %s, "
+                f"TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} SECOND))",
+                (model_name, holder, takeover, holder, holder))
+
+    def lock_holder(self, locks: str, model_name: str) -> Statement:
+        return f"SELECT holder, expires_at FROM {locks} WHERE model_name = %s", (model_name,)
+
+    def release_lock(self, locks: str, model_name: str, holder: str) -> Statement:
+        return (f"MERGE {locks} AS t USING (SELECT %s AS model_name, %s AS holder) AS s ON t.model_name = "
+                "s.model_name AND t.holder = s.holder WHEN MATCHED THEN DELETE", (model_name, holder))
+
+
+__all__ = ["LOCKS_TABLE", "STATUS_TABLE", "BigqueryDialect", "decoded", "literal", "q", "render"]
