@@ -79,6 +79,27 @@ def snowflake(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Targe
                   count, {"TP_BENCH_SNOWFLAKE_PASSWORD": PASSWORD})
 
 
+def bigquery(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
+    """A dataset of crucible, the BigQuery emulator (``benchmarks/bigquery_server.py``), read
+    through google-cloud-bigquery."""
+    import uuid
+
+    from benchmarks.bigquery_server import bigquery_server
+
+    server = stack.enter_context(bigquery_server(folder))
+    dataset = f"bench_{uuid.uuid4().hex[:8]}"
+    server.create_dataset(dataset)
+    client = server.client()
+    stack.callback(client.close)
+
+    def count(at: datetime | None) -> int:
+        where = f"WHERE updated_at = TIMESTAMP '{at.isoformat()}'" if at else ""
+        return list(client.query(f"SELECT COUNT(*) FROM `{server.project}.{dataset}.events` {where}").result())[0][0]
+
+    return Target("bigquery", {"vendor": "bigquery", "connection": {"project": server.project, "dataset": dataset,
+                                                                    "api_endpoint": server.endpoint}}, count)
+
+
 def clickhouse(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
     """A database of an embedded chDB folder (``--chdb-folder``, or a new one: chDB opens one
     folder per process), read with ``FINAL``."""
@@ -175,7 +196,8 @@ def manifest_rows(keys: Callable[[str], list[str]], get: Callable[[str], bytes],
 
 #: vendor -> how to set its destination up (an emulator started on ``stack``, closed after)
 TARGETS: dict[str, Callable[[ExitStack, Path, argparse.Namespace], Target]] = {
-    "postgres": postgres, "snowflake": snowflake, "clickhouse": clickhouse, "gcs": gcs, "sftp": sftp}
+    "postgres": postgres, "snowflake": snowflake, "bigquery": bigquery, "clickhouse": clickhouse, "gcs": gcs,
+    "sftp": sftp}
 
 
 def config(target: Target):
