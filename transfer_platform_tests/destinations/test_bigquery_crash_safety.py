@@ -9,11 +9,6 @@ window's staging table appears in the dataset, then kills the group. The emulato
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,11 +16,11 @@ import yaml
 
 from transfer_platform.config.loading import load_config
 from transfer_platform_tests.support.bigquery import bigquery_rows, bigquery_watermark, new_dataset
-from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows
+from transfer_platform_tests.support.cli import TENANT, add_rows
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL, create_events, normalize, source_rows
 from transfer_platform_tests.support.postgres import pg_connection_config
-from transfer_platform_tests.support.processes import group_alive
+from transfer_platform_tests.support.processes import transfer_killed_when
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
@@ -76,27 +71,8 @@ def test_a_transfer_killed_while_staging_leaves_the_dataset_as_before_and_the_ne
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
              span=timedelta(days=1), payload="batch-")
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
-    env.pop("DAGSTER_HOME", None)
-    with open(tmp_path / "cli.out", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "transfer_platform.cli", "--config", str(config_path),
-                                 "transfer", DESTINATION], cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        launched = time.monotonic()
-        while not staging_tables(bigquery_server, dataset):  # the window is being staged
-            assert proc.poll() is None, (tmp_path / "cli.out").read_text(errors="replace")[-3000:]
-            assert time.monotonic() - launched < TIMEOUT_SECONDS
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while group_alive(proc.pid):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    transfer_killed_when(config_path, DESTINATION, tmp_path,  # killed once the window is being staged
+                         lambda: staging_tables(bigquery_server, dataset), timeout=TIMEOUT_SECONDS, poll=0.05)
 
     assert delivered(bigquery_server, dataset) == before  # the recipient reads exactly what it read
     assert bigquery_watermark(bigquery_server, dataset, MODEL) == first

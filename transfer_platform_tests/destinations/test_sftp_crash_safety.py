@@ -11,11 +11,6 @@ window's file is being written (its dot-name appears in the chroot), then kills 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,11 +18,11 @@ import yaml
 
 from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.manifests import new_signing_key
-from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows
+from transfer_platform_tests.support.cli import TENANT, add_rows
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL, create_events, normalize, source_rows
 from transfer_platform_tests.support.postgres import pg_connection_config
-from transfer_platform_tests.support.processes import group_alive
+from transfer_platform_tests.support.processes import transfer_killed_when
 from transfer_platform_tests.support.sftp import SFTP_KEY_ENV, sftp_consumed, sftp_keys
 from transfer_platform_tests.support.transfers import transfer
 
@@ -86,28 +81,9 @@ def test_a_transfer_killed_while_writing_a_window_leaves_the_previous_rows_and_t
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
              span=timedelta(days=1), payload="batch-")
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
-    env.pop("DAGSTER_HOME", None)
-    with open(tmp_path / "cli.out", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "transfer_platform.cli", "--config", str(config_path),
-                                 "transfer", DESTINATION], cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
     data = server.chroot / root.lstrip("/") / "acme" / MODEL
-    try:
-        launched = time.monotonic()
-        while not list(data.rglob(".part-*.tmp")):  # the window's file is being written
-            assert proc.poll() is None, (tmp_path / "cli.out").read_text(errors="replace")[-3000:]
-            assert time.monotonic() - launched < TIMEOUT_SECONDS
-            time.sleep(0.01)
-        os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while group_alive(proc.pid):  # the JVM too
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    transfer_killed_when(config_path, DESTINATION, tmp_path,  # killed once the window's file is being written
+                         lambda: list(data.rglob(".part-*.tmp")), timeout=TIMEOUT_SECONDS, poll=0.01)
 
     assert visible(server, root) == seen  # the manifests: rows and watermark as before, byte for byte
     assert delivered(server, root, events) == before

@@ -46,6 +46,7 @@ from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.sftp import sftp_consumed, sftp_keys
 from transfer_platform_tests.support.sftp_server import SFTPServer
 from transfer_platform_tests.support.transfers import transfer
+from transfer_platform_tests.support.typed import TYPED_COLUMNS
 
 pytestmark = pytest.mark.integration
 
@@ -198,17 +199,6 @@ def test_test_connection_and_transfer_from_the_command_line(
 # -- every type -------------------------------------------------------------------------------------
 
 
-TYPED_COLUMNS = [
-    {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-    {"name_in_source": "organization_id", "data_type": "string"},
-    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
-    {"name_in_source": "amount", "data_type": "decimal"},
-    {"name_in_source": "doc", "data_type": "json"},
-    {"name_in_source": "note", "data_type": "string"},
-    {"name_in_source": "flag", "data_type": "boolean"},
-    {"name_in_source": "ratio", "data_type": "float"},
-    {"name_in_source": "born", "data_type": "date"},
-]
 BASE = day(3, 1) + timedelta(hours=1, microseconds=123_457)
 TYPED_ROWS = [
     (1, "acme", BASE, Decimal("12345678901234567890123456789.123456789"), '{"a": [1, 2.5, "x\\"y"], "é": null}',

@@ -10,11 +10,6 @@ line takes its "now" from the wall clock, so the rows are placed relative to it.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -22,11 +17,11 @@ import pytest
 import yaml
 
 from transfer_platform.config.loading import load_config
-from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows
+from transfer_platform_tests.support.cli import TENANT, add_rows
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL, create_events, source_rows
 from transfer_platform_tests.support.postgres import pg_connection_config
-from transfer_platform_tests.support.processes import group_alive
+from transfer_platform_tests.support.processes import transfer_killed_when
 from transfer_platform_tests.support.snowflake import (
     PASSWORD_ENV,
     snowflake_rows,
@@ -76,26 +71,8 @@ def test_a_transfer_killed_while_writing_a_window_leaves_the_previous_rows_and_t
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
              span=timedelta(days=1), payload="batch-")
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
-    env.pop("DAGSTER_HOME", None)
-    with open(tmp_path / "cli.out", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "transfer_platform.cli", "--config", str(config_path),
-                                 "transfer", DESTINATION], cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        launched = time.monotonic()
-        while not staging_tables(snowflake_server, database, "acme"):  # the window is being written
-            assert proc.poll() is None, (tmp_path / "cli.out").read_text(errors="replace")[-3000:]
-            assert time.monotonic() - launched < TIMEOUT_SECONDS
-        os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while group_alive(proc.pid):  # the JVM and its Python workers too: they upload to the stage
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    transfer_killed_when(config_path, DESTINATION, tmp_path,  # killed once the window is being written
+                         lambda: staging_tables(snowflake_server, database, "acme"), timeout=TIMEOUT_SECONDS, poll=0.01)
 
     assert rows(snowflake_server, database, config) == before  # a recipient's read: as before
     assert watermark(snowflake_server, database, "acme", MODEL) == first

@@ -33,6 +33,8 @@ from transfer_platform_tests.support.events import MODEL
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.snowflake import PASSWORD_ENV, snowflake_rows, watermark
 from transfer_platform_tests.support.transfers import transfer
+from transfer_platform_tests.support.typed import EVERY_TYPE_COLUMNS as COLUMNS
+from transfer_platform_tests.support.typed import create_every_type_source
 
 pytestmark = pytest.mark.integration
 
@@ -42,24 +44,10 @@ NOW1 = datetime(2025, 3, 2, 1, tzinfo=UTC)
 NOW2 = NOW1 + timedelta(hours=1)
 PASSWORD = "s3cret-Pw!" + uuid.uuid4().hex[:8]
 
-COLUMNS = [
-    {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-    {"name_in_source": "organization_id", "data_type": "string"},
-    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
-    {"name_in_source": "payload", "data_type": "string"},
-    {"name_in_source": "amount", "data_type": "decimal"},
-    {"name_in_source": "doc", "data_type": "json"},
-    {"name_in_source": "born", "data_type": "date"},
-    {"name_in_source": "flag", "data_type": "boolean"},
-    {"name_in_source": "ratio", "data_type": "float"},
-]
-
 
 @pytest.fixture
 def source(pg_conn, pg_schema) -> str:
-    pg_conn.execute(f'CREATE TABLE "{pg_schema}".events (id bigint, organization_id text, updated_at timestamptz, '
-                    "payload text, amount numeric(38,9), doc text, born date, flag boolean, ratio double precision)")
-    return pg_schema
+    return create_every_type_source(pg_conn, pg_schema)
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from transfer_platform_tests.support.events import (
 )
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.transfers import transfer
+from transfer_platform_tests.support.typed import TYPED_COLUMNS
 
 pytestmark = pytest.mark.integration
 
@@ -133,17 +134,6 @@ def test_while_a_transfer_holds_the_file_no_other_process_opens_it_and_afterward
     assert duckdb_delivered(path) == source_rows(pg_conn, pg_schema, TENANT)
 
 
-TYPED_COLUMNS = [
-    {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-    {"name_in_source": "organization_id", "data_type": "string"},
-    {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
-    {"name_in_source": "amount", "data_type": "decimal"},
-    {"name_in_source": "doc", "data_type": "json"},
-    {"name_in_source": "note", "data_type": "string"},
-    {"name_in_source": "flag", "data_type": "boolean"},
-    {"name_in_source": "ratio", "data_type": "float"},
-    {"name_in_source": "born", "data_type": "date"},
-]
 TYPED_ROWS = [
     (1, TENANT, BASE, Decimal("12345678901234567890123456789.123456789"), '{"a": [1, 2.5, "x\\"y"], "é": null}',
      "quotes ' \" \\ and é, 😀", True, 0.1, date(1970, 1, 1)),

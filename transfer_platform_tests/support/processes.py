@@ -1,6 +1,6 @@
 """A server of the tests (an S3-compatible store, Azurite) run as its own process on 127.0.0.1:
-started, waited on until it listens, stopped with its process group afterwards; and whether a
-process group still runs."""
+started, waited on until it listens, stopped with its process group afterwards; whether a
+process group still runs; and a transfer killed with -9 at a chosen moment (the crash tests)."""
 
 from __future__ import annotations
 
@@ -71,3 +71,37 @@ def live_children(parent: int) -> list[tuple[int, str]]:
         if int(ppid) == parent and state != "Z":
             found.append((int(stat.parent.name), name))
     return found
+
+
+def transfer_killed_when(config: Path, destination: str, folder: Path, caught, *, timeout: float,
+                         poll: float = 0.02) -> None:
+    """``transfer-platform transfer <destination>`` of the configuration file ``config``, run as its
+    own process group (its output in ``folder/cli.out``), killed with SIGKILL as soon as
+    ``caught()`` is true (a window half written); returns once no process of the group (the JVM,
+    its Python workers) runs any more. Fails if the transfer ends first, or after ``timeout``."""
+    import sys
+
+    from transfer_platform_tests.support.cli import PACKAGE_ROOT
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+    env.pop("DAGSTER_HOME", None)
+    with open(folder / "cli.out", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "transfer_platform.cli", "--config", str(config),
+                                 "transfer", destination], cwd=folder, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        launched = time.monotonic()
+        while not caught():
+            assert proc.poll() is None, "the transfer ended first: " + (folder / "cli.out").read_text(
+                errors="replace")[-3000:]
+            assert time.monotonic() - launched < timeout, "the moment to kill it never came"
+            time.sleep(poll)
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while group_alive(proc.pid):  # the JVM and its Python workers too: they write the window
+        assert time.monotonic() < deadline, "the killed transfer's processes did not end"
+        time.sleep(0.1)
