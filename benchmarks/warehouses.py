@@ -261,12 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"parameters": vars(args), "vendors": {}}
     try:
         create_source(args.rows, 1)
-        with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="tp_bench_warm_") as folder:
+        with tempfile.TemporaryDirectory(prefix="tp_bench_warm_") as folder, ExitStack() as stack:
             # untimed: the first transfer in a JVM pays Spark's warm-up, which would count against
             # PostgreSQL, measured first
             run_vendor(spark, postgres(stack, Path(folder), args), args.rows, NOW)
         for index, vendor in enumerate(vendors):
-            with ExitStack() as stack, tempfile.TemporaryDirectory(prefix=f"tp_bench_{vendor}_") as folder:
+            with tempfile.TemporaryDirectory(prefix=f"tp_bench_{vendor}_") as folder, ExitStack() as stack:
                 target = TARGETS[vendor](stack, Path(folder), args)
                 results["vendors"][vendor] = run_vendor(spark, target, args.rows, NOW + timedelta(hours=2 * (index + 1)))
     finally:
