@@ -117,9 +117,6 @@ class BigqueryWriter(SqlWriter):
     def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
         return translated_errors(self.destination, self.what, self._client)
 
-    def _preparing(self) -> contextlib.AbstractContextManager[None]:
-        return self._translated_errors()
-
     def check(self) -> None:
         with self._translated_errors():
             self.client.get_dataset(self.container, retry=retry())

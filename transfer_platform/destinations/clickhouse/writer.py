@@ -112,9 +112,6 @@ class ClickhouseWriter(SqlWriter):
     def _translated_errors(self) -> AbstractContextManager[None]:
         return translated_errors(self.destination, self.what)
 
-    def _preparing(self) -> AbstractContextManager[None]:
-        return self._translated_errors()
-
     def close(self) -> None:
         """Release the models' locks (their tables dropped) and the client."""
         if self._client is not None:

@@ -104,15 +104,8 @@ class MysqlWriter(SqlWriter):
             self._conn = None
         self._locked.clear()
 
-    def check(self) -> None:
-        with self._translated_errors():
-            self.session.one("SELECT 1")
-
     def _translated_errors(self) -> AbstractContextManager[None]:
         return translated_errors(self.destination, self.what)
-
-    def _preparing(self) -> AbstractContextManager[None]:
-        return self._translated_errors()
 
     @contextmanager
     def _reading(self) -> Iterator[None]:

@@ -125,15 +125,8 @@ class SnowflakeWriter(SqlWriter):
             self._conn = None
         self._locked.clear()
 
-    def check(self) -> None:
-        with self._translated_errors():
-            self.session.one("SELECT 1")
-
     def _translated_errors(self) -> AbstractContextManager[None]:
         return translated_errors(self.destination, self.what)
-
-    def _preparing(self) -> AbstractContextManager[None]:
-        return self._translated_errors()
 
     # -- bookkeeping: the schema must exist; the status and lock tables and the stage are made --
 

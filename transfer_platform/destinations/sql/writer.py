@@ -104,6 +104,15 @@ class SqlWriter(Writer, abstract=True):
         """What the driver raises, as the platform's errors naming the fix (a grant, a setting)."""
         return nullcontext()
 
+    def _preparing(self) -> AbstractContextManager[None]:
+        """Around ``prepare``: the driver's errors translated (the default of every SQL vendor)."""
+        return self._translated_errors()
+
+    def check(self) -> None:
+        """Reach the database: one trivial query, its failure translated."""
+        with self._translated_errors():
+            self.session.one("SELECT 1")
+
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
         """The bulk load: Spark's executors write ``frame`` into the staging table ``staging``."""
         raise NotImplementedError
