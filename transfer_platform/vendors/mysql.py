@@ -6,6 +6,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Literal
 
+from pydantic import model_validator
+
 from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.config.entries import DestinationBase, Place, SourceBase, server_host
 from transfer_platform.vendors.record import Refusal, Vendor
@@ -52,6 +54,16 @@ class MysqlDestination(DestinationBase):
 
     vendor: Literal["mysql"]
     connection: DatabaseConnection
+
+    @model_validator(mode="after")
+    def _name_kept_whole(self) -> MysqlDestination:
+        """MySQL refuses a database name over 64 characters at the first statement; refused here,
+        where the destination is entered."""
+        size = len(self.connection.database)
+        if size > MYSQL_MAX_IDENTIFIER_CHARS:
+            raise ValueError(f"connection.database is {size} characters long; MySQL database names are at most "
+                             f"{MYSQL_MAX_IDENTIFIER_CHARS} characters; use a shorter database name")
+        return self
 
     def place(self) -> Place:
         c = self.connection

@@ -97,6 +97,20 @@ class PostgresDestination(DestinationBase):
     vendor: Literal["postgres"]
     connection: DatabaseConnection
 
+    @model_validator(mode="after")
+    def _names_kept_whole(self) -> PostgresDestination:
+        """PostgreSQL keeps 63 bytes of a name and drops the rest without a word: two recipients'
+        long schema names differing only after byte 63 would be one schema, both tenants' rows in
+        one table. Such a name is refused, not truncated."""
+        c = self.connection
+        for field, name in (("database", c.database), ("schema", c.schema_)):
+            size = len((name or "").encode())
+            if size > POSTGRES_MAX_IDENTIFIER_BYTES:
+                raise ValueError(f"connection.{field} is {size} bytes long; PostgreSQL keeps only the first "
+                                 f"{POSTGRES_MAX_IDENTIFIER_BYTES} bytes of a name (a longer one would be another "
+                                 f"name's prefix); use a {field} name of at most {POSTGRES_MAX_IDENTIFIER_BYTES} bytes")
+        return self
+
     def place(self) -> Place:
         c = self.connection
         host = server_host(c.host)

@@ -150,6 +150,27 @@ def test_a_destination_in_another_recipients_place_is_refused_as_validate_refuse
     assert [d["name"] for d in onboarded.get("/destinations").json()["data"]["destinations"]] == ["acme_pg"]
 
 
+def test_schema_names_postgresql_would_truncate_are_refused_so_two_recipients_never_share_one(onboarded: Api) -> None:
+    """PostgreSQL keeps 63 bytes of a name: two schemas differing after byte 63 are one schema."""
+    assert onboarded.post("/recipients", {"recipient": {"name": "globex", "id_in_provider_system": "globex"}}).status_code == 201
+    for name, recipient in (("acme_pg", "acme"), ("globex_pg", "globex")):
+        answer = onboarded.post("/destinations", {"destination": destination(name, recipient, "q" * 63 + f"_for_{recipient}")})
+        assert answer.status_code == 422, answer.json()
+        message = answer.json()["message"]
+        assert f"connection.schema is {63 + len(f'_for_{recipient}')} bytes long" in message
+        assert "at most 63 bytes" in message
+    assert onboarded.get("/destinations").json()["data"]["destinations"] == []
+    assert onboarded.post("/destinations", {"destination": destination("acme_pg", "acme", "q" * 63)}).status_code == 201
+
+
+def test_a_mysql_database_name_over_64_characters_is_refused_where_it_is_entered(onboarded: Api) -> None:
+    mysql = {"name": "acme_my", "recipient": "acme", "vendor": "mysql",
+             "connection": {"host": "127.0.0.1", "port": 3306, "database": "d" * 65, "username": "root"}}
+    answer = onboarded.post("/destinations", {"destination": mysql})
+    assert answer.status_code == 422, answer.json()
+    assert "at most 64 characters" in answer.json()["message"]
+
+
 def test_a_destination_of_an_unknown_recipient_is_refused(onboarded: Api, dst_schema: str) -> None:
     answer = onboarded.post("/destinations", {"destination": destination("x", "nobody", dst_schema)})
     assert answer.status_code == 422
