@@ -108,7 +108,8 @@ def test_each_scope_on_routes_of_each_kind(api: Api) -> None:
         assert answer.status_code == 404, (path, answer.text)
     assert api.client.post("/transfers/nope/cancel", headers=read).status_code == 403
     assert [r.name for r in rows(api, "SELECT name FROM resources")] == ["acme"], "nothing written"
-    assert rows(api, "SELECT id FROM magic_links") == [] and rows(api, "SELECT id FROM webhooks") == []
+    assert rows(api, "SELECT id FROM magic_links") == []
+    assert rows(api, "SELECT id FROM webhooks") == []
     # admin does everything
     assert api.post("/recipients", recipient).status_code == 201
     assert api.get("/webhooks").status_code == 200
@@ -175,7 +176,8 @@ def test_a_scoped_token_tests_and_saves_for_its_recipient_only(api: Api, dst_sch
     headers = {TOKEN: token["scoped_token"]}
 
     vendors = api.client.get("/public/vendors/destinations", headers=headers)
-    assert vendors.status_code == 200 and "postgres" in vendors.json()["data"]["vendors"]
+    assert vendors.status_code == 200
+    assert "postgres" in vendors.json()["data"]["vendors"]
     tested = api.client.post("/public/test-destination", headers=headers, json=form_body(dst_schema))
     assert tested.status_code == 200, tested.text
     assert tested.json()["data"]["passed"], tested.json()
