@@ -443,9 +443,12 @@ def cmd_api_key(args: argparse.Namespace) -> int:
 
     engine = ResourceStore(args.config).engine
     if args.action == "create":
-        _, key = create_key(engine, args.name)
+        _, key = create_key(engine, args.name, args.scope or "admin")
         print(key)
         return 0
+    if args.scope is not None:
+        print("error: --scope is for api-key create; fix: revoke by name or id alone", file=sys.stderr)
+        return 2
     if not revoke_key(engine, args.name):
         print(f"error: no active API key named (or with id) {args.name!r}", file=sys.stderr)
         return 1
@@ -633,6 +636,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "create prints the new key once, alone on stdout; the store keeps only its hash.")
     keys.add_argument("action", choices=["create", "revoke"], help="create a key, or revoke one")
     keys.add_argument("name", help="the key's name (create), or its name or id (revoke)")
+    keys.add_argument("--scope", choices=["read", "transfers", "admin"], default=None,
+                      help="what a new key may do: read (GET routes but webhooks), transfers (also request "
+                           "and cancel transfers, run checks), admin (everything, the default: the backend "
+                           "that creates recipients and destinations needs it; give a dashboard read)")
     stored = command("store", "the control plane's store: migrate its tables, import the file, make a key",
                      "migrate: create or upgrade the store's tables. import: copy the file's sources, "
                      "models, recipients and destinations into the store (then remove them from the "

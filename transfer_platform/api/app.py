@@ -3,7 +3,8 @@
 Every answer is Prequel's envelope, ``{"status": "success" | "error", "data": ..., "message": ...}``;
 request bodies are wrapped by resource (``{"destination": {...}}``) and validated by the
 configuration file's own models. Errors are JSON with a status code a client can act on: 401
-(no or a wrong API key, and nothing else said), 404 (unknown id), 409 (a conflict), 422 (a bad body
+(no or a wrong API key, and nothing else said), 403 (a key whose scope does not allow the route, see
+:mod:`transfer_platform.api.scopes`), 429 (too many wrong credentials from one address), 404 (unknown id), 409 (a conflict), 422 (a bad body
 or parameter, each problem with its field path and fix), 503 (the store or a database unreachable).
 """
 
@@ -22,9 +23,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
 from transfer_platform.api.dagster_reload import Reloader
+from transfer_platform.api.scopes import TOKEN_HEADER, FailedCredentials, allows, needed_scope
 from transfer_platform.config.models import ApiSettings
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem, TransferPlatformError
 from transfer_platform.store.api_keys import verify_key
+from transfer_platform.store.audit import ScopedActor
 from transfer_platform.store.resources import Conflict, NotFound, ResourceStore
 
 log = logging.getLogger(__name__)
@@ -47,9 +50,14 @@ class ApiError(Exception):
 
 @dataclass(frozen=True)
 class Actor:
-    """Who makes a request: an API key (``api_key:<name>``) or a magic link (``magic_link:<id>``)."""
+    """Who makes a request: an API key (``api_key:<name>``) or a magic link (``magic_link:<id>``);
+    ``name`` carries the key's scope into the audit log."""
 
-    name: str
+    name: ScopedActor
+
+    @property
+    def scope(self) -> str:
+        return self.name.scope
 
 
 class _LinkTokens(logging.Filter):
@@ -87,12 +95,28 @@ def store(request: Request) -> ResourceStore:
 
 
 def require_api_key(request: Request) -> Actor:
-    """Every route but the magic-link pages depends on this."""
+    """Every route but the magic-link pages and the scoped auth token's depends on this: a valid
+    key whose scope allows the route."""
     key = request.headers.get(API_KEY_HEADER, "")
+    if not key and request.headers.get(TOKEN_HEADER):
+        raise ApiError(403, f"a scoped auth token ({TOKEN_HEADER}) only tests and saves its recipient's destination "
+                            "(POST /public/test-destination, POST /public/destinations); fix: call this route "
+                            f"from the provider's backend with an API key in {API_KEY_HEADER}")
     found = verify_key(request.app.state.store.engine, key) if key else None
     if found is None:
         raise ApiError(401, f"missing or invalid API key (send it in the {API_KEY_HEADER} header)")
-    return Actor(f"api_key:{found.name}")
+    needed, route = needed_scope(request)
+    if not allows(found.scope, needed):
+        raise ApiError(403, f"this API key's scopes are [{found.scope}]; {route} needs {needed}; fix: use a key "
+                            f"with scope {needed} (transfer-platform api-key create NAME --scope {needed})")
+    return Actor(ScopedActor(f"api_key:{found.name}", found.scope))
+
+
+def _failed_credential(request: Request, status_code: int) -> bool:
+    """A wrong API key or scoped auth token (401 with one sent), or a magic link's unknown token."""
+    if status_code == 401:
+        return bool(request.headers.get(API_KEY_HEADER) or request.headers.get(TOKEN_HEADER))
+    return status_code == 404 and request.url.path.startswith("/link/")
 
 
 #: the dependencies routes declare (FastAPI's Annotated form)
@@ -121,7 +145,7 @@ def api_settings(file_raw: dict[str, Any]) -> ApiSettings:
 
 
 def create_app(config_path: str | Path | None = None) -> FastAPI:
-    from transfer_platform.api import audit, links, resources, transfers, webhooks
+    from transfer_platform.api import audit, links, resources, scoped_tokens, transfers, webhooks
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -137,6 +161,21 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     app.state.config_path = app.state.store.path
     app.state.settings = api_settings(app.state.store.file_raw)
     app.state.reloader = Reloader(app.state.settings.dagster_url) if app.state.settings.dagster_url else None
+    app.state.failed_credentials = FailedCredentials(app.state.settings.failed_credentials_per_minute)
+
+    @app.middleware("http")
+    async def slow_down_wrong_credentials(request: Request, call_next):
+        """Only failures count, and only a failure is refused: a right credential is always served."""
+        response = await call_next(request)
+        if _failed_credential(request, response.status_code):
+            client = request.client.host if request.client else "unknown"
+            wait = request.app.state.failed_credentials.failed(client)
+            if wait is not None:
+                response = _error(429, f"too many wrong credentials from {client}: more than "
+                                       f"{app.state.settings.failed_credentials_per_minute} in a minute; "
+                                       f"fix: wait {wait} s (Retry-After) and send the right key or token")
+                response.headers["Retry-After"] = str(wait)
+        return response
 
     @app.middleware("http")
     async def api_version(request: Request, call_next):
@@ -197,4 +236,6 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     app.include_router(audit.router, dependencies=authorized)
     app.include_router(links.router, dependencies=authorized)
     app.include_router(links.public_router)  # the recipient's form: the link's token is its key
+    app.include_router(scoped_tokens.router, dependencies=authorized)
+    app.include_router(scoped_tokens.public_router)  # the same form, for a scoped auth token
     return app

@@ -60,7 +60,7 @@ def read_audit_log(request: Request, resources: StoreDep,
     if has_next:
         params = {k: v for k, v in request.query_params.items() if k != "cursor"}
         next_url = f"{request.url.path}?{urlencode({**params, 'cursor': rows[-1].id})}"
-    entries = [{"id": r.id, "at": r.at.isoformat(), "actor": r.actor, "action": r.action,
+    entries = [{"id": r.id, "at": r.at.isoformat(), "actor": r.actor, "actor_scope": r.actor_scope, "action": r.action,
                 "resource_type": r.resource_type, "resource_id": r.resource_id,
                 "resource_name": r.resource_name, "changes": r.changes} for r in rows]
     return ok({"audit_log": entries, "has_next": has_next, "next_url": next_url})

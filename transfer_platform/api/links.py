@@ -47,6 +47,7 @@ from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.store import audit, events
+from transfer_platform.store.audit import ScopedActor
 from transfer_platform.store.resources import (
     NAME_FIELDS,
     Conflict,
@@ -411,7 +412,7 @@ def link_save(token: str, request: Request, body: JsonBody, resources: StoreDep)
         except Refused as refused:
             return _refused_json(refused)
         return _refused_json(Refused(410, "This link cannot be used", _NEW_LINK))
-    actor = f"magic_link:{link.id}"
+    actor = ScopedActor(f"magic_link:{link.id}", "form")
     try:
         created = resources.create("destination", document, actor=actor)
     except BaseException:

@@ -211,6 +211,9 @@ class ApiSettings(StrictModel):
     dagster_url: str | None = Field(default=None, pattern=r"^https?://")
     #: how long a magic link stays usable
     magic_link_hours: float = Field(24, gt=0, le=24 * 30)
+    #: wrong API keys, scoped auth tokens or magic-link tokens one client address may send in a
+    #: minute before each further wrong one gets 429 (counted in each API process)
+    failed_credentials_per_minute: int = Field(20, ge=1)
 
 
 class PlatformConfig(StrictModel):

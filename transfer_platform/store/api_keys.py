@@ -1,5 +1,5 @@
 """API keys: 256 random bits shown once at creation, stored as their SHA-256 (a key that long needs
-no slow hash: it cannot be guessed from its hash)."""
+no slow hash: it cannot be guessed from its hash), each with a scope (:data:`SCOPES`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from sqlalchemy.engine import Engine
 from transfer_platform.store.tables import api_keys
 
 PREFIX = "tpk_"
+#: a key's scopes, each allowing what the ones before it do and more: ``read`` (every GET but the
+#: webhooks'), ``transfers`` (also request and cancel transfers, run checks), ``admin`` (everything)
+SCOPES = ("read", "transfers", "admin")
 
 
 @dataclass(frozen=True)
@@ -22,18 +25,23 @@ class ApiKey:
     id: str
     name: str
     prefix: str
+    scope: str
 
 
 def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_key(engine: Engine, name: str) -> tuple[ApiKey, str]:
-    """A new key named ``name``; returns it and the key itself (never stored, never shown again)."""
+def create_key(engine: Engine, name: str, scope: str = "admin") -> tuple[ApiKey, str]:
+    """A new key named ``name`` with ``scope``; returns it and the key itself (never stored, never
+    shown again)."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown API key scope {scope!r}; fix: use one of {', '.join(SCOPES)}")
     key = PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(id=str(uuid.uuid4()), name=name, prefix=key[:len(PREFIX) + 6])
+    row = ApiKey(id=str(uuid.uuid4()), name=name, prefix=key[:len(PREFIX) + 6], scope=scope)
     with engine.begin() as conn:
-        conn.execute(sa.insert(api_keys).values(id=row.id, name=name, key_hash=_hash(key), prefix=row.prefix))
+        conn.execute(sa.insert(api_keys).values(id=row.id, name=name, key_hash=_hash(key), prefix=row.prefix,
+                                                scope=scope))
     return row, key
 
 
@@ -42,9 +50,9 @@ def verify_key(engine: Engine, key: str) -> ApiKey | None:
     if not key or not key.startswith(PREFIX):
         return None
     with engine.connect() as conn:
-        row = conn.execute(sa.select(api_keys.c.id, api_keys.c.name, api_keys.c.prefix)
+        row = conn.execute(sa.select(api_keys.c.id, api_keys.c.name, api_keys.c.prefix, api_keys.c.scope)
                            .where(api_keys.c.key_hash == _hash(key), api_keys.c.revoked_at.is_(None))).first()
-    return ApiKey(id=row.id, name=row.name, prefix=row.prefix) if row else None
+    return ApiKey(id=row.id, name=row.name, prefix=row.prefix, scope=row.scope) if row else None
 
 
 def revoke_key(engine: Engine, key_id_or_name: str) -> int:

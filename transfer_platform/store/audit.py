@@ -25,9 +25,23 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict
     return found
 
 
+class ScopedActor(str):
+    """An actor's name (``api_key:<name>``) that also carries the scope it acted with; it passes
+    through the store's functions as the plain ``actor`` string they take, and :func:`record`
+    writes its scope beside it."""
+
+    scope: str
+
+    def __new__(cls, name: str, scope: str) -> ScopedActor:
+        actor = super().__new__(cls, name)
+        actor.scope = scope
+        return actor
+
+
 def record(conn: sa.Connection, *, actor: str, action: str, resource_type: str, resource_id: str | None,
            resource_name: str | None, changes: dict[str, Any] | None = None) -> None:
-    """One entry, written in the caller's transaction (so it exists exactly when the change does)."""
-    conn.execute(sa.insert(audit_log).values(actor=actor, action=action, resource_type=resource_type,
+    """One entry, written in the caller's transaction (so it exists exactly when the change does);
+    the actor's scope too when it is a :class:`ScopedActor` (the command line's ``cli`` has none)."""
+    conn.execute(sa.insert(audit_log).values(actor=str(actor), actor_scope=getattr(actor, "scope", None), action=action, resource_type=resource_type,
                                              resource_id=resource_id, resource_name=resource_name,
                                              changes=mask_secrets(changes or {})))

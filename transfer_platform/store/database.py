@@ -68,8 +68,8 @@ def dispose_engines() -> None:
             _engines.popitem()[1].dispose()
 
 
-def migrate(connection: DatabaseConnection) -> str:
-    """Create the schema if needed and bring the tables to the newest revision; returns it."""
+def migrate(connection: DatabaseConnection, revision: str = "head") -> str:
+    """Create the schema if needed and bring the tables to ``revision`` (the newest); returns it."""
     from alembic import command
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
@@ -83,7 +83,7 @@ def migrate(connection: DatabaseConnection) -> str:
             config.set_main_option("script_location", str(_MIGRATIONS))
             config.attributes["connection"] = conn
             config.attributes["schema"] = schema
-            command.upgrade(config, "head")
+            command.upgrade(config, revision)
             return MigrationContext.configure(conn, opts={"version_table_schema": schema}).get_current_revision()
     except sa.exc.OperationalError as exc:
         raise ConnectionFailure(f"the store's database {connection.database}", host=connection.host,

@@ -29,6 +29,7 @@ api_keys = sa.Table(
     sa.Column("name", sa.Text, nullable=False),
     sa.Column("key_hash", sa.Text, nullable=False, unique=True),  # SHA-256 of the key (256 random bits)
     sa.Column("prefix", sa.Text, nullable=False),  # the key's first characters, to tell keys apart
+    sa.Column("scope", sa.Text, nullable=False),  # read | transfers | admin (api/scopes.py)
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
     sa.Column("revoked_at", sa.DateTime(timezone=True)),
 )
@@ -37,7 +38,8 @@ audit_log = sa.Table(
     "audit_log", metadata,
     sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
     sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
-    sa.Column("actor", sa.Text, nullable=False),  # "api_key:<name>", "magic_link:<id>", "cli"
+    sa.Column("actor", sa.Text, nullable=False),  # "api_key:<name>", "magic_link:<id>", "scoped_token:<id>", "cli"
+    sa.Column("actor_scope", sa.Text),  # the key's scope, "form" for a link or scoped token, none for the CLI
     sa.Column("action", sa.Text, nullable=False),  # create, update, delete, link, cancel, pause, enable...
     sa.Column("resource_type", sa.Text, nullable=False),
     sa.Column("resource_id", sa.Text),
@@ -90,4 +92,15 @@ magic_links = sa.Table(
     sa.Column("created_by", sa.Text, nullable=False),
     sa.Column("destination_name", sa.Text),  # what the recipient saved through it
     sa.Column("options", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),  # redirect_url, vendors, models
+)
+
+scoped_tokens = sa.Table(  # Prequel's scoped auth tokens: the destination form of one recipient, for a short while
+    "scoped_tokens", metadata,
+    sa.Column("id", UUID(as_uuid=False), primary_key=True),
+    sa.Column("recipient", sa.Text, nullable=False),  # the recipient's name: the token's only scope
+    sa.Column("token_hash", sa.Text, nullable=False, unique=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("created_by", sa.Text, nullable=False),
+    sa.Column("options", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),  # application_origin
 )

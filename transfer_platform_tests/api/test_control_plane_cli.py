@@ -47,7 +47,7 @@ def test_migrate_import_keys_and_serve(tmp_path: Path, store_schema: str, env: d
     config = write_api_config(tmp_path, store_schema, recipients=[{"name": "acme", "id_in_provider_system": "a'c"}])
     migrated = run("store", "migrate", config=config, env=env)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "store at revision 0001"
+    assert migrated.stdout.strip() == "store at revision 0002"
     imported = run("store", "import", config=config, env=env)
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout) == {"source": 0, "model": 0, "recipient": 1, "destination": 0}
@@ -62,6 +62,9 @@ def test_migrate_import_keys_and_serve(tmp_path: Path, store_schema: str, env: d
     with pg_connect(autocommit=True) as conn:
         stored = conn.execute(f'SELECT key_hash FROM "{store_schema}".api_keys').fetchall()
     assert key not in str(stored)
+    reader = run("api-key", "create", "dashboard", "--scope", "read", config=config, env=env)
+    assert reader.returncode == 0, reader.stderr
+    assert run("api-key", "revoke", "dashboard", "--scope", "read", config=config, env=env).returncode == 2
 
     port = free_port()
     server = subprocess.Popen([*CLI, "--config", str(config), "-v", "api", "--port", str(port)], env=env,
@@ -81,6 +84,16 @@ def test_migrate_import_keys_and_serve(tmp_path: Path, store_schema: str, env: d
         assert [(r["name"], r["id_in_provider_system"], r["origin"]) for r in answer.json()["data"]["recipients"]] \
             == [("acme", "a'c", "store")]
 
+        refused = httpx.post(f"http://127.0.0.1:{port}/recipients", headers={"X-API-KEY": reader.stdout.strip()},
+                             json={"recipient": {"name": "globex", "id_in_provider_system": "g"}}, timeout=5)
+        assert refused.status_code == 403
+        assert "POST /recipients needs admin" in refused.json()["message"]
+        scoped = httpx.post(f"http://127.0.0.1:{port}/actions/generate-scoped-auth-token", headers={"X-API-KEY": key},
+                            json={"recipient_id": "acme"}, timeout=5).json()["data"]["scoped_token"]
+        vendors = httpx.get(f"http://127.0.0.1:{port}/public/vendors/destinations",
+                            headers={"X-Prequel-Auth-Token": scoped}, timeout=5)
+        assert vendors.status_code == 200
+
         token = "k3yTokenOfALink_0123456789abcdef"
         assert httpx.get(f"http://127.0.0.1:{port}/link/{token}", timeout=5).status_code == 404
 
@@ -95,6 +108,8 @@ def test_migrate_import_keys_and_serve(tmp_path: Path, store_schema: str, env: d
     assert "GET /recipients" in out + err  # the access log (--verbose) is on ...
     assert "/link/***" in out + err
     assert token not in out + err  # ... and a link's token is masked in it
+    assert key not in out + err
+    assert scoped not in out + err
 
 
 def test_a_file_without_a_store_is_told_how_to_add_one(tmp_path: Path, env: dict[str, str]) -> None:
