@@ -1,0 +1,80 @@
+"""A transfer run by the plain command line (no --enqueue) with ``$DAGSTER_HOME`` set records in
+that instance what a transfer run in Dagster records for its assets: each committed window as a
+materialization, each model's outcome as its ``last_transfer`` check, and a failure also as an
+observation of the asset with the error. On the terminal a failure is one ``error:`` line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from transfer_platform.cli import main
+from transfer_platform_tests.support.platform import TENANTS, TS, dagster_home, write_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
+ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
+CHECK = dg.AssetCheckKey(ITEMS, "last_transfer")
+
+
+def _last_transfer(instance: dg.DagsterInstance):  # -> AssetCheckEvaluation | None
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key([CHECK]).get(CHECK)
+    event = record.event.dagster_event if record is not None and record.event is not None else None
+    return event.asset_check_evaluation_data if event is not None else None
+
+
+def test_a_failed_transfer_on_the_command_line_is_recorded_on_its_asset_and_said_once(
+        tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(write_config(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home(tmp_path)))
+
+    assert main(["--config", config, "transfer", "acme_delta", "--model", "items"]) == 0
+    capsys.readouterr()
+    with dg.DagsterInstance.get() as instance:
+        moved = len(instance.fetch_materializations(ITEMS, limit=100).records)
+        assert moved == 4  # three days back and the day in progress, one partition each
+        passed = _last_transfer(instance)
+        assert passed is not None and passed.passed
+        assert passed.description.startswith("SUCCESS: 12 row(s) in 4 window(s)")
+
+    # a source row with a NULL last-modified value: the model fails, nothing is written
+    bad = pa.table({"id": pa.array([999], pa.int64()), "organization_id": [TENANTS["acme"]],
+                    "updated_at": pa.array([None], TS), "v": ["bad"]})
+    pq.write_table(bad, tmp_path / "lake" / "items" / "part-1.parquet")
+    assert main(["--config", config, "transfer", "acme_delta", "--model", "items"]) == 1
+    out, err = capsys.readouterr()
+    (model,) = json.loads(out)["models"]
+    assert model["status"] == "ERROR"
+    errors = [line for line in err.splitlines() if line.startswith("error:") or '"phase"' in line]
+    assert len(errors) == 1, err  # one line, not a JSON phase record before it
+    assert errors[0].startswith("error: items: ")
+    assert "NULL last-modified value (updated_at) at key id=999" in errors[0]
+    assert "; fix: " in errors[0] and ". Fix:" not in errors[0], errors[0]
+
+    with dg.DagsterInstance.get() as instance:
+        failed = _last_transfer(instance)
+        assert failed is not None and not failed.passed
+        assert failed.severity == dg.AssetCheckSeverity.ERROR
+        assert failed.description.startswith("ERROR: ")
+        assert "NULL last-modified value" in failed.description
+        assert failed.metadata["blame"].value == "provider"
+        assert failed.metadata["transfer_id"].value == json.loads(out)["transfer_id"]
+        (observed,) = instance.fetch_observations(ITEMS, limit=10).records
+        observation = observed.asset_observation
+        assert observation.description == failed.description
+        assert observation.metadata["error_type"].value == "DataError"
+        assert "NULL last-modified value" in observation.metadata["error"].value
+        assert len(instance.fetch_materializations(ITEMS, limit=100).records) == moved  # nothing new
+
+    # with a log asked for, the failure's phase record is there for a machine to read
+    monkeypatch.setenv("TRANSFER_PLATFORM_LOG_LEVEL", "INFO")
+    assert main(["--config", config, "transfer", "acme_delta", "--model", "items"]) == 1
+    records = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().err.splitlines()
+               if '{"phase": "error"' in line]
+    assert [r["model"] for r in records] == ["items"]
+    assert records[0]["error_type"] == "DataError"
+
