@@ -6,6 +6,7 @@ observation of the asset with the error. On the terminal a failure is one ``erro
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import dagster as dg
@@ -16,7 +17,7 @@ import pytest
 from transfer_platform.cli import main
 from transfer_platform_tests.support.platform import TENANTS, TS, dagster_home, write_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 ITEMS = dg.AssetKey(["acme", "acme_delta", "items"])
 CHECK = dg.AssetCheckKey(ITEMS, "last_transfer")
 
@@ -27,6 +28,7 @@ def _last_transfer(instance: dg.DagsterInstance):  # -> AssetCheckEvaluation | N
     return event.asset_check_evaluation_data if event is not None else None
 
 
+@pytest.mark.integration
 def test_a_failed_transfer_on_the_command_line_is_recorded_on_its_asset_and_said_once(
         tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     config = str(write_config(tmp_path))
@@ -70,11 +72,25 @@ def test_a_failed_transfer_on_the_command_line_is_recorded_on_its_asset_and_said
         assert "NULL last-modified value" in observation.metadata["error"].value
         assert len(instance.fetch_materializations(ITEMS, limit=100).records) == moved  # nothing new
 
-    # with a log asked for, the failure's phase record is there for a machine to read
-    monkeypatch.setenv("TRANSFER_PLATFORM_LOG_LEVEL", "INFO")
-    assert main(["--config", config, "transfer", "acme_delta", "--model", "items"]) == 1
-    records = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().err.splitlines()
-               if '{"phase": "error"' in line]
-    assert [r["model"] for r in records] == ["items"]
-    assert records[0]["error_type"] == "DataError"
 
+
+@pytest.mark.parametrize(("level", "shown"), [("WARNING", False), ("ERROR", False), ("INFO", True)])
+def test_a_failed_models_phase_record_is_in_a_log_asked_for_not_beside_the_error_line(
+        level: str, shown: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ``error`` phase is a JSON record for a log; by default the command says the failure
+    itself, once (``error: <model>: ...``), so the record is not a second ``error:`` line."""
+    from transfer_platform.cli import _configure_logging
+    from transfer_platform.phases import log_phase
+
+    monkeypatch.setenv("TRANSFER_PLATFORM_LOG_LEVEL", level)
+    try:
+        assert _configure_logging(verbose=False) is None
+        log_phase("error", transfer_id="t", destination="d", model="items", level=logging.ERROR,
+                  sink=logging.getLogger("transfer_platform.transfer"), error_type="DataError", error="boom")
+        logging.getLogger("transfer_platform").error("another error")
+    finally:
+        logging.basicConfig(force=True, handlers=[logging.NullHandler()])
+    lines = capsys.readouterr().err.splitlines()
+    records = [json.loads(line[line.index("{"):]) for line in lines if '{"phase": "error"' in line]
+    assert [r["error_type"] for r in records] == (["DataError"] if shown else [])
+    assert any(line.endswith("another error") for line in lines)  # other errors still shown
