@@ -104,7 +104,8 @@ def test_a_catalog_role_without_usage_on_its_schema_gets_the_grant_from_a_transf
         out, err = capsys.readouterr()
         assert json.loads(out)["models"][0]["status"] == "ERROR", out
         (line,) = [line for line in err.splitlines() if line.startswith("error:")]
-        assert "unexpected" not in line and "ProgrammingError" not in line, line
+        assert "unexpected" not in line, line
+        assert "ProgrammingError" not in line, line
         assert f"no USAGE on schema '{catalog_schema}'" in line, line
         assert f"; fix: {grant}, and SELECT, INSERT, UPDATE, DELETE on" in line, line
         assert pg_conn.execute("SELECT to_regclass(%s)", (f'"{catalog_schema}".iceberg_tables',)).fetchone()[0] is None

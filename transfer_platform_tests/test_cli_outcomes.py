@@ -40,7 +40,8 @@ def test_a_failed_transfer_on_the_command_line_is_recorded_on_its_asset_and_said
         moved = len(instance.fetch_materializations(ITEMS, limit=100).records)
         assert moved == 4  # three days back and the day in progress, one partition each
         passed = _last_transfer(instance)
-        assert passed is not None and passed.passed
+        assert passed is not None
+        assert passed.passed
         assert passed.description.startswith("SUCCESS: 12 row(s) in 4 window(s)")
 
     # a source row with a NULL last-modified value: the model fails, nothing is written
@@ -55,11 +56,13 @@ def test_a_failed_transfer_on_the_command_line_is_recorded_on_its_asset_and_said
     assert len(errors) == 1, err  # one line, not a JSON phase record before it
     assert errors[0].startswith("error: items: ")
     assert "NULL last-modified value (updated_at) at key id=999" in errors[0]
-    assert "; fix: " in errors[0] and ". Fix:" not in errors[0], errors[0]
+    assert "; fix: " in errors[0], errors[0]
+    assert ". Fix:" not in errors[0], errors[0]
 
     with dg.DagsterInstance.get() as instance:
         failed = _last_transfer(instance)
-        assert failed is not None and not failed.passed
+        assert failed is not None
+        assert not failed.passed
         assert failed.severity == dg.AssetCheckSeverity.ERROR
         assert failed.description.startswith("ERROR: ")
         assert "NULL last-modified value" in failed.description
