@@ -97,3 +97,34 @@ def test_a_failed_models_phase_record_is_in_a_log_asked_for_not_beside_the_error
     records = [json.loads(line[line.index("{"):]) for line in lines if '{"phase": "error"' in line]
     assert [r["error_type"] for r in records] == (["DataError"] if shown else [])
     assert any(line.endswith("another error") for line in lines)  # other errors still shown
+
+
+def test_a_transfer_stopped_on_the_command_line_reports_the_model_in_progress_and_those_not_reached(
+        tmp_path: Path) -> None:
+    """Ctrl-C (or a bug) stops the transfer: the model it was moving and the models it had not
+    reached get their outcome as in a Dagster run (KILLED for the user's interrupt)."""
+    from datetime import UTC, datetime
+
+    from transfer_platform.config.loading import load_config
+    from transfer_platform.orchestration.reporting import RunlessReporter
+    from transfer_platform.transfers.entry import Transfer
+    from transfer_platform.transfers.order import TransferOrder
+    from transfer_platform.transfers.runner import ModelSummary
+
+    config = load_config(write_config(tmp_path))
+    transfer = Transfer(spark=None, config=config, order=TransferOrder(destination="acme_delta"),
+                        transfer_id="t-1", now=datetime.now(UTC))
+    transfer.summaries.append(ModelSummary("items"))  # in progress when the interrupt came
+    notes = dg.AssetKey(["acme", "acme_delta", "notes"])
+    with dg.DagsterInstance.ephemeral() as instance:
+        RunlessReporter(instance, config, "acme_delta").stopped(transfer, KeyboardInterrupt())
+        found = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [CHECK, dg.AssetCheckKey(notes, "last_transfer")])
+        for key in (CHECK, dg.AssetCheckKey(notes, "last_transfer")):
+            evaluation = found[key].event.dagster_event.asset_check_evaluation_data
+            assert not evaluation.passed
+            assert evaluation.severity == dg.AssetCheckSeverity.WARN
+            assert evaluation.description.startswith("KILLED: cancelled by a user while it moved model 'items'")
+            assert evaluation.metadata["transfer_id"].value == "t-1"
+        assert len(instance.fetch_observations(ITEMS, limit=10).records) == 1
+        assert len(instance.fetch_observations(notes, limit=10).records) == 1

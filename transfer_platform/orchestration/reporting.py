@@ -141,10 +141,11 @@ class RunlessReporter:
                               transfer.transfer_id))
 
     def stopped(self, transfer: Transfer, exc: BaseException) -> None:
-        """Each model's outcome of a transfer stopped by ``exc`` (an interrupt, a bug): the model
-        in progress and those not reached fail with the reason."""
+        """Each model's outcome of a transfer stopped by ``exc``: the model in progress and those
+        not reached fail with the reason (KILLED for an interrupt: the user's Ctrl-C, else ERROR)."""
         summaries = transfer.summaries
-        reason = stop_reason(exc, "ERROR", summaries[-1].model if summaries else None)
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "ERROR"
+        reason = stop_reason(exc, status, summaries[-1].model if summaries else None)
         self._report(outcomes(summaries, self._names(transfer), self._keys(transfer), transfer.transfer_id,
                               stopped=reason))
 
