@@ -40,6 +40,20 @@ def one_line(text: str) -> str:
     return " ".join(line for line in kept if line and not _FRAME.match(line))
 
 
+_FIX = re.compile(r"\.?\s+Fix: ")
+
+
+def error_text(text: str) -> str:
+    """An error's message as the command line's ``error:`` line says it: on one line, the fix
+    after ``; fix:`` (the platform's errors end with ". Fix: ...")."""
+    line = one_line(text)
+    found = list(_FIX.finditer(line))
+    if not found:
+        return line
+    last = found[-1]
+    return f"{line[:last.start()]}; fix: {line[last.end():]}"
+
+
 def problem_line(problem: Problem, source: str | None = None) -> str:
     """A configuration problem on one line: where, what, and the fix."""
     where = f"{source}: " if source and source != problem.path else ""
@@ -50,7 +64,7 @@ def error_lines(exc: TransferPlatformError) -> list[str]:
     """What the command line prints for an error: one line per configuration problem, else one."""
     if isinstance(exc, ConfigError):
         return [f"error: {problem_line(p, exc.source)}" for p in exc.problems]
-    return [f"error: {one_line(str(exc))}"]
+    return [f"error: {error_text(str(exc))}"]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -149,8 +163,18 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         for model, partition in transfer.run():
             if report is not None:
                 report(model, partition)
+    except BaseException as exc:  # an interrupt, a bug: the models' outcomes recorded, then raised on
+        if report is not None:
+            try:
+                report.stopped(transfer, exc)
+            except Exception as failed:  # noqa: BLE001 - the transfer's own error is the one to show
+                logging.getLogger("transfer_platform").warning(
+                    "the models' outcomes could not be recorded in the Dagster instance: %s", _one_line(failed))
+        raise
     finally:
         progress.close()
+    if report is not None:
+        report.ended(transfer)
     print(json.dumps(transfer.as_dict(), indent=2))
     return _exit_code([(s.model, s.error) for s in transfer.failed])
 
@@ -178,13 +202,14 @@ def _dry_run(transfer, progress) -> int:  # a Transfer, its Progress
 def _exit_code(failed: list[tuple[str, str | None]]) -> int:
     """1 (the first failed model's error on stderr) if any model failed, else 0."""
     if failed:
-        print(f"error: {failed[0][0]}: {one_line(failed[0][1])}", file=sys.stderr)
+        print(f"error: {failed[0][0]}: {error_text(failed[0][1])}", file=sys.stderr)
         return 1
     return 0
 
 
 def _runless_reporter(config, destination: str):  # PlatformConfig -> RunlessReporter | None
-    """With ``DAGSTER_HOME`` set, what reports each partition moved to that Dagster instance."""
+    """With ``DAGSTER_HOME`` set, what reports to that Dagster instance each partition moved and
+    each model's outcome (its ``last_transfer`` check; a failure also as an observation)."""
     if not os.environ.get("DAGSTER_HOME"):
         return None
     from dagster import DagsterInstance
@@ -668,6 +693,12 @@ class _LineFormatter(logging.Formatter):
         return f"{record.levelname.lower()}: {super().format(record)}"
 
 
+def _without_error_phase(record: logging.LogRecord) -> bool:
+    """Not the ``error`` phase record of a failed model (a JSON line for a log): the command
+    prints that failure itself, once, as its ``error:`` line. It stays in a log asked for."""
+    return not record.getMessage().startswith('{"phase": "error"')
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (a progress bar swaps it)."""
 
@@ -691,8 +722,11 @@ def _configure_logging(verbose: bool) -> str | None:
     handler = _StderrHandler()
     # a log asked for (--verbose, or INFO/DEBUG) gets each line's time, level and logger; the
     # default (warnings and errors only) reads as the command's own words
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-                         if verbose or level < logging.WARNING else _LineFormatter("%(message)s"))
+    if verbose or level < logging.WARNING:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    else:
+        handler.setFormatter(_LineFormatter("%(message)s"))
+        handler.addFilter(_without_error_phase)
     logging.basicConfig(level=level, handlers=[handler], force=True)
     return None
 

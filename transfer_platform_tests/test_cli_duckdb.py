@@ -88,3 +88,20 @@ def test_test_connection_dry_run_transfer_and_integrity_against_a_duckdb_file(tm
         holder.wait(timeout=60)
     assert "locked by another process" in out
     assert f"PID {holder.pid}" in out
+
+
+def test_a_file_that_is_not_a_duckdb_database_is_named_as_such_not_as_a_permission(tmp_path: Path, capsys) -> None:
+    """DuckDB cannot open another kind of file: the fix says what the file is and where to point
+    connection.path; it does not suggest chmod (the folder's rights are not the problem)."""
+    config, database = _setup(tmp_path)
+    database.parent.mkdir(parents=True)
+    database.write_text("id,name\n1,a\n")
+
+    assert main(["--config", config, "test-connection", "acme_duckdb"]) == 1
+    (failed,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert "not a valid DuckDB database file" in failed
+    assert failed.endswith("Fix: the file at connection.path is not a DuckDB database this DuckDB can open: "
+                           "point connection.path at a DuckDB database file, or at a path where no file "
+                           "exists yet (the first transfer creates it)"), failed
+    assert "chmod" not in failed
+    assert database.read_text() == "id,name\n1,a\n"  # left as it was

@@ -5,6 +5,7 @@ tables and the namespace creatable, the warehouse writable; a catalog down named
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,8 +20,10 @@ pytestmark = pytest.mark.integration
 NOW = datetime.now(UTC)
 
 
-def _config(tmp_path: Path, source_schema: str, catalog_schema: str, *, catalog_port: int | None = None) -> str:
-    catalog = pg_connection_config(catalog_schema) | ({"port": catalog_port} if catalog_port else {})
+def _config(tmp_path: Path, source_schema: str, catalog_schema: str, *, catalog_port: int | None = None,
+            catalog_role: str | None = None) -> str:
+    catalog = (pg_connection_config(catalog_schema) | ({"port": catalog_port} if catalog_port else {})
+               | ({"username": catalog_role} if catalog_role else {}))
     path = tmp_path / "transfer_platform.yaml"
     path.write_text(yaml.safe_dump({
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
@@ -80,3 +83,33 @@ def test_test_connection_names_a_catalog_that_is_down(tmp_path, capsys, pg_schem
     out = capsys.readouterr().out
     assert f"127.0.0.1:{port}" in out
     assert "FAIL" in out
+
+
+def test_a_catalog_role_without_usage_on_its_schema_gets_the_grant_from_a_transfer_as_from_test_connection(
+        tmp_path, spark, capsys, pg_conn, pg_schema, new_schema):
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, [(1, "a", NOW - timedelta(days=1), "x")])
+    catalog_schema, role = new_schema(), f"tp_role_{uuid.uuid4().hex[:8]}"
+    pg_conn.execute(f'CREATE SCHEMA "{catalog_schema}"')  # the provider's, with no right for the role
+    pg_conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
+    try:
+        config = _config(tmp_path, pg_schema, catalog_schema, catalog_role=role)
+        grant = f'GRANT USAGE, CREATE ON SCHEMA "{catalog_schema}" TO "{role}"'
+
+        assert main(["--config", config, "test-connection", "acme_lake"]) == 1
+        (probed,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+        assert grant in probed
+
+        assert main(["--config", config, "transfer", "acme_lake"]) == 1
+        out, err = capsys.readouterr()
+        assert json.loads(out)["models"][0]["status"] == "ERROR", out
+        (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+        assert "unexpected" not in line, line
+        assert "ProgrammingError" not in line, line
+        assert f"no USAGE on schema '{catalog_schema}'" in line, line
+        assert f"; fix: {grant}, and SELECT, INSERT, UPDATE, DELETE on" in line, line
+        assert pg_conn.execute("SELECT to_regclass(%s)", (f'"{catalog_schema}".iceberg_tables',)).fetchone()[0] is None
+    finally:
+        pg_conn.execute(f'DROP SCHEMA IF EXISTS "{catalog_schema}" CASCADE')
+        pg_conn.execute(f'DROP OWNED BY "{role}" CASCADE')
+        pg_conn.execute(f'DROP ROLE "{role}"')

@@ -12,6 +12,7 @@ from dagster import (
     AssetCheckEvaluation,
     AssetKey,
     AssetMaterialization,
+    AssetObservation,
     DagsterInstance,
     MetadataValue,
 )
@@ -19,7 +20,7 @@ from dagster import (
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.orchestration.keys import destination_asset_key
-from transfer_platform.orchestration.last_transfer import ended, stopped
+from transfer_platform.orchestration.last_transfer import ended, outcomes, stop_reason, stopped
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.runner import WindowOutcome
 
@@ -122,7 +123,10 @@ def relay(events: Generator[Event, None, None], handle: Callable[[Event], Iterab
 
 class RunlessReporter:
     """Records partitions moved outside a Dagster run (the CLI, the demo: what
-    :meth:`Transfer.run` yields) in the instance, one materialization each."""
+    :meth:`Transfer.run` yields) in the instance, one materialization each; and (:meth:`ended`,
+    :meth:`stopped`) each model's outcome, as a transfer run in Dagster does: its
+    ``last_transfer`` check, plus an observation of the asset with the error when it failed
+    (outside a run there is no failed step to show it)."""
 
     def __init__(self, instance: DagsterInstance, config: PlatformConfig, destination: str) -> None:
         self.instance, self.config, self.destination = instance, config, destination
@@ -130,3 +134,38 @@ class RunlessReporter:
     def __call__(self, model: ModelConfig, outcome: WindowOutcome) -> None:
         key = destination_asset_key(self.config, self.destination, model.model_name)
         self.instance.report_runless_asset_event(materialization(key, outcome, "outside-dagster"))
+
+    def ended(self, transfer: Transfer) -> None:
+        """Each model's outcome of a transfer that ended by itself (some models may have failed)."""
+        self._report(outcomes(transfer.summaries, self._names(transfer), self._keys(transfer),
+                              transfer.transfer_id))
+
+    def stopped(self, transfer: Transfer, exc: BaseException) -> None:
+        """Each model's outcome of a transfer stopped by ``exc``: the model in progress and those
+        not reached fail with the reason (KILLED for an interrupt: the user's Ctrl-C, else ERROR)."""
+        summaries = transfer.summaries
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "ERROR"
+        reason = stop_reason(exc, status, summaries[-1].model if summaries else None)
+        self._report(outcomes(summaries, self._names(transfer), self._keys(transfer), transfer.transfer_id,
+                              stopped=reason))
+
+    @staticmethod
+    def _names(transfer: Transfer) -> list[str]:
+        return [m.model_name for m in transfer.models]
+
+    def _keys(self, transfer: Transfer) -> dict[str, AssetKey]:
+        return {name: destination_asset_key(self.config, self.destination, name) for name in self._names(transfer)}
+
+    def _report(self, evaluations: list[AssetCheckEvaluation]) -> None:
+        for evaluation in evaluations:
+            self.instance.report_runless_asset_event(evaluation)
+            if not evaluation.passed:
+                self.instance.report_runless_asset_event(failure_observation(evaluation))
+
+
+def failure_observation(evaluation: AssetCheckEvaluation) -> AssetObservation:
+    """A failed ``last_transfer`` outcome as an observation of its asset (the asset's event
+    history shows it): the same description and metadata, and where it was launched from."""
+    return AssetObservation(asset_key=evaluation.asset_key, description=evaluation.description,
+                            metadata={**evaluation.metadata,
+                                      "launched_from": MetadataValue.text("command line (outside Dagster)")})

@@ -304,3 +304,18 @@ def test_a_used_link_has_nothing_to_revoke(api: Api, dst_schema: str):
     answer = api.delete(f"/magic-links/{link['id']}")
     assert answer.status_code == 409
     assert "acme_pg" in answer.json()["message"]
+
+
+def test_the_forms_fixes_speak_to_the_recipient_who_typed_the_password(api: Api, dst_schema: str):
+    """The recipient typed the password into the form: a failed login's fix names what it
+    entered, not an environment variable of the provider's configuration file."""
+    add_recipient(api, "acme")
+    form = path_of(new_link(api, "acme", vendors=["postgres"])["url"])
+    body = {"destination": {"vendor": "postgres",
+                            "connection": connection(dst_schema, database=f"missing_{uuid.uuid4().hex[:8]}")}}
+    answer = api.client.post(form + "/test", json=body)
+    assert answer.status_code == 200, answer.text
+    (failed,) = [c for c in answer.json()["data"]["checks"] if c["outcome"] == "FAIL"]
+    assert failed["check"].startswith("log in"), failed
+    assert failed["fix"] == "check the username, database and the password you entered", failed
+    assert "variable" not in answer.text

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 #: while the file is locked by another process: the pause between attempts to open it
 _RETRY_SECONDS = 0.2
+#: a file that DuckDB cannot open as its database (another kind of file, a newer storage version)
+NOT_A_DATABASE_FIX = ("the file at connection.path is not a DuckDB database this DuckDB can open: point "
+                      "connection.path at a DuckDB database file, or at a path where no file exists yet "
+                      "(the first transfer creates it)")
 
 
 class DuckdbFile:
@@ -65,6 +69,8 @@ class DuckdbFile:
                 return conn
             except duckdb.IOException as exc:
                 reason = first_line(exc)
+                if "not a valid duckdb database file" in reason.lower():
+                    raise ConnectionFailure(self.what, reason=reason, fix=NOT_A_DATABASE_FIX) from None
                 if "lock" not in reason.lower():
                     raise ConnectionFailure(self.what, reason=reason, fix=folder_fix(self.path.parent)) from None
                 if time.monotonic() >= deadline:
@@ -77,10 +83,8 @@ class DuckdbFile:
                 time.sleep(_RETRY_SECONDS)
             except duckdb.ConnectionException:  # this process holds it with another configuration
                 raise
-            except duckdb.Error as exc:  # not a DuckDB file, a newer storage version, ...
-                raise ConnectionFailure(self.what, reason=first_line(exc),
-                                        fix="point connection.path at a DuckDB database file (or a path "
-                                            "where none exists yet)") from None
+            except duckdb.Error as exc:  # a newer storage version, ...
+                raise ConnectionFailure(self.what, reason=first_line(exc), fix=NOT_A_DATABASE_FIX) from None
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection | None]:

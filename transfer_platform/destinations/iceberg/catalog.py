@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
 
 CATALOG_TABLES = ("iceberg_tables", "iceberg_namespace_properties")
+#: PostgreSQL's words for a CREATE whose schema, on the search path, the role has no USAGE on
+NO_SCHEMA = "no schema has been selected to create in"
 _FIX = ("check that the catalog's PostgreSQL is running and accepts connections, and connection.catalog's "
         "host, port, database, username and password variable")
 
@@ -57,9 +59,12 @@ class Catalog:
 
         try:
             yield
-        except (psycopg.errors.InsufficientPrivilege, sqlalchemy.exc.ProgrammingError) as exc:
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.InvalidSchemaName,
+                sqlalchemy.exc.ProgrammingError) as exc:
             text = _first_line(exc)
-            if "permission denied" not in text and not isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            if NO_SCHEMA in text:  # the schema is on the search path, but the role may not use it
+                text = f"{text}: the role has no USAGE on schema {self.schema!r}"
+            elif "permission denied" not in text and not isinstance(exc, psycopg.errors.InsufficientPrivilege):
                 raise
             role, schema = quote_ident(self.connection.username), quote_ident(self.schema)
             raise MissingPrivilege(self.what, role=self.connection.username, reason=text,
