@@ -107,7 +107,9 @@ class AddressPolicy:
 
     def allows(self, address: Address, port: int | None) -> bool:
         for network, allowed_port in self.allow:
-            if address.version == network.version and address in network and allowed_port in (None, port):
+            # a look-up without a port (a family check) connects nowhere: any port of the entry
+            port_allowed = allowed_port is None or port is None or allowed_port == port
+            if address.version == network.version and address in network and port_allowed:
                 return True
         if (address, port) in self.own:
             return False
@@ -203,7 +205,7 @@ _lock = threading.Lock()
 _guarded: dict[str, AddressPolicy] = {}
 
 
-def _checked_getaddrinfo(host, port, *args, **kwargs):  # noqa: ANN001, ANN202 (socket.getaddrinfo's)
+def _checked_getaddrinfo(host, port, *args, **kwargs):  # socket.getaddrinfo's signature
     infos = _original_getaddrinfo(host, port, *args, **kwargs)
     policy = _guarded.get(_name(host)) if host is not None else None
     if policy is not None:
