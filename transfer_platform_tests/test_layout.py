@@ -37,6 +37,7 @@ PACKAGE = "transfer_platform"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "tuning", "phases", "probes"),  # the error types, the sizes passed in, phase logs, test-connection's checks
     ("core",),  # the pure core
+    ("network",),  # the address policy: where a destination may make the platform connect
     ("config", "vendors"),  # the configuration's models, loading and checks; each vendor's record and classes
     ("store", "storage"),  # the control plane's store; object stores and their locks
     ("runtime",),  # the Spark session and shared server, connections, the resident process, the fork server

@@ -364,7 +364,7 @@ def _checked(resources: ResourceStore, link: sa.Row, body: Any) -> tuple[dict[st
     else:
         raise Conflict(f"a destination named {name!r} exists", "choose another name",
                        [Problem("destination.name", "is taken", "choose another name")])
-    checks = run_connection_test(resources.candidate_config("destination", document), name)
+    checks = run_connection_test(resources.candidate_config("destination", document, linked=True), name)
     failed = sum(check.failed for check in checks)
     return document, {"passed": not failed, "checks": [_for_recipient(check.as_dict()) for check in checks]}
 

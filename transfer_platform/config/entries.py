@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from transfer_platform.core.durations import parse_duration_seconds
 
@@ -115,6 +115,12 @@ class DestinationBase(StrictModel):
     enabled_models: list[str] = Field(default_factory=list)
     max_concurrent_transfers: int = Field(default=1, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
+    #: the address policy it follows (``network.addresses.apply_policy``); ``None``: not checked
+    _address_policy: object = PrivateAttr(default=None)
+
+    @property
+    def address_policy(self):  # -> AddressPolicy | None
+        return self._address_policy
 
     @property
     def vendor_record(self) -> Vendor:

@@ -216,6 +216,31 @@ class ApiSettings(StrictModel):
     failed_credentials_per_minute: int = Field(20, ge=1)
 
 
+class DestinationAddressSettings(StrictModel):
+    """Where a destination may make the platform connect (:mod:`transfer_platform.network.addresses`).
+
+    A destination entered through a magic link may reach only global addresses: not loopback,
+    private, link-local (cloud metadata), unspecified, multicast or reserved ones, nor the
+    host:port of the store, Dagster's storage or a source; and no local file path. ``allow``
+    opens addresses or networks, each with a port or for every port (``10.1.0.0/16``,
+    ``127.0.0.1:5432``, ``[fd00::5]:5432``); ``allow_local_paths`` opens local paths;
+    ``check_provider_destinations`` puts the provider's own destinations (the file's, the
+    API's) under the same policy."""
+
+    allow: list[str] = Field(default_factory=list)
+    allow_local_paths: bool = False
+    check_provider_destinations: bool = False
+
+    @field_validator("allow")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        from transfer_platform.network.addresses import parse_allowed
+
+        for entry in value:
+            parse_allowed(entry)
+        return value
+
+
 class PlatformConfig(StrictModel):
     sources: list[SourceConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
@@ -225,6 +250,7 @@ class PlatformConfig(StrictModel):
     dagster: DagsterSettings = Field(default_factory=DagsterSettings)
     store: StoreSettings | None = None
     api: ApiSettings = Field(default_factory=ApiSettings)
+    destination_addresses: DestinationAddressSettings = Field(default_factory=DestinationAddressSettings)
 
     # -- look-ups (the file is validated first, so these names exist) --------------------------
 

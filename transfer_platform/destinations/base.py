@@ -133,8 +133,10 @@ class DestinationWriter(Protocol):
 def writer_for(destination, tuning: Tuning = DEFAULT) -> DestinationWriter:  # any configured destination
     """The writer of a configured destination, by its vendor (``transfer_platform/vendors/``),
     with the sizes and waits of ``tuning``. Every writer is a ``destinations.skeleton.Writer``."""
+    from transfer_platform.network.addresses import guard
     from transfer_platform.vendors import DESTINATIONS, implementation
 
+    guard(destination)  # its addresses checked before anything connects (network/addresses.py)
     return implementation(DESTINATIONS, "destination", destination, tuning)
 
 

@@ -24,8 +24,11 @@ def password_of(connection: DatabaseConnection, where: str) -> str | None:
 
 def postgres_connect_kwargs(connection: DatabaseConnection, *, what: str) -> dict:
     """``psycopg.connect`` arguments (the password resolved): UTC, our application name."""
+    from transfer_platform.network.addresses import pinned_hostaddr
+
     return {
         "host": connection.host,
+        **pinned_hostaddr(connection.host, connection.port),  # a guarded destination's checked address
         "port": connection.port,
         "dbname": connection.database,
         "user": connection.username,
@@ -57,9 +60,11 @@ def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | 
     naming host and port if it fails. ``database`` overrides the connection's database."""
     import pymysql
 
+    from transfer_platform.network.addresses import pinned_host
+
     try:
         return pymysql.connect(
-            host=connection.host,
+            host=pinned_host(connection.host, connection.port),
             port=connection.port,
             user=connection.username,
             password=password_of(connection, f"{what}.connection.password") or "",
@@ -78,14 +83,23 @@ def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | 
         ) from None
 
 
+def _jdbc_host(connection: DatabaseConnection) -> str:
+    """The host for a JDBC URL: a guarded destination's checked address (Spark's executors
+    connect with it, past this process's resolver)."""
+    from transfer_platform.network.addresses import pinned_host
+
+    host = pinned_host(connection.host, connection.port)
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def postgres_jdbc_url(connection: DatabaseConnection) -> str:
-    return f"jdbc:postgresql://{connection.host}:{connection.port}/{connection.database}"
+    return f"jdbc:postgresql://{_jdbc_host(connection)}:{connection.port}/{connection.database}"
 
 
 def mysql_jdbc_url(connection: DatabaseConnection, database: str | None = None) -> str:
     """A ``jdbc:mysql:`` URL (Spark picks its MySQL dialect, backticks, from that prefix; the
     MariaDB driver accepts it). The database is written as is: the driver does not decode it."""
-    return f"jdbc:mysql://{connection.host}:{connection.port}/{database or connection.database}"
+    return f"jdbc:mysql://{_jdbc_host(connection)}:{connection.port}/{database or connection.database}"
 
 
 def jdbc_properties(connection: DatabaseConnection, where: str) -> dict[str, str]:

@@ -32,7 +32,7 @@ from transfer_platform.config.secrets import PLAIN_SECRETS, mask_secrets
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
 from transfer_platform.store import audit, events
 from transfer_platform.store.database import engine_for
-from transfer_platform.store.tables import KINDS, resources
+from transfer_platform.store.tables import KINDS, magic_links, resources, scoped_tokens
 
 #: a kind's list in the configuration file, and the field holding an entry's name
 LISTS = {"source": "sources", "model": "models", "recipient": "recipients", "destination": "destinations"}
@@ -126,6 +126,25 @@ def merge_stored(raw: dict[str, Any], source: str | None = None) -> dict[str, An
     return merged
 
 
+#: the actors that are the recipient, not the provider: a magic link, a recipient's scoped auth token
+RECIPIENT_ACTORS = ("magic_link:", "scoped_token:")
+
+
+def _linked(conn: sa.Connection) -> set[str]:
+    """The destinations a recipient entered, through a magic link or its scoped auth token's form
+    (under the address policy by default)."""
+    through_links = conn.execute(sa.select(magic_links.c.destination_name)
+                                 .where(magic_links.c.destination_name.is_not(None))).scalars()
+    through_tokens = conn.execute(sa.select(sa.func.jsonb_array_elements_text(scoped_tokens.c.options["destinations"]))
+                                  .where(scoped_tokens.c.options.has_key("destinations"))).scalars()
+    return {*through_links, *through_tokens}
+
+
+def linked_destinations(raw: dict[str, Any], source: str | None = None) -> set[str]:
+    """The names of the store's destinations entered through a magic link."""
+    return _read(store_settings(raw, source), _linked)
+
+
 def file_id(kind: str, name: str) -> str:
     return str(uuid.uuid5(_FILE_IDS, f"{kind}:{name}"))
 
@@ -208,16 +227,33 @@ class ResourceStore:
 
     def config(self) -> PlatformConfig:
         """The platform's configuration: the file's entries and the store's, validated."""
-        return parse_config(merge_stored(self.file_raw, str(self.path)), base_dir=self.path.parent,
-                            source=str(self.path))
+        from transfer_platform.network.addresses import apply_policy
+
+        config = parse_config(merge_stored(self.file_raw, str(self.path)), base_dir=self.path.parent,
+                              source=str(self.path))
+        apply_policy(config, _read(self.settings, _linked))
+        return config
 
     # -- writing --------------------------------------------------------------------------------
 
-    def candidate_config(self, kind: str, document: dict[str, Any]) -> PlatformConfig:
+    def candidate_config(self, kind: str, document: dict[str, Any], *, linked: bool = False) -> PlatformConfig:
         """The platform's configuration as it would be with ``document`` added (or in place of
-        the entry of its name): what ``POST /test-destination`` tests, nothing saved."""
+        the entry of its name): what ``POST /test-destination`` tests, nothing saved. ``linked``:
+        entered through a magic link (under the address policy)."""
         name = document[NAME_FIELDS[kind]]
-        return _read(self.settings, lambda conn: self._check_all(conn, kind, name, document)[0])
+        return _read(self.settings, lambda conn: self._policed(conn, kind, name, self._check_all(
+            conn, kind, name, document)[0], linked=linked))
+
+    @staticmethod
+    def _policed(conn: sa.Connection, kind: str, name: str, config: PlatformConfig, *, linked: bool) -> PlatformConfig:
+        """``config`` with each destination's address policy; a destination ``name`` under it is
+        checked now (its addresses resolved, nothing connected): ``ConfigError`` if refused."""
+        from transfer_platform.network.addresses import apply_policy, guard
+
+        apply_policy(config, _linked(conn) | ({name} if linked and kind == "destination" else set()))
+        if kind == "destination":
+            guard(config.destination(name), "destination")
+        return config
 
     def _snapshot(self, conn: sa.Connection) -> list[tuple[str, str, Any]]:
         """The store's entries, ``(kind, name, entry)`` in the order the configuration lists them;
@@ -282,7 +318,19 @@ class ResourceStore:
             if any(r.name == name for r in self._file_resources(kind)) or conn.execute(
                     sa.select(resources.c.id).where(resources.c.kind == kind, resources.c.name == name)).first():
                 raise Conflict(f"a {kind} named {name!r} exists", "choose another name, or update that one")
-            _, entries = self._check_all(conn, kind, name, document)
+            config, entries = self._check_all(conn, kind, name, document)
+            linked = actor.startswith(RECIPIENT_ACTORS)
+            self._policed(conn, kind, name, config, linked=linked)
+            if linked and kind == "destination":  # known as the recipient's from its first commit
+                if actor.startswith("magic_link:"):
+                    conn.execute(sa.update(magic_links).where(magic_links.c.id == actor.removeprefix("magic_link:"))
+                                 .values(destination_name=name))
+                else:
+                    token = scoped_tokens.c.options
+                    conn.execute(sa.update(scoped_tokens).where(scoped_tokens.c.id == actor.removeprefix("scoped_token:"))
+                                 .values(options=token.op("||")(sa.func.jsonb_build_object(
+                                     "destinations", sa.func.coalesce(token["destinations"], sa.text("'[]'::jsonb"))
+                                     .op("||")(sa.func.jsonb_build_array(name))))))
             row = conn.execute(sa.insert(resources).values(id=str(uuid.uuid4()), kind=kind, name=name,
                                                            document=document, **_changed_now())
                                .returning(resources)).one()
@@ -314,7 +362,8 @@ class ResourceStore:
             action = "enable" if document.get("is_enabled", True) else "pause"  # the log's words for it
 
         def change(conn: sa.Connection) -> tuple[Resource, list]:
-            _, entries = self._check_all(conn, kind, current.name, document)
+            config, entries = self._check_all(conn, kind, current.name, document)
+            self._policed(conn, kind, current.name, config, linked=actor.startswith("magic_link:"))
             row = conn.execute(sa.update(resources).where(resources.c.id == current.id)
                                .values(document=document, updated_at=sa.func.clock_timestamp())
                                .returning(resources)).one()

@@ -63,6 +63,9 @@ def check_before_spark(config: PlatformConfig, destination: str, models: list[Mo
     problems = secrets_needed(config, destination, models)
     if problems:
         raise ConfigError(problems, source=source)
+    from transfer_platform.network.addresses import guard
+
+    guard(config.destination(destination))  # the addresses it may reach, before Spark starts
 
 
 def _moment(value: datetime) -> str:

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from transfer_platform.config.secrets import SECRET_KEY_ENV
 from transfer_platform_tests.support.platform import dagster_home, write_config
-from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
+from transfer_platform_tests.support.postgres import PG, pg_connect, pg_connection_config
 
 
 @dataclass
@@ -49,10 +49,21 @@ class Api:
 def write_api_config(folder: Path, store_schema: str, **sections: Any) -> Path:
     """A configuration file whose store is ``store_schema``, with ``sections`` (sources, models,
     recipients, destinations, api, ...)."""
-    document = {"store": {"connection": pg_connection_config(store_schema)}, **sections}
+    document = {"store": {"connection": pg_connection_config(store_schema)},
+                "destination_addresses": {"allow": allowed_test_servers()}, **sections}
     path = folder / "transfer_platform.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+def allowed_test_servers() -> list[str]:
+    """The addresses of the tests' PostgreSQL and MySQL servers (every port): the tests' recipients
+    enter them through magic links, which the address policy refuses unless allowed."""
+    from transfer_platform.network.addresses import resolve
+    from transfer_platform_tests.support.mysql import MYSQL
+
+    return sorted({address for host, port in ((PG["host"], PG["port"]), (MYSQL["host"], MYSQL["port"]))
+                   for address in resolve(host, port)})
 
 
 @pytest.fixture
@@ -99,6 +110,7 @@ def platform_config(root: Path, store_schema: str) -> Path:
     path = write_config(root, destinations={"acme": {}, "globex": {}})
     document = yaml.safe_load(path.read_text())
     document["store"] = {"connection": pg_connection_config(store_schema)}
+    document["destination_addresses"] = {"allow": allowed_test_servers()}
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 

@@ -81,11 +81,13 @@ class Catalog:
         """Our own connection to the catalog's database (locks, existence checks), autocommit."""
         import psycopg
 
+        from transfer_platform.network.addresses import pinned_hostaddr
+
         if self._conn is None or self._conn.closed:
             c = self.connection
             with self.errors():
                 self._conn = psycopg.connect(
-                    host=c.host, port=c.port, dbname=c.database, user=c.username,
+                    host=c.host, **pinned_hostaddr(c.host, c.port), port=c.port, dbname=c.database, user=c.username,
                     password=password_of(c, f"{self.what}.connection.catalog.password"),
                     connect_timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True,
                     options=f"-c TimeZone=UTC -c search_path={_option_value(self.schema)}",

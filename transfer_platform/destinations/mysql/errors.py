@@ -30,7 +30,10 @@ def first_line(exc: BaseException) -> str:
 
 def connect_kwargs(connection: DatabaseConnection, *, what: str) -> dict:
     """``pymysql.connect`` arguments (the password resolved): UTC, strict, LOCAL INFILE allowed."""
-    return {"host": connection.host, "port": connection.port, "user": connection.username,
+    from transfer_platform.network.addresses import pinned_host
+
+    # a guarded destination's checked address: Spark's Python workers connect past our resolver
+    return {"host": pinned_host(connection.host, connection.port), "port": connection.port, "user": connection.username,
             "password": password_of(connection, f"{what}.connection.password") or "",
             "database": connection.database, "connect_timeout": CONNECT_TIMEOUT_SECONDS,
             "autocommit": True, "charset": "utf8mb4", "local_infile": True,

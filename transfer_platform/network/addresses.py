@@ -1,0 +1,334 @@
+"""The provider's policy on the addresses a destination may reach, checked at every connection.
+
+A recipient is an outside party: through a magic link it chooses where the platform connects,
+from inside the provider's network. A destination under the policy (entered through a magic
+link; any destination when ``destination_addresses.check_provider_destinations`` is on) may
+reach only global addresses: not loopback, private (RFC 1918, unique-local ``fc00::/7``),
+link-local (``169.254.0.0/16`` with the cloud metadata address, ``fe80::/10``), shared,
+unspecified, multicast or reserved ones, nor the host:port of the platform's own store,
+Dagster storage and sources, unless ``destination_addresses.allow`` opens them; and no local
+file path (DuckDB's, an embedded ClickHouse's, a local folder) unless ``allow_local_paths``.
+
+How it holds at each connection, DNS rebinding included:
+
+- :func:`guard` runs whenever a destination's writer is made (``writer_for``: every transfer,
+  ``test-connection``, the magic-link form's and the API's tests) and when the API saves a
+  destination: it resolves every host and endpoint of the destination with
+  ``socket.getaddrinfo`` and checks **every** address, before any connection is tried. A
+  refused address, or a name that does not resolve, gets one message (:data:`REFUSED`): the
+  same whether or not anything listens there, since nothing was asked of it.
+- It then registers the destination's host names: from then on the process's
+  ``socket.getaddrinfo`` (wrapped once, :func:`_checked_getaddrinfo`) checks every answer for
+  those names, in every thread, before a client gets it. Every Python client resolves through
+  it when it connects (PyMySQL, urllib3 under boto3, requests, the Google and Snowflake clients,
+  clickhouse-connect, paramiko), so an answer that changes after the first check is refused at
+  the connection that would use it. A wrapper around the connection alone would not do: clients
+  connect from their own thread pools, which a context variable does not reach.
+- Clients that do not resolve through Python get an address already checked: libpq (psycopg,
+  also in Spark's Python workers) gets ``hostaddr=<checked address>`` beside ``host`` (kept for
+  TLS, :func:`pinned_hostaddr`); PyMySQL in Spark's workers and the MariaDB JDBC driver that
+  Spark's executors use to read back a MySQL destination get the checked address as their host
+  (:func:`pinned_host`; the platform's MySQL connections use no TLS name check).
+- Clients with a resolver of their own in another language (delta-rs' object store, pyarrow's
+  S3 file system) are covered by the check at the start of every transfer only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from transfer_platform.errors import ConfigError, Problem
+
+#: the one answer for every refused address (nothing in it depends on what is at the address)
+REFUSED = "is not an address this platform may connect to for this destination (or it does not resolve)"
+REFUSED_FIX = ("give the public name or address of your own server; if it must be another, ask the provider "
+               "to allow it (destination_addresses.allow)")
+REFUSED_PATH = "is a file or folder on the platform's own machine, which this destination may not choose"
+REFUSED_PATH_FIX = "write to your own server or bucket instead; ask the provider if it must be a local path"
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def parse_allowed(text: str) -> tuple[Network, int | None]:
+    """An allow-list entry: an address or network, with a port or without (any port):
+    ``10.1.0.0/16``, ``127.0.0.1:5432``, ``[::1]:5432``, ``fd00::/8``. ``ValueError`` otherwise."""
+    value, port = text.strip(), None
+    if value.startswith("["):
+        inside, _, rest = value[1:].partition("]")
+        if rest:
+            if not rest.startswith(":") or not rest[1:].isdigit():
+                raise ValueError(f"{text!r}: write [address]:port")
+            port = int(rest[1:])
+        value = inside
+    elif value.count(":") == 1:
+        value, _, port_text = value.partition(":")
+        if not port_text.isdigit():
+            raise ValueError(f"{text!r}: the port must be a number")
+        port = int(port_text)
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"{text!r}: the port must be between 1 and 65535")
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an address or network (such as 10.1.0.0/16, 127.0.0.1:5432 "
+                         "or [::1]:5432): give addresses, not host names") from None
+    return network, port
+
+
+def _address(text: str) -> Address:
+    address = ipaddress.ip_address(text.split("%", 1)[0])  # an IPv6 scope (fe80::1%eth0) dropped
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """What a destination under the policy may reach: global addresses except ``own`` (the
+    platform's own host:port pairs), and whatever ``allow`` opens."""
+
+    allow: tuple[tuple[Network, int | None], ...] = ()
+    own_pairs: tuple[tuple[str, int], ...] = ()  # host:port of the store, Dagster's storage, the sources
+    allow_local_paths: bool = False
+
+    @cached_property
+    def own(self) -> frozenset[tuple[Address, int]]:
+        """The addresses of :attr:`own_pairs` (resolved once, at the first check)."""
+        return own_addresses(self.own_pairs)
+
+    def allows(self, address: Address, port: int | None) -> bool:
+        for network, allowed_port in self.allow:
+            # a look-up without a port (a family check) connects nowhere: any port of the entry
+            port_allowed = allowed_port is None or port is None or allowed_port == port
+            if address.version == network.version and address in network and port_allowed:
+                return True
+        if (address, port) in self.own:
+            return False
+        return address.is_global and not address.is_multicast
+
+
+def _port(port: Any) -> int | None:
+    if isinstance(port, int):
+        return port
+    if isinstance(port, (str, bytes)) and port.isdigit():
+        return int(port)
+    return None
+
+
+def _name(host: Any) -> str:
+    text = host.decode("idna", "replace") if isinstance(host, bytes) else str(host)
+    return text.strip("[]").rstrip(".").lower()
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (``socket.getaddrinfo``, not wrapped); ``[]`` when it
+    does not resolve."""
+    try:
+        infos = _original_getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        return []
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def check(host: str, port: int, policy: AddressPolicy, where: str) -> list[str]:
+    """``host``'s addresses, each checked against ``policy``: ``ConfigError`` naming ``where``
+    (the field, ``destinations.acme.connection.host``) with :data:`REFUSED` if one is refused or
+    none resolves. Nothing connects to them."""
+    addresses = resolve(host, port)
+    if not addresses or not all(policy.allows(_address(a), port) for a in addresses):
+        raise ConfigError([Problem(where, REFUSED, REFUSED_FIX)])
+    return addresses
+
+
+# -- the destination's hosts, endpoints and paths ------------------------------------------------------
+
+
+@dataclass
+class Targets:
+    hosts: list[tuple[str, int, str]] = field(default_factory=list)  # host, port, field path
+    paths: list[str] = field(default_factory=list)  # field paths of local paths
+
+
+_URL_FIELDS = ("endpoint_url", "api_endpoint")
+_DEFAULT_PORTS = {"snowflake": 443}
+
+
+def targets(destination: Any, at: str | None = None) -> Targets:
+    """Every host (with its port), endpoint URL and local path of a destination's settings,
+    each named by its field (under ``at``, default ``destinations.<name>``)."""
+    found = Targets()
+    vendor = getattr(destination, "vendor", "")
+
+    def walk(value: Any, at: str) -> None:
+        fields = getattr(type(value), "model_fields", None)
+        if fields is None:
+            return
+        host = getattr(value, "host", None)
+        if isinstance(host, str) and host:
+            port = getattr(value, "server_port", None) or getattr(value, "port", None) or _DEFAULT_PORTS.get(vendor)
+            if isinstance(port, int):
+                found.hosts.append((host, port, f"{at}.host"))
+        for name in fields:
+            item = getattr(value, name, None)
+            where = f"{at}.{fields[name].alias or name}"
+            if name in _URL_FIELDS and isinstance(item, str):
+                url = urlsplit(item)
+                if url.hostname:
+                    try:
+                        port = url.port or (443 if url.scheme == "https" else 80)
+                    except ValueError:
+                        port = 443
+                    found.hosts.append((url.hostname, port, where))
+            elif isinstance(item, Path):
+                found.paths.append(where)
+            elif name != "host":
+                walk(item, where)
+
+    walk(destination, at or f"destinations.{getattr(destination, 'name', '?')}")
+    return found
+
+
+# -- at every connection ------------------------------------------------------------------------------
+
+_original_getaddrinfo = socket.getaddrinfo
+_lock = threading.Lock()
+#: host name -> the policy its answers are checked against (names of destinations under the policy)
+_guarded: dict[str, AddressPolicy] = {}
+
+
+def _checked_getaddrinfo(host, port, *args, **kwargs):  # socket.getaddrinfo's signature
+    infos = _original_getaddrinfo(host, port, *args, **kwargs)
+    policy = _guarded.get(_name(host)) if host is not None else None
+    if policy is not None:
+        number = _port(port)
+        for info in infos:
+            if not policy.allows(_address(str(info[4][0])), number):
+                raise socket.gaierror(socket.EAI_NONAME, f"{_name(host)} {REFUSED}")
+    return infos
+
+
+def _install() -> None:
+    with _lock:
+        if socket.getaddrinfo is not _checked_getaddrinfo:
+            socket.getaddrinfo = _checked_getaddrinfo
+
+
+def guard(destination: Any, at: str | None = None) -> None:
+    """Check every host, endpoint and path of ``destination`` against its policy (none: nothing
+    to do) and have every later resolution of its names checked; ``ConfigError`` naming each
+    refused field (under ``at``, as :func:`targets`)."""
+    policy = getattr(destination, "address_policy", None)
+    if policy is None:
+        return
+    found = targets(destination, at)
+    problems = [] if policy.allow_local_paths else [Problem(at, REFUSED_PATH, REFUSED_PATH_FIX) for at in found.paths]
+    for host, port, at in found.hosts:
+        try:
+            check(host, port, policy, at)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    _install()
+    with _lock:
+        for host, _, _ in found.hosts:
+            _guarded[_name(host)] = policy
+
+
+def _checked_address(host: str, port: int) -> str | None:
+    """The first address of a guarded ``host``, checked now; ``None`` for a name not guarded."""
+    policy = _guarded.get(_name(host))
+    if policy is None:
+        return None
+    return check(host, port, policy, f"{host}:{port}")[0]
+
+
+def pinned_hostaddr(host: str, port: int) -> dict[str, str]:
+    """``{"hostaddr": <checked address>}`` for libpq when ``host`` belongs to a guarded
+    destination (libpq resolves in C, past Python's resolver); ``{}`` otherwise."""
+    address = _checked_address(host, port)
+    return {} if address is None else {"hostaddr": address}
+
+
+def pinned_host(host: str, port: int) -> str:
+    """``host``, or its checked address when it belongs to a guarded destination (for clients
+    that run where this process's resolver does not: Spark's Python workers, its JVM)."""
+    address = _checked_address(host, port)
+    return host if address is None else address
+
+
+def own_addresses(pairs: Iterable[tuple[str, int]]) -> frozenset[tuple[Address, int]]:
+    """The addresses of the platform's own host:port pairs (names resolved now)."""
+    own = set()
+    for host, port in pairs:
+        for address in resolve(host, port):
+            own.add((_address(address), port))
+    return frozenset(own)
+
+
+def dagster_storage_pairs() -> list[tuple[str, int]]:
+    """The host:port of the Dagster instance's PostgreSQL storage (``$DAGSTER_HOME/dagster.yaml``'s
+    ``storage.postgres`` or a ``*_storage`` with ``postgres_db``; its ``postgres_url``)."""
+    import os
+
+    import yaml
+
+    home = os.environ.get("DAGSTER_HOME")
+    try:
+        document = yaml.safe_load(Path(home, "dagster.yaml").read_text()) if home else None
+    except (OSError, yaml.YAMLError):
+        return []
+    found: list[tuple[str, int]] = []
+
+    def value(item: Any) -> Any:
+        return os.environ.get(item["env"]) if isinstance(item, dict) and "env" in item else item
+
+    def walk(item: Any) -> None:
+        if isinstance(item, dict):
+            url = value(item.get("postgres_url"))
+            if isinstance(url, str):
+                parts = urlsplit(url)
+                if parts.hostname:
+                    found.append((parts.hostname, parts.port or 5432))
+            db = item.get("postgres_db")
+            if isinstance(db, dict) and isinstance(value(db.get("hostname")), str):
+                port = value(db.get("port")) or 5432
+                found.append((value(db["hostname"]), int(port) if str(port).isdigit() else 5432))
+            for each in item.values():
+                walk(each)
+        elif isinstance(item, list):
+            for each in item:
+                walk(each)
+
+    walk(document)
+    return found
+
+
+def apply_policy(config: Any, linked: Iterable[str]) -> None:
+    """Give each destination of ``config`` the policy it follows: those entered through a magic
+    link (``linked``, their names), and every other when ``check_provider_destinations`` is on;
+    ``None`` for the rest (not checked)."""
+    settings = config.destination_addresses
+    linked = set(linked)
+    policy = None
+    if linked or settings.check_provider_destinations:
+        pairs = [] if config.store is None else [(config.store.connection.host, config.store.connection.port)]
+        for source in config.sources:
+            connection = getattr(source, "connection", None)
+            if isinstance(getattr(connection, "host", None), str) and isinstance(getattr(connection, "port", None), int):
+                pairs.append((connection.host, connection.port))
+        policy = AddressPolicy(allow=tuple(parse_allowed(a) for a in settings.allow),
+                               own_pairs=tuple(dict.fromkeys([*pairs, *dagster_storage_pairs()])),
+                               allow_local_paths=settings.allow_local_paths)
+    for destination in config.destinations:
+        under = destination.name in linked or settings.check_provider_destinations
+        destination._address_policy = policy if under else None
