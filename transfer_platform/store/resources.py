@@ -141,7 +141,7 @@ def _linked(conn: sa.Connection) -> set[str]:
 
 
 def linked_destinations(raw: dict[str, Any], source: str | None = None) -> set[str]:
-    """The names of the store's destinations entered through a magic link."""
+    """The names of the store's destinations a recipient entered (a magic link, a scoped token)."""
     return _read(store_settings(raw, source), _linked)
 
 

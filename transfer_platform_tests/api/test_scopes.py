@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from transfer_platform.api.scopes import LINK_TOKEN, PUBLIC, ROUTE_SCOPES, SCOPED_TOKEN
 from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.store.api_keys import create_key, verify_key
+from transfer_platform.store.resources import linked_destinations
 from transfer_platform_tests.support.api import Api, write_api_config
 from transfer_platform_tests.support.postgres import pg_connection_config
 
@@ -203,6 +204,8 @@ def test_a_scoped_token_tests_and_saves_for_its_recipient_only(api: Api, dst_sch
     assert tuple(entry) == (f"scoped_token:{token['id']}", "form")
     (generated,) = rows(api, "SELECT actor, actor_scope, resource_name FROM audit_log WHERE action = 'generate'")
     assert tuple(generated) == ("api_key:tests", "admin", "acme")
+    # the recipient chose its address: the destination stays under the address policy, as a link's
+    assert "acme_pg" in linked_destinations(api.app.state.store.file_raw, str(api.config_path))
 
 
 def test_an_expired_wrong_or_foreign_origin_token_writes_nothing(api: Api, dst_schema: str) -> None:
