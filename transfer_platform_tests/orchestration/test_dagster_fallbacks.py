@@ -2,9 +2,10 @@
 Dagster's own behaviour with ONE warning naming the missing name and what is lost, and a run still
 completes, through Dagster's own path, on a real instance.
 
-The missing name is simulated at the fence itself: ``Fenced._resolve`` (where every check and every
-use looks a private name up) is patched to find nothing for the names given, as a Dagster without
-them would. That tests our fallbacks, not Dagster.
+The missing name is simulated at the fence itself (``support/fence.py``: ``Fenced._resolve``, where
+every check and every use looks a private name up, finds nothing for the names given), as a Dagster
+without them would: that tests our fallbacks, not Dagster. The compute-log manager's fallback is in
+``test_compute_logs.py``.
 """
 
 from __future__ import annotations
@@ -33,37 +34,15 @@ from transfer_platform.orchestration.dagster_internals import (
     PARTS,
     PLUGIN_INSTANCE,
     QUEUE_PASS,
-    REDIRECT_TO_FILE,
-    Fenced,
     UnprovenDagsterWarning,
 )
 from transfer_platform.orchestration.run_tags import model_key
 from transfer_platform.orchestration.run_worker import WORKER_TAG
-from transfer_platform_tests.orchestration.test_compute_logs import run_with
 from transfer_platform_tests.support.dagster import CONFIG_ENV, launch
+from transfer_platform_tests.support.fence import fallbacks, hide
 from transfer_platform_tests.support.platform import dagster_home, write_config
 
 PATIENCE = float(os.environ.get("TP_TEST_PATIENCE", "4"))
-
-
-def hide(monkeypatch: pytest.MonkeyPatch, *gone: Fenced) -> None:
-    """This process's Dagster lacks ``gone`` from now on, as far as the fence can tell; the parts
-    look again (as a process starting on such a Dagster)."""
-    paths = {f.path for f in gone}
-    resolve = Fenced._resolve
-
-    def lacking(self: Fenced):
-        if self.path in paths:
-            raise AttributeError(f"simulated: this Dagster has no {self.path}")
-        return resolve(self)
-
-    monkeypatch.setattr(Fenced, "_resolve", lacking)
-    monkeypatch.setattr(dagster_internals, "_CHECKED", {})
-    monkeypatch.setattr(dagster_internals, "_WARNED", set())
-
-
-def fallbacks(record: list[warnings.WarningMessage]) -> list[str]:
-    return [str(w.message) for w in record if issubclass(w.category, UnprovenDagsterWarning)]
 
 
 @pytest.mark.parametrize("part", sorted(PARTS))
@@ -82,23 +61,6 @@ def test_each_part_warns_once_naming_the_missing_name_and_what_is_lost(part: str
 
 def test_every_part_says_what_it_loses() -> None:
     assert set(LOST) == set(PARTS)
-
-
-# -- the compute-log manager ------------------------------------------------------------------------
-
-def test_the_compute_log_manager_falls_back_to_dagsters_capture(tmp_path: Path, monkeypatch) -> None:
-    hide(monkeypatch, REDIRECT_TO_FILE)
-    manager = {"module": compute_logs.__name__, "class": "FileComputeLogManager",
-               "config": {"base_dir": str(tmp_path / "file" / "logs")}}
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        tails, out, err = run_with(tmp_path / "file", manager)
-    assert "to stdout from the step" in out  # captured all the same, in the files the UI reads
-    assert "to stderr from the step, by its file descriptor" in err
-    assert tails == 2  # Dagster's own capture: its tail mirror per stream
-    (message,) = fallbacks(record)
-    assert REDIRECT_TO_FILE.path in message
-    assert LOST["compute_logs"] in message
 
 
 # -- the fixes --------------------------------------------------------------------------------------
