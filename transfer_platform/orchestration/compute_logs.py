@@ -9,22 +9,40 @@ run's output repeated in the daemon's log (at 4,000 runs an hour, most of that l
 :class:`FileComputeLogManager` is the same manager (same files, same UI) without the mirror. Under
 ``dagster dev`` (the shipped ``dagster.yaml``) Dagster's own manager stays, so a run's output also
 shows in the terminal.
+
+On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.dagster_internals`)
+it is Dagster's own manager, with one warning: the capture is Dagster's (the ``tail`` mirror) when
+only the capture's names are gone; when ``LocalComputeLogManager`` itself is gone, the instance
+gets the manager Dagster itself gives a fresh instance, configured as this one was.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import dagster
+
 from transfer_platform.orchestration import dagster_internals as internals
 
-internals.require("compute_logs")  # a Dagster without what it uses: named when the instance loads
+
+def _dagsters_default() -> type:
+    """The compute log manager class Dagster gives a fresh local instance (public API only)."""
+    with tempfile.TemporaryDirectory() as home, dagster.DagsterInstance.local_temp(home) as instance:
+        return type(instance.compute_log_manager)
 
 
-class FileComputeLogManager(internals.LOCAL_COMPUTE_LOGS.get()):
+#: the base of FileComputeLogManager: Dagster's LocalComputeLogManager, or (a Dagster without it,
+#: warned when the manager is configured) Dagster's default manager
+_BASE: type = (internals.LOCAL_COMPUTE_LOGS.get() if internals.LOCAL_COMPUTE_LOGS.problem() is None
+               else _dagsters_default())
+
+
+class FileComputeLogManager(_BASE):
     """``LocalComputeLogManager`` (its configuration: ``base_dir``, ``polling_timeout``) whose
     capture redirects a step's output to its files without mirroring it (see the module)."""
 
@@ -37,12 +55,18 @@ class FileComputeLogManager(internals.LOCAL_COMPUTE_LOGS.get()):
             description="Where the files go (default: $DAGSTER_HOME/storage, as Dagster's own manager)")}
 
     @classmethod
-    def from_config_value(cls, inst_data: Any, config_value: dict) -> FileComputeLogManager:
+    def from_config_value(cls, inst_data: Any, config_value: dict) -> Any:  # a compute log manager
         base_dir = config_value.get("base_dir") or os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage")
+        if internals.fallback("compute_logs") and internals.LOCAL_COMPUTE_LOGS.problem() is not None:
+            return _BASE.from_config_value(inst_data, {**config_value, "base_dir": base_dir})
         return cls(inst_data=inst_data, **{**config_value, "base_dir": base_dir})
 
     @contextmanager
     def capture_logs(self, log_key: Sequence[str]) -> Generator[Any, None, None]:
+        if internals.fallback("compute_logs"):  # Dagster's own capture, with its mirror
+            with super().capture_logs(log_key) as context:
+                yield context
+            return
         io_type, extension = internals.IO_TYPES.get(), internals.IO_EXTENSIONS.get()
         redirect, ensure_file = internals.REDIRECT_TO_FILE.get(), internals.FILE_UTILS.get()
         out = self.get_captured_local_path(log_key, extension[io_type.STDOUT])

@@ -10,9 +10,15 @@ for the queue's rules at every pass, and it answers with the rules ``dagster.yam
 ones generated from the configuration, so the limits follow the file.
 
 A run it cannot place (assets of several destinations in one run, a configuration that does not
-load) is refused at submission with a message saying why: limits fail closed. So is a Dagster
-lacking a private name the coordinator uses: it does not start, and says which
-(:mod:`~transfer_platform.orchestration.dagster_internals`).
+load) is refused at submission with a message saying why: limits fail closed.
+
+On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.dagster_internals`)
+it is Dagster's ``QueuedRunCoordinator``, with one warning naming the name and what is lost: the
+configuration's rules are passed through Dagster's own ``tag_concurrency_limits`` when it starts
+(a configuration that does not load then holds every queued run: ``max_concurrent_runs: 0``), and
+submitted runs are queued as they come (runs launched from the UI carry no limit tags). A
+fractional ``dequeue_interval_seconds`` on a Dagster lacking its attribute is rounded up to
+Dagster's whole seconds.
 
 When the webserver or the daemon starts it, it installs the epoch tick fix of
 :mod:`~transfer_platform.orchestration.dagster_fixes`, so that they compute the partition keys the
@@ -22,6 +28,7 @@ code server computes.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -155,7 +162,8 @@ class TransferRunCoordinator(QueuedRunCoordinator):
     POOL_RECYCLE_SECONDS = 3600
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # QueuedRunCoordinator's
-        dagster_internals.require("coordinator")  # a Dagster without what it uses: named, here
+        #: a Dagster lacking what the coordinator uses: it is Dagster's own (warned once)
+        self.dagsters_own = dagster_internals.fallback("coordinator")
         install_epoch_fix()  # the webserver's and the daemon's partition keys, as the code server's
         super().__init__(*args, **kwargs)
 
@@ -176,13 +184,15 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         interval = config_value.get("dequeue_interval_seconds")
         if interval is not None and interval <= 0:
             raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
-        if interval is not None:
-            dagster_internals.require("dequeue_interval")
+        whole = interval is not None and bool(dagster_internals.fallback("dequeue_interval"))
         pooled = bool(config_value.get("pooled_storage_connections"))
         rest = {k: v for k, v in config_value.items() if k != "pooled_storage_connections"}
-        coordinator = super().from_config_value(inst_data, {**rest, "dequeue_interval_seconds": None})
+        rest["dequeue_interval_seconds"] = max(1, math.ceil(interval)) if whole else None
+        if dagster_internals.fallback("coordinator"):
+            rest = _with_configured_limits(rest)
+        coordinator = super().from_config_value(inst_data, rest)
         coordinator.pooled_storage_connections = pooled
-        if interval is not None:
+        if interval is not None and not whole:
             dagster_internals.set_dequeue_interval(coordinator, interval)  # read by the daemon only
         return coordinator
 
@@ -211,6 +221,8 @@ class TransferRunCoordinator(QueuedRunCoordinator):
                                             max_overflow=self.POOL_OVERFLOW)
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
+        if self.dagsters_own:
+            return super().submit_run(context)
         run = context.dagster_run
         instance = dagster_internals.plugin_instance(self)
         try:
@@ -230,9 +242,25 @@ class TransferRunCoordinator(QueuedRunCoordinator):
 
     def get_run_queue_config(self) -> RunQueueConfig:
         base = super().get_run_queue_config()
+        if self.dagsters_own:  # the configuration's rules are in base, from when it started
+            return base
         try:
             generated = queue_rules(_config())
         except Exception:
             _LOG.exception("cannot load the transfer_platform configuration; queued runs wait")
             raise
         return dagster_internals.with_tag_limits(base, generated)
+
+
+def _with_configured_limits(config_value: dict) -> dict:
+    """Dagster's own ``QueuedRunCoordinator`` configuration with the configuration's tag rules after
+    ``dagster.yaml``'s (read now, once); a configuration that does not load holds every queued run."""
+    try:
+        generated = queue_rules(_config())
+    except Exception as exc:  # noqa: BLE001 - fail closed, and keep the daemon running
+        dagster_internals.warn_once("coordinator:config", (
+            f"transfer_platform's run coordinator cannot load the configuration ({exc}): no queued run "
+            "starts (max_concurrent_runs 0) until the process restarts with a configuration that loads"))
+        return {**config_value, "max_concurrent_runs": 0}
+    return {**config_value, "tag_concurrency_limits": [*(config_value.get("tag_concurrency_limits") or []),
+                                                       *generated]}

@@ -59,12 +59,7 @@ def _first_look(fix: str) -> bool:
     if fix in _looked:
         return False
     _looked.add(fix)
-    missing = dagster_internals.problems(fix)
-    if missing:
-        dagster_internals.warn(f"transfer_platform does not install its fix ({dagster_internals.PARTS[fix]}): "
-                               + "; ".join(missing))
-        return False
-    return True
+    return not dagster_internals.fallback(fix)  # one warning naming what the fix lacks and what is lost
 
 
 def install_epoch_fix() -> None:

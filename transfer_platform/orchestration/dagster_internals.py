@@ -8,21 +8,26 @@ rely on, and the part of the platform that needs it (:data:`PARTS`).
 
 Upgrading Dagster: bump it in ``uv.lock``, run ``transfer_platform_tests/orchestration/
 test_dagster_internals.py`` (one case per entry, naming what is missing or changed), then the
-orchestration tests; when they pass, add the version to :data:`PROVEN_DAGSTER_VERSIONS`.
+orchestration tests; when they pass, widen :data:`PROVEN_DAGSTER_VERSIONS` (a range) to hold it.
+CI's Dagster-next lane (``scripts/dev``) runs those tests on the newest patch of the locked
+release line, so a patch that breaks a name is known before anyone upgrades.
 
-At start-up each part checks its own names (:func:`problems`), so a Dagster without one is named
-("Dagster X.Y lacks dagster._foo.bar, used for ...; proven on ...") where the part starts, never an
-``AttributeError`` in a run:
+A speed kit never stops the service it accelerates. At start-up each part checks its own names
+(:func:`fallback`); a part whose names this Dagster lacks falls back to Dagster's own behaviour
+and says so in ONE warning per process (:class:`UnprovenDagsterWarning`) naming the missing name
+and what is lost (:data:`LOST`), never an ``AttributeError`` in a run nor a daemon that does not
+start:
 
-- the preloaded launcher (``launcher.py``): on a Dagster not in :data:`PROVEN_DAGSTER_VERSIONS`,
-  or lacking a name its run worker needs, it warns once and launches every run by Dagster's own
-  path (``DefaultRunLauncher``) instead of forking (:func:`fork_refusal`);
-- the run coordinator (``coordinator.py``): refuses to start (:class:`UnsupportedDagsterError`), as
-  its limits must hold;
-- the definitions and the partitions (``dagster_fixes.py``): a fix whose names are gone warns and is
-  not installed; the definitions warn about what the sensor's repairs and the hidden run tags lack;
-- ``transfer --enqueue``: :class:`UnsupportedDagsterError`, a ``ConfigError`` the CLI reports as
-  such, names what its launch lacks.
+- the preloaded launcher (``launcher.py``): on a Dagster outside :data:`PROVEN_DAGSTER_VERSIONS`,
+  or lacking a name its run worker needs, it launches every run by Dagster's own path
+  (``DefaultRunLauncher``) instead of forking (:func:`fork_refusal`);
+- the run coordinator (``coordinator.py``): is Dagster's ``QueuedRunCoordinator``, its tag limits
+  passed through Dagster's own ``tag_concurrency_limits`` once, when it starts; a fractional
+  ``dequeue_interval_seconds`` becomes Dagster's whole seconds;
+- the compute-log manager (``compute_logs.py``): Dagster's own capture (the ``tail`` mirror);
+- the fixes (``dagster_fixes.py``): not installed; the sensor's repairs: off; the hidden run tags:
+  shown; ``transfer --enqueue`` (a command, not a service): :class:`UnsupportedDagsterError`, a
+  ``ConfigError`` the CLI reports as such, naming what its launch lacks.
 
 Public exports are used wherever Dagster has them (``dagster.DefaultRunLauncher``,
 ``dagster.QueuedRunCoordinator``, ``dagster.SubmitRunContext``, ``dagster.serialize_value`` /
@@ -40,6 +45,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from transfer_platform.errors import ConfigError
 
@@ -48,9 +55,18 @@ if TYPE_CHECKING:  # annotations only (launcher.py, coordinator.py): Dagster exp
     from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
 
 DAGSTER_VERSION: str = dagster.__version__
-#: The Dagster versions the private mechanisms here are proven on (the contract test and the
-#: orchestration tests pass): the version ``uv.lock`` pins. The preloaded launcher forks only on these.
-PROVEN_DAGSTER_VERSIONS: tuple[str, ...] = ("1.13.27",)
+#: The Dagster versions the private mechanisms here are proven on: the contract test and the
+#: orchestration tests pass on the version ``uv.lock`` pins and on the newest patch of its release
+#: line (CI's Dagster-next lane). The preloaded launcher forks only on these.
+PROVEN_DAGSTER_VERSIONS = SpecifierSet(">=1.13.27,<1.14")
+
+
+def proven(version: str = DAGSTER_VERSION) -> bool:
+    """Whether Dagster ``version`` is in :data:`PROVEN_DAGSTER_VERSIONS`."""
+    try:
+        return Version(version) in PROVEN_DAGSTER_VERSIONS
+    except InvalidVersion:
+        return False
 
 #: the parts of the platform, each checking its names when it starts
 PARTS = {
@@ -65,6 +81,31 @@ PARTS = {
     "enqueue": "`transfer-platform transfer --enqueue` (orchestration/transfers.py)",
     "repair": "self-healing's reading of check evaluations (repair.py)",
     "run_tags": "run tags hidden in the UI (run_tags.py)",
+}
+
+#: what each part loses when it falls back to Dagster's own behaviour (the warning says it)
+LOST = {
+    "run_worker": "every run starts as Dagster's DefaultRunLauncher starts it, a new Python from the code "
+                  "server (~2.5 s more per run, and as much CPU)",
+    "launcher": "every run starts as Dagster's DefaultRunLauncher starts it, a new Python from the code "
+                "server (~2.5 s more per run); a run a forked worker already runs is terminated only by "
+                "the worker's cancellation thread (run marked CANCELING)",
+    "coordinator": "runs launched from the UI (Materialize, backfills) are not tagged, so the per-destination, "
+                   "per-model and per-source limits do not hold for them (the sensor's runs and `transfer "
+                   "--enqueue` carry their tags and stay limited); the configuration's limits are read once, "
+                   "when the process starts (a changed limit applies at its restart)",
+    "dequeue_interval": "the queue is passed over every whole second at the most (Dagster's "
+                        "dequeue_interval_seconds, rounded up)",
+    "queue_wake": "the queue is passed over at each dequeue interval only, not as soon as a run is queued or ends",
+    "compute_logs": "Dagster's own capture: each step's output is also mirrored into the daemon's output by a "
+                    "`tail -F` process per stream (~0.05 s and two processes per step)",
+    "epoch_fix": "the cron tick at 1970-01-01T00:00Z: a model starting at the epoch on a grid of several ticks "
+                 "an hour gets its first partition at the next tick",
+    "dev_stop": "runs of a code server go on after `dagster dev` stops, until they end",
+    "enqueue": "`transfer-platform transfer --enqueue` (use the sensor, the UI or `dagster job launch`)",
+    "repair": "self-healing: a failed integrity check is not repaired by itself (it stays failed for a "
+              "person to look at)",
+    "run_tags": "the platform's run tags (.dagster/transfer_platform/...) are shown in the UI, not hidden",
 }
 
 
@@ -149,8 +190,7 @@ class Fenced:
         return None
 
     def _sentence(self, what: str) -> str:
-        return (f"{what}, used for {self.use}; transfer_platform is proven on Dagster "
-                f"{', '.join(PROVEN_DAGSTER_VERSIONS)}")
+        return f"{what}, used for {self.use}; transfer_platform is proven on Dagster {PROVEN_DAGSTER_VERSIONS}"
 
 
 # -- the upgrade checklist ------------------------------------------------------------------------
@@ -335,30 +375,56 @@ def problems(part: str, version: str = DAGSTER_VERSION) -> list[str]:
 
 
 def require(part: str) -> None:
-    """:class:`UnsupportedDagsterError` naming every name ``part`` needs that this Dagster lacks."""
+    """:class:`UnsupportedDagsterError` naming every name ``part`` needs that this Dagster lacks
+    (for a command, which can refuse; a service's part uses :func:`fallback`)."""
     missing = problems(part)
     if missing:
         raise UnsupportedDagsterError("; ".join(missing))
 
 
-def warn_problems(*parts: str) -> None:
-    """One warning per part naming what this Dagster lacks of its names (none when nothing lacks)."""
-    for part in parts:
+#: each part looked at in this process: None (it has its names) or the warning it gave
+_CHECKED: dict[str, str | None] = {}
+
+
+def fallback(part: str) -> str | None:
+    """None when this Dagster has every name ``part`` needs; else why it falls back to Dagster's own
+    behaviour and what is lost, warned once per process (:class:`UnprovenDagsterWarning`)."""
+    if part not in _CHECKED:
         missing = problems(part)
+        _CHECKED[part] = None
         if missing:
-            warn(f"transfer_platform ({PARTS[part]}): " + "; ".join(missing))
+            _CHECKED[part] = warn_once(part, f"transfer_platform falls back to Dagster's own behaviour for "
+                                             f"{PARTS[part]}: {'; '.join(missing)}. Lost: {LOST[part]}")
+    return _CHECKED[part]
+
+
+def warn_problems(*parts: str) -> None:
+    """:func:`fallback` of each part: one warning per part naming what this Dagster lacks."""
+    for part in parts:
+        fallback(part)
 
 
 def fork_refusal(version: str = DAGSTER_VERSION) -> str | None:
     """Why the preloaded launcher must not fork on Dagster ``version`` (None: it may)."""
-    if version not in PROVEN_DAGSTER_VERSIONS:
+    if not proven(version):
         return (f"Dagster {version} is not among the versions the preloaded run worker is proven on "
-                f"({', '.join(PROVEN_DAGSTER_VERSIONS)}): runs are launched by Dagster's own path "
+                f"({PROVEN_DAGSTER_VERSIONS}): runs are launched by Dagster's own path "
                 "(DefaultRunLauncher: a new process per run from the code server)")
     missing = problems("run_worker", version)
     if missing:
         return "; ".join(missing) + ": runs are launched by Dagster's own path (DefaultRunLauncher)"
     return None
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(key: str, message: str) -> str:
+    """Warn ``message`` unless this process warned under ``key`` already; the message."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warn(message)
+    return message
 
 
 def warn(message: str) -> None:
@@ -416,9 +482,7 @@ def install_prompt_queue_pass() -> bool:
     False (and one warning) when this Dagster lacks it."""
     from transfer_platform.orchestration.queue_wake import prompt_pass
 
-    missing = problems("queue_wake")
-    if missing:
-        warn(f"transfer_platform ({PARTS['queue_wake']}): " + "; ".join(missing))
+    if fallback("queue_wake"):
         return False
     daemon = importlib.import_module(QUEUE_PASS.module).QueuedRunCoordinatorDaemon
     if not getattr(daemon.run_iteration, "transfer_platform_prompt_pass", False):
@@ -432,7 +496,10 @@ def with_tag_limits(queue_config: RunQueueConfig, limits: list) -> RunQueueConfi
 
 
 def check_ended(record: Any) -> bool:  # an AssetCheckExecutionRecord
-    """Whether a check execution record is a finished evaluation (passed or failed)."""
+    """Whether a check execution record is a finished evaluation (passed or failed); on a Dagster
+    lacking the statuses none is (the sensor's repairs are off: :func:`fallback`)."""
+    if fallback("repair"):
+        return False
     status = CHECK_STATUS.get()
     return record.status in (status.SUCCEEDED, status.FAILED)
 

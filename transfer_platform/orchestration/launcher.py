@@ -18,8 +18,9 @@ takes nothing else with it, and is failed as the code server fails it).
   worker is proven on) is launched by Dagster's own path, the code server, with an engine event
   saying why; so are runs without a Python origin, and every run on a platform without ``fork``.
 - The fork relies on private Dagster names (:mod:`~transfer_platform.orchestration.dagster_internals`):
-  on a Dagster not in ``PROVEN_DAGSTER_VERSIONS``, or lacking one of them, the launcher warns once
-  when it starts and is Dagster's ``DefaultRunLauncher`` for every run.
+  on a Dagster outside ``PROVEN_DAGSTER_VERSIONS`` (a range), or lacking one of them, the launcher
+  warns once per process and is Dagster's ``DefaultRunLauncher`` for every run (never an error that
+  stops the daemon).
 - ``terminate`` (the UI's Terminate, ``transfer-platform cancel``) interrupts the worker (SIGINT,
   as the code server does) from any process on the same machine: the run's
   ``.dagster/transfer_platform/run_worker`` tag (hidden in the UI) names its host, pid and start time. From another machine
@@ -65,15 +66,19 @@ class PreloadedRunLauncher(DefaultRunLauncher):
     """
 
     def __init__(self, inst_data: Any = None, dagster_version: str | None = None) -> None:
-        dagster_internals.require("launcher")  # a Dagster without what it uses: named, here
         super().__init__(inst_data=inst_data)
         self._parents: dict[str, _Parent] = {}
         self._no_fork: dict[str, str] = {}  # code locations whose parent cannot fork: why
         self._lock = threading.Lock()
-        #: why this launcher never forks (None: it forks), said once here
-        self.fork_refusal = dagster_internals.fork_refusal(dagster_version or dagster_internals.DAGSTER_VERSION)
-        if self.fork_refusal:
-            dagster_internals.warn(f"transfer_platform's PreloadedRunLauncher: {self.fork_refusal}")
+        #: a Dagster lacking what the launcher itself uses (its instance): Dagster's launcher, warned once
+        self.dagsters_own = dagster_internals.fallback("launcher")
+        #: why this launcher never forks (None: it forks), warned once per process
+        self.fork_refusal = self.dagsters_own or dagster_internals.fork_refusal(
+            dagster_version or dagster_internals.DAGSTER_VERSION)
+        if self.fork_refusal and not self.dagsters_own:
+            dagster_internals.warn_once(f"fork_refusal:{self.fork_refusal}", (
+                f"transfer_platform falls back to Dagster's own behaviour for {dagster_internals.PARTS['run_worker']}: "
+                f"{self.fork_refusal}. Lost: {dagster_internals.LOST['run_worker']}"))
 
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
@@ -126,8 +131,10 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         return False, why
 
     def terminate(self, run_id: str) -> bool:
-        instance = dagster_internals.plugin_instance(self) if self.has_instance else None
-        run = instance.get_run_by_id(run_id) if instance is not None else None
+        if self.dagsters_own or not self.has_instance:
+            return super().terminate(run_id)
+        instance = dagster_internals.plugin_instance(self)
+        run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished or WORKER_TAG not in run.tags:
             return super().terminate(run_id)
         host, pid, started = run.tags[WORKER_TAG].split()

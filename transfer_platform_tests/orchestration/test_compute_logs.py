@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import dagster as dg
 import yaml
 
+from transfer_platform.orchestration import compute_logs
 from transfer_platform.orchestration.compute_logs import FileComputeLogManager
+from transfer_platform.orchestration.dagster_internals import LOST, REDIRECT_TO_FILE
+from transfer_platform_tests.support.fence import fallbacks, hide
 from transfer_platform_tests.support.platform import REPO
 from transfer_platform_tests.support.processes import live_children
 
@@ -68,3 +72,18 @@ def test_a_steps_output_is_captured_without_a_mirror(tmp_path: Path) -> None:
     assert "to stdout from the step" in out
     assert "to stderr from the step, by its file descriptor" in err
     assert tails == 2
+
+
+def test_the_compute_log_manager_falls_back_to_dagsters_capture(tmp_path: Path, monkeypatch) -> None:
+    hide(monkeypatch, REDIRECT_TO_FILE)
+    manager = {"module": compute_logs.__name__, "class": "FileComputeLogManager",
+               "config": {"base_dir": str(tmp_path / "file" / "logs")}}
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        tails, out, err = run_with(tmp_path / "file", manager)
+    assert "to stdout from the step" in out  # captured all the same, in the files the UI reads
+    assert "to stderr from the step, by its file descriptor" in err
+    assert tails == 2  # Dagster's own capture: its tail mirror per stream
+    (message,) = fallbacks(record)
+    assert REDIRECT_TO_FILE.path in message
+    assert LOST["compute_logs"] in message

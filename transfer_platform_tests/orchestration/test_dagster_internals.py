@@ -3,8 +3,10 @@
 Run it first after bumping Dagster in ``uv.lock``: one case per fenced name, each failing with the
 sentence that names what this Dagster lacks (the name, what it is for); then the shapes we rely on
 beyond presence; then that nothing else of the platform reaches past the door, that importing it
-patches nothing, and what each part does on a Dagster it does not know: the preloaded launcher
-falls back to Dagster's own path with a warning, the coordinator refuses to start with the name.
+patches nothing, and what the launcher does on a Dagster it does not know (Dagster's own path,
+with a warning; the other parts' fallbacks: ``test_dagster_fallbacks.py``). CI's Dagster-next lane
+(``scripts/dev``) runs it on the newest patch of the locked release line too (``TP_DAGSTER_NEXT``:
+that version).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import subprocess
 import sys
 import uuid
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -39,6 +42,21 @@ from transfer_platform.orchestration.run_worker import WORKER_TAG, Parent
 
 PACKAGE = Path(__file__).resolve().parents[2] / "transfer_platform"
 UNKNOWN = "1.99.0"
+#: how many private Dagster names the platform reaches: every one more is a decision (an entry of
+#: dagster_internals.FENCED, its public alternative checked), made by raising this number
+FENCED_CAP = 34
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each case sees the once-per-process warnings as a process starting would."""
+    monkeypatch.setattr(dagster_internals, "_CHECKED", {})
+    monkeypatch.setattr(dagster_internals, "_WARNED", set())
+
+
+def locked_dagster() -> str:
+    (locked,) = re.findall(r'\nname = "dagster"\nversion = "([^"]+)"', (PACKAGE.parent / "uv.lock").read_text())
+    return locked
 
 
 @pytest.mark.parametrize("fenced", FENCED, ids=[f.path for f in FENCED])
@@ -46,13 +64,30 @@ def test_this_dagster_has_the_fenced_name(fenced: Fenced) -> None:
     assert fenced.problem() is None, fenced.problem()
 
 
-def test_the_locked_dagster_is_proven() -> None:
-    lock = (PACKAGE.parent / "uv.lock").read_text()
-    (locked,) = re.findall(r'\nname = "dagster"\nversion = "([^"]+)"', lock)
-    assert dg.__version__ == locked, "the environment is not the lock file's: `bash scripts/dev setup`"
-    assert locked in PROVEN_DAGSTER_VERSIONS, (
-        f"uv.lock pins Dagster {locked}: run this file and the orchestration tests on it, then add it "
-        "to dagster_internals.PROVEN_DAGSTER_VERSIONS")
+def test_the_locked_and_the_installed_dagster_are_proven() -> None:
+    locked = locked_dagster()
+    expected = os.environ.get("TP_DAGSTER_NEXT") or locked  # the Dagster-next lane's, or the lock's
+    assert dg.__version__ == expected, f"this environment's Dagster is {dg.__version__}, not {expected}: " \
+                                       "`bash scripts/dev setup`"
+    for version in {locked, dg.__version__}:
+        assert dagster_internals.proven(version), (
+            f"Dagster {version} is outside PROVEN_DAGSTER_VERSIONS ({PROVEN_DAGSTER_VERSIONS}): run this file "
+            "and the orchestration tests on it (the Dagster-next lane does), then widen the range")
+
+
+@pytest.mark.parametrize(("version", "proven"), [
+    ("1.13.27", True), ("1.13.28", True), ("1.13.29", True), ("1.13.40", True),
+    ("1.13.26", False), ("1.14.0", False), ("1.14.0rc1", False), ("2.0.0", False), ("not a version", False)])
+def test_the_proven_versions_are_a_range(version: str, proven: bool) -> None:
+    assert dagster_internals.proven(version) is proven
+
+
+def test_the_number_of_fenced_names_is_capped() -> None:
+    assert len(FENCED) <= FENCED_CAP, (
+        f"{len(FENCED)} private Dagster names are fenced, more than FENCED_CAP ({FENCED_CAP}): a new one "
+        "is a decision (its public alternative checked, its fallback said in dagster_internals.LOST); "
+        "raise FENCED_CAP in this file with it")
+    assert len({f.path for f in FENCED}) == len(FENCED), "a name fenced twice"
 
 
 def test_every_part_names_its_fenced_names() -> None:
@@ -108,7 +143,7 @@ def test_the_code_servers_executions_hold_the_instance_ref_second() -> None:
 def test_a_missing_name_is_named_with_its_use_and_the_proven_versions() -> None:
     gone = Fenced("dagster._core.nowhere", "thing", ("launcher",), use="testing the door", public="none")
     expected = (f"Dagster {dg.__version__} lacks dagster._core.nowhere.thing, used for testing the door; "
-                f"transfer_platform is proven on Dagster {', '.join(PROVEN_DAGSTER_VERSIONS)}")
+                f"transfer_platform is proven on Dagster {PROVEN_DAGSTER_VERSIONS}")
     assert gone.problem() == expected
     with pytest.raises(UnsupportedDagsterError, match=re.escape(expected)):
         gone.get()
@@ -161,16 +196,21 @@ def test_importing_the_platform_patches_nothing() -> None:
 # -- a Dagster the platform does not know ---------------------------------------------------------
 
 def test_an_unproven_dagster_refuses_the_fork_and_says_why() -> None:
-    assert dagster_internals.fork_refusal(PROVEN_DAGSTER_VERSIONS[0]) is None
+    assert dagster_internals.fork_refusal(locked_dagster()) is None
     refusal = dagster_internals.fork_refusal(UNKNOWN)
     assert refusal.startswith(f"Dagster {UNKNOWN} is not among the versions the preloaded run worker "
-                              f"is proven on ({', '.join(PROVEN_DAGSTER_VERSIONS)})")
+                              f"is proven on ({PROVEN_DAGSTER_VERSIONS})")
     assert "Dagster's own path" in refusal
 
 
 def test_on_an_unproven_dagster_the_launcher_is_dagsters_default(tmp_path: Path) -> None:
-    with pytest.warns(UnprovenDagsterWarning, match=f"Dagster {UNKNOWN} is not among"):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
         launcher = PreloadedRunLauncher(dagster_version=UNKNOWN)
+        PreloadedRunLauncher(dagster_version=UNKNOWN).dispose()  # a second one in the process: no second warning
+    (warning,) = [str(w.message) for w in record if issubclass(w.category, UnprovenDagsterWarning)]
+    assert f"Dagster {UNKNOWN} is not among" in warning
+    assert warning.endswith(f"Lost: {dagster_internals.LOST['run_worker']}")
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         launcher.register_instance(instance)
         origin = JobPythonOrigin("recording", RepositoryPythonOrigin(
@@ -190,7 +230,7 @@ def test_on_an_unproven_dagster_the_launcher_is_dagsters_default(tmp_path: Path)
 
 
 def test_on_the_proven_dagster_the_launcher_forks_without_a_warning(recwarn: pytest.WarningsRecorder) -> None:
-    launcher = PreloadedRunLauncher(dagster_version=PROVEN_DAGSTER_VERSIONS[0])
+    launcher = PreloadedRunLauncher(dagster_version=locked_dagster())
     assert launcher.fork_refusal is None
     assert not [w for w in recwarn if issubclass(w.category, UnprovenDagsterWarning)]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -30,7 +31,8 @@ from transfer_platform_tests.support.platform import REPO, dagster_home, write_c
 PATIENCE = float(os.environ.get("TP_TEST_PATIENCE", "4"))
 
 
-VENV_BIN = REPO / ".venv" / "bin"
+#: the virtualenv of the Python running the tests (.venv; the Dagster-next lane's .venv-dagster-next)
+VENV_BIN = Path(sys.executable).parent
 
 
 FAST_SPARK = {"spark.driver.extraJavaOptions": "-Duser.timezone=UTC -Dfile.encoding=UTF-8 "
