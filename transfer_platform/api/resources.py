@@ -1,8 +1,6 @@
 """Recipients, destinations, sources and models: list, get, create, update (merge patch), delete;
 and testing a destination, saved or not, with the same checks as ``test-connection``."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -40,7 +38,7 @@ def _add_collection(path: str, kind: str) -> None:
 
     @router.post(f"/{path}", name=f"create a {kind}", status_code=201, response_model=Answer,
                  responses=answers(401, 409, 503))
-    def create(request: Request, body: body_model, resources: StoreDep,  # type: ignore[valid-type]
+    def create(request: Request, body: body_model, resources: StoreDep,
                actor: ActorDep):
         created = resources.create(kind, getattr(body, kind), actor=actor.name)
         reload_soon(request.app)
@@ -48,7 +46,7 @@ def _add_collection(path: str, kind: str) -> None:
 
     @router.patch(f"/{path}/{{key}}", name=f"update a {kind}", response_model=Answer,
                   responses=answers(401, 404, 409, 503))
-    def update(key: str, request: Request, body: body_model, resources: StoreDep,  # type: ignore[valid-type]
+    def update(key: str, request: Request, body: body_model, resources: StoreDep,
                actor: ActorDep):
         updated = resources.update(kind, key, getattr(body, kind), actor=actor.name)
         reload_soon(request.app)

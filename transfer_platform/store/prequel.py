@@ -71,6 +71,8 @@ def _flat_connection(kind: str, vendor: str, nested: dict[str, Any], problems: l
     """Prequel's vendor-nested connection as ours: the chosen auth method's fields beside the rest."""
     connection = {k: v for k, v in nested.items() if k != "auth_method"}
     method = nested.get("auth_method")
+    if method is None and isinstance(nested.get(PASSWORD_AUTH), dict):
+        method = PASSWORD_AUTH  # a patch may change the credentials alone
     if method is None:
         return connection
     credentials = connection.pop(method, None) if isinstance(method, str) else None
