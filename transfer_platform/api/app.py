@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException
 
 from transfer_platform.api.dagster_reload import Reloader
 from transfer_platform.config.models import ApiSettings
@@ -203,6 +204,17 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     @app.exception_handler(TransferPlatformError)
     async def platform_error(request: Request, exc: TransferPlatformError) -> JSONResponse:
         return _error(422 if exc.blame != "platform" else 500, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """FastAPI's and Starlette's own refusals (a body that is not JSON, an unknown path or
+        method) in the envelope, with what to do."""
+        fix = {400: "send a JSON document (Content-Type: application/json)",
+               404: "see /openapi.json for the routes", 405: "see /openapi.json for the route's methods"}
+        message = str(exc.detail).rstrip(".") + (f"; fix: {fix[exc.status_code]}" if exc.status_code in fix else "")
+        response = _error(exc.status_code, message)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
