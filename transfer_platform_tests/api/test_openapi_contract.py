@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 import schemathesis
-from schemathesis import checks
 from hypothesis import HealthCheck, given, settings
-from schemathesis import GenerationMode
+from schemathesis import GenerationMode, checks
 
 from transfer_platform_tests.support.api import Api, platform_config, start_api
 from transfer_platform_tests.support.platform import dagster_home
@@ -81,3 +80,19 @@ def test_every_answer_is_declared_and_none_is_a_server_error(contract_api: Api) 
                 for mode, examples in ((GenerationMode.POSITIVE, EXAMPLES), (GenerationMode.NEGATIVE, NEGATIVE))
                 if (failure := _fuzz(operation, mode, examples, contract_api.key)) is not None]
     assert not failures, "\n\n".join(failures)
+
+
+def test_the_document_declares_the_key_the_filters_and_the_bodies(contract_api: Api) -> None:
+    document = contract_api.client.get("/openapi.json").json()
+    assert document["components"]["securitySchemes"]["api_key"] == {
+        "type": "apiKey", "in": "header", "name": "X-API-KEY",
+        "description": "an API key: `transfer-platform api-key create NAME`"}
+    listing = document["paths"]["/transfers"]["get"]
+    assert {p["name"] for p in listing["parameters"]} >= {
+        "destination_id", "status", "include_tags", "ended_before", "ended_after", "page_size", "cursor"}
+    assert listing["security"] == [{"api_key": []}]
+    for path, method in (("/destinations", "post"), ("/test-destination", "post"), ("/webhooks", "post"),
+                         ("/magic-links", "post"), ("/destinations/{key}/transfer", "post")):
+        operation = document["paths"][path][method]
+        assert operation["requestBody"]["content"]["application/json"]["schema"] != {}, path
+        assert {"401", "422"} <= set(operation["responses"]), path
