@@ -139,6 +139,13 @@ _FIXES = {"missing": "add this field", "extra_forbidden": "remove it (see /opena
           "dict_type": "send a JSON object"}
 
 
+def _path_of(location: tuple) -> str:
+    """A validation error's field as our problems name it (``destination.name``, ``status``),
+    without FastAPI's part of the request (``body``, ``query``) unless that is all there is."""
+    parts = location[1:] if len(location) > 1 and location[0] in ("body", "query", "path", "header") else location
+    return ".".join(str(p) for p in parts)
+
+
 def _fix_of(error: dict[str, Any]) -> str:
     """The fix of one of FastAPI's validation errors (its type's, or the document's word)."""
     return _FIXES.get(error["type"], "send a value as /openapi.json describes this field")
@@ -218,7 +225,7 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [Problem(".".join(str(p) for p in e["loc"]), e["msg"], _fix_of(e)) for e in exc.errors()]
+        problems = [Problem(_path_of(e["loc"]), e["msg"], _fix_of(e)) for e in exc.errors()]
         return _error(422, "invalid request: " + "; ".join(f"{p.path}: {p.message}" for p in problems), problems)
 
     @app.exception_handler(Exception)
