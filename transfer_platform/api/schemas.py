@@ -73,6 +73,72 @@ class Answer(BaseModel):
     message: str
 
 
+class TransferError(BaseModel):
+    error_code: str
+    title: str
+    blame: str | None
+
+
+class ModelMetric(BaseModel):
+    """Prequel's per-model entry of a transfer; a count is null when nothing was measured."""
+
+    model_name: str
+    model_id: str | None
+    status: Literal["SUCCESS", "ERROR"] | None
+    rows_transferred: int | None
+    delta_rows_transferred: int | None
+    volume_transferred_in_mb: float | None
+    most_recent_last_updated_at: str | None
+    error: TransferError | None
+
+
+class Transfer(BaseModel):
+    """A transfer as the API shows it (ours and Prequel's names; docs/api.md lists the rest)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    destination: str | None
+    destination_id: str | None
+    status: Literal["PENDING", "RUNNING", "SUCCESS", "PARTIAL_FAILURE", "ERROR", "CANCELLED", "KILLED",
+                    "EXPIRED", "ORPHANED"]
+    full_refresh: bool
+    is_full_refresh: bool
+    is_debug_mode: bool
+    submitted_at: str
+    started_at: str | None
+    ended_at: str | None
+    rows_transferred: int
+    model_metrics: list[ModelMetric]
+
+
+class _TransferData(BaseModel):
+    transfer: Transfer
+
+
+class _TransfersData(BaseModel):
+    transfers: list[Transfer]
+    has_next: bool
+    next_url: str | None
+
+
+class _RequestedData(BaseModel):
+    transfer_id: str
+    transfer: Transfer
+
+
+class TransferAnswer(Answer):
+    data: _TransferData  # type: ignore[assignment]
+
+
+class TransfersAnswer(Answer):
+    data: _TransfersData  # type: ignore[assignment]
+
+
+class RequestedAnswer(Answer):
+    data: _RequestedData  # type: ignore[assignment]
+
+
 class ProblemShown(BaseModel):
     path: str
     message: str

@@ -21,7 +21,14 @@ from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from transfer_platform.api.app import ActorDep, ApiError, StoreDep, ok
-from transfer_platform.api.schemas import Answer, TransferRequest, answers
+from transfer_platform.api.schemas import (
+    Answer,
+    RequestedAnswer,
+    TransferAnswer,
+    TransferRequest,
+    TransfersAnswer,
+    answers,
+)
 from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration import transfers as orchestration
@@ -108,7 +115,7 @@ _FIXES = {
 }
 
 
-@router.post("/destinations/{key}/transfer", name="request a transfer", status_code=201, response_model=Answer,
+@router.post("/destinations/{key}/transfer", name="request a transfer", status_code=201, response_model=RequestedAnswer,
              responses=answers(401, 404, 503))
 def request_transfer(key: str, request: Request, resources: StoreDep, actor: ActorDep,
                      body: Annotated[TransferRequest | None, Body()] = None):
@@ -236,7 +243,7 @@ def with_ids(resources: StoreDep, transfers: list[dict[str, Any]]) -> list[dict[
             for t in transfers]
 
 
-@router.get("/transfers", name="list transfers", response_model=Answer, responses=answers(401, 503))
+@router.get("/transfers", name="list transfers", response_model=TransfersAnswer, responses=answers(401, 503))
 def list_transfers(request: Request, resources: StoreDep, status: _StatusQuery = None, include_tags: _TagsQuery = None,
                    ended_before: _BeforeQuery = None, ended_after: _AfterQuery = None, page_size: _SizeQuery = None,
                    cursor: _CursorQuery = None, destination_id: _DestinationQuery = None):
@@ -251,7 +258,7 @@ def list_transfers(request: Request, resources: StoreDep, status: _StatusQuery =
     return ok(_page(request, resources, destination, _KNOWN | {"destination_id"}))
 
 
-@router.get("/destinations/{key}/transfers", name="list a destination's transfers", response_model=Answer,
+@router.get("/destinations/{key}/transfers", name="list a destination's transfers", response_model=TransfersAnswer,
             responses=answers(401, 404, 503))
 def list_destination_transfers(key: str, request: Request, resources: StoreDep, status: _StatusQuery = None,
                                include_tags: _TagsQuery = None, ended_before: _BeforeQuery = None,
@@ -260,7 +267,7 @@ def list_destination_transfers(key: str, request: Request, resources: StoreDep, 
     return ok(_page(request, resources, resources.get("destination", key).name))
 
 
-@router.get("/transfers/{transfer_id}", name="get a transfer", response_model=Answer, responses=answers(401, 404, 503))
+@router.get("/transfers/{transfer_id}", name="get a transfer", response_model=TransferAnswer, responses=answers(401, 404, 503))
 def get_transfer(transfer_id: str, request: Request, resources: StoreDep):
     found = _known(request, transfer_id)
     return ok({"transfer": with_ids(resources, [found])[0]})

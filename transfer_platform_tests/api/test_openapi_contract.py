@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode, checks
 
+from transfer_platform_tests.api.test_transfers_api import T0, record
 from transfer_platform_tests.support.api import Api, platform_config, start_api
 from transfer_platform_tests.support.platform import dagster_home
 
@@ -44,6 +46,11 @@ def contract_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         patch.setenv("DAGSTER_HOME", str(dagster_home(Path(root))))
         api = start_api(path, schema)
         with api.client:
+            instance = dg.DagsterInstance.get()  # transfers to list and read back, failed and not
+            record(instance, "SUCCESS", created=T0, ended=T0, metrics=True)
+            record(instance, "PARTIAL_FAILURE", created=T0, ended=T0, metrics=True, failure={
+                "error": "permission denied", "error_type": "PERMISSION_DENIED", "blame": "destination"})
+            instance.dispose()
             yield api
         instance = getattr(api.app.state, "dagster_instance", None)
         if instance is not None:
