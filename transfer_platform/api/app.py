@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, FastAPI, Request
+from fastapi import Body, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException
 
 from transfer_platform.api.dagster_reload import Reloader
 from transfer_platform.api.scopes import TOKEN_HEADER, FailedCredentials, allows, needed_scope
@@ -60,10 +62,18 @@ class Actor:
         return self.name.scope
 
 
+_TOKEN = re.compile(r"(/link/)[^/\s?\"]+")
+
+
+def masked_path(path: str) -> str:
+    """A request's path as logs may show it: a magic link's token masked."""
+    return _TOKEN.sub(r"\1***", path)
+
+
 class _LinkTokens(logging.Filter):
     """Access logs name paths; a magic link's path holds its token: it is masked."""
 
-    _TOKEN = re.compile(r"(/link/)[^/\s?\"]+")
+    _TOKEN = _TOKEN
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args and isinstance(record.args, tuple):
@@ -144,8 +154,30 @@ def api_settings(file_raw: dict[str, Any]) -> ApiSettings:
         raise ConfigError(problems_from_validation(exc, ("api",))) from None
 
 
+#: how the OpenAPI document names the key (the check itself is :func:`require_api_key`)
+API_KEY_SCHEME = APIKeyHeader(name=API_KEY_HEADER, auto_error=False, scheme_name="api_key",
+                              description="an API key: `transfer-platform api-key create NAME`")
+
+_FIXES = {"missing": "add this field", "extra_forbidden": "remove it (see /openapi.json for the fields)",
+          "json_invalid": "send a JSON document", "model_attributes_type": "send a JSON object",
+          "dict_type": "send a JSON object"}
+
+
+def _path_of(location: tuple) -> str:
+    """A validation error's field as our problems name it (``destination.name``, ``status``),
+    without FastAPI's part of the request (``body``, ``query``) unless that is all there is."""
+    parts = location[1:] if len(location) > 1 and location[0] in ("body", "query", "path", "header") else location
+    return ".".join(str(p) for p in parts)
+
+
+def _fix_of(error: dict[str, Any]) -> str:
+    """The fix of one of FastAPI's validation errors (its type's, or the document's word)."""
+    return _FIXES.get(error["type"], "send a value as /openapi.json describes this field")
+
+
 def create_app(config_path: str | Path | None = None) -> FastAPI:
     from transfer_platform.api import audit, links, resources, scoped_tokens, transfers, webhooks
+    from transfer_platform.api.schemas import answers
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -219,23 +251,35 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     async def platform_error(request: Request, exc: TransferPlatformError) -> JSONResponse:
         return _error(422 if exc.blame != "platform" else 500, str(exc))
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """FastAPI's and Starlette's own refusals (a body that is not JSON, an unknown path or
+        method) in the envelope, with what to do."""
+        fix = {400: "send a JSON document (Content-Type: application/json)",
+               404: "see /openapi.json for the routes", 405: "see /openapi.json for the route's methods"}
+        message = str(exc.detail).rstrip(".") + (f"; fix: {fix[exc.status_code]}" if exc.status_code in fix else "")
+        response = _error(exc.status_code, message)
+        response.headers.update(exc.headers or {})
+        return response
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [Problem(".".join(str(p) for p in e["loc"]), e["msg"], "") for e in exc.errors()]
+        problems = [Problem(_path_of(e["loc"]), e["msg"], _fix_of(e)) for e in exc.errors()]
         return _error(422, "invalid request: " + "; ".join(f"{p.path}: {p.message}" for p in problems), problems)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+        log.error("unexpected error in %s %s", request.method, masked_path(request.url.path), exc_info=exc)
         return _error(500, f"unexpected error: {type(exc).__name__} (the API's log has the traceback)")
 
-    authorized = [Depends(require_api_key)]
-    app.include_router(resources.router, dependencies=authorized)
-    app.include_router(transfers.router, dependencies=authorized)
-    app.include_router(webhooks.router, dependencies=authorized)
-    app.include_router(audit.router, dependencies=authorized)
-    app.include_router(links.router, dependencies=authorized)
+    authorized = [Depends(require_api_key), Security(API_KEY_SCHEME)]  # the scheme: for the OpenAPI document
+    declared = answers(401)
+    app.include_router(resources.router, dependencies=authorized, responses=declared)
+    app.include_router(transfers.router, dependencies=authorized, responses=declared)
+    app.include_router(webhooks.router, dependencies=authorized, responses=declared)
+    app.include_router(audit.router, dependencies=authorized, responses=declared)
+    app.include_router(links.router, dependencies=authorized, responses=declared)
     app.include_router(links.public_router)  # the recipient's form: the link's token is its key
-    app.include_router(scoped_tokens.router, dependencies=authorized)
+    app.include_router(scoped_tokens.router, dependencies=authorized, responses=declared)
     app.include_router(scoped_tokens.public_router)  # the same form, for a scoped auth token
     return app

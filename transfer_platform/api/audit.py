@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request
 
 from transfer_platform.api.app import ApiError, StoreDep, ok
+from transfer_platform.api.schemas import Answer, answers
 from transfer_platform.errors import Problem
 from transfer_platform.store.tables import audit_log
 
@@ -32,7 +33,7 @@ def _moment(name: str, text: str | None) -> datetime | None:
     return moment
 
 
-@router.get("/audit-log", name="read the audit log")
+@router.get("/audit-log", name="read the audit log", response_model=Answer, responses=answers(401, 503))
 def read_audit_log(request: Request, resources: StoreDep,
                    actor: str | None = None, action: str | None = None,
                    resource_type: str | None = None, resource_id: str | None = None,

@@ -43,6 +43,7 @@ from transfer_platform.api.app import (
     unwrap,
 )
 from transfer_platform.api.dagster_reload import reload_soon
+from transfer_platform.api.schemas import Answer, MagicLinkBody, answers
 from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError, Problem
@@ -202,9 +203,10 @@ def _shown(row: sa.Row) -> dict[str, Any]:
             "destination_name": row.destination_name, "created_by": row.created_by, **row.options}
 
 
-@router.post("/magic-links", name="create a magic link", status_code=201)
-def post_link(body: JsonBody, resources: StoreDep, actor: ActorDep):
-    asked = unwrap(body, "magic_link")
+@router.post("/magic-links", name="create a magic link", status_code=201, response_model=Answer,
+             responses=answers(401, 404, 503))
+def post_link(body: MagicLinkBody, resources: StoreDep, actor: ActorDep):
+    asked = body.magic_link
     try:
         request = LinkRequest.model_validate(asked)
     except ValidationError as exc:
@@ -215,7 +217,7 @@ def post_link(body: JsonBody, resources: StoreDep, actor: ActorDep):
               status_code=201)
 
 
-@router.get("/magic-links", name="list magic links")
+@router.get("/magic-links", name="list magic links", response_model=Answer, responses=answers(401, 404, 503))
 def list_links(resources: StoreDep, recipient: str | None = None):
     query = sa.select(magic_links).order_by(magic_links.c.created_at.desc())
     if recipient is not None:
@@ -225,7 +227,8 @@ def list_links(resources: StoreDep, recipient: str | None = None):
     return ok({"magic_links": [_shown(r) for r in rows]})
 
 
-@router.delete("/magic-links/{link_id}", name="revoke a magic link")
+@router.delete("/magic-links/{link_id}", name="revoke a magic link", response_model=Answer,
+                responses=answers(401, 404, 409, 503))
 def revoke_link(link_id: str, resources: StoreDep, actor: ActorDep):
     """The link stops working now (it shows as expired); a used link has nothing to revoke."""
     try:

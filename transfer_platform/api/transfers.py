@@ -14,18 +14,27 @@ import os
 import threading
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from transfer_platform.api.app import ActorDep, ApiError, JsonBody, StoreDep, ok
+from transfer_platform.api.app import ActorDep, ApiError, StoreDep, ok
+from transfer_platform.api.schemas import (
+    Answer,
+    RequestedAnswer,
+    TransferAnswer,
+    TransferRequest,
+    TransfersAnswer,
+    answers,
+)
 from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration import transfers as orchestration
 from transfer_platform.orchestration.run_tags import parse_user_tags
 from transfer_platform.store import audit
+from transfer_platform.store.resources import NotFound
 from transfer_platform.transfers.order import TransferOrder
 
 router = APIRouter()
@@ -106,10 +115,17 @@ _FIXES = {
 }
 
 
-@router.post("/destinations/{key}/transfer", name="request a transfer", status_code=201)
+@router.post("/destinations/{key}/transfer", name="request a transfer", status_code=201, response_model=RequestedAnswer,
+             responses=answers(401, 404, 503))
 def request_transfer(key: str, request: Request, resources: StoreDep, actor: ActorDep,
-                     body: JsonBody = None):
-    wanted = _request(body)
+                     body: Annotated[TransferRequest | None, Body()] = None):
+    fields = None if body is None else body.model_dump(mode="json", exclude_unset=True)
+    if fields and "transfer" in fields:
+        if len(fields) > 1:
+            raise ApiError(422, "the transfer request is given twice (wrapped in transfer and beside it)", [Problem(
+                "transfer", "given beside the request's fields", "send the fields, or {\"transfer\": {...}}, not both")])
+        fields = fields["transfer"]
+    wanted = _request(fields)
     destination = resources.get("destination", key)
     config = resources.config()
     config.destination(destination.name)  # in the effective configuration (a ConfigError otherwise)
@@ -134,7 +150,7 @@ def request_transfer(key: str, request: Request, resources: StoreDep, actor: Act
     with _launching:  # one at a time: each names the configuration to its code server by variable
         transfer_id = orchestration.enqueue(dagster, config, request.app.state.config_path, order)
     transfer = orchestration.get_transfer(dagster, transfer_id)
-    return ok({"transfer_id": transfer_id, "transfer": transfer},
+    return ok({"transfer_id": transfer_id, "transfer": with_ids(resources, [transfer])[0]},
               f"transfer {transfer_id} of {destination.name} submitted", status_code=201)
 
 
@@ -151,8 +167,19 @@ def _moment(name: str, text: str | None) -> datetime | None:
     return _utc(moment)
 
 
-def _filters(request: Request, destination: str | None) -> tuple[orchestration.TransferFilter, str | None]:
-    known = {"status", "include_tags", "ended_before", "ended_after", "page_size", "cursor"}
+#: the listing's query parameters (declared on the routes, so that the OpenAPI document shows them)
+_StatusQuery = Annotated[str | None, Query(description=f"one of {', '.join(STATUSES)}")]
+_TagsQuery = Annotated[str | None, Query(description="key.value pairs, comma-separated; all must match")]
+_BeforeQuery = Annotated[str | None, Query(description="ended before this ISO-8601 time (exclusive)")]
+_AfterQuery = Annotated[str | None, Query(description="ended at or after this ISO-8601 time (inclusive)")]
+_SizeQuery = Annotated[str | None, Query(description=f"1 to {MAX_PAGE_SIZE} (the default)")]
+_CursorQuery = Annotated[str | None, Query(description="next_url's cursor")]
+_DestinationQuery = Annotated[str | None, Query(description="only this destination's (its id, or its name)")]
+_KNOWN = {"status", "include_tags", "ended_before", "ended_after", "page_size", "cursor"}
+
+
+def _filters(request: Request, destination: str | None,
+             known: set[str] = _KNOWN) -> tuple[orchestration.TransferFilter, str | None]:
     query = request.query_params
     unknown = sorted(set(query) - known)
     if unknown:
@@ -189,8 +216,9 @@ def _filters(request: Request, destination: str | None) -> tuple[orchestration.T
     return wanted, cursor
 
 
-def _page(request: Request, destination: str | None) -> dict[str, Any]:
-    wanted, cursor = _filters(request, destination)
+def _page(request: Request, resources: StoreDep, destination: str | None,
+          known: set[str] = _KNOWN) -> dict[str, Any]:
+    wanted, cursor = _filters(request, destination, known)
     dagster = instance(request)
     if cursor is not None and dagster.get_run_record_by_id(cursor) is None:
         raise ApiError(422, "cursor: no such transfer (deleted since?)", [Problem(
@@ -200,23 +228,49 @@ def _page(request: Request, destination: str | None) -> dict[str, Any]:
     if page.next_cursor is not None:
         query = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
         next_url = f"{request.url.path}?{urlencode([*query, ('cursor', page.next_cursor)])}"
-    return {"transfers": page.transfers, "has_next": page.next_cursor is not None, "next_url": next_url}
+    return {"transfers": with_ids(resources, page.transfers), "has_next": page.next_cursor is not None,
+            "next_url": next_url}
 
 
-@router.get("/transfers", name="list transfers")
-def list_transfers(request: Request):
-    return ok(_page(request, None))
+def with_ids(resources: StoreDep, transfers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Transfers with Prequel's ids beside our names: ``destination_id``, and each model
+    metric's ``model_id`` (None for an entry since deleted)."""
+    if not transfers:
+        return transfers
+    ids = resources.ids("destination", "model")
+    return [{**t, "destination_id": ids.get(("destination", t["destination"])),
+             "model_metrics": [{**m, "model_id": ids.get(("model", m["model_name"]))} for m in t["model_metrics"]]}
+            for t in transfers]
 
 
-@router.get("/destinations/{key}/transfers", name="list a destination's transfers")
-def list_destination_transfers(key: str, request: Request, resources: StoreDep):
-    return ok(_page(request, resources.get("destination", key).name))
+@router.get("/transfers", name="list transfers", response_model=TransfersAnswer, responses=answers(401, 503))
+def list_transfers(request: Request, resources: StoreDep, status: _StatusQuery = None, include_tags: _TagsQuery = None,
+                   ended_before: _BeforeQuery = None, ended_after: _AfterQuery = None, page_size: _SizeQuery = None,
+                   cursor: _CursorQuery = None, destination_id: _DestinationQuery = None):
+    destination = None
+    if destination_id is not None:
+        try:
+            destination = resources.get("destination", destination_id).name
+        except NotFound:
+            raise ApiError(422, f"destination_id: no destination {destination_id!r}", [Problem(
+                "destination_id", f"no destination with id {destination_id!r}",
+                "use an id from GET /destinations")]) from None
+    return ok(_page(request, resources, destination, _KNOWN | {"destination_id"}))
 
 
-@router.get("/transfers/{transfer_id}", name="get a transfer")
-def get_transfer(transfer_id: str, request: Request):
+@router.get("/destinations/{key}/transfers", name="list a destination's transfers", response_model=TransfersAnswer,
+            responses=answers(401, 404, 503))
+def list_destination_transfers(key: str, request: Request, resources: StoreDep, status: _StatusQuery = None,
+                               include_tags: _TagsQuery = None, ended_before: _BeforeQuery = None,
+                               ended_after: _AfterQuery = None, page_size: _SizeQuery = None,
+                               cursor: _CursorQuery = None):
+    return ok(_page(request, resources, resources.get("destination", key).name))
+
+
+@router.get("/transfers/{transfer_id}", name="get a transfer", response_model=TransferAnswer, responses=answers(401, 404, 503))
+def get_transfer(transfer_id: str, request: Request, resources: StoreDep):
     found = _known(request, transfer_id)
-    return ok({"transfer": found})
+    return ok({"transfer": with_ids(resources, [found])[0]})
 
 
 def _known(request: Request, transfer_id: str) -> dict[str, Any]:
@@ -230,19 +284,24 @@ def _known(request: Request, transfer_id: str) -> dict[str, Any]:
     return found
 
 
-@router.post("/transfers/{transfer_id}/cancel", name="cancel a transfer")
+@router.post("/transfers/{transfer_id}/cancel", name="cancel a transfer", response_model=Answer,
+             responses=answers(401, 404, 503))
 def cancel_transfer(transfer_id: str, request: Request, resources: StoreDep, actor: ActorDep):
     before = _known(request, transfer_id)
-    status = orchestration.cancel(instance(request), before["id"])
+    dagster = instance(request)
+    status = orchestration.cancel(dagster, before["id"])
+    # a running transfer is stopping: its status is RUNNING until it stops, its run's is CANCELING
+    changed_to = status if status != before["status"] else dagster.get_run_by_id(before["id"]).status.value
     with resources.engine.begin() as conn:
         audit.record(conn, actor=actor.name, action="cancel", resource_type="transfer", resource_id=before["id"],
-                     resource_name=before["destination"], changes={"status": {"from": before["status"], "to": status}})
+                     resource_name=before["destination"], changes={"status": {"from": before["status"], "to": changed_to}})
     return ok({"transfer_id": before["id"], "status": status}, f"transfer {before['id']}: {status}")
 
 
 # -- integrity checks ---------------------------------------------------------------------------
 
-@router.post("/destinations/{key}/integrity-checks", name="run a destination's integrity checks", status_code=201)
+@router.post("/destinations/{key}/integrity-checks", name="run a destination's integrity checks", status_code=201,
+             response_model=Answer, responses=answers(401, 404, 503))
 def request_integrity_check(key: str, request: Request, resources: StoreDep):
     destination = resources.get("destination", key)
     config = resources.config()
@@ -257,7 +316,8 @@ def request_integrity_check(key: str, request: Request, resources: StoreDep):
               f"integrity checks of {destination.name} submitted", status_code=201)
 
 
-@router.get("/destinations/{key}/integrity-checks", name="a destination's latest integrity results")
+@router.get("/destinations/{key}/integrity-checks", name="a destination's latest integrity results",
+            response_model=Answer, responses=answers(401, 404, 503))
 def integrity_results(key: str, request: Request, resources: StoreDep):
     destination = resources.get("destination", key)
     results = orchestration.integrity_results(instance(request), resources.config(), destination.name)

@@ -12,7 +12,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from transfer_platform.api.app import ActorDep, ApiError, JsonBody, StoreDep, ok, unwrap
+from transfer_platform.api.app import ActorDep, ApiError, StoreDep, ok
+from transfer_platform.api.schemas import Answer, WebhookBody, answers
 from transfer_platform.errors import Problem
 from transfer_platform.webhooks import subscriptions
 from transfer_platform.webhooks.event_types import EVENT_TYPES
@@ -21,38 +22,38 @@ router = APIRouter()
 _STATUSES = ("pending", "delivered", "failed", "skipped")
 
 
-@router.get("/webhooks", name="list webhooks")
+@router.get("/webhooks", name="list webhooks", response_model=Answer, responses=answers(401, 503))
 def list_webhooks(resources: StoreDep):
     return ok({"webhooks": [w.shown() for w in subscriptions.list_all(resources.engine)],
                "event_types": list(EVENT_TYPES)})
 
 
-@router.post("/webhooks", name="create a webhook", status_code=201)
-def create_webhook(body: JsonBody, resources: StoreDep, actor: ActorDep):
-    created, secret = subscriptions.create(resources.engine, unwrap(body, "webhook"), actor=actor.name)
+@router.post("/webhooks", name="create a webhook", status_code=201, response_model=Answer, responses=answers(401, 503))
+def create_webhook(body: WebhookBody, resources: StoreDep, actor: ActorDep):
+    created, secret = subscriptions.create(resources.engine, body.webhook, actor=actor.name)
     return ok({"webhook": {**created.shown(), "secret": secret}},
               "webhook created: keep its secret now, it is not shown again (each delivery's "
               "X-Transfer-Platform-Signature is signed with it)", status_code=201)
 
 
-@router.get("/webhooks/{webhook_id}", name="get a webhook")
+@router.get("/webhooks/{webhook_id}", name="get a webhook", response_model=Answer, responses=answers(401, 404, 503))
 def get_webhook(webhook_id: str, resources: StoreDep):
     return ok({"webhook": subscriptions.get(resources.engine, webhook_id).shown()})
 
 
-@router.patch("/webhooks/{webhook_id}", name="update a webhook")
-def update_webhook(webhook_id: str, body: JsonBody, resources: StoreDep, actor: ActorDep):
-    updated = subscriptions.update(resources.engine, webhook_id, unwrap(body, "webhook"), actor=actor.name)
+@router.patch("/webhooks/{webhook_id}", name="update a webhook", response_model=Answer, responses=answers(401, 404, 503))
+def update_webhook(webhook_id: str, body: WebhookBody, resources: StoreDep, actor: ActorDep):
+    updated = subscriptions.update(resources.engine, webhook_id, body.webhook, actor=actor.name)
     return ok({"webhook": updated.shown()}, "webhook updated")
 
 
-@router.delete("/webhooks/{webhook_id}", name="delete a webhook")
+@router.delete("/webhooks/{webhook_id}", name="delete a webhook", response_model=Answer, responses=answers(401, 404, 503))
 def delete_webhook(webhook_id: str, resources: StoreDep, actor: ActorDep):
     deleted = subscriptions.delete(resources.engine, webhook_id, actor=actor.name)
     return ok({"webhook": {"id": deleted.id}}, "webhook deleted")
 
 
-@router.get("/webhooks/{webhook_id}/deliveries", name="list a webhook's deliveries")
+@router.get("/webhooks/{webhook_id}/deliveries", name="list a webhook's deliveries", response_model=Answer, responses=answers(401, 404, 503))
 def list_deliveries(webhook_id: str, resources: StoreDep,
                     status: Annotated[str | None, Query()] = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 100):

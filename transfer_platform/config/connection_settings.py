@@ -16,6 +16,22 @@ from transfer_platform.config.secrets import EnvRef
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*$"
 
 
+def server_name(host: str) -> str:
+    """A host as a connection will resolve it: a name of labels of at most 63 characters (253 in
+    all, IDNA), or an IP address; anything else is refused here, before any connection tries it."""
+    if not host.strip():
+        raise ValueError("the host is empty; write the server's name or IP address")
+    try:
+        encoded = host.strip().encode("idna")
+    except UnicodeError:
+        encoded = b""
+    if not encoded or len(encoded) > 253:
+        shown = host if len(host) <= 40 else f"{host[:40]}... ({len(host)} characters)"
+        raise ValueError(f"{shown!r} is not a host name (each dot-separated label is 1 to 63 characters, "
+                         "253 in all); write the server's name or IP address")
+    return host
+
+
 class DatabaseConnection(StrictModel):
     host: str
     port: int = Field(gt=0, lt=65536)
@@ -25,6 +41,11 @@ class DatabaseConnection(StrictModel):
     schema_: str | None = Field(default=None, alias="schema")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return server_name(value)
 
 
 class PathConnection(StrictModel):
@@ -121,6 +142,11 @@ class SFTPConnection(StrictModel):
     server known by its public host key (never accepted unseen)."""
 
     host: str
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return server_name(value)
     port: int = Field(default=22, gt=0, lt=65536)
     username: str
     private_key: EnvRef  # the private key's text (OpenSSH or PEM), read from this variable

@@ -285,11 +285,13 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
         for error in errors:
             error.update(error_code=model_errors[0]["error_code"], blame=model_errors[0]["blame"])
     start, end = _window(run)
+    full_refresh = run.tags.get(FULL_REFRESH_TAG) == "true" or bool(transfer_op_config(run.run_config).get("full_refresh"))
     return {
         "id": run.run_id,
         "destination": run.tags.get(DESTINATION_TAG),
         "status": _status(record, steps_succeeded if errors else 0),
-        "full_refresh": run.tags.get(FULL_REFRESH_TAG) == "true" or bool(transfer_op_config(run.run_config).get("full_refresh")),
+        "full_refresh": full_refresh,
+        "is_full_refresh": full_refresh,  # Prequel's name
         "is_debug_mode": run.tags.get(DRY_RUN_TAG) == "true" or bool(transfer_op_config(run.run_config).get("dry_run")),
         "requested_models": [m for m in run.tags.get(MODELS_TAG, "").split(",") if m],
         "start_transfer_window_at": start,
@@ -306,7 +308,30 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
         "models": models,
         "errors": errors,  # each failed step: its error, code, title (first line) and blame
         "model_errors": model_errors,  # each failed model (its last_transfer outcome): the same
+        "model_metrics": model_metrics(models, model_errors, [m for m in run.tags.get(MODELS_TAG, "").split(",") if m]),
     }
+
+
+def model_metrics(models: dict[str, dict[str, Any]], model_errors: list[dict[str, Any]],
+                  requested: list[str]) -> list[dict[str, Any]]:
+    """Prequel's ``model_metrics``: one entry per model the transfer delivered, failed or was asked
+    for, with its counts (None where nothing was recorded: a model that failed or has not run
+    yet has no count, rather than a zero it did not measure) and its error (code, title, blame)."""
+    errors = {e["model"]: e for e in model_errors}
+    entries = []
+    for name in dict.fromkeys([*models, *errors, *requested]):
+        counts = models.get(name)
+        error = errors.get(name)
+        entries.append({
+            "model_name": name,
+            "status": "ERROR" if error else ("SUCCESS" if counts else None),
+            "rows_transferred": counts["rows_transferred"] if counts else None,
+            "delta_rows_transferred": counts["delta_rows_transferred"] if counts else None,
+            "volume_transferred_in_mb": counts["volume_transferred_in_mb"] if counts else None,
+            "most_recent_last_updated_at": counts["most_recent_last_updated_at"] if counts else None,
+            "error": {"error_code": error["error_code"], "title": error["title"], "blame": error["blame"]}
+            if error else None})
+    return entries
 
 
 def _no_metrics() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from transfer_platform.config.models import (
 from transfer_platform.config.parsing import parse_config, problems_from_validation, read_file
 from transfer_platform.config.secrets import PLAIN_SECRETS, mask_secrets
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
-from transfer_platform.store import audit, events
+from transfer_platform.store import audit, events, prequel
 from transfer_platform.store.database import engine_for
 from transfer_platform.store.tables import KINDS, magic_links, resources, scoped_tokens
 
@@ -310,8 +310,22 @@ class ResourceStore:
             raise ConnectionFailure(f"the store's database {connection.database}", host=connection.host,
                                     port=connection.port, reason=str(exc.orig).strip().splitlines()[0]) from None
 
+    def from_prequel(self, kind: str, body: Any, vendor: str | None = None) -> Any:
+        """``body`` with Prequel's ids and shapes as ours (:func:`prequel.to_ours`)."""
+        return prequel.to_ours(kind, body, self._name_of, vendor)
+
+    def _name_of(self, kind: str, key: str) -> str | None:
+        try:
+            return self.get(kind, key).name
+        except NotFound:
+            return None
+
+    def ids(self, *kinds: str) -> dict[tuple[str, str], str]:
+        """``{(kind, name): id}`` of every entry of ``kinds``."""
+        return {(kind, r.name): r.id for kind in kinds for r in self.list(kind)}
+
     def create(self, kind: str, body: Any, *, actor: str) -> Resource:
-        document = validate_entry(kind, body)
+        document = validate_entry(kind, self.from_prequel(kind, body))
         name = document[NAME_FIELDS[kind]]
 
         def change(conn: sa.Connection) -> tuple[Resource, list]:
@@ -353,6 +367,7 @@ class ResourceStore:
         if not isinstance(patch, dict):
             raise ConfigError([Problem(kind, "expected an object", f"send {{\"{kind}\": {{...}}}}")])
         current = self._stored(kind, key, "change")
+        patch = self.from_prequel(kind, patch, current.document.get("vendor"))
         field = NAME_FIELDS[kind]
         if field in patch and patch[field] != current.name:
             raise Conflict(f"a {kind}'s name cannot be changed (its tables and state are kept under it)",

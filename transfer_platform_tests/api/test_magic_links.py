@@ -319,3 +319,38 @@ def test_the_forms_fixes_speak_to_the_recipient_who_typed_the_password(api: Api,
     assert failed["check"].startswith("log in"), failed
     assert failed["fix"] == "check the username, database and the password you entered", failed
     assert "variable" not in answer.text
+
+
+@pytest.mark.parametrize("host", ["h" * 10_000, "a" * 64 + ".example", "db..example"],
+                         ids=["10-kB-host", "label-over-63", "empty-label"])
+def test_a_host_that_is_no_host_name_is_named_not_a_fault(api: Api, dst_schema: str, host: str):
+    add_recipient(api, "acme")
+    form = path_of(new_link(api, "acme", vendors=["postgres"])["url"])
+    body = {"destination": {"vendor": "postgres", "connection": connection(dst_schema, host=host)}}
+    for answer in (api.client.post(form + "/test", json=body),
+                   api.post("/test-destination", {"destination": {"name": "acme_pg", "recipient": "acme", **body["destination"]}})):
+        assert answer.status_code == 422, answer.text
+        assert [e["path"] for e in answer.json()["errors"]] == ["destination.connection.host"]
+        assert "\n" not in answer.json()["message"]
+        assert "label" in answer.json()["message"]
+        assert len(answer.text) < 2_000  # the 10 kB host is not echoed back whole
+
+
+def test_a_links_token_is_masked_in_the_log_of_an_unexpected_error(api: Api, dst_schema: str,
+                                                                   caplog: pytest.LogCaptureFixture):
+    from fastapi.testclient import TestClient
+
+    add_recipient(api, "acme")
+    form = path_of(new_link(api, "acme", vendors=["postgres"])["url"])
+    token = form.rsplit("/", 1)[1]
+    with api.app.state.store.engine.begin() as conn:  # the store loses a table: a fault, not a bad request
+        conn.execute(sa.text("ALTER TABLE magic_links RENAME TO magic_links_gone"))
+    client = TestClient(api.app, raise_server_exceptions=False)
+    body = {"destination": {"vendor": "postgres", "connection": connection(dst_schema)}}
+    with caplog.at_level("ERROR", logger="transfer_platform.api.app"):
+        answer = client.post(form + "/test", json=body)
+    assert answer.status_code == 500, answer.text
+    (logged,) = [r for r in caplog.records if r.name == "transfer_platform.api.app"]
+    text = logged.getMessage() + caplog.text
+    assert "POST /link/***/test" in logged.getMessage()
+    assert token not in text

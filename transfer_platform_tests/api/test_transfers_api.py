@@ -260,3 +260,18 @@ def test_integrity_results_before_any_check(platform_api: Api) -> None:
     data = answer.json()["data"]
     assert data["destination"] == "globex_delta"
     assert [(m["model"], m["status"]) for m in data["models"]] == [("items", "NOT_RUN"), ("notes", "NOT_RUN")]
+
+
+def test_cancelling_a_running_transfer_records_what_the_cancel_changed(platform_api: Api) -> None:
+    import sqlalchemy as sa
+
+    from transfer_platform.store.tables import audit_log
+
+    running = record(instance_of(platform_api), "RUNNING", created=T0)
+    answer = platform_api.post(f"/transfers/{running}/cancel")
+    assert answer.status_code == 200, answer.text
+    with platform_api.app.state.store.engine.connect() as conn:
+        (entry,) = conn.execute(sa.select(audit_log).where(audit_log.c.resource_id == running)).mappings()
+    change = entry["changes"]["status"]
+    assert change["from"] == "RUNNING"
+    assert change["to"] in ("CANCELING", "KILLED"), change  # the run stops; never RUNNING -> RUNNING

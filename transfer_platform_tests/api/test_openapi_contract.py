@@ -1,0 +1,105 @@
+"""The API keeps the contract its OpenAPI document states: Schemathesis generates requests from
+``/openapi.json`` for every operation (bodies, parameters, a valid API key) and checks that no
+answer is a 5xx, and that every answer's status code, content type and body are ones the document
+declares. (Not checked: that every request the document allows is accepted. A body's entry is
+checked by the configuration's models and cross-checks, e.g. that the recipient it names exists,
+which no JSON schema states, so a well-formed entry may be refused with 422.) The application is the real one over the small platform (its store in PostgreSQL, a
+Dagster instance of its own); a bounded number of examples per operation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode, checks
+
+from transfer_platform_tests.api.test_transfers_api import T0, record
+from transfer_platform_tests.support.api import Api, platform_config, start_api
+from transfer_platform_tests.support.platform import dagster_home
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+
+#: examples per operation: well-formed requests, and requests the document says are wrong
+EXAMPLES = 15
+NEGATIVE = 10
+
+
+@pytest.fixture(scope="module")
+def contract_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """The API over the small platform, kept for the module (every operation is fuzzed against it)."""
+    from cryptography.fernet import Fernet
+
+    from transfer_platform.config.secrets import SECRET_KEY_ENV
+    from transfer_platform.store.database import dispose_engines
+    from transfer_platform_tests.support.postgres import pg_connect
+
+    root = tmp_path_factory.mktemp("contract")
+    schema = f"tp_store_contract_{root.name[-6:].replace('-', '_')}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SECRET_KEY_ENV, Fernet.generate_key().decode())
+        path = platform_config(Path(root), schema)
+        patch.setenv("TRANSFER_PLATFORM_CONFIG", str(path))
+        patch.setenv("DAGSTER_HOME", str(dagster_home(Path(root))))
+        api = start_api(path, schema)
+        with api.client:
+            instance = dg.DagsterInstance.get()  # transfers to list and read back, failed and not
+            record(instance, "SUCCESS", created=T0, ended=T0, metrics=True)
+            record(instance, "PARTIAL_FAILURE", created=T0, ended=T0, metrics=True, failure={
+                "error": "permission denied", "error_type": "PERMISSION_DENIED", "blame": "destination"})
+            instance.dispose()
+            yield api
+        instance = getattr(api.app.state, "dagster_instance", None)
+        if instance is not None:
+            instance.dispose()
+        dispose_engines()
+        with pg_connect(autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _fuzz(operation, mode: GenerationMode, examples: int, key: str) -> str | None:
+    """``examples`` requests of ``mode`` to one operation, each answer checked; the first failure."""
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def run(case) -> None:
+        case.call_and_validate(headers={"X-API-KEY": key}, excluded_checks=[checks.positive_data_acceptance])
+
+    try:
+        run()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 (one operation's failure is reported with the others')
+        return f"{operation.label} ({mode.value}): {exc}" + "".join(
+            f"\n  {e}" for e in getattr(exc, "exceptions", ()))
+    return None
+
+
+def test_every_answer_is_declared_and_none_is_a_server_error(contract_api: Api) -> None:
+    schema = schemathesis.openapi.from_asgi("/openapi.json", contract_api.app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 30, [o.label for o in operations]  # every route is in the document
+    failures = [failure for operation in operations
+                for mode, examples in ((GenerationMode.POSITIVE, EXAMPLES), (GenerationMode.NEGATIVE, NEGATIVE))
+                if (failure := _fuzz(operation, mode, examples, contract_api.key)) is not None]
+    assert not failures, "\n\n".join(failures)
+
+
+def test_the_document_declares_the_key_the_filters_and_the_bodies(contract_api: Api) -> None:
+    document = contract_api.client.get("/openapi.json").json()
+    assert document["components"]["securitySchemes"]["api_key"] == {
+        "type": "apiKey", "in": "header", "name": "X-API-KEY",
+        "description": "an API key: `transfer-platform api-key create NAME`"}
+    listing = document["paths"]["/transfers"]["get"]
+    assert {p["name"] for p in listing["parameters"]} >= {
+        "destination_id", "status", "include_tags", "ended_before", "ended_after", "page_size", "cursor"}
+    assert listing["security"] == [{"api_key": []}]
+    for path, method in (("/destinations", "post"), ("/test-destination", "post"), ("/webhooks", "post"),
+                         ("/magic-links", "post"), ("/destinations/{key}/transfer", "post")):
+        operation = document["paths"][path][method]
+        assert operation["requestBody"]["content"]["application/json"]["schema"] != {}, path
+        assert {"401", "422"} <= set(operation["responses"]), path
