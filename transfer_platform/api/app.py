@@ -163,6 +163,11 @@ _FIXES = {"missing": "add this field", "extra_forbidden": "remove it (see /opena
           "dict_type": "send a JSON object"}
 
 
+#: how the OpenAPI document names a recipient's scoped auth token (the form's ``/public/`` routes)
+SCOPED_TOKEN_SCHEME = APIKeyHeader(name=TOKEN_HEADER, auto_error=False, scheme_name="scoped_auth_token",
+                                   description="a recipient's token: POST /actions/generate-scoped-auth-token")
+
+
 def _path_of(location: tuple) -> str:
     """A validation error's field as our problems name it (``destination.name``, ``status``),
     without FastAPI's part of the request (``body``, ``query``) unless that is all there is."""
@@ -273,7 +278,7 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
         return _error(500, f"unexpected error: {type(exc).__name__} (the API's log has the traceback)")
 
     authorized = [Depends(require_api_key), Security(API_KEY_SCHEME)]  # the scheme: for the OpenAPI document
-    declared = answers(401)
+    declared = answers(401, 403, 429)  # every key's route: 403 a scope, 429 the wrong-credential limiter
     app.include_router(resources.router, dependencies=authorized, responses=declared)
     app.include_router(transfers.router, dependencies=authorized, responses=declared)
     app.include_router(webhooks.router, dependencies=authorized, responses=declared)
@@ -281,5 +286,6 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     app.include_router(links.router, dependencies=authorized, responses=declared)
     app.include_router(links.public_router)  # the recipient's form: the link's token is its key
     app.include_router(scoped_tokens.router, dependencies=authorized, responses=declared)
-    app.include_router(scoped_tokens.public_router)  # the same form, for a scoped auth token
+    app.include_router(scoped_tokens.public_router, dependencies=[Security(SCOPED_TOKEN_SCHEME)],
+                       responses=answers(401, 403, 404, 429, 503))  # the same form, for a scoped auth token
     return app

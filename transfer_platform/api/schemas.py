@@ -157,9 +157,11 @@ class ErrorAnswer(BaseModel):
 _WHY = {
     400: "an X-Prequel-Api-Version later than the one served",
     401: "no API key, or a wrong or revoked one",
+    403: "the credential's scope does not allow the call (the message names the scope needed)",
     404: "no such id or name",
     409: "a conflict: a name taken, an entry of the configuration file, one still in use",
     422: "a bad body or parameter: each problem with its path and fix",
+    429: "too many wrong credentials from this client: wait Retry-After seconds",
     500: "a fault of the platform (the API's log has the traceback)",
     503: "the store, the Dagster instance or a database cannot be reached",
 }

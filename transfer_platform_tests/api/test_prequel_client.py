@@ -16,11 +16,11 @@ import dagster as dg
 import pytest
 from fastapi.testclient import TestClient
 
-from transfer_platform_tests.api.test_transfers_api import T0, record
 from transfer_platform_tests.support.api import Api
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.mysql import MYSQL
 from transfer_platform_tests.support.postgres import PG
+from transfer_platform_tests.support.recorded_transfers import T0, record
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 
