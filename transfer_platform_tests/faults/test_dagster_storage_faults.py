@@ -100,7 +100,8 @@ def test_dagster_storage_lost_mid_run_leaves_no_run_running(tmp_path, monkeypatc
                           load_config(config_path))
             assert run_id in swept["orphaned"], swept
             run = direct.get_run_by_id(run_id)
-            assert run.status == dg.DagsterRunStatus.FAILURE and ORPHANED_TAG in run.tags
+            assert run.status == dg.DagsterRunStatus.FAILURE
+            assert ORPHANED_TAG in run.tags
             outcome += " (its end lost) -> ORPHANED by the sweep"
         marks = watermarks(config_path)
         for table in TABLES:

@@ -39,7 +39,7 @@ from transfer_platform_tests.support.mysql import (
     mysql_source,
 )
 from transfer_platform_tests.support.postgres import PG, pg_connection_config
-from transfer_platform_tests.support.tcp_proxy import TcpProxy, tcp_proxy
+from transfer_platform_tests.support.tcp_proxy import tcp_proxy
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
@@ -221,7 +221,8 @@ def test_a_connection_cut_mid_transfer_loses_and_duplicates_nothing(
             assert held == as_read(rows)
         else:
             assert summary.status == "ERROR"
-            assert summary.error and "\n" not in summary.error.strip(), summary.error
+            assert summary.error, summary
+            assert "\n" not in summary.error.strip(), summary.error
             assert summary.blame in ("provider", "recipient", "platform"), summary
             # blame: the source is the provider's, the destination the recipient's
             expected_blame = "provider" if link == "source" else "recipient"
