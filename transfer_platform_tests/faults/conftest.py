@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from transfer_platform_tests.support.api import secret_key, store_schema  # noqa: F401 - fixtures
+from transfer_platform_tests.support.postgres import dagster_database  # noqa: F401 - a fixture
+
 OUTCOMES: list[tuple[str, str, str, str]] = []
 
 

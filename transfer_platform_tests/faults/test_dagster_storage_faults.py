@@ -26,7 +26,7 @@ from transfer_platform.orchestration.lifecycle import sweep
 from transfer_platform_tests.faults.conftest import record
 from transfer_platform_tests.support.dagster import execute
 from transfer_platform_tests.support.platform import REPO, delivered, lake_rows, write_config
-from transfer_platform_tests.support.postgres import PG, dagster_database  # noqa: F401 - a fixture
+from transfer_platform_tests.support.postgres import PG
 from transfer_platform_tests.support.tcp_proxy import tcp_proxy
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def watermarks(config_path) -> dict:
 
 @pytest.mark.parametrize("fault", ["drop", "reset"])
 @pytest.mark.parametrize("phase", ["backfill", "incremental"])
-def test_dagster_storage_lost_mid_run_leaves_no_run_running(tmp_path, monkeypatch, dagster_database, phase, fault):  # noqa: F811
+def test_dagster_storage_lost_mid_run_leaves_no_run_running(tmp_path, monkeypatch, dagster_database, phase, fault):
     if fault == "reset" and phase == "incremental":
         pytest.skip("reset: the backfill case is enough")
     config_path = write_config(tmp_path)

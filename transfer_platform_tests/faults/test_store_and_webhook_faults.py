@@ -35,8 +35,9 @@ def recipients(api) -> list[str]:
     return sorted(r["name"] for r in answer.json()["data"]["recipients"])
 
 
-@pytest.mark.parametrize("fault", ["drop", "reset", "refuse"])
-def test_the_store_lost_mid_request_writes_once_or_not_at_all(tmp_path, store_schema, secret_key, fault):
+@pytest.mark.parametrize(("fault", "after_bytes"), [("drop", 0), ("drop", 300), ("reset", 300), ("down", 0)])
+def test_the_store_lost_mid_request_writes_once_or_not_at_all(tmp_path, store_schema, secret_key, fault,
+                                                              after_bytes):
     with tcp_proxy(PG["host"], PG["port"]) as proxy:
         path = tmp_path / "transfer_platform.yaml"
         path.write_text(yaml.safe_dump({"store": {"connection": {**pg_connection_config(store_schema),
@@ -44,16 +45,21 @@ def test_the_store_lost_mid_request_writes_once_or_not_at_all(tmp_path, store_sc
         api = start_api(path, store_schema)
         with api.client:
             assert recipients(api) == []  # the pool holds a connection through the proxy
-            proxy.fault(fault)
+            if fault == "down":  # the server gone: open connections dropped, new ones refused
+                proxy.fault("drop")
+                proxy.fault("refuse")
+            else:  # between requests (0 bytes), or inside the request's own queries
+                proxy.fault(fault, after_bytes=after_bytes)
             answer = api.post("/recipients", {"recipient": {"name": "acme", "id_in_provider_system": "org-1"}})
             if answer.status_code == 201:
                 outcome = "the pool reconnected: 201, written once"
             else:
                 assert answer.status_code == 503, answer.text
-                error = answer.json()["errors"][0]["message"] if "errors" in answer.json() else answer.text
+                error = answer.json()["message"]
                 assert "\n" not in error, error
                 assert "store" in error, error
-                outcome = f"503 one line ({error[:60]}...)"
+                outcome = "503, one line: " + error.split(":")[0].replace(store_schema, "<db>").replace(
+                    f":{proxy.port}", "")
             proxy.heal()
             healed = time.monotonic()
             if answer.status_code != 201:  # the client's own retry, the store back
@@ -61,7 +67,9 @@ def test_the_store_lost_mid_request_writes_once_or_not_at_all(tmp_path, store_sc
                 assert again.status_code == 201, again.text
             recovered_in = time.monotonic() - healed
             assert recipients(api) == ["acme"]  # written once
-    record(fault, "store (API request)", outcome, recovered_in)
+    what = "drop + refuse (store down)" if fault == "down" else (
+        f"{fault} after {after_bytes} B" if after_bytes else f"{fault} (idle pool)")
+    record(what, "store (API request)", outcome, recovered_in)
 
 
 def test_a_webhook_answer_lost_is_retried_with_the_same_event_id(tmp_path, store_schema, secret_key):
