@@ -1,6 +1,6 @@
 """Dagster's storage (PostgreSQL, the production settings of deploy/dagster.production.yaml) going
 away during a transfer run: the instance's connections go through the proxy of the tests, which
-drops or resets them in the middle of the run (after some bytes of event-log writes), during the
+drops or resets them in the middle of the run (once it has committed its first window), during the
 backfill and during an incremental (the small platform: a Parquet lake to a Delta destination).
 
 Afterwards, read with an instance that does not go through the proxy: the run is not left RUNNING
@@ -11,6 +11,7 @@ rows up to its watermark, and the next run delivers every row.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -31,7 +32,6 @@ from transfer_platform_tests.support.tcp_proxy import tcp_proxy
 
 pytestmark = pytest.mark.integration
 
-AFTER_BYTES = 40_000  # of the run's storage traffic: past the run's creation, inside its steps
 TABLES = ("items", "notes")
 
 
@@ -80,9 +80,26 @@ def test_dagster_storage_lost_mid_run_leaves_no_run_running(tmp_path, monkeypatc
         if phase == "incremental":
             assert execute(config_path, instance).success
             add_lake_rows(tmp_path / "lake", 100)
-        proxy.fault(fault, after_bytes=AFTER_BYTES)
+        # the fault lands once the run has committed a window (mid-run, between two of its writes)
+        log = tmp_path / "dest_acme" / "items" / "_delta_log"
+        commits = len(list(log.glob("*.json"))) if log.exists() else 0
+        stop = threading.Event()
+
+        def strike() -> None:
+            while not stop.is_set():
+                if log.exists() and len(list(log.glob("*.json"))) > commits:
+                    proxy.fault(fault)
+                    return
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=strike, daemon=True)
+        watcher.start()
         started = time.monotonic()
-        result = execute(config_path, instance)
+        try:
+            result = execute(config_path, instance)
+        finally:
+            stop.set()
+            watcher.join(10)
         took = time.monotonic() - started
         assert proxy.fired.is_set(), f"the run ended before the fault ({proxy.bytes_forwarded} bytes)"
         run_id = result.run_id
@@ -117,4 +134,4 @@ def test_dagster_storage_lost_mid_run_leaves_no_run_running(tmp_path, monkeypatc
             assert delivered(tmp_path, "acme", table) == lake_rows(tmp_path, table)
     finally:
         direct.dispose()
-    record(f"{fault} after {AFTER_BYTES // 1000} kB", f"Dagster storage (PostgreSQL), {phase}", outcome, recovered_in)
+    record(f"{fault} after the run's first commit", f"Dagster storage (PostgreSQL), {phase}", outcome, recovered_in)
