@@ -17,6 +17,7 @@ Each test adds a row to the suite's table (printed at the end of the session).
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -242,3 +243,36 @@ def test_a_connection_cut_mid_transfer_loses_and_duplicates_nothing(
         assert destination.rows(model) == as_read(rows)
         assert watermark(direct) == RECOVERY_AT
     record(f"{fault} after {AFTER_BYTES[link] // 1000} kB", f"{path}, {phase}", outcome, recovered_in)
+
+
+STALL_DEADLINE_SECONDS = 30
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "no read timeout on the database connections (JDBC socketTimeout, psycopg/PyMySQL read "
+    "timeouts, TCP keepalives): a source that stops answering mid-read holds the transfer, which "
+    "keeps its heartbeat, so it stays RUNNING until someone cancels it"))
+def test_a_source_that_stops_answering_mid_read_fails_the_transfer_in_bounded_time(spark, pg_conn, pg_schema,
+                                                                                   new_schema, tmp_path,
+                                                                                   monkeypatch, request):
+    place = destinations.Place(new_schema(), tmp_path / "destination", lambda: request.getfixturevalue("s3"))
+    destination = destinations.make("postgres", place, monkeypatch)
+    with tcp_proxy(PG["host"], PG["port"]) as proxy:
+        source = postgres_source(pg_conn, pg_schema, proxy.port)
+        config = config_of(source, destination.block)
+        rows = rows_between(1, BACKFILL_ROWS, MIN_START, BACKFILL_AT - MIN_START - timedelta(minutes=1), TENANT)
+        source.insert(rows)
+        proxy.fault("stall", after_bytes=AFTER_BYTES["source"])
+        summaries: list = []
+        worker = threading.Thread(target=lambda: summaries.append(transfer(spark, config, BACKFILL_AT, "stalled")))
+        worker.start()
+        assert proxy.fired.wait(120), "the transfer never read that far"
+        worker.join(STALL_DEADLINE_SECONDS)
+        hung = worker.is_alive()
+        proxy.heal()  # closes the held connections: the transfer goes on (or fails), not held forever
+        worker.join(300)
+        record("stall after 300 kB (server stops answering)", "source postgres, backfill",
+               f"still running after {STALL_DEADLINE_SECONDS} s: no read timeout (xfail)" if hung
+               else f"ended {summaries[0].status}", None)
+        assert not hung, f"the transfer still ran {STALL_DEADLINE_SECONDS} s after its source stopped answering"
+        assert destination.rows(config.model(MODEL)) in (None, [], as_read(rows))
