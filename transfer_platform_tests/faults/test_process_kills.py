@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -229,3 +229,38 @@ def test_the_daemon_killed_mid_run_leaves_no_run_running(platform: RunningPlatfo
     record("kill -9", "Dagster daemon, backfill", first, None)
     record("kill -9", "Dagster daemon, incremental (from the killed backfill's watermark)",
            second, recovered_in)
+
+
+def test_the_code_server_killed_refuses_transfers_in_one_line_until_it_is_back(platform: RunningPlatform):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from transfer_platform_tests.support.daemon import processes_with_home, start_code_server
+    from transfer_platform_tests.support.platform import TENANTS, TS
+
+    (server,) = [pid for pid in processes_with_home(platform.home)
+                 if b"grpc" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    now = datetime.now(UTC)
+    schema = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("updated_at", TS), ("v", pa.string())])
+    for table in TABLES:  # new rows for the next transfer
+        rows = [{"id": 900_000 + i, "organization_id": TENANTS["acme"], "updated_at": now - timedelta(seconds=i),
+                 "v": f"{table}-late-{i}"} for i in range(20)]
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), platform.root / "lake" / table / "part-9.parquet")
+    os.kill(server, signal.SIGKILL)
+    killed_at = time.monotonic()
+    platform.wait_for("the code server to go", lambda: not alive(server), 30)
+    refused = platform.cli("transfer", "--enqueue", "acme_delta")
+    assert refused.returncode != 0, refused.stdout
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, refused.stderr
+    assert lines[0].startswith("error:"), refused.stderr
+    socket = platform.root / "code_server.sock"
+    socket.unlink(missing_ok=True)
+    start_code_server(socket, platform.env, platform.root / "code_server_again.log")
+    again = platform.enqueue("acme_delta")
+    assert ends(platform, again).status == dg.DagsterRunStatus.SUCCESS
+    recovered_in = time.monotonic() - killed_at
+    for table in TABLES:
+        assert delivered(platform.root, "acme", table) == lake_rows(platform.root, table)
+    record("kill -9", "code server (then a transfer asked for)", f"refused in one line: {lines[0][:70]}",
+           recovered_in)
