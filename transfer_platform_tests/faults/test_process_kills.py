@@ -239,7 +239,7 @@ def test_the_code_server_killed_refuses_transfers_in_one_line_until_it_is_back(p
     from transfer_platform_tests.support.platform import TENANTS, TS
 
     (server,) = [pid for pid in processes_with_home(platform.home)
-                 if b"grpc" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+                 if str(platform.root / "code_server.sock").encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
     now = datetime.now(UTC)
     schema = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("updated_at", TS), ("v", pa.string())])
     for table in TABLES:  # new rows for the next transfer
