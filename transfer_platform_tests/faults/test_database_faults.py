@@ -28,10 +28,10 @@ import pytest
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
-from transfer_platform_tests.faults.conftest import record
 from transfer_platform_tests.support import destinations
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL
+from transfer_platform_tests.support.faults import record
 from transfer_platform_tests.support.mysql import (
     MYSQL,
     mysql_connect,

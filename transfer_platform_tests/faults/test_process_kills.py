@@ -31,7 +31,6 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, ORPHANED_AFTER
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform_tests.faults.conftest import record
 from transfer_platform_tests.support.api import write_api_config
 from transfer_platform_tests.support.daemon import (
     FINISHED,
@@ -39,6 +38,7 @@ from transfer_platform_tests.support.daemon import (
     RunningPlatform,
     running_platform,
 )
+from transfer_platform_tests.support.faults import record
 from transfer_platform_tests.support.platform import REPO, delivered, lake_rows
 from transfer_platform_tests.support.processes import free_port
 

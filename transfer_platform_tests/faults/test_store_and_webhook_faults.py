@@ -20,8 +20,8 @@ import yaml
 from transfer_platform.store import events as outbox
 from transfer_platform.store.tables import webhook_deliveries
 from transfer_platform.webhooks.delivery import deliver_due
-from transfer_platform_tests.faults.conftest import record
 from transfer_platform_tests.support.api import start_api
+from transfer_platform_tests.support.faults import record
 from transfer_platform_tests.support.postgres import PG, pg_connection_config
 from transfer_platform_tests.support.tcp_proxy import tcp_proxy
 from transfer_platform_tests.support.webhook_receiver import receiver
