@@ -68,6 +68,7 @@ def watermarks(config_path) -> dict:
 @pytest.mark.parametrize(("phase", "fault"), [("backfill", "drop"), ("backfill", "reset"), ("incremental", "drop")])
 def test_dagster_storage_lost_mid_run_leaves_no_run_running(tmp_path, monkeypatch, dagster_database, phase, fault):
     config_path = write_config(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the runs' compute logs (./storage) stay out of the checkout
     monkeypatch.setenv("TRANSFER_PLATFORM_CONFIG", str(config_path))
     home = tmp_path / "home"
     home.mkdir()
