@@ -66,7 +66,17 @@ def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, fol
                 if batch.num_rows == 0:
                     continue
                 rows += _write_csv(batch, path)
-                cursor.execute(load_sql.replace("{path}", path.replace("\\", "\\\\").replace("'", "''")))
+                try:
+                    cursor.execute(load_sql.replace("{path}", path.replace("\\", "\\\\").replace("'", "''")))
+                except AttributeError:
+                    import pymysql
+
+                    # PyMySQL, the connection lost while it sends the file: it closes the socket,
+                    # then writes the file's last packet to it (None): report the lost connection
+                    if conn.open:
+                        raise
+                    raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during "
+                                                             "LOAD DATA LOCAL") from None
                 os.unlink(path)
                 # LOAD DATA LOCAL turns what strict mode refuses into warnings (a value truncated,
                 # bent): the first one refuses the batch
