@@ -250,7 +250,8 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
         connection = request.app.state.store.settings.connection
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
         return _error(503, f"cannot reach the store's database {connection.database} at "
-                           f"{connection.host}:{connection.port}: {reason}")
+                           f"{connection.host}:{connection.port}: {reason}; fix: check that the database runs and "
+                           "accepts connections (store.connection in the configuration), then retry")
 
     @app.exception_handler(TransferPlatformError)
     async def platform_error(request: Request, exc: TransferPlatformError) -> JSONResponse:

@@ -323,7 +323,11 @@ def test_an_unreachable_store_gets_503_and_names_it(tmp_path, secret_key: str) -
     client = TestClient(create_app(path))
     answer = client.get("/recipients", headers={"X-API-KEY": "tpk_x"})
     assert answer.status_code == 503
-    assert "store" in answer.json()["message"]
+    message = answer.json()["message"]
+    assert message.startswith("cannot reach the store's database test at 127.0.0.1:1: ")
+    assert message.endswith("; fix: check that the database runs and accepts connections (store.connection "
+                            "in the configuration), then retry")
+    assert "\n" not in message
 
 
 def test_the_file_imports_into_the_store(tmp_path, store_schema: str, secret_key: str) -> None:
