@@ -40,7 +40,7 @@ from transfer_platform.core.lifecycle import (
     first_line,
     transfer_status,
 )
-from transfer_platform.errors import ConfigError, Problem
+from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
 from transfer_platform.orchestration.dagster_internals import launch_job_run
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
@@ -154,14 +154,24 @@ def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path
 
 def _launch(instance: DagsterInstance, config_path: Path, recipient: str, job_name: str, run_config: dict,
             tags: dict, op_selection: str | None = None) -> str:
+    import click  # Dagster's command line's: how its workspace loading reports a location that failed
+
     run_id = str(uuid.uuid4())
     before = os.environ.get("TRANSFER_PLATFORM_CONFIG")
     os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path.resolve())  # for the code server
     try:
         with location_workspace(workspace_file(), recipient) as workspace:
-            launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
-                instance, str(workspace), job_name, json.dumps(run_config), json.dumps(tags), run_id,
-                **({"op_selection": op_selection} if op_selection else {}))
+            try:
+                launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
+                    instance, str(workspace), job_name, json.dumps(run_config), json.dumps(tags), run_id,
+                    **({"op_selection": op_selection} if op_selection else {}))
+            except click.UsageError as exc:  # the location did not load: its code server is gone
+                if "Error loading location" not in str(exc):
+                    raise
+                reason = str(exc).strip().splitlines()[0][:300]
+                raise ConnectionFailure(f"the code location of {workspace_file()}", reason=reason, fix=(
+                    "start its code server again (the process the workspace names) or correct the workspace "
+                    f"({WORKSPACE_ENV}), then ask again")) from None
     finally:
         if before is None:
             os.environ.pop("TRANSFER_PLATFORM_CONFIG", None)

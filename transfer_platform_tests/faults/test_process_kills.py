@@ -255,7 +255,8 @@ def test_the_code_server_killed_refuses_transfers_in_one_line_until_it_is_back(p
     assert refused.returncode != 0, refused.stdout
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, refused.stderr
-    assert lines[0].startswith("error:"), refused.stderr
+    assert lines[0].startswith("error: cannot reach the code location of "), refused.stderr
+    assert "; fix: start its code server again" in lines[0], refused.stderr
     socket = platform.root / "code_server.sock"
     socket.unlink(missing_ok=True)
     start_code_server(socket, platform.env, platform.root / "code_server_again.log")
