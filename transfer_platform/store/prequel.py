@@ -98,10 +98,10 @@ def beside_ours(kind: str, shown: dict[str, Any], ids: Mapping[tuple[str, str], 
     for prequel_field, (ours, named_kind) in ID_FIELDS.get(kind, {}).items():
         if ours in shown:
             result[prequel_field] = ids.get((named_kind, shown[ours]))
-    vendor, connection = shown.get("vendor"), shown.get("connection")
-    if kind in ("destination", "source") and isinstance(vendor, str) and isinstance(connection, dict) \
-            and vendor not in shown:
-        result[vendor] = nested_connection(connection)
+    nested_under, connection = shown.get("vendor"), shown.get("connection")  # the vendor's name: a key here
+    if kind in ("destination", "source") and isinstance(nested_under, str) and isinstance(connection, dict) \
+            and nested_under not in shown:
+        result[nested_under] = nested_connection(connection)
     return result
 
 
