@@ -40,20 +40,12 @@ from transfer_platform_tests.support.daemon import (
 )
 from transfer_platform_tests.support.faults import record
 from transfer_platform_tests.support.platform import REPO, delivered, lake_rows
-from transfer_platform_tests.support.processes import free_port
+from transfer_platform_tests.support.processes import alive, free_port
 
 pytestmark = pytest.mark.integration
 
 CLI = [sys.executable, "-m", "transfer_platform.cli"]
 TABLES = ("items", "notes")
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 # -- the API --------------------------------------------------------------------------------------

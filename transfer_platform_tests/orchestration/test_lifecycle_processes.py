@@ -45,6 +45,7 @@ from transfer_platform.orchestration.run_tags import STATUS_TAG
 from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
 from transfer_platform_tests.support.daemon import RunningPlatform, running_platform
 from transfer_platform_tests.support.dagster import RUN, graphql, last_check, workspace
+from transfer_platform_tests.support.processes import alive
 
 pytestmark = pytest.mark.integration
 
@@ -78,14 +79,6 @@ def descendants(pid: int) -> list[int]:
             found.extend(children)
             todo.extend(children)
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def kill_family(pids: list[int]) -> None:

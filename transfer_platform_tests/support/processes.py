@@ -47,6 +47,15 @@ def listening(name: str, command: list[str], log: Path, *, env: dict[str, str] |
             process.wait()
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (not gone, not a zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
 def group_alive(pgid: int) -> bool:
     """Whether a process of the group still runs (zombies waiting for their reaper do not)."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
