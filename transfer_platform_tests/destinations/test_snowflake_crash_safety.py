@@ -32,7 +32,7 @@ from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
 
-BATCH = 5_000  # rows of the window that is killed
+BATCH = 20_000  # rows of the window that is killed (its staging lasts long enough to be seen)
 TIMEOUT_SECONDS = 600  # a failure bound (a JVM starts slowly on a loaded machine), not a wait
 LEASE_SECONDS = 3  # the dead transfer's hold on the model: the next one takes it over after this
 
@@ -71,8 +71,10 @@ def test_a_transfer_killed_while_writing_a_window_leaves_the_previous_rows_and_t
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
              span=timedelta(days=1), payload="batch-")
 
-    transfer_killed_when(config_path, DESTINATION, tmp_path,  # killed once the window is being written
-                         lambda: staging_tables(snowflake_server, database, "acme"), timeout=TIMEOUT_SECONDS, poll=0.01)
+    with snowflake_server.connect() as watching:  # one session, polled: a login per poll could miss the window
+        transfer_killed_when(config_path, DESTINATION, tmp_path,  # killed once the window is being written
+                             lambda: staging_tables(snowflake_server, database, "acme", watching),
+                             timeout=TIMEOUT_SECONDS, poll=0.01)
 
     assert rows(snowflake_server, database, config) == before  # a recipient's read: as before
     assert watermark(snowflake_server, database, "acme", MODEL) == first

@@ -45,9 +45,13 @@ def watermark(server, database: str, schema: str, model_name: str):
     return None if row is None or row[0] is None else utc(row[0])
 
 
-def staging_tables(server, database: str, schema: str) -> list[str]:
-    """The window staging tables in the schema (``_tp_stg_...``)."""
-    with server.connect() as conn, conn.cursor() as cursor:
+def staging_tables(server, database: str, schema: str, conn=None) -> list[str]:
+    """The window staging tables in the schema (``_tp_stg_...``); through ``conn`` if given (a
+    session kept open: polling without a login each time)."""
+    if conn is None:
+        with server.connect() as conn:
+            return staging_tables(server, database, schema, conn)
+    with conn.cursor() as cursor:
         cursor.execute(f'SELECT TABLE_NAME FROM "{database}".INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = %s '
                        "AND STARTSWITH(TABLE_NAME, '_tp_stg_')", (schema,))
         return [row[0] for row in cursor.fetchall()]

@@ -26,6 +26,15 @@ from contextlib import contextmanager
 FAULTS = ("drop", "reset", "stall", "refuse")
 
 
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether ``sock`` has something to read (or is closed) within ``timeout`` seconds. ``poll``,
+    not ``select``: a test session holds more than FD_SETSIZE (1024) descriptors, and ``select``
+    refuses a descriptor above it."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
 class TcpProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -99,8 +108,7 @@ class TcpProxy:
                 time.sleep(0.02)
                 continue
             try:
-                ready, _, _ = select.select([listener], [], [], 0.05)
-                if not ready:
+                if not _readable(listener, 0.05):
                     continue
                 client, _ = listener.accept()
             except (OSError, ValueError):  # closed by refuse() or close()
@@ -128,8 +136,7 @@ class TcpProxy:
                     return
                 continue
             try:
-                ready, _, _ = select.select([src], [], [], 0.05)
-                if not ready:
+                if not _readable(src, 0.05):
                     if src.fileno() < 0:
                         return
                     continue
