@@ -728,6 +728,9 @@ def _configure_logging(verbose: bool) -> str | None:
         handler.setFormatter(_LineFormatter("%(message)s"))
         handler.addFilter(_without_error_phase)
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    # the level chosen here holds for the platform's own records, whatever set its logger before
+    # in this process (a Dagster run's managed loggers, in a process that ran one)
+    logging.getLogger("transfer_platform").setLevel(logging.NOTSET)
     return None
 
 
