@@ -15,7 +15,6 @@ flat set of fields (a PostgreSQL or MySQL server, a DuckDB file); a link may nar
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import secrets
@@ -48,6 +47,7 @@ from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.store import audit, events
+from transfer_platform.store.api_keys import MAX_SECRET_LENGTH, live_row, secret_hash
 from transfer_platform.store.audit import ScopedActor
 from transfer_platform.store.resources import (
     NAME_FIELDS,
@@ -62,7 +62,7 @@ router = APIRouter()
 public_router = APIRouter()
 
 #: the longest token looked up (``token_urlsafe(32)`` is 43 characters)
-_MAX_TOKEN = 128
+_MAX_TOKEN = MAX_SECRET_LENGTH
 _NAME_MAX = 120  # a destination's name (config/entries.py Name)
 #: what the form's pages may load: nothing but themselves (the inline script and style carry a nonce)
 _CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
@@ -72,8 +72,7 @@ _USUAL_PORTS = {"postgres": 5432, "mysql": 3306}
 _NEW_LINK = "ask the provider who sent you this link for a new one"
 
 
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+_hash = secret_hash
 
 
 # -- the vendors the form offers ---------------------------------------------------------------
@@ -264,11 +263,7 @@ class Refused(Exception):
 
 def _live_link(store: ResourceStore, token: str) -> sa.Row:
     """The link of ``token`` if it can still be used, else :class:`Refused`."""
-    row = None
-    if 0 < len(token) <= _MAX_TOKEN:
-        with store.engine.connect() as conn:
-            row = conn.execute(sa.select(magic_links, (magic_links.c.expires_at > sa.func.now()).label("live"))
-                               .where(magic_links.c.token_hash == _hash(token))).first()
+    row = live_row(store.engine, magic_links, token)
     if row is None:
         raise Refused(404, "This link is not valid",
                       f"No link has this address (it may have been copied incompletely): {_NEW_LINK}.")

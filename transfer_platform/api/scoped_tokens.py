@@ -14,7 +14,6 @@ more than once). With ``application_origin``, a request must also come from that
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import uuid
 from datetime import timedelta
@@ -31,20 +30,19 @@ from transfer_platform.api.scopes import TOKEN_HEADER
 from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.errors import ConfigError
 from transfer_platform.store import audit
+from transfer_platform.store.api_keys import live_row, secret_hash
 from transfer_platform.store.audit import ScopedActor
 from transfer_platform.store.resources import ResourceStore
 from transfer_platform.store.tables import scoped_tokens
 
 DEFAULT_SECONDS = 3600
-_MAX_TOKEN = 128
 _NEW_TOKEN = "ask the provider's backend for a new one (POST /actions/generate-scoped-auth-token)"
 
 router = APIRouter()  # behind an admin key
 public_router = APIRouter()  # the token is the credential
 
 
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+_hash = secret_hash
 
 
 class TokenRequest(BaseModel):
@@ -87,11 +85,7 @@ def generate(body: JsonBody, resources: StoreDep, actor: ActorDep):
 def _live_token(request: Request, resources: ResourceStore) -> sa.Row:
     """The token's row if it works now; else 401 (unknown, expired) or 403 (another origin)."""
     token = request.headers.get(TOKEN_HEADER, "")
-    row = None
-    if 0 < len(token) <= _MAX_TOKEN:
-        with resources.engine.connect() as conn:
-            row = conn.execute(sa.select(scoped_tokens, (scoped_tokens.c.expires_at > sa.func.now()).label("live"))
-                               .where(scoped_tokens.c.token_hash == _hash(token))).first()
+    row = live_row(resources.engine, scoped_tokens, token)
     if row is None:
         raise ApiError(401, f"missing or unknown scoped auth token (send it in the {TOKEN_HEADER} header); "
                             f"fix: {_NEW_TOKEN}")

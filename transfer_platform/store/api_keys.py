@@ -28,8 +28,25 @@ class ApiKey:
     scope: str
 
 
-def _hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
+def secret_hash(secret: str) -> str:
+    """What the store keeps of an API key, a magic link's or a scoped token's secret: its SHA-256."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+_hash = secret_hash
+
+#: the longest secret looked up (longer ones are no secret this platform gave)
+MAX_SECRET_LENGTH = 128
+
+
+def live_row(engine: Engine, table: sa.Table, secret: str) -> sa.Row | None:
+    """The row of ``table`` whose ``token_hash`` is ``secret``'s, with ``live`` (``expires_at``
+    not passed yet); None if there is none."""
+    if not 0 < len(secret) <= MAX_SECRET_LENGTH:
+        return None
+    with engine.connect() as conn:
+        return conn.execute(sa.select(table, (table.c.expires_at > sa.func.now()).label("live"))
+                            .where(table.c.token_hash == secret_hash(secret))).first()
 
 
 def create_key(engine: Engine, name: str, scope: str = "admin") -> tuple[ApiKey, str]:
