@@ -126,6 +126,44 @@ class SparkDidNotStart(TransferPlatformError):
     """The local Spark (its JVM) could not be started."""
 
 
+class _NoSpark(Exception):  # noqa: N818 - carries the error the command ends with
+    """Spark did not start for a transfer that needed it (:class:`_LazySpark`): not a model's
+    failure but the command's, raised through the transfer (the models' outcomes recorded)."""
+
+    def __init__(self, error: TransferPlatformError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _LazySpark:
+    """``transfer``'s session in the default mode (the shared Spark server), started by
+    :func:`_spark` on first use (``LazySession``): a transfer whose reads need no Spark (small
+    windows read by the database's driver) never opens one. A failure to start ends the command
+    (:class:`_NoSpark`)."""
+
+    def __init__(self, config, args: argparse.Namespace) -> None:
+        from transfer_platform.runtime.spark_session import LazySession
+
+        self.session = LazySession(lambda: self._start(config, args))
+
+    @staticmethod
+    def _start(config, args: argparse.Namespace):  # -> SparkSession
+        try:
+            return _spark(config, args)
+        except TransferPlatformError as exc:
+            raise _NoSpark(exc) from exc
+
+
+def _lazy_spark(config, args: argparse.Namespace, order) -> bool:  # a PlatformConfig, a TransferOrder
+    """Whether ``transfer``'s session starts on first use: in the default mode (the shared
+    server), not for a dry run, nor for a server the configuration names (``spark.remote``:
+    checked at the start, a server that is down fails the command before anything is touched)
+    nor for ``--no-shared-spark`` (a Spark of the process's own, asked for)."""
+    from transfer_platform.runtime.spark_session import remote_endpoint
+
+    return not order.dry_run and remote_endpoint(config.spark) is None and _shared(config, args)
+
+
 def cmd_transfer(args: argparse.Namespace) -> int:
     if args.enqueue and args.dry_run:
         print("error: --dry-run plans here, in this process, and cannot be enqueued: drop --enqueue "
@@ -149,7 +187,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     check_before_spark(config, order.destination, models, now=datetime.now(UTC), start=order.start,
                        end=order.end, source=str(path))
     report = None if order.dry_run else _runless_reporter(config, order.destination)
-    spark = _spark(config, args)
+    # in the default mode, a transfer whose reads need no Spark (small windows read by the
+    # database's driver) never opens a Spark session
+    spark = _LazySpark(config, args).session if _lazy_spark(config, args, order) else _spark(config, args)
     progress = (progress_for(sys.stderr, what="windows counted", label=lambda model: f"{model} (dry run)")
                 if order.dry_run else progress_for(sys.stderr))
     transfer = Transfer(spark=spark, config=config, order=order, transfer_id=uuid.uuid4().hex,
@@ -170,6 +210,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             except Exception as failed:  # noqa: BLE001 - the transfer's own error is the one to show
                 logging.getLogger("transfer_platform").warning(
                     "the models' outcomes could not be recorded in the Dagster instance: %s", _one_line(failed))
+        if isinstance(exc, _NoSpark):
+            raise exc.error from None
         raise
     finally:
         progress.close()

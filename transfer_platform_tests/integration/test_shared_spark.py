@@ -105,11 +105,16 @@ def run(config: Path, *argv: str, env: dict[str, str]) -> tuple[int, str, str]:
     return finished(command(config, *argv, env=env))
 
 
-def write_config(path: Path, source_schema: str, dst_schema: str, **spark: object) -> Path:
+def write_config(path: Path, source_schema: str, dst_schema: str, *, direct: bool = False, **spark: object) -> Path:
+    """A transfer of the ``source`` fixture's events; read through Spark (its numeric column is
+    converted), unless ``direct``: then every column is read as it is, by the database's driver."""
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    model = events_model(f"{source_schema}.events", min_start=today - timedelta(days=3))
+    if not direct:
+        model["columns"].append({"name_in_source": "amount", "data_type": "decimal"})
     path.write_text(yaml.safe_dump({
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [events_model(f"{source_schema}.events", min_start=today - timedelta(days=3))],
+        "models": [model],
         "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
         "destinations": [{"name": DESTINATION, "vendor": "postgres", "recipient": "rcpt",
                           "connection": pg_connection_config(dst_schema)}],
@@ -124,6 +129,9 @@ def source(pg_conn, pg_schema: str) -> str:
     create_events(pg_conn, pg_schema)
     insert_rows(pg_conn, pg_schema, make_rows([TENANT, "other"], 150, [today - timedelta(days=d) for d in (2, 1)],
                                               seed=26))
+    # a numeric column: the windows are read through Spark (a transfer whose reads are all direct,
+    # small windows of types read as they are, starts no Spark session at all)
+    pg_conn.execute(f'ALTER TABLE "{pg_schema}".events ADD COLUMN amount numeric(12, 4) DEFAULT 1.5')
     return pg_schema
 
 
@@ -169,6 +177,28 @@ def test_two_commands_at_once_start_one_server_and_a_later_command_is_its_client
     assert destination_rows(pg_conn, first) == source_rows(pg_conn, source, TENANT)
     [log] = state.glob("commands-*.log")
     assert log.read_text().count("transfer: pid ") == 1  # the later command, run by a fork of it
+
+
+def test_a_transfer_whose_reads_are_all_direct_starts_no_server_and_one_that_needs_spark_does(
+        state: Path, tmp_path: Path, pg_conn, source: str, new_schema) -> None:
+    """In the default mode the session starts on first use: small windows of columns the
+    database's driver reads as they are need no Spark, so neither the server nor a session is
+    started (the resident command process is); the next transfer that reads through Spark starts it."""
+    direct, through_spark = new_schema(), new_schema()
+    env = environment(state)
+    err = succeeded(run(write_config(tmp_path / "direct.yaml", source, direct, direct=True), "transfer",
+                        DESTINATION, env=env))
+    assert "starting Spark" not in err
+    assert destination_rows(pg_conn, direct) == source_rows(pg_conn, source, TENANT)
+    assert states(state) == []
+    assert server_pids(state) == []
+
+    err = succeeded(run(write_config(tmp_path / "spark.yaml", source, through_spark), "transfer", DESTINATION,
+                        env=env))
+    assert err.startswith("starting Spark (shared Spark server, local[2])")
+    [server] = states(state)
+    assert server_pids(state) == [server["pid"]]
+    assert destination_rows(pg_conn, through_spark) == source_rows(pg_conn, source, TENANT)
 
 
 def test_other_spark_settings_get_a_server_of_their_own(state: Path, tmp_path: Path, pg_conn, source: str,
@@ -265,12 +295,6 @@ print("run:", "SUCCESS" if result.success else "FAILURE", flush=True)
 def test_a_dagster_run_is_a_client_of_the_shared_server_that_loading_the_definitions_does_not_start(
         state: Path, tmp_path: Path, pg_conn, source: str, dst_schema: str) -> None:
     config = write_config(tmp_path / "tp.yaml", source, dst_schema)
-    # a numeric column: the windows are read through Spark (a run whose reads are all direct,
-    # small windows of types read as they are, starts no Spark session at all)
-    pg_conn.execute(f'ALTER TABLE "{source}".events ADD COLUMN amount numeric(12, 4) DEFAULT 1.5')
-    raw = yaml.safe_load(config.read_text())
-    raw["models"][0]["columns"].append({"name_in_source": "amount", "data_type": "decimal"})
-    config.write_text(yaml.safe_dump(raw))
     done = subprocess.run([sys.executable, "-c", DAGSTER_RUN, str(config), DESTINATION], capture_output=True,
                           text=True, env=environment(state), timeout=BOUND_S, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
