@@ -126,7 +126,7 @@ class SparkDidNotStart(TransferPlatformError):
     """The local Spark (its JVM) could not be started."""
 
 
-class _NoSpark(Exception):  # noqa: N818 - carries the error the command ends with
+class _NoSpark(Exception):
     """Spark did not start for a transfer that needed it (:class:`_LazySpark`): not a model's
     failure but the command's, raised through the transfer (the models' outcomes recorded)."""
 

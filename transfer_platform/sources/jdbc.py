@@ -105,6 +105,12 @@ SOURCE_STATEMENTS: Counter[tuple[str, str]] = Counter()
 _STATEMENTS_LOCK = threading.Lock()
 
 
+def window_counts(found: list[tuple], windows: int, up_to: int) -> list[int]:
+    """Each window's count from the rows of :meth:`JdbcReader.window_rows_sql`."""
+    by_window = {int(window): int(n) for window, n in found}
+    return [by_window.get(i, up_to) for i in range(windows)]
+
+
 def count_statement(source: str, kind: str) -> None:
     with _STATEMENTS_LOCK:
         SOURCE_STATEMENTS[(source, kind)] += 1
@@ -521,22 +527,25 @@ class JdbcReader:
         (and reports the failure itself)."""
         if not requests:
             return []
-        dialect = self.dialect
-        one, rows = quote_ident("tp_one", dialect.name), quote_ident("tp_rows", dialect.name)
-        parts = [f"SELECT {i} AS tp_window, COUNT(*) AS {rows} FROM (SELECT 1 AS {one} FROM "
-                 f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect.name)} "
-                 f"LIMIT {int(up_to)}) AS tp_counted{i}"
-                 for i, r in enumerate(requests)]
         count_statement(self.source.name, "rows")
         try:
-            found = dialect.select_rows(self.source.connection, self.what, " UNION ALL ".join(parts),
-                                        self.default_schema_for(requests[0]))
+            found = self.dialect.select_rows(self.source.connection, self.what, self.window_rows_sql(requests, up_to),
+                                             self.default_schema_for(requests[0]))
         except Exception:  # noqa: BLE001 - any refusal: the windows' reads report it properly
             _LOG.debug("counting the rows of %s's windows failed; every window is read", self.what,
                        exc_info=True)
             return None
-        by_window = {int(window): int(n) for window, n in found}
-        return [by_window.get(i, up_to) for i in range(len(requests))]
+        return window_counts(found, len(requests), up_to)
+
+    def window_rows_sql(self, requests: list[ReadRequest], up_to: int) -> str:
+        """The query of :meth:`window_rows`: ``(window, rows)`` of each read, counted up to ``up_to``."""
+        dialect = self.dialect
+        one, rows = quote_ident("tp_one", dialect.name), quote_ident("tp_rows", dialect.name)
+        return " UNION ALL ".join(
+            f"SELECT {i} AS tp_window, COUNT(*) AS {rows} FROM (SELECT 1 AS {one} FROM "
+            f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect.name)} "
+            f"LIMIT {int(up_to)}) AS tp_counted{i}"
+            for i, r in enumerate(requests))
 
     def together_sql(self, requests: list[ReadRequest]) -> str:
         """The derived table of :meth:`read_together`: each window's own query, tagged with its

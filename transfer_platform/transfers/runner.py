@@ -129,15 +129,30 @@ def transfer_model(
     source_request = request
     if staged is not None:  # this tick's batch lists this destination: its rows are staged
         request = _up_to(request, staged)
-    else:
-        reader.check(destination.name)
     # the read proven on the source as it is (columns, kinds, casts; no row read) before the
     # writer's prepare creates, alters or drops anything: a mistyped model changes nothing. Columns
-    # the database's driver reads as they are prove it alone (and its small windows skip Spark)
+    # the database's driver reads as they are prove it alone (and its small windows skip Spark);
+    # its answer shows the source reachable, else the source is checked (a named refusal) first
     proof = ReadRequest(model, recipient.id_in_provider_system, proof_bounds(windowing, request.now), destination.name)
     direct = DirectReads.proven(reader, proof) if staged is None and request.tuning.direct_reads else None
     if direct is None:
+        if staged is None:
+            reader.check(destination.name)
         (staged or reader).check_read(request.spark, proof)
+    try:
+        yield from _transfer_model(request, source_request, model, destination, recipient, windowing, ids, reader,
+                                   staging, staged, partitions, direct)
+    finally:
+        if direct is not None:
+            direct.close()
+
+
+def _transfer_model(request: TransferRequest, source_request: TransferRequest, model: ModelConfig,
+                    destination: Any, recipient: Any, windowing: ModelWindowing, ids: dict[str, Any],
+                    reader: SourceReader, staging: TransferStaging | None, staged: StagedReader | None,
+                    partitions: list[Window] | None, direct: DirectReads | None,
+                    ) -> Iterator[ModelState | WindowOutcome]:
+    """:func:`transfer_model` once the read is proven: the writer prepared, the windows moved."""
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.order.full_refresh)
     for change in prepared.schema_changes:
         log_phase("schema", **ids, level=logging.WARNING, change=change)
@@ -159,7 +174,8 @@ def transfer_model(
     # a staged batch is read from the staging, never from the source directly
     move = _WindowMover(request, model, read_with, windowing, refreshing, ids, direct if staged is None else None)
     tuning = request.tuning
-    steps = (_steps(_window_rows(read_with, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
+    counter = direct if direct is not None and staged is None else read_with  # direct: on its connection
+    steps = (_steps(_window_rows(counter, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
              else _unknown_steps(len(reads), tuning))
     last = state
     for step, indices in steps:
