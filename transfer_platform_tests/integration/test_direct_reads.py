@@ -82,13 +82,13 @@ def reads_logged(caplog) -> list[dict]:
 
 
 def run(spark, pg_conn, source_schema: str, dst_schema: str, tuning: Tuning, caplog, extra: list[dict] = (),
-        source_port: int | None = None):
+        source_port: int | None = None, now: datetime = NOW):
     connection = {**pg_connection_config(), **({"port": source_port} if source_port else {})}
     config = config_for({"vendor": "postgres", "connection": connection}, model(source_schema, extra),
                         tenant=TENANT, dst_schema=dst_schema)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="transfer_platform"):
-        summary = transfer(spark, config, NOW, tuning=tuning)
+        summary = transfer(spark, config, now, tuning=tuning)
     assert summary.status == "SUCCESS", summary.error
     return reads_logged(caplog)
 
@@ -167,8 +167,8 @@ def test_a_model_read_directly_opens_one_connection_to_the_source(pg_conn, pg_sc
         assert all(r.get("direct") is True for r in reads)
         assert proxy.connections == 1
         pg_conn.execute(f'UPDATE "{pg_schema}".things SET updated_at = %s, small = 1 '
-                        "WHERE id = 2", (NOW - timedelta(minutes=1),))
-        reads = run(lazy, pg_conn, pg_schema, dst, DEFAULT, caplog, source_port=proxy.port)
+                        "WHERE id = 2", (NOW + timedelta(hours=1),))
+        reads = run(lazy, pg_conn, pg_schema, dst, DEFAULT, caplog, source_port=proxy.port, now=NOW + timedelta(days=1))
         assert reads
         assert all(r.get("direct") is True for r in reads)
         assert proxy.connections == 2
