@@ -786,7 +786,7 @@ _READS_NO_CONFIG = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _PARSER.parse_args(argv)
     problem = _configure_logging(args.verbose)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -819,6 +819,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unexpected {_one_line(exc)}" + ("" if args.verbose else " (run again with --verbose "
               "for the traceback)"), file=sys.stderr)
         return 1
+
+
+#: the parser, built once per process: a resident command process builds it before it forks
+#: (building it costs 0.02 s on a quiet machine, 0.2 s on two busy cores)
+_PARSER = build_parser()
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ from transfer_platform.runtime.forks import ForkServer, package_stamp, warm
 #: modules a transfer imports, imported once by the parent after Dagster's run machinery
 #: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped
 WARM_IMPORTS = ("transfer_platform.transfers.runner", *vendors.warm_modules(), "pyspark.sql.connect.session",
-                "pyarrow", "pyarrow.parquet", "pandas")
+                "pyarrow", "pyarrow.parquet", "pyarrow.csv", "pyarrow.acero", "pyarrow.dataset", "encodings.idna",
+                "pandas")
 #: the job a spare worker builds before its run comes (the job of the platform's transfers: the
 #: sensor's runs and ``transfer --enqueue``); a run of another job builds its own, as before
 WARM_JOB = "transfer"
