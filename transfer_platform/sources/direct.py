@@ -19,7 +19,7 @@ So when nothing Spark does to those rows would change them, the rows are read by
   ``UNION ALL``), in a READ ONLY transaction in UTC, with the same search path;
 - the proof, the windows' row counts and their reads share one connection to the source, held
   for the model's transfer (:meth:`DirectReads.close`): a connection costs the database a new
-  backend (3-80 ms on 2 cores, depending on their load), a query on an open one a round trip.
+  backend (31-80 ms on 2 cores at load ~30), a query on an open one a round trip.
 
 Anything else (a type that is cast, a numeric, json, a lake, a staged batch, a window larger than
 ``run_rows``) goes through Spark as before. A direct read that fails for any reason is read again
