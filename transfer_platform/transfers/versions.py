@@ -84,6 +84,10 @@ def latest_versions(table: pa.Table, model: ModelConfig, destination: str) -> Re
 
 
 def _repeats(table: pa.Table, keys: list[str]) -> bool:
+    """Whether a key occurs twice (NULL counts as a value). One key column: its distinct count (a
+    hash of one array, without the group-by's query engine)."""
+    if len(keys) == 1:
+        return pc.count_distinct(table.column(keys[0]), mode="all").as_py() < table.num_rows
     counts = table.group_by(keys).aggregate([(keys[0], "count", pc.CountOptions(mode="all"))])
     return counts.num_rows < table.num_rows
 
