@@ -168,3 +168,23 @@ def test_without_a_problem_spark_is_tried_and_its_failure_is_one_line(tmp_path: 
     assert "/nonexistent-java/bin/java" in failure
     assert "Traceback" not in err
     assert not (tmp_path / "dest").exists()
+
+
+def test_in_the_default_mode_spark_starts_when_first_needed_and_its_failure_still_ends_the_command(
+        tmp_path: Path) -> None:
+    """The shared server's mode (the default) starts Spark on first use, here the lake's read
+    proof: the command still ends with the one line saying Spark did not start (exit 1, no
+    summary), after the shared server's warning, with nothing written."""
+    path = write_config(tmp_path)
+    (tmp_path / "lake" / "items").mkdir(parents=True)  # the source is there: Spark is needed to read it
+    code, out, err, _ = cli("--config", str(path), "transfer", "acme_delta",
+                            env={"TRANSFER_PLATFORM_SHARED_SPARK": "1",
+                                 "TRANSFER_PLATFORM_STATE_DIR": str(tmp_path / "state")})
+    assert code == 1, err
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert lines[0] == "starting Spark (shared Spark server, local[2])", err
+    assert lines[-1].startswith("error: Spark did not start: "), err
+    assert all(line.startswith("warning: the shared Spark server could not be used") for line in lines[1:-1]), err
+    assert "Traceback" not in err
+    assert not (tmp_path / "dest").exists()
