@@ -233,7 +233,7 @@ def test_a_transfer_killed_while_loading_a_fresh_table_changes_nothing_and_the_n
             assert proc.poll() is None, (tmp_path / "out").read_text()[-3000:]
             assert time.monotonic() - launched < KILL_TIMEOUT_SECONDS
             loading = fresh_table_rows(database)
-            if loading and 0 < loading[1]:
+            if loading and loading[1] > 0:
                 os.killpg(proc.pid, signal.SIGKILL)
                 break
             time.sleep(0.02)
@@ -243,7 +243,8 @@ def test_a_transfer_killed_while_loading_a_fresh_table_changes_nothing_and_the_n
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     left = fresh_table_rows(database)
-    assert left is not None and 0 < left[1] < KILL_ROWS  # killed mid-load: its table is left
+    assert left is not None  # killed mid-load: its table is left, part loaded
+    assert 0 < left[1] < KILL_ROWS
     key = query(database, "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = "
                           f"'{database}' AND TABLE_NAME = '{left[0]}' AND CONSTRAINT_NAME = 'PRIMARY'")
     assert key == [("id",)]  # the fresh table (a staging table has no key)
@@ -288,12 +289,14 @@ def test_a_refresh_whose_first_window_died_after_its_rename_is_emptied_by_the_ne
     finally:
         writer.close()
     aside = [t for t in tables(database) if t.startswith("_tp_refresh_")]
-    assert aside and query(database, f"SELECT count(*) FROM {mysql_ident(aside[0])}")[0][0] == 2
+    assert aside
+    assert query(database, f"SELECT count(*) FROM {mysql_ident(aside[0])}")[0][0] == 2
 
     writer = writer_for(config.destination(DESTINATION))
     try:
         prepared = writer.prepare(model, "r2")  # carries the refresh on, from no window
-        assert prepared.refresh is not None and prepared.refresh.watermark is None
+        assert prepared.refresh is not None
+        assert prepared.refresh.watermark is None
         assert query(database, f"SELECT count(*) FROM {mysql_ident(aside[0])}")[0][0] == 0  # emptied
         writer.write_arrow(rows([3], payload="new"), window(model, 0, "r2", into_refresh=True))
         writer.publish_refresh(model, "r2")

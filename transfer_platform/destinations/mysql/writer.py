@@ -98,6 +98,7 @@ class MysqlWriter(SqlWriter):
         self.database = self.container
         self._conn: pymysql.Connection | None = None
         self._locked: set[str] = set()  # the models whose lock this writer's session holds
+        self._fresh: set[str] = set()  # the fresh tables being loaded (see _create_staging)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -165,8 +166,11 @@ class MysqlWriter(SqlWriter):
         connection = self.destination.connection
         load = partial(load_partition, connect_kwargs(connection, what=f"destinations.{self.name}"),
                        sql.load_data(staging, "{path}", frame.columns))
+        parts = frame.coalesce(self.destination.max_concurrent_queries_per_transfer)
+        if staging in self._fresh:  # InnoDB appends rows that arrive in key order (see _create_staging)
+            parts = parts.sortWithinPartitions(*[c.destination_name for c in model.primary_key])
         try:
-            frame.coalesce(self.destination.max_concurrent_queries_per_transfer).mapInArrow(load, "rows long").collect()
+            parts.mapInArrow(load, "rows long").collect()
         except (Py4JJavaError, PySparkException) as exc:
             reason = spark_error_reason(exc)
             if "Can't connect" in reason or "Lost connection" in reason:
@@ -180,6 +184,8 @@ class MysqlWriter(SqlWriter):
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
         import pymysql
 
+        if staging in self._fresh:
+            batch = batch.sort_by([(c.destination_name, "ascending") for c in load.model.primary_key])
         with self._translated_errors():
             try:
                 load_batches(self.conn, sql.load_data(staging, "{path}", batch.column_names), batch.to_batches())
@@ -278,14 +284,25 @@ class MysqlWriter(SqlWriter):
         into a fresh table of the target's definition, primary key included (``CREATE TABLE ...
         LIKE``; named as a staging table, so a dead transfer's is dropped by the next one's
         clean-up), which then replaces the target: no merge, each row written once. Any other
-        window is staged and merged."""
+        window is staged and merged.
+
+        The rows are loaded in key order (each loading connection's share sorted on the key):
+        InnoDB then appends to its primary key. Measured on this machine's MariaDB, 1M rows: in key
+        order 12 CPU-seconds of the server, in random order 58, into a table without a key with the
+        key added after 20-22, staged and merged 48 (docs/destinations.md)."""
         staging = super()._create_staging(load, in_memory=in_memory)
+        self._fresh.discard(staging.table)
         with self._translated_errors():
             if self._fresh_table_fits(load, staging):
                 self.session.execute(self.dialect.drop_table(staging.table))
                 self.session.execute(sql.create_like(staging.table, staging.target))
                 staging.swappable = True
+                self._fresh.add(staging.table)
         return staging
+
+    def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
+        self._fresh.discard(staging.table)
+        super()._remove_staging(staging, load)
 
     def _fresh_table_fits(self, load: WindowLoad, staging: StagingTable) -> bool:
         """The target is empty and replacing it loses nothing: a full refresh's table aside before
