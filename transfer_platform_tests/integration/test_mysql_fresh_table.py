@@ -33,11 +33,11 @@ from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.windows import Window
 from transfer_platform.destinations.base import WindowLoad, arrow_schema, writer_for
 from transfer_platform.errors import DataError, DuplicateKey
-from transfer_platform_tests.integration.test_mysql_destination import raw_config
 from transfer_platform_tests.support.cli import PACKAGE_ROOT
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.events import MODEL
-from transfer_platform_tests.support.mysql import mysql_connect, mysql_ident
+from transfer_platform_tests.support.mysql import MYSQL, mysql_connect, mysql_ident
+from transfer_platform_tests.support.postgres import pg_connection_config
 
 pytestmark = pytest.mark.integration
 
@@ -61,16 +61,31 @@ def database():
         conn.close()
 
 
+COLUMNS = [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+           {"name_in_source": "organization_id", "data_type": "string"},
+           {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+           {"name_in_source": "payload", "data_type": "string"}]
+
+
 def config_for(database: str):
-    return parse_config(raw_config("src_schema", database), now=datetime(2025, 6, 1, tzinfo=UTC))
+    """A MySQL destination in ``database``; windows are written through the writer, so the
+    source is named but never read."""
+    model = {"model_name": MODEL, "source_name": "src", "source_table": "unread.events",
+             "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
+             "min_start_time_epoch": int(START.timestamp()), "columns": COLUMNS}
+    connection = {"host": MYSQL["host"], "port": MYSQL["port"], "database": database, "username": MYSQL["user"]}
+    return parse_config({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [model],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": "acme"}],
+        "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "mysql", "connection": connection}],
+    }, now=datetime(2025, 6, 1, tzinfo=UTC))
 
 
 def rows(ids, *, at: datetime = START + timedelta(hours=1), payload: str = "v1") -> pa.Table:
-    config = config_for("x")
     return pa.Table.from_pylist(
-        [{"id": k, "organization_id": "acme", "updated_at": at + timedelta(seconds=n), "payload": f"{payload}-{k}",
-          "amount": None, "doc": None, "born": None, "flag": None, "ratio": None} for n, k in enumerate(ids)],
-        schema=arrow_schema(config.model(MODEL)))
+        [{"id": k, "organization_id": "acme", "updated_at": at + timedelta(seconds=n), "payload": f"{payload}-{k}"}
+         for n, k in enumerate(ids)], schema=arrow_schema(config_for("x").model(MODEL)))
 
 
 def window(model, day: int, transfer_id: str, *, into_refresh: bool = False) -> WindowLoad:
