@@ -7,6 +7,8 @@
   characters, refused by name before anything is committed;
 - **the merge**: a staged delete + insert in one transaction (only DML runs inside it: MySQL commits
   at any DDL); a key the target does not hold, staged twice, is refused by the target's own key;
+- **a window into an empty target** (a backfill's, a full refresh's first): loaded in key order
+  into a fresh keyed table that replaces the target, no merge (:meth:`MysqlWriter._create_staging`);
 - **a full refresh's publish**: one atomic ``RENAME TABLE live TO _tp_old_<hash>, aside TO live``
   between two commits (the SQL writer's publish without transactional DDL), waiting at most
   ``Tuning.lock_wait_seconds`` for the live table's readers;
@@ -365,8 +367,6 @@ class MysqlWriter(SqlWriter):
                     f"sessions kept it in use for {max(1, round(self.tuning.lock_wait_seconds))} s. "
                     "Nothing changed: the table and the watermark are as they were. Fix: run the "
                     "transfer again once the queries or open transactions on the table have ended") from None
-        log_phase("load", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
-                  fresh_table=True, replaced=staging.target_name, rows=staging.rows)
         return WindowResult(staging.rows, staging.delta_rows, staging.volume, staging.max_last_modified,
                             new_state, rows_deleted)
 
