@@ -26,10 +26,10 @@ from sqlalchemy.engine import Engine
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
+from transfer_platform.orchestration import sensors
 from transfer_platform.orchestration.budget import BUDGET_ENV, Budget
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
-from transfer_platform.orchestration import sensors
 from transfer_platform.orchestration.sensors import has_succeeded, schedule_requests
 from transfer_platform_tests.support.postgres import PG, pg_connect, pg_connection_config
 
