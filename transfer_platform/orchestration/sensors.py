@@ -5,7 +5,10 @@ each destination with ``is_enabled: true``, requests a run of the ``transfer`` j
 of its ``frequency_minutes`` (aligned to midnight UTC; see :mod:`transfer_platform.core.schedule`).
 The run key ``<destination>@<tick>`` makes the daemon drop a second request for the same tick; the
 cursor remembers the last tick enqueued per destination, so after downtime the missed ticks are
-caught up by one transfer. A disabled destination is never requested. Runs go through the queue
+caught up by one transfer. A disabled destination is never requested. When more than
+``FIRST_RUNS_PER_TICK`` (50) destinations are new at one tick (a fleet onboarded at once, a fresh
+instance), their first runs are spread (:func:`first_runs_at`): the daemon creates a tick's runs
+one after another, and 1,000 at once made one tick of minutes. Runs go through the queue
 (the run coordinator adds the limit tags), so a transfer that cannot start waits as PENDING.
 
 It also enqueues, on their own frequencies and through the same queue: the ``delete_sweep`` job
