@@ -94,18 +94,18 @@ FIRST_PREFIX = "first:"
 def first_runs_at(frequencies: dict[str, int], now: datetime) -> dict[str, datetime]:
     """When each of the new destinations ``frequencies`` (name -> ``frequency_minutes``, in
     configuration order) gets its first run: at ``now`` when they are at most
-    :data:`FIRST_RUNS_PER_TICK`; else the i-th of n at ``now + span * i / n``, ``span`` its
-    frequency's period or, if shorter, the ticks that :data:`FIRST_RUNS_PER_TICK` a tick need for
-    all n (``ceil(n / FIRST_RUNS_PER_TICK) * TICK_SECONDS``): about n / span runs a second, every
-    new destination's first run within its first period, and within minutes for daily ones."""
-    count = len(frequencies)
-    if count <= FIRST_RUNS_PER_TICK:
+    :data:`FIRST_RUNS_PER_TICK`; else in groups of :data:`FIRST_RUNS_PER_TICK`, the k-th group of
+    ``g = ceil(n / FIRST_RUNS_PER_TICK)`` at ``now + span * k / g``, ``span`` the destination's
+    frequency period or, if shorter, the ``g`` ticks the groups need (``g * TICK_SECONDS``): the
+    first group at once, one group a tick after it, every first run within the frequency's first
+    period (a daily destination's within minutes)."""
+    if len(frequencies) <= FIRST_RUNS_PER_TICK:
         return dict.fromkeys(frequencies, now)
-    ticks = -(-count // FIRST_RUNS_PER_TICK)
+    groups = -(-len(frequencies) // FIRST_RUNS_PER_TICK)
     planned = {}
     for index, (name, minutes) in enumerate(frequencies.items()):
-        span = min(timedelta(minutes=minutes or DEFAULT_FREQUENCY_MINUTES), timedelta(seconds=ticks * TICK_SECONDS))
-        planned[name] = now + span * index / count
+        span = min(timedelta(minutes=minutes or DEFAULT_FREQUENCY_MINUTES), timedelta(seconds=groups * TICK_SECONDS))
+        planned[name] = now + span * (index // FIRST_RUNS_PER_TICK) / groups
     return planned
 
 

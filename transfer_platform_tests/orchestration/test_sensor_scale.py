@@ -227,11 +227,12 @@ def set_frequency(path: Path, minutes: int) -> Path:
 
 
 def expected_first_runs(count: int, frequency_minutes: int, per_tick: int) -> list[timedelta]:
-    """The i-th new destination's first run after the tick that first saw them: over the
-    frequency's period, or the ticks ``per_tick`` first runs a tick need if that is shorter."""
-    span = min(timedelta(minutes=frequency_minutes or 1440),
-               timedelta(seconds=-(-count // per_tick) * sensors.TICK_SECONDS))
-    return [span * i / count for i in range(count)]
+    """The i-th new destination's first run after the tick that first saw them: in groups of
+    ``per_tick``, spread over the frequency's period, or over the ticks the groups need if that is
+    shorter."""
+    groups = -(-count // per_tick)
+    span = min(timedelta(minutes=frequency_minutes or 1440), timedelta(seconds=groups * sensors.TICK_SECONDS))
+    return [span * (i // per_tick) / groups for i in range(count)]
 
 
 @pytest.mark.parametrize(("count", "per_tick", "frequency_minutes"), [
@@ -245,7 +246,7 @@ def test_first_runs_of_many_new_destinations_are_spread_and_each_is_requested_on
     start = datetime(2026, 12, 1, 10, 0, 3, tzinfo=UTC)
     offsets = expected_first_runs(count, frequency_minutes, per_tick)
     if frequency_minutes == 15:
-        assert offsets[-1] == timedelta(minutes=15) * 30 / 31
+        assert offsets[-1] == timedelta(minutes=15) * 30 / 31  # the last of 31 groups of one
     ticks = [start + timedelta(seconds=sensors.TICK_SECONDS * n) for n in range(40)]  # the daemon's
     first_seen: dict[str, datetime] = {}
     cursor: dict[str, str] = {}
@@ -275,17 +276,18 @@ def test_the_sensor_on_a_real_instance_requests_the_first_new_destinations_and_p
     before = datetime.now(UTC)
     result = tick(config_path, instance, None)
     after = datetime.now(UTC)
-    assert [r.run_key.split("@")[0] for r in result.run_requests] == ["d0"]
+    assert [r.run_key.split("@")[0] for r in result.run_requests] == ["d0", "d1"]  # the first group
     cursor = json.loads(result.cursor)
     planned = {name: datetime.fromisoformat(cursor[sensors.FIRST_PREFIX + name]) for name in
-               (f"d{i}" for i in range(1, 6))}
-    offsets = expected_first_runs(6, 15, 2)  # 3 ticks of 2 (shorter than 15 minutes): 0, 15, ..., 75 s
-    for i in range(1, 6):
+               (f"d{i}" for i in range(2, 6))}
+    offsets = expected_first_runs(6, 15, 2)  # 3 groups of 2 (3 ticks: shorter than 15 minutes): 0, 0, 30, 30, 60, 60 s
+    assert offsets[2:] == [timedelta(seconds=s) for s in (30, 30, 60, 60)]
+    for i in range(2, 6):
         assert before + offsets[i] <= planned[f"d{i}"] <= after + offsets[i]
-        assert planned[f"d{i}"] - planned["d1"] == offsets[i] - offsets[1]
+        assert planned[f"d{i}"] - planned["d2"] == offsets[i] - offsets[2]
     # the next tick before any planned time requests nothing more and keeps the plan
     again = tick(config_path, instance, result.cursor)
-    if datetime.now(UTC) < planned["d1"]:
+    if datetime.now(UTC) < planned["d2"]:
         assert not again.run_requests
         assert {k: v for k, v in json.loads(again.cursor).items() if k.startswith(sensors.FIRST_PREFIX)} == {
             k: v for k, v in cursor.items() if k.startswith(sensors.FIRST_PREFIX)}
