@@ -26,7 +26,9 @@ def test_it_reports_cpu_seconds_and_the_first_ticks_runs(capsys: pytest.CaptureF
     assert re.search(r"definitions [\d.]+ / [\d.]+, snapshot [\d.]+ / [\d.]+", out), out
     tick = re.search(r"first daemon tick: [\d.]+ s, [\d.]+ CPU s .*?, (\d+) runs created .*?"
                      r"[\d.]+ runs per CPU s", out)
-    assert tick and int(tick.group(1)) == 2, out
+    assert tick, out
+    assert int(tick.group(1)) == 2
     main(["--recipients", "3", "--models", "1", "--all-first-runs-at-once"])
     tick = re.search(r"first daemon tick: .*?, (\d+) runs created", capsys.readouterr().out)
-    assert tick and int(tick.group(1)) == 3
+    assert tick
+    assert int(tick.group(1)) == 3
