@@ -20,6 +20,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from transfer_platform.api.app import ActorDep, JsonBody, StoreDep, ok
+from transfer_platform.api.schemas import Answer, answers
 from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.errors import ConfigError
 from transfer_platform.sharing import tables, tokens
@@ -39,8 +40,9 @@ VERSION_HEADER = "Delta-Table-Version"
 MAX_RESULTS = 500
 NDJSON = "application/x-ndjson; charset=utf-8"
 
-protocol_router = APIRouter(prefix=PREFIX, tags=["delta sharing"])
-files_router = APIRouter(prefix=PREFIX, tags=["delta sharing"])
+#: the protocol's routes: PROTOCOL.md is their document (their errors are its, not the envelope)
+protocol_router = APIRouter(prefix=PREFIX, include_in_schema=False)
+files_router = APIRouter(prefix=PREFIX, include_in_schema=False)
 router = APIRouter(tags=["delta sharing"])  # the provider's, behind an admin key
 link_router = APIRouter()  # the magic link's page
 
@@ -141,8 +143,9 @@ def list_all_tables(share: str, row: TokenDep, resources: StoreDep,
     return _page(_table_items(share, tables.models_of(config, destination)), maxResults, pageToken)
 
 
-@protocol_router.api_route("/shares/{share}/schemas/{schema}/tables/{table}/version", methods=["GET", "HEAD"],
-                           name="delta sharing: a table's version")
+@protocol_router.head("/shares/{share}/schemas/{schema}/tables/{table}/version",
+                      name="delta sharing: a table's version (HEAD)")
+@protocol_router.get("/shares/{share}/schemas/{schema}/tables/{table}/version", name="delta sharing: a table's version")
 def table_version(share: str, schema: str, table: str, row: TokenDep, resources: StoreDep,
                   startingTimestamp: Annotated[str | None, Query()] = None):
     _, delta = _table(resources, row, share, schema, table)
@@ -221,7 +224,8 @@ def table_changes(share: str, schema: str, table: str, row: TokenDep, resources:
                        "read its snapshots instead (query with version or timestamp)")
 
 
-@files_router.api_route("/files/{path:path}", methods=["GET", "HEAD"], name="delta sharing: a shared file")
+@files_router.head("/files/{path:path}", name="delta sharing: a shared file (HEAD)")
+@files_router.get("/files/{path:path}", name="delta sharing: a shared file")
 def shared_file(path: str, resources: StoreDep, expires: str = "", sig: str = ""):
     """A folder's file, for a URL a query answered while it has not expired."""
     refused = tables.verify_file_url(path, expires, sig)
@@ -266,24 +270,27 @@ def _issued(request: Request, resources: ResourceStore, key: str, actor: str, bo
               "hand the profile file to the recipient: its token is not shown again", status_code=201)
 
 
-@router.post("/recipients/{key}/sharing-token", name="create a recipient's sharing token", status_code=201)
+@router.post("/recipients/{key}/sharing-token", name="create a recipient's sharing token", status_code=201,
+             response_model=Answer, responses=answers(401, 404, 409, 503))
 def create_token(key: str, request: Request, resources: StoreDep, actor: ActorDep, body: JsonBody = None):
     return _issued(request, resources, key, actor.name, body, rotate=False)
 
 
-@router.post("/recipients/{key}/sharing-token/rotate", name="rotate a recipient's sharing token", status_code=201)
+@router.post("/recipients/{key}/sharing-token/rotate", name="rotate a recipient's sharing token", status_code=201,
+             response_model=Answer, responses=answers(401, 404, 503))
 def rotate_token(key: str, request: Request, resources: StoreDep, actor: ActorDep, body: JsonBody = None):
     return _issued(request, resources, key, actor.name, body, rotate=True)
 
 
-@router.delete("/recipients/{key}/sharing-token", name="revoke a recipient's sharing token")
+@router.delete("/recipients/{key}/sharing-token", name="revoke a recipient's sharing token", response_model=Answer,
+               responses=answers(401, 404, 503))
 def revoke_token(key: str, resources: StoreDep, actor: ActorDep):
     recipient = tokens.recipient_name(resources, key)
     return ok({"sharing_token": tokens.revoke(resources.engine, recipient, actor=actor.name)},
               f"the sharing token of {recipient} is revoked")
 
 
-@router.get("/sharing-tokens", name="list sharing tokens")
+@router.get("/sharing-tokens", name="list sharing tokens", response_model=Answer, responses=answers(401, 404, 503))
 def list_tokens(resources: StoreDep, recipient: str | None = None):
     name = tokens.recipient_name(resources, recipient) if recipient else None
     return ok({"sharing_tokens": tokens.listing(resources.engine, name)})
