@@ -77,10 +77,18 @@ class _LinkTokens(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args and isinstance(record.args, tuple):
-            record.args = tuple(self._TOKEN.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(_masked(a) if isinstance(a, str) else a for a in record.args)
         if isinstance(record.msg, str):
-            record.msg = self._TOKEN.sub(r"\1***", record.msg)
+            record.msg = _masked(record.msg)
         return True
+
+
+#: a shared folder's signed file URL: its signature masked too (it reads the file until it expires)
+_SIGNATURE = re.compile(r"([?&]sig=)[^&\s\"]+")
+
+
+def _masked(text: str) -> str:
+    return _SIGNATURE.sub(r"\1***", _TOKEN.sub(r"\1***", text))
 
 
 def mask_link_tokens_in_access_logs() -> None:
