@@ -39,7 +39,7 @@ from pathlib import Path
 
 from benchmarks.common import NOW, SCHEMA, count_rows, drop_schemas, pg_connect, stats
 from benchmarks.cost import Cost, median_cost, per_million
-from benchmarks.end_to_end import MODES, PREFIX, TENANT, cli_transfer, uptime, write_config
+from benchmarks.end_to_end import MODES, PREFIX, cli_transfer, uptime, write_config
 from benchmarks.source import SOURCE, create_source, drop_source
 
 #: the flatness the issue asks of time and CPU per million rows across sizes
