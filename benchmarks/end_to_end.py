@@ -12,6 +12,10 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``floor_full`` / ``floor_incremental``: psycopg only, one transaction: ``COPY`` out (the whole
   tenant / the rows changed since the previous transfer) into an UNLOGGED staging table, one
   ``INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE excluded.updated_at >= t.updated_at``;
+- ``bare_copy_full`` / ``bare_copy_binary_full``: psycopg only, one stream: ``COPY (SELECT <the
+  columns> ... WHERE tenant_id = ...) TO STDOUT`` piped chunk by chunk into ``COPY ... FROM
+  STDIN`` of an empty table created with its primary key in a fresh schema, one transaction
+  (text format; binary format): the backfills' second reference;
 - ``cli_full_refresh_{inprocess,default,warm}``: ``transfer-platform transfer d0 --full-refresh``
   as its own process: *inprocess* with a local Spark started by that process
   (``TRANSFER_PLATFORM_SHARED_SPARK=0``), *default* as a user runs it with nothing set (no
@@ -47,9 +51,16 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``demo_backfill_{cold,warm}`` (``--demo``): ``transfer-platform demo``'s backfill time as it
   prints it (333 windows of 3 recipients x 2 models into Delta, object storage), cold and warm.
 
-The table shows each case's ratio to its floor of the same run, then the targets (reported, never
-asserted): the default command line from its second command on and the daemon, backfill <= 1.2x
-the floor, incremental <= 2x. The JSON holds the cases, the versions, the machine's load average
+Every timed run of the cases above but the daemon's and the demo's is also measured in
+CPU-seconds (``benchmarks/cost.py``): the source's backends, the destination's, the client side
+(this process and its descendants, the shared Spark server and the resident command process)
+and the whole PostgreSQL server; the medians over the runs (``cpu_s``) and per million rows moved
+(``cpu_s_per_million_rows``).
+
+The table shows each case's ratio to its floor of the same run and each backfill's to the bare
+COPY relay (text), its CPU-seconds per million rows, then the targets (reported, never asserted):
+the default command line from its second command on and the daemon, backfill <= 1.2x the floor
+and <= 1.0x the bare COPY relay, incremental <= 2x the floor. The JSON holds the cases, the versions, the machine's load average
 (and ``uptime``) before and after and its CPU count.
 """
 
