@@ -253,11 +253,19 @@ class Peers:
         return {"sling": self.sling.version(), "dlt": self.dlt.version()}
 
 
+class Progress(dict):
+    """The cases, each printed (stderr) as it is measured: a long run shows where it is."""
+
+    def __setitem__(self, name: str, value: dict) -> None:
+        super().__setitem__(name, value)
+        print(f"{name}: {json.dumps(value)}", file=sys.stderr, flush=True)
+
+
 def transfer_cases(args: argparse.Namespace, folder: Path, server_url: str | None) -> tuple[dict, Tenant, dict]:
     """The floor, the command line in its three Spark modes (unless ``--only-peers``), Sling and
     dlt (unless ``--no-peers``): the backfill, then the incremental after 1% changed."""
     tenant = Tenant(args.rows)
-    cases: dict[str, dict] = {}
+    cases: dict[str, dict] = Progress()
     extra: dict = {}
     destination = destination_schema(PREFIX, 0)
     platform = not args.only_peers
