@@ -15,8 +15,9 @@ sampling thread's own CPU is taken off. Not seen: a detached process that ended 
 
 **The database side** is the PostgreSQL server (source and destination are two connections to it).
 A thread samples ``pg_stat_activity`` every ``interval`` seconds and reads ``/proc/<pid>/stat`` of
-each client backend: a backend is the *source*'s once a query of it names the source table, the
-*destination*'s once one names a schema of the run other than the source's (``<SCHEMA>_...``).
+each client backend: a backend is the *destination*'s once a query of it names a schema of the run other than the source's
+(``<SCHEMA>_...``), else the *source*'s once one names the source table (a destination's
+``CREATE TABLE ... (LIKE <source>)`` names both).
 Its cost is its CPU at its last sample minus its CPU at the window's start (0 if it started
 inside). Not seen: a backend's CPU after its last sample if it ends inside the window (at most
 ``interval`` seconds of it), a backend that lives less than ``interval`` seconds, and a backend
@@ -151,11 +152,12 @@ class Cost:
                 continue
             if first:
                 self._base[pid] = values[1]
-            if pid not in self._role and query:
-                if SOURCE_QUERY.search(query):
-                    self._role[pid] = "source"
-                elif DESTINATION_QUERY.search(query):
-                    self._role[pid] = "destination"
+            # a destination's query may name the source too (``CREATE TABLE ... (LIKE <source>)``);
+            # a source's never names a destination's schema: the destination's role wins
+            if query and DESTINATION_QUERY.search(query):
+                self._role[pid] = "destination"
+            elif query and pid not in self._role and SOURCE_QUERY.search(query):
+                self._role[pid] = "source"
             self._last[pid] = values[1]
 
     def _watch(self) -> None:
