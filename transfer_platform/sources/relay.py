@@ -79,10 +79,13 @@ class RelayRead:
 
 def relay_for(reader: JdbcReader, request: ReadRequest, slices: int) -> RelayRead:
     """The relay of ``request``'s window from ``reader``'s PostgreSQL source in ``slices`` slices."""
+    from transfer_platform.sources.jdbc import count_statement
+
     model = request.model
     kind = model.change_column
     lower, upper = kind.bound(request.bounds.lower), kind.bound(request.bounds.upper)
     default_schema = reader.default_schema_for(request)
+    count_statement(reader.source.name, "rows")  # one read of the window, as Spark's would be
     return RelayRead(
         source=postgres_connect_kwargs(reader.source.connection, what=f"sources.{reader.source.name}"),
         search_path=None if default_schema is None else search_path_value(default_schema),

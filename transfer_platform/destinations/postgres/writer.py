@@ -60,8 +60,8 @@ if TYPE_CHECKING:
 
     from transfer_platform.core.watermarks import ModelState
     from transfer_platform.destinations.base import WindowLoad, WindowResult
-    from transfer_platform.sources.relay import RelayRead
     from transfer_platform.probes import Check
+    from transfer_platform.sources.relay import RelayRead
 
 
 def first_line(exc: Exception) -> str:
