@@ -12,6 +12,10 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``floor_full`` / ``floor_incremental``: psycopg only, one transaction: ``COPY`` out (the whole
   tenant / the rows changed since the previous transfer) into an UNLOGGED staging table, one
   ``INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE excluded.updated_at >= t.updated_at``;
+- ``bare_copy_full`` / ``bare_copy_binary_full``: psycopg only, one stream: ``COPY (SELECT <the
+  columns> ... WHERE tenant_id = ...) TO STDOUT`` piped chunk by chunk into ``COPY ... FROM
+  STDIN`` of an empty table created with its primary key in a fresh schema, one transaction
+  (text format; binary format): the backfills' second reference;
 - ``cli_full_refresh_{inprocess,default,warm}``: ``transfer-platform transfer d0 --full-refresh``
   as its own process: *inprocess* with a local Spark started by that process
   (``TRANSFER_PLATFORM_SHARED_SPARK=0``), *default* as a user runs it with nothing set (no
@@ -47,9 +51,16 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
 - ``demo_backfill_{cold,warm}`` (``--demo``): ``transfer-platform demo``'s backfill time as it
   prints it (333 windows of 3 recipients x 2 models into Delta, object storage), cold and warm.
 
-The table shows each case's ratio to its floor of the same run, then the targets (reported, never
-asserted): the default command line from its second command on and the daemon, backfill <= 1.2x
-the floor, incremental <= 2x. The JSON holds the cases, the versions, the machine's load average
+Every timed run of the cases above but the daemon's and the demo's is also measured in
+CPU-seconds (``benchmarks/cost.py``): the source's backends, the destination's, the client side
+(this process and its descendants, the shared Spark server and the resident command process)
+and the whole PostgreSQL server; the medians over the runs (``cpu_s``) and per million rows moved
+(``cpu_s_per_million_rows``).
+
+The table shows each case's ratio to its floor of the same run and each backfill's to the bare
+COPY relay (text), its CPU-seconds per million rows, then the targets (reported, never asserted):
+the default command line from its second command on and the daemon, backfill <= 1.2x the floor
+and <= 1.0x the bare COPY relay, incremental <= 2x the floor. The JSON holds the cases, the versions, the machine's load average
 (and ``uptime``) before and after and its CPU count.
 """
 
@@ -71,10 +82,12 @@ import yaml
 
 from benchmarks.cases_platform import destination_schema, platform_raw
 from benchmarks.common import COLUMNS, SCHEMA, count_rows, drop_schemas, pg_connect, stats
+from benchmarks.cost import Cost, median_cost, per_million
 from benchmarks.source import SOURCE, create_source, drop_source, touch_one_percent
 
 PREFIX = f"{SCHEMA}_e2e"
 FLOOR = f"{SCHEMA}_e2efloor"
+BARE = f"{SCHEMA}_e2ebare"
 TENANT = "tenant-0"
 CLI = str(Path(sys.executable).with_name("transfer-platform"))
 
@@ -119,6 +132,22 @@ def floor_transfer(schema: str, since: datetime | None = None) -> None:
         dst.commit()
 
 
+def bare_copy(schema: str, binary: bool = False) -> None:
+    """The bare COPY relay: ``COPY (SELECT <columns> ... WHERE tenant) TO STDOUT`` piped chunk by
+    chunk into ``COPY ... FROM STDIN`` of an empty table created with its primary key (text or
+    binary format), one transaction."""
+    target, cols = f"{schema}.events", ", ".join(COLUMNS)
+    form = " (FORMAT binary)" if binary else ""
+    with pg_connect() as src, pg_connect() as dst:
+        dst.execute(f"CREATE SCHEMA {schema}")
+        dst.execute(f"CREATE TABLE {target} (LIKE {SOURCE} INCLUDING DEFAULTS, PRIMARY KEY (id))")
+        with src.cursor().copy(f"COPY (SELECT {cols} FROM {SOURCE} WHERE tenant_id = '{TENANT}') TO STDOUT{form}") \
+                as out, dst.cursor().copy(f"COPY {target} ({cols}) FROM STDIN{form}") as into:
+            for data in out:
+                into.write(data)
+        dst.commit()
+
+
 # -- the command line ------------------------------------------------------------------------
 
 
@@ -152,16 +181,24 @@ def cli_transfer(config: Path, *extra: str, mode: str = "default") -> dict:
     return summary
 
 
+#: ``KEY=value`` in the environment of the processes the command line detaches (the shared Spark
+#: server, the resident command process): their CPU is the client side's (``benchmarks/cost.py``)
+COST_MARKER: list[str | None] = [None]
+
+
 def timed(runs: int, prepare, run, check) -> dict:
-    """``runs`` times: ``prepare()`` (untimed), ``run()`` (timed), ``check()`` (untimed)."""
-    seconds = []
+    """``runs`` times: ``prepare()`` (untimed), ``run()`` (timed, its CPU-seconds counted),
+    ``check()`` (untimed)."""
+    seconds, costs = [], []
     for _ in range(runs):
         prepare()
-        start = time.perf_counter()
-        run()
-        seconds.append(time.perf_counter() - start)
+        with Cost(COST_MARKER[0]) as cost:
+            start = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - start)
+        costs.append(cost.report)
         check()
-    return stats(seconds)
+    return {**stats(seconds), "cpu_s": median_cost(costs)}
 
 
 class Tenant:
@@ -216,11 +253,19 @@ class Peers:
         return {"sling": self.sling.version(), "dlt": self.dlt.version()}
 
 
+class Progress(dict):
+    """The cases, each printed (stderr) as it is measured: a long run shows where it is."""
+
+    def __setitem__(self, name: str, value: dict) -> None:
+        super().__setitem__(name, value)
+        print(f"{name}: {json.dumps(value)}", file=sys.stderr, flush=True)
+
+
 def transfer_cases(args: argparse.Namespace, folder: Path, server_url: str | None) -> tuple[dict, Tenant, dict]:
     """The floor, the command line in its three Spark modes (unless ``--only-peers``), Sling and
     dlt (unless ``--no-peers``): the backfill, then the incremental after 1% changed."""
     tenant = Tenant(args.rows)
-    cases: dict[str, dict] = {}
+    cases: dict[str, dict] = Progress()
     extra: dict = {}
     destination = destination_schema(PREFIX, 0)
     platform = not args.only_peers
@@ -235,9 +280,13 @@ def transfer_cases(args: argparse.Namespace, folder: Path, server_url: str | Non
         with peers.dlt.dlt_environment(folder):  # dlt's imports, untimed
             pass
 
-    floor = destination_schema(FLOOR, 0)
+    floor, bare = destination_schema(FLOOR, 0), destination_schema(BARE, 0)
     cases["floor_full"] = timed(args.runs, lambda: drop_schemas(FLOOR), lambda: floor_transfer(floor),
                                 lambda: tenant.check(floor))
+    for name, binary in (("bare_copy_full", False), ("bare_copy_binary_full", True)):
+        cases[name] = timed(args.runs, lambda: drop_schemas(BARE), lambda b=binary: bare_copy(bare, b),
+                            lambda: tenant.check(bare))
+    drop_schemas(BARE)
     for mode, config in configs.items():
         if mode == "default":  # its first command, untimed (the destination holds the rows: a short one)
             cli_transfer(config, mode=mode)
@@ -268,6 +317,7 @@ def transfer_cases(args: argparse.Namespace, folder: Path, server_url: str | Non
         tenant.check(peers.sling_schema)
     for name in cases:
         cases[name]["rows"] = tenant.changed if "incremental" in name else tenant.rows
+        cases[name]["cpu_s_per_million_rows"] = per_million(cases[name]["cpu_s"], cases[name]["rows"])
     drop_schemas(FLOOR)
     return cases, tenant, extra
 
@@ -357,9 +407,13 @@ def demo_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant: 
 
 
 FLOORS = {"full": "floor_full", "incremental": "floor_incremental"}
+#: the backfills' second reference: the bare COPY relay into an empty keyed table (text format)
+BARE_COPY = "bare_copy_full"
 #: (case, limit of its ratio to the floor): reported, never asserted
 TARGETS = (("cli_full_refresh_default", 1.2), ("daemon_full_refresh_queued_to_success_s", 1.2),
            ("cli_incremental_default", 2.0), ("daemon_incremental_queued_to_success_s", 2.0))
+#: (case, limit of its ratio to the bare COPY relay): reported, never asserted
+BARE_TARGETS = (("cli_full_refresh_default", 1.0), ("daemon_full_refresh_queued_to_success_s", 1.0))
 
 
 def floor_of(name: str) -> str | None:
@@ -370,35 +424,53 @@ def floor_of(name: str) -> str | None:
     return FLOORS["full" if "full" in name else "incremental"]
 
 
-def ratio(cases: dict, name: str) -> float | None:
-    floor = cases.get(floor_of(name) or "", {})
+def ratio(cases: dict, name: str, reference: str | None = None) -> float | None:
+    """A case's median over its floor's (or ``reference``'s) median of the same run."""
+    floor = cases.get(reference or floor_of(name) or "", {})
     case = cases.get(name, {})
     if not floor.get("median_s") or "median_s" not in case:
         return None
     return round(case["median_s"] / floor["median_s"], 2)
 
 
+def bare_ratio(cases: dict, name: str) -> float | None:
+    """A backfill's median over the bare COPY relay's of the same run."""
+    if floor_of(name) != FLOORS["full"] or name == BARE_COPY:
+        return None
+    return ratio(cases, name, BARE_COPY)
+
+
 def targets(cases: dict) -> list[dict]:
     found = []
-    for name, limit in TARGETS:
-        value = ratio(cases, name)
+    for (name, limit), reference in [*((t, "floor") for t in TARGETS), *((t, "bare_copy") for t in BARE_TARGETS)]:
+        value = ratio(cases, name) if reference == "floor" else bare_ratio(cases, name)
         if value is not None:
-            found.append({"case": name, "ratio_to_floor": value, "target": limit, "met": value <= limit})
+            found.append({"case": name, "reference": reference, f"ratio_to_{reference}": value, "target": limit,
+                          "met": value <= limit})
     return found
 
 
+def times(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
 def table(cases: dict) -> str:
-    lines = [f"{'case':<42} {'median s':>9} {'min s':>7} {'max s':>7} {'rows':>9}  vs floor"]
+    lines = [f"{'case':<42} {'median s':>9} {'min s':>7} {'max s':>7} {'rows':>9} {'vs floor':>8} {'vs bare':>7}"
+             f"  CPU s per 1M rows: {'source':>6} {'dest':>6} {'client':>6} {'server':>6}"]
     for name, case in cases.items():
         if "median_s" not in case:
             lines.append(f"{name:<42} {json.dumps(case)}")
             continue
-        value = ratio(cases, name)
+        cpu = case.get("cpu_s_per_million_rows") or {}
+        parts = " ".join(f"{cpu[k]:>6.1f}" if k in cpu else f"{'':>6}" for k in ("source", "destination", "client",
+                                                                                  "server"))
         lines.append(f"{name:<42} {case['median_s']:>9.2f} {case['min_s']:>7.2f} {case['max_s']:>7.2f} "
-                     f"{case.get('rows', ''):>9}  {'' if value is None else f'{value:.2f}x'}")
+                     f"{case.get('rows', ''):>9} {times(ratio(cases, name)):>8} {times(bare_ratio(cases, name)):>7}"
+                     f"  {'':<19}{parts}")
     for target in targets(cases):
-        lines.append(f"target {target['case']}: {target['ratio_to_floor']:.2f}x floor, <= {target['target']}x: "
-                     f"{'met' if target['met'] else 'NOT met'}")
+        reference = target["reference"]
+        lines.append(f"target {target['case']}: {target[f'ratio_to_{reference}']:.2f}x {reference.replace('_', ' ')}"
+                     f", <= {target['target']}x: {'met' if target['met'] else 'NOT met'}")
     return "\n".join(lines)
 
 
@@ -419,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(scratch)
         # the default mode's shared Spark server: its state in the scratch folder, stopped at the end
         os.environ[STATE_DIR_ENV_VAR] = str(folder / "shared_spark")
+        COST_MARKER[0] = f"{STATE_DIR_ENV_VAR}={folder / 'shared_spark'}"
         stack.callback(stop_servers, folder / "shared_spark")
         stack.callback(stop_resident, folder / "shared_spark")
         server_url, errors = None, []
@@ -448,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, case in cases.items():
         if ratio(cases, name) is not None:
             case["ratio_to_floor"] = ratio(cases, name)
+        if bare_ratio(cases, name) is not None:
+            case["ratio_to_bare_copy"] = bare_ratio(cases, name)
     results["targets"] = targets(cases)
     results["errors"] = errors
     out = Path(args.json)

@@ -45,6 +45,20 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+class Clock:
+    """Wall and CPU seconds of this process (the daemon's and, loaded in process, the code
+    location's work: its CPU seconds are what a quiet machine would take)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        lap = (wall - self.wall, cpu - self.cpu)
+        self.wall, self.cpu = wall, cpu
+        return lap
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipients", type=int, default=1000)
@@ -53,6 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-out", help="write the tick's cProfile stats to this file")
     parser.add_argument("--dequeue", type=float, default=0,
                         help="then dequeue the queued runs for this many seconds (see the module)")
+    parser.add_argument("--all-first-runs-at-once", action="store_true",
+                        help="every new destination's first run at the first tick (the sensor's spread "
+                             "of many new destinations' first runs off: FIRST_RUNS_PER_TICK unbounded)")
     parser.add_argument("--unpooled", action="store_true",
                         help="the run coordinator's pooled_storage_connections off: dagster-postgres's "
                              "new connection per query (the settings before)")
@@ -67,7 +84,10 @@ def main(argv: list[str] | None = None) -> None:
     from dagster._daemon.sensor import execute_sensor_iteration
 
     from transfer_platform.definitions import build_definitions
+    from transfer_platform.orchestration import sensors
 
+    if args.all_first_runs_at_once:
+        sensors.FIRST_RUNS_PER_TICK = 10**9
     warnings.simplefilter("ignore")
     counter = Counter()
     work = Path(tempfile.mkdtemp(prefix="tp_scale_runs_"))
@@ -77,18 +97,17 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path)
         label = f"{args.recipients} destinations x {args.models} models"
 
-        began = time.perf_counter()
+        clock = Clock()
         definitions = build_definitions(str(config_path))
         repository = definitions.get_repository_def()
-        built = time.perf_counter() - began
-        began = time.perf_counter()
+        built = clock.lap()
         snap = RepositorySnap.from_def(repository)
-        snapped = time.perf_counter() - began
-        began = time.perf_counter()
+        snapped = clock.lap()
         size = len(dg.serialize_value(snap))
-        serialized = time.perf_counter() - began
-        print(f"{label}: definitions {built:.1f} s, snapshot {snapped:.1f} s + serialization {serialized:.1f} s "
-              f"({size / 1e6:.1f} MB)  (load average {load()})", flush=True)
+        serialized = clock.lap()
+        print(f"{label} (wall s / CPU s): definitions {built[0]:.1f} / {built[1]:.1f}, snapshot {snapped[0]:.1f} / "
+              f"{snapped[1]:.1f} + serialization {serialized[0]:.1f} / {serialized[1]:.1f} ({size / 1e6:.1f} MB)  "
+              f"(load average {load()})", flush=True)
         del snap, repository, definitions
 
         with storage_database() as database:
@@ -105,20 +124,21 @@ def main(argv: list[str] | None = None) -> None:
             origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(
                 executable_path=sys.executable, module_name="transfer_platform.definitions", attribute="defs"))
             with dg.DagsterInstance.from_config(str(home)) as instance:
-                began = time.perf_counter()
+                clock = Clock()
                 with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as context:
-                    print(f"workspace (definitions + snapshot, in process) loaded in "
-                          f"{time.perf_counter() - began:.1f} s  (load average {load()})", flush=True)
+                    wall, cpu = clock.lap()
+                    print(f"workspace (definitions + snapshot, in process) loaded in {wall:.1f} s, {cpu:.1f} CPU s"
+                          f"  (load average {load()})", flush=True)
                     instance.run_coordinator  # noqa: B018 - opened, as the daemon's run queue thread has it
                     logger = logging.getLogger("scale_runs")
                     logger.setLevel(logging.WARNING)
                     statements, connections = counter.snapshot()
                     profiler = cProfile.Profile() if args.profile or args.profile_out else None
-                    began = time.perf_counter()
+                    clock = Clock()
                     if profiler:
                         profiler.enable()
                     list(execute_sensor_iteration(context, logger, None, None))
-                    seconds = time.perf_counter() - began
+                    seconds, cpu = clock.lap()
                     if profiler:
                         profiler.disable()
                     statements, connections = (a - b for a, b in zip(counter.snapshot(), (statements, connections),
@@ -128,8 +148,9 @@ def main(argv: list[str] | None = None) -> None:
                     ticks = instance.get_ticks(
                         next(iter(instance.all_instigator_state())).instigator_origin_id,
                         next(iter(instance.all_instigator_state())).selector_id)
-                    print(f"first daemon tick: {seconds:.1f} s, {runs} runs created ({queued} queued), "
-                          f"{runs / seconds:.1f} runs/s, {statements} SQL statements "
+                    print(f"first daemon tick: {seconds:.1f} s, {cpu:.1f} CPU s (the daemon's and the code location's, "
+                          f"in process), {runs} runs created ({queued} queued), {runs / seconds:.1f} runs/s, "
+                          f"{runs / max(cpu, 1e-9):.1f} runs per CPU s, {statements} SQL statements "
                           f"({statements / max(runs, 1):.1f} a run), {connections} new connections; "
                           f"tick {ticks[0].status.value if ticks else '?'}  (load average {load()})", flush=True)
                     if args.dequeue:

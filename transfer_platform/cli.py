@@ -565,6 +565,52 @@ def cmd_magic_link(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sharing_token(args: argparse.Namespace) -> int:
+    """A recipient's Delta Sharing token: create and rotate print its profile file (or write it to
+    --profile), list shows the tokens without them, revoke ends the recipient's token."""
+    from transfer_platform.api.app import api_settings
+    from transfer_platform.sharing import tokens
+    from transfer_platform.store.resources import Conflict, NotFound, ResourceStore
+
+    resources = ResourceStore(args.config)
+    if args.action != "list" and not args.recipient:
+        print(f"error: sharing-token {args.action} needs the recipient's name or id", file=sys.stderr)
+        return 2
+    if args.action in ("list", "revoke") and (args.days is not None or args.profile):
+        print("error: --days and --profile are for create and rotate; fix: drop them", file=sys.stderr)
+        return 2
+    try:
+        name = tokens.recipient_name(resources, args.recipient) if args.recipient else None
+        if args.action == "list":
+            print(json.dumps(tokens.listing(resources.engine, name), indent=2))
+            return 0
+        if args.action == "revoke":
+            tokens.revoke(resources.engine, name, actor="cli")
+            print(f"revoked the sharing token of {name}")
+            return 0
+        days = tokens.DEFAULT_DAYS if args.days is None else args.days
+        if not 0 < days <= tokens.MAX_DAYS:
+            print(f"error: --days {days}: a token lasts more than 0 and at most {tokens.MAX_DAYS} days",
+                  file=sys.stderr)
+            return 2
+        shown, token = tokens.issue(resources.engine, name, actor="cli", days=days, rotate=args.action == "rotate")
+    except (NotFound, Conflict) as exc:
+        fix = f"; fix: {exc.fix}" if getattr(exc, "fix", "") else ""
+        print(f"error: {exc}{fix}", file=sys.stderr)
+        return 1
+    endpoint = api_settings(resources.file_raw).public_url.rstrip("/") + "/delta-sharing"
+    document = json.dumps(tokens.profile(endpoint, token, shown["expires_at"]), indent=2)
+    if args.profile:
+        descriptor = os.open(args.profile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)  # an existing file too: the token is a secret
+        with os.fdopen(descriptor, "w") as file:
+            file.write(document + "\n")
+        print(f"wrote the profile file of {name} to {args.profile} (until {shown['expires_at']})", file=sys.stderr)
+    else:
+        print(document)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from transfer_platform.demo.run import run_demo
     from transfer_platform.runtime.shared_spark import shared_from_env
@@ -721,6 +767,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "Prints the link's URL alone on stdout; it expires after api.magic_link_hours.")
     link.add_argument("recipient", help="the recipient's name or id")
     link.add_argument("--redirect-url", help="where the form sends the recipient after saving")
+    sharing = command("sharing-token", "a recipient's Delta Sharing bearer token: create, rotate, revoke, list",
+                      "create and rotate print the recipient's profile file (its token shown only there) "
+                      "or write it to --profile; rotate revokes the token it replaces; see docs/sharing.md.")
+    sharing.add_argument("action", choices=["create", "rotate", "revoke", "list"], help="what to do (above)")
+    sharing.add_argument("recipient", nargs="?", help="the recipient's name or id (list: optional)")
+    sharing.add_argument("--days", type=float, default=None, help="how long the token works (default 90)")
+    sharing.add_argument("--profile", help="write the profile file here (mode 0600) instead of stdout")
     demo = command("demo", "run the embedded demo (no server to install or start)")
     demo.add_argument("--dir", default="demo_output",
                       help="working folder: new, empty, or an earlier demo's (then emptied); any other "
@@ -796,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key,
                 "spark-server": cmd_spark_server, "integrity": cmd_integrity, "api": cmd_api,
                 "api-key": cmd_api_key, "store": cmd_store, "magic-link": cmd_magic_link,
-                "webhooks": cmd_webhooks}
+                "webhooks": cmd_webhooks, "sharing-token": cmd_sharing_token}
     if args.config is not None and args.command in _READS_NO_CONFIG:
         print(f"error: {args.command} reads no configuration file ({_READS_NO_CONFIG[args.command]}): "
               "drop --config", file=sys.stderr)

@@ -28,6 +28,10 @@ class Tuning:
     #: windows read together from a database whose columns need no conversion are read by its
     #: driver, without a Spark job (sources/direct.py); False: every read goes through Spark
     direct_reads: bool = True
+    #: a window moved alone from a PostgreSQL source to a PostgreSQL destination whose columns
+    #: need no conversion is relayed in binary COPY format by Spark's tasks (sources/relay.py);
+    #: False: it is read by Spark's JDBC reader and written as CSV
+    relay_windows: bool = True
 
 
 DEFAULT = Tuning()

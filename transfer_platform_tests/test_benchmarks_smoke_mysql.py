@@ -17,9 +17,11 @@ def test_the_mysql_destination_benchmark_runs_at_a_tiny_size(tmp_path, spark):
     assert main(["--rows", "2000", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     cases = results["cases"]
-    for name in ("backfill", "incremental_1pct", "floor_load_data", "staging_load_data", "staging_inserts"):
+    for name in ("backfill", "backfill_staged_merge", "incremental_1pct", "floor_load_data", "staging_load_data",
+                 "staging_inserts"):
         assert cases[name]["rows_checked"] is True, name
         assert cases[name]["rows"] > 0, name
-    assert cases["backfill"]["rows"] == cases["floor_load_data"]["rows"] == 2000
+    assert cases["backfill"]["rows"] == cases["backfill_staged_merge"]["rows"] == cases["floor_load_data"]["rows"] == 2000
     assert cases["incremental_1pct"]["rows"] == 20
-    assert set(results["ratios"]) == {"backfill / floor", "staging LOAD DATA / INSERTs"}
+    assert set(results["ratios"]) == {"backfill / floor", "backfill / staged-and-merged backfill",
+                                      "staging LOAD DATA / INSERTs"}

@@ -14,7 +14,7 @@ from benchmarks.end_to_end import main
 
 pytestmark = pytest.mark.integration
 
-CASES = ("floor_full", "sling_full", "dlt_full", "floor_incremental", "sling_incremental", "dlt_incremental")
+CASES = ("floor_full", "bare_copy_full", "bare_copy_binary_full", "sling_full", "dlt_full", "floor_incremental", "sling_incremental", "dlt_incremental")
 
 
 def test_sling_and_dlt_run_beside_the_floor_at_a_tiny_size(tmp_path):
@@ -28,6 +28,12 @@ def test_sling_and_dlt_run_beside_the_floor_at_a_tiny_size(tmp_path):
     assert cases["sling_full"]["rows"] == cases["dlt_full"]["rows"] == 2000
     assert cases["sling_incremental"]["rows"] == cases["floor_incremental"]["rows"] == 20  # 1% of 2,000
     assert cases["sling_full"]["ratio_to_floor"] > 0
+    assert cases["bare_copy_full"]["rows"] == cases["bare_copy_binary_full"]["rows"] == 2000
+    assert cases["sling_full"]["ratio_to_bare_copy"] > 0
+    assert "ratio_to_bare_copy" not in cases["sling_incremental"]
+    for name in CASES:  # CPU-seconds of each part, per million rows, in the JSON
+        assert set(cases[name]["cpu_s_per_million_rows"]) == {"source", "destination", "client", "server"}, name
+    assert cases["dlt_full"]["cpu_s"]["client"] > 0  # dlt runs in the benchmark's process
     assert results["versions"] == {"sling": cases_sling.version(), "dlt": "1.31.0"}
     assert results["machine"]["uptime_before"]
     assert results["machine"]["uptime_after"]

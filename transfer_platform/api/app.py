@@ -77,10 +77,18 @@ class _LinkTokens(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args and isinstance(record.args, tuple):
-            record.args = tuple(self._TOKEN.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(_masked(a) if isinstance(a, str) else a for a in record.args)
         if isinstance(record.msg, str):
-            record.msg = self._TOKEN.sub(r"\1***", record.msg)
+            record.msg = _masked(record.msg)
         return True
+
+
+#: a shared folder's signed file URL: its signature masked too (it reads the file until it expires)
+_SIGNATURE = re.compile(r"([?&]sig=)[^&\s\"]+")
+
+
+def _masked(text: str) -> str:
+    return _SIGNATURE.sub(r"\1***", _TOKEN.sub(r"\1***", text))
 
 
 def mask_link_tokens_in_access_logs() -> None:
@@ -125,7 +133,8 @@ def require_api_key(request: Request) -> Actor:
 def _failed_credential(request: Request, status_code: int) -> bool:
     """A wrong API key or scoped auth token (401 with one sent), or a magic link's unknown token."""
     if status_code == 401:
-        return bool(request.headers.get(API_KEY_HEADER) or request.headers.get(TOKEN_HEADER))
+        return bool(request.headers.get(API_KEY_HEADER) or request.headers.get(TOKEN_HEADER)
+                    or request.headers.get("authorization"))  # a Delta Sharing bearer token
     return status_code == 404 and request.url.path.startswith("/link/")
 
 
@@ -289,4 +298,7 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     app.include_router(scoped_tokens.router, dependencies=authorized, responses=declared)
     app.include_router(scoped_tokens.public_router, dependencies=[Security(SCOPED_TOKEN_SCHEME)],
                        responses=answers(401, 403, 404, 429, 503))  # the same form, for a scoped auth token
+    from transfer_platform.sharing import routes as sharing
+
+    sharing.install(app, authorized, declared)  # Delta Sharing: a recipient's bearer token, signed file URLs
     return app

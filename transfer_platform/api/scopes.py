@@ -30,6 +30,9 @@ TOKEN_HEADER = "X-Prequel-Auth-Token"
 #: what a route needs besides a key of a scope: its own credential in the path (the magic link's
 #: token), a scoped auth token (``X-Prequel-Auth-Token``), or nothing (the OpenAPI document)
 LINK_TOKEN, SCOPED_TOKEN, PUBLIC = "magic link token", "scoped auth token", "nothing"
+#: a Delta Sharing route: a recipient's bearer token; a shared folder's file: its URL's signature
+SHARING_TOKEN, SIGNED_URL = "sharing bearer token", "signed URL"
+_SHARED_TABLE = "/delta-sharing/shares/{share}/schemas/{schema}/tables/{table}"
 
 #: (method, path) -> what the route needs; ``{kind}`` stands for recipients, destinations, sources, models
 _RESOURCE_SCOPES = {
@@ -73,6 +76,24 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/public/vendors/destinations"): SCOPED_TOKEN,
     ("POST", "/public/test-destination"): SCOPED_TOKEN,
     ("POST", "/public/destinations"): SCOPED_TOKEN,
+    ("POST", "/recipients/{key}/sharing-token"): "admin",
+    ("POST", "/recipients/{key}/sharing-token/rotate"): "admin",
+    ("DELETE", "/recipients/{key}/sharing-token"): "admin",
+    ("GET", "/sharing-tokens"): "admin",
+    ("GET", "/link/{token}/sharing-profile"): LINK_TOKEN,
+    ("POST", "/link/{token}/sharing-profile"): LINK_TOKEN,
+    ("GET", "/delta-sharing/shares"): SHARING_TOKEN,
+    ("GET", "/delta-sharing/shares/{share}"): SHARING_TOKEN,
+    ("GET", "/delta-sharing/shares/{share}/schemas"): SHARING_TOKEN,
+    ("GET", "/delta-sharing/shares/{share}/schemas/{schema}/tables"): SHARING_TOKEN,
+    ("GET", "/delta-sharing/shares/{share}/all-tables"): SHARING_TOKEN,
+    ("GET", f"{_SHARED_TABLE}/version"): SHARING_TOKEN,
+    ("HEAD", f"{_SHARED_TABLE}/version"): SHARING_TOKEN,
+    ("GET", f"{_SHARED_TABLE}/metadata"): SHARING_TOKEN,
+    ("POST", f"{_SHARED_TABLE}/query"): SHARING_TOKEN,
+    ("GET", f"{_SHARED_TABLE}/changes"): SHARING_TOKEN,
+    ("GET", "/delta-sharing/files/{path:path}"): SIGNED_URL,
+    ("HEAD", "/delta-sharing/files/{path:path}"): SIGNED_URL,
     ("GET", "/openapi.json"): PUBLIC,
     ("HEAD", "/openapi.json"): PUBLIC,
     ("GET", "/docs"): PUBLIC,

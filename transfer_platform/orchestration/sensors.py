@@ -5,7 +5,10 @@ each destination with ``is_enabled: true``, requests a run of the ``transfer`` j
 of its ``frequency_minutes`` (aligned to midnight UTC; see :mod:`transfer_platform.core.schedule`).
 The run key ``<destination>@<tick>`` makes the daemon drop a second request for the same tick; the
 cursor remembers the last tick enqueued per destination, so after downtime the missed ticks are
-caught up by one transfer. A disabled destination is never requested. Runs go through the queue
+caught up by one transfer. A disabled destination is never requested. When more than
+``FIRST_RUNS_PER_TICK`` (50) destinations are new at one tick (a fleet onboarded at once, a fresh
+instance), their first runs are spread (:func:`first_runs_at`): the daemon creates a tick's runs
+one after another, and 1,000 at once made one tick of minutes. Runs go through the queue
 (the run coordinator adds the limit tags), so a transfer that cannot start waits as PENDING.
 
 It also enqueues, on their own frequencies and through the same queue: the ``delete_sweep`` job
@@ -30,7 +33,7 @@ within a time budget (:mod:`.budget`): what it could not do in time is logged an
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from dagster import (
     AssetsDefinition,
@@ -50,7 +53,7 @@ from dagster import (
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.shards import does_instance_upkeep, parse_shard
-from transfer_platform.core.schedule import due
+from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, due
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.orchestration.budget import Budget, unlimited
 from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
@@ -79,23 +82,60 @@ MISSED_TICKS_TAG = f"{HIDDEN_PREFIX}/missed_ticks"
 TICK_SECONDS = 30
 
 
+#: new destinations (no cursor entry) whose first runs one tick requests at once; when more are
+#: new at one tick (a fleet onboarded at once, a fresh instance), their first runs are spread
+#: (:func:`first_runs_at`) so that no tick creates thousands of runs (the daemon creates each
+#: run one after another: 1,000 runs at once is minutes of one tick)
+FIRST_RUNS_PER_TICK = 50
+#: a new destination's planned first run, in the cursor until it is requested
+FIRST_PREFIX = "first:"
+
+
+def first_runs_at(frequencies: dict[str, int], now: datetime) -> dict[str, datetime]:
+    """When each of the new destinations ``frequencies`` (name -> ``frequency_minutes``, in
+    configuration order) gets its first run: at ``now`` when they are at most
+    :data:`FIRST_RUNS_PER_TICK`; else in groups of :data:`FIRST_RUNS_PER_TICK`, the k-th group of
+    ``g = ceil(n / FIRST_RUNS_PER_TICK)`` at ``now + span * k / g``, ``span`` the destination's
+    frequency period or, if shorter, the ``g`` ticks the groups need (``g * TICK_SECONDS``): the
+    first group at once, one group a tick after it, every first run within the frequency's first
+    period (a daily destination's within minutes)."""
+    if len(frequencies) <= FIRST_RUNS_PER_TICK:
+        return dict.fromkeys(frequencies, now)
+    groups = -(-len(frequencies) // FIRST_RUNS_PER_TICK)
+    planned = {}
+    for index, (name, minutes) in enumerate(frequencies.items()):
+        span = min(timedelta(minutes=minutes or DEFAULT_FREQUENCY_MINUTES), timedelta(seconds=groups * TICK_SECONDS))
+        planned[name] = now + span * (index // FIRST_RUNS_PER_TICK) / groups
+    return planned
+
+
 def schedule_requests(config: PlatformConfig, cursor: dict[str, str], now: datetime,
                       budget: Budget | None = None) -> tuple[list[RunRequest], dict[str, str]]:
-    """The run requests due at ``now`` and the new cursor (destination -> last tick enqueued).
-    Once ``budget`` is spent, a due destination is left for the next tick (cursor untouched)."""
+    """The run requests due at ``now`` and the new cursor (destination -> last tick enqueued;
+    ``first:<destination>`` -> the planned first run of a new destination not requested yet,
+    :func:`first_runs_at`). Once ``budget`` is spent, a due destination is left for the next
+    tick (cursor untouched)."""
     budget = budget or unlimited()
     requests, new_cursor = [], {}
-    for destination in config.destinations:
-        if not destination.is_enabled:
-            continue
+    enabled = [d for d in config.destinations if d.is_enabled]
+    planned = {d.name: datetime.fromisoformat(cursor[FIRST_PREFIX + d.name]) for d in enabled
+               if not cursor.get(d.name) and cursor.get(FIRST_PREFIX + d.name)}
+    planned.update(first_runs_at({d.name: d.frequency_minutes for d in enabled
+                                  if not cursor.get(d.name) and d.name not in planned}, now))
+    for destination in enabled:
         last = cursor.get(destination.name)
         last_tick = datetime.fromisoformat(last) if last else None
         new_cursor[destination.name] = last or ""
+        if last_tick is None and planned[destination.name] > now:
+            new_cursor[FIRST_PREFIX + destination.name] = isoformat(planned[destination.name])
+            continue
         when = due(destination.frequency_minutes, last_tick, now)
         if when is None:
             continue
         if budget.spent():
             budget.leave("transfer")
+            if cursor.get(FIRST_PREFIX + destination.name):  # a spread first run stays planned
+                new_cursor[FIRST_PREFIX + destination.name] = cursor[FIRST_PREFIX + destination.name]
             continue
         order = TransferOrder(destination=destination.name, tick=when.tick, trigger="sensor")
         tags = {**transfer_tags(config, order, config.models_for(destination)), MISSED_TICKS_TAG: str(when.missed)}

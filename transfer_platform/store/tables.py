@@ -104,3 +104,17 @@ scoped_tokens = sa.Table(  # Prequel's scoped auth tokens: the destination form 
     sa.Column("created_by", sa.Text, nullable=False),
     sa.Column("options", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),  # application_origin
 )
+
+sharing_tokens = sa.Table(  # Delta Sharing: one bearer token per recipient (transfer_platform/sharing)
+    "sharing_tokens", metadata,
+    sa.Column("id", UUID(as_uuid=False), primary_key=True),
+    sa.Column("recipient", sa.Text, nullable=False),  # the recipient's name: the token sees its shares only
+    sa.Column("token_hash", sa.Text, nullable=False, unique=True),
+    sa.Column("prefix", sa.Text, nullable=False),  # the token's first characters, to tell tokens apart
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("revoked_at", sa.DateTime(timezone=True)),  # revoked, or replaced by a rotation
+    sa.Column("created_by", sa.Text, nullable=False),
+    sa.Index("sharing_tokens_one_per_recipient", "recipient", unique=True,
+             postgresql_where=sa.text("revoked_at IS NULL")),
+)

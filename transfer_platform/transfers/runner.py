@@ -134,23 +134,27 @@ def transfer_model(
     # the database's driver reads as they are prove it alone (and its small windows skip Spark);
     # its answer shows the source reachable, else the source is checked (a named refusal) first
     proof = ReadRequest(model, recipient.id_in_provider_system, proof_bounds(windowing, request.now), destination.name)
-    direct = DirectReads.proven(reader, proof) if staged is None and request.tuning.direct_reads else None
-    if direct is None:
+    tuning = request.tuning
+    proven = (DirectReads.proven(reader, proof) if staged is None and (tuning.direct_reads or tuning.relay_windows)
+              else None)
+    direct = proven if tuning.direct_reads else None
+    relays = proven is not None and tuning.relay_windows and _relays(reader, request.writer)
+    if proven is None:
         if staged is None:
             reader.check(destination.name)
         (staged or reader).check_read(request.spark, proof)
     try:
         yield from _transfer_model(request, source_request, model, destination, recipient, windowing, ids, reader,
-                                   staging, staged, partitions, direct)
+                                   staging, staged, partitions, direct, relays=relays)
     finally:
-        if direct is not None:
-            direct.close()
+        if proven is not None:
+            proven.close()
 
 
 def _transfer_model(request: TransferRequest, source_request: TransferRequest, model: ModelConfig,
                     destination: Any, recipient: Any, windowing: ModelWindowing, ids: dict[str, Any],
                     reader: SourceReader, staging: TransferStaging | None, staged: StagedReader | None,
-                    partitions: list[Window] | None, direct: DirectReads | None,
+                    partitions: list[Window] | None, direct: DirectReads | None, *, relays: bool,
                     ) -> Iterator[ModelState | WindowOutcome]:
     """:func:`transfer_model` once the read is proven: the writer prepared, the windows moved."""
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.order.full_refresh)
@@ -172,7 +176,8 @@ def _transfer_model(request: TransferRequest, source_request: TransferRequest, m
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
     read_with = staged or reader
     # a staged batch is read from the staging, never from the source directly
-    move = _WindowMover(request, model, read_with, windowing, refreshing, ids, direct if staged is None else None)
+    move = _WindowMover(request, model, read_with, windowing, refreshing, ids, direct if staged is None else None,
+                        relays=relays and staged is None)
     tuning = request.tuning
     counter = direct if direct is not None and staged is None else read_with  # direct: on its connection
     steps = (_steps(_window_rows(counter, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
@@ -191,6 +196,14 @@ def _transfer_model(request: TransferRequest, source_request: TransferRequest, m
         if staged is not None:
             staging.release(staged)
         staging.record(next_lower(windowing, last))
+
+
+def _relays(reader: SourceReader, writer: DestinationWriter) -> bool:
+    """Whether a large window may be relayed from ``reader``'s source into ``writer``'s
+    destination in PostgreSQL's binary COPY format (:mod:`transfer_platform.sources.relay`)."""
+    from transfer_platform.sources.jdbc import PostgresReader
+
+    return isinstance(reader, PostgresReader) and callable(getattr(writer, "write_relayed", None))
 
 
 def _staging_for(request: TransferRequest, model: ModelConfig,
@@ -305,8 +318,9 @@ class _WindowMover:
 
     def __init__(self, request: TransferRequest, model: ModelConfig, reader: SourceReader,
                  windowing: ModelWindowing, refreshing: bool, ids: dict[str, Any],
-                 direct: DirectReads | None = None) -> None:
+                 direct: DirectReads | None = None, *, relays: bool = False) -> None:
         self.request, self.model, self.reader, self.direct = request, model, reader, direct
+        self.relays = relays  # a window moved alone may be relayed (sources/relay.py) if the keys are unique
         self.windowing, self.refreshing, self.ids = windowing, refreshing, ids
         self._keys_unique: bool | None = None  # asked of the source once, at the first large window
 
@@ -340,10 +354,12 @@ class _WindowMover:
 
     def alone(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
         bounds = window.bounds
-        log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper)
-        frame = self.reader.read(self.request.spark, read, with_origin=True)
         if self._keys_unique is None:
             self._keys_unique = self.reader.keys_unique(read)
+        if self.relays and self._keys_unique:
+            return self._relayed(window, read)
+        log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper)
+        frame = self.reader.read(self.request.spark, read, with_origin=True)
         resolved = None if self._keys_unique else latest_versions_frame(frame, self.model)
         with self._spark_errors(bounds.lower, bounds.upper):
             try:
@@ -354,6 +370,21 @@ class _WindowMover:
             older, copies = (0, 0) if resolved is None else resolved.counts()
         result = self._superseded(result, older, copies, window)
         self._log_load(result)
+        return self._outcome(window, result)
+
+    def _relayed(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
+        """A window streamed from the source into the destination's staging table in binary COPY
+        format by Spark's tasks (:mod:`transfer_platform.sources.relay`), then committed as any
+        window; its phase records say ``relayed``."""
+        from transfer_platform.sources.relay import relay_for
+
+        bounds = window.bounds
+        slices = self.request.config.source(self.model.source_name).max_concurrent_queries_per_transfer
+        log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper, relayed=True, slices=slices)
+        relay = relay_for(self.reader, read, slices)  # type: ignore[arg-type]
+        with self._spark_errors(bounds.lower, bounds.upper):
+            result = self.request.writer.write_relayed(relay, self.request.spark, self._load(window))  # type: ignore[attr-defined]
+        self._log_load(result, relayed=True)
         return self._outcome(window, result)
 
     def _superseded(self, result: WindowResult, older: int, copies: int, window: PlannedWindow) -> WindowResult:

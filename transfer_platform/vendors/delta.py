@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Discriminator, Tag
+from pydantic import Discriminator, Field, Tag
 
 from transfer_platform.config.connection_settings import (
     AzureBlobConnection,
@@ -13,7 +13,7 @@ from transfer_platform.config.connection_settings import (
     S3Connection,
     folder_or_bucket,
 )
-from transfer_platform.config.entries import DestinationBase, Place, folder_place
+from transfer_platform.config.entries import DestinationBase, Place, StrictModel, folder_place
 from transfer_platform.vendors.record import Vendor, one_query
 
 
@@ -27,11 +27,22 @@ DeltaConnection = Annotated[Annotated[PathConnection, Tag("folder")] | Annotated
                             | Annotated[AzureBlobConnection, Tag("container")], Discriminator(_delta_connection)]
 
 
+class DeltaSharingSettings(StrictModel):
+    """Whether the API serves the destination's tables to its recipient over the Delta Sharing
+    protocol (``transfer_platform/sharing``, docs/sharing.md): a share named after the destination,
+    one schema ``default``, a table per model."""
+
+    enabled: bool = False
+    #: how long a file's pre-signed URL in a query's answer works
+    url_seconds: int = Field(900, ge=60, le=7 * 24 * 3600)
+
+
 class DeltaDestination(DestinationBase):
     """Delta Lake tables under ``path`` (one table per model), written with delta-rs."""
 
     vendor: Literal["delta"]
     connection: DeltaConnection  # a bucket: the tables under s3://<bucket>/<prefix>/ (az://<container>/...)
+    sharing: DeltaSharingSettings = Field(default_factory=DeltaSharingSettings)
 
     def place(self) -> Place:
         if isinstance(self.connection, S3Connection | AzureBlobConnection):

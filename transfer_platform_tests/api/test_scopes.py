@@ -15,7 +15,14 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from transfer_platform.api.scopes import LINK_TOKEN, PUBLIC, ROUTE_SCOPES, SCOPED_TOKEN
+from transfer_platform.api.scopes import (
+    LINK_TOKEN,
+    PUBLIC,
+    ROUTE_SCOPES,
+    SCOPED_TOKEN,
+    SHARING_TOKEN,
+    SIGNED_URL,
+)
 from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.store.api_keys import create_key, verify_key
 from transfer_platform.store.resources import linked_destinations
@@ -67,8 +74,9 @@ def test_every_route_declares_what_it_needs_and_enforces_it(api: Api) -> None:
     for (method, template), needs in sorted(ROUTE_SCOPES.items()):
         if method == "HEAD":
             continue
-        path = template.format(key="nope", transfer_id="nope", webhook_id="nope", link_id="nope",
-                               token="x" * 43)
+        path = template.replace("{path:path}", "s/t/f.parquet").format(
+            key="nope", transfer_id="nope", webhook_id="nope", link_id="nope", token="x" * 43,
+            share="s", schema="default", table="t")
         send = api.client.request
         if needs == PUBLIC:
             assert send(method, path).status_code == 200, path
@@ -77,6 +85,12 @@ def test_every_route_declares_what_it_needs_and_enforces_it(api: Api) -> None:
         elif needs == SCOPED_TOKEN:
             answer = send(method, path, json={"destination": {}})
             assert answer.status_code == 401, (method, path, answer.text)
+        elif needs == SHARING_TOKEN:  # an API key is no bearer token
+            answer = send(method, path, headers=read, json={})
+            assert answer.status_code == 401, (method, path, answer.text)
+            assert answer.json()["errorCode"] == "UNAUTHENTICATED"
+        elif needs == SIGNED_URL:
+            assert send(method, path, headers=read).status_code == 403, (method, path)
         elif needs == "read":
             answer = send(method, path, json={})
             assert answer.status_code == 401, (method, path, answer.text)

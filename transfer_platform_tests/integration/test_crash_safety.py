@@ -76,7 +76,7 @@ def cli_transfer(tmp_path: Path) -> Iterator[Callable[[Path], subprocess.Popen]]
     """Start ``transfer-platform transfer`` in its own session; kill its group if a test leaves it."""
     started: list[subprocess.Popen] = []
 
-    def start(config_path: Path) -> subprocess.Popen:
+    def start(config_path: Path, *extra: str) -> subprocess.Popen:
         env = {**os.environ, "TRANSFER_PLATFORM_LOG_LEVEL": "INFO"}
         env.pop("DAGSTER_HOME", None)  # no reporting to a Dagster instance
         # the same transfer_platform as this process imported (a checkout may shadow the install)
@@ -84,7 +84,7 @@ def cli_transfer(tmp_path: Path) -> Iterator[Callable[[Path], subprocess.Popen]]
         with open(tmp_path / "cli.out", "wb") as out, open(tmp_path / "cli.err", "wb") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "transfer_platform.cli", "--config", str(config_path),
-                 "transfer", DESTINATION],
+                 "transfer", DESTINATION, *extra],
                 cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True)
         started.append(proc)
         return proc
@@ -246,5 +246,38 @@ def test_a_backfill_killed_in_a_later_window_keeps_the_windows_committed_before_
     summary, now = run_next_transfer(spark, config, dst_schema, pg_conn, killed)
 
     assert summary.windows == (now - killed_window) // DAY + 1  # resumed at the killed window
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    assert status_row(pg_conn, dst_schema)["watermark"] == now
+
+
+def test_a_full_refresh_killed_mid_relay_changes_neither_the_live_table_nor_the_watermark(
+        spark, pg_conn, pg_schema, dst_schema, tmp_path, cli_transfer):
+    """The window is relayed (sources/relay.py: binary COPY from the source, slice by slice, into
+    the staging table of the refresh's table built aside); killed once a slice has committed."""
+    backfill_at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    min_start = backfill_at - timedelta(hours=1)
+    create_events(pg_conn, pg_schema)
+    for k, tenant in enumerate((TENANT, OTHER)):
+        add_rows(pg_conn, pg_schema, tenant=tenant, first_id=1 + k * 1000, count=500, start=min_start,
+                 span=timedelta(minutes=58), payload=f"{tenant} v1 ")
+    config_path = write_config(tmp_path / "transfer_platform.yaml", source_schema=pg_schema,
+                               dst_schema=dst_schema, min_start=min_start, window_seconds=None)
+    config = load_config(config_path)
+    assert transfer(spark, config, backfill_at, transfer_id="backfill").status == "SUCCESS"
+    before_rows = destination_rows(pg_conn, dst_schema)
+    before_status = status_row(pg_conn, dst_schema)
+    add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=10_000_000, count=BATCH,
+             start=min_start, span=timedelta(minutes=58), payload="batch ")
+
+    proc = cli_transfer(config_path, "--full-refresh")
+    killed = kill_while_loading(pg_conn, proc, dst_schema, tmp_path, delivered_before=len(before_rows))
+
+    assert '"relayed": true' in cli_output(tmp_path)
+    assert 0 < killed.staged_rows < BATCH + 500  # killed while relaying: some slices committed
+    assert destination_rows(pg_conn, dst_schema) == before_rows
+    assert status_row(pg_conn, dst_schema) == before_status
+
+    summary, now = run_next_transfer(spark, config, dst_schema, pg_conn, killed)  # finishes the refresh
+
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
     assert status_row(pg_conn, dst_schema)["watermark"] == now

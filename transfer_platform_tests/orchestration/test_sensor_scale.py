@@ -26,6 +26,7 @@ from sqlalchemy.engine import Engine
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
+from transfer_platform.orchestration import sensors
 from transfer_platform.orchestration.budget import BUDGET_ENV, Budget
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
@@ -213,3 +214,80 @@ def test_a_sensor_tick_out_of_time_requests_nothing_says_so_and_the_next_tick_do
     today = isoformat(datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0))
     assert sorted(r.run_key for r in fed.run_requests) == sorted(
         [f"d{i}@{today}" for i in range(3)] + [f"integrity:d0@{today}"])
+
+
+# -- many new destinations at once: their first runs spread ------------------------------------------
+
+def set_frequency(path: Path, minutes: int) -> Path:
+    raw = yaml.safe_load(path.read_text())
+    for destination in raw["destinations"]:
+        destination["frequency_minutes"] = minutes
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def expected_first_runs(count: int, frequency_minutes: int, per_tick: int) -> list[timedelta]:
+    """The i-th new destination's first run after the tick that first saw them: in groups of
+    ``per_tick``, spread over the frequency's period, or over the ticks the groups need if that is
+    shorter."""
+    groups = -(-count // per_tick)
+    span = min(timedelta(minutes=frequency_minutes or 1440), timedelta(seconds=groups * sensors.TICK_SECONDS))
+    return [span * (i // per_tick) / groups for i in range(count)]
+
+
+@pytest.mark.parametrize(("count", "per_tick", "frequency_minutes"), [
+    (31, 1, 15),  # 31 ticks of 30 s are longer than 15 minutes: spread over the frequency's period
+    (6, 2, 0),  # daily: over the 3 ticks that 2 first runs a tick need
+])
+def test_first_runs_of_many_new_destinations_are_spread_and_each_is_requested_once_at_its_time(
+        tmp_path: Path, count: int, per_tick: int, frequency_minutes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sensors, "FIRST_RUNS_PER_TICK", per_tick)
+    config = load_config(set_frequency(write_scale_config(tmp_path, count), frequency_minutes))
+    start = datetime(2026, 12, 1, 10, 0, 3, tzinfo=UTC)
+    offsets = expected_first_runs(count, frequency_minutes, per_tick)
+    if frequency_minutes == 15:
+        assert offsets[-1] == timedelta(minutes=15) * 30 / 31  # the last of 31 groups of one
+    ticks = [start + timedelta(seconds=sensors.TICK_SECONDS * n) for n in range(40)]  # the daemon's
+    first_seen: dict[str, datetime] = {}
+    cursor: dict[str, str] = {}
+    for now in ticks:
+        requests, cursor = schedule_requests(config, cursor, now)
+        for request in requests:
+            destination = request.run_key.split("@")[0]
+            if frequency_minutes == 0:
+                assert destination not in first_seen, f"{destination} requested twice in one day"
+            first_seen.setdefault(destination, now)
+    assert first_seen == {f"d{i}": next(t for t in ticks if t >= start + offsets[i]) for i in range(count)}
+    assert not [k for k in cursor if k.startswith(sensors.FIRST_PREFIX)]  # all requested: no plan kept
+
+
+def test_a_few_new_destinations_all_run_at_once(tmp_path: Path) -> None:
+    config = load_config(write_scale_config(tmp_path, 5))  # fewer than FIRST_RUNS_PER_TICK
+    requests, cursor = schedule_requests(config, {}, datetime.now(UTC))
+    assert len(requests) == 5
+    assert not [k for k in cursor if k.startswith(sensors.FIRST_PREFIX)]
+
+
+def test_the_sensor_on_a_real_instance_requests_the_first_new_destinations_and_plans_the_rest(
+        tmp_path: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    wipe(instance)
+    monkeypatch.setattr(sensors, "FIRST_RUNS_PER_TICK", 2)
+    config_path = set_frequency(write_scale_config(tmp_path, 6), 15)
+    before = datetime.now(UTC)
+    result = tick(config_path, instance, None)
+    after = datetime.now(UTC)
+    assert [r.run_key.split("@")[0] for r in result.run_requests] == ["d0", "d1"]  # the first group
+    cursor = json.loads(result.cursor)
+    planned = {name: datetime.fromisoformat(cursor[sensors.FIRST_PREFIX + name]) for name in
+               (f"d{i}" for i in range(2, 6))}
+    offsets = expected_first_runs(6, 15, 2)  # 3 groups of 2 (3 ticks: shorter than 15 minutes): 0, 0, 30, 30, 60, 60 s
+    assert offsets[2:] == [timedelta(seconds=s) for s in (30, 30, 60, 60)]
+    for i in range(2, 6):
+        assert before + offsets[i] <= planned[f"d{i}"] <= after + offsets[i]
+        assert planned[f"d{i}"] - planned["d2"] == offsets[i] - offsets[2]
+    # the next tick before any planned time requests nothing more and keeps the plan
+    again = tick(config_path, instance, result.cursor)
+    if datetime.now(UTC) < planned["d2"]:
+        assert not again.run_requests
+        assert {k: v for k, v in json.loads(again.cursor).items() if k.startswith(sensors.FIRST_PREFIX)} == {
+            k: v for k, v in cursor.items() if k.startswith(sensors.FIRST_PREFIX)}

@@ -41,7 +41,7 @@ def holding(outcomes: list) -> list:
 
 def run(spark, config, now=NOW, tuning: Tuning = DEFAULT) -> tuple:
     """One transfer, recording each window's outcome and how each read window was written:
-    ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged."""
+    ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged (or relayed)."""
     writer = writer_for(config.destination(DESTINATION))
     outcomes, writes = [], []
     write_window, write_arrow = writer.write_window, writer.write_arrow
@@ -53,6 +53,14 @@ def run(spark, config, now=NOW, tuning: Tuning = DEFAULT) -> tuple:
         return written
 
     writer.write_window, writer.write_arrow = recording("staged", write_window), recording("arrow", write_arrow)
+    if hasattr(writer, "write_relayed"):  # a window alone relayed from the source (sources/relay.py)
+        write_relayed = writer.write_relayed
+
+        def relayed(relay, spark_, load):
+            writes.append(("staged", load.progress))
+            return write_relayed(relay, spark_, load)
+
+        writer.write_relayed = relayed
     try:
         (summary,) = run_transfer(
             TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),

@@ -150,6 +150,33 @@ def insert_new(target: str, staging: str, columns: Sequence[str], keys: Sequence
     return f"INSERT INTO {target} ({names}) SELECT {selected} FROM {staging} AS s WHERE {where}"
 
 
+# -- the fresh-table path: a window into an empty target loaded straight into its replacement -----
+
+def create_like(table: str, like: str) -> str:
+    """A new empty table of ``like``'s definition: columns, primary key, indexes, options (no
+    trigger, no foreign key: the fresh-table path is taken only when the target has none)."""
+    return f"CREATE TABLE {table} LIKE {like}"
+
+
+def has_rows(table: str) -> str:
+    return f"SELECT EXISTS (SELECT 1 FROM {table})"
+
+
+def key_by_text(table: str, keys: list[str]) -> str:
+    """The key whose text is the server's ``Duplicate entry '...'`` (key columns joined by ``-``);
+    parameter: that text."""
+    key_sql = ", ".join(q(k) for k in keys)
+    return f"SELECT {key_sql} FROM {table} WHERE CONCAT_WS('-', {key_sql}) = %s LIMIT 1"
+
+
+#: triggers on the table and foreign keys from or to it (parameters: database, table, three times);
+#: a table with any is not replaced by a fresh one (they would be lost)
+DEPENDENTS = ("SELECT (SELECT count(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+              "AND EVENT_OBJECT_TABLE = %s) + (SELECT count(*) FROM information_schema.REFERENTIAL_CONSTRAINTS "
+              "WHERE (CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s) OR (UNIQUE_CONSTRAINT_SCHEMA = %s "
+              "AND REFERENCED_TABLE_NAME = %s))")
+
+
 # -- catalog look-ups (parameters: database, table) ----------------------------------------------
 
 TABLE_EXISTS = "SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"

@@ -7,6 +7,8 @@
   characters, refused by name before anything is committed;
 - **the merge**: a staged delete + insert in one transaction (only DML runs inside it: MySQL commits
   at any DDL); a key the target does not hold, staged twice, is refused by the target's own key;
+- **a window into an empty target** (a backfill's, a full refresh's first): loaded in key order
+  into a fresh keyed table that replaces the target, no merge (:meth:`MysqlWriter._create_staging`);
 - **a full refresh's publish**: one atomic ``RENAME TABLE live TO _tp_old_<hash>, aside TO live``
   between two commits (the SQL writer's publish without transactional DDL), waiting at most
   ``Tuning.lock_wait_seconds`` for the live table's readers;
@@ -18,14 +20,22 @@ session is in UTC (``time_zone = '+00:00'``) and strict.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig
-from transfer_platform.destinations.base import duplicate_key_error, offending_key
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations.base import (
+    WindowResult,
+    duplicate_key_error,
+    null_key_error,
+    offending_key,
+)
 from transfer_platform.destinations.mysql import dialect as sql
+from transfer_platform.destinations.mysql.dialect import STATUS_TABLE
 from transfer_platform.destinations.mysql.errors import (
     DENIED,
     connect_kwargs,
@@ -35,9 +45,12 @@ from transfer_platform.destinations.mysql.errors import (
 )
 from transfer_platform.destinations.mysql.load import LoadRefused, load_batches, load_partition
 from transfer_platform.destinations.mysql.probe import probe_destination
+from transfer_platform.destinations.skeleton import next_state
+from transfer_platform.destinations.sql import rename_publish
 from transfer_platform.destinations.sql.session import PymysqlSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import ConnectionFailure, DataError, TransferRunning
+from transfer_platform.errors import ConnectionFailure, DataError, DuplicateKey, TransferRunning
+from transfer_platform.phases import log_phase
 from transfer_platform.runtime.connections import (
     jdbc_properties,
     mysql_jdbc_url,
@@ -58,6 +71,11 @@ CONNECT_FIX = ("check that the server is running and accepts connections, and th
                "(the recipient's, created beforehand), username and password variable in the configuration")
 #: ER_DUP_ENTRY, ER_LOCK_WAIT_TIMEOUT
 DUPLICATE_ENTRY, LOCK_WAIT_TIMEOUT = 1062, 1205
+#: what LOAD DATA LOCAL reports (as a warning) when a row breaks the fresh table's key: a key
+#: twice, a NULL key column, a string key longer than its column
+_DUPLICATE = re.compile(r"Duplicate entry '(.*)' for key '?PRIMARY'?")
+_NULL_KEY = re.compile(r"NULL supplied to NOT NULL column '([^']+)'|Column '([^']+)' cannot be null")
+_TRUNCATED = re.compile(r"Data (?:too long|truncated) for column '([^']+)'")
 
 
 def connect(destination: MysqlDestination, what: str) -> pymysql.Connection:
@@ -82,6 +100,7 @@ class MysqlWriter(SqlWriter):
         self.database = self.container
         self._conn: pymysql.Connection | None = None
         self._locked: set[str] = set()  # the models whose lock this writer's session holds
+        self._fresh: set[str] = set()  # the fresh tables being loaded (see _create_staging)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -149,8 +168,11 @@ class MysqlWriter(SqlWriter):
         connection = self.destination.connection
         load = partial(load_partition, connect_kwargs(connection, what=f"destinations.{self.name}"),
                        sql.load_data(staging, "{path}", frame.columns))
+        parts = frame.coalesce(self.destination.max_concurrent_queries_per_transfer)
+        if staging in self._fresh:  # InnoDB appends rows that arrive in key order (see _create_staging)
+            parts = parts.sortWithinPartitions(*[c.destination_name for c in model.primary_key])
         try:
-            frame.coalesce(self.destination.max_concurrent_queries_per_transfer).mapInArrow(load, "rows long").collect()
+            parts.mapInArrow(load, "rows long").collect()
         except (Py4JJavaError, PySparkException) as exc:
             reason = spark_error_reason(exc)
             if "Can't connect" in reason or "Lost connection" in reason:
@@ -158,24 +180,54 @@ class MysqlWriter(SqlWriter):
                                         reason=reason) from None
             if "command denied" in reason or "access denied" in reason.lower():
                 raise missing_privilege(self.destination, self.what, RuntimeError(reason)) from None
-            raise self._load_error(model, reason.removeprefix("LOAD DATA into the staging table failed: ")) from None
+            raise self._load_error(model, reason.removeprefix("LOAD DATA into the staging table failed: "),
+                                   staging) from None
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
         import pymysql
 
+        if staging in self._fresh:
+            batch = batch.sort_by([(c.destination_name, "ascending") for c in load.model.primary_key])
         with self._translated_errors():
             try:
                 load_batches(self.conn, sql.load_data(staging, "{path}", batch.column_names), batch.to_batches())
             except LoadRefused as exc:
-                raise self._load_error(load.model, str(exc)) from None
+                raise self._load_error(load.model, str(exc), staging) from None
             except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.InternalError) as exc:
-                raise self._load_error(load.model, first_line(exc)) from None
+                raise self._load_error(load.model, first_line(exc), staging) from None
             except pymysql.err.OperationalError as exc:
                 if exc.args and exc.args[0] in DENIED or (exc.args and exc.args[0] >= 2000):
                     raise
-                raise self._load_error(load.model, first_line(exc)) from None
+                raise self._load_error(load.model, first_line(exc), staging) from None
 
-    def _load_error(self, model: ModelConfig, reason: str) -> DataError:
+    def _load_error(self, model: ModelConfig, reason: str, staging: str) -> DataError:
+        """What the load refused; a row that broke a fresh table's primary key (only a fresh
+        table has one) is refused by name as the staging checks name it."""
+        keys = [c.destination_name for c in model.primary_key]
+        found = _DUPLICATE.search(reason)
+        if found:
+            with self._translated_errors():
+                row = self.session.one((sql.key_by_text(staging, keys), (found.group(1),)))
+            values = dict(zip(keys, row, strict=True)) if row else {keys[0]: found.group(1)} if len(keys) == 1 else None
+            shown = offending_key(model, values) if values else f"{'-'.join(keys)}='{found.group(1)}'"
+            return DuplicateKey(
+                f"duplicate primary key in one batch: {shown} appears more than once",
+                model=model.model_name, destination=self.name,
+                fix="make the primary key unique per tenant in the source, or mark the right columns "
+                    "with is_primary_key",
+                key_values={k: (values or {}).get(k) for k in keys})
+        found = _NULL_KEY.search(reason)
+        if found and (found.group(1) or found.group(2)) in keys:
+            column = found.group(1) or found.group(2)
+            return null_key_error(model, self.name, column, {column: None})
+        found = _TRUNCATED.search(reason)
+        string_keys = [c.destination_name for c in model.primary_key if c.data_type == "string"]
+        if found and found.group(1) in string_keys:
+            return DataError(
+                f"a string primary key value ({found.group(1)}) is longer than {sql.KEY_STRING_LENGTH} "
+                f"characters: MySQL key columns are {sql.KEY_STRING_TYPE}; nothing was written",
+                model=model.model_name, destination=self.name,
+                fix="key the model on shorter columns (a hash of the long value, say)")
         return DataError(f"LOAD DATA into the staging table failed: {reason}", model=model.model_name,
                          destination=self.name, fix="check that each column's data_type matches the source values")
 
@@ -226,6 +278,121 @@ class MysqlWriter(SqlWriter):
             if exc.args and exc.args[0] == DUPLICATE_ENTRY:  # a new key staged twice: named, rolled back
                 super()._refuse_duplicate_keys(load, staging)
             raise
+
+    # -- the fresh-table path: a window into an empty target -------------------------------------
+
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+        """A window into an empty target (a backfill's, a full refresh's first) is loaded straight
+        into a fresh table of the target's definition, primary key included (``CREATE TABLE ...
+        LIKE``; named as a staging table, so a dead transfer's is dropped by the next one's
+        clean-up), which then replaces the target: no merge, each row written once. Any other
+        window is staged and merged.
+
+        The rows are loaded in key order (each loading connection's share sorted on the key):
+        InnoDB then appends to its primary key. Measured on this machine's MariaDB, 1M rows: in key
+        order 12 CPU-seconds of the server, in random order 58, into a table without a key with the
+        key added after 20-22; staged and merged (the path of any other window) 46, 89 in random
+        order (docs/destinations.md)."""
+        staging = super()._create_staging(load, in_memory=in_memory)
+        self._fresh.discard(staging.table)
+        with self._translated_errors():
+            if self._fresh_table_fits(load, staging):
+                self.session.execute(self.dialect.drop_table(staging.table))
+                self.session.execute(sql.create_like(staging.table, staging.target))
+                staging.swappable = True
+                self._fresh.add(staging.table)
+        return staging
+
+    def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
+        self._fresh.discard(staging.table)
+        super()._remove_staging(staging, load)
+
+    def _fresh_table_fits(self, load: WindowLoad, staging: StagingTable) -> bool:
+        """The target is empty and replacing it loses nothing: a full refresh's table aside before
+        its first window is committed, or a live table without triggers or foreign keys."""
+        if self.session.one(sql.has_rows(staging.target))[0]:
+            return False
+        if load.into_refresh:
+            return self.read_state(load.model, "refresh_state").watermark is None
+        database = self.database
+        return not self.session.one((sql.DEPENDENTS, (database, staging.target_name) * 3))[0]
+
+    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
+                  staging_table=staging.name, fresh_table=staging.swappable)
+        return staging
+
+    def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
+        """A fresh table replaces its target (checked empty again) by one atomic ``RENAME TABLE``
+        recorded around by two commits of the status row (:mod:`..sql.rename_publish`: a
+        transfer killed between them is finished by the next); the window's state moves only with
+        it. A target that got rows meanwhile is merged into, the fresh table as its staging."""
+        if staging is None or not staging.swappable:
+            return super()._commit(staging, load)
+        with self._translated_errors():
+            if self.session.one(sql.has_rows(staging.target))[0]:
+                staging.swappable = False
+                return super()._commit(staging, load)
+            return self._replace_with_fresh(staging, load)
+
+    def _replace_with_fresh(self, staging: StagingTable, load: WindowLoad) -> WindowResult:
+        model = load.model
+        rows_deleted = staging.marked
+        if model.removes_deleted_rows:  # nothing to remove in an empty target; never inserted
+            marker = model.deletion_marker
+            self.session.execute(f"DELETE FROM {staging.table} WHERE "
+                                 f"{self.dialect.marked(marker.destination_name, marker.data_type)}")
+            rows_deleted = 0
+        column = "refresh_state" if load.into_refresh else "state"
+        with self._atomically(load):  # the status row made if missing (the publish updates it)
+            before = self._lock_state(model, column)
+        new_state = next_state(before, load, staging.max_last_modified)
+        if load.into_refresh:  # the aside table is no reader's: replaced, then its progress recorded
+            old_name = self.old_table_name(model)
+            self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.database, old_name)))
+            self._rename(model, [(staging.target, old_name), (staging.table, staging.target_name)])
+            self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.database, old_name)))
+            with self._atomically(load):
+                self._lock_state(model, column)
+                self._set_state(model, "refresh_state", new_state)
+        else:  # the live table: published as a full refresh is, the fresh table as the one aside
+            self.session.execute(self.dialect.drop_table(self.refresh_table(model)))
+            self._rename(model, [(staging.table, self.refresh_table_name(model))])
+            try:
+                rename_publish.publish(self, model, new_state, load.transfer_id)
+            except TransferRunning:
+                raise TransferRunning(
+                    f"model '{model.model_name}' -> destination '{self.name}': the window was loaded "
+                    f"into a new table but could not replace the empty {self.table(model)}: other "
+                    f"sessions kept it in use for {max(1, round(self.tuning.lock_wait_seconds))} s. "
+                    "Nothing changed: the table and the watermark are as they were. Fix: run the "
+                    "transfer again once the queries or open transactions on the table have ended") from None
+        return WindowResult(staging.rows, staging.delta_rows, staging.volume, staging.max_last_modified,
+                            new_state, rows_deleted)
+
+    def _clean_staging(self, model: ModelConfig) -> None:
+        """Also what a dead fresh-table window left: a table aside no refresh owns (its window
+        died before its publish), and a refresh's table aside holding rows though no window of
+        it was committed (its first window died between its rename and its commit), emptied."""
+        super()._clean_staging(model)
+        aside = self.refresh_table_name(model)
+        with self._translated_errors():
+            if not (self._exists(STATUS_TABLE) and self._exists(aside)):
+                return
+            row = self._status_row(model)
+            refresh, published = (None, None) if row is None else (row[1], row[2])
+            if published is not None:
+                return
+            if refresh is None:
+                self.session.execute(self.dialect.drop_table(self.refresh_table(model)))
+            elif (ModelState.from_json(refresh).watermark is None
+                  and self.session.one(sql.has_rows(self.refresh_table(model)))[0]):
+                self.session.execute(self.dialect.drop_table(self.refresh_table(model)))
+                self.session.execute(self.dialect.target_ddl(self.refresh_table(model), model))
+            else:
+                return
+        log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name, model=model.model_name,
+                  staging_table=aside, left_by_a_dead_transfer=True)
 
     # -- a full refresh's publish -------------------------------------------------------------------
 

@@ -158,6 +158,15 @@ def copy_csv(staging: str, columns: list[str]) -> str:
     return f"COPY {staging} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN (FORMAT csv)"
 
 
+def copy_binary(staging: str, columns: list[str]) -> str:
+    return f"COPY {staging} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN (FORMAT binary)"
+
+
+#: a table's columns and their types as SQL names them (a cast's target); %s: the qualified table
+COLUMN_TYPES = ("SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
+
+
 def copy_into_live(live: str, aside: str, columns: list[str]) -> list[str]:
     """Publish a refresh into a live table whose columns match by copying its rows (its identity
     kept: views, foreign keys, grants, triggers); used when something depends on that identity."""

@@ -49,6 +49,7 @@ from transfer_platform.runtime.connections import (
     postgres_jdbc_url,
     spark_error_reason,
 )
+from transfer_platform.sources.relay import relay_partition
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.postgres import PostgresDestination
 
@@ -58,8 +59,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.core.watermarks import ModelState
-    from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.destinations.base import WindowLoad, WindowResult
     from transfer_platform.probes import Check
+    from transfer_platform.sources.relay import RelayRead
 
 
 def first_line(exc: Exception) -> str:
@@ -236,6 +238,39 @@ class PostgresWriter(SqlWriter):
                 raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
                                         reason=reason) from None
             raise
+
+    def write_relayed(self, relay: RelayRead, spark: SparkSession, load: WindowLoad) -> WindowResult:
+        """:meth:`write_window` for a window relayed from a PostgreSQL source
+        (:mod:`transfer_platform.sources.relay`): staged by binary ``COPY`` streamed from the
+        source by Spark's tasks, then scanned, refused and committed as any window."""
+        return self._write(load, lambda staging: self._stage_relayed(relay, spark, staging, load), in_memory=False)
+
+    def _stage_relayed(self, relay: RelayRead, spark: SparkSession, staging: StagingTable,
+                       load: WindowLoad) -> StagingTable:
+        """The window's slices (the source's ``max_concurrent_queries_per_transfer``) spread over
+        at most the destination's ``max_concurrent_queries_per_transfer`` Spark tasks, each slice
+        in its own transaction; each value cast on the source to the staging column's type."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        with self._translated_errors():
+            types = dict(self.conn.execute(sql.COLUMN_TYPES, (staging.table,)).fetchall())
+        names = [dest for _, dest in relay.columns]
+        connection = self.destination.connection
+        relay_task = partial(relay_partition, relay,
+                             postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
+                             sql.copy_binary(staging.table, names), {n: types[n] for n in names})
+        slices = relay.slices
+        tasks = min(slices, self.destination.max_concurrent_queries_per_transfer)
+        try:
+            spark.range(slices, numPartitions=tasks).mapInArrow(relay_task, "rows long").collect()
+        except (Py4JJavaError, PySparkException) as exc:
+            reason = spark_error_reason(exc)
+            if "Connection" in reason and "refused" in reason:
+                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
+                                        reason=reason) from None
+            raise
+        return self._staged(staging, load)
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
         import psycopg

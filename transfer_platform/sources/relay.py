@@ -1,0 +1,155 @@
+"""A large window relayed from a PostgreSQL source into a PostgreSQL destination's staging
+table in PostgreSQL's binary COPY format, never decoded on the way.
+
+A window moved alone (more than ``Tuning.run_rows`` rows) is otherwise read by Spark's JDBC
+reader, its rows decoded in the JVM, handed to Python workers as Arrow and written as CSV into
+``COPY ... FROM STDIN``: every value is converted three times. When nothing Spark does to the rows
+would change them, the window is *relayed* instead: a Spark job
+(``spark.range(n, numPartitions=n).mapInArrow``, so that it runs alike on a local Spark, a Spark
+Connect server and a cluster) whose tasks each take one slice of the window and, in the worker,
+stream ``COPY (SELECT src::type AS dest, ... FROM <the window's query> WHERE <slice>) TO STDOUT
+(FORMAT binary)`` on the source, chunk by chunk, into ``COPY <staging> FROM STDIN (FORMAT binary)``
+on the destination. It is taken when:
+
+- the source and the destination are PostgreSQL (``PostgresReader``, a writer with
+  ``write_relayed``);
+- the model's columns are read as they are (the proof of :mod:`~transfer_platform.sources.direct`:
+  no cast, no rounding, no text last-modified column);
+- the source holds each key once (a unique index on the key: no version of a key to choose);
+- ``Tuning.relay_windows`` is on (the default).
+
+The window's query is the one Spark would run (tenant, bounds, NULL last-modified values), in a
+READ ONLY transaction in UTC with the same search path; slices split it on the last-modified
+column between the window's bounds as Spark's JDBC partitions do (the first slice also takes
+NULL values, so the staging scan still refuses them by name). Each value is cast on the source to
+the staging column's own type, so the binary rows fit the destination as they are. What follows the
+stage (the scan, the key, the merge or swap, the watermark) is the writer's as for any window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import TYPE_CHECKING
+
+from transfer_platform.core.sql import change_literal, derived_table, quote_ident, search_path_value
+from transfer_platform.runtime.connections import postgres_connect_kwargs
+from transfer_platform.sources.base import ReadRequest
+
+if TYPE_CHECKING:
+    from transfer_platform.sources.jdbc import JdbcReader
+
+#: bytes gathered from the source's COPY messages (one a row) before one write to the destination
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class RelayRead:
+    """One window's relay: what a Spark task needs to stream its slice (plain values: it is
+    pickled into the workers). ``columns``: (name in the source, name in the destination)."""
+
+    source: dict  # psycopg.connect arguments of the source (the password resolved)
+    search_path: str | None
+    window_sql: str  # the window's query, as Spark would send it
+    columns: tuple[tuple[str, str], ...]
+    last_modified: str  # its name in the window's query
+    bounds: tuple[str, ...]  # the slices' inner bounds, as SQL literals (n - 1 of them)
+
+    @property
+    def slices(self) -> int:
+        return len(self.bounds) + 1
+
+    def copy_out(self, index: int, types: dict[str, str]) -> str:
+        """Slice ``index``'s ``COPY ... TO STDOUT (FORMAT binary)``, each column cast to the
+        destination staging column's type (``types``: destination name -> type)."""
+        select = ", ".join(f"{quote_ident(src)}::{types[dest]} AS {quote_ident(dest)}" for src, dest in self.columns)
+        lm = quote_ident(self.last_modified)
+        where = []
+        if index > 0:
+            where.append(f"{lm} >= {self.bounds[index - 1]}")
+        if index < len(self.bounds):
+            where.append(f"{lm} < {self.bounds[index]}")
+        predicate = " AND ".join(where)
+        if index == 0 and predicate:  # the first slice also takes NULL values (refused by the scan)
+            predicate = f"({predicate} OR {lm} IS NULL)"
+        sql = f"SELECT {select} FROM {derived_table(self.window_sql, alias='tp_relay')}"
+        return f"COPY ({sql}{' WHERE ' + predicate if predicate else ''}) TO STDOUT (FORMAT binary)"
+
+
+def relay_for(reader: JdbcReader, request: ReadRequest, slices: int) -> RelayRead:
+    """The relay of ``request``'s window from ``reader``'s PostgreSQL source in ``slices`` slices."""
+    from transfer_platform.sources.jdbc import count_statement
+
+    model = request.model
+    kind = model.change_column
+    lower, upper = kind.bound(request.bounds.lower), kind.bound(request.bounds.upper)
+    default_schema = reader.default_schema_for(request)
+    count_statement(reader.source.name, "rows")  # one read of the window, as Spark's would be
+    return RelayRead(
+        source=postgres_connect_kwargs(reader.source.connection, what=f"sources.{reader.source.name}"),
+        search_path=None if default_schema is None else search_path_value(default_schema),
+        window_sql=reader.query_for(request),
+        columns=tuple((c.name_in_source, c.destination_name) for c in model.columns),
+        last_modified=model.last_modified.name_in_source,
+        bounds=tuple(change_literal(b) for b in split_bounds(lower, upper, slices)),
+    )
+
+
+def split_bounds(lower: object, upper: object, slices: int) -> list[object]:
+    """``slices - 1`` values evenly between ``lower`` and ``upper`` (datetimes, dates or
+    integers), strictly increasing; fewer if the range cannot hold that many."""
+    if slices <= 1:
+        return []
+    inner: list[object] = []
+    for i in range(1, slices):
+        if isinstance(lower, datetime):
+            value: object = lower + (upper - lower) * i / slices  # type: ignore[operator]
+        elif isinstance(lower, date):
+            value = lower + (upper - lower) * i // slices  # type: ignore[operator]
+        else:
+            value = lower + (upper - lower) * i // slices  # type: ignore[operator]
+        if lower < value < upper and (not inner or inner[-1] < value):  # type: ignore[operator]
+            inner.append(value)
+    return inner
+
+
+def relay_partition(relay: RelayRead, destination: dict, copy_in: str, types: dict[str, str],
+                    batches: Iterator) -> Iterator:
+    """Runs in a Spark Python worker: for each slice index in ``batches`` (a ``spark.range``),
+    the slice streamed from the source into ``copy_in`` on the destination, in its own
+    transaction; yields the rows written."""
+    import pyarrow as pa
+
+    rows = 0
+    for batch in batches:
+        for index in batch.column(0).to_pylist():
+            rows += relay_slice(relay, int(index), destination, copy_in, types)
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, types: dict[str, str]) -> int:
+    """One slice, source to destination, bytes as they come (gathered to ``CHUNK_BYTES``)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(**relay.source) as source, psycopg.connect(**destination) as target:
+            source.execute("SET TRANSACTION READ ONLY")
+            if relay.search_path is not None:
+                source.execute("SELECT set_config('search_path', %s, true)", (relay.search_path,))
+            cursor = target.cursor()
+            with source.cursor().copy(relay.copy_out(index, types)) as out, cursor.copy(copy_in) as into:
+                pending = bytearray()
+                for chunk in out:
+                    pending += chunk
+                    if len(pending) >= CHUNK_BYTES:
+                        into.write(pending)
+                        pending = bytearray()
+                if pending:
+                    into.write(pending)
+            source.rollback()
+            return max(cursor.rowcount, 0)
+    except psycopg.Error as exc:
+        # the first line only: a clear reason, never the connection settings
+        raise RuntimeError(f"relaying the window into the staging table failed: "
+                           f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None

@@ -1,0 +1,34 @@
+"""``benchmarks.scale_runs`` runs and reports each step's wall time beside its CPU seconds, and the
+first tick's runs: every new destination's first run at once, or the sensor's spread of them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmarks.scale_runs import main
+from transfer_platform.orchestration import sensors
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
+              pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
+
+
+def test_it_reports_cpu_seconds_and_the_first_ticks_runs(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sensors, "FIRST_RUNS_PER_TICK", 2)  # 3 new destinations: spread, 2 at the first tick
+    monkeypatch.delenv("TRANSFER_PLATFORM_SHARD", raising=False)
+    for name in ("TRANSFER_PLATFORM_CONFIG", "DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_DB",
+                 "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD"):
+        monkeypatch.setenv(name, "")  # main sets them; restored after the test
+    main(["--recipients", "3", "--models", "1"])
+    out = capsys.readouterr().out
+    assert re.search(r"definitions [\d.]+ / [\d.]+, snapshot [\d.]+ / [\d.]+", out), out
+    tick = re.search(r"first daemon tick: [\d.]+ s, [\d.]+ CPU s .*?, (\d+) runs created .*?"
+                     r"[\d.]+ runs per CPU s", out)
+    assert tick, out
+    assert int(tick.group(1)) == 2
+    main(["--recipients", "3", "--models", "1", "--all-first-runs-at-once"])
+    tick = re.search(r"first daemon tick: .*?, (\d+) runs created", capsys.readouterr().out)
+    assert tick
+    assert int(tick.group(1)) == 3
