@@ -41,7 +41,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("config", "vendors"),  # the configuration's models, loading and checks; each vendor's record and classes
     ("store", "storage"),  # the control plane's store; object stores and their locks
     ("runtime",),  # the Spark session and shared server, connections, the resident process, the fork server
-    ("sources", "destinations"),
+    ("sources", "destinations", "sharing"),  # sharing: a delta destination's tables served to its recipient
     ("transfers",),  # a transfer's lifecycle, runner and checks
     ("orchestration",),  # Dagster's side
     ("webhooks",),  # events delivered from Dagster's runs and the store

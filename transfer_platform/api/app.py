@@ -298,7 +298,7 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     app.include_router(scoped_tokens.router, dependencies=authorized, responses=declared)
     app.include_router(scoped_tokens.public_router, dependencies=[Security(SCOPED_TOKEN_SCHEME)],
                        responses=answers(401, 403, 404, 429, 503))  # the same form, for a scoped auth token
-    from transfer_platform.sharing import routes as sharing
+    from transfer_platform.api import sharing
 
     sharing.install(app, authorized, declared)  # Delta Sharing: a recipient's bearer token, signed file URLs
     return app

@@ -6,6 +6,7 @@ API's ``/delta-sharing`` prefix, each file of a query's answer a pre-signed, exp
   revoked; the profile file a recipient's client reads.
 - :mod:`.tables`: the recipient's shares (its shared destinations), their tables (the models), a
   table's snapshot read from its Delta log (a committed version only) and its files' URLs.
-- :mod:`.routes`: the protocol's routes, the signed file route of a folder's files, the provider's
-  token routes and the magic link's profile page.
+- the routes are the API's (:mod:`transfer_platform.api.sharing`): the protocol's routes, the
+  signed file route of a folder's files, the provider's token routes and the magic link's profile
+  page.
 """
