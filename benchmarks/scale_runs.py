@@ -37,26 +37,13 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.code_location import Clock
 from benchmarks.common import PG
 from benchmarks.scale import Counter, raw_config, storage_database
 
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-class Clock:
-    """Wall and CPU seconds of this process (the daemon's and, loaded in process, the code
-    location's work: its CPU seconds are what a quiet machine would take)."""
-
-    def __init__(self) -> None:
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-
-    def lap(self) -> tuple[float, float]:
-        wall, cpu = time.perf_counter(), time.process_time()
-        lap = (wall - self.wall, cpu - self.cpu)
-        self.wall, self.cpu = wall, cpu
-        return lap
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -224,17 +224,25 @@ class PostgresWriter(SqlWriter):
         memory stays flat), which writes them as CSV into one ``COPY ... FROM STDIN`` in its own
         transaction. A failed partition commits nothing; at most
         ``max_concurrent_queries_per_transfer`` partitions write at once."""
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import PySparkException
-
         connection = self.destination.connection
         copy = partial(copy_partition, postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
                        sql.copy_csv(staging, frame.columns))
-        try:
+        with self._refused_connections():
             frame.coalesce(self.destination.max_concurrent_queries_per_transfer).mapInArrow(copy, "rows long").collect()
+
+    @contextmanager
+    def _refused_connections(self) -> Iterator[None]:
+        """Around a Spark job whose tasks write into the destination: a connection its tasks
+        could not open becomes ``ConnectionFailure`` (anything else is raised as it is)."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        try:
+            yield
         except (Py4JJavaError, PySparkException) as exc:
             reason = spark_error_reason(exc)
             if "Connection" in reason and "refused" in reason:
+                connection = self.destination.connection
                 raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
                                         reason=reason) from None
             raise
@@ -250,8 +258,6 @@ class PostgresWriter(SqlWriter):
         """The window's slices (the source's ``max_concurrent_queries_per_transfer``) spread over
         at most the destination's ``max_concurrent_queries_per_transfer`` Spark tasks, each slice
         in its own transaction; each value cast on the source to the staging column's type."""
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import PySparkException
 
         with self._translated_errors():
             types = dict(self.conn.execute(sql.COLUMN_TYPES, (staging.table,)).fetchall())
@@ -262,14 +268,8 @@ class PostgresWriter(SqlWriter):
                              sql.copy_binary(staging.table, names), {n: types[n] for n in names})
         slices = relay.slices
         tasks = min(slices, self.destination.max_concurrent_queries_per_transfer)
-        try:
+        with self._refused_connections():
             spark.range(slices, numPartitions=tasks).mapInArrow(relay_task, "rows long").collect()
-        except (Py4JJavaError, PySparkException) as exc:
-            reason = spark_error_reason(exc)
-            if "Connection" in reason and "refused" in reason:
-                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
-                                        reason=reason) from None
-            raise
         return self._staged(staging, load)
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
