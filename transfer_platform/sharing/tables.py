@@ -5,9 +5,9 @@ one schema, ``default``, whose tables are the destination's models (``enabled_mo
 read from its Delta log through delta-rs: a snapshot is a committed version, so a transfer writing
 the table meanwhile (its window staged outside the table, its MERGE not yet committed) is never
 seen half done. Each file of a snapshot is answered as a URL that works for
-``sharing.url_seconds``: S3's pre-signed GET (boto3, Signature Version 4), an Azure SAS of read permission, or for a
-folder a URL of the API itself signed with an HMAC of the platform's secret key (checked by the
-file route: :func:`verify_file_url`)."""
+``sharing.url_seconds``: S3's pre-signed GET (boto3, Signature Version 4), an Azure SAS of read
+permission, or for a folder a URL of the API itself signed with an HMAC of the platform's secret
+key (checked by the file route: :func:`verify_file_url`)."""
 
 from __future__ import annotations
 
@@ -263,7 +263,8 @@ def files(table: DeltaTable) -> list[dict[str, Any]]:
 
 def file_lines(location: Location, public_url: str, model: str, table_files: list[dict[str, Any]],
                seconds: int) -> Iterator[dict[str, Any]]:
-    expires_ms = int((time.time() + seconds) * 1000)
+    # whole seconds, as the stores sign them (S3's X-Amz-Date, Azure's se): never later than a URL's own expiry
+    expires_ms = (int(time.time()) + seconds) * 1000
     for entry in table_files:
         stats = json.dumps({"numRecords": entry["rows"]}) if entry["rows"] is not None else None
         line = {"url": location.file_url(public_url, model, entry["path"], seconds),

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -98,17 +100,40 @@ def test_azure_sas_urls_read_the_file_and_are_refused_after_expiry(tmp_path, sto
         assert got.status_code == 200, got.text
         assert ids_in(got.content) == [1, 2, 3, 4, 5]
 
-        # the store, not the API, refuses: a URL whose expiry has passed, and one altered
+        # the announced expiry is not later than the store's (the SAS names whole seconds)
+        assert files[0]["expirationTimestamp"] // 1000 <= datetime.fromisoformat(sas["se"][0]).timestamp()
+
+        # the store, not the API, refuses: a URL after its expiry (its signature otherwise right)
         relative = urlparse(url).path.split("/events/", 1)[1]
+        short = location.file_url("http://testserver", "events", relative, 3)
+        assert httpx.get(short, timeout=30).status_code == 200
+        expiry = datetime.fromisoformat(parse_qs(urlparse(short).query)["se"][0])
+        assert expiry <= datetime.now(UTC) + timedelta(seconds=3)
+        refused = wait_for_refusal(short, 3 + 10)
+        assert refused.status_code == 403 and "AuthorizationFailure" in refused.text
+        assert datetime.now(UTC) > expiry  # refused for its expiry, which had passed
         expired = location.file_url("http://testserver", "events", relative, -5)
-        refused = httpx.get(expired, timeout=30)
-        assert refused.status_code == 403, refused.text
-        assert "expired" in refused.text.lower() or "AuthenticationFailed" in refused.text
+        assert httpx.get(expired, timeout=30).status_code == 403
+        # an altered URL: wider permission, or another blob under the same SAS
         widened = url.replace("sp=r&", "sp=rw&")
         assert widened != url
         assert httpx.get(widened, timeout=30).status_code == 403
-        other = location.file_url("http://testserver", "events", relative, 60).replace(relative, "x.parquet")
-        assert httpx.get(other, timeout=30).status_code == 403  # a SAS names one blob only
+        write(location, range(6, 8))
+        _, both = query(api, auth)
+        second = next(f["url"] for f in both if urlparse(f["url"]).path != urlparse(url).path)
+        assert httpx.get(second, timeout=30).status_code == 200
+        swapped = f"{second.split('?')[0]}?{urlparse(url).query}"
+        assert httpx.get(swapped, timeout=30).status_code == 403  # a SAS names one blob only
+
+
+def wait_for_refusal(url: str, seconds: float) -> httpx.Response:
+    """GET ``url`` until the store refuses it, for at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        answer = httpx.get(url, timeout=30)
+        if answer.status_code != 200 or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)  # polling the store until it refuses the URL (not a fixed wait)
 
 
 # -- S3: a pre-signed GET (Signature Version 4) ------------------------------------------------------------
