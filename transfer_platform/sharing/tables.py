@@ -5,9 +5,9 @@ one schema, ``default``, whose tables are the destination's models (``enabled_mo
 read from its Delta log through delta-rs: a snapshot is a committed version, so a transfer writing
 the table meanwhile (its window staged outside the table, its MERGE not yet committed) is never
 seen half done. Each file of a snapshot is answered as a URL that works for
-``sharing.url_seconds``: S3's pre-signed GET (boto3), an Azure SAS of read permission, or for a
-folder a URL of the API itself signed with an HMAC of the platform's secret key (checked by the
-file route: :func:`verify_file_url`)."""
+``sharing.url_seconds``: S3's pre-signed GET (boto3, Signature Version 4), an Azure SAS of read
+permission, or for a folder a URL of the API itself signed with an HMAC of the platform's secret
+key (checked by the file route: :func:`verify_file_url`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +83,7 @@ class Location:
     options: dict[str, str] | None
     store: Any  # S3Store | AzureStore | None (a folder)
     prefix: str
+    _s3_presigner: Any = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(cls, destination: DeltaDestination) -> Location:
@@ -105,12 +106,30 @@ class Location:
             raise not_found(f"table {model} (no transfer has written it yet)")
         return DeltaTable(uri, storage_options=self.options)
 
+    def _presigner(self) -> Any:
+        """A boto3 client of the destination's bucket that signs URLs with Signature Version 4
+        (``X-Amz-Algorithm=AWS4-HMAC-SHA256``, ``X-Amz-Expires``): the only signature every S3
+        region accepts (version 2, boto3's default for presigned URLs of some endpoints, is refused by
+        regions opened since 2014 and by S3-compatible stores that dropped it)."""
+        if self._s3_presigner is None:
+            import boto3
+            from botocore.config import Config
+
+            connection = self.destination.connection
+            credentials = connection.credentials(f"destination '{self.destination.name}'",
+                                                 ("aws_access_key_id", "aws_secret_access_key"))
+            self._s3_presigner = boto3.client(
+                "s3", endpoint_url=connection.endpoint_url, region_name=connection.region, **credentials,
+                config=Config(signature_version="s3v4",
+                              s3={"addressing_style": "path" if connection.path_style else "auto"}))
+        return self._s3_presigner
+
     def file_url(self, public_url: str, model: str, relative: str, seconds: int) -> str:
         """A URL of the file ``relative`` (to the table's root) that works for ``seconds``."""
         connection = self.destination.connection
         key = "/".join(p for p in (self.prefix, model, relative) if p)
         if isinstance(connection, S3Connection):
-            return self.store.client.generate_presigned_url(
+            return self._presigner().generate_presigned_url(
                 "get_object", Params={"Bucket": connection.bucket, "Key": key}, ExpiresIn=seconds)
         if isinstance(connection, AzureBlobConnection):
             from azure.storage.blob import BlobSasPermissions, generate_blob_sas
@@ -244,7 +263,8 @@ def files(table: DeltaTable) -> list[dict[str, Any]]:
 
 def file_lines(location: Location, public_url: str, model: str, table_files: list[dict[str, Any]],
                seconds: int) -> Iterator[dict[str, Any]]:
-    expires_ms = int((time.time() + seconds) * 1000)
+    # whole seconds, as the stores sign them (S3's X-Amz-Date, Azure's se): never later than a URL's own expiry
+    expires_ms = (int(time.time()) + seconds) * 1000
     for entry in table_files:
         stats = json.dumps({"numRecords": entry["rows"]}) if entry["rows"] is not None else None
         line = {"url": location.file_url(public_url, model, entry["path"], seconds),
