@@ -158,11 +158,9 @@ def run_next_transfer(spark, config: PlatformConfig, dst_schema: str, conn: psyc
     return summary, now
 
 
-# -- the tests ------------------------------------------------------------------------------------
-
-
-def test_a_transfer_killed_mid_load_changes_neither_rows_nor_watermark(
-        spark, pg_conn, pg_schema, dst_schema, tmp_path, cli_transfer):
+def backfilled(spark, pg_conn, pg_schema: str, dst_schema: str, tmp_path: Path) -> tuple:
+    """Two tenants' 500 rows each in the source, the tenant's delivered by a backfill 10 minutes
+    ago: (backfill moment, min_start, configuration file, configuration)."""
     backfill_at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
     min_start = backfill_at - timedelta(hours=1)
     create_events(pg_conn, pg_schema)
@@ -173,6 +171,15 @@ def test_a_transfer_killed_mid_load_changes_neither_rows_nor_watermark(
                                dst_schema=dst_schema, min_start=min_start, window_seconds=None)
     config = load_config(config_path)
     assert transfer(spark, config, backfill_at, transfer_id="backfill").status == "SUCCESS"
+    return backfill_at, min_start, config_path, config
+
+
+# -- the tests ------------------------------------------------------------------------------------
+
+
+def test_a_transfer_killed_mid_load_changes_neither_rows_nor_watermark(
+        spark, pg_conn, pg_schema, dst_schema, tmp_path, cli_transfer):
+    backfill_at, min_start, config_path, config = backfilled(spark, pg_conn, pg_schema, dst_schema, tmp_path)
     before_rows = destination_rows(pg_conn, dst_schema)
     before_status = status_row(pg_conn, dst_schema)
     assert len(before_rows) == 500
@@ -254,16 +261,7 @@ def test_a_full_refresh_killed_mid_relay_changes_neither_the_live_table_nor_the_
         spark, pg_conn, pg_schema, dst_schema, tmp_path, cli_transfer):
     """The window is relayed (sources/relay.py: binary COPY from the source, slice by slice, into
     the staging table of the refresh's table built aside); killed once a slice has committed."""
-    backfill_at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
-    min_start = backfill_at - timedelta(hours=1)
-    create_events(pg_conn, pg_schema)
-    for k, tenant in enumerate((TENANT, OTHER)):
-        add_rows(pg_conn, pg_schema, tenant=tenant, first_id=1 + k * 1000, count=500, start=min_start,
-                 span=timedelta(minutes=58), payload=f"{tenant} v1 ")
-    config_path = write_config(tmp_path / "transfer_platform.yaml", source_schema=pg_schema,
-                               dst_schema=dst_schema, min_start=min_start, window_seconds=None)
-    config = load_config(config_path)
-    assert transfer(spark, config, backfill_at, transfer_id="backfill").status == "SUCCESS"
+    backfill_at, min_start, config_path, config = backfilled(spark, pg_conn, pg_schema, dst_schema, tmp_path)
     before_rows = destination_rows(pg_conn, dst_schema)
     before_status = status_row(pg_conn, dst_schema)
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=10_000_000, count=BATCH,

@@ -31,7 +31,7 @@ from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.destinations import mysql_reader
 from transfer_platform_tests.support.events import MODEL
-from transfer_platform_tests.support.mysql import MYSQL, mysql_connect, mysql_ident
+from transfer_platform_tests.support.mysql import MYSQL, mysql_connect, mysql_ident, new_database
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.transfers import transfer
 from transfer_platform_tests.support.typed import EVERY_TYPE_COLUMNS as COLUMNS
@@ -57,16 +57,8 @@ def source(pg_conn, pg_schema) -> str:
 
 @pytest.fixture
 def database():
-    name = f"tp_my_{uuid.uuid4().hex[:10]}"
-    conn = mysql_connect()
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {mysql_ident(name)} CHARACTER SET utf8mb4")
-    try:
+    with new_database("tp_my") as name:
         yield name
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {mysql_ident(name)}")
-        conn.close()
 
 
 def make_user(database: str, grants: tuple[str, ...]) -> str:

@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -36,7 +35,7 @@ from transfer_platform.errors import DataError, DuplicateKey
 from transfer_platform_tests.support.cli import PACKAGE_ROOT
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.events import MODEL
-from transfer_platform_tests.support.mysql import MYSQL, mysql_connect, mysql_ident
+from transfer_platform_tests.support.mysql import MYSQL, mysql_connect, mysql_ident, new_database
 from transfer_platform_tests.support.postgres import pg_connection_config
 
 pytestmark = pytest.mark.integration
@@ -49,16 +48,8 @@ KILL_ROWS = 60_000  # rows of the killed window, loaded 1,000 a file: a load of 
 
 @pytest.fixture
 def database():
-    name = f"tp_myfresh_{uuid.uuid4().hex[:10]}"
-    conn = mysql_connect()
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {mysql_ident(name)} CHARACTER SET utf8mb4")
-    try:
+    with new_database("tp_myfresh") as name:
         yield name
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {mysql_ident(name)}")
-        conn.close()
 
 
 COLUMNS = [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},

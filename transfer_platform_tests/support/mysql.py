@@ -7,6 +7,9 @@ table and its rows, a ``vendor: mysql`` source block.
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 import pymysql
@@ -36,6 +39,21 @@ def mysql_connect(database: str | None = None) -> pymysql.Connection:
                                connect_timeout=5, init_command="SET time_zone = '+00:00'")
     except pymysql.err.OperationalError as exc:
         pytest.fail(HOW_TO_START_MYSQL.format(error=exc.args[-1], **MYSQL), pytrace=False)
+
+
+@contextmanager
+def new_database(prefix: str) -> Iterator[str]:
+    """A database of its own (``<prefix>_<random>``, utf8mb4) for a test, dropped after it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    conn = mysql_connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {mysql_ident(name)} CHARACTER SET utf8mb4")
+    try:
+        yield name
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {mysql_ident(name)}")
+        conn.close()
 
 
 def mysql_ident(name: str) -> str:
