@@ -37,8 +37,9 @@ def test_a_detached_process_with_the_marker_is_the_client_sides(tmp_path):
             "while time.process_time() < end: pass\n"
             f"Path({str(ready)!r}).write_text('done'); time.sleep(60)")
     # the launcher starts the burner in a session of its own and ends: the burner is no descendant
+    # (its output elsewhere: a burner holding the launcher's pipe would keep subprocess.run waiting)
     launcher = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {burn!r}], "
-                "start_new_session=True); print(p.pid)")
+                "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)")
     marker = f"TP_BENCH_COST_TEST={tmp_path}"
     env = {**os.environ, "TP_BENCH_COST_TEST": str(tmp_path)}
     with Cost(marker) as cost:
