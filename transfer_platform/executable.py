@@ -26,13 +26,7 @@ COMMAND = resident.Command(
     warm=("transfer_platform.cli", "transfer_platform.transfers.entry", "transfer_platform.transfers.runner",
           "transfer_platform.runtime.spark_session", "transfer_platform.runtime.shared_spark",
           "transfer_platform.console.progress", "pyspark.sql.connect.session", "pyarrow", "pyarrow.parquet",
-          "pandas",
-          # what a small incremental imported in its fork otherwise (~0.3 s on 2 busy cores): the
-          # configuration's loader, the database sources and their direct reads, the SQL writers,
-          # and pyarrow's CSV writer (the staging COPY) and group-by (acero, dataset: versions)
-          "transfer_platform.config.loading", "transfer_platform.sources.jdbc", "transfer_platform.sources.direct",
-          "transfer_platform.destinations.postgres.writer", "transfer_platform.destinations.mysql.writer",
-          "pyarrow.csv", "pyarrow.acero", "pyarrow.dataset", "encodings.idna"))
+          "pandas"))
 
 
 def main() -> int:
