@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.sql import change_literal, derived_table, quote_ident, search_path_value
@@ -105,9 +105,7 @@ def split_bounds(lower: object, upper: object, slices: int) -> list[object]:
     for i in range(1, slices):
         if isinstance(lower, datetime):
             value: object = lower + (upper - lower) * i / slices  # type: ignore[operator]
-        elif isinstance(lower, date):
-            value = lower + (upper - lower) * i // slices  # type: ignore[operator]
-        else:
+        else:  # a date or an integer: whole steps
             value = lower + (upper - lower) * i // slices  # type: ignore[operator]
         if lower < value < upper and (not inner or inner[-1] < value):  # type: ignore[operator]
             inner.append(value)
