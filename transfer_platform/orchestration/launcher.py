@@ -36,7 +36,6 @@ import contextlib
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -47,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from dagster import DagsterRun, DefaultRunLauncher, serialize_value
 
 from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
+from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time, readable
 
 if TYPE_CHECKING:
     from transfer_platform.orchestration.dagster_internals import LaunchRunContext
@@ -194,7 +193,7 @@ class _Parent:
                     return answer
                 _LOG.debug("run worker parent %s: %s", self.process.pid, answer)
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not readable(fd, left):
                 return {"failed": f"its parent process (pid {self.process.pid}) did not answer in {timeout} s"}
             chunk = os.read(fd, 65536)
             if not chunk:

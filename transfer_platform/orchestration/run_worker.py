@@ -212,6 +212,14 @@ class Parent(ForkServer[str | None]):
             self.children[self.fork(reporter)] = None
 
 
+def readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has something to read (or reached its end) within ``timeout`` seconds: poll,
+    not ``select``, which refuses descriptors numbered 1024 and above (a long-lived process holds that many)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
 class Lines:
     """Lines of a file descriptor, read unbuffered (a forked worker must not inherit read-ahead),
     calling ``on_wait()`` every 0.5 s while none comes."""
@@ -222,9 +230,9 @@ class Lines:
 
     def next(self, on_wait: Callable[[], None]) -> str | None:
         while b"\n" not in self.buffer:
-            readable, _, _ = select.select([self.fd], [], [], 0.5)
+            ready = readable(self.fd, 0.5)
             on_wait()
-            if readable:
+            if ready:
                 chunk = os.read(self.fd, 65536)
                 if not chunk:
                     return None

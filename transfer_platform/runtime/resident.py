@@ -52,7 +52,7 @@ import io
 import json
 import os
 import random
-import select
+import selectors
 import signal
 import socket
 import subprocess
@@ -304,7 +304,10 @@ class Server(ForkServer[socket.socket | None]):
     def _loop(self, listener: socket.socket, wake: int) -> None:
         while not self.stopping:
             callers = {c: pid for pid, c in self.children.items() if c is not None}
-            readable, _, _ = select.select([listener, wake, *callers], [], [], 1.0)
+            with selectors.DefaultSelector() as selector:  # not select(): descriptors past 1024
+                for watched in (listener, wake, *callers):
+                    selector.register(watched, selectors.EVENT_READ)
+                readable = [key.fileobj for key, _ in selector.select(1.0)]
             if wake in readable:
                 os.read(wake, 4096)
             self.reap()

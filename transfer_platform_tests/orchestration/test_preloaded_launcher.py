@@ -167,6 +167,19 @@ def test_runs_fork_from_one_parent_until_its_code_changes(tmp_path: Path, instan
     assert finished(instance, fourth.run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
+def test_a_daemon_holding_over_1024_descriptors_launches_runs(tmp_path: Path, instance: dg.DagsterInstance,
+                                                              launcher: PreloadedRunLauncher) -> None:
+    """A long-lived daemon may hold more than 1024 open files: the pipe to the run worker parent
+    then has a number ``select()`` refuses (it raised ValueError and failed every launch)."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        run = launch(instance, launcher, Location(tmp_path, "tp_many_fds"))
+        assert finished(instance, run.run_id).status == dg.DagsterRunStatus.SUCCESS, messages(instance, run.run_id)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def waiting_workers(parent: int) -> list[int]:
     """The run worker parent's live children: with no run executing, its spare."""
     return [pid for pid, _name in live_children(parent)]
