@@ -56,10 +56,11 @@ CONNECT_LANE = ("transfer_platform_tests/integration/", "transfer_platform_tests
                 # than the queue's launch gap; against a warm server a run takes ~2 s and they did not
                 "transfer_platform_tests/orchestration/test_several_destinations.py")
 #: tests that start Spark servers of their own (a Connect server on a standalone cluster, one
-#: that they kill), and tests under integration/ that use no Spark (the lane would run them again
-#: for nothing)
+#: that they kill, the shared servers of the command line), and tests under integration/ that use
+#: no Spark (the lane would run them again for nothing)
 OWN_SPARK = ("transfer_platform_tests/integration/test_standalone_cluster.py",
              "transfer_platform_tests/integration/test_spark_connect_death.py",
+             "transfer_platform_tests/integration/test_shared_spark.py",
              "transfer_platform_tests/integration/test_mysql_fresh_table.py")
 
 
