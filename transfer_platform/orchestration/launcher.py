@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any
 from dagster import DagsterRun, DefaultRunLauncher, serialize_value
 
 from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time, readable
+from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
+from transfer_platform.runtime.forks import ready
 
 if TYPE_CHECKING:
     from transfer_platform.orchestration.dagster_internals import LaunchRunContext
@@ -193,7 +194,7 @@ class _Parent:
                     return answer
                 _LOG.debug("run worker parent %s: %s", self.process.pid, answer)
             left = deadline - time.monotonic()
-            if left <= 0 or not readable(fd, left):
+            if left <= 0 or not ready([fd], left):
                 return {"failed": f"its parent process (pid {self.process.pid}) did not answer in {timeout} s"}
             chunk = os.read(fd, 65536)
             if not chunk:

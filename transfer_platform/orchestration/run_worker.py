@@ -42,7 +42,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import select
 import signal
 import sys
 import threading
@@ -53,7 +52,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from transfer_platform import vendors
-from transfer_platform.runtime.forks import ForkServer, package_stamp, warm
+from transfer_platform.runtime.forks import ForkServer, package_stamp, ready, warm
 
 #: modules a transfer imports, imported once by the parent after Dagster's run machinery
 #: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped
@@ -212,14 +211,6 @@ class Parent(ForkServer[str | None]):
             self.children[self.fork(reporter)] = None
 
 
-def readable(fd: int, timeout: float) -> bool:
-    """Whether ``fd`` has something to read (or reached its end) within ``timeout`` seconds: poll,
-    not ``select``, which refuses descriptors numbered 1024 and above (a long-lived process holds that many)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(max(0.0, timeout) * 1000))
-
-
 class Lines:
     """Lines of a file descriptor, read unbuffered (a forked worker must not inherit read-ahead),
     calling ``on_wait()`` every 0.5 s while none comes."""
@@ -230,9 +221,9 @@ class Lines:
 
     def next(self, on_wait: Callable[[], None]) -> str | None:
         while b"\n" not in self.buffer:
-            ready = readable(self.fd, 0.5)
+            readable = ready([self.fd], 0.5)
             on_wait()
-            if ready:
+            if readable:
                 chunk = os.read(self.fd, 65536)
                 if not chunk:
                     return None

@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import select
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 Mark = TypeVar("Mark")  # what a server keeps of each child (its caller, its run)
 
@@ -48,6 +49,19 @@ def warm(modules: tuple[str, ...], skipped: type[BaseException] | tuple[type[Bas
     for name in modules:
         with contextlib.suppress(skipped):
             importlib.import_module(name)
+
+
+
+def ready(watched: Sequence[Any], timeout: float) -> list[Any]:
+    """Those of ``watched`` (descriptors, or objects with ``fileno()``) that have something to read
+    or reached their end within ``timeout`` seconds. ``poll``, not ``select()``, which refuses
+    descriptors numbered 1024 and above (a long-lived process may hold that many)."""
+    poller, by_fd = select.poll(), {}
+    for item in watched:
+        fd = item if isinstance(item, int) else item.fileno()
+        by_fd[fd] = item
+        poller.register(fd, select.POLLIN)
+    return [by_fd[fd] for fd, _ in poller.poll(max(0.0, timeout) * 1000)]
 
 
 class ForkServer(Generic[Mark]):

@@ -52,7 +52,6 @@ import io
 import json
 import os
 import random
-import selectors
 import signal
 import socket
 import subprocess
@@ -62,7 +61,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from transfer_platform.runtime.forks import ForkServer, package_stamp, warm
+from transfer_platform.runtime.forks import ForkServer, package_stamp, ready, warm
 
 #: the commands a resident process runs: those that read the configuration and may start Spark
 FORWARDED = frozenset({"transfer", "integrity", "sweep-deletes", "test-connection", "validate"})
@@ -304,10 +303,7 @@ class Server(ForkServer[socket.socket | None]):
     def _loop(self, listener: socket.socket, wake: int) -> None:
         while not self.stopping:
             callers = {c: pid for pid, c in self.children.items() if c is not None}
-            with selectors.DefaultSelector() as selector:  # not select(): descriptors past 1024
-                for watched in (listener, wake, *callers):
-                    selector.register(watched, selectors.EVENT_READ)
-                readable = [key.fileobj for key, _ in selector.select(1.0)]
+            readable = ready([listener, wake, *callers], 1.0)
             if wake in readable:
                 os.read(wake, 4096)
             self.reap()
