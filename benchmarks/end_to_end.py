@@ -81,7 +81,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.cases_platform import destination_schema, platform_raw
-from benchmarks.common import COLUMNS, SCHEMA, count_rows, drop_schemas, pg_connect, stats
+from benchmarks.common import COLUMNS, NOW, SCHEMA, count_rows, drop_schemas, pg_connect, stats
 from benchmarks.cost import Cost, median_cost, per_million
 from benchmarks.source import SOURCE, create_source, drop_source, touch_one_percent
 
@@ -152,7 +152,9 @@ def bare_copy(schema: str, binary: bool = False) -> None:
 
 
 def write_config(folder: Path, name: str, remote: str | None, now: datetime) -> Path:
-    raw = platform_raw([TENANT], PREFIX, min_start=now - timedelta(days=400))
+    # the source's rows are dated before its fixed clock NOW, up to a year back (benchmarks/source.py,
+    # benchmarks/linear.py): the start precedes them all, whatever today's date
+    raw = platform_raw([TENANT], PREFIX, min_start=min(now, NOW) - timedelta(days=400))
     raw["spark"] = {"master": "local[2]", "driver_memory": "2g", **({"remote": remote} if remote else {})}
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw))
