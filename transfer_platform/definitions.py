@@ -21,7 +21,7 @@ from transfer_platform.config.shards import (
 )
 from transfer_platform.orchestration import dagster_internals
 from transfer_platform.orchestration.assets import source_specs, transfer_assets
-from transfer_platform.orchestration.checks import integrity_checks, integrity_job
+from transfer_platform.orchestration.checks import integrity_job
 from transfer_platform.orchestration.connection_test_job import connection_test_job
 from transfer_platform.orchestration.dagster_fixes import install as install_dagster_fixes
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
@@ -49,7 +49,6 @@ def build_definitions(config_path: str | None = None, shard: str | None = None) 
     upkeep = does_instance_upkeep(share)
     return dg.Definitions(
         assets=[*source_specs(config), *transfers],
-        asset_checks=integrity_checks(config),
         jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job, *asset_jobs],
         # run retention and webhooks are instance-wide: one code location has them (the unsharded
         # one, or shard 0); webhooks only with a store

@@ -44,12 +44,15 @@ from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import ModelWindowing
+from transfer_platform.orchestration.checks import CHECK_NAME as INTEGRITY
+from transfer_platform.orchestration.checks import integrity_spec, run_checks
 from transfer_platform.orchestration.keys import (
     SOURCE_GROUP,
     source_asset_key,
     transfer_asset_key,
     transfer_group,
 )
+from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
 from transfer_platform.orchestration.last_transfer import (
     as_result,
     check_spec,
@@ -100,8 +103,25 @@ def transfer_assets(config: PlatformConfig) -> list[AssetsDefinition]:
     its own asset (key, group, partitions, lineage, checks), and the op behind them is shared. A
     definition per pair made 10,000 ops for 1,000 recipients x 10 models, which Dagster takes
     about 40 s to build; grouping makes 1,000."""
-    assets, names = [], set()
+    assets = []
     partitions: dict[tuple, TimeWindowPartitionsDefinition | None] = {}  # one per partitioning, shared
+    for destination_name, name, members in _transfer_ops(config):
+        partitioning = _partitioning(members[0][1])
+        if partitioning not in partitions:
+            partitions[partitioning] = partitions_for(members[0][1])
+        assets.append(build_transfer_assets(config, destination_name, members, name,
+                                            partitions_def=partitions[partitioning]))
+    return assets
+
+
+def transfer_op_names(config: PlatformConfig, destination_name: str) -> list[str]:
+    """The ops of one destination's transfer assets (one per partitioning of its models)."""
+    return [name for destination, name, _ in _transfer_ops(config) if destination == destination_name]
+
+
+def _transfer_ops(config: PlatformConfig) -> Iterator[tuple[str, str, list[tuple[ModelConfig, ModelWindowing]]]]:
+    """(destination, op name, its models) of each transfer op, in configuration order."""
+    names: set[str] = set()
     for destination in config.destinations:
         groups: dict[tuple, list[tuple[ModelConfig, ModelWindowing]]] = {}
         for model in config.models_for(destination):
@@ -112,12 +132,7 @@ def transfer_assets(config: PlatformConfig) -> list[AssetsDefinition]:
             while name in names:  # destination "a" group 1 and destination "a__1"
                 name += "_"
             names.add(name)
-            partitioning = _partitioning(members[0][1])
-            if partitioning not in partitions:
-                partitions[partitioning] = partitions_for(members[0][1])
-            assets.append(build_transfer_assets(config, destination.name, members, name,
-                                                partitions_def=partitions[partitioning]))
-    return assets
+            yield destination.name, name, members
 
 
 def _partitioning(windowing: ModelWindowing) -> tuple:
@@ -167,7 +182,10 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
     @multi_asset(
         name=name,
         specs=specs,
-        check_specs=[check_spec(spec.key) for spec in specs],
+        # each asset's last_transfer check, which its transfers report, and its integrity check,
+        # which runs when selected (the integrity job selects only those)
+        check_specs=[*(check_spec(spec.key) for spec in specs),
+                     *(integrity_spec(config, destination_name, model) for model, _ in members)],
         can_subset=True,
         partitions_def=partitions_def,
         backfill_policy=BackfillPolicy.single_run() if partitions_def else None,
@@ -178,11 +196,17 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         now = datetime.now(UTC)  # the run's clock, captured once and passed down
         current = platform.config
         models = [current.model(name) for key, name in model_of_key.items() if key in context.selected_asset_keys]
-        if not models:  # only last_transfer checks selected ("Execute checks"): report them again
-            for check_key in context.selected_asset_check_keys:
-                yield as_result(latest(context.instance, check_key.asset_key, context.run.run_id))
+        run_id = context.run.run_id
+        checked = {key for key in context.selected_asset_check_keys if key.name == LAST_TRANSFER}
+        integrity = [key for key in context.selected_asset_check_keys if key.name == INTEGRITY]
+        def checks() -> Iterator:  # the selected integrity checks, after what the run moved
+            return run_checks(context, lambda: pyspark.spark_session, current, destination_name, model_of_key,
+                              integrity)
+        if not models:  # only checks selected ("Execute checks", the integrity job): the last
+            for check_key in checked:  # transfer's outcome again, the integrity checks run
+                yield as_result(latest(context.instance, check_key.asset_key, run_id))
+            yield from checks()
             return
-        run_id, checked = context.run.run_id, context.selected_asset_check_keys
         planned = list(context.partition_keys) if partitions_def is not None else []
         if KIND_TAG not in context.run.tags:  # run in process (materialize()): not queued, not tagged
             context.instance.add_run_tags(run_id, limit_tags(current, destination_name, models, "transfer"))
@@ -198,6 +222,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             yield from _dry_run(context, transfer, key_of_model)
             for check_key in checked:  # nothing moved: the last outcome stands
                 yield as_result(latest(context.instance, check_key.asset_key, run_id))
+            yield from checks()
             return
         def step_events(event: AssetMaterialization | AssetCheckEvaluation) -> Iterator:
             if isinstance(event, AssetMaterialization):
@@ -212,6 +237,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         yield from relay(transfer_events(context.instance, run_id, transfer, key_of_model), step_events)
         if transfer.failed:
             raise _failure(destination_name, transfer.failed, len(transfer.summaries))
+        yield from checks()
 
     return _transfer
 

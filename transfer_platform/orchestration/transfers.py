@@ -464,8 +464,10 @@ def list_transfers(instance: DagsterInstance, wanted: TransferFilter) -> list[di
 
 def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_path: Path, destination_name: str,
                       *, trigger: str = "cli") -> str:
-    """Submit a run of the ``integrity`` job with the checks of one destination (its op, as the
-    launchpad's selection and the sensor's run request do), tagged as the sensor tags it."""
+    """Submit a run of the ``integrity`` job with the checks of one destination (its ops, which in
+    that job carry only their integrity checks, as the launchpad's selection and the sensor's run
+    request do), tagged as the sensor tags it."""
+    from transfer_platform.orchestration.assets import transfer_op_names
     from transfer_platform.orchestration.checks import JOB_NAME
 
     destination = config.destination(destination_name)
@@ -474,7 +476,7 @@ def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_
         raise ConfigError(f"destination {destination.name!r} receives no enabled model: nothing to check")
     tags = {**limit_tags(config, destination.name, models, "integrity"), TRIGGER_TAG: trigger}
     return _launch(instance, config_path, destination.recipient, JOB_NAME, {}, tags,
-                   op_selection=f"integrity_{destination.name}")
+                   op_selection=",".join(transfer_op_names(config, destination.name)))
 
 
 def integrity_results(instance: DagsterInstance, config: PlatformConfig, destination_name: str) -> list[dict[str, Any]]:

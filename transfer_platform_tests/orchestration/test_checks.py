@@ -168,3 +168,26 @@ def test_error_results_mask_the_configured_passwords(config_path: Path) -> None:
     assert PASSWORD not in result.description
     assert "password *** refused" in result.description
     assert all(PASSWORD not in str(v.value) for v in result.metadata.values())
+
+
+def test_materialize_with_the_assets_checks_moves_the_rows_then_checks_them(config_path: Path, spark) -> None:
+    """The UI's Materialize sends an asset's checks along: the rows move, then the integrity check
+    compares them in the same run; the integrity job alone moves nothing."""
+    defs = build_definitions(str(config_path))
+    materialize = defs.resolve_job_def("transfer_assets").get_subset(
+        asset_selection={ACME_KEY}, asset_check_selection={dg.AssetCheckKey(ACME_KEY, CHECK_NAME),
+                                                           dg.AssetCheckKey(ACME_KEY, "last_transfer")})
+    with dg.instance_for_test() as instance:
+        result = materialize.execute_in_process(instance=instance, raise_on_error=False)
+        assert result.success
+        assert [m.asset_key for m in result.get_asset_materialization_events()] == [ACME_KEY]
+        evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+        assert set(evaluations) == {CHECK_NAME, "last_transfer"}
+        assert evaluations[CHECK_NAME].passed
+        assert (_values(evaluations[CHECK_NAME])["rows_compared"], _values(evaluations[CHECK_NAME])["missing"]) == (6, 0)
+
+        DeltaTable(str(config_path.parent / "dest" / "items")).delete("id = 3")
+        checked = _run_checks(defs, instance, [dg.AssetCheckKey(ACME_KEY, CHECK_NAME)])
+        assert checked.get_asset_materialization_events() == []  # nothing moved: the row stays missing
+        (evaluation,) = checked.get_asset_check_evaluations()
+        assert (evaluation.passed, _values(evaluation)["missing"]) == (False, 1)
