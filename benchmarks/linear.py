@@ -15,7 +15,13 @@ rows of the smaller size stay as they are, as ``benchmarks/source.py`` builds th
   JVM and Python workers), sampled every 0.1 s, with its value at the start;
 - the **incremental**: ``--changed`` rows of the tenant changed (the same ids at every size), then
   ``transfer-platform transfer d0`` into the destination table holding the whole tenant,
-  ``--incremental-runs`` times: its seconds and CPU-seconds, which should not depend on the size.
+  ``--incremental-runs`` times: its seconds and CPU-seconds, which should not depend on the size;
+  before each, the floor's incremental (``benchmarks/end_to_end.py``'s psycopg ``COPY`` + merge) of
+  as many changed rows into the same table: what PostgreSQL itself costs at that size.
+
+Between the steps, untimed: a checkpoint before each backfill, and the destination table vacuumed
+and analyzed after it (autovacuum's work on a table just loaded, which would otherwise run during
+the incrementals), so that each step measures itself and not the one before.
 
 A size whose source and destination would not fit in the free disk (measured after the first
 size: the source's bytes per row, for the rows added and 2.5x the size for the destination's
@@ -39,7 +45,7 @@ from pathlib import Path
 
 from benchmarks.common import NOW, SCHEMA, count_rows, drop_schemas, pg_connect, stats
 from benchmarks.cost import Cost, median_cost, per_million
-from benchmarks.end_to_end import MODES, PREFIX, cli_transfer, uptime, write_config
+from benchmarks.end_to_end import MODES, PREFIX, cli_transfer, floor_transfer, uptime, write_config
 from benchmarks.source import SOURCE, create_source, drop_source
 
 #: the flatness the issue asks of time and CPU per million rows across sizes
@@ -79,6 +85,16 @@ def change(count: int, at: datetime) -> int:
                             (at, count)).rowcount
 
 
+def settle(table: str | None = None) -> None:
+    """Untimed, between the steps: ``table`` vacuumed and analyzed (what autovacuum would do to a
+    table just loaded, in the middle of the next step otherwise), then a checkpoint (the dirty
+    pages of the step before written now, not during the next one)."""
+    with pg_connect(autocommit=True) as conn:
+        if table:
+            conn.execute(f"VACUUM ANALYZE {table}")
+        conn.execute("CHECKPOINT")
+
+
 def bytes_per_row(rows: int) -> float:
     with pg_connect(autocommit=True) as conn:
         return conn.execute("SELECT pg_total_relation_size(%s::regclass)", (SOURCE,)).fetchone()[0] / rows
@@ -92,6 +108,7 @@ def at_size(args: argparse.Namespace, config: Path, rows: int, marker: str) -> d
     destination = f"{PREFIX}_0.events"
     seconds, costs, peaks, starts = [], [], [], []
     for _ in range(args.runs):
+        settle()
         with Cost(marker) as cost:
             start = time.perf_counter()
             cli_transfer(config, "--full-refresh", mode=args.mode)
@@ -101,12 +118,18 @@ def at_size(args: argparse.Namespace, config: Path, rows: int, marker: str) -> d
         starts.append(cost.start_rss)
         if (held := count_rows(destination)) != rows:
             raise RuntimeError(f"backfill of {rows} rows: the destination holds {held}")
+    settle(destination)  # the incrementals measure a table in its steady state, not the load's aftermath
     backfill = {**stats(seconds), "rows": rows, "cpu_s": median_cost(costs),
                 "s_per_million_rows": round(stats(seconds)["median_s"] * 1e6 / rows, 2),
                 "peak_rss_gb": round(max(peaks) / 1024**3, 2), "rss_at_start_gb": round(min(starts) / 1024**3, 2)}
     backfill["cpu_s_per_million_rows"] = per_million(backfill["cpu_s"], rows)
-    seconds, costs = [], []
+    seconds, costs, floors = [], [], []
     for _ in range(args.incremental_runs):
+        at = datetime.now(UTC) - timedelta(seconds=1)
+        change(args.changed, at)
+        start = time.perf_counter()  # the floor, into the same table: what PostgreSQL itself costs there
+        floor_transfer(destination.split(".")[0], at)
+        floors.append(time.perf_counter() - start)
         at = datetime.now(UTC) - timedelta(seconds=1)
         changed = change(args.changed, at)
         with Cost(marker) as cost:
@@ -117,8 +140,10 @@ def at_size(args: argparse.Namespace, config: Path, rows: int, marker: str) -> d
         moved = count_rows(destination, "WHERE updated_at = %s", (at,))
         if moved != changed or count_rows(destination) != rows:
             raise RuntimeError(f"incremental into {rows} rows: {moved} of {changed} changed rows delivered")
-    return {"backfill": backfill,
-            "incremental": {**stats(seconds), "rows": changed, "destination_rows": rows, "cpu_s": median_cost(costs)}}
+    incremental = {**stats(seconds), "rows": changed, "destination_rows": rows, "cpu_s": median_cost(costs),
+                   "floor": stats(floors)}
+    incremental["above_floor_s"] = round(incremental["median_s"] - incremental["floor"]["median_s"], 3)
+    return {"backfill": backfill, "incremental": incremental}
 
 
 def summary(sizes: dict) -> dict:
@@ -131,6 +156,7 @@ def summary(sizes: dict) -> dict:
         "backfill source CPU s per 1M rows": [s["backfill"]["cpu_s_per_million_rows"]["source"] for s in sizes.values()],
         "backfill peak resident GB (client side)": [s["backfill"]["peak_rss_gb"] for s in sizes.values()],
         "incremental s": [s["incremental"]["median_s"] for s in sizes.values()],
+        "incremental floor s": [s["incremental"]["floor"]["median_s"] for s in sizes.values()],
         "incremental client CPU s": [s["incremental"]["cpu_s"]["client"] for s in sizes.values()],
         "incremental destination CPU s": [s["incremental"]["cpu_s"]["destination"] for s in sizes.values()],
     }
@@ -141,13 +167,15 @@ def summary(sizes: dict) -> dict:
 
 def table(sizes: dict, skipped: list[str], found: dict) -> str:
     lines = [f"{'rows':>10} {'backfill s':>10} {'s/1M':>6} {'CPU s/1M: src':>13} {'dest':>6} {'client':>6} "
-             f"{'peak GB':>7} {'start GB':>8} | {'incr. s':>7} {'min-max':>11} {'CPU s: dest':>11} {'client':>6}"]
+             f"{'peak GB':>7} {'start GB':>8} | {'incr. s':>7} {'min-max':>11} {'floor s':>7} {'CPU s: dest':>11} "
+             f"{'client':>6}"]
     for rows, size in sizes.items():
         b, i = size["backfill"], size["incremental"]
         cpu = b["cpu_s_per_million_rows"]
         lines.append(f"{rows:>10} {b['median_s']:>10.1f} {b['s_per_million_rows']:>6.2f} {cpu['source']:>13.2f} "
                      f"{cpu['destination']:>6.2f} {cpu['client']:>6.2f} {b['peak_rss_gb']:>7.2f} "
                      f"{b['rss_at_start_gb']:>8.2f} | {i['median_s']:>7.2f} {i['min_s']:>5.2f}-{i['max_s']:<5.2f} "
+                     f"{i['floor']['median_s']:>7.2f} "
                      f"{i['cpu_s']['destination']:>11.2f} {i['cpu_s']['client']:>6.2f}")
     lines += [f"skipped: {reason}" for reason in skipped]
     for name, row in found.items():
