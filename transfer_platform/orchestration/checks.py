@@ -3,9 +3,9 @@
 One check named ``integrity`` per destination/model transfer asset, declared on the asset's own
 op (``assets.py``'s ``transfer__<destination>``, beside ``last_transfer``): a run selecting some of
 them runs those checks, one after another (:func:`run_checks`), and moves nothing unless it also
-selects assets. An op of checks of its own per destination made Dagster build, resolve and
-snapshot one more op per destination in every job selecting them: at 1,000 destinations, 45% of
-the code location's cost. Each check is thin: it captures the run's clock, hands plain values to
+selects assets. An op of checks of its own per destination would make Dagster build, resolve
+and snapshot one more op per destination in every job selecting them: at 1,000 destinations, 45%
+of the code location's cost. Each check is thin: it captures the run's clock, hands plain values to
 :func:`transfer_platform.transfers.integrity.check_integrity` and turns its report into an
 ``AssetCheckResult`` (ERROR severity, not blocking). A source or destination that cannot be
 reached or read is a failed check with the error's message, not a traceback; no secret reaches
