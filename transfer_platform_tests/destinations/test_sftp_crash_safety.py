@@ -80,6 +80,10 @@ def test_a_transfer_killed_while_writing_a_window_leaves_the_previous_rows_and_t
     assert manifest["transfer_id"] == "t1"
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
              span=timedelta(days=1), payload="batch-")
+    # ~1 kB of hex a row (tens of MB of Parquet, which compresses hex poorly): the window's file
+    # takes long enough to upload that the test sees it being written, whatever the machine's speed
+    pg_conn.execute(f'UPDATE "{pg_schema}".events SET payload = payload || repeat(md5(id::text), 30) '
+                    "WHERE id >= 1000")
 
     data = server.chroot / root.lstrip("/") / "acme" / MODEL
     transfer_killed_when(config_path, DESTINATION, tmp_path,  # killed once the window's file is being written
