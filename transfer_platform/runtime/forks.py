@@ -17,6 +17,7 @@ a resident process serves it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import os
 import select
@@ -85,9 +86,22 @@ class ForkServer(Generic[Mark]):
             return "stale"
         return "threads" if threading.active_count() > 1 else None
 
+    @staticmethod
+    def freeze() -> None:
+        """Collect the parent's garbage, then hide the rest from the garbage collector
+        (``gc.freeze``): a child's collections then never walk the objects it inherited. Walking
+        them writes to each object's header, which copies every page of the preloaded heap
+        (Dagster, the definitions, the data path's libraries) into the child: 0.2-0.4 s of a small
+        transfer on 2 cores, in its first full collection. Called once the imports are done and
+        before each fork; only what the parent made since the last one is new then."""
+        gc.collect()
+        gc.freeze()
+
     def fork(self, child: Callable[[], int]) -> int:
         """Fork a process that runs ``child()`` and exits with what it returns (never returning
-        into the parent's loop); its pid, in the parent."""
+        into the parent's loop); its pid, in the parent. The parent's objects are frozen first
+        (:meth:`freeze`)."""
+        self.freeze()
         pid = os.fork()
         if pid == 0:
             code = 1

@@ -269,6 +269,7 @@ class Server(ForkServer[socket.socket | None]):
             started = time.perf_counter()
             warm(self.command.warm)
             self.remember_code()
+            self.freeze()  # ahead of the first command, whose fork then finds little to collect
             self.wake, wake_write = os.pipe()
             os.set_blocking(wake_write, False)
             signal.set_wakeup_fd(wake_write)
