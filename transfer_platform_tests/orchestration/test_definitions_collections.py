@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from transfer_platform_tests.orchestration.test_sensor_scale import write_scale_config
+from transfer_platform_tests.support.scale import write_scale_config
 
 BUILD = textwrap.dedent("""
     import gc, json, sys, warnings
