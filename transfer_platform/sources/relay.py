@@ -22,13 +22,15 @@ The window's query is the one Spark would run (tenant, bounds, NULL last-modifie
 READ ONLY transaction in UTC with the same search path; slices split it on the last-modified
 column between the window's bounds as Spark's JDBC partitions do (the first slice also takes
 NULL values, so the staging scan still refuses them by name). Each value is cast on the source to
-the staging column's own type, so the binary rows fit the destination as they are. What follows the
+the staging column's own type, so the binary rows fit the destination as they are. Each slice
+commits on its own; a task Spark retries first deletes its slices' rows an earlier attempt
+committed (:func:`relay_partition`). What follows the
 stage (the scan, the key, the merge or swap, the watermark) is the writer's as for any window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -60,11 +62,10 @@ class RelayRead:
     def slices(self) -> int:
         return len(self.bounds) + 1
 
-    def copy_out(self, index: int, types: dict[str, str]) -> str:
-        """Slice ``index``'s ``COPY ... TO STDOUT (FORMAT binary)``, each column cast to the
-        destination staging column's type (``types``: destination name -> type)."""
-        select = ", ".join(f"{quote_ident(src)}::{types[dest]} AS {quote_ident(dest)}" for src, dest in self.columns)
-        lm = quote_ident(self.last_modified)
+    def predicate(self, index: int, last_modified: str) -> str:
+        """Slice ``index``'s condition on the last-modified column named ``last_modified`` ("" for
+        the one slice of a window not split)."""
+        lm = quote_ident(last_modified)
         where = []
         if index > 0:
             where.append(f"{lm} >= {self.bounds[index - 1]}")
@@ -73,8 +74,21 @@ class RelayRead:
         predicate = " AND ".join(where)
         if index == 0 and predicate:  # the first slice also takes NULL values (refused by the scan)
             predicate = f"({predicate} OR {lm} IS NULL)"
+        return predicate
+
+    def copy_out(self, index: int, types: dict[str, str]) -> str:
+        """Slice ``index``'s ``COPY ... TO STDOUT (FORMAT binary)``, each column cast to the
+        destination staging column's type (``types``: destination name -> type)."""
+        select = ", ".join(f"{quote_ident(src)}::{types[dest]} AS {quote_ident(dest)}" for src, dest in self.columns)
+        predicate = self.predicate(index, self.last_modified)
         sql = f"SELECT {select} FROM {derived_table(self.window_sql, alias='tp_relay')}"
         return f"COPY ({sql}{' WHERE ' + predicate if predicate else ''}) TO STDOUT (FORMAT binary)"
+
+    def clear_slice(self, index: int, staging: str) -> str:
+        """The ``DELETE`` of slice ``index``'s rows from ``staging`` (a qualified, quoted name),
+        by the last-modified column's name there: what an earlier attempt of its task committed."""
+        predicate = self.predicate(index, dict(self.columns)[self.last_modified])
+        return f"DELETE FROM {staging}{' WHERE ' + predicate if predicate else ''}"
 
 
 def relay_for(reader: JdbcReader, request: ReadRequest, slices: int) -> RelayRead:
@@ -112,22 +126,37 @@ def split_bounds(lower: object, upper: object, slices: int) -> list[object]:
     return inner
 
 
-def relay_partition(relay: RelayRead, destination: dict, copy_in: str, types: dict[str, str],
-                    batches: Iterator) -> Iterator:
+def task_attempt() -> int:
+    """This Spark task's attempt number (0 the first time; 0 outside a Spark task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return 0 if context is None else context.attemptNumber()
+
+
+def relay_partition(relay: RelayRead, destination: dict, staging: str, copy_in: str, types: dict[str, str],
+                    batches: Iterator, *, attempt: Callable[[], int] = task_attempt) -> Iterator:
     """Runs in a Spark Python worker: for each slice index in ``batches`` (a ``spark.range``),
-    the slice streamed from the source into ``copy_in`` on the destination, in its own
-    transaction; yields the rows written."""
+    the slice streamed from the source into ``copy_in`` on the destination (its ``staging``
+    table), in its own transaction; yields the rows written. A retried task (Spark's attempt
+    number above 0) first deletes, in each slice's transaction, the rows an earlier attempt
+    committed, so a slice is never staged twice (which the key check would refuse as a
+    duplicate key the source does not hold)."""
     import pyarrow as pa
 
+    retried = attempt() > 0
     rows = 0
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            rows += relay_slice(relay, int(index), destination, copy_in, types)
+            rows += relay_slice(relay, int(index), destination, copy_in, types,
+                                clear=relay.clear_slice(int(index), staging) if retried else None)
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
-def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, types: dict[str, str]) -> int:
-    """One slice, source to destination, bytes as they come (gathered to ``CHUNK_BYTES``)."""
+def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, types: dict[str, str],
+                clear: str | None = None) -> int:
+    """One slice, source to destination, bytes as they come (gathered to ``CHUNK_BYTES``);
+    ``clear`` (a retried task's): run first, in the slice's transaction on the destination."""
     import psycopg
 
     try:
@@ -136,6 +165,8 @@ def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, t
             if relay.search_path is not None:
                 source.execute("SELECT set_config('search_path', %s, true)", (relay.search_path,))
             cursor = target.cursor()
+            if clear is not None:
+                cursor.execute(clear)
             with source.cursor().copy(relay.copy_out(index, types)) as out, cursor.copy(copy_in) as into:
                 pending = bytearray()
                 for chunk in out:

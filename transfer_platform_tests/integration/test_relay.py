@@ -17,7 +17,7 @@ import pytest
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.config import config_for
 from transfer_platform_tests.support.events import MODEL, epoch
-from transfer_platform_tests.support.postgres import pg_connection_config, status_row
+from transfer_platform_tests.support.postgres import PG, pg_connection_config, status_row
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
@@ -174,3 +174,39 @@ def test_a_null_key_or_last_modified_is_refused_by_name_with_nothing_changed(
         assert ("NULL primary key value (id)" if column == "id" else "NULL last-modified") in summary.error
         assert delivered(pg_conn, dst) == before_rows
         assert status_row(pg_conn, dst) == before_status
+
+
+def test_a_retried_relay_task_stages_each_slice_once(pg_conn, pg_schema):
+    """Spark retries a failed task whole: the slices it committed before failing are staged again.
+    The retry deletes them first, in each slice's own transaction (a slice committed twice would be
+    refused by the staging scan as a duplicate key the source does not hold)."""
+    import pyarrow as pa
+
+    from transfer_platform.core.sql import change_literal
+    from transfer_platform.sources.relay import RelayRead, relay_partition
+
+    make_source(pg_conn, pg_schema)
+    staging = f'"{pg_schema}"."staging"'
+    pg_conn.execute(f'CREATE TABLE {staging} (id bigint, organization_id text, updated_at timestamptz)')
+    relay = RelayRead(
+        source=dict(PG), search_path=None,
+        window_sql=f'SELECT id, organization_id, updated_at FROM "{pg_schema}".things WHERE organization_id = '
+                   f"'acme'",
+        columns=(("id", "id"), ("organization_id", "organization_id"), ("updated_at", "updated_at")),
+        last_modified="updated_at", bounds=(change_literal(START + timedelta(days=2)),))
+    types = {"id": "bigint", "organization_id": "text", "updated_at": "timestamp with time zone"}
+    copy_in = f"COPY {staging} (id, organization_id, updated_at) FROM STDIN (FORMAT binary)"
+    both_slices = [pa.RecordBatch.from_pydict({"id": [0, 1]})]
+
+    def staged() -> list[int]:
+        return [r[0] for r in pg_conn.execute(f"SELECT id FROM {staging} ORDER BY id")]
+
+    expected = [r[0] for r in pg_conn.execute(
+        f"""SELECT id FROM "{pg_schema}".things WHERE organization_id = 'acme' ORDER BY id""")]
+    list(relay_partition(relay, PG, staging, copy_in, types, iter(both_slices), attempt=lambda: 0))
+    assert staged() == expected  # the first attempt: both slices, each once
+    # the retry of a task that committed slice 0, then failed in slice 1 (its rows rolled back)
+    pg_conn.execute(f"DELETE FROM {staging} WHERE updated_at >= %s", (START + timedelta(days=2),))
+    assert 0 < len(staged()) < len(expected)
+    list(relay_partition(relay, PG, staging, copy_in, types, iter(both_slices), attempt=lambda: 1))
+    assert staged() == expected

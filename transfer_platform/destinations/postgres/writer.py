@@ -265,7 +265,7 @@ class PostgresWriter(SqlWriter):
         connection = self.destination.connection
         relay_task = partial(relay_partition, relay,
                              postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
-                             sql.copy_binary(staging.table, names), {n: types[n] for n in names})
+                             staging.table, sql.copy_binary(staging.table, names), {n: types[n] for n in names})
         slices = relay.slices
         tasks = min(slices, self.destination.max_concurrent_queries_per_transfer)
         with self._refused_connections():
