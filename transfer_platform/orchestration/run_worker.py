@@ -266,7 +266,6 @@ def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  
             if waiting is not None:
                 with suppress(Exception):  # a code location without it: its runs build their own
                     internals.build_job(origin, WARM_JOB)
-                ForkServer.freeze()  # what it made while waiting, out of the run's garbage collections
                 run_id = _read_run_id(waiting)
                 if run_id is None:
                     return 0
