@@ -8,7 +8,8 @@ chDB lets one process open a folder at a time, so every transfer runs as the rea
 in its own process group, and every read in a process of its own after it ended. The test waits
 until the table's metadata file (``metadata/<database>/events.sql``, its comment the state) shows
 the window of the first rows committed and a window's clone (``_tp_stg_<model>_<transfer>_swap``)
-exists: a later window, holding rows of the batch, is being committed; then it kills the group.
+exists: a later window, holding rows of the batch, is being committed; then it kills the group
+(and, if the commit ended before the kill landed, does it again into a new folder).
 What the reader must find is exact against the watermark it reads: every source row before it,
 no row after it.
 """
@@ -39,6 +40,7 @@ pytestmark = pytest.mark.integration
 BATCH = 40_000  # rows of the window that is killed (read by the driver, no Spark job): a commit long enough to catch
 TIMEOUT_SECONDS = 600  # a failure bound (a JVM starts slowly on a loaded machine), not a wait
 DATABASE = "acme_ch"
+ATTEMPTS = 5  # transfers killed, each into a folder of its own, until one is caught mid-commit
 
 
 def _env() -> dict[str, str]:
@@ -83,20 +85,45 @@ def test_a_transfer_killed_in_the_middle_of_a_commit_leaves_the_rows_and_waterma
     before = source_rows(pg_conn, pg_schema, TENANT)
     add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=1000, count=BATCH, start=now - timedelta(days=2),
              span=timedelta(days=1), payload="batch-")
-    folder = tmp_path / "chdb"
     model = events_model(f"{pg_schema}.events", min_start=now - timedelta(days=5))  # daily windows
-    config = tmp_path / "transfer_platform.yaml"
-    config.write_text(yaml.safe_dump({
-        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [model],
-        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
-        "destinations": [{"name": DESTINATION, "vendor": "clickhouse", "recipient": "rcpt",
-                          "connection": {"path": str(folder), "database": DATABASE}}],
-        "spark": {"master": "local[2]", "driver_memory": "1g"},
-    }))
     first_rows_done_us = int((now - timedelta(days=4) + timedelta(hours=1)).timestamp()) * 1_000_000
+
+    # the kill lands a few milliseconds after the clone is seen: on a busy machine the commit may
+    # end first (nothing left to find: the rows and watermark are still checked), and the
+    # transfer is killed again into a new folder, until one is caught mid-commit
+    for attempt in range(ATTEMPTS):
+        folder = tmp_path / f"chdb_{attempt}"
+        config = tmp_path / f"transfer_platform_{attempt}.yaml"
+        config.write_text(yaml.safe_dump({
+            "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+            "models": [model],
+            "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+            "destinations": [{"name": DESTINATION, "vendor": "clickhouse", "recipient": "rcpt",
+                              "connection": {"path": str(folder), "database": DATABASE}}],
+            "spark": {"master": "local[2]", "driver_memory": "1g"},
+        }))
+        _kill_while_committing(tmp_path, config, folder / "metadata" / DATABASE, first_rows_done_us)
+
+        committed = watermark(folder)  # another process opens the folder
+        assert now - timedelta(days=4) < committed < now - timedelta(days=1)
+        held = delivered(folder)
+        assert held == [row for row in source_rows(pg_conn, pg_schema, TENANT) if row[2] < committed]  # exact
+        assert set(before) <= set(held)
+        if any(name.endswith("_swap") for name in own_tables(folder)):  # killed mid-commit: its clone left
+            break
+    else:
+        pytest.fail(f"the window's commit ended before the kill landed in all {ATTEMPTS} attempts")
+
+    _ran(tmp_path, _cli(tmp_path, config))
+    assert delivered(folder) == source_rows(pg_conn, pg_schema, TENANT)
+    assert watermark(folder) > committed
+    assert own_tables(folder) == []
+
+
+def _kill_while_committing(tmp_path: Path, config: Path, metadata: Path, first_rows_done_us: int) -> None:
+    """Start the transfer; SIGKILL its process group once the first rows' window is committed and
+    a later window's clone exists (its commit under way)."""
     proc = _cli(tmp_path, config)
-    metadata = folder / "metadata" / DATABASE
 
     def fourth_window_committing() -> bool:
         if not metadata.is_dir():
@@ -125,15 +152,3 @@ def test_a_transfer_killed_in_the_middle_of_a_commit_leaves_the_rows_and_waterma
     while group_alive(proc.pid):
         assert time.monotonic() < deadline
         time.sleep(0.1)
-
-    committed = watermark(folder)  # another process opens the folder
-    assert now - timedelta(days=4) < committed < now - timedelta(days=1)
-    held = delivered(folder)
-    assert held == [row for row in source_rows(pg_conn, pg_schema, TENANT) if row[2] < committed]  # exact
-    assert set(before) <= set(held)
-    assert any(name.endswith("_swap") for name in own_tables(folder))  # killed mid-commit: its clone left
-
-    _ran(tmp_path, _cli(tmp_path, config))
-    assert delivered(folder) == source_rows(pg_conn, pg_schema, TENANT)
-    assert watermark(folder) > committed
-    assert own_tables(folder) == []
