@@ -64,8 +64,10 @@ def install_dep_graph_fix() -> None:
     the model's one source table, so at 1,000 destinations x 10 models that is 10 sources whose
     sets are copied 1,000 times each, ~2 of the code location's CPU-seconds (one location;
     a tenth of it in shards of 250). Replaced, once per process, by the same loop adding to the set
-    in place: the same graph, the same keys in the same order (a test compares the two)."""
-    if not _first_look("dep_graph"):
+    in place: the same graph, the same keys in the same order (a test compares the two). Only on
+    the Dagster versions the platform is proven on (``PROVEN_DAGSTER_VERSIONS``): another keeps its
+    own function, slower but its own."""
+    if not _first_look("dep_graph") or not dagster_internals.proven():
         return
     original = dagster_internals.asset_dep_graph()
     if getattr(original, _DEP_PATCHED, False):
