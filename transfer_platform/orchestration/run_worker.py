@@ -119,7 +119,6 @@ class Parent(ForkServer[str | None]):
         self.remember_code()
         started = time.perf_counter()
         preload(self.origin)
-        self.freeze()  # what the workers inherit, out of their garbage collections' reach
         self.say({"ready": round(time.perf_counter() - started, 3), "threads": threading.active_count()})
         self.fork_spare()
         while (line := requests.next(on_wait=self.reap)) is not None:
