@@ -48,6 +48,7 @@ class Daemon:
     default_launcher: bool = False  # Dagster's DefaultRunLauncher instead of the shipped one
     database: str = field(default_factory=lambda: f"tp_bench_dagster_{uuid.uuid4().hex[:6]}")
     processes: list = field(default_factory=list)
+    show_timeline: bool = False  # print each timed run's events (:meth:`timeline`)
 
     def __enter__(self) -> Daemon:
         import dagster as dg
@@ -133,6 +134,17 @@ class Daemon:
                 "launched": launched[0] if launched else None, "started": record.start_time,
                 "ended": record.end_time}
 
+    def timeline(self, run_id: str) -> list[tuple[float, str]]:
+        """The run's events in order: (seconds since the run was created, what), from its own
+        records (the event log's timestamps, written by the process that reported each)."""
+        created = self.instance.get_run_record_by_id(run_id).create_timestamp.timestamp()
+        events = []
+        for entry in self.instance.all_logs(run_id):
+            what = entry.dagster_event.event_type_value if entry.dagster_event else "log"
+            detail = (entry.dagster_event.step_key if entry.dagster_event else None) or entry.user_message or ""
+            events.append((entry.timestamp - created, f"{what} {detail.splitlines()[0][:70] if detail else ''}"))
+        return events
+
     def idle(self) -> bool:
         """No run queued or in progress."""
         from dagster import DagsterRunStatus, RunsFilter
@@ -146,7 +158,12 @@ class Daemon:
         untimed); its queued -> launched -> started -> ended seconds from the run's own records."""
         self._wait(self.idle, "an idle run queue")
         before()
-        run = self.wait(self.enqueue(destination, full_refresh))
+        run_id = self.enqueue(destination, full_refresh)
+        run = self.wait(run_id)
+        if self.show_timeline:
+            print(f"timeline of {destination}'s run {run_id}:", flush=True)
+            for seconds, what in self.timeline(run_id):
+                print(f"  {seconds:7.3f}  {what}", flush=True)
         if run["status"] != "SUCCESS":
             raise RuntimeError(f"the daemon's run of {destination} ended {run['status']} (logs in {self.folder})")
         return {"queued_to_success_s": run["ended"] - run["created"], "queued_to_start_s": run["started"] - run["created"],

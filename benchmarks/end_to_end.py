@@ -101,6 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--daemon", action="store_true", help="also (b) and (c): runs launched by the daemon")
     parser.add_argument("--small-destinations", type=int, default=8, help="(c): destinations kept busy")
     parser.add_argument("--sustained-minutes", type=float, default=5.0, help="(c): how long")
+    parser.add_argument("--timeline", action="store_true",
+                        help="with --daemon: print each daemon run's events, seconds after it was queued")
     parser.add_argument("--max-concurrent-runs", type=int, default=4, help="the run coordinator's limit")
     peers = parser.add_mutually_exclusive_group()
     peers.add_argument("--no-peers", action="store_true", help="without Sling and dlt")
@@ -367,7 +369,9 @@ def daemon_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant
             cases[f"daemon_default_launcher_{key}"] = {**stats([r[key] for r in runs]), "rows": tenant.changed}
     with Daemon(folder / "daemon", config, max_concurrent_runs=args.max_concurrent_runs) as daemon:
         daemon.one_run("d0", before=tenant.change)  # untimed: the launcher's parent starts with it
+        daemon.show_timeline = args.timeline
         runs = [daemon.one_run("d0", before=tenant.change) for _ in range(args.runs)]
+        daemon.show_timeline = False
         tenant.check(destination_schema(PREFIX, 0))
         for key in keys:
             cases[f"daemon_incremental_{key}"] = {**stats([r[key] for r in runs]), "rows": tenant.changed}

@@ -12,6 +12,13 @@ dropped afterwards) with the shipped ``dagster.yaml`` (our run coordinator). It 
 
 The run launcher is not involved: queued runs wait for the queue daemon, which is not started.
 
+With ``--code-server``, the code location is what ``workspace.yaml`` makes of it in production: a
+gRPC code server in a process of its own (Dagster's managed ``python_module`` location), and the
+tick's CPU seconds are split between this process (the daemon's: the sensor daemon, the run
+storage, the run coordinator) and the code server's (the sensor's evaluation, the execution
+plans), read from ``/proc``. This process then builds no definitions of its own, as a daemon's
+does not: its garbage collector keeps Python's settings.
+
 With ``--dequeue SECONDS``, the run queue's daemon then works through those queued runs for that
 long, as ``dagster-daemon`` does (``QueuedRunCoordinatorDaemon.run_iteration``, the shipped
 coordinator and its limits, ``max_concurrent_runs`` of the production ``dagster.yaml``), with a
@@ -39,6 +46,7 @@ import yaml
 
 from benchmarks.code_location import Clock
 from benchmarks.common import PG
+from benchmarks.cost import ClientTree
 from benchmarks.scale import Counter, raw_config, storage_database
 
 
@@ -57,6 +65,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--all-first-runs-at-once", action="store_true",
                         help="every new destination's first run at the first tick (the sensor's spread "
                              "of many new destinations' first runs off: FIRST_RUNS_PER_TICK unbounded)")
+    parser.add_argument("--code-server", action="store_true",
+                        help="the code location in a gRPC code server of its own, as in production; the tick's "
+                             "CPU split between the daemon (this process) and the code server")
     parser.add_argument("--unpooled", action="store_true",
                         help="the run coordinator's pooled_storage_connections off: dagster-postgres's "
                              "new connection per query (the settings before)")
@@ -64,13 +75,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import dagster as dg
     from dagster._core.remote_origin import InProcessCodeLocationOrigin
-    from dagster._core.remote_representation.external_data import RepositorySnap
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
     from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget, ModuleTarget
     from dagster._daemon.sensor import execute_sensor_iteration
 
-    from transfer_platform.definitions import build_definitions
     from transfer_platform.orchestration import sensors
 
     if args.all_first_runs_at_once:
@@ -84,19 +93,8 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path)
         label = f"{args.recipients} destinations x {args.models} models"
 
-        clock = Clock()
-        definitions = build_definitions(str(config_path))
-        repository = definitions.get_repository_def()
-        built = clock.lap()
-        snap = RepositorySnap.from_def(repository)
-        snapped = clock.lap()
-        size = len(dg.serialize_value(snap))
-        serialized = clock.lap()
-        print(f"{label} (wall s / CPU s): definitions {built[0]:.1f} / {built[1]:.1f}, snapshot {snapped[0]:.1f} / "
-              f"{snapped[1]:.1f} + serialization {serialized[0]:.1f} / {serialized[1]:.1f} ({size / 1e6:.1f} MB)  "
-              f"(load average {load()})", flush=True)
-        del snap, repository, definitions
-
+        if not args.code_server:
+            build_in_process(config_path, label)
         with storage_database() as database:
             home = work / "home"
             home.mkdir()
@@ -108,24 +106,37 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
                                "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
                                "DAGSTER_PG_PASSWORD": ""})
-            origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(
-                executable_path=sys.executable, module_name="transfer_platform.definitions", attribute="defs"))
+            if args.code_server:  # the spread is the sensor's, evaluated in the code server
+                module, attribute = (("benchmarks.scale_runs", "defs_all_first_runs_at_once")
+                                     if args.all_first_runs_at_once else ("transfer_platform.definitions", "defs"))
+                target = ModuleTarget(module_name=module, attribute=attribute, working_directory=None,
+                                      location_name="transfer_platform")
+            else:
+                target = InProcessWorkspaceLoadTarget([InProcessCodeLocationOrigin(LoadableTargetOrigin(
+                    executable_path=sys.executable, module_name="transfer_platform.definitions", attribute="defs"))])
+            servers = ClientTree(None)  # this process's descendants: the code server
             with dg.DagsterInstance.from_config(str(home)) as instance:
                 clock = Clock()
-                with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as context:
+                with WorkspaceProcessContext(instance, target) as context:
                     wall, cpu = clock.lap()
-                    print(f"workspace (definitions + snapshot, in process) loaded in {wall:.1f} s, {cpu:.1f} CPU s"
-                          f"  (load average {load()})", flush=True)
+                    where = "a code server" if args.code_server else "in process"
+                    print(f"workspace (definitions + snapshot, {where}) loaded in {wall:.1f} s, {cpu:.1f} CPU s here, "
+                          f"{servers.cpu() - own_cpu():.1f} CPU s in the code server  (load average {load()})",
+                          flush=True)
                     instance.run_coordinator  # noqa: B018 - opened, as the daemon's run queue thread has it
                     logger = logging.getLogger("scale_runs")
                     logger.setLevel(logging.WARNING)
                     statements, connections = counter.snapshot()
-                    profiler = cProfile.Profile() if args.profile or args.profile_out else None
+                    server_before = servers.cpu() - own_cpu()
+                    # the daemon's CPU, not its waits on the code server, when they are apart
+                    timer = time.process_time if args.code_server else time.perf_counter
+                    profiler = cProfile.Profile(timer) if args.profile or args.profile_out else None
                     clock = Clock()
                     if profiler:
                         profiler.enable()
                     list(execute_sensor_iteration(context, logger, None, None))
                     seconds, cpu = clock.lap()
+                    server_cpu = servers.cpu() - own_cpu() - server_before
                     if profiler:
                         profiler.disable()
                     statements, connections = (a - b for a, b in zip(counter.snapshot(), (statements, connections),
@@ -135,9 +146,13 @@ def main(argv: list[str] | None = None) -> None:
                     ticks = instance.get_ticks(
                         next(iter(instance.all_instigator_state())).instigator_origin_id,
                         next(iter(instance.all_instigator_state())).selector_id)
-                    print(f"first daemon tick: {seconds:.1f} s, {cpu:.1f} CPU s (the daemon's and the code location's, "
-                          f"in process), {runs} runs created ({queued} queued), {runs / seconds:.1f} runs/s, "
-                          f"{runs / max(cpu, 1e-9):.1f} runs per CPU s, {statements} SQL statements "
+                    spent = (f"{cpu:.1f} CPU s in the daemon, {server_cpu:.1f} in the code server; {runs} runs created "
+                             f"({queued} queued), {runs / seconds:.1f} runs/s, {runs / max(cpu, 1e-9):.1f} runs per "
+                             f"CPU s of the daemon" if args.code_server else
+                             f"{cpu:.1f} CPU s (the daemon's and the code location's, in process), {runs} runs "
+                             f"created ({queued} queued), {runs / seconds:.1f} runs/s, "
+                             f"{runs / max(cpu, 1e-9):.1f} runs per CPU s")
+                    print(f"first daemon tick: {seconds:.1f} s, {spent}, {statements} SQL statements "
                           f"({statements / max(runs, 1):.1f} a run), {connections} new connections; "
                           f"tick {ticks[0].status.value if ticks else '?'}  (load average {load()})", flush=True)
                     if args.dequeue:
@@ -151,6 +166,46 @@ def main(argv: list[str] | None = None) -> None:
                             stats.sort_stats("tottime").print_stats(20)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def __getattr__(name: str):
+    """``defs_all_first_runs_at_once``: the shipped definitions, the sensor's spread of many new
+    destinations' first runs off (a code server's target for ``--code-server
+    --all-first-runs-at-once``)."""
+    if name != "defs_all_first_runs_at_once":
+        raise AttributeError(name)
+    from transfer_platform.definitions import defs
+    from transfer_platform.orchestration import sensors
+
+    sensors.FIRST_RUNS_PER_TICK = 10**9
+    return defs
+
+
+def own_cpu() -> float:
+    mine = os.times()
+    return mine.user + mine.system + mine.children_user + mine.children_system
+
+
+def build_in_process(config_path: Path, label: str) -> None:
+    """The definitions and the code server's snapshot of them, built and timed in this process."""
+    import dagster as dg
+    from dagster._core.remote_representation.external_data import RepositorySnap
+
+    from transfer_platform.definitions import build_definitions
+
+    clock = Clock()
+    definitions = build_definitions(str(config_path))
+    repository = definitions.get_repository_def()
+    built = clock.lap()
+    snap = RepositorySnap.from_def(repository)
+    snapped = clock.lap()
+    size = len(dg.serialize_value(snap))
+    serialized = clock.lap()
+    print(f"{label} (wall s / CPU s): definitions {built[0]:.1f} / {built[1]:.1f}, snapshot {snapped[0]:.1f} / "
+          f"{snapped[1]:.1f} + serialization {serialized[0]:.1f} / {serialized[1]:.1f} ({size / 1e6:.1f} MB)  "
+          f"(load average {load()})", flush=True)
+    del snap, repository, definitions
+
 
 
 def dequeue(instance, context, seconds: float) -> None:
