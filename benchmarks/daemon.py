@@ -141,7 +141,8 @@ class Daemon:
         events = []
         for entry in self.instance.all_logs(run_id):
             what = entry.dagster_event.event_type_value if entry.dagster_event else "log"
-            detail = (entry.dagster_event.step_key if entry.dagster_event else None) or entry.user_message or ""
+            event = entry.dagster_event
+            detail = (event.step_key or event.message if event else None) or entry.user_message or ""
             events.append((entry.timestamp - created, f"{what} {detail.splitlines()[0][:70] if detail else ''}"))
         return events
 

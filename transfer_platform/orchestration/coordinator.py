@@ -214,6 +214,9 @@ class TransferRunCoordinator(QueuedRunCoordinator):
 
     def register_instance(self, instance) -> None:  # Dagster's, when the instance is opened
         super().register_instance(instance)
+        # every process whose instance has this coordinator: the daemon, its run workers, the
+        # webserver, the command line
+        dagster_internals.remember_run_columns(instance.run_storage)
         # the webserver pools by itself, with its own statement timeout (--db-statement-timeout),
         # which this must not replace
         if self.pooled_storage_connections and "dagster_webserver" not in sys.modules:

@@ -36,6 +36,7 @@ Public exports are used wherever Dagster has them (``dagster.DefaultRunLauncher`
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import warnings
@@ -82,6 +83,7 @@ PARTS = {
     "enqueue": "`transfer-platform transfer --enqueue` (orchestration/transfers.py)",
     "repair": "self-healing's reading of check evaluations (repair.py)",
     "run_tags": "run tags hidden in the UI (run_tags.py)",
+    "run_columns": "the runs table's columns looked up once per process (coordinator.py)",
 }
 
 #: what each part loses when it falls back to Dagster's own behaviour (the warning says it)
@@ -109,6 +111,8 @@ LOST = {
     "repair": "self-healing: a failed integrity check is not repaired by itself (it stays failed for a "
               "person to look at)",
     "run_tags": "the platform's run tags (.dagster/transfer_platform/...) are shown in the UI, not hidden",
+    "run_columns": "every run event stored and every run read asks the database for the runs table's columns "
+                   "again (~1 ms each, about ten times a run)",
 }
 
 
@@ -369,6 +373,18 @@ HIDDEN_TAG_PREFIX = Fenced(
     use="run_tags.DAGSTER_HIDDEN_PREFIX repeats it (run_tags imports no Dagster): tags the UI hides",
     public="none (the UI's pinned tags are a per-browser setting)",
     value=".dagster/")
+RUN_STATS_COLUMNS = Fenced(
+    "dagster._core.storage.runs.sql_run_storage", "SqlRunStorage.has_run_stats_index_cols", ("run_columns",),
+    use="the run storage's look-up of its runs table's start_time and end_time columns, which it makes "
+        "anew, by reflection, for every run event it stores and every run it reads: remembered once true",
+    public="none (dagster-postgres remembers its index checks, has_built_index, but not this one)")
+BACKFILL_ID_COLUMN = Fenced(
+    "dagster._core.storage.runs.sql_run_storage", "SqlRunStorage.has_backfill_id_column", ("run_columns",),
+    use="the run storage's look-up of its runs table's backfill_id column, made anew for every run it "
+        "adds: remembered once true",
+    public="none (as has_run_stats_index_cols)")
+#: the run storage's column look-ups remembered once true (:func:`remember_run_columns`)
+RUN_COLUMN_LOOK_UPS = (RUN_STATS_COLUMNS, BACKFILL_ID_COLUMN)
 
 FENCED: tuple[Fenced, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Fenced))
 
@@ -483,6 +499,40 @@ def track_launched_run(launcher: Any, run_id: str) -> None:  # a DefaultRunLaunc
 
 def plugin_instance(plugin: Any) -> dagster.DagsterInstance:  # a launcher or coordinator
     return plugin._instance
+
+
+def remember_run_columns(storage: Any) -> bool:  # a run storage
+    """``storage`` asks the database whether its runs table has a column (:data:`RUN_COLUMN_LOOK_UPS`)
+    until it has, then no more: Dagster adds them once (``dagster instance migrate``) and never drops
+    them. False where the storage has no such look-ups (not SQL), or this Dagster lacks them
+    (warned once)."""
+    names = [fenced.name.split(".")[-1] for fenced in RUN_COLUMN_LOOK_UPS]
+    if not all(hasattr(type(storage), name) for name in names) or fallback("run_columns"):
+        return False
+    if getattr(storage, _COLUMNS_REMEMBERED, False):
+        return True
+    for name in names:
+        setattr(storage, name, _remembered_once_true(getattr(type(storage), name), storage))
+    setattr(storage, _COLUMNS_REMEMBERED, True)
+    return True
+
+
+def _remembered_once_true(look_up: Callable[[Any], bool], storage: Any) -> Callable[[], bool]:
+    known: list[bool] = []
+
+    @functools.wraps(look_up)
+    def remembered() -> bool:
+        if known:
+            return True
+        found = look_up(storage)
+        if found:
+            known.append(True)
+        return found
+
+    return remembered
+
+
+_COLUMNS_REMEMBERED = "_transfer_platform_run_columns"
 
 
 def set_dequeue_interval(coordinator: Any, seconds: float) -> None:
