@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--code-server", action="store_true",
                         help="the code location in a gRPC code server of its own, as in production; the tick's "
                              "CPU split between the daemon (this process) and the code server")
+    parser.add_argument("--shard", metavar="I/N",
+                        help="the code location of one shard (its attribute defs_shard_<i>_of_<n>, as "
+                             "deploy/workspace.sharded.yaml loads it): its sensor, its destinations' runs")
     parser.add_argument("--unpooled", action="store_true",
                         help="the run coordinator's pooled_storage_connections off: dagster-postgres's "
                              "new connection per query (the settings before)")
@@ -93,8 +96,10 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path)
         label = f"{args.recipients} destinations x {args.models} models"
 
+        if args.shard:
+            label += f", shard {args.shard}"
         if not args.code_server:
-            build_in_process(config_path, label)
+            build_in_process(config_path, label, args.shard)
         with storage_database() as database:
             home = work / "home"
             home.mkdir()
@@ -106,14 +111,21 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
                                "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
                                "DAGSTER_PG_PASSWORD": ""})
+            attribute = "defs"
+            if args.shard:
+                index, count = (int(part) for part in args.shard.split("/"))
+                attribute = f"defs_shard_{index}_of_{count}"
             if args.code_server:  # the spread is the sensor's, evaluated in the code server
+                if args.all_first_runs_at_once and args.shard:
+                    parser.error("--all-first-runs-at-once with --code-server is for the whole location")
                 module, attribute = (("benchmarks.scale_runs", "defs_all_first_runs_at_once")
-                                     if args.all_first_runs_at_once else ("transfer_platform.definitions", "defs"))
+                                     if args.all_first_runs_at_once else ("transfer_platform.definitions", attribute))
                 target = ModuleTarget(module_name=module, attribute=attribute, working_directory=None,
                                       location_name="transfer_platform")
             else:
                 target = InProcessWorkspaceLoadTarget([InProcessCodeLocationOrigin(LoadableTargetOrigin(
-                    executable_path=sys.executable, module_name="transfer_platform.definitions", attribute="defs"))])
+                    executable_path=sys.executable, module_name="transfer_platform.definitions",
+                    attribute=attribute))])
             servers = ClientTree(None)  # this process's descendants: the code server
             with dg.DagsterInstance.from_config(str(home)) as instance:
                 clock = Clock()
@@ -186,7 +198,7 @@ def own_cpu() -> float:
     return mine.user + mine.system + mine.children_user + mine.children_system
 
 
-def build_in_process(config_path: Path, label: str) -> None:
+def build_in_process(config_path: Path, label: str, shard: str | None) -> None:
     """The definitions and the code server's snapshot of them, built and timed in this process."""
     import dagster as dg
     from dagster._core.remote_representation.external_data import RepositorySnap
@@ -194,7 +206,7 @@ def build_in_process(config_path: Path, label: str) -> None:
     from transfer_platform.definitions import build_definitions
 
     clock = Clock()
-    definitions = build_definitions(str(config_path))
+    definitions = build_definitions(str(config_path), shard=shard or "")
     repository = definitions.get_repository_def()
     built = clock.lap()
     snap = RepositorySnap.from_def(repository)
