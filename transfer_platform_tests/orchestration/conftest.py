@@ -1,3 +1,3 @@
 """Fixtures of the orchestration tests."""
 
-from transfer_platform_tests.support.postgres import dagster_database  # noqa: F401 - a fixture
+from transfer_platform_tests.support.postgres import dagster_database, statements  # noqa: F401 - fixtures

@@ -11,32 +11,16 @@ each, in the daemon's tick and in the run's own path.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from transfer_platform.orchestration import dagster_internals
 from transfer_platform_tests.support.postgres import PG
 
 READS = 6
-
-
-@pytest.fixture
-def statements() -> Iterator[list[str]]:
-    """Every SQL statement executed while the test runs (any engine: the instance's storages)."""
-    seen: list[str] = []
-
-    def record(conn, cursor, statement, *args) -> None:
-        seen.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(Engine, "before_cursor_execute", record)
 
 
 def column_look_ups(statements: list[str]) -> int:

@@ -20,8 +20,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
@@ -54,19 +52,6 @@ def instance(tmp_path_factory) -> Iterator[dg.DagsterInstance]:
     finally:
         with pg_connect(autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def statements() -> Iterator[list[str]]:
-    """Every SQL statement executed while the test runs (any engine: the instance's storages)."""
-    seen: list[str] = []
-
-    def record(conn, cursor, statement, *args) -> None:
-        seen.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(Engine, "before_cursor_execute", record)
 
 
 def tick(config_path: Path, instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:

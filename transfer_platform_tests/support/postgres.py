@@ -87,3 +87,20 @@ def dagster_database():
     yield name
     with pg_connect(autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def statements():
+    """Every SQL statement SQLAlchemy executes while the test runs (any engine: a Dagster
+    instance's storages, the platform's own)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, *args) -> None:
+        seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(Engine, "before_cursor_execute", record)
