@@ -213,11 +213,6 @@ INSTANCE_FOR_CLI = Fenced(
     use="opening the instance in the run worker as `dagster api execute_run` opens it (.env loaded)",
     public="DagsterInstance.from_ref (does not load the code location's .env as the CLI does)",
     params=("instance_ref",))
-CANCELLATION_THREAD = Fenced(
-    "dagster._core.execution.run_cancellation_thread", "start_run_cancellation_thread", ("run_worker",),
-    use="interrupting a run worker when its run is marked CANCELING from another machine",
-    public="none (run monitoring only restarts or fails runs; it does not interrupt a worker)",
-    params=("instance", "run_id"))
 CAPTURE_INTERRUPTS = Fenced(
     "dagster._utils.interrupts", "capture_interrupts", ("run_worker",),
     use="the run worker's SIGINT handling while a run executes, as Dagster's CLI sets it",
@@ -467,11 +462,6 @@ def execute_run(run_id: str, instance: Any) -> None:  # a DagsterInstance
 
 def instance_for_cli(instance_ref: Any) -> AbstractContextManager[Any]:  # an InstanceRef
     return INSTANCE_FOR_CLI.get()(instance_ref=instance_ref)
-
-
-def start_run_cancellation_thread(instance: Any, run_id: str) -> tuple[Any, Any]:
-    """(the thread, its stop event)."""
-    return CANCELLATION_THREAD.get()(instance, run_id)
 
 
 def capture_interrupts() -> AbstractContextManager[None]:

@@ -24,7 +24,8 @@ takes nothing else with it, and is failed as the code server fails it).
 - ``terminate`` (the UI's Terminate, ``transfer-platform cancel``) interrupts the worker (SIGINT,
   as the code server does) from any process on the same machine: the run's
   ``.dagster/transfer_platform/run_worker`` tag (hidden in the UI) names its host, pid and start time. From another machine
-  the run is marked CANCELING and the worker's cancellation thread (Dagster's) interrupts it.
+  the run is marked CANCELING and the worker's cancellation thread (``run_worker.watch_for_cancel``)
+  interrupts it.
 
 Runs execute on the machine of the process that launched them (the daemon), with its environment
 (``DefaultRunLauncher``: the code server's machine and environment).

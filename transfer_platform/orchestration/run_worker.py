@@ -55,10 +55,14 @@ from transfer_platform import vendors
 from transfer_platform.runtime.forks import ForkServer, package_stamp, ready, warm
 
 #: modules a transfer imports, imported once by the parent after Dagster's run machinery
-#: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped
+#: (``dagster_internals.WARM_MODULES``, private modules named only there); a missing one is skipped.
+#: The last ones a worker imported itself, in opening its instance: ``upath.core`` (Dagster's
+#: instance reference asks for ``upath.UPath``, imported lazily), the storage's driver, the
+#: coordinator and its compute-log manager (a profile of the workers: ~10% of their samples)
 WARM_IMPORTS = ("transfer_platform.transfers.runner", *vendors.warm_modules(), "pyspark.sql.connect.session",
                 "pyarrow", "pyarrow.parquet", "pyarrow.csv", "pyarrow.acero", "pyarrow.dataset", "encodings.idna",
-                "pandas")
+                "pandas", "upath.core", "psycopg2.extras", "transfer_platform.orchestration.coordinator",
+                "transfer_platform.orchestration.compute_logs")
 #: the job a spare worker builds before its run comes (the job of the platform's transfers: the
 #: sensor's runs and ``transfer --enqueue``); a run of another job builds its own, as before
 WARM_JOB = "transfer"
@@ -271,9 +275,7 @@ def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a spare ignored it, as the parent
             with internals.capture_interrupts():
                 _watch_dagster_dev(instance, run_id)
-                # a run marked CANCELING from another machine: interrupted at the thread's next look
-                # (run_monitoring.cancellation_thread_poll_interval_seconds, 10 s by default)
-                _thread, stop = internals.start_run_cancellation_thread(instance, run_id)
+                stop = watch_for_cancel(instance, run_id)
                 try:
                     internals.execute_run(run_id, instance)
                 finally:
@@ -288,6 +290,36 @@ def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def watch_for_cancel(instance: Any, run_id: str) -> threading.Event:  # a DagsterInstance
+    """A run marked CANCELING (or CANCELED, or FAILURE) from elsewhere, another machine's
+    ``terminate`` among them, is interrupted at the next look of a thread, every
+    ``run_monitoring.cancellation_thread_poll_interval_seconds`` (10 s by default), as Dagster's
+    cancellation thread does in ``dagster api execute_run``. Its first look is one interval after
+    the start, and so is the instance it looks with opened: Dagster's opens a second instance as
+    it starts (a storage connection, ~10% of a worker's CPU on a small incremental), which a run
+    shorter than the interval never uses. Set the returned event to stop it."""
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    stop = threading.Event()
+    ref, interval = instance.get_ref(), instance.cancellation_thread_poll_interval_seconds
+    ended = (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+
+    def watch() -> None:
+        if stop.wait(interval):
+            return
+        with DagsterInstance.from_ref(ref) as watching:
+            while not stop.is_set():
+                run = watching.get_run_by_id(run_id)
+                if run is not None and run.status in ended:
+                    sys.stderr.write(f"Detected run status {run.status}, sending interrupt to main thread\n")
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                stop.wait(interval)
+
+    threading.Thread(target=watch, name="kill-on-cancel", daemon=True).start()
+    return stop
 
 
 def _read_run_id(fd: int) -> str | None:

@@ -252,3 +252,43 @@ def test_a_parent_that_cannot_fork_leaves_the_run_to_dagster(tmp_path: Path, ins
     (run,) = instance.get_runs()
     assert any(NO_FORK in m for m in messages(instance, run.run_id))
     assert WORKER_TAG not in run.tags
+
+
+def watchers() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "kill-on-cancel"]
+
+
+def test_the_cancel_watch_interrupts_a_run_marked_canceling(instance: dg.DagsterInstance) -> None:
+    """Another machine's terminate marks the run CANCELING; the worker's watch interrupts it at
+    its next look (every second here), as Dagster's cancellation thread does."""
+    from transfer_platform.orchestration.run_worker import watch_for_cancel
+
+    interrupted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        run = instance.create_run_for_job(dg.GraphDefinition("empty").to_job(), run_id=str(uuid.uuid4()))
+        stop = watch_for_cancel(instance, run.run_id)
+        instance.report_run_canceling(run)
+        wait_for("the interrupt", lambda: bool(interrupted))
+        stop.set()
+        assert interrupted == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_run_shorter_than_the_watch_interval_opens_no_second_instance(
+        instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's instance is opened at its first look, one interval after the start: a run that
+    ended before never opens it (Dagster's thread opened one as it started, for every run)."""
+    from transfer_platform.orchestration.run_worker import watch_for_cancel
+
+    opened: list[object] = []
+    from_ref = dg.DagsterInstance.from_ref
+    monkeypatch.setattr(dg.DagsterInstance, "from_ref", staticmethod(lambda ref: opened.append(ref) or from_ref(ref)))
+    run = instance.create_run_for_job(dg.GraphDefinition("empty").to_job(), run_id=str(uuid.uuid4()))
+    stop = watch_for_cancel(instance, run.run_id)
+    stop.set()  # the run ended
+    wait_for("the watch to end", lambda: not watchers())
+    assert opened == []
