@@ -60,14 +60,13 @@ def build_definitions(config_path: str | None = None, shard: str | None = None) 
     pyspark = spark_resource(config)
     transfers = transfer_assets(config)
     asset_jobs = transfer_assets_jobs(transfers)
-    integrity = integrity_job(config)
     upkeep = does_instance_upkeep(share)
     return dg.Definitions(
         assets=[*source_specs(config), *transfers],
-        jobs=[transfer_job, integrity, connection_test_job, delete_sweep_job, *asset_jobs],
+        jobs=[transfer_job, integrity_job, connection_test_job, delete_sweep_job, *asset_jobs],
         # run retention and webhooks are instance-wide: one code location has them (the unsharded
         # one, or shard 0); webhooks only with a store
-        sensors=[transfer_schedule_sensor(integrity, asset_jobs), *([run_retention_sensor()] if upkeep else []),
+        sensors=[transfer_schedule_sensor(asset_jobs), *([run_retention_sensor()] if upkeep else []),
                  *(webhook_sensors() if upkeep and config.store is not None else [])],
         resources={
             "platform": platform,

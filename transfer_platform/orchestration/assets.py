@@ -114,11 +114,6 @@ def transfer_assets(config: PlatformConfig) -> list[AssetsDefinition]:
     return assets
 
 
-def transfer_op_names(config: PlatformConfig, destination_name: str) -> list[str]:
-    """The ops of one destination's transfer assets (one per partitioning of its models)."""
-    return [name for destination, name, _ in _transfer_ops(config) if destination == destination_name]
-
-
 def _transfer_ops(config: PlatformConfig) -> Iterator[tuple[str, str, list[tuple[ModelConfig, ModelWindowing]]]]:
     """(destination, op name, its models) of each transfer op, in configuration order."""
     names: set[str] = set()
@@ -183,7 +178,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         name=name,
         specs=specs,
         # each asset's last_transfer check, which its transfers report, and its integrity check,
-        # which runs when selected (the integrity job selects only those)
+        # which runs when selected (`Execute checks`, or the integrity job reports it)
         check_specs=[*(check_spec(spec.key) for spec in specs),
                      *(integrity_spec(config, destination_name, model) for model, _ in members)],
         can_subset=True,
@@ -202,7 +197,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
         def checks() -> Iterator:  # the selected integrity checks, after what the run moved
             return run_checks(context, lambda: pyspark.spark_session, current, destination_name, model_of_key,
                               integrity)
-        if not models:  # only checks selected ("Execute checks", the integrity job): the last
+        if not models:  # only checks selected ("Execute checks"): the last
             for check_key in checked:  # transfer's outcome again, the integrity checks run
                 yield as_result(latest(context.instance, check_key.asset_key, run_id))
             yield from checks()

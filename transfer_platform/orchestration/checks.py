@@ -1,4 +1,4 @@
-"""Integrity checks as Dagster asset checks, and the ``integrity`` job that runs only them.
+"""Integrity checks as Dagster asset checks, and the ``integrity`` job that runs them.
 
 One check named ``integrity`` per destination/model transfer asset, declared on the asset's own
 op (``assets.py``'s ``transfer__<destination>``, beside ``last_transfer``): a run selecting some of
@@ -11,9 +11,12 @@ of the code location's cost. Each check is thin: it captures the run's clock, ha
 reached or read is a failed check with the error's message, not a traceback; no secret reaches
 the message or the metadata.
 
-The ``integrity`` job selects every check and no asset; launch it for one destination with a
-subset (:func:`integrity_check_keys`, or the destination's ops: the UI's launchpad does the same
-with its check selection). Its runs carry ``transfer_platform/kind=integrity``.
+The ``integrity`` job is an op job, as ``transfer`` is: launched with ``ops: {run_integrity:
+{config: {destination, models}}}`` it runs the checks of one destination (every model it receives,
+or those named) and reports each as that asset's ``integrity`` evaluation, exactly as the asset's
+own check reports it. An asset job selecting every check instead would make the code server
+resolve and snapshot all the transfer ops once more as unselected assets: at 1,000 destinations,
+about a third of the code location's CPU. Its runs carry ``transfer_platform/kind=integrity``.
 """
 
 
@@ -23,38 +26,86 @@ from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.errors import TransferPlatformError
+from transfer_platform.errors import ConfigError, TransferPlatformError
 from transfer_platform.orchestration.keys import transfer_asset_key
 from transfer_platform.orchestration.lifecycle import heartbeat
-from transfer_platform.orchestration.run_tags import KIND_TAG
+from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
 from transfer_platform.transfers.integrity import IntegrityReport, check_integrity, describe
 
 CHECK_NAME = "integrity"
 JOB_NAME = "integrity"
+INTEGRITY_OP = "run_integrity"
 REDACTED = "***"
 
 
 def integrity_check_keys(config: PlatformConfig, destination_name: str) -> list[dg.AssetCheckKey]:
-    """The checks of one destination: the subset to launch the ``integrity`` job with."""
+    """The ``integrity`` checks of one destination's transfer assets."""
     destination = config.destination(destination_name)
     return [dg.AssetCheckKey(transfer_asset_key(destination.recipient, destination.name, model.model_name),
                              CHECK_NAME)
             for model in config.models_for(destination)]
 
 
-def integrity_job(config: PlatformConfig):  # -> UnresolvedAssetJobDefinition (not exported by dagster)
-    """Every ``integrity`` check (not the ``last_transfer`` checks, which transfers report)."""
-    keys = [key for destination in config.destinations for key in integrity_check_keys(config, destination.name)]
-    return dg.define_asset_job(
-        JOB_NAME,
-        selection=dg.AssetSelection.checks(*keys),
-        tags={KIND_TAG: "integrity"},
-        description="compare (primary key, last-modified) of source and destination; launch it "
-                    "with the checks of one destination",
-    )
+class IntegrityConfig(dg.Config):
+    destination: str = Field(description="the destination whose models are checked")
+    models: list[str] = Field(default_factory=list, description="models to check (empty = every model it receives)")
+
+
+def integrity_run_config(destination_name: str, models: Iterable[str] = ()) -> dict:
+    """The run config of an ``integrity`` job run checking ``models`` (all: empty) of one destination."""
+    op_config: dict = {"destination": destination_name}
+    if models:
+        op_config["models"] = list(models)
+    return {"ops": {INTEGRITY_OP: {"config": op_config}}}
+
+
+@dg.op(name=INTEGRITY_OP, description="run the integrity checks of a destination's models (see the job)")
+def integrity_op(context: dg.OpExecutionContext, config: IntegrityConfig, pyspark: LazyPySparkResource,
+                 platform: TransferPlatformResource):
+    current, run_id = platform.config, context.run.run_id
+    try:
+        destination = current.destination(config.destination)
+    except ConfigError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    receives = {m.model_name: m for m in current.models_for(destination)}
+    unknown = [name for name in config.models if name not in receives]
+    if unknown or not receives:
+        raise dg.Failure(description=(
+            f"destination {destination.name!r} receives no enabled model named {', '.join(map(repr, unknown))}"
+            if unknown else f"destination {destination.name!r} receives no enabled model: nothing to check")
+            + f" (it receives: {', '.join(sorted(receives)) or 'none'})")
+    models = [receives[name] for name in dict.fromkeys(config.models)] or list(receives.values())
+    if DESTINATION_TAG not in context.run.tags:  # launched by hand, not through the queue's tags
+        context.instance.add_run_tags(run_id, limit_tags(current, destination.name, models, "integrity"))
+    model_of_key = {transfer_asset_key(destination.recipient, destination.name, m.model_name): m.model_name
+                    for m in models}
+    check_keys = [dg.AssetCheckKey(key, CHECK_NAME) for key in model_of_key]
+    failed = 0
+    for result in run_checks(context, lambda: pyspark.spark_session, current, destination.name, model_of_key,
+                             check_keys):
+        failed += not result.passed
+        context.log_event(as_evaluation(result))
+    yield dg.Output(None, metadata={"checks": len(check_keys), "checks_failed": failed})
+
+
+@dg.job(name=JOB_NAME, tags={KIND_TAG: "integrity"},
+        description="The integrity checks of one destination (every model it receives, or those named), "
+                    "each reported on its transfer asset.")
+def integrity_job():
+    integrity_op()
+
+
+def as_evaluation(result: dg.AssetCheckResult) -> dg.AssetCheckEvaluation:
+    """A check's result as the evaluation an op job reports (the asset's own check yields the result)."""
+    return dg.AssetCheckEvaluation(asset_key=result.asset_key, check_name=result.check_name, passed=result.passed,
+                                   severity=result.severity, description=result.description,
+                                   metadata=result.metadata)
 
 
 def integrity_spec(config: PlatformConfig, destination_name: str, model: ModelConfig) -> dg.AssetCheckSpec:

@@ -58,6 +58,7 @@ _LOG = logging.getLogger("transfer_platform.coordinator")
 TRANSFER_JOB = "transfer"
 SWEEP_JOB = "delete_sweep"
 INTEGRITY_JOB = "integrity"
+INTEGRITY_OP = "run_integrity"  # checks.INTEGRITY_OP
 INTEGRITY_CHECK = "integrity"  # checks.CHECK_NAME (a last_transfer check runs with its transfer)
 
 
@@ -98,17 +99,16 @@ def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], 
         models = op_config.get("models") or [m.model_name for m in config.models_for(destination)
                                             if m.delete_detection == "sweep"]
         return destination.name, list(models), "delete_sweep"
+    if run.job_name == INTEGRITY_JOB:  # launched by hand (the sensor's and the API's runs carry their tags)
+        op_config = (((run.run_config or {}).get("ops") or {}).get(INTEGRITY_OP) or {}).get("config") or {}
+        if not op_config.get("destination"):
+            raise RunPlacementError(f"an integrity run needs ops.{INTEGRITY_OP}.config.destination")
+        return op_config["destination"], list(op_config.get("models") or []), "integrity"
     keys = list(run.asset_selection or [])
     kind = "transfer"
-    if not keys and run.asset_check_selection:
+    if not keys and run.asset_check_selection:  # `Execute checks` on assets: their integrity checks
         keys = [check.asset_key for check in run.asset_check_selection]
         kind = "integrity"
-    elif not keys and run.job_name == INTEGRITY_JOB:  # the whole job: every destination's checks
-        if len(config.destinations) != 1:
-            raise RunPlacementError(
-                "the integrity job without a selection checks every destination at once; launch "
-                "it for one destination's checks (select them, or `Execute checks` on one destination's group)")
-        return config.destinations[0].name, [], "integrity"
     touched: dict[str, list[str]] = {}
     for key in keys:
         placed = destination_and_model(config, key)  # <recipient>/<destination>/<model>

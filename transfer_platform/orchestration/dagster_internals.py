@@ -606,10 +606,9 @@ def interrupt_execution(server: Any, run_id: str, event: Any, now: float) -> Non
 
 
 def launch_job_run(instance: Any, workspace: str, job_name: str, run_config_json: str, tags_json: str,
-                   run_id: str, op_selection: str | None = None) -> None:
+                   run_id: str) -> None:
     """Create a run of ``job_name`` from the workspace's code server and submit it, as
-    ``dagster job launch`` does (``op_selection``: its ``--op-selection``)."""
+    ``dagster job launch`` does."""
     LAUNCH_COMMAND.get()(
         instance=instance, workspace_opts=WORKSPACE_OPTS.get()(workspace=[workspace]),
-        config_json=run_config_json, tags=tags_json, run_id=run_id, job_name=job_name,
-        **({"op_selection": op_selection} if op_selection else {}))
+        config_json=run_config_json, tags=tags_json, run_id=run_id, job_name=job_name)

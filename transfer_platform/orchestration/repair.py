@@ -25,7 +25,7 @@ from dagster import AssetCheckKey, DagsterInstance, RunRequest, RunsFilter
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.timeutil import utc
 from transfer_platform.orchestration.budget import Budget, unlimited
-from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
+from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME, integrity_run_config
 from transfer_platform.orchestration.dagster_internals import check_ended
 from transfer_platform.orchestration.keys import transfer_asset_key
 from transfer_platform.orchestration.run_tags import (
@@ -89,7 +89,8 @@ def repair_requests(config: PlatformConfig, instance: DagsterInstance, cursor: d
         if kept.get(f"repair:{name}") == run_id:  # repairs asked for: check again once done
             if run_id not in unfinished:
                 requests.append(RunRequest(
-                    run_key=f"recheck:{name}@{run_id}", job_name=JOB_NAME, asset_check_keys=[key],
+                    run_key=f"recheck:{name}@{run_id}", job_name=JOB_NAME,
+                    run_config=integrity_run_config(destination.name, [model.model_name]),
                     tags={**limit_tags(config, destination.name, [model], "integrity"), **tags}))
             continue
         day, _, count = kept.get(f"repairs:{name}", "").partition("/")

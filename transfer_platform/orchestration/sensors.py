@@ -56,7 +56,7 @@ from transfer_platform.config.shards import does_instance_upkeep, parse_shard
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, due
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.orchestration.budget import Budget, unlimited
-from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
+from transfer_platform.orchestration.checks import JOB_NAME, integrity_job, integrity_run_config
 from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
 from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.lifecycle import sweep
@@ -189,7 +189,7 @@ def upkeep_requests(config: PlatformConfig, cursor: dict[str, str], now: datetim
                     SCHEDULED_FOR_TAG: isoformat(when.tick), TRIGGER_TAG: "sensor"}
             if integrity:
                 requests.append(RunRequest(run_key=f"{key}@{isoformat(when.tick)}", job_name=JOB_NAME, tags=tags,
-                                           asset_check_keys=integrity_check_keys(config, destination.name)))
+                                           run_config=integrity_run_config(destination.name)))
             else:
                 requests.append(RunRequest(
                     run_key=f"{key}@{isoformat(when.tick)}", job_name=delete_sweep_job.name, tags=tags,
@@ -251,9 +251,8 @@ def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedA
         for index, group in enumerate(by_partitioning.values())]
 
 
-def transfer_schedule_sensor(integrity_job, asset_jobs: list) -> SensorDefinition:
-    """The sensor, with the jobs it launches (``integrity_job``: :func:`.checks.integrity_job`)
-    and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
+def transfer_schedule_sensor(asset_jobs: list) -> SensorDefinition:
+    """The sensor, with the jobs it launches and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
     return sensor(
         name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job, *asset_jobs],
         minimum_interval_seconds=TICK_SECONDS, default_status=DefaultSensorStatus.RUNNING,

@@ -153,7 +153,7 @@ def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path
 
 
 def _launch(instance: DagsterInstance, config_path: Path, recipient: str, job_name: str, run_config: dict,
-            tags: dict, op_selection: str | None = None) -> str:
+            tags: dict) -> str:
     import click  # Dagster's command line's: how its workspace loading reports a location that failed
 
     run_id = str(uuid.uuid4())
@@ -163,8 +163,7 @@ def _launch(instance: DagsterInstance, config_path: Path, recipient: str, job_na
         with location_workspace(workspace_file(), recipient) as workspace:
             try:
                 launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
-                    instance, str(workspace), job_name, json.dumps(run_config), json.dumps(tags), run_id,
-                    **({"op_selection": op_selection} if op_selection else {}))
+                    instance, str(workspace), job_name, json.dumps(run_config), json.dumps(tags), run_id)
             except click.UsageError as exc:  # the location did not load: its code server is gone
                 if "Error loading location" not in str(exc):
                     raise
@@ -464,19 +463,17 @@ def list_transfers(instance: DagsterInstance, wanted: TransferFilter) -> list[di
 
 def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_path: Path, destination_name: str,
                       *, trigger: str = "cli") -> str:
-    """Submit a run of the ``integrity`` job with the checks of one destination (its ops, which in
-    that job carry only their integrity checks, as the launchpad's selection and the sensor's run
-    request do), tagged as the sensor tags it."""
-    from transfer_platform.orchestration.assets import transfer_op_names
-    from transfer_platform.orchestration.checks import JOB_NAME
+    """Submit a run of the ``integrity`` job checking every model of one destination, tagged as the
+    sensor tags it."""
+    from transfer_platform.orchestration.checks import JOB_NAME, integrity_run_config
 
     destination = config.destination(destination_name)
     models = config.models_for(destination)
     if not models:
         raise ConfigError(f"destination {destination.name!r} receives no enabled model: nothing to check")
     tags = {**limit_tags(config, destination.name, models, "integrity"), TRIGGER_TAG: trigger}
-    return _launch(instance, config_path, destination.recipient, JOB_NAME, {}, tags,
-                   op_selection=",".join(transfer_op_names(config, destination.name)))
+    return _launch(instance, config_path, destination.recipient, JOB_NAME, integrity_run_config(destination.name),
+                   tags)
 
 
 def integrity_results(instance: DagsterInstance, config: PlatformConfig, destination_name: str) -> list[dict[str, Any]]:
