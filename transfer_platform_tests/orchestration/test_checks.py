@@ -2,7 +2,8 @@
 
 Two recipients read the same Parquet lake: ``acme`` into a Delta table, ``globex`` into a
 PostgreSQL destination that cannot be reached (port 1) and whose password comes from a variable.
-The integrity job is launched per destination, as a user would, with a subset of its checks.
+The integrity job is launched per destination, as a user would, with its run config; the UI's
+`Execute checks` on an asset (a checks-only subset of Dagster's asset job) reports on the same check.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from transfer_platform.definitions import build_definitions
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.orchestration.checks import (
     CHECK_NAME,
+    INTEGRITY_OP,
     JOB_NAME,
     error_result,
     integrity_check_keys,
+    integrity_run_config,
 )
 from transfer_platform.orchestration.run_tags import KIND_TAG
 from transfer_platform_tests.support.postgres import pg_connection_config
@@ -85,9 +88,17 @@ def config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def _run_checks(defs: dg.Definitions, instance: dg.DagsterInstance,
-                checks: list[dg.AssetCheckKey]) -> dg.ExecuteInProcessResult:
-    job = defs.resolve_job_def(JOB_NAME).get_subset(asset_check_selection=set(checks))
+def _run_checks(defs: dg.Definitions, instance: dg.DagsterInstance, destination: str,
+                models: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
+    """The ``integrity`` job for one destination, as the sensor, the API and a launchpad run it."""
+    return defs.resolve_job_def(JOB_NAME).execute_in_process(
+        run_config=integrity_run_config(destination, models), instance=instance, raise_on_error=False)
+
+
+def _execute_checks(defs: dg.Definitions, instance: dg.DagsterInstance,
+                    checks: list[dg.AssetCheckKey]) -> dg.ExecuteInProcessResult:
+    """The UI's `Execute checks` on assets: a checks-only subset of Dagster's asset job."""
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_check_selection=set(checks))
     return job.execute_in_process(instance=instance, raise_on_error=False)
 
 
@@ -95,16 +106,18 @@ def _values(evaluation) -> dict:  # AssetCheckEvaluation
     return {k: v.value for k, v in evaluation.metadata.items()}
 
 
-def test_one_non_blocking_check_per_asset_and_a_checks_only_job(config_path: Path) -> None:
+def test_one_non_blocking_check_per_asset_and_an_integrity_op_job(config_path: Path) -> None:
     defs = build_definitions(str(config_path))
     job = defs.resolve_job_def(JOB_NAME)
     assert job.tags[KIND_TAG] == "integrity"
-    check_keys = job.asset_layer.asset_graph.asset_check_keys
-    assert check_keys == {dg.AssetCheckKey(ACME_KEY, CHECK_NAME), dg.AssetCheckKey(GLOBEX_KEY, CHECK_NAME)}
-    for key in check_keys:
+    assert [node.name for node in job.nodes] == [INTEGRITY_OP]  # an op job: no transfer op resolved again
+    assert job.asset_layer.executable_asset_keys == set()  # the job materializes nothing
+    check_keys = defs.resolve_asset_graph().asset_check_keys
+    integrity = {key for key in check_keys if key.name == CHECK_NAME}
+    assert integrity == {dg.AssetCheckKey(ACME_KEY, CHECK_NAME), dg.AssetCheckKey(GLOBEX_KEY, CHECK_NAME)}
+    for key in integrity:
         spec = defs.resolve_asset_graph().get_check_spec(key)
         assert spec.blocking is False
-    assert job.asset_layer.executable_asset_keys == set()  # the job materializes nothing
     config = load_config(config_path)
     assert integrity_check_keys(config, "acme_delta") == [dg.AssetCheckKey(ACME_KEY, CHECK_NAME)]
 
@@ -115,7 +128,7 @@ def test_integrity_job_passes_then_fails_with_the_counts_and_the_fix(config_path
     defs = build_definitions(str(config_path))
     acme_checks = integrity_check_keys(config, "acme_delta")
     with dg.instance_for_test() as instance:
-        clean = _run_checks(defs, instance, acme_checks)
+        clean = _run_checks(defs, instance, "acme_delta")
         assert clean.success
         (evaluation,) = clean.get_asset_check_evaluations()
         assert (evaluation.asset_key, evaluation.check_name) == (ACME_KEY, CHECK_NAME)
@@ -128,7 +141,7 @@ def test_integrity_job_passes_then_fails_with_the_counts_and_the_fix(config_path
         assert instance.get_run_by_id(clean.run_id).tags[KIND_TAG] == "integrity"
 
         DeltaTable(str(config_path.parent / "dest" / "items")).delete("id = 3")
-        tampered = _run_checks(defs, instance, acme_checks)
+        tampered = _execute_checks(defs, instance, acme_checks)  # the UI's way, on the same check
         assert tampered.success  # a failed check does not fail the run (not blocking)
         (evaluation,) = tampered.get_asset_check_evaluations()
         assert not evaluation.passed
@@ -147,7 +160,7 @@ def test_unreachable_destination_is_a_failed_check_without_secrets(config_path: 
     config = load_config(config_path)
     defs = build_definitions(str(config_path))
     with dg.instance_for_test() as instance:
-        result = _run_checks(defs, instance, integrity_check_keys(config, "globex_pg"))
+        result = _run_checks(defs, instance, "globex_pg")
         assert result.success
         (evaluation,) = result.get_asset_check_evaluations()
         assert evaluation.asset_key == GLOBEX_KEY
@@ -156,6 +169,19 @@ def test_unreachable_destination_is_a_failed_check_without_secrets(config_path: 
         assert _values(evaluation)["error_type"] == "ConnectionFailure"
         assert PASSWORD not in evaluation.description
         assert all(PASSWORD not in str(v) for v in _values(evaluation).values())
+
+
+def test_the_integrity_job_names_a_model_the_destination_does_not_receive(config_path: Path) -> None:
+    defs = build_definitions(str(config_path))
+    with dg.instance_for_test() as instance:
+        result = _run_checks(defs, instance, "acme_delta", ("orders",))
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.is_step_failure]
+        message = failure.step_failure_data.error.message
+        assert "destination 'acme_delta' receives no enabled model named 'orders'" in message
+        assert "(it receives: items)" in message
+        assert result.get_asset_check_evaluations() == []
+        assert _run_checks(defs, instance, "nowhere").success is False
 
 
 def test_error_results_mask_the_configured_passwords(config_path: Path) -> None:
@@ -187,7 +213,7 @@ def test_materialize_with_the_assets_checks_moves_the_rows_then_checks_them(conf
         assert (_values(evaluations[CHECK_NAME])["rows_compared"], _values(evaluations[CHECK_NAME])["missing"]) == (6, 0)
 
         DeltaTable(str(config_path.parent / "dest" / "items")).delete("id = 3")
-        checked = _run_checks(defs, instance, [dg.AssetCheckKey(ACME_KEY, CHECK_NAME)])
+        checked = _run_checks(defs, instance, "acme_delta", ("items",))
         assert checked.get_asset_materialization_events() == []  # nothing moved: the row stays missing
         (evaluation,) = checked.get_asset_check_evaluations()
         assert (evaluation.passed, _values(evaluation)["missing"]) == (False, 1)
