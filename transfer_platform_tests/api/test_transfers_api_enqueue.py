@@ -68,8 +68,9 @@ def test_integrity_checks_of_one_destination_are_queued(platform_api: Api) -> No
     assert run.status == dg.DagsterRunStatus.QUEUED
     assert run.tags[KIND_TAG] == "integrity"
     assert run.tags[DESTINATION_TAG] == "acme_delta"
-    # the destination's op, carrying in this job only its integrity checks: nothing is moved
-    assert run.step_keys_to_execute == ["transfer__acme_delta"]
+    # the integrity job's one op, for this destination: nothing is moved
+    assert run.run_config == {"ops": {"run_integrity": {"config": {"destination": "acme_delta"}}}}
+    assert run.step_keys_to_execute == ["run_integrity"]
     assert not run.asset_selection
     results = platform_api.get("/destinations/acme_delta/integrity-checks").json()["data"]["models"]
     assert {m["model"] for m in results} == {"items", "notes"}

@@ -179,8 +179,7 @@ def test_the_webhook_sensors_are_in_one_code_location_and_only_with_a_store(plat
 
 def test_a_failed_integrity_check_is_one_event_naming_the_destination_and_model(
         platform: Path, engine: sa.Engine, instance: dg.DagsterInstance, hook: Receiver) -> None:
-    from transfer_platform.config.loading import load_config
-    from transfer_platform.orchestration.checks import JOB_NAME, integrity_check_keys
+    from transfer_platform.orchestration.checks import JOB_NAME, integrity_run_config
 
     document = yaml.safe_load(platform.read_text())
     document["recipients"].append({"name": "globex", "id_in_provider_system": "org-'g'"})
@@ -190,9 +189,8 @@ def test_a_failed_integrity_check_is_one_event_naming_the_destination_and_model(
     subscriptions.create(engine, {"url": hook.url, "events": ["integrity_check.failed"]}, actor="tests")
 
     defs = build_definitions(str(platform))
-    checks = set(integrity_check_keys(load_config(platform), "globex_pg"))
-    result = defs.resolve_job_def(JOB_NAME).get_subset(asset_check_selection=checks).execute_in_process(
-        instance=instance, raise_on_error=False)
+    result = defs.resolve_job_def(JOB_NAME).execute_in_process(
+        run_config=integrity_run_config("globex_pg"), instance=instance, raise_on_error=False)
     assert result.success  # a failed check does not fail the run
     assert not any(e.passed for e in result.get_asset_check_evaluations())
 

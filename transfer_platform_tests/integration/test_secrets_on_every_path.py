@@ -54,7 +54,7 @@ from benchmarks.spark_server import SparkServer, spark_connect_server
 from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.checks import JOB_NAME as INTEGRITY_JOB
-from transfer_platform.orchestration.checks import integrity_check_keys
+from transfer_platform.orchestration.checks import integrity_run_config
 from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR, is_remote
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.dagster import CONFIG_ENV, transfer_run_config, workspace
@@ -407,7 +407,6 @@ def test_dagster_runs_their_events_and_graphql_never_show_a_password(
     python_logs = {"managed_python_loggers": ["transfer_platform", "py4j", "py4j.clientserver",
                                               "py4j.java_gateway", "pyspark", "pyspark.sql.connect.logging"],
                    "python_log_level": "DEBUG"}
-    config = load_config(platform.config_path)
     defs = build_definitions(str(platform.config_path))
     transfer_job = defs.resolve_job_def("transfer")
     with dg.instance_for_test(temp_dir=str(home), overrides={"python_logs": python_logs}) as instance:
@@ -424,9 +423,8 @@ def test_dagster_runs_their_events_and_graphql_never_show_a_password(
         assert not run_transfer("pg_dst_down").success
         # the integrity check reads the source and the destination through JDBC, each with its
         # password (one model's check: py4j's DEBUG lines, each an event, cost ~15 ms apiece)
-        check = next(k for k in integrity_check_keys(config, "pg_dst") if k.asset_key.path[-1] == "from_maria")
-        integrity = defs.resolve_job_def(INTEGRITY_JOB).get_subset(asset_check_selection={check}).execute_in_process(
-            instance=instance, raise_on_error=False)
+        integrity = defs.resolve_job_def(INTEGRITY_JOB).execute_in_process(
+            run_config=integrity_run_config("pg_dst", ["from_maria"]), instance=instance, raise_on_error=False)
         assert integrity.success
         (evaluation,) = integrity.get_asset_check_evaluations()
         assert evaluation.passed, evaluation.description

@@ -157,7 +157,6 @@ def test_integrity_job_passes_then_fails_with_the_counts_and_the_fix(config_path
 
 
 def test_unreachable_destination_is_a_failed_check_without_secrets(config_path: Path, spark) -> None:
-    config = load_config(config_path)
     defs = build_definitions(str(config_path))
     with dg.instance_for_test() as instance:
         result = _run_checks(defs, instance, "globex_pg")

@@ -23,7 +23,11 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from transfer_platform.config.loading import load_config
-from transfer_platform.orchestration.checks import CHECK_NAME, integrity_check_keys
+from transfer_platform.orchestration.checks import (
+    CHECK_NAME,
+    integrity_check_keys,
+    integrity_run_config,
+)
 from transfer_platform.orchestration.coordinator import (
     RunPlacementError,
     TransferRunCoordinator,
@@ -98,13 +102,25 @@ def test_placement_of_an_asset_run_is_its_destination_and_models(config_path: Pa
 
 def test_an_asset_check_run_is_integrity_and_locks_every_model_of_its_destination(config_path: Path) -> None:
     config = load_config(config_path)
-    run = dg.DagsterRun(job_name="integrity", asset_check_selection=frozenset(
+    run = dg.DagsterRun(job_name="__ASSET_JOB", asset_check_selection=frozenset(  # `Execute checks`
         {dg.AssetCheckKey(ACME_ITEMS, CHECK_NAME)}))
     assert placement(config, run) == ("acme_delta", ["items"], "integrity")
     tags = tags_for(config, run)
     assert tags[KIND_TAG] == "integrity"
     assert tags[".dagster/transfer_platform/model/items"] == "acme_delta"
     assert tags[".dagster/transfer_platform/model/notes"] == "acme_delta"  # not checked, still locked
+
+
+def test_an_integrity_job_run_is_placed_by_its_run_config(config_path: Path) -> None:
+    config = load_config(config_path)
+    run = dg.DagsterRun(job_name="integrity", run_config=integrity_run_config("acme_delta", ["items"]))
+    assert placement(config, run) == ("acme_delta", ["items"], "integrity")
+    tags = tags_for(config, run)
+    assert tags[".dagster/transfer_platform/model/notes"] == "acme_delta"  # an integrity run locks them all
+    whole = dg.DagsterRun(job_name="integrity", run_config=integrity_run_config("globex_delta"))
+    assert placement(config, whole) == ("globex_delta", [], "integrity")
+    with pytest.raises(RunPlacementError, match=r"an integrity run needs ops\.run_integrity\.config\.destination"):
+        placement(config, dg.DagsterRun(job_name="integrity", run_config={}))
 
 
 def test_a_run_spanning_two_destinations_is_refused_with_the_reason(config_path: Path) -> None:
@@ -143,13 +159,15 @@ def test_every_launch_path_is_queued_with_its_limit_tags(queued, config_path: Pa
     job_run = launch(instance, context, "transfer",
                      run_config=transfer_run_config("acme_delta", models=["items"]))
     asset_run = launch(instance, context, "__ASSET_JOB", asset_selection={GLOBEX_ITEMS})
-    check_run = launch(instance, context, "integrity",
+    check_run = launch(instance, context, "__ASSET_JOB",  # `Execute checks`
                        asset_check_selection=set(integrity_check_keys(config, "acme_delta")))
+    integrity_run = launch(instance, context, "integrity", run_config=integrity_run_config("globex_delta"))
     expected = {
         job_run.run_id: limit_tags(config, "acme_delta", [config.model("items")], "transfer"),
         asset_run.run_id: limit_tags(config, "globex_delta", [config.model("items")], "transfer"),
         check_run.run_id: limit_tags(config, "acme_delta", [config.model("items"), config.model("notes")],
                                      "integrity"),
+        integrity_run.run_id: limit_tags(config, "globex_delta", [config.model("items")], "integrity"),
     }
     for run_id, tags in expected.items():
         stored = instance.get_run_by_id(run_id)
@@ -180,14 +198,11 @@ def test_a_configuration_that_does_not_load_fails_closed(queued, config_path: Pa
         instance.run_coordinator.get_run_queue_config()
 
 
-def test_the_whole_integrity_job_is_not_queued_without_limits(queued) -> None:
+def test_an_integrity_run_without_a_destination_is_not_queued(queued) -> None:
     instance, context = queued
-    try:
-        run = launch(instance, context, "integrity")
-    except RunPlacementError:
-        return  # refused: two destinations cannot share one run's limits
-    assert run.tags.get(KIND_TAG) == "integrity"
-    assert run.tags.get(DESTINATION_TAG) is not None
+    with pytest.raises(Exception, match="destination"):  # the job's config requires it
+        launch(instance, context, "integrity")
+    assert all(run.status != dg.DagsterRunStatus.QUEUED for run in instance.get_runs())
 
 
 # -- the queue's rules and one pass of the run-queue daemon ------------------------------------------
@@ -223,13 +238,11 @@ def test_the_run_queue_starts_only_what_the_limits_allow(tmp_path: Path, monkeyp
     path = write_config(tmp_path, destinations={
         "acme": {"max_concurrent_transfers": 1}, "globex": {"max_concurrent_transfers": 3}})
     monkeypatch.setenv(CONFIG_ENV, str(path))
-    config = load_config(path)
     home = queued_home(tmp_path, run_launcher=MOCKED_LAUNCHER)
     with dg.DagsterInstance.from_config(str(home)) as instance, workspace(instance) as context:
         acme_items = launch(instance, context, "transfer", run_config=transfer_run_config("acme_delta", models=["items"]))
         acme_notes = launch(instance, context, "transfer", run_config=transfer_run_config("acme_delta", models=["notes"]))
-        acme_check = launch(instance, context, "integrity",
-                            asset_check_selection=set(integrity_check_keys(config, "acme_delta")))
+        acme_check = launch(instance, context, "integrity", run_config=integrity_run_config("acme_delta"))
         globex_items = launch(instance, context, "__ASSET_JOB", asset_selection={GLOBEX_ITEMS})
         globex_notes = launch(instance, context, "transfer",
                               run_config=transfer_run_config("globex_delta", models=["notes"]))

@@ -8,7 +8,8 @@ holds its slots exactly from its launch to its end. Runs are submitted the ways 
 - ``transfers.enqueue`` (``transfer-platform transfer --enqueue``);
 - the UI's launchpad for the ``transfer`` job (run config only, no tags);
 - the UI's *Materialize* (the GraphQL mutation the UI sends, with an asset selection);
-- the ``integrity`` job with the checks of one destination (the launchpad's check selection).
+- the ``integrity`` job for one destination (the launchpad's run config), and the UI's *Execute
+  checks* on a destination's assets (a checks-only run of Dagster's asset job).
 
 The queue is driven by ``QueuedRunCoordinatorDaemon.run_iteration`` (private API; Dagster is
 pinned in ``uv.lock``). The limits are checked against what each run *really* touches (known to the
@@ -234,8 +235,8 @@ def test_limits_hold_on_every_launch_path(queue_env: QueueEnv) -> None:
     submitted(env.launch_ok(asset_job, assets=[["globex", "globex_delta", "items"], ["globex", "globex_delta", "notes"]], checks=[]),
               "globex_delta", ALL_MODELS, "transfer", "materialize globex items+notes")
     submitted(env.enqueue("initech_delta", ["notes"]), "initech_delta", ("notes",), "transfer", "cli initech notes")
-    submitted(env.launch_ok("integrity", checks=[["globex", "globex_delta", "items"], ["globex", "globex_delta", "notes"]]),
-              "globex_delta", ALL_MODELS, "integrity", "integrity globex")
+    submitted(env.launch_ok("integrity", run_config={"ops": {"run_integrity": {"config": {
+        "destination": "globex_delta"}}}}), "globex_delta", ALL_MODELS, "integrity", "integrity globex")
     submitted(env.launch_ok(transfer_job, run_config={"ops": {"run_transfer": {"config": {
         "destination": "acme_delta", "models": ["notes"]}}}}),
         "acme_delta", ("notes",), "transfer", "launchpad acme notes (disabled destination)")
@@ -244,8 +245,9 @@ def test_limits_hold_on_every_launch_path(queue_env: QueueEnv) -> None:
     submitted(env.launch_ok(transfer_job, run_config={"ops": {"run_transfer": {"config": {
         "destination": "globex_delta", "models": ["notes"]}}}}),
         "globex_delta", ("notes",), "transfer", "launchpad globex notes")
-    submitted(env.launch_ok("integrity", checks=[["initech", "initech_delta", "items"], ["initech", "initech_delta", "notes"]]),
-              "initech_delta", ALL_MODELS, "integrity", "integrity initech")
+    submitted(env.launch_ok(asset_job, assets=[], checks=[["initech", "initech_delta", "items"],
+                                                          ["initech", "initech_delta", "notes"]]),
+              "initech_delta", ALL_MODELS, "integrity", "execute checks initech")
     submitted(env.launch_ok(transfer_job, run_config={"ops": {"run_transfer": {"config": {
         "destination": "initech_delta"}}}}),
         "initech_delta", ALL_MODELS, "transfer", "launchpad initech all")
@@ -339,17 +341,12 @@ def test_materialize_with_its_integrity_check_waits_for_other_transfers(queue_en
         "a run executing the integrity check of globex/items started beside a transfer of globex/notes")
 
 
-def test_whole_integrity_job_is_refused(queue_env: QueueEnv) -> None:
-    """The integrity job launched without a check subset (the launchpad's default) would check every
-    destination at once, beside their transfers: with two destinations it is refused."""
+def test_an_integrity_run_without_a_destination_is_refused(queue_env: QueueEnv) -> None:
+    """The integrity job launched without its run config (the launchpad's default) names the
+    missing destination; no run is queued."""
     env = queue_env
     env.clear_runs()
-    env.launch_ok("transfer", run_config={"ops": {"run_transfer": {"config": {"destination": "acme_delta"}}}})
-    env.dequeue_pass()
     payload = env.launch("integrity")
-    assert payload["__typename"] == "PythonError", payload
-    assert "every destination" in payload["message"]
-    (refused,) = env.instance.get_runs(dg.RunsFilter(job_name="integrity"))
-    env.dequeue_pass()
-    assert env.instance.get_run_by_id(refused.run_id).status == dg.DagsterRunStatus.FAILURE
-    assert refused.run_id not in {r.run_id for r in env.instance.run_launcher.queue()}
+    assert payload["__typename"] == "RunConfigValidationInvalid", payload
+    assert "destination" in str(payload)
+    assert env.instance.get_runs(dg.RunsFilter(job_name="integrity")) == []

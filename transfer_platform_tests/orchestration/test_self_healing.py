@@ -21,7 +21,7 @@ import yaml
 from deltalake import DeltaTable
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME
+from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME, integrity_run_config
 from transfer_platform.orchestration.repair import REPAIR_TAG
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform_tests.support.dagster import transfer_run_config
@@ -66,8 +66,8 @@ def launch(defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRe
 
 
 def check(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
-    job = defs.resolve_job_def(JOB_NAME).get_subset(asset_check_selection={CHECK})
-    result = job.execute_in_process(instance=instance, raise_on_error=False)
+    result = defs.resolve_job_def(JOB_NAME).execute_in_process(
+        run_config=integrity_run_config("acme_delta", ["items"]), instance=instance, raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
     return evaluation
 
@@ -118,7 +118,7 @@ def test_a_failed_check_is_repaired_window_by_window_then_passes(tmp_path: Path,
         second = tick(defs, path, instance, first.cursor)
         (recheck,) = repair_requests(second)
         assert recheck.job_name == JOB_NAME
-        assert list(recheck.asset_check_keys) == [CHECK]
+        assert recheck.run_config == integrity_run_config("acme_delta", ["items"])  # this check alone
         assert launch(defs, instance, recheck).success
         assert delivered(path.parent, "acme", "items") == lake_rows(path.parent, "items")
 

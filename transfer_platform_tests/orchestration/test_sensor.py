@@ -25,7 +25,7 @@ from transfer_platform.core.schedule import Due, due, latest_tick
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.budget import Budget
-from transfer_platform.orchestration.checks import integrity_check_keys
+from transfer_platform.orchestration.checks import integrity_run_config
 from transfer_platform.orchestration.lifecycle import heartbeat, sweep
 from transfer_platform.orchestration.resources import TransferPlatformResource
 from transfer_platform.orchestration.run_tags import MODELS_TAG, limit_tags
@@ -310,10 +310,10 @@ def test_sweep_spares_a_running_transfer_that_beats(queued) -> None:
 @pytest.mark.integration
 def test_every_run_kind_the_sweep_watches_writes_a_heartbeat(config_path: Path, config: PlatformConfig,
                                                              spark) -> None:
-    job = build_definitions(str(config_path)).resolve_job_def("integrity").get_subset(
-        asset_check_selection=set(integrity_check_keys(config, "acme_delta")))
+    job = build_definitions(str(config_path)).resolve_job_def("integrity")
     with dg.instance_for_test() as instance:
-        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        result = job.execute_in_process(run_config=integrity_run_config("acme_delta"), instance=instance,
+                                        raise_on_error=False)
         assert result.success
         run = instance.get_run_by_id(result.run_id)
         assert run.tags["transfer_platform/kind"] == "integrity"  # the sweep watches it

@@ -29,7 +29,12 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
 from transfer_platform.destinations.base import writer_for
-from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME, integrity_check_keys
+from transfer_platform.orchestration.checks import (
+    CHECK_NAME,
+    JOB_NAME,
+    integrity_check_keys,
+    integrity_run_config,
+)
 from transfer_platform.orchestration.coordinator import RunPlacementError, placement, tags_for
 from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
 from transfer_platform.orchestration.repair import repair_requests
@@ -144,7 +149,7 @@ def test_runs_are_placed_per_destination_and_a_run_over_both_is_refused(config_p
     assert placement(config, pg_run) == ("acme_pg", ["items"], "transfer")
     destination, models, kind = placement(config, delta_run)
     assert (destination, sorted(models), kind) == ("acme_delta", ["items", "notes"], "transfer")
-    check_run = dg.DagsterRun(job_name=JOB_NAME, asset_check_selection=frozenset(
+    check_run = dg.DagsterRun(job_name="__ASSET_JOB", asset_check_selection=frozenset(  # `Execute checks`
         {dg.AssetCheckKey(PG_ITEMS, CHECK_NAME)}))
     assert placement(config, check_run) == ("acme_pg", ["items"], "integrity")
     both = dg.DagsterRun(job_name="__ASSET_JOB", asset_selection=frozenset({PG_ITEMS, DELTA_ITEMS}))
@@ -250,10 +255,11 @@ def test_a_window_of_each_destination_delivers_the_recipients_rows_to_each_with_
             assert instance.get_materialized_partitions(untouched) == set()
 
         # each destination's integrity check compares its own table, against its own watermark
-        checks = {dg.AssetCheckKey(PG_ITEMS, CHECK_NAME), dg.AssetCheckKey(DELTA_ITEMS, CHECK_NAME)}
-        checked = defs.resolve_job_def(JOB_NAME).get_subset(asset_check_selection=checks).execute_in_process(
-            instance=instance, raise_on_error=False)
-        evaluations = {e.asset_key: e for e in checked.get_asset_check_evaluations()}
+        evaluations = {}
+        for destination in ("acme_pg", "acme_delta"):  # the integrity job, one destination per run
+            checked = defs.resolve_job_def(JOB_NAME).execute_in_process(
+                run_config=integrity_run_config(destination, ["items"]), instance=instance, raise_on_error=False)
+            evaluations.update({e.asset_key: e for e in checked.get_asset_check_evaluations()})
     assert set(evaluations) == {PG_ITEMS, DELTA_ITEMS}
     assert all(e.passed for e in evaluations.values()), [e.description for e in evaluations.values()]
 

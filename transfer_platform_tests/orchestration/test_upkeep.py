@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.checks import integrity_check_keys
+from transfer_platform.orchestration.checks import integrity_run_config
 from transfer_platform.orchestration.coordinator import tags_for
 from transfer_platform.orchestration.run_tags import KIND_TAG, limit_tags, model_key
 from transfer_platform.orchestration.sensors import upkeep_requests
@@ -58,7 +58,7 @@ def test_sweeps_are_due_on_their_frequency_and_checks_wait_for_the_first_success
     again, same = upkeep_requests(config, cursor, at(10, 59), lambda destination: True)
     (check,) = again  # the sweep's hour is done; the check, now delivered, is due
     assert check.job_name == "integrity"
-    assert list(check.asset_check_keys) == integrity_check_keys(config, "acme_delta")
+    assert check.run_config == integrity_run_config("acme_delta")  # every model the destination receives
     assert check.tags[KIND_TAG] == "integrity"
     assert same == {**cursor, "integrity:acme_delta": isoformat(at(0, 0))}
     later, _ = upkeep_requests(config, same, at(11, 0), lambda destination: True)
