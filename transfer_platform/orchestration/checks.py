@@ -79,7 +79,8 @@ def integrity_op(context: dg.OpExecutionContext, config: IntegrityConfig, pyspar
         raise dg.Failure(description=(
             f"destination {destination.name!r} receives no enabled model named {', '.join(map(repr, unknown))}"
             if unknown else f"destination {destination.name!r} receives no enabled model: nothing to check")
-            + f" (it receives: {', '.join(sorted(receives)) or 'none'})")
+            + f" (it receives: {', '.join(sorted(receives)) or 'none'}). Fix: name models it receives in "
+              f"ops.{INTEGRITY_OP}.config.models, or none to check them all")
     models = [receives[name] for name in dict.fromkeys(config.models)] or list(receives.values())
     if DESTINATION_TAG not in context.run.tags:  # launched by hand, not through the queue's tags
         context.instance.add_run_tags(run_id, limit_tags(current, destination.name, models, "integrity"))

@@ -179,6 +179,7 @@ def test_the_integrity_job_names_a_model_the_destination_does_not_receive(config
         message = failure.step_failure_data.error.message
         assert "destination 'acme_delta' receives no enabled model named 'orders'" in message
         assert "(it receives: items)" in message
+        assert "Fix: name models it receives in ops.run_integrity.config.models" in message
         assert result.get_asset_check_evaluations() == []
         assert _run_checks(defs, instance, "nowhere").success is False
 
