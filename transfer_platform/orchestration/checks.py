@@ -35,12 +35,16 @@ from transfer_platform.errors import ConfigError, TransferPlatformError
 from transfer_platform.orchestration.keys import transfer_asset_key
 from transfer_platform.orchestration.lifecycle import heartbeat
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
+from transfer_platform.orchestration.run_tags import (
+    DESTINATION_TAG,
+    INTEGRITY_OP,
+    KIND_TAG,
+    limit_tags,
+)
 from transfer_platform.transfers.integrity import IntegrityReport, check_integrity, describe
 
 CHECK_NAME = "integrity"
 JOB_NAME = "integrity"
-INTEGRITY_OP = "run_integrity"
 REDACTED = "***"
 
 
@@ -74,13 +78,14 @@ def integrity_op(context: dg.OpExecutionContext, config: IntegrityConfig, pyspar
     except ConfigError as exc:
         raise dg.Failure(description=str(exc)) from None
     receives = {m.model_name: m for m in current.models_for(destination)}
+    if not receives:
+        raise dg.Failure(description=f"destination {destination.name!r} receives no enabled model: nothing to check")
     unknown = [name for name in config.models if name not in receives]
-    if unknown or not receives:
+    if unknown:
         raise dg.Failure(description=(
-            f"destination {destination.name!r} receives no enabled model named {', '.join(map(repr, unknown))}"
-            if unknown else f"destination {destination.name!r} receives no enabled model: nothing to check")
-            + f" (it receives: {', '.join(sorted(receives)) or 'none'}). Fix: name models it receives in "
-              f"ops.{INTEGRITY_OP}.config.models, or none to check them all")
+            f"destination {destination.name!r} receives no enabled model named {', '.join(map(repr, unknown))} "
+            f"(it receives: {', '.join(sorted(receives))}). Fix: name models it receives in "
+            f"ops.{INTEGRITY_OP}.config.models, or none to check them all"))
     models = [receives[name] for name in dict.fromkeys(config.models)] or list(receives.values())
     if DESTINATION_TAG not in context.run.tags:  # launched by hand, not through the queue's tags
         context.instance.add_run_tags(run_id, limit_tags(current, destination.name, models, "integrity"))

@@ -44,9 +44,11 @@ from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
 from transfer_platform.orchestration.keys import destination_and_model
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
+    INTEGRITY_OP,
     KIND_TAG,
     MODELS_TAG,
     limit_tags,
+    op_config,
     queue_rules,
     transfer_op_config,
 )
@@ -58,7 +60,6 @@ _LOG = logging.getLogger("transfer_platform.coordinator")
 TRANSFER_JOB = "transfer"
 SWEEP_JOB = "delete_sweep"
 INTEGRITY_JOB = "integrity"
-INTEGRITY_OP = "run_integrity"  # checks.INTEGRITY_OP
 INTEGRITY_CHECK = "integrity"  # checks.CHECK_NAME (a last_transfer check runs with its transfer)
 
 
@@ -86,24 +87,24 @@ def placement(config: PlatformConfig, run: DagsterRun) -> tuple[str, list[str], 
         models = [m for m in tags.get(MODELS_TAG, "").split(",") if m]
         return tags[DESTINATION_TAG], models, tags[KIND_TAG]
     if run.job_name == TRANSFER_JOB:
-        op_config = transfer_op_config(run.run_config)
-        destination = op_config.get("destination")
+        transfer = transfer_op_config(run.run_config)
+        destination = transfer.get("destination")
         if not destination:
             raise RunPlacementError("a transfer run needs ops.run_transfer.config.destination")
-        return destination, list(op_config.get("models") or []), "transfer"
+        return destination, list(transfer.get("models") or []), "transfer"
     if run.job_name == SWEEP_JOB:  # launched by hand (the sensor's runs carry their tags)
-        op_config = (((run.run_config or {}).get("ops") or {}).get("sweep_deletes") or {}).get("config") or {}
-        if not op_config.get("destination"):
+        sweep = op_config(run.run_config, "sweep_deletes")
+        if not sweep.get("destination"):
             raise RunPlacementError("a delete sweep run needs ops.sweep_deletes.config.destination")
-        destination = config.destination(op_config["destination"])
-        models = op_config.get("models") or [m.model_name for m in config.models_for(destination)
-                                            if m.delete_detection == "sweep"]
+        destination = config.destination(sweep["destination"])
+        models = sweep.get("models") or [m.model_name for m in config.models_for(destination)
+                                         if m.delete_detection == "sweep"]
         return destination.name, list(models), "delete_sweep"
     if run.job_name == INTEGRITY_JOB:  # launched by hand (the sensor's and the API's runs carry their tags)
-        op_config = (((run.run_config or {}).get("ops") or {}).get(INTEGRITY_OP) or {}).get("config") or {}
-        if not op_config.get("destination"):
+        checks = op_config(run.run_config, INTEGRITY_OP)
+        if not checks.get("destination"):
             raise RunPlacementError(f"an integrity run needs ops.{INTEGRITY_OP}.config.destination")
-        return op_config["destination"], list(op_config.get("models") or []), "integrity"
+        return checks["destination"], list(checks.get("models") or []), "integrity"
     keys = list(run.asset_selection or [])
     kind = "transfer"
     if not keys and run.asset_check_selection:  # `Execute checks` on assets: their integrity checks

@@ -55,6 +55,8 @@ TRIGGER_TAG = f"{HIDDEN_PREFIX}/trigger"  # who asked: transfers/order.py's TRIG
 DRY_RUN_TAG = f"{PREFIX}/dry_run"  # a transfer that only plans (the API's is_debug_mode)
 #: the ``transfer`` job's one op, whose config says what a transfer run is asked
 TRANSFER_OP = "run_transfer"
+#: the ``integrity`` job's one op, whose config names the destination (and models) to check
+INTEGRITY_OP = "run_integrity"
 KINDS = ("transfer", "integrity", "delete_sweep")
 
 USER_TAG_PATTERN = re.compile(r"[A-Za-z0-9_-]+")  # whole key and value (fullmatch)
@@ -107,9 +109,14 @@ def queue_rules(config: PlatformConfig) -> list[dict]:
     return rules
 
 
+def op_config(run_config: dict | None, op: str) -> dict:
+    """The config of op ``op`` inside a run config (empty if it has none)."""
+    return (((run_config or {}).get("ops") or {}).get(op) or {}).get("config") or {}
+
+
 def transfer_op_config(run_config: dict | None) -> dict:
     """The ``transfer`` job's op config inside a run config (empty for any other run)."""
-    return (((run_config or {}).get("ops") or {}).get(TRANSFER_OP) or {}).get("config") or {}
+    return op_config(run_config, TRANSFER_OP)
 
 
 # -- a transfer order as a run of the ``transfer`` job, and back ---------------------------------

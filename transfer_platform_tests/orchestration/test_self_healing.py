@@ -57,10 +57,8 @@ def repair_requests(result: dg.SensorResult) -> list[dg.RunRequest]:
 
 
 def launch(defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
-    """Run a request the way the daemon would (its job, config, tags and check selection)."""
+    """Run a request the way the daemon would (its job, config and tags)."""
     job = defs.resolve_job_def(request.job_name)
-    if request.asset_check_keys:
-        job = job.get_subset(asset_check_selection=set(request.asset_check_keys))
     return job.execute_in_process(run_config=request.run_config or {}, tags=request.tags, instance=instance,
                                   raise_on_error=False)
 
