@@ -145,8 +145,15 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
 def daemon_pids(platform: RunningPlatform) -> list[int]:
     from transfer_platform_tests.support.daemon import processes_with_home
 
-    return [pid for pid in processes_with_home(platform.home)
-            if b"dagster-daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    found = processes_with_home(platform.home, b"dagster-daemon")
+    return [pid for pid in found if parent(pid) not in found]  # not a fork of the daemon
+
+
+def parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def start_daemon(platform: RunningPlatform, name: str) -> subprocess.Popen:
@@ -232,8 +239,7 @@ def test_the_code_server_killed_refuses_transfers_in_one_line_until_it_is_back(p
     from transfer_platform_tests.support.daemon import processes_with_home, start_code_server
     from transfer_platform_tests.support.platform import TENANTS, TS
 
-    (server,) = [pid for pid in processes_with_home(platform.home)
-                 if str(platform.root / "code_server.sock").encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    (server,) = processes_with_home(platform.home, str(platform.root / "code_server.sock").encode())
     now = datetime.now(UTC)
     schema = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("updated_at", TS), ("v", pa.string())])
     for table in TABLES:  # new rows for the next transfer

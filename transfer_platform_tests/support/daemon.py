@@ -79,15 +79,18 @@ class RunningPlatform:
         return "\n".join(lines[-40:])
 
 
-def processes_with_home(home: Path) -> list[int]:
-    """Processes of ours still using this Dagster home (run workers, code servers, Spark JVMs)."""
+def processes_with_home(home: Path, command: bytes = b"") -> list[int]:
+    """Processes of ours still using this Dagster home (run workers, code servers, Spark JVMs),
+    only those whose command line holds ``command`` if it is given. A process that ends while it
+    is looked at is not among them."""
     marker = f"DAGSTER_HOME={home}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
+            if marker in (entry / "environ").read_bytes().split(b"\0") and (
+                    command in (entry / "cmdline").read_bytes()):
                 found.append(int(entry.name))
         except OSError:
             continue
