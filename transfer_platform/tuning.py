@@ -29,8 +29,9 @@ class Tuning:
     #: driver, without a Spark job (sources/direct.py); False: every read goes through Spark
     direct_reads: bool = True
     #: a window moved alone from a PostgreSQL source to a PostgreSQL destination whose columns
-    #: need no conversion is relayed in binary COPY format by Spark's tasks (sources/relay.py);
-    #: False: it is read by Spark's JDBC reader and written as CSV
+    #: need no conversion is relayed in binary COPY format by Spark's tasks (sources/relay.py),
+    #: and a small window read directly alone is streamed so by this process; False: it is read
+    #: by Spark's JDBC reader (a small one by the driver, into Arrow) and written as CSV
     relay_windows: bool = True
 
 

@@ -30,6 +30,8 @@ it off.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -44,6 +46,11 @@ if TYPE_CHECKING:
     from transfer_platform.sources.jdbc import JdbcReader
 
 _LOG = logging.getLogger(__name__)
+
+
+class StreamFailed(Exception):
+    """The source failed while :meth:`DirectReads.copy_out` streamed a window (the window is then
+    read as any other)."""
 
 
 class DirectReads:
@@ -87,13 +94,11 @@ class DirectReads:
         if conn is not None:
             conn.close()
 
-    def _run(self, sql: str, request: ReadRequest, kind: str, *, rows: bool):
-        """``sql`` in a READ ONLY transaction in UTC (rolled back) on the held connection:
-        ``(name, type oid)`` of its columns, and its rows. A failure closes the connection."""
-        from transfer_platform.sources.jdbc import count_statement
-
+    @contextmanager
+    def _transaction(self, request: ReadRequest) -> Iterator[psycopg.Connection]:
+        """The held connection in a READ ONLY transaction in UTC with the read's search path,
+        rolled back after; a failure closes the connection."""
         reader = self.reader
-        count_statement(reader.source.name, kind)
         if self._conn is None or self._conn.closed:
             self._conn = connect_postgres(reader.source.connection, what=reader.what)
         conn = self._conn
@@ -103,14 +108,51 @@ class DirectReads:
             schema = reader.default_schema_for(request)
             if schema is not None:
                 conn.execute("SELECT set_config('search_path', %s, true)", (search_path_value(schema),))
-            cursor = conn.execute(sql)
-            described = [(d.name, d.type_code) for d in cursor.description or []]
-            fetched = cursor.fetchall() if rows else []
+            yield conn
             conn.rollback()
         except BaseException:
             self.close()
             raise
+
+    def _run(self, sql: str, request: ReadRequest, kind: str, *, rows: bool):
+        """``sql`` in :meth:`_transaction`: ``(name, type oid)`` of its columns, and its rows."""
+        from transfer_platform.sources.jdbc import count_statement
+
+        count_statement(self.reader.source.name, kind)
+        with self._transaction(request) as conn:
+            cursor = conn.execute(sql)
+            described = [(d.name, d.type_code) for d in cursor.description or []]
+            fetched = cursor.fetchall() if rows else []
         return (described, fetched) if rows else described
+
+    def keys_unique(self, request: ReadRequest) -> bool:
+        """:meth:`JdbcReader.keys_unique <transfer_platform.sources.jdbc.JdbcReader.keys_unique>`
+        on the held connection."""
+        sql = self.reader.unique_key_query(request)
+        if sql is None:
+            return False
+        try:
+            _, found = self._run(sql, request, "catalog", rows=True)
+        except Exception:  # noqa: BLE001 - any refusal: the window is read as any other
+            _LOG.debug("asking %s for a unique index failed", self.reader.what, exc_info=True)
+            return False
+        return bool(found and found[0][0])
+
+    def copy_out(self, request: ReadRequest, types: dict[str, str]) -> Iterator[bytes]:
+        """``request``'s window in PostgreSQL's binary COPY format, each column cast to the type
+        ``types`` names for it in the destination (destination name -> type), in chunks of
+        ``relay.CHUNK_BYTES``, on the held connection (:meth:`_transaction`): the query of
+        :func:`~transfer_platform.sources.relay.relay_for` in one slice. Any failure of the source
+        is raised as :class:`StreamFailed`."""
+        from transfer_platform.sources.relay import gathered, relay_for
+
+        relay = relay_for(self.reader, request, 1, here=True)
+        try:
+            with self._transaction(request) as conn, conn.cursor().copy(relay.copy_out(0, types)) as out:
+                yield from gathered(out)
+        except Exception as exc:  # the source's (the destination's failures close this generator)
+            raise StreamFailed(f"streaming the window from {self.reader.what} failed: "
+                               f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from exc
 
     def window_rows(self, spark: object, requests: list[ReadRequest], up_to: int) -> list[int] | None:
         """:meth:`JdbcReader.window_rows <transfer_platform.sources.jdbc.JdbcReader.window_rows>`

@@ -408,22 +408,30 @@ class JdbcReader:
         index of the database says (asked of its catalog): choosing one version per key is then
         no work for Spark. ``False`` for a ``source_query`` (a join can return a key twice), a
         view, a table without such an index, or a catalog that does not answer."""
+        sql = self.unique_key_query(request)
+        if sql is None:
+            return False
+        count_statement(self.source.name, "catalog")
+        try:
+            rows = self.dialect.select_rows(self.source.connection, self.what, sql, self.default_schema_for(request))
+        except Exception:  # noqa: BLE001 - any refusal: each window is then resolved as any other
+            _LOG.debug("asking %s for a unique index on %s failed", self.what, request.model.source_table,
+                       exc_info=True)
+            return False
+        return bool(rows and rows[0][0])
+
+    def unique_key_query(self, request: ReadRequest) -> str | None:
+        """The catalog query of :meth:`keys_unique` (one row, one boolean); ``None`` for a
+        ``source_query``."""
         model = request.model
         if model.source_query:
-            return False
+            return None
         if self.multi_tenant:
             schema, _, table = model.source_table.rpartition(".")
         else:
             schema, table = self._tenant_schema(request), model.source_table
         keys = [c.name_in_source for c in model.primary_key]
-        sql = self.dialect.unique_key_sql(self.relation_for(request), schema or None, table, keys)
-        count_statement(self.source.name, "catalog")
-        try:
-            rows = self.dialect.select_rows(self.source.connection, self.what, sql, self.default_schema_for(request))
-        except Exception:  # noqa: BLE001 - any refusal: each window is then resolved as any other
-            _LOG.debug("asking %s for a unique index on %s failed", self.what, model.source_table, exc_info=True)
-            return False
-        return bool(rows and rows[0][0])
+        return self.dialect.unique_key_sql(self.relation_for(request), schema or None, table, keys)
 
     def default_schema_for(self, request: ReadRequest) -> str | None:
         """The schema unqualified names resolve in: the tenant's, for a schema-tenanted query;

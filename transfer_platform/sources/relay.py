@@ -30,7 +30,7 @@ stage (the scan, the key, the merge or swap, the watermark) is the writer's as f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -91,8 +91,11 @@ class RelayRead:
         return f"DELETE FROM {staging}{' WHERE ' + predicate if predicate else ''}"
 
 
-def relay_for(reader: JdbcReader, request: ReadRequest, slices: int) -> RelayRead:
-    """The relay of ``request``'s window from ``reader``'s PostgreSQL source in ``slices`` slices."""
+def relay_for(reader: JdbcReader, request: ReadRequest, slices: int, *, here: bool = False) -> RelayRead:
+    """The relay of ``request``'s window from ``reader``'s PostgreSQL source in ``slices`` slices;
+    ``here``: streamed in this process on a connection the caller holds
+    (:meth:`DirectReads.copy_out <transfer_platform.sources.direct.DirectReads.copy_out>`), so
+    without the source's connection arguments."""
     from transfer_platform.sources.jdbc import count_statement
 
     model = request.model
@@ -101,7 +104,7 @@ def relay_for(reader: JdbcReader, request: ReadRequest, slices: int) -> RelayRea
     default_schema = reader.default_schema_for(request)
     count_statement(reader.source.name, "rows")  # one read of the window, as Spark's would be
     return RelayRead(
-        source=postgres_connect_kwargs(reader.source.connection, what=f"sources.{reader.source.name}"),
+        source={} if here else postgres_connect_kwargs(reader.source.connection, what=f"sources.{reader.source.name}"),
         search_path=None if default_schema is None else search_path_value(default_schema),
         window_sql=reader.query_for(request),
         columns=tuple((c.name_in_source, c.destination_name) for c in model.columns),
@@ -153,6 +156,19 @@ def relay_partition(relay: RelayRead, destination: dict, staging: str, copy_in: 
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
+def gathered(messages: Iterable[bytes]) -> Iterator[bytearray]:
+    """The source's COPY messages (one a row) gathered into chunks of ``CHUNK_BYTES`` or more
+    (the last one smaller): one write each into the destination's COPY."""
+    pending = bytearray()
+    for message in messages:
+        pending += message
+        if len(pending) >= CHUNK_BYTES:
+            yield pending
+            pending = bytearray()
+    if pending:
+        yield pending
+
+
 def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, types: dict[str, str],
                 clear: str | None = None) -> int:
     """One slice, source to destination, bytes as they come (gathered to ``CHUNK_BYTES``);
@@ -168,14 +184,8 @@ def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, t
             if clear is not None:
                 cursor.execute(clear)
             with source.cursor().copy(relay.copy_out(index, types)) as out, cursor.copy(copy_in) as into:
-                pending = bytearray()
-                for chunk in out:
-                    pending += chunk
-                    if len(pending) >= CHUNK_BYTES:
-                        into.write(pending)
-                        pending = bytearray()
-                if pending:
-                    into.write(pending)
+                for chunk in gathered(out):
+                    into.write(chunk)
             source.rollback()
             return max(cursor.rowcount, 0)
     except psycopg.Error as exc:

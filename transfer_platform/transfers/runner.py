@@ -406,8 +406,15 @@ class _WindowMover:
         window. ``up_to``: their sizes are not known; the job reads at most one row more, and
         if there are more, the windows are counted and moved as :func:`_steps` says."""
         lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
+        streams = up_to is None and len(windows) == 1 and self._streams(reads[0])
         log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows),
-                  **({"direct": True} if self.direct is not None else {}))
+                  **({"direct": True} if self.direct is not None else {}),
+                  **({"relayed": True, "streamed": True} if streams else {}))
+        if streams:
+            outcome = self._streamed(windows[0], reads[0])
+            if outcome is not None:
+                yield outcome
+                return
         table = self._read_directly(reads, up_to)
         if table is None:
             frame = self.reader.read_together(self.request.spark, reads)
@@ -445,6 +452,32 @@ class _WindowMover:
                                       resolved.older_versions, resolved.identical_copies, window)
             self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper)
             yield self._outcome(window, result)
+
+    def _streams(self, read: ReadRequest) -> bool:
+        """Whether a small window may be streamed from the source into the destination's staging
+        in binary COPY format in this process, as a large one is relayed by Spark's tasks: read
+        directly, relayed, into a writer that streams, from a source holding each key once."""
+        if self.direct is None or not self.relays or not callable(getattr(self.request.writer, "write_streamed", None)):
+            return False
+        if self._keys_unique is None:
+            self._keys_unique = self.direct.keys_unique(read)
+        return self._keys_unique
+
+    def _streamed(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome | None:
+        """The window streamed (:meth:`_streams`), then committed as any window; ``None`` if the
+        source failed meanwhile (nothing committed: the window is then read as any other)."""
+        from transfer_platform.sources.direct import StreamFailed
+
+        direct = self.direct
+        assert direct is not None
+        try:
+            result = self.request.writer.write_streamed(  # type: ignore[attr-defined]
+                lambda types: direct.copy_out(read, types), self._load(window))
+        except StreamFailed as failed:
+            _LOG.debug("%s; the window is read as any other", failed, exc_info=True)
+            return None
+        self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper, relayed=True)
+        return self._outcome(window, result)
 
     def _read_directly(self, reads: list[ReadRequest], up_to: int | None) -> pa.Table | None:
         """The windows' rows read by the source database's driver (:mod:`~transfer_platform.sources.direct`);

@@ -1,6 +1,7 @@
 """Large windows relayed from a PostgreSQL source into a PostgreSQL destination in binary COPY
 format (``transfer_platform/sources/relay.py``): the recipient receives exactly its tenant's rows,
-value for value, as the read through Spark delivers them, in a backfill and a full refresh; a
+value for value, as the read through Spark delivers them, in a backfill and a full refresh (and
+an incremental's small window, streamed in the transfer's process, as the driver's read does); a
 column needing a conversion, or a source whose keys are not unique, keeps the window on Spark; a
 NULL key or last-modified value is refused by name with the live table and watermark as they were."""
 
@@ -81,13 +82,13 @@ def delivered(pg_conn, schema: str) -> list[tuple]:
 
 
 def run(spark, source_schema: str, dst_schema: str, tuning: Tuning, caplog, extra: list[dict] = (),
-        *, full_refresh: bool = False, parallel: int = 2, expect: str = "SUCCESS"):
+        *, full_refresh: bool = False, parallel: int = 2, expect: str = "SUCCESS", now: datetime = NOW):
     config = config_for({"vendor": "postgres", "connection": pg_connection_config(),
                          "max_concurrent_queries_per_transfer": parallel},
                         model(source_schema, extra), tenant=TENANT, dst_schema=dst_schema)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="transfer_platform"):
-        summary = transfer(spark, config, NOW, tuning=tuning, full_refresh=full_refresh)
+        summary = transfer(spark, config, now, tuning=tuning, full_refresh=full_refresh)
     assert summary.status == expect, summary.error
     records = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"phase": ')]
     return summary, records
@@ -126,6 +127,41 @@ def test_a_relayed_backfill_and_refresh_deliver_the_tenants_rows_as_spark_does(
         pg_conn, f'SELECT {", ".join(NAMES)} FROM "{pg_schema}".things WHERE organization_id = %s ORDER BY id',
         (TENANT,))
     assert summary.rows_transferred == 2 * len(VALUES) - 1
+
+
+def test_an_incrementals_small_window_is_streamed_and_delivers_the_tenants_rows_as_the_drivers_read(
+        spark, pg_conn, pg_schema, new_schema, caplog):
+    """A small window (read by the driver, not by Spark) is streamed from the source into the
+    staging table in binary COPY format in the transfer's process when the source holds each key
+    once; the recipient then holds what the driver's read into Arrow delivers, value for value."""
+    make_source(pg_conn, pg_schema)
+    streamed, read = new_schema(), new_schema()
+    paths = [(streamed, Tuning(), [True]), (read, Tuning(relay_windows=False), [False])]
+    for dst, tuning, _ in paths:
+        run(spark, pg_schema, dst, tuning, caplog)  # the backfill (two windows, read together)
+    things = f'"{pg_schema}".things'
+    later = NOW + timedelta(hours=1)
+    pg_conn.execute(f"UPDATE {things} SET name = coalesce(name, '') || ' v2', score = -0.0, "
+                    f"updated_at = %s + id * interval '1 second' WHERE id %% 3 = 0", (NOW,))
+    for tenant, first in ((TENANT, 100), ("acme", 1100)):
+        pg_conn.execute(f"INSERT INTO {things} (id, organization_id, updated_at, name, seen_at) "
+                        f"SELECT %s + i, %s, %s + i * interval '1 minute', 'new ' || i, %s FROM generate_series(0, 9) i",
+                        (first, tenant, NOW + timedelta(minutes=5), datetime(1, 1, 1, tzinfo=UTC)))
+    for dst, tuning, expected in paths:  # one window: the incremental's
+        summary, records = run(spark, pg_schema, dst, tuning, caplog, now=later)
+        assert relayed(records) == expected
+        assert summary.delta_rows_transferred == 2 * len(VALUES) // 3 + 10  # (the lookback re-reads one more)
+    source = rows_of(pg_conn, f'SELECT {", ".join(NAMES)} FROM {things} WHERE organization_id = %s ORDER BY id',
+                     (TENANT,))
+    assert delivered(pg_conn, read) == source  # the driver's read: the reference
+    assert delivered(pg_conn, streamed) == source  # every value; no row of the other tenant
+    assert status_row(pg_conn, streamed)["watermark"] == status_row(pg_conn, read)["watermark"]
+
+    pg_conn.execute(f"ALTER TABLE {things} DROP CONSTRAINT things_pkey")  # keys not unique: read and resolved
+    pg_conn.execute(f"UPDATE {things} SET updated_at = %s WHERE id = 1", (later,))
+    summary, records = run(spark, pg_schema, streamed, Tuning(), caplog, now=later + timedelta(hours=1))
+    assert relayed(records) == [False]
+    assert summary.delta_rows_transferred == 1
 
 
 def test_a_column_needing_a_cast_or_keys_not_unique_keep_the_window_on_spark(

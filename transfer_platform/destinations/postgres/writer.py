@@ -23,7 +23,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING
@@ -272,16 +272,39 @@ class PostgresWriter(SqlWriter):
             spark.range(slices, numPartitions=tasks).mapInArrow(relay_task, "rows long").collect()
         return self._staged(staging, load)
 
+    def write_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], load: WindowLoad) -> WindowResult:
+        """:meth:`write_arrow` for a small window streamed from a PostgreSQL source in binary COPY
+        format in this process (``stream(types)``: its chunks, each value cast to ``types``, the
+        staging table's column types; :meth:`DirectReads.copy_out
+        <transfer_platform.sources.direct.DirectReads.copy_out>`), each chunk written as it comes;
+        then scanned, refused and committed as any window."""
+        return self._write(load, lambda staging: self._stage_streamed(stream, staging, load), in_memory=True)
+
+    def _stage_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], staging: StagingTable,
+                        load: WindowLoad) -> StagingTable:
+        names = [c.destination_name for c in load.model.columns]
+        with self._translated_errors(), self._refused_values(load):
+            types = dict(self.conn.execute(sql.COLUMN_TYPES, (staging.table,)).fetchall())
+            with self.conn.cursor().copy(sql.copy_binary(staging.table, names)) as into:
+                for chunk in stream({n: types[n] for n in names}):
+                    into.write(chunk)
+        return self._staged(staging, load)
+
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        with self._translated_errors(), self._refused_values(load):
+            copy_batches(self.conn, sql.copy_csv(staging, batch.column_names), batch.to_batches())
+
+    @contextmanager
+    def _refused_values(self, load: WindowLoad) -> Iterator[None]:
+        """Around a ``COPY`` into the staging table: a value a column cannot hold, named."""
         import psycopg
 
-        with self._translated_errors():
-            try:
-                copy_batches(self.conn, sql.copy_csv(staging, batch.column_names), batch.to_batches())
-            except (psycopg.DataError, psycopg.IntegrityError) as exc:  # a value the column cannot hold
-                raise DataError(f"COPY into the staging table failed: {first_line(exc)}",
-                                model=load.model.model_name, destination=self.name,
-                                fix="check that each column's data_type matches the source values") from None
+        try:
+            yield
+        except (psycopg.DataError, psycopg.IntegrityError) as exc:
+            raise DataError(f"COPY into the staging table failed: {first_line(exc)}",
+                            model=load.model.model_name, destination=self.name,
+                            fix="check that each column's data_type matches the source values") from None
 
     # -- the empty-target fast path ---------------------------------------------------------------
 
