@@ -277,7 +277,8 @@ class PostgresWriter(SqlWriter):
         format in this process (``stream(types)``: its chunks, each value cast to ``types``, the
         staging table's column types; :meth:`DirectReads.copy_out
         <transfer_platform.sources.direct.DirectReads.copy_out>`), each chunk written as it comes;
-        then scanned, refused and committed as any window."""
+        then scanned, refused and committed as any window, but for the duplicate-key check: the
+        stream is one read of a source table holding each key once (its unique index)."""
         return self._write(load, lambda staging: self._stage_streamed(stream, staging, load), in_memory=True)
 
     def _stage_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], staging: StagingTable,
@@ -288,6 +289,9 @@ class PostgresWriter(SqlWriter):
             with self.conn.cursor().copy(sql.copy_binary(staging.table, names)) as into:
                 for chunk in stream({n: types[n] for n in names}):
                     into.write(chunk)
+        # one read of a source whose unique index holds each key once (the only source streamed),
+        # each key value cast to a type that keeps it distinct: no key twice to look for
+        staging.duplicates_refused = True
         return self._staged(staging, load)
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
