@@ -39,6 +39,7 @@ def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
     windows (the real reads run)."""
     reads = []
     real, together, direct = JdbcReader.read, JdbcReader.read_together, DirectReads.read_together
+    stream = DirectReads.copy_out
 
     def recording(self, spark, request):
         reads.append((request.bounds.lower, request.bounds.upper))
@@ -52,9 +53,14 @@ def read_windows(monkeypatch: pytest.MonkeyPatch) -> list:
         reads.extend((request.bounds.lower, request.bounds.upper) for request in requests)
         return direct(self, requests, schema, up_to)
 
+    def recording_stream(self, request, types):
+        reads.append((request.bounds.lower, request.bounds.upper))
+        return stream(self, request, types)
+
     monkeypatch.setattr(JdbcReader, "read", recording)
     monkeypatch.setattr(JdbcReader, "read_together", recording_together)
     monkeypatch.setattr(DirectReads, "read_together", recording_direct)
+    monkeypatch.setattr(DirectReads, "copy_out", recording_stream)
     return reads
 
 
@@ -84,6 +90,8 @@ def test_only_windows_holding_the_tenants_rows_are_read_and_every_window_commits
         return write_read_window
 
     writer.write_window, writer.write_arrow = recording(write_window), recording(write_arrow)
+    if hasattr(writer, "write_streamed"):  # a window read alone, streamed by this process
+        writer.write_streamed = recording(writer.write_streamed)
     try:
         (summary,) = run_transfer(
             TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),

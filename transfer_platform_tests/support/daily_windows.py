@@ -41,7 +41,8 @@ def holding(outcomes: list) -> list:
 
 def run(spark, config, now=NOW, tuning: Tuning = DEFAULT) -> tuple:
     """One transfer, recording each window's outcome and how each read window was written:
-    ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged (or relayed)."""
+    ``("arrow", window)`` read into this process, ``("staged", window)`` read alone and staged (or
+    relayed), ``("streamed", window)`` a small window streamed into a PostgreSQL destination."""
     writer = writer_for(config.destination(DESTINATION))
     outcomes, writes = [], []
     write_window, write_arrow = writer.write_window, writer.write_arrow
@@ -61,6 +62,8 @@ def run(spark, config, now=NOW, tuning: Tuning = DEFAULT) -> tuple:
             return write_relayed(relay, spark_, load)
 
         writer.write_relayed = relayed
+    if hasattr(writer, "write_streamed"):  # a small window streamed by this process
+        writer.write_streamed = recording("streamed", writer.write_streamed)
     try:
         (summary,) = run_transfer(
             TransferRequest(spark=spark, config=config, order=TransferOrder(destination=DESTINATION),
