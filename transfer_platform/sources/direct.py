@@ -21,6 +21,11 @@ So when nothing Spark does to those rows would change them, the rows are read by
   for the model's transfer (:meth:`DirectReads.close`): a connection costs the database a new
   backend (31-80 ms on 2 cores at load ~30), a query on an open one a round trip.
 
+A window read alone in its step into a PostgreSQL destination, from a source table holding each
+key once, is not read into Arrow at all: :meth:`DirectReads.copy_out` streams it in binary COPY
+format on the same connection, for the writer's ``write_streamed`` (the in-process form of
+:mod:`~transfer_platform.sources.relay`; ``Tuning.relay_windows`` too must be on).
+
 Anything else (a type that is cast, a numeric, json, a lake, a staged batch, a window larger than
 ``run_rows``) goes through Spark as before. A direct read that fails for any reason is read again
 through Spark, which then names the failure as it always does. ``Tuning.direct_reads=False`` turns

@@ -26,6 +26,10 @@ the staging column's own type, so the binary rows fit the destination as they ar
 commits on its own; a task Spark retries first deletes its slices' rows an earlier attempt
 committed (:func:`relay_partition`). What follows the
 stage (the scan, the key, the merge or swap, the watermark) is the writer's as for any window.
+
+A small window read alone in its step (an incremental's) is streamed the same way, in one slice,
+by the transfer's own process (``DirectReads.copy_out`` into ``PostgresWriter.write_streamed``):
+no Spark job, the source connection the model's direct reads hold.
 """
 
 from __future__ import annotations
