@@ -124,3 +124,9 @@ class TransferCancelled(KeyboardInterrupt):
     run as cancelled; its message says what happened instead of a bare interrupt."""
 
     blame = "platform"
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of what ``exc`` says (its type's name if it says nothing): a driver's
+    reason without the detail lines that follow it."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from transfer_platform.core.sql import derived_table, search_path_value
+from transfer_platform.errors import first_line
 from transfer_platform.runtime.connections import connect_postgres
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest
 
@@ -156,8 +157,7 @@ class DirectReads:
             with self._transaction(request) as conn, conn.cursor().copy(relay.copy_out(0, types)) as out:
                 yield from gathered(out)
         except Exception as exc:  # the source's (the destination's failures close this generator)
-            raise StreamFailed(f"streaming the window from {self.reader.what} failed: "
-                               f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from exc
+            raise StreamFailed(f"streaming the window from {self.reader.what} failed: {first_line(exc)}") from exc
 
     def window_rows(self, spark: object, requests: list[ReadRequest], up_to: int) -> list[int] | None:
         """:meth:`JdbcReader.window_rows <transfer_platform.sources.jdbc.JdbcReader.window_rows>`

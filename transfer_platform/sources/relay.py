@@ -40,6 +40,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.sql import change_literal, derived_table, quote_ident, search_path_value
+from transfer_platform.errors import first_line
 from transfer_platform.runtime.connections import postgres_connect_kwargs
 from transfer_platform.sources.base import ReadRequest
 
@@ -195,4 +196,4 @@ def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, t
     except psycopg.Error as exc:
         # the first line only: a clear reason, never the connection settings
         raise RuntimeError(f"relaying the window into the staging table failed: "
-                           f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
+                           f"{first_line(exc)}") from None

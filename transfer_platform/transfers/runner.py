@@ -199,11 +199,13 @@ def _transfer_model(request: TransferRequest, source_request: TransferRequest, m
 
 
 def _relays(reader: SourceReader, writer: DestinationWriter) -> bool:
-    """Whether a large window may be relayed from ``reader``'s source into ``writer``'s
-    destination in PostgreSQL's binary COPY format (:mod:`transfer_platform.sources.relay`)."""
+    """Whether a window may be relayed from ``reader``'s source into ``writer``'s destination in
+    PostgreSQL's binary COPY format (:mod:`transfer_platform.sources.relay`): a large one by
+    Spark's tasks, a small one read alone streamed by this process."""
     from transfer_platform.sources.jdbc import PostgresReader
 
-    return isinstance(reader, PostgresReader) and callable(getattr(writer, "write_relayed", None))
+    return isinstance(reader, PostgresReader) and all(
+        callable(getattr(writer, method, None)) for method in ("write_relayed", "write_streamed"))
 
 
 def _staging_for(request: TransferRequest, model: ModelConfig,
@@ -456,8 +458,8 @@ class _WindowMover:
     def _streams(self, read: ReadRequest) -> bool:
         """Whether a small window may be streamed from the source into the destination's staging
         in binary COPY format in this process, as a large one is relayed by Spark's tasks: read
-        directly, relayed, into a writer that streams, from a source holding each key once."""
-        if self.direct is None or not self.relays or not callable(getattr(self.request.writer, "write_streamed", None)):
+        directly, relayed (:func:`_relays`), from a source holding each key once."""
+        if self.direct is None or not self.relays:
             return False
         if self._keys_unique is None:
             self._keys_unique = self.direct.keys_unique(read)

@@ -41,6 +41,7 @@ from transfer_platform.errors import (
     MissingPrivilege,
     SchemaMismatch,
     TransferRunning,
+    first_line,
 )
 from transfer_platform.runtime.connections import (
     connect_postgres,
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
     from transfer_platform.sources.relay import RelayRead
 
 
-def first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class PostgresWriter(SqlWriter):
