@@ -14,7 +14,9 @@ rows reach the destination table), then shows that
 Reads and writes are split into 4 JDBC queries (``max_concurrent_queries_per_transfer``) so the
 staging table fills partition by partition (Spark commits each partition's inserts at its end):
 the kill lands while some partitions are committed in staging and others are still loading.
-The command line takes its "now" from the wall clock, so data is placed relative to it.
+The command line takes its "now" from the wall clock, so data is placed relative to it. An
+incremental's window streamed by the transfer's own process (one binary ``COPY``, no Spark) is
+killed while that ``COPY`` runs, seen from ``pg_stat_activity``.
 """
 
 from __future__ import annotations
@@ -277,5 +279,73 @@ def test_a_full_refresh_killed_mid_relay_changes_neither_the_live_table_nor_the_
 
     summary, now = run_next_transfer(spark, config, dst_schema, pg_conn, killed)  # finishes the refresh
 
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    assert status_row(pg_conn, dst_schema)["watermark"] == now
+
+
+#: the transfer of a streamed window, in a process of its own: no Spark (a start exits the
+#: process), each window up to a million rows read directly, so the incremental's window of
+#: ``BATCH`` rows is streamed (sources/direct.py ``copy_out`` into ``write_streamed``)
+STREAMED_TRANSFER = """
+import sys
+from datetime import UTC, datetime
+
+from transfer_platform.config.loading import load_config
+from transfer_platform.runtime.spark_session import LazySession
+from transfer_platform.tuning import Tuning
+from transfer_platform_tests.support.transfers import transfer
+
+summary = transfer(LazySession(lambda: sys.exit("a streamed transfer started Spark")), load_config(sys.argv[1]),
+                   datetime.now(UTC), transfer_id="killed", tuning=Tuning(run_rows=1_000_000))
+print(summary)
+"""
+
+
+def streaming_into(conn: psycopg.Connection, schema: str) -> str | None:
+    """The staging table a binary ``COPY`` is streaming into right now, if any."""
+    staging = staging_table(conn, schema)
+    if staging is None:
+        return None
+    (active,) = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s",
+        (f'COPY "{schema}"."{staging}" %FROM STDIN (FORMAT binary)',)).fetchone()
+    return staging if active else None
+
+
+def test_a_streamed_window_killed_mid_copy_changes_neither_rows_nor_watermark(
+        spark, pg_conn, pg_schema, dst_schema, tmp_path):
+    """An incremental's window streamed from the source into the staging table by the transfer's
+    own process, killed (SIGKILL) while its one ``COPY`` runs: the live table and the watermark are
+    as they were; the next transfer drops the staging table it left and delivers every row."""
+    backfill_at, _, config_path, config = backfilled(spark, pg_conn, pg_schema, dst_schema, tmp_path)
+    before_rows, before_status = destination_rows(pg_conn, dst_schema), status_row(pg_conn, dst_schema)
+    add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=10_000_000, count=BATCH,
+             start=backfill_at + timedelta(seconds=1), span=timedelta(minutes=9), payload="batch ")
+    add_rows(pg_conn, pg_schema, tenant=OTHER, first_id=20_000_000, count=1000,
+             start=backfill_at, span=timedelta(minutes=5), payload="other ")
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+    env.pop("DAGSTER_HOME", None)
+    with open(tmp_path / "cli.out", "wb") as out, open(tmp_path / "cli.err", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", STREAMED_TRANSFER, str(config_path)], cwd=tmp_path, env=env,
+                                stdout=out, stderr=err, start_new_session=True)
+    try:
+        launched = time.monotonic()
+        while (staging := streaming_into(pg_conn, dst_schema)) is None:
+            assert proc.poll() is None, (f"the transfer ended (exit {proc.returncode}) before its COPY was seen; "
+                                         f"make the batch larger:\n{cli_output(tmp_path)}")
+            assert time.monotonic() - launched < KILL_TIMEOUT_SECONDS, cli_output(tmp_path)
+            time.sleep(WATCH_INTERVAL_SECONDS)
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    assert destination_rows(pg_conn, dst_schema) == before_rows  # none of the window
+    assert status_row(pg_conn, dst_schema) == before_status  # the watermark did not move
+    summary, now = run_next_transfer(spark, config, dst_schema, pg_conn, Killed(staging, 0))
+    assert summary.rows_transferred >= BATCH
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
     assert status_row(pg_conn, dst_schema)["watermark"] == now
