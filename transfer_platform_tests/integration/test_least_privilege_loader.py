@@ -11,6 +11,7 @@ PostgreSQL reader with only ``USAGE`` and ``SELECT``, and a MariaDB reader with 
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -66,8 +67,14 @@ def as_role(config: PlatformConfig, role: str) -> PlatformConfig:
     return config.model_copy(update={"destinations": [destination.model_copy(update={"connection": connection})]})
 
 
+def streamed(caplog: pytest.LogCaptureFixture) -> bool:
+    """Whether the transfer logged since ``caplog`` was cleared streamed a window from the source
+    into its staging table (binary COPY in the transfer's process: its read's phase line)."""
+    return any('"phase": "read"' in r.getMessage() and '"streamed": true' in r.getMessage() for r in caplog.records)
+
+
 def test_a_loader_with_only_usage_and_create_on_its_schema_does_every_transfer(
-        spark, pg_conn, pg_schema, dst_schema, loader):
+        spark, pg_conn, pg_schema, dst_schema, loader, caplog):
     pg_conn.execute(f'CREATE SCHEMA "{dst_schema}"')  # by the recipient's DBA, not the loader
     pg_conn.execute(f'GRANT USAGE, CREATE ON SCHEMA "{dst_schema}" TO "{loader}"')
     database_create = pg_conn.execute("SELECT has_database_privilege(%s, current_database(), 'CREATE')",
@@ -86,8 +93,11 @@ def test_a_loader_with_only_usage_and_create_on_its_schema_does_every_transfer(
     with pg_connect(autocommit=True) as as_loader:
         as_loader.execute(f'SET ROLE "{loader}"')
         as_loader.execute(f'CREATE UNLOGGED TABLE "{dst_schema}"."{dead}" (id bigint)')
-    incremental = transfer(spark, config, now + timedelta(hours=1), "t2")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="transfer_platform"):
+        incremental = transfer(spark, config, now + timedelta(hours=1), "t2")
     assert incremental.status == "SUCCESS", incremental.error
+    assert streamed(caplog)  # its window streamed into a staging table the loader created
     assert dead not in tables_in(pg_conn, dst_schema)  # the clean-up ran as the loader
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
 
@@ -136,7 +146,7 @@ def test_a_loader_without_create_on_its_schema_is_told_the_grant(spark, pg_conn,
 
 
 def test_a_source_reader_with_only_usage_and_select_reads_and_checks(spark, pg_conn, pg_schema, dst_schema,
-                                                                    loader):
+                                                                    loader, caplog):
     """The source side as in production: the role has USAGE on the source schema and SELECT on the
     model's table, nothing else (``loader`` serves as that reader here)."""
     create_events(pg_conn, pg_schema)
@@ -148,8 +158,10 @@ def test_a_source_reader_with_only_usage_and_select_reads_and_checks(spark, pg_c
     reader_source = source.model_copy(update={"connection": source.connection.model_copy(update={"username": loader})})
     config = config.model_copy(update={"sources": [reader_source]})
 
-    summary = transfer(spark, config, day(3, 4), "t1")
+    with caplog.at_level(logging.INFO, logger="transfer_platform"):
+        summary = transfer(spark, config, day(3, 4), "t1")
     assert summary.status == "SUCCESS", summary.error
+    assert streamed(caplog)  # its window streamed out of the source by COPY, as that reader
     assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
     assert check_integrity(spark, config, DESTINATION, config.model(MODEL), day(3, 5)).passed
 
