@@ -52,7 +52,7 @@ from transfer_platform_tests.support.postgres import (
     status_row,
     tables_in,
 )
-from transfer_platform_tests.support.processes import group_alive
+from transfer_platform_tests.support.processes import group_alive, transfer_killed_when
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
@@ -324,24 +324,15 @@ def test_a_streamed_window_killed_mid_copy_changes_neither_rows_nor_watermark(
     add_rows(pg_conn, pg_schema, tenant=OTHER, first_id=20_000_000, count=1000,
              start=backfill_at, span=timedelta(minutes=5), payload="other ")
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
-    env.pop("DAGSTER_HOME", None)
-    with open(tmp_path / "cli.out", "wb") as out, open(tmp_path / "cli.err", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", STREAMED_TRANSFER, str(config_path)], cwd=tmp_path, env=env,
-                                stdout=out, stderr=err, start_new_session=True)
-    try:
-        launched = time.monotonic()
-        while (staging := streaming_into(pg_conn, dst_schema)) is None:
-            assert proc.poll() is None, (f"the transfer ended (exit {proc.returncode}) before its COPY was seen; "
-                                         f"make the batch larger:\n{cli_output(tmp_path)}")
-            assert time.monotonic() - launched < KILL_TIMEOUT_SECONDS, cli_output(tmp_path)
-            time.sleep(WATCH_INTERVAL_SECONDS)
-        os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    seen = []  # the staging table its COPY was streaming into when it was killed
+
+    def streaming() -> bool:
+        seen.append(streaming_into(pg_conn, dst_schema))
+        return seen[-1] is not None
+
+    transfer_killed_when(config_path, DESTINATION, tmp_path, streaming, timeout=KILL_TIMEOUT_SECONDS,
+                         poll=WATCH_INTERVAL_SECONDS, script=STREAMED_TRANSFER)
+    staging = seen[-1]
 
     assert destination_rows(pg_conn, dst_schema) == before_rows  # none of the window
     assert status_row(pg_conn, dst_schema) == before_status  # the watermark did not move

@@ -83,20 +83,22 @@ def live_children(parent: int) -> list[tuple[int, str]]:
 
 
 def transfer_killed_when(config: Path, destination: str, folder: Path, caught, *, timeout: float,
-                         poll: float = 0.02) -> None:
-    """``transfer-platform transfer <destination>`` of the configuration file ``config``, run as its
-    own process group (its output in ``folder/cli.out``), killed with SIGKILL as soon as
-    ``caught()`` is true (a window half written); returns once no process of the group (the JVM,
-    its Python workers) runs any more. Fails if the transfer ends first, or after ``timeout``."""
+                         poll: float = 0.02, script: str | None = None) -> None:
+    """``transfer-platform transfer <destination>`` of the configuration file ``config`` (or the
+    Python ``script``, given the file's path), run as its own process group (its output in
+    ``folder/cli.out``), killed with SIGKILL as soon as ``caught()`` is true (a window half
+    written); returns once no process of the group (the JVM, its Python workers) runs any more.
+    Fails if the transfer ends first, or after ``timeout``."""
     import sys
 
     from transfer_platform_tests.support.cli import PACKAGE_ROOT
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
     env.pop("DAGSTER_HOME", None)
+    command = (["-m", "transfer_platform.cli", "--config", str(config), "transfer", destination] if script is None
+               else ["-c", script, str(config)])
     with open(folder / "cli.out", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "transfer_platform.cli", "--config", str(config),
-                                 "transfer", destination], cwd=folder, env=env, stdout=out,
+        proc = subprocess.Popen([sys.executable, *command], cwd=folder, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         launched = time.monotonic()
