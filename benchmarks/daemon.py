@@ -1,4 +1,4 @@
-"""Transfers launched by the real ``dagster-daemon`` (issue 13's cases b and c), as production
+"""Transfers launched by the real ``dagster-daemon`` (the end-to-end benchmark's cases b and c), as production
 runs them: a code server (``dagster api grpc``) and the daemon with the repository's run
 coordinator, the instance on PostgreSQL storage (a database of its own, dropped afterwards; SQLite
 reports "database is locked" under concurrent runs), every run its own process, enqueued as

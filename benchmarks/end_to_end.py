@@ -1,4 +1,4 @@
-"""Benchmarks of issue 13: what a user's transfer costs end to end, in the process a user runs,
+"""What a user's transfer costs end to end, in the process a user runs,
 side by side with the floor measured in the same run.
 
     .venv/bin/python -m benchmarks.end_to_end [--rows 1800000] [--runs 3] [--daemon] [--demo]

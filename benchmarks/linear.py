@@ -1,4 +1,4 @@
-"""Cost that grows linearly (issue 38, item 4): the command line's backfill of one tenant at several
+"""Cost that grows linearly: the command line's backfill of one tenant at several
 sizes, and an incremental of a fixed number of changed rows into destination tables of those sizes.
 
     .venv/bin/python -m benchmarks.linear [--sizes 1620000,16200000,50000000] [--runs 1]
@@ -48,7 +48,7 @@ from benchmarks.cost import Cost, median_cost, per_million
 from benchmarks.end_to_end import MODES, PREFIX, cli_transfer, floor_transfer, uptime, write_config
 from benchmarks.source import SOURCE, create_source, drop_source
 
-#: the flatness the issue asks of time and CPU per million rows across sizes
+#: the flatness asked of time and CPU per million rows across sizes
 SPREAD = 0.15
 
 

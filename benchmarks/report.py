@@ -1,5 +1,5 @@
 """The printed table: every case (median, min, max, runs, rows checked, resident memory at its
-start and its peak), then the ratios against the issue's targets."""
+start and its peak), then the ratios against the targets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Benchmarks of issue 5: transfer_platform side by side with the floor and with dlt.
+"""transfer_platform side by side with the floor and with dlt.
 
     .venv/bin/python -m benchmarks.run [--rows 2000000] [--tenants 20] [--runs 3] [--scale 10]
         [--skip-10n] [--windows 400] [--window-runs 1] [--recipients 1000] [--definitions-runs 1]
@@ -41,7 +41,7 @@ tenants" is every tenant into its own destination schema, one after another.
 Every case reports the peak resident memory of the whole process tree (Python and the Spark JVM,
 sampled from /proc every 0.2 s), reset between cases: garbage is collected in Python and in the
 JVM first and the resident memory at the case's start is shown too (the JVM does not always give
-its heap back, so a peak can carry an earlier case's heap). The table ends with the ratios against the issue's
+its heap back, so a peak can carry an earlier case's heap). The table ends with the ratios against the
 targets. The JSON (``--json``) holds the cases, the targets, the parameters, the machine's load
 average before and after, its CPU count and the versions of pyspark, dagster, dlt and PostgreSQL.
 Every schema created (``tp_bench_<run>`` and ``tp_bench_<run>_*``, a new ``<run>`` per process so

@@ -78,7 +78,7 @@ from transfer_platform.transfers.order import TransferOrder
 MISSED_TICKS_TAG = f"{HIDDEN_PREFIX}/missed_ticks"
 #: the sensor's interval: a destination created through the API (no reload needed: the resource's
 #: configuration follows the store) gets its first run at the next tick, which with Dagster's
-#: daemon loop and the tick's own work must stay within the minute the API promises (issue 27)
+#: daemon loop and the tick's own work must stay within the minute the API promises
 TICK_SECONDS = 30
 
 
