@@ -18,6 +18,7 @@ server).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -143,7 +144,7 @@ class Daemon:
             what = entry.dagster_event.event_type_value if entry.dagster_event else "log"
             event = entry.dagster_event
             detail = (event.step_key or event.message if event else None) or entry.user_message or ""
-            events.append((entry.timestamp - created, f"{what} {detail.splitlines()[0][:70] if detail else ''}"))
+            events.append((entry.timestamp - created, f"{what} {_short(detail)}"))
         return events
 
     def idle(self) -> bool:
@@ -210,3 +211,15 @@ def _serving(socket: Path) -> bool:
         return True
     except Exception:  # noqa: BLE001 - not serving yet
         return False
+
+
+def _short(detail: str) -> str:
+    """An event's first line; a phase line without the ids every line of the run repeats."""
+    line = detail.splitlines()[0] if detail else ""
+    try:
+        fields = json.loads(line)
+    except ValueError:
+        return line[:70]
+    if not isinstance(fields, dict):
+        return line[:70]
+    return json.dumps({k: v for k, v in fields.items() if k not in ("transfer_id", "destination", "model")})[:240]

@@ -20,9 +20,10 @@ row of the tenant and every changed row at its new ``updated_at``, else the run 
   as its own process: *inprocess* with a local Spark started by that process
   (``TRANSFER_PLATFORM_SHARED_SPARK=0``), *default* as a user runs it with nothing set (no
   ``spark.remote``, no variable: the shared Spark server, and the command forked by the resident
-  command process; one command runs untimed first, so that whatever the first command of the
-  default mode starts is up), *warm* as a client of a Spark Connect server
-  (``transfer-platform spark-server``, started once, untimed);
+  command process), *warm* as a client of a Spark Connect server (``transfer-platform
+  spark-server``, started once, untimed); in both, the same backfill runs once untimed first, so
+  that whatever the first command starts is up and the server's JVM has run the relay once (its
+  first large job pays the JVM's warm-up, seconds);
 - ``cli_incremental_{inprocess,default,warm}``: 1% of the tenant's rows changed (untimed), then
   ``transfer-platform transfer d0`` as its own process;
 - ``sling_full`` / ``sling_incremental`` (``benchmarks/cases_sling.py``): the Sling binary of the
@@ -102,7 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--small-destinations", type=int, default=8, help="(c): destinations kept busy")
     parser.add_argument("--sustained-minutes", type=float, default=5.0, help="(c): how long")
     parser.add_argument("--timeline", action="store_true",
-                        help="with --daemon: print each daemon run's events, seconds after it was queued")
+                        help="print the phase lines of each command, and with --daemon each daemon run's "
+                             "events, seconds after it was queued")
     parser.add_argument("--max-concurrent-runs", type=int, default=4, help="the run coordinator's limit")
     peers = parser.add_mutually_exclusive_group()
     peers.add_argument("--no-peers", action="store_true", help="without Sling and dlt")
@@ -175,15 +177,24 @@ UNSET = ("TRANSFER_PLATFORM_SPARK_REMOTE", "TRANSFER_PLATFORM_SHARED_SPARK", "DA
 def cli_transfer(config: Path, *extra: str, mode: str = "default") -> dict:
     """``transfer-platform transfer d0`` as its own process in a Spark ``mode``; its JSON summary."""
     env = {**{k: v for k, v in os.environ.items() if k not in UNSET}, **MODES[mode][1]}
+    if SHOW_PHASES[0]:
+        env["TRANSFER_PLATFORM_LOG_LEVEL"] = "INFO"
     done = subprocess.run([CLI, "--config", str(config), "transfer", "d0", *extra], capture_output=True,
                           text=True, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"transfer-platform transfer failed ({done.returncode}): {done.stderr[-2000:]}")
+    if SHOW_PHASES[0]:
+        for line in done.stderr.splitlines():
+            if '"phase"' in line:
+                print(f"  {mode} {' '.join(extra)}: {line[:300]}", flush=True)
     summary = json.loads(done.stdout)
     if summary["status"] != "SUCCESS":
         raise RuntimeError(f"transfer-platform transfer: {summary}")
     return summary
 
+
+#: with ``--timeline``: print the phase lines each command logs
+SHOW_PHASES = [False]
 
 #: ``KEY=value`` in the environment of the processes the command line detaches (the shared Spark
 #: server, the resident command process): their CPU is the client side's (``benchmarks/cost.py``)
@@ -292,8 +303,9 @@ def transfer_cases(args: argparse.Namespace, folder: Path, server_url: str | Non
                             lambda: tenant.check(bare))
     drop_schemas(BARE)
     for mode, config in configs.items():
-        if mode == "default":  # its first command, untimed (the destination holds the rows: a short one)
-            cli_transfer(config, mode=mode)
+        if mode != "inprocess":  # the first command, untimed: the same backfill, so that the
+            # server's JVM has run the relay once (and, by default, the shared server is started)
+            cli_transfer(config, "--full-refresh", mode=mode)
         cases[f"cli_full_refresh_{mode}"] = timed(
             args.runs, lambda: None, lambda c=config, m=mode: cli_transfer(c, "--full-refresh", mode=m),
             lambda: tenant.check(destination))
@@ -371,7 +383,6 @@ def daemon_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant
         daemon.one_run("d0", before=tenant.change)  # untimed: the launcher's parent starts with it
         daemon.show_timeline = args.timeline
         runs = [daemon.one_run("d0", before=tenant.change) for _ in range(args.runs)]
-        daemon.show_timeline = False
         tenant.check(destination_schema(PREFIX, 0))
         for key in keys:
             cases[f"daemon_incremental_{key}"] = {**stats([r[key] for r in runs]), "rows": tenant.changed}
@@ -379,6 +390,7 @@ def daemon_cases(args: argparse.Namespace, folder: Path, server_url: str, tenant
         for _ in range(args.runs):
             runs.append(daemon.one_run("d0", full_refresh=True))
             tenant.check(destination_schema(PREFIX, 0))
+        daemon.show_timeline = False
         for key in keys:
             cases[f"daemon_full_refresh_{key}"] = {**stats([r[key] for r in runs]), "rows": tenant.rows}
         destinations = [f"d{i}" for i in range(1, len(small) + 1)]
@@ -491,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     from transfer_platform.runtime.shared_spark import STATE_DIR_ENV_VAR, stop_servers
 
     args = parse_args(argv)
+    SHOW_PHASES[0] = args.timeline
     results = {"parameters": vars(args), "machine": {"cpu_count": os.cpu_count(), "uptime_before": uptime(),
                                                      "load_average_before": os.getloadavg()}}
     with tempfile.TemporaryDirectory(prefix="tp_e2e_") as scratch, ExitStack() as stack:
