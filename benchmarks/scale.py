@@ -52,6 +52,16 @@ def raw_config(recipients: int, models: int) -> dict:
     }
 
 
+#: the configuration file's formats (``--format``): JSON is read ~100x faster at 10,000 recipients
+FORMATS = ("yaml", "json")
+
+
+def write_config(path: Path, raw: dict, form: str) -> None:
+    """``raw`` into ``path`` as YAML or JSON (docs/configuration.md: a JSON object is a YAML
+    document, read by the json module)."""
+    path.write_text(json.dumps(raw, indent=1) if form == "json" else yaml.safe_dump(raw))
+
+
 class Counter:
     """SQL statements and new DBAPI connections, process-wide (every SQLAlchemy engine)."""
 
@@ -106,6 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipients", type=int, default=1000)
     parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--format", choices=FORMATS, default="yaml",
+                        help="the configuration file's format (JSON is read much faster)")
     parser.add_argument("--stored-runs", type=int, default=1000)
     parser.add_argument("--without-definitions", action="store_true",
                         help="evaluate the sensor's function without building the definitions "
@@ -124,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="tp_scale_"))
     try:
         config_path = work / "transfer_platform.yaml"
-        config_path.write_text(yaml.safe_dump(raw_config(args.recipients, args.models)))
+        write_config(config_path, raw_config(args.recipients, args.models), args.format)
         platform = TransferPlatformResource(config_path=str(config_path))
         if args.without_definitions:
             def sensor(context):

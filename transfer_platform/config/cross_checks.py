@@ -238,13 +238,14 @@ def _check_destinations(config: PlatformConfig) -> list[Problem]:
     problems: list[Problem] = []
     recipient_names = [r.name for r in config.recipients]
     model_names = [m.model_name for m in config.models]
+    recipients, models = set(recipient_names), set(model_names)  # looked up once per destination
     for i, destination in enumerate(config.destinations):
         path = f"destinations[{i}] ({destination.name})"
-        if destination.recipient not in recipient_names:
+        if destination.recipient not in recipients:
             problems.append(Problem(f"{path}.recipient", f"unknown recipient {destination.recipient!r}",
                                     f"use one of the configured recipients: {_known(recipient_names)}"))
         for model_name in destination.enabled_models:
-            if model_name not in model_names:
+            if model_name not in models:
                 problems.append(Problem(f"{path}.enabled_models", f"unknown model {model_name!r}",
                                         f"use configured models: {_known(model_names)} "
                                         "(or leave the list empty for all)"))

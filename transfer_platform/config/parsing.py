@@ -3,6 +3,7 @@ entries to it)."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,8 +40,7 @@ def read_file(path: str | os.PathLike[str] | None = None) -> tuple[Path, dict[st
                      f"pass --config PATH, set {ENV_VAR}, or create {DEFAULT_FILE} in the working directory")]
         )
     try:
-        # libyaml's parser where PyYAML has it (the same safe loading, ~10x faster on a large file)
-        raw = yaml.load(config_path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        raw = _parse(config_path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(str(config_path), f"not valid YAML: {exc}", "fix the YAML syntax")],
                           source=str(config_path)) from None
@@ -53,6 +53,18 @@ def read_file(path: str | os.PathLike[str] | None = None) -> tuple[Path, dict[st
         raise ConfigError([Problem("(top level)", "expected a mapping with sources, models, recipients, destinations",
                                    "see docs/configuration.md")], source=str(config_path))
     return config_path, raw
+
+
+def _parse(text: str) -> Any:
+    """The document: a JSON object (JSON is YAML; a file generated for thousands of recipients
+    is read by the json module, ~50x faster than any YAML loader), else YAML through libyaml's
+    parser where PyYAML has it (the same safe loading, ~10x faster than the pure Python one)."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # YAML's flow style, or not valid: YAML's loader says what is wrong and where
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def parse_config(raw: Any, *, base_dir: Path | None = None, now: datetime | None = None,

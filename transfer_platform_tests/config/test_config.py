@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -391,6 +392,33 @@ def test_load_config_invalid_yaml(tmp_path):
         load_config(bad, now=NOW)
     assert "not valid YAML" in info.value.problems[0].message
     assert info.value.source == str(bad)
+
+
+def test_a_json_file_is_the_same_configuration_as_its_yaml(tmp_path, monkeypatch):
+    """JSON is YAML: a generated file may be JSON, and means what the same document in YAML means;
+    it is read by the json module (much faster), not by the YAML loader."""
+    raw = valid_raw()
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "c.json").write_text(json.dumps(raw, indent=2))
+    from_yaml = load_config(tmp_path / "c.yaml", now=NOW)
+    with monkeypatch.context() as patched:
+        patched.setattr(yaml, "load", lambda *_a, **_k: pytest.fail("the JSON file went through the YAML loader"))
+        assert load_config(tmp_path / "c.json", now=NOW) == from_yaml
+    # YAML's flow style also starts with "{": not JSON (unquoted keys), read as YAML all the same
+    (tmp_path / "flow.yaml").write_text(yaml.safe_dump(raw, default_flow_style=True))
+    assert (tmp_path / "flow.yaml").read_text().startswith("{")
+    assert load_config(tmp_path / "flow.yaml", now=NOW) == load_config(tmp_path / "c.yaml", now=NOW)
+    # a broken JSON file is named by YAML's error, with its line
+    (tmp_path / "bad.json").write_text(json.dumps(raw, indent=2)[:-40])
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "bad.json", now=NOW)
+    assert "not valid YAML" in info.value.problems[0].message and "line" in info.value.problems[0].message
+    # the JSON document is checked as the YAML one is: a problem is named by its field
+    raw["destinations"][0]["recipient"] = "nobody"
+    (tmp_path / "c.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "c.json", now=NOW)
+    assert any("unknown recipient 'nobody'" in p.message for p in info.value.problems)
 
 
 def test_load_config_errors_name_the_file(tmp_path):
