@@ -176,14 +176,20 @@ GROUP = """query AssetGraphQuery($pipelineSelector: PipelineSelector, $groupSele
     repository { id name location { id name } } } }"""
 
 
-def webserver(config_path: Path, work: Path, group: str, shard: str | None) -> None:
+def webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int = 0) -> None:
+    """The real webserver loading the whole location, or ``shard``'s, or with ``every_shard`` (n)
+    the n locations of ``deploy/workspace.sharded.yaml``'s form at once (each a code server of its
+    own, as in production); the seconds until each location is ``LOADED``, then the catalog's
+    queries."""
     home = work / "webserver_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     workspace = work / "workspace.yaml"
+    locations = ([(f"transfer_platform_shard_{i}", f"defs_shard_{i}_of_{every_shard}") for i in range(every_shard)]
+                 if every_shard else [("transfer_platform", "defs")])
     workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
-        "module_name": "transfer_platform.definitions", "attribute": "defs",
-        "location_name": "transfer_platform"}}]}))
+        "module_name": "transfer_platform.definitions", "attribute": attribute,
+        "location_name": name}} for name, attribute in locations]}))
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "TRANSFER_PLATFORM_CONFIG": str(config_path)}
     env.pop("TRANSFER_PLATFORM_SHARD", None)
@@ -196,26 +202,38 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None) -> N
                                start_new_session=True, cwd=work)
     url = f"http://127.0.0.1:{port}/graphql"
     try:
-        status = None
+        loaded: dict[str, float] = {}
+        statuses = None
         while time.perf_counter() - began < 600:
             if process.poll() is not None:
                 raise RuntimeError(f"the webserver exited: {(work / 'webserver.log').read_text()[-3000:]}")
             try:
                 entries = graphql(url, LOCATION_STATUS, timeout=10)["workspaceOrError"]["locationEntries"]
-                status = entries[0]["loadStatus"] if entries else None
-                if status == "LOADED":
-                    error = entries[0]["locationOrLoadError"]
-                    if error and error["__typename"] == "PythonError":
-                        raise RuntimeError(f"the code location failed to load: {error['message']}")
+                statuses = {e["name"]: e["loadStatus"] for e in entries}
+                for entry in entries:
+                    if entry["loadStatus"] == "LOADED" and entry["name"] not in loaded:
+                        error = entry["locationOrLoadError"]
+                        if error and error["__typename"] == "PythonError":
+                            raise RuntimeError(f"the code location failed to load: {error['message']}")
+                        loaded[entry["name"]] = time.perf_counter() - began
+                if len(loaded) == len(locations):
                     break
             except OSError:
                 pass
             time.sleep(0.2)
         else:
-            raise RuntimeError(f"not loaded after 600 s (status {status})")
-        print(f"webserver: code location LOADED {time.perf_counter() - began:.1f} s after the start "
+            raise RuntimeError(f"not loaded after 600 s (statuses {statuses})")
+        for name, seconds in sorted(loaded.items(), key=lambda kv: kv[1]):
+            print(f"webserver: code location {name} LOADED {seconds:.1f} s after the start", flush=True)
+        print(f"webserver: every code location LOADED {max(loaded.values()):.1f} s after the start "
               f"(load average {load()})", flush=True)
-        selector = {"groupName": group, "repositoryName": "__repository__", "repositoryLocationName": "transfer_platform"}
+        location = "transfer_platform"
+        if every_shard:
+            from transfer_platform.config.shards import shard_of
+            recipient = next(d["recipient"] for d in yaml.safe_load(config_path.read_text())["destinations"]
+                             if d["name"] == group)
+            location = f"transfer_platform_shard_{shard_of(recipient, every_shard)}"
+        selector = {"groupName": group, "repositoryName": "__repository__", "repositoryLocationName": location}
         for label, query, variables, count in (
                 ("asset catalog (assetsOrError)", CATALOG, None,
                  lambda d: len(d["assetsOrError"]["nodes"])),
@@ -249,6 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only-shard", type=int, help="with --shards: only this shard (0-based)")
     parser.add_argument("--webserver", action="store_true",
                         help="also load it in the real dagster-webserver and time the catalog's queries")
+    parser.add_argument("--every-shard", action="store_true",
+                        help="with --shards n --webserver: the webserver loads the n shards' locations at once")
     parser.add_argument("--no-in-process", action="store_true", help="only the webserver")
     parser.add_argument("--profile", action="store_true", help="cProfile definitions + snapshot")
     parser.add_argument("--dagster-floor", type=int, metavar="CHECKS", default=None,
@@ -278,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
                 held = parse_shard(shard)
                 group = next(d["name"] for d in raw_config(args.recipients, args.models)["destinations"]
                              if held.holds(d["recipient"]))
-            webserver(config_path, work, group, shard)
+            webserver(config_path, work, group, None if args.every_shard else shard,
+                      every_shard=args.shards if args.every_shard else 0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
