@@ -412,7 +412,8 @@ def test_a_json_file_is_the_same_configuration_as_its_yaml(tmp_path, monkeypatch
     (tmp_path / "bad.json").write_text(json.dumps(raw, indent=2)[:-40])
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path / "bad.json", now=NOW)
-    assert "not valid YAML" in info.value.problems[0].message and "line" in info.value.problems[0].message
+    assert "not valid YAML" in info.value.problems[0].message
+    assert "line" in info.value.problems[0].message
     # the JSON document is checked as the YAML one is: a problem is named by its field
     raw["destinations"][0]["recipient"] = "nobody"
     (tmp_path / "c.json").write_text(json.dumps(raw))
