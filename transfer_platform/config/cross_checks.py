@@ -22,8 +22,15 @@ def _duplicates(names: list[str]) -> list[str]:
     return [name for name, count in Counter(names).items() if count > 1]
 
 
+#: names listed in a fix at most (a file of 10,000 recipients would otherwise list them all)
+KNOWN_LISTED = 20
+
+
 def _known(names: list[str]) -> str:
-    return ", ".join(repr(n) for n in names) if names else "(none configured)"
+    if not names:
+        return "(none configured)"
+    listed = ", ".join(repr(n) for n in names[:KNOWN_LISTED])
+    return listed if len(names) <= KNOWN_LISTED else f"{listed}, ... ({len(names) - KNOWN_LISTED} more)"
 
 
 def check_config(config: PlatformConfig, now: datetime) -> list[Problem]:

@@ -275,6 +275,25 @@ def test_every_problem_is_reported_at_once():
     assert "destinations[0] (acme_lake).recipient" in paths
 
 
+def test_an_unknown_recipient_among_thousands_names_a_few_of_them_not_all(tmp_path):
+    """The fix names the configured recipients, as many as a reader can use: a file of 5,000 does
+    not get a message of 5,000 names."""
+    raw = valid_raw()
+    template = raw["recipients"][0]
+    raw["recipients"] = [{**template, "name": f"customer_{i}", "id_in_provider_system": f"t-{i}"}
+                         for i in range(5000)]
+    raw["destinations"] = raw["destinations"][:1]
+    raw["destinations"][0]["recipient"] = "nobody"
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, now=NOW)
+    (problem,) = [p for p in info.value.problems if p.path.endswith(".recipient")]
+    assert "unknown recipient 'nobody'" in problem.message
+    assert "'customer_0', 'customer_1'" in problem.fix
+    assert "(4980 more)" in problem.fix
+    assert "customer_4999" not in problem.fix
+    assert len(problem.fix) < 1000
+
+
 # -- durations in the file -----------------------------------------------------------------------
 
 
