@@ -176,17 +176,19 @@ GROUP = """query AssetGraphQuery($pipelineSelector: PipelineSelector, $groupSele
     repository { id name location { id name } } } }"""
 
 
-def webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int = 0) -> None:
+def webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int = 0,
+              group_shard: int = 0) -> None:
     """The real webserver loading the whole location, or ``shard``'s, or with ``every_shard`` (n)
     the n locations of ``deploy/workspace.sharded.yaml``'s form at once (each a code server of its
-    own, as in production); the seconds until each location is ``LOADED``, then the catalog's
-    queries."""
+    own, as in production; ``group`` is in shard ``group_shard``'s); the seconds until each
+    location is ``LOADED``, then the catalog's queries."""
     home = work / "webserver_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     workspace = work / "workspace.yaml"
     locations = ([(f"transfer_platform_shard_{i}", f"defs_shard_{i}_of_{every_shard}") for i in range(every_shard)]
                  if every_shard else [("transfer_platform", "defs")])
+    location = locations[group_shard if every_shard else 0][0]  # the location holding ``group``
     workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
         "module_name": "transfer_platform.definitions", "attribute": attribute,
         "location_name": name}} for name, attribute in locations]}))
@@ -227,12 +229,6 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
             print(f"webserver: code location {name} LOADED {seconds:.1f} s after the start", flush=True)
         print(f"webserver: every code location LOADED {max(loaded.values()):.1f} s after the start "
               f"(load average {load()})", flush=True)
-        location = "transfer_platform"
-        if every_shard:
-            from transfer_platform.config.shards import shard_of
-            recipient = next(d["recipient"] for d in yaml.safe_load(config_path.read_text())["destinations"]
-                             if d["name"] == group)
-            location = f"transfer_platform_shard_{shard_of(recipient, every_shard)}"
         selector = {"groupName": group, "repositoryName": "__repository__", "repositoryLocationName": location}
         for label, query, variables, count in (
                 ("asset catalog (assetsOrError)", CATALOG, None,
@@ -282,7 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="tp_code_location_"))
     try:
         config_path = work / "transfer_platform.yaml"
-        write_config(config_path, raw_config(args.recipients, args.models), args.format)
+        raw = raw_config(args.recipients, args.models)
+        write_config(config_path, raw, args.format)
         print(f"{args.recipients} destinations x {args.models} models"
               + (f" in {args.shards} shards" if args.shards else "") + f"  (load average {load()})", flush=True)
         shards = ([f"{i}/{args.shards}" for i in range(args.shards)
@@ -292,14 +289,13 @@ def main(argv: list[str] | None = None) -> None:
                 in_process(config_path, shard, args.profile)
         if args.webserver:
             shard = shards[0]
-            group = "d0"
+            group, held = "d0", None
             if shard:
                 from transfer_platform.config.shards import parse_shard
                 held = parse_shard(shard)
-                group = next(d["name"] for d in raw_config(args.recipients, args.models)["destinations"]
-                             if held.holds(d["recipient"]))
+                group = next(d["name"] for d in raw["destinations"] if held.holds(d["recipient"]))
             webserver(config_path, work, group, None if args.every_shard else shard,
-                      every_shard=args.shards if args.every_shard else 0)
+                      every_shard=args.shards if args.every_shard else 0, group_shard=held.index if held else 0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
