@@ -41,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.cost import processes
 from benchmarks.scale import FORMATS, raw_config, write_config
 
 BIN = Path(sys.executable).parent
@@ -176,12 +177,51 @@ GROUP = """query AssetGraphQuery($pipelineSelector: PipelineSelector, $groupSele
     repository { id name location { id name } } } }"""
 
 
+def tree_cpu(roots: list[int]) -> tuple[float, float]:
+    """CPU-seconds so far of the processes ``roots`` themselves, and of all their descendants
+    (live ones, and those their parents waited for)."""
+    procs = processes()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, *_rest) in procs.items():
+        children.setdefault(parent, []).append(pid)
+    own = sum(procs[pid][1] for pid in roots if pid in procs)
+    below = sum(procs[pid][2] for pid in roots if pid in procs)
+    todo = [child for pid in roots for child in children.get(pid, [])]
+    while todo:
+        pid = todo.pop()
+        below += procs[pid][1] + procs[pid][2]
+        todo += children.get(pid, [])
+    return own, below
+
+
+def wait_for_servers(servers: list[subprocess.Popen], ports: list[int], log: Path) -> None:
+    """Until each code server answers a ping (it serves once its definitions are loaded)."""
+    from dagster._grpc.client import DagsterGrpcClient
+
+    waiting = dict(zip(ports, servers, strict=True))
+    deadline = time.perf_counter() + 600
+    while waiting:
+        for server_port, server in list(waiting.items()):
+            if server.poll() is not None:
+                raise RuntimeError(f"a code server exited: {log.read_text()[-3000:]}")
+            try:
+                DagsterGrpcClient(port=server_port, host="127.0.0.1").ping("")
+                del waiting[server_port]
+            except Exception:  # not serving yet  # noqa: BLE001
+                pass
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"code servers on ports {sorted(waiting)} not answering after 600 s")
+        time.sleep(0.2)
+
+
 def webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int = 0,
-              group_shard: int = 0) -> None:
+              group_shard: int = 0, code_servers: bool = False) -> None:
     """The real webserver loading the whole location, or ``shard``'s, or with ``every_shard`` (n)
     the n locations of ``deploy/workspace.sharded.yaml``'s form at once (each a code server of its
     own, as in production; ``group`` is in shard ``group_shard``'s); the seconds until each
-    location is ``LOADED``, then the catalog's queries."""
+    location is ``LOADED``, then the catalog's queries. With ``code_servers``, as
+    ``deploy/workspace.servers.yaml``: each location's ``dagster code-server start`` is started
+    beside the webserver, at the same time, and the workspace names their ports."""
     home = work / "webserver_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -189,16 +229,30 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
     locations = ([(f"transfer_platform_shard_{i}", f"defs_shard_{i}_of_{every_shard}") for i in range(every_shard)]
                  if every_shard else [("transfer_platform", "defs")])
     location = locations[group_shard if every_shard else 0][0]  # the location holding ``group``
-    workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
-        "module_name": "transfer_platform.definitions", "attribute": attribute,
-        "location_name": name}} for name, attribute in locations]}))
+    ports = [free_port() for _ in locations]
+    workspace.write_text(yaml.safe_dump({"load_from": [
+        {"grpc_server": {"host": "127.0.0.1", "port": server_port, "location_name": name}} if code_servers else
+        {"python_module": {"module_name": "transfer_platform.definitions", "attribute": attribute,
+                           "location_name": name}} for (name, attribute), server_port in zip(locations, ports, strict=True)]}))
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "TRANSFER_PLATFORM_CONFIG": str(config_path)}
     env.pop("TRANSFER_PLATFORM_SHARD", None)
     if shard:
         env["TRANSFER_PLATFORM_SHARD"] = shard
+    if code_servers:  # the instance's storage made before the processes that share it start (untimed)
+        from dagster import DagsterInstance
+
+        DagsterInstance.from_config(str(home)).dispose()
     log = (work / "webserver.log").open("w")
     began = time.perf_counter()
+    servers = [subprocess.Popen([str(BIN / "dagster"), "code-server", "start", "-m", "transfer_platform.definitions",
+                                 "-a", attribute, "-h", "127.0.0.1", "-p", str(server_port), "--location-name", name],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
+               for (name, attribute), server_port in zip(locations, ports, strict=True)] if code_servers else []
+    if servers:  # as a deployment's readiness check: the webserver starts once every server answers
+        wait_for_servers(servers, ports, work / "webserver.log")
+        print(f"code servers: all {len(servers)} answering {time.perf_counter() - began:.1f} s after their start "
+              f"(load average {load()})", flush=True)
     process = subprocess.Popen([str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1",
                                 "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True, cwd=work)
@@ -227,8 +281,12 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
             raise RuntimeError(f"not loaded after 600 s (statuses {statuses})")
         for name, seconds in sorted(loaded.items(), key=lambda kv: kv[1]):
             print(f"webserver: code location {name} LOADED {seconds:.1f} s after the start", flush=True)
+        webserver_cpu, below = tree_cpu([process.pid])
+        servers_cpu = below + (sum(tree_cpu([server.pid for server in servers])) if servers else 0.0)
         print(f"webserver: every code location LOADED {max(loaded.values()):.1f} s after the start "
-              f"(load average {load()})", flush=True)
+              f"(load average {load()}); CPU s by then: the webserver {webserver_cpu:.1f}, its "
+              f"{len(locations)} code server(s) {servers_cpu:.1f}"
+              + (" (started beside it)" if code_servers else " (its children)"), flush=True)
         selector = {"groupName": group, "repositoryName": "__repository__", "repositoryLocationName": location}
         for label, query, variables, count in (
                 ("asset catalog (assetsOrError)", CATALOG, None,
@@ -243,12 +301,14 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
             print(f"webserver: {label:<32} {count(data):6d} assets  "
                   f"{' / '.join(f'{t:.2f}' for t in times)} s  (load average {load()})", flush=True)
     finally:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait()
+        for each in (process, *servers):
+            os.killpg(each.pid, 15)
+        for each in (process, *servers):
+            try:
+                each.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(each.pid, 9)
+                each.wait()
         log.close()
 
 
@@ -265,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="also load it in the real dagster-webserver and time the catalog's queries")
     parser.add_argument("--every-shard", action="store_true",
                         help="with --shards n --webserver: the webserver loads the n shards' locations at once")
+    parser.add_argument("--code-servers", action="store_true",
+                        help="with --webserver: each location a `dagster code-server start` started beside "
+                             "the webserver (deploy/workspace.servers.yaml's form) instead of by it")
     parser.add_argument("--no-in-process", action="store_true", help="only the webserver")
     parser.add_argument("--profile", action="store_true", help="cProfile definitions + snapshot")
     parser.add_argument("--dagster-floor", type=int, metavar="CHECKS", default=None,
@@ -295,7 +358,8 @@ def main(argv: list[str] | None = None) -> None:
                 held = parse_shard(shard)
                 group = next(d["name"] for d in raw["destinations"] if held.holds(d["recipient"]))
             webserver(config_path, work, group, None if args.every_shard else shard,
-                      every_shard=args.shards if args.every_shard else 0, group_shard=held.index if held else 0)
+                      every_shard=args.shards if args.every_shard else 0, group_shard=held.index if held else 0,
+                      code_servers=args.code_servers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,73 @@ def test_the_asset_graph_of_many_recipients_is_dagsters_own_built_in_linear_time
     sources = [key for key in ours["downstream"] if key.path[0] == "source"]
     assert len(sources) == 1  # the models' one source table ...
     assert len(ours["downstream"][sources[0]]) == 60  # ... feeds every recipient's asset of both models
+
+
+@pytest.fixture
+def code_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Dagster's code server (``DagsterApiServer``, as ``dagster api grpc`` makes it) serving the
+    definitions of 20 recipients, in this process: its answers are called directly."""
+    import logging
+    import threading
+
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.utils import FuturesAwareThreadPoolExecutor
+    from dagster._grpc.server import DagsterApiServer
+
+    monkeypatch.setenv("TRANSFER_PLATFORM_CONFIG", str(write_scale_config(tmp_path, 20)))
+    monkeypatch.delenv("TRANSFER_PLATFORM_SHARD", raising=False)
+    stop = threading.Event()
+    with FuturesAwareThreadPoolExecutor(max_workers=2) as pool:
+        server = DagsterApiServer(stop, logging.getLogger("code_server"), pool, LoadableTargetOrigin(
+            executable_path=sys.executable, module_name="transfer_platform.definitions", attribute="defs"))
+        try:
+            yield server
+        finally:
+            stop.set()
+            server.cleanup()
+
+
+def repository_request(name: str):
+    from dagster import serialize_value
+    from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteRepositoryOrigin
+    from dagster._grpc.__generated__ import dagster_api_pb2
+
+    origin = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("transfer_platform"), name)
+    return dagster_api_pb2.ExternalRepositoryRequest(
+        serialized_repository_python_origin=serialize_value(origin), defer_snapshots=True)
+
+
+def test_a_code_server_makes_its_repository_snapshot_once_before_anyone_asks(code_server, monkeypatch):
+    from dagster import deserialize_value
+    from dagster._core.remote_representation.external_data import (
+        RepositoryErrorSnap,
+        RepositorySnap,
+    )
+
+    from transfer_platform.orchestration import dagster_internals
+
+    assert dagster_fixes.snapshot_once_installed(), "Dagster's code server changed: see dagster_fixes"
+    (repository,) = dagster_internals.loaded_repositories(code_server).values()
+    key = (id(repository), True)
+    deadline = time.monotonic() + 120
+    while key not in dagster_fixes._snapshots:  # made by the server's own tick, no request yet
+        assert time.monotonic() < deadline, "the code server did not make its snapshot ahead"
+        time.sleep(0.05)
+
+    made: list[object] = []
+    serialize = dagster_internals.serialized_repository_snapshot
+    monkeypatch.setattr(dagster_internals, "serialized_repository_snapshot",
+                        lambda *args: made.append(args) or serialize(*args))
+    request = repository_request(repository.name)
+    answers = [code_server._get_serialized_external_repository_data(request) for _ in range(3)]
+    assert made == [], "a request made the snapshot again"
+    dagsters = type(code_server)._get_serialized_external_repository_data.__wrapped__(code_server, request)
+    assert answers == [dagsters] * 3  # the very text Dagster's own answer makes
+    assert isinstance(deserialize_value(dagsters), RepositorySnap)
+    assert '"r19"' in dagsters
+
+    # a request Dagster answers with an error gets Dagster's error answer, and nothing is kept
+    unknown = code_server._get_serialized_external_repository_data(repository_request("no_such_repository"))
+    assert isinstance(deserialize_value(unknown), RepositoryErrorSnap)
+    assert "no_such_repository" in unknown
+    assert [k for k in dagster_fixes._snapshots if k[0] != id(repository)] == []
