@@ -9,6 +9,12 @@ transfer stays PENDING until cancelled.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +28,7 @@ from transfer_platform.orchestration.transfers import WORKSPACE_ENV
 from transfer_platform_tests.support.platform import dagster_home, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
@@ -162,3 +169,73 @@ def test_enqueue_with_locations_it_cannot_tell_apart_says_how_to_choose(
     assert out == ""
     assert "recipient 'acme' is held by 2 of its code locations" in err
     assert f"set ${WORKSPACE_ENV} to a workspace of the location that holds recipient 'acme'" in err
+
+
+@pytest.fixture
+def code_servers(platform: Path, tmp_path: Path):
+    """Code servers started as deploy/workspace.servers.yaml says (``dagster code-server start``
+    with a shard attribute, then ``dagster api grpc-health-check`` until each answers): a function
+    of the shard count returning the workspace of their ``grpc_server`` entries."""
+    started: list[subprocess.Popen] = []
+    DagsterInstance.get().dispose()  # its storage made before the servers that open it start
+
+    def start(count: int) -> Path:
+        ports = [free_port() for _ in range(count)]
+        for i, port in enumerate(ports):
+            started.append(subprocess.Popen(
+                [str(BIN / "dagster"), "code-server", "start", "-m", "transfer_platform.definitions",
+                 "-a", f"defs_shard_{i}_of_{count}", "-h", "127.0.0.1", "-p", str(port), "--location-name", f"tp_{i}"],
+                cwd=tmp_path, stdout=(tmp_path / f"code_server_{i}.log").open("w"), stderr=subprocess.STDOUT,
+                start_new_session=True))
+        deadline = time.monotonic() + 300
+        for i, port in enumerate(ports):
+            while subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(port)],
+                                 capture_output=True).returncode != 0:
+                assert started[i].poll() is None, (tmp_path / f"code_server_{i}.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, f"code server {i} not serving after 300 s"
+                time.sleep(0.5)
+        workspace = tmp_path / "workspace.servers.yaml"
+        workspace.write_text(yaml.safe_dump({"load_from": [
+            {"grpc_server": {"host": "127.0.0.1", "port": port, "location_name": f"tp_{i}"}}
+            for i, port in enumerate(ports)]}))
+        return workspace
+
+    yield start
+    for process in started:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.integration  # starts Dagster code servers
+def test_enqueue_with_code_servers_beside_the_webserver_makes_the_run_in_its_recipients_shard(
+        platform: Path, code_servers, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    count = next(n for n in range(2, 9) if shard_of("acme", n) != shard_of("globex", n))
+    workspace = code_servers(count)
+    monkeypatch.setenv(WORKSPACE_ENV, str(workspace))
+    with DagsterInstance.get() as instance:
+        for recipient in ("acme", "globex"):
+            code, out, err = run_cli(capsys, "transfer", f"{recipient}_delta", "--enqueue")
+            assert code == 0, err
+            run = instance.get_run_by_id(out.strip())
+            shard = shard_of(recipient, count)
+            assert run.remote_job_origin.location_name == f"tp_{shard}"
+            # the shard travels with the run: its worker builds that shard's definitions only
+            assert run.job_code_origin.repository_origin.code_pointer.fn_name == f"defs_shard_{shard}_of_{count}"
+
+    # a code server that stopped is named, with its address and the fix; nothing is enqueued
+    entries = yaml.safe_load(workspace.read_text())
+    entries["load_from"][1]["grpc_server"]["port"] = free_port()  # nothing listens there
+    workspace.write_text(yaml.safe_dump(entries))
+    code, out, err = run_cli(capsys, "transfer", "acme_delta", "--enqueue")
+    assert (code, out) == (1, ""), err  # 1: a failure worth retrying once it is started
+    assert "cannot reach the code server of location 'tp_1'" in err
+    assert f"127.0.0.1:{entries['load_from'][1]['grpc_server']['port']}" in err
+    assert "start that code server" in err
+    with DagsterInstance.get() as instance:
+        assert len(instance.get_run_records()) == 2

@@ -371,6 +371,13 @@ SERVER_TERMINATION_TIMES = Fenced(
     "dagster._grpc.server", "DagsterApiServer._termination_times", ("dev_stop",),
     use="recording when a run was interrupted, as its CancelExecution does", public="none",
     instance_attribute=True)
+GRPC_CLIENT = Fenced(
+    "dagster._grpc.client", "DagsterGrpcClient", ("enqueue",),
+    use="`transfer --enqueue` with code servers started beside the webserver (grpc_server entries): "
+        "asking each which definitions it serves, to make the run in the one holding the recipient",
+    public="`dagster api grpc-health-check` (says only whether it serves); the workspace's own loading "
+           "(fetches every location's whole snapshot to learn the same)",
+    params=("port", "socket", "host"), attributes=("list_repositories",))
 LAUNCH_COMMAND = Fenced(
     "dagster._cli.job", "execute_launch_command", ("enqueue",),
     use="`transfer --enqueue`: create the run from a code server started from workspace.yaml and "
@@ -646,6 +653,18 @@ def interrupt_execution(server: Any, run_id: str, event: Any, now: float) -> Non
     with server._execution_lock:
         event.set()
         server._termination_times[run_id] = now
+
+
+def served_code_pointers(host: str, port: int | None, socket: str | None) -> list[Any]:
+    """The code pointers (``module``, ``fn_name``) of what a running code server serves; raises
+    when it does not answer (refused at once when nothing listens there)."""
+    from dagster import deserialize_value
+
+    answer = deserialize_value(GRPC_CLIENT.get()(host=host, port=port, socket=socket).list_repositories())
+    pointers = getattr(answer, "repository_code_pointer_dict", None)
+    if pointers is None:  # an error answer: the server's code failed to load
+        raise RuntimeError(getattr(answer, "message", None) or str(answer)[:300])
+    return list(pointers.values())
 
 
 def launch_job_run(instance: Any, workspace: str, job_name: str, run_config_json: str, tags_json: str,

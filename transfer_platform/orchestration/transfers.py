@@ -81,10 +81,10 @@ def location_workspace(workspace: Path, recipient: str) -> Iterator[Path]:
     """The workspace a run for ``recipient`` is created from: ``workspace`` itself when it has one
     code location; else a workspace of the one location of ``transfer_platform.definitions`` that
     holds the recipient (a shard attribute ``defs_shard_<i>_of_<n>`` whose share holds it, or a
-    location of every recipient),
-    written aside with its paths made absolute, so that only that location's code server starts
+    location of every recipient; a code server started beside the webserver, a ``grpc_server``
+    entry, is asked what it serves), written aside with its paths made absolute, so that only that location's code server starts
     and the run is that location's, as the daemon and the UI see it. A workspace whose locations
-    cannot be told apart (several holding the recipient, or servers started by hand) is refused
+    cannot be told apart (several holding the recipient) is refused
     with the fix: point $TRANSFER_PLATFORM_WORKSPACE at a workspace of that one location."""
     try:
         raw = yaml.safe_load(workspace.read_text()) or {}
@@ -95,7 +95,7 @@ def location_workspace(workspace: Path, recipient: str) -> Iterator[Path]:
     if len(entries) <= 1:
         yield workspace
         return
-    holding = [entry for entry in entries if _holds(entry, recipient)]
+    holding = [entry for entry in entries if _holds(entry, recipient, workspace)]
     if len(holding) != 1:
         names = [_location_name(entry) for entry in (holding or entries)]
         raise ConfigError([Problem(
@@ -115,17 +115,44 @@ def _entry_fields(entry: dict) -> dict:
     return value if isinstance(value, dict) else {"module_name" if kind == "python_module" else kind: value}
 
 
-def _holds(entry: dict, recipient: str) -> bool:
+def _holds(entry: dict, recipient: str, workspace: Path) -> bool:
     from transfer_platform.config.shards import Shard, shard_of
 
-    fields = _entry_fields(entry)
-    if next(iter(entry)) != "python_module" or fields.get("module_name") != "transfer_platform.definitions":
-        return False  # another code, or a server started by hand (its shard in its own environment)
-    match = re.fullmatch(r"defs_shard_(\d+)_of_(\d+)", str(fields.get("attribute") or ""))
+    served = _served(entry, workspace)
+    if not any(module == "transfer_platform.definitions" for module, _attribute in served):
+        return False  # another code, or a server of several (its shard in its own environment)
+    if len(served) != 1:
+        return False
+    match = re.fullmatch(r"defs_shard_(\d+)_of_(\d+)", str(served[0][1] or ""))
     if match is None:
         return True  # every recipient
     shard = Shard(int(match.group(1)), int(match.group(2)))
     return shard.count > shard.index and shard_of(recipient, shard.count) == shard.index
+
+
+def _served(entry: dict, workspace: Path) -> list[tuple[str | None, str | None]]:
+    """(module, attribute) of what a ``load_from`` entry serves: a ``python_module`` entry says it;
+    a ``grpc_server`` entry (a code server started beside the webserver, e.g. ``dagster code-server
+    start -m transfer_platform.definitions -a defs_shard_0_of_4``) is asked; other entries: none."""
+    from transfer_platform.orchestration import dagster_internals
+
+    kind, fields = next(iter(entry)), _entry_fields(entry)
+    if kind == "python_module":
+        return [(fields.get("module_name"), fields.get("attribute"))]
+    if kind != "grpc_server":
+        return []
+    host, port, socket = str(fields.get("host") or "localhost"), fields.get("port"), fields.get("socket")
+    try:
+        pointers = dagster_internals.served_code_pointers(host, port, socket)
+    except dagster_internals.UnsupportedDagsterError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- whatever the gRPC client raises: named, with the fix
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ConnectionFailure(f"the code server of location {_location_name(entry)!r} in {workspace}",
+                                host=host, port=port or socket, reason=reason,
+                                fix="start that code server (docs/operations.md, \"Code servers beside the "
+                                    "webserver\") or take its entry out of the workspace, then ask again") from None
+    return [(getattr(p, "module", None), getattr(p, "fn_name", None)) for p in pointers]
 
 
 def _location_name(entry: dict) -> str:

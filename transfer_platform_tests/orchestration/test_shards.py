@@ -191,3 +191,21 @@ def test_the_sharded_workspace_example_names_every_shard_once() -> None:
     assert len({e["location_name"] for e in entries}) == len(entries)
     for entry in entries:  # each attribute is a loadable definitions of the module
         assert isinstance(getattr(module, entry["attribute"]), type(module.defs))
+
+
+def test_the_code_servers_workspace_example_serves_the_same_shards_on_the_ports_its_commands_use() -> None:
+    deploy = Path(__file__).parents[2] / "deploy"
+    sharded = yaml.safe_load((deploy / "workspace.sharded.yaml").read_text())["load_from"]
+    text = (deploy / "workspace.servers.yaml").read_text()
+    servers = [entry["grpc_server"] for entry in yaml.safe_load(text)["load_from"]]
+    assert [s["location_name"] for s in servers] == [e["python_module"]["location_name"] for e in sharded]
+    assert len({s["port"] for s in servers}) == len(servers)
+    # the commands in its comment start shard i on port 400i, named as its entry, and wait for each
+    count = len(servers)
+    assert f"for i in {' '.join(map(str, range(count)))}; do" in text
+    assert f"-a defs_shard_${{i}}_of_{count}" in text
+    assert "-p 400$i --location-name transfer_platform_$i" in text
+    assert "dagster api grpc-health-check -h 127.0.0.1 -p 400$i" in text
+    for i, server in enumerate(servers):
+        assert (server["host"], server["port"], server["location_name"]) == ("127.0.0.1", 4000 + i,
+                                                                              f"transfer_platform_{i}")
