@@ -214,8 +214,29 @@ def wait_for_servers(servers: list[subprocess.Popen], ports: list[int], log: Pat
         time.sleep(0.2)
 
 
+SENSOR_TICKS = """query ($selector: SensorSelector!) { sensorOrError(sensorSelector: $selector) {
+  __typename ... on Sensor { sensorState { ticks(limit: 1) { status } } } } }"""
+
+
+def wait_for_first_ticks(url: str, names: list[str], began: float) -> float:
+    """Until each location's ``transfer_schedule`` sensor has ticked once (the daemon has loaded
+    every location); the seconds since ``began``."""
+    waiting = set(names)
+    while waiting:
+        if time.perf_counter() - began > 900:
+            raise RuntimeError(f"no sensor tick after 900 s in {sorted(waiting)}")
+        for name in sorted(waiting):
+            answer = graphql(url, SENSOR_TICKS, {"selector": {
+                "repositoryLocationName": name, "repositoryName": "__repository__", "sensorName": "transfer_schedule"}})
+            sensor = answer["sensorOrError"]
+            if sensor["__typename"] == "Sensor" and sensor["sensorState"]["ticks"]:
+                waiting.discard(name)
+        time.sleep(0.5)
+    return time.perf_counter() - began
+
+
 def webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int = 0,
-              group_shard: int = 0, code_servers: bool = False) -> None:
+              group_shard: int = 0, code_servers: bool = False, daemon: bool = False) -> None:
     """The real webserver loading the whole location, or ``shard``'s, or with ``every_shard`` (n)
     the n locations of ``deploy/workspace.sharded.yaml``'s form at once (each a code server of its
     own, as in production; ``group`` is in shard ``group_shard``'s); the seconds until each
@@ -224,7 +245,8 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
     beside the webserver, at the same time, and the workspace names their ports."""
     home = work / "webserver_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    # runs the daemon's sensors enqueue stay queued: nothing executes
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nrun_queue:\n  max_concurrent_runs: 0\n")
     workspace = work / "workspace.yaml"
     locations = ([(f"transfer_platform_shard_{i}", f"defs_shard_{i}_of_{every_shard}") for i in range(every_shard)]
                  if every_shard else [("transfer_platform", "defs")])
@@ -239,7 +261,7 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
     env.pop("TRANSFER_PLATFORM_SHARD", None)
     if shard:
         env["TRANSFER_PLATFORM_SHARD"] = shard
-    if code_servers:  # the instance's storage made before the processes that share it start (untimed)
+    if code_servers or daemon:  # the instance's storage made before the processes that share it start
         from dagster import DagsterInstance
 
         DagsterInstance.from_config(str(home)).dispose()
@@ -256,6 +278,8 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
     process = subprocess.Popen([str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1",
                                 "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True, cwd=work)
+    daemons = [subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=work)] if daemon else []
     url = f"http://127.0.0.1:{port}/graphql"
     try:
         loaded: dict[str, float] = {}
@@ -287,6 +311,15 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
               f"(load average {load()}); CPU s by then: the webserver {webserver_cpu:.1f}, its "
               f"{len(locations)} code server(s) {servers_cpu:.1f}"
               + (" (started beside it)" if code_servers else " (its children)"), flush=True)
+        if daemons:
+            seconds = wait_for_first_ticks(url, [name for name, _attribute in locations], began)
+            webserver_cpu, below = tree_cpu([process.pid])
+            daemon_cpu, daemon_below = tree_cpu([daemons[0].pid])
+            beside = sum(tree_cpu([server.pid for server in servers])) if servers else 0.0
+            print(f"daemon: every location's sensor ticked {seconds:.1f} s after the start (load average {load()}); "
+                  f"CPU s by then: the daemon {daemon_cpu:.1f}, code servers {below + daemon_below + beside:.1f} "
+                  f"(the webserver's {below:.1f}, the daemon's {daemon_below:.1f}, beside them {beside:.1f}), "
+                  f"the webserver {webserver_cpu:.1f}", flush=True)
         selector = {"groupName": group, "repositoryName": "__repository__", "repositoryLocationName": location}
         for label, query, variables, count in (
                 ("asset catalog (assetsOrError)", CATALOG, None,
@@ -301,9 +334,9 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
             print(f"webserver: {label:<32} {count(data):6d} assets  "
                   f"{' / '.join(f'{t:.2f}' for t in times)} s  (load average {load()})", flush=True)
     finally:
-        for each in (process, *servers):
+        for each in (process, *daemons, *servers):
             os.killpg(each.pid, 15)
-        for each in (process, *servers):
+        for each in (process, *daemons, *servers):
             try:
                 each.wait(30)
             except subprocess.TimeoutExpired:
@@ -328,6 +361,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--code-servers", action="store_true",
                         help="with --webserver: each location a `dagster code-server start` started beside "
                              "the webserver (deploy/workspace.servers.yaml's form) instead of by it")
+    parser.add_argument("--daemon", action="store_true",
+                        help="with --webserver: also the daemon, started with it; waits for each location's "
+                             "first sensor tick (runs stay queued)")
     parser.add_argument("--no-in-process", action="store_true", help="only the webserver")
     parser.add_argument("--profile", action="store_true", help="cProfile definitions + snapshot")
     parser.add_argument("--dagster-floor", type=int, metavar="CHECKS", default=None,
@@ -359,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
                 group = next(d["name"] for d in raw["destinations"] if held.holds(d["recipient"]))
             webserver(config_path, work, group, None if args.every_shard else shard,
                       every_shard=args.shards if args.every_shard else 0, group_shard=held.index if held else 0,
-                      code_servers=args.code_servers)
+                      code_servers=args.code_servers, daemon=args.daemon)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -24,3 +24,26 @@ def test_it_times_the_whole_and_each_shard(capsys: pytest.CaptureFixture[str],
     for line in lines:
         assert re.search(r"snapshot +[\d.]+ / +[\d.]+ \( *[\d.]+ MB\)", line)
         assert "load average" in line
+
+
+@pytest.mark.integration  # starts the webserver, the daemon and code servers
+@pytest.mark.parametrize("beside", [False, True], ids=["python_module", "code_servers"])
+def test_it_loads_every_shard_in_the_webserver_and_the_daemon(beside: bool, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRANSFER_PLATFORM_SHARD", raising=False)
+    main(["--recipients", "6", "--models", "2", "--shards", "2", "--every-shard", "--webserver", "--no-in-process",
+          "--daemon", *(["--code-servers"] if beside else [])])
+    out = capsys.readouterr().out
+    assert len(re.findall(r"code location transfer_platform_shard_\d LOADED", out)) == 2
+    loaded = re.search(r"every code location LOADED [\d.]+ s .*CPU s by then: the webserver ([\d.]+), "
+                       r"its 2 code server\(s\) ([\d.]+)", out)
+    assert loaded, out
+    assert float(loaded.group(1)) > 0
+    assert float(loaded.group(2)) > 0
+    ticked = re.search(r"every location's sensor ticked .*the webserver's ([\d.]+), the daemon's ([\d.]+), "
+                       r"beside them ([\d.]+)", out)
+    assert ticked, out
+    owners = [float(x) for x in ticked.groups()]
+    # with code servers beside them, the webserver and the daemon start none of their own
+    assert (owners[2] > 0 and owners[:2] == [0.0, 0.0]) if beside else (owners[0] > 0 and owners[1] > 0)
+    assert re.search(r"asset catalog \(assetNodes\) +13 assets", out)  # 6 x 2 and the source table
