@@ -82,9 +82,9 @@ def location_workspace(workspace: Path, recipient: str) -> Iterator[Path]:
     code location; else a workspace of the one location of ``transfer_platform.definitions`` that
     holds the recipient (a shard attribute ``defs_shard_<i>_of_<n>`` whose share holds it, or a
     location of every recipient; a code server started beside the webserver, a ``grpc_server``
-    entry, is asked what it serves), written aside with its paths made absolute, so that only that location's code server starts
-    and the run is that location's, as the daemon and the UI see it. A workspace whose locations
-    cannot be told apart (several holding the recipient) is refused
+    entry, is asked what it serves), written aside with its paths made absolute, so that only that
+    location's code server starts and the run is that location's, as the daemon and the UI see it.
+    A workspace whose locations cannot be told apart (several holding the recipient) is refused
     with the fix: point $TRANSFER_PLATFORM_WORKSPACE at a workspace of that one location."""
     try:
         raw = yaml.safe_load(workspace.read_text()) or {}
@@ -119,10 +119,8 @@ def _holds(entry: dict, recipient: str, workspace: Path) -> bool:
     from transfer_platform.config.shards import Shard, shard_of
 
     served = _served(entry, workspace)
-    if not any(module == "transfer_platform.definitions" for module, _attribute in served):
-        return False  # another code, or a server of several (its shard in its own environment)
-    if len(served) != 1:
-        return False
+    if len(served) != 1 or served[0][0] != "transfer_platform.definitions":
+        return False  # another code, or a server of several definitions
     match = re.fullmatch(r"defs_shard_(\d+)_of_(\d+)", str(served[0][1] or ""))
     if match is None:
         return True  # every recipient
