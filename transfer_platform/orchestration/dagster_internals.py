@@ -81,6 +81,7 @@ PARTS = {
     "dev_stop": "cancelling runs when `dagster dev` stops (dagster_fixes.py)",
     "dep_graph": "the asset graph's dependencies built in linear time (dagster_fixes.py)",
     "snapshot_once": "the code server's repository snapshot made once, ahead of the first request (dagster_fixes.py)",
+    "asset_automation": "the transfer_schedule sensor shown as each transfer asset's automation in the UI (sensors.py)",
     "enqueue": "`transfer-platform transfer --enqueue` (orchestration/transfers.py)",
     "repair": "self-healing's reading of check evaluations (repair.py)",
     "run_tags": "run tags hidden in the UI (run_tags.py)",
@@ -111,6 +112,8 @@ LOST = {
     "snapshot_once": "the code server makes its repository snapshot again for each request (the webserver's, "
                      "the daemon's, each reload's: ~1.3 CPU-seconds each at 250 destinations x 10 models), "
                      "and only once asked",
+    "asset_automation": "the transfer assets' pages show no automation (the transfer_schedule sensor still "
+                        "moves them on schedule; its own page lists its runs), and there is no transfer_assets job",
     "enqueue": "`transfer-platform transfer --enqueue` (use the sensor, the UI or `dagster job launch`)",
     "repair": "self-healing: a failed integrity check is not repaired by itself (it stays failed for a "
               "person to look at)",
@@ -406,6 +409,16 @@ BACKFILL_ID_COLUMN = Fenced(
     use="the run storage's look-up of its runs table's backfill_id column, made anew for every run it "
         "adds: remembered once true",
     public="none (as has_run_stats_index_cols)")
+ASSETS_LISTED_BY = Fenced(
+    "dagster._core.definitions.assets.job.asset_layer", "AssetLayer.for_external_job", ("asset_automation",),
+    use="the transfer_assets job's asset layer: the transfer assets listed as the job's (its name in "
+        "each asset's job_names), so the UI shows the sensor that targets the job as their automation",
+    public="define_asset_job over the transfer assets (a second asset job of every asset, built and "
+           "snapshotted by each code location: ~0.5 CPU-s of a shard of 250 destinations x 10 models); "
+           "JobDefinition.for_external_job (not exported either; its op does nothing when launched); "
+           "a sensor's asset_selection (makes every run it requests an asset run of Dagster's asset job, "
+           "where the sensor launches op jobs)",
+    params=("asset_keys",))
 #: the run storage's column look-ups remembered once true (:func:`remember_run_columns`)
 RUN_COLUMN_LOOK_UPS = (RUN_STATS_COLUMNS, BACKFILL_ID_COLUMN)
 
@@ -508,6 +521,12 @@ def build_job(origin: Any, job_name: str) -> None:  # a RepositoryPythonOrigin
 def load_repository(origin: Any) -> None:  # a RepositoryPythonOrigin
     """Import the code location of ``origin`` and build its definitions."""
     RECONSTRUCT_REPOSITORY.get()(origin).get_definition()
+
+
+def assets_listed_by(asset_keys: list[Any]) -> Any:  # AssetKeys -> an AssetLayer
+    """The asset layer of a job that lists ``asset_keys`` without executing them (each asset's
+    snapshot names the job among its jobs)."""
+    return ASSETS_LISTED_BY.get()(asset_keys)
 
 
 def track_launched_run(launcher: Any, run_id: str) -> None:  # a DefaultRunLauncher

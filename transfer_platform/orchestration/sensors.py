@@ -37,17 +37,19 @@ from datetime import UTC, datetime, timedelta
 
 from dagster import (
     AssetsDefinition,
-    AssetSelection,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
+    Failure,
+    GraphDefinition,
+    JobDefinition,
     RunRequest,
     RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
-    define_asset_job,
+    op,
     sensor,
 )
 
@@ -55,6 +57,7 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.shards import does_instance_upkeep, parse_shard
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, due
 from transfer_platform.core.timeutil import isoformat
+from transfer_platform.orchestration import dagster_internals
 from transfer_platform.orchestration.budget import Budget, unlimited
 from transfer_platform.orchestration.checks import JOB_NAME, integrity_job, integrity_run_config
 from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
@@ -234,27 +237,42 @@ class has_succeeded:  # a function that became a class; called as before
         return found
 
 
-def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list:  # UnresolvedAssetJobDefinition
-    """The transfer assets as asset jobs, one per partitioning (a job's assets share one):
-    ``transfer_assets``, ``transfer_assets__1``, ... The sensor names them among its targets so
-    that the UI shows it as each transfer asset's automation, with its next tick (Dagster lists a
-    sensor there when one of its jobs selects the asset; the ``transfer`` job is an op job and
-    selects none). The sensor's scheduled runs are of the ``transfer`` job, which records
-    materializations of the same assets; launched by hand, these jobs are the UI's Materialize."""
-    by_partitioning: dict = {}
-    for definition in assets:
-        by_partitioning.setdefault(definition.partitions_def, []).append(definition)
-    return [define_asset_job(
-        "transfer_assets" + (f"__{index}" if index else ""), selection=AssetSelection.assets(*group),
-        description="materialize the selected transfer assets (as the UI's Materialize does); the "
-                    "transfer_schedule sensor keeps them up to date through the transfer job")
-        for index, group in enumerate(by_partitioning.values())]
+#: the job that lists the transfer assets for the UI (:func:`transfer_assets_job`)
+ASSETS_JOB_NAME = "transfer_assets"
 
 
-def transfer_schedule_sensor(asset_jobs: list) -> SensorDefinition:
-    """The sensor, with the jobs it launches and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
+def transfer_assets_job(assets: list[AssetsDefinition]) -> JobDefinition | None:
+    """The transfer assets listed as one job's, ``transfer_assets``, for the UI: the sensor names it
+    among its targets, so each transfer asset's page shows the sensor as its automation, with its
+    next tick (Dagster lists a sensor there when one of its jobs lists the asset; the ``transfer``
+    job, which the sensor's runs are of and which records the assets' materializations, is an op
+    job and lists none). The job lists the assets as Dagster lists assets materialized outside its
+    asset jobs (``dagster_internals.assets_listed_by``): it builds no second asset job of every
+    asset, which cost each code location a fifth of its CPU. Launched, it moves nothing and fails
+    naming what to launch instead. None on a Dagster lacking the listing (the assets' pages then
+    show no automation; the sensor still moves them)."""
+    if dagster_internals.fallback("asset_automation") is not None:
+        return None
+
+    @op(name=f"{ASSETS_JOB_NAME}_list", description="moves nothing: fails naming what to launch")
+    def _refuse() -> None:
+        raise Failure(description=(
+            f"{ASSETS_JOB_NAME} lists the transfer assets for the UI and moves nothing: materialize them "
+            "from their asset pages or their group's lineage (Materialize), launch the transfer job with "
+            "its destination, or run `transfer-platform transfer <destination>`"))
+
+    return JobDefinition(
+        graph_def=GraphDefinition(name=ASSETS_JOB_NAME, node_defs=[_refuse]), name=ASSETS_JOB_NAME,
+        description="the transfer assets, listed for the UI: the transfer_schedule sensor keeps them up "
+                    "to date through the transfer job; materialize them from their pages",
+        asset_layer=dagster_internals.assets_listed_by([key for definition in assets for key in definition.keys]))
+
+
+def transfer_schedule_sensor(assets_job: JobDefinition | None) -> SensorDefinition:
+    """The sensor, with the jobs it launches and ``assets_job`` (:func:`transfer_assets_job`)."""
     return sensor(
-        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job, *asset_jobs],
+        name="transfer_schedule",
+        jobs=[transfer_job, delete_sweep_job, integrity_job, *([assets_job] if assets_job else [])],
         minimum_interval_seconds=TICK_SECONDS, default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
                     "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "

@@ -200,7 +200,7 @@ def test_materialize_with_the_assets_checks_moves_the_rows_then_checks_them(conf
     """The UI's Materialize sends an asset's checks along: the rows move, then the integrity check
     compares them in the same run; the integrity job alone moves nothing."""
     defs = build_definitions(str(config_path))
-    materialize = defs.resolve_job_def("transfer_assets").get_subset(
+    materialize = defs.resolve_implicit_global_asset_job_def().get_subset(
         asset_selection={ACME_KEY}, asset_check_selection={dg.AssetCheckKey(ACME_KEY, CHECK_NAME),
                                                            dg.AssetCheckKey(ACME_KEY, "last_transfer")})
     with dg.instance_for_test() as instance:

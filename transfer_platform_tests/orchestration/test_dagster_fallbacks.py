@@ -26,6 +26,7 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import ModuleTarget
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
+from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration import compute_logs, dagster_fixes, dagster_internals
 from transfer_platform.orchestration.dagster_internals import (
     DEQUEUE_INTERVAL,
@@ -81,6 +82,17 @@ def test_the_sensors_repairs_are_off_without_the_check_statuses(monkeypatch) -> 
 
     with pytest.warns(UnprovenDagsterWarning, match=re.escape(LOST['repair'])):
         assert dagster_internals.check_ended(Record()) is False
+
+
+def test_without_the_asset_listing_the_definitions_load_without_the_transfer_assets_job(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    hide(monkeypatch, dagster_internals.ASSETS_LISTED_BY)
+    with pytest.warns(UnprovenDagsterWarning, match=re.escape(LOST["asset_automation"])):
+        defs = build_definitions(str(write_config(tmp_path)))
+    repository = defs.get_repository_def()
+    assert not repository.has_job("transfer_assets")
+    sensor = repository.get_sensor_def("transfer_schedule")
+    assert sorted(job.name for job in sensor.jobs) == ["delete_sweep", "integrity", "transfer"]
 
 
 # -- the daemon's side: coordinator, dequeue interval, queue pass, launcher, run worker ---------------

@@ -44,7 +44,7 @@ ITEMS = ["acme", "acme_delta", "items"]
 AUTOMATIONS = """
 query ($path: [String!]!) {
   assetNodeOrError(assetKey: {path: $path}) {
-    ... on AssetNode { targetingInstigators { __typename ... on Sensor { name } } }
+    ... on AssetNode { jobNames targetingInstigators { __typename ... on Sensor { name } } }
   }
 }"""
 
@@ -84,9 +84,26 @@ def test_the_schedule_sensor_is_each_transfer_assets_automation(ui) -> None:
     for path in (BROKEN, ITEMS):
         node = graphql(context, AUTOMATIONS, path=path)["assetNodeOrError"]
         assert {"__typename": "Sensor", "name": "transfer_schedule"} in node["targetingInstigators"], path
+        # the UI's Materialize takes the first job the selected assets share: Dagster's asset job
+        assert node["jobNames"] == ["__ASSET_JOB", "transfer_assets"], path
     # a source table is moved by nothing
     assert graphql(context, AUTOMATIONS, path=["source", "lake", "items"])["assetNodeOrError"][
         "targetingInstigators"] == []
+
+
+def test_the_job_listing_the_transfer_assets_moves_nothing_and_says_what_to_launch(config_path: Path) -> None:
+    """``transfer_assets`` is there for the UI to list the sensor on each asset's page; launched,
+    it fails naming what moves rows, and records no materialization."""
+    job = build_definitions(str(config_path)).resolve_job_def("transfer_assets")
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data
+        description = failure.user_failure_data.description
+        assert "moves nothing" in description, description
+        assert "transfer-platform transfer" in description, description
+        assert result.get_asset_materialization_events() == []
+        assert instance.get_latest_materialization_event(dg.AssetKey(ITEMS)) is None
 
 
 def test_internal_tags_are_hidden_and_what_users_read_is_not(config_path: Path) -> None:
