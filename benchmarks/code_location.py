@@ -81,7 +81,8 @@ def snapshot(repository) -> tuple[tuple[float, float], int, tuple[float, float],
     return repository_seconds, repository_bytes, clock.lap(), job_bytes
 
 
-def in_process(config_path: Path, shard: str | None, profile: bool) -> None:
+def in_process(config_path: Path, shard: str | None, profile: bool) -> list[float]:
+    """Prints the line of ``shard`` (None: the whole); its total [wall, CPU] seconds."""
     from transfer_platform.definitions import build_definitions
 
     profiler = cProfile.Profile() if profile else None
@@ -103,6 +104,7 @@ def in_process(config_path: Path, shard: str | None, profile: bool) -> None:
           f"definitions {built[0]:5.1f} / {built[1]:5.1f}, snapshot {repo_s[0]:5.1f} / {repo_s[1]:5.1f} "
           f"({repo_b / 1e6:5.1f} MB), jobs {jobs_s[0]:4.1f} / {jobs_s[1]:4.1f} ({jobs_b / 1e6:4.1f} MB); "
           f"total {total[0]:5.1f} / {total[1]:5.1f}  (load average {load()})", flush=True)
+    return total
 
 
 def dagster_floor(recipients: int, models: int, checks: int) -> None:
@@ -384,8 +386,10 @@ def main(argv: list[str] | None = None) -> None:
         shards = ([f"{i}/{args.shards}" for i in range(args.shards)
                    if args.only_shard is None or i == args.only_shard] if args.shards else [None])
         if not args.no_in_process:
-            for shard in shards:
-                in_process(config_path, shard, args.profile)
+            totals = [in_process(config_path, shard, args.profile) for shard in shards]
+            if len(totals) > 1:
+                print(f"{len(totals)} shards together (wall s / CPU s): {sum(t[0] for t in totals):.2f} / "
+                      f"{sum(t[1] for t in totals):.2f}", flush=True)
         if args.webserver:
             shard = shards[0]
             group, held = "d0", None
