@@ -29,7 +29,7 @@ from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
 from transfer_platform.orchestration.io_manager import DestinationIOManager
 from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
 from transfer_platform.orchestration.retention import run_retention_sensor
-from transfer_platform.orchestration.sensors import transfer_assets_job, transfer_schedule_sensor
+from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
 from transfer_platform.orchestration.transfer_job import transfer_job
 from transfer_platform.webhooks.sensors import webhook_sensors
 
@@ -59,15 +59,14 @@ def build_definitions(config_path: str | None = None, shard: str | None = None) 
     platform = TransferPlatformResource(config_path=path, shard=str(share or ""))
     pyspark = spark_resource(config)
     transfers = transfer_assets(config)
-    assets_job = transfer_assets_job(transfers)
+    asset_jobs = transfer_assets_jobs(transfers)
     upkeep = does_instance_upkeep(share)
     return dg.Definitions(
         assets=[*source_specs(config), *transfers],
-        jobs=[transfer_job, integrity_job, connection_test_job, delete_sweep_job,
-              *([assets_job] if assets_job else [])],
+        jobs=[transfer_job, integrity_job, connection_test_job, delete_sweep_job, *asset_jobs],
         # run retention and webhooks are instance-wide: one code location has them (the unsharded
         # one, or shard 0); webhooks only with a store
-        sensors=[transfer_schedule_sensor(assets_job), *([run_retention_sensor()] if upkeep else []),
+        sensors=[transfer_schedule_sensor(asset_jobs), *([run_retention_sensor()] if upkeep else []),
                  *(webhook_sensors() if upkeep and config.store is not None else [])],
         resources={
             "platform": platform,

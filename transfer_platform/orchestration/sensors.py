@@ -237,11 +237,11 @@ class has_succeeded:  # a function that became a class; called as before
         return found
 
 
-#: the job that lists the transfer assets for the UI (:func:`transfer_assets_job`)
+#: the job that lists the transfer assets for the UI (:func:`transfer_assets_jobs`)
 ASSETS_JOB_NAME = "transfer_assets"
 
 
-def transfer_assets_job(assets: list[AssetsDefinition]) -> JobDefinition | None:
+def transfer_assets_jobs(assets: list[AssetsDefinition]) -> list[JobDefinition]:
     """The transfer assets listed as one job's, ``transfer_assets``, for the UI: the sensor names it
     among its targets, so each transfer asset's page shows the sensor as its automation, with its
     next tick (Dagster lists a sensor there when one of its jobs lists the asset; the ``transfer``
@@ -249,10 +249,10 @@ def transfer_assets_job(assets: list[AssetsDefinition]) -> JobDefinition | None:
     job and lists none). The job lists the assets as Dagster lists assets materialized outside its
     asset jobs (``dagster_internals.assets_listed_by``): it builds no second asset job of every
     asset, which cost each code location a fifth of its CPU. Launched, it moves nothing and fails
-    naming what to launch instead. None on a Dagster lacking the listing (the assets' pages then
+    naming what to launch instead. No job on a Dagster lacking the listing (the assets' pages then
     show no automation; the sensor still moves them)."""
     if dagster_internals.fallback("asset_automation") is not None:
-        return None
+        return []
 
     @op(name=f"{ASSETS_JOB_NAME}_list", description="moves nothing: fails naming what to launch")
     def _refuse() -> None:
@@ -261,18 +261,17 @@ def transfer_assets_job(assets: list[AssetsDefinition]) -> JobDefinition | None:
             "from their asset pages or their group's lineage (Materialize), launch the transfer job with "
             "its destination, or run `transfer-platform transfer <destination>`"))
 
-    return JobDefinition(
+    return [JobDefinition(
         graph_def=GraphDefinition(name=ASSETS_JOB_NAME, node_defs=[_refuse]), name=ASSETS_JOB_NAME,
         description="the transfer assets, listed for the UI: the transfer_schedule sensor keeps them up "
                     "to date through the transfer job; materialize them from their pages",
-        asset_layer=dagster_internals.assets_listed_by([key for definition in assets for key in definition.keys]))
+        asset_layer=dagster_internals.assets_listed_by([key for definition in assets for key in definition.keys]))]
 
 
-def transfer_schedule_sensor(assets_job: JobDefinition | None) -> SensorDefinition:
-    """The sensor, with the jobs it launches and ``assets_job`` (:func:`transfer_assets_job`)."""
+def transfer_schedule_sensor(asset_jobs: list[JobDefinition]) -> SensorDefinition:
+    """The sensor, with the jobs it launches and ``asset_jobs`` (:func:`transfer_assets_jobs`)."""
     return sensor(
-        name="transfer_schedule",
-        jobs=[transfer_job, delete_sweep_job, integrity_job, *([assets_job] if assets_job else [])],
+        name="transfer_schedule", jobs=[transfer_job, delete_sweep_job, integrity_job, *asset_jobs],
         minimum_interval_seconds=TICK_SECONDS, default_status=DefaultSensorStatus.RUNNING,
         description="Enqueues each enabled destination's incremental transfer on its frequency "
                     "(aligned to midnight UTC), its delete sweeps and integrity checks on theirs; "

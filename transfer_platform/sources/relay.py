@@ -34,6 +34,7 @@ no Spark job, the source connection the model's direct reads hold.
 
 from __future__ import annotations
 
+import select
 from collections.abc import Callable, Iterator
 from contextlib import closing, suppress
 from dataclasses import dataclass
@@ -170,11 +171,9 @@ def copied_out(conn: psycopg.Connection, statement: str) -> Iterator[bytearray]:
     destination's COPY. Read message by message (one a row) with libpq's ``PQgetCopyData``
     through psycopg's libpq wrapper (``psycopg.pq``), waiting only when libpq holds no message
     (:func:`_wait`): psycopg's ``Copy`` hands each message through its generators and waits, which
-    cost a relay's worker ~2.5x the CPU of the read itself. A refusal of the statement is raised as psycopg's
-    error of its SQLSTATE, after the last chunk is known to be whole; a generator closed early
-    cancels the COPY (:func:`_abandon`)."""
-    import select
-
+    cost a relay's worker ~2.5x the CPU of the read itself. A refusal of the statement is raised as
+    psycopg's error of its SQLSTATE, after the last chunk is known to be whole; a generator closed
+    early cancels the COPY (:func:`_abandon`)."""
     from psycopg import pq
 
     pgconn = conn.pgconn
@@ -215,8 +214,6 @@ def _wait(pgconn: psycopg.pq.abc.PGconn) -> None:
     """Until the server sent more, then read it into libpq's buffer. The wait is Python's
     ``select``, which lets the process's other threads run: psycopg's libpq wrapper holds the GIL
     in libpq's calls, so none of them may block."""
-    import select
-
     select.select([pgconn.socket], [], [])
     pgconn.consume_input()
 
