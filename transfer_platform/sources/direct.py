@@ -150,12 +150,12 @@ class DirectReads:
         ``relay.CHUNK_BYTES``, on the held connection (:meth:`_transaction`): the query of
         :func:`~transfer_platform.sources.relay.relay_for` in one slice. Any failure of the source
         is raised as :class:`StreamFailed`."""
-        from transfer_platform.sources.relay import gathered, relay_for
+        from transfer_platform.sources.relay import copied_out, relay_for
 
         relay = relay_for(self.reader, request, 1, here=True)
         try:
-            with self._transaction(request) as conn, conn.cursor().copy(relay.copy_out(0, types)) as out:
-                yield from gathered(out)
+            with self._transaction(request) as conn:
+                yield from copied_out(conn, relay.copy_out(0, types))
         except Exception as exc:  # the source's (the destination's failures close this generator)
             raise StreamFailed(f"streaming the window from {self.reader.what} failed: {first_line(exc)}") from exc
 

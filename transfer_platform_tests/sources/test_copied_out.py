@@ -1,0 +1,106 @@
+"""A relay's read of the source's ``COPY ... TO STDOUT`` (``relay.copied_out``), against the
+machine's PostgreSQL: the bytes psycopg's own ``Copy`` reads, in chunks; a refusal raised as
+psycopg's error of its SQLSTATE; a read abandoned halfway leaves the connection usable; while it
+waits for the server, the process's other threads run (a run's heartbeat, a proxy)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from transfer_platform.sources import relay
+from transfer_platform.sources.relay import copied_out
+from transfer_platform_tests.support.postgres import pg_connect
+
+ROWS = 20_000
+#: every row's text, ~70 bytes a row in binary COPY: several chunks of the patched size below
+COPY = (f"COPY (SELECT g AS id, md5(g::text) AS v, timestamptz '2025-01-01 00:00Z' + g * interval '1 s' AS at FROM generate_series(1, {ROWS}) g) "
+        "TO STDOUT (FORMAT binary)")
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(relay, "CHUNK_BYTES", 256 * 1024)
+    return relay.CHUNK_BYTES
+
+
+def psycopg_copy(conn: psycopg.Connection, statement: str) -> bytes:
+    with conn.cursor().copy(statement) as out:
+        return b"".join(bytes(message) for message in out)
+
+
+def test_it_reads_the_bytes_psycopg_reads_in_chunks_of_the_chunk_size(small_chunks: int) -> None:
+    with pg_connect() as conn:
+        conn.execute("SET TRANSACTION READ ONLY")
+        chunks = list(copied_out(conn, COPY))
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS  # its transaction
+        conn.rollback()
+        expected = psycopg_copy(conn, COPY)
+    assert b"".join(chunks) == expected
+    assert len(chunks) > 2
+    assert all(len(c) >= small_chunks for c in chunks[:-1])
+    assert len(chunks[-1]) > 0
+
+
+def test_a_refusal_halfway_is_psycopgs_error_and_the_connection_stays_usable(small_chunks: int) -> None:
+    # a division by zero at row 15,000: rows were sent before the server refused
+    failing = COPY.replace("md5(g::text) AS v", f"md5((1 / ({ROWS - 5000} - g))::text) AS v")
+    with pg_connect() as conn:
+        chunks = []
+        with pytest.raises(psycopg.errors.DivisionByZero, match="division by zero"):
+            chunks.extend(copied_out(conn, failing))
+        assert chunks  # some chunks came before the refusal
+        conn.rollback()
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.UndefinedTable, match="no_such_table"):
+            list(copied_out(conn, "COPY no_such_table TO STDOUT (FORMAT binary)"))
+        conn.rollback()
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+
+
+def test_a_read_abandoned_halfway_cancels_the_copy_and_leaves_the_connection_usable(small_chunks: int) -> None:
+    with pg_connect() as conn:
+        chunks = copied_out(conn, COPY)
+        first = next(chunks)
+        assert len(first) >= small_chunks
+        chunks.close()  # the destination failed: the relay stops reading
+        conn.rollback()
+        assert conn.execute("SELECT 3").fetchone() == (3,)
+
+
+SLOW = {
+    "before the first row": COPY.replace("FROM generate_series", "FROM pg_sleep(1), generate_series"),
+    # a second's wait after 10,000 rows: while the COPY's rows come
+    "halfway": COPY.replace("md5(g::text) AS v", "md5(g::text) || pg_sleep(CASE WHEN g = 10000 THEN 1 ELSE 0 END) AS v"),
+}
+
+
+@pytest.mark.parametrize("when", sorted(SLOW))
+def test_while_it_waits_for_the_server_the_other_threads_run(when: str) -> None:
+    """psycopg's libpq wrapper holds the GIL in libpq's calls: a read blocking in libpq would stop
+    every thread of the process (a run's heartbeat) until the source answers."""
+    ticks, stop = [], threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            stop.wait(0.01)
+
+    slow = SLOW[when]
+    thread = threading.Thread(target=tick)
+    with pg_connect() as conn:
+        thread.start()
+        try:
+            started = time.monotonic()
+            chunks = list(copied_out(conn, slow))
+            ended = time.monotonic()
+        finally:
+            stop.set()
+            thread.join()
+    assert b"".join(chunks).startswith(b"PGCOPY")
+    during = [t for t in ticks if started < t < ended]
+    assert ended - started >= 1.0
+    assert len(during) >= 10, f"the other thread ran {len(during)} times in {ended - started:.1f} s"
