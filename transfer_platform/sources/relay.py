@@ -34,11 +34,11 @@ no Spark job, the source connection the model's direct reads hold.
 
 from __future__ import annotations
 
-import select
 from collections.abc import Callable, Iterator
 from contextlib import closing, suppress
 from dataclasses import dataclass
 from datetime import datetime
+from select import POLLIN, POLLOUT, poll
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.sql import change_literal, derived_table, quote_ident, search_path_value
@@ -179,7 +179,8 @@ def copied_out(conn: psycopg.Connection, statement: str) -> Iterator[bytearray]:
     pgconn = conn.pgconn
     pgconn.send_query(statement.encode(conn.info.encoding))
     while pgconn.flush():  # psycopg's connections are nonblocking: until the statement is sent
-        select.select([], [pgconn.socket], [])
+        if _ready(pgconn, POLLIN | POLLOUT) & POLLIN:  # as libpq asks: what came meanwhile read
+            pgconn.consume_input()
     result = _result(pgconn)
     if result is None or result.status != pq.ExecStatus.COPY_OUT:
         raise _refusal(pgconn, result, conn.info.encoding)
@@ -211,11 +212,20 @@ def copied_out(conn: psycopg.Connection, statement: str) -> Iterator[bytearray]:
 
 
 def _wait(pgconn: psycopg.pq.abc.PGconn) -> None:
-    """Until the server sent more, then read it into libpq's buffer. The wait is Python's
-    ``select``, which lets the process's other threads run: psycopg's libpq wrapper holds the GIL
-    in libpq's calls, so none of them may block."""
-    select.select([pgconn.socket], [], [])
+    """Until the server sent more, then read it into libpq's buffer (:func:`_ready`)."""
+    _ready(pgconn, POLLIN)
     pgconn.consume_input()
+
+
+def _ready(pgconn: psycopg.pq.abc.PGconn, events: int) -> int:
+    """The ``events`` (``POLLIN``, ``POLLOUT``) that the connection's socket is ready for, waited
+    for in Python's ``poll``, which lets the process's other threads run: psycopg's libpq wrapper
+    holds the GIL in libpq's calls, so none of them may block. ``poll``, not ``select``: ``select``
+    refuses a descriptor above FD_SETSIZE (1024), which a process holding many files or
+    connections (a code server, a test session) gives a new connection."""
+    waiting = poll()
+    waiting.register(pgconn.socket, events)
+    return next(found for _, found in waiting.poll())
 
 
 def _result(pgconn: psycopg.pq.abc.PGconn) -> psycopg.pq.abc.PGresult | None:

@@ -104,3 +104,27 @@ def test_while_it_waits_for_the_server_the_other_threads_run(when: str) -> None:
     during = [t for t in ticks if started < t < ended]
     assert ended - started >= 1.0
     assert len(during) >= 10, f"the other thread ran {len(during)} times in {ended - started:.1f} s"
+
+
+def test_it_reads_from_a_connection_whose_descriptor_is_above_fd_setsize() -> None:
+    """A code server or a run holding many files gives a new connection a descriptor above 1024,
+    which ``select`` refuses (its FD_SETSIZE): the read waits all the same."""
+    import os
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"the process may hold only {soft} descriptors")
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        with pg_connect() as conn:
+            assert conn.pgconn.socket > 1024
+            chunks = list(copied_out(conn, SLOW["halfway"]))  # it waits for the server halfway
+            conn.rollback()
+            expected = psycopg_copy(conn, SLOW["halfway"])
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert b"".join(chunks) == expected
