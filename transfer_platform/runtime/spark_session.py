@@ -127,6 +127,8 @@ def local_spark_conf(settings: SparkSettings | None = None) -> dict[str, str]:
         # context: ~5 JVM round trips and a stack walk per call, ~0.1 s per window. Our errors
         # are reported by their reason, never by a call site.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # the Python workers forked with a relay's modules already loaded (runtime/spark_workers.py)
+        "spark.python.daemon.module": "transfer_platform.runtime.spark_workers",
     }
     jars = jdbc_jars()
     if jars:
