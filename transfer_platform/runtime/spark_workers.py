@@ -15,6 +15,7 @@ to load is left to the worker that needs it, which names the failure as it alway
 
 from __future__ import annotations
 
+import gc
 import importlib
 from contextlib import suppress
 
@@ -30,6 +31,9 @@ def preload() -> None:
 
 if __name__ == "__main__":
     preload()
+    # what was loaded stays out of the collector's walks: each worker runs a full collection after
+    # each task, and would otherwise walk (and touch, copying the pages it shares) all of it
+    gc.freeze()
     from pyspark.daemon import manager
 
     manager()
