@@ -6,7 +6,7 @@ it names) loaded once, before it forks.
 
 Spark ends a Python worker idle for a minute (a constant of its worker factory), so the first
 relayed backfill after a quiet minute forks a new one; without this it imported those modules
-again, ~0.3 s on this project's 2-core machine, before its first row. pyarrow is not loaded here:
+again, 0.3-0.5 s on a 2-core machine, before its first row. pyarrow is not loaded here:
 its import starts threads, and a process with threads is not safe to fork.
 
 Run as ``python -m transfer_platform.runtime.spark_workers`` by Spark itself. A module that fails
