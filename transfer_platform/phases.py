@@ -3,7 +3,8 @@
 Phases: ``plan``, ``read``, ``versions`` (rows of a key left out of a window because a later
 version, or an identical copy, was delivered), ``stage``, ``load`` (merge + watermark commit), ``publish`` (a full
 refresh swapped in), ``clean up`` (staging dropped), ``schema`` (columns added or dropped),
-``error``. Every line carries ``transfer_id``, ``destination`` and ``model``; values are counts,
+``stream`` (a warning: a small window's stream from the source failed before its commit, so the
+window is read again), ``error``. Every line carries ``transfer_id``, ``destination`` and ``model``; values are counts,
 times and names, never connection settings, so no secret can reach a log.
 
 Lines go to the Python logger ``transfer_platform.phases`` (``dagster.yaml`` hands the
@@ -19,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 LOGGER = logging.getLogger("transfer_platform.phases")
-PHASES = ("plan", "read", "versions", "stage", "load", "publish", "clean up", "schema", "error")
+PHASES = ("plan", "read", "versions", "stage", "load", "publish", "clean up", "schema", "stream", "error")
 
 
 def phase_line(phase: str, *, transfer_id: str, destination: str, model: str, **fields: Any) -> str:

@@ -467,7 +467,8 @@ class _WindowMover:
 
     def _streamed(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome | None:
         """The window streamed (:meth:`_streams`), then committed as any window; ``None`` if the
-        source failed meanwhile (nothing committed: the window is then read as any other)."""
+        source failed meanwhile (nothing committed: the window is then read as any other, after a
+        warning naming the failure)."""
         from transfer_platform.sources.direct import StreamFailed
 
         direct = self.direct
@@ -475,8 +476,10 @@ class _WindowMover:
         try:
             result = self.request.writer.write_streamed(  # type: ignore[attr-defined]
                 lambda types: direct.copy_out(read, types), self._load(window))
-        except StreamFailed as failed:
-            _LOG.debug("%s; the window is read as any other", failed, exc_info=True)
+        except StreamFailed as failed:  # said: the read again costs a source connection and time
+            _LOG.debug("streaming the window failed", exc_info=True)
+            log_phase("stream", **self.ids, level=logging.WARNING, failed=str(failed), read_again=True,
+                      read_from=window.bounds.lower, read_until=window.bounds.upper)
             return None
         self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper, relayed=True)
         return self._outcome(window, result)

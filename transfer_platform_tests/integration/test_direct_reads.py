@@ -178,3 +178,38 @@ def test_a_model_read_directly_opens_one_connection_to_the_source(pg_conn, pg_sc
         assert all(r.get("direct") is True for r in reads)
         assert proxy.connections == 2
     assert delivered(pg_conn, dst, ["id", "small"])[2] == (2, 1)
+
+
+def test_a_streamed_window_whose_source_fails_is_read_again_and_said(
+        spark, pg_conn, pg_schema, new_schema, caplog, monkeypatch):
+    """The source's connection reset as the incremental's window starts streaming: nothing of the
+    stream is committed, the window is read again (a new connection) and delivered whole, and a
+    warning names the failure (the second read costs a connection and time)."""
+    from transfer_platform.sources import relay
+
+    make_source(pg_conn, pg_schema)
+    dst = new_schema()
+    with tcp_proxy(PG["host"], PG["port"]) as proxy:
+        run(spark, pg_conn, pg_schema, dst, DEFAULT, caplog, source_port=proxy.port)
+        pg_conn.execute(f'UPDATE "{pg_schema}".things SET updated_at = %s, small = 1 '
+                        "WHERE id = 2", (NOW + timedelta(hours=1),))
+        copied_out = relay.copied_out
+
+        def reset_first(conn, statement):
+            if not proxy.fired.is_set():
+                proxy.fault("reset")  # every open connection: the one the window streams on
+            yield from copied_out(conn, statement)
+
+        monkeypatch.setattr(relay, "copied_out", reset_first)
+        run(spark, pg_conn, pg_schema, dst, DEFAULT, caplog, source_port=proxy.port, now=NOW + timedelta(days=1))
+        assert proxy.fired.is_set()
+    lines = [(r.levelno, json.loads(r.getMessage())) for r in caplog.records if r.getMessage().startswith('{"phase"')]
+    said = [line for level, line in lines if line["phase"] == "stream" and level == logging.WARNING]
+    assert len(said) == 1
+    assert said[0]["read_again"] is True
+    assert "streaming the window from PostgreSQL source 'src' failed: " in said[0]["failed"]
+    loads = [line for _, line in lines if line["phase"] == "load" and line["rows_transferred"]]
+    assert len(loads) == 1
+    assert "relayed" not in loads[0]  # read again as any window, then loaded
+    assert loads[0]["read_from"] == said[0]["read_from"]
+    assert delivered(pg_conn, dst, ["id", "small"]) == [(i, VALUES[i][0] if i != 2 else 1) for i in range(len(VALUES))]
