@@ -9,18 +9,17 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def _daemons_libraries() -> str:
-    """In a Python worker: the shared libraries its parent, the workers' daemon, has mapped."""
-    import os
-
-    with open(f"/proc/{os.getppid()}/maps") as maps:
-        return maps.read()
-
-
 def test_the_python_workers_daemon_holds_the_relays_modules_before_it_forks(spark) -> None:
     from pyspark.sql.functions import udf
 
-    mapped = udf(_daemons_libraries, "string")
+    def daemons_libraries() -> str:  # pickled whole: the worker imports nothing of this module
+        """In a Python worker: the shared libraries its parent, the workers' daemon, has mapped."""
+        import os
+
+        with open(f"/proc/{os.getppid()}/maps") as maps:
+            return maps.read()
+
+    mapped = udf(daemons_libraries, "string")
     maps = spark.range(1).select(mapped()).first()[0]
     # psycopg's libpq binding and pydantic's core (the configuration's models the relay names): C
     # extensions, mapped in the daemon only if it imported them (no task runs in the daemon)
