@@ -4,8 +4,9 @@ Phases: ``plan``, ``read``, ``versions`` (rows of a key left out of a window bec
 version, or an identical copy, was delivered), ``stage``, ``load`` (merge + watermark commit), ``publish`` (a full
 refresh swapped in), ``clean up`` (staging dropped), ``schema`` (columns added or dropped),
 ``stream`` (a warning: a small window's stream from the source failed before its commit, so the
-window is read again), ``error``. Every line carries ``transfer_id``, ``destination`` and ``model``; values are counts,
-times and names, never connection settings, so no secret can reach a log.
+window is read again), ``error``. Every line carries ``transfer_id``, ``destination`` and
+``model``; values are counts, times and names, never connection settings, so no secret can reach
+a log.
 
 Lines go to the Python logger ``transfer_platform.phases`` (``dagster.yaml`` hands the
 ``transfer_platform`` loggers to Dagster, so they show in the run's logs in the UI) or, for the
