@@ -3,7 +3,13 @@
 protocol over HTTP, DuckDB underneath) started as its own process on 127.0.0.1 and stopped
 afterwards. Its databases are in memory, one set shared by every connection, kept while the
 process lives (a transfer killed with -9 leaves them). Nothing patches the connector: requests go
-over HTTP to this process."""
+over HTTP to this process.
+
+One answer of fakesnow's is made Snowflake's (:func:`serve`): a statement that breaks a constraint
+(a NULL into a ``NOT NULL`` column, which Snowflake enforces; a key twice, which DuckDB enforces
+and Snowflake does not) fails with the connector's ``ProgrammingError`` 100072, as Snowflake's
+"NULL result in a non-nullable column" does, where fakesnow answered HTTP 500, which the connector
+retries for minutes."""
 
 from __future__ import annotations
 
@@ -51,10 +57,35 @@ def fakesnow_server(folder: Path) -> Iterator[FakeSnowflake]:
     port = free_port()
     log = folder / "fakesnow.log"
     with log.open("w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "fakesnow", "-s", "--host", "127.0.0.1", "--port", str(port)],
+        process = subprocess.Popen([sys.executable, "-m", "benchmarks.snowflake_server", "-s", "--host", "127.0.0.1",
+                                    "--port", str(port)],
                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(process, log, "fakesnow", lambda: listening(port))
         yield FakeSnowflake("127.0.0.1", port, log)
     finally:
         stop(process)
+
+
+def serve(argv: list[str]) -> int:
+    """fakesnow's command line (``-s --host H --port N``), its constraint errors answered as
+    Snowflake answers them (see the module's docstring)."""
+    import duckdb
+    import snowflake.connector.errors
+    from fakesnow import cli, cursor
+
+    execute = cursor.FakeSnowflakeCursor._execute
+
+    def answered(self, *args, **kwargs):
+        try:
+            return execute(self, *args, **kwargs)
+        except duckdb.ConstraintException as exc:
+            raise snowflake.connector.errors.ProgrammingError(
+                msg=str(exc.args[0]).split("\n")[0], errno=100072, sqlstate="22000") from exc
+
+    cursor.FakeSnowflakeCursor._execute = answered
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve(sys.argv[1:]))

@@ -163,6 +163,9 @@ class SnowflakeDialect(Dialect):
         return (f"COPY INTO {staging} FROM @{stage}/{folder}/ FILE_FORMAT = (TYPE = PARQUET) "
                 "MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE ON_ERROR = ABORT_STATEMENT PURGE = TRUE")
 
+    def has_rows(self, table: str) -> str:
+        return f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT 1)"
+
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         lm = q(model.last_modified.destination_name)
         null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)
@@ -205,6 +208,11 @@ class SnowflakeDialect(Dialect):
         sets = ", ".join(f"{q(c.destination_name)} = {self.staged_value(c, 's')}" for c in updated)
         update = f"UPDATE {target} AS t SET {sets} FROM {source} AS s WHERE {_join(keys)} AND ({condition})"
         return [update, insert]
+
+    def delete_marked(self, table: str, model: ModelConfig) -> str:
+        """The rows marked deleted, removed from a window copied straight into its empty table."""
+        marker = model.deletion_marker
+        return f"DELETE FROM {table} WHERE {self.marked(marker.destination_name, marker.data_type)}"
 
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {_join(columns)}"

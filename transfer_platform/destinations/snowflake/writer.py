@@ -28,13 +28,15 @@ import tempfile
 import time
 import uuid
 from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import arrow_schema, empty_frame
+from transfer_platform.destinations.base import WindowResult, arrow_schema, empty_frame
+from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.snowflake.connect import (
     SnowflakeSession,
     connect,
@@ -43,8 +45,9 @@ from transfer_platform.destinations.snowflake.connect import (
     translated_errors,
 )
 from transfer_platform.destinations.snowflake.dialect import LOCK_TABLE, STAGE, SnowflakeDialect
-from transfer_platform.destinations.sql.writer import SqlWriter
+from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, MissingPrivilege, TransferRunning
+from transfer_platform.phases import log_phase
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.snowflake import SnowflakeDestination
 
@@ -85,6 +88,11 @@ def stage_partition(connect_args: dict, put_sql: str, batches) -> object:
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
+@dataclass
+class SnowflakeStaging(StagingTable):
+    straight: bool = False  # copied straight into its empty target, inside the window's open transaction
+
+
 class SnowflakeWriter(SqlWriter):
     DIALECT = SnowflakeDialect()
 
@@ -99,6 +107,7 @@ class SnowflakeWriter(SqlWriter):
         self.holder = f"{uuid.uuid4().hex}"  # this writer, in the lock rows
         self._conn: snowflake.connector.SnowflakeConnection | None = None
         self._locked: set[str] = set()
+        self._open = False  # a window copied straight into its target: its transaction is open
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -211,8 +220,15 @@ class SnowflakeWriter(SqlWriter):
                 raise self._load_error(model, first_line(exc)) from None
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        """The frame's files PUT to the stage (:meth:`_put_frame`), then one COPY INTO."""
+        folder = self._put_frame(frame, staging, model)
+        if folder is not None:
+            self._copy(staging, folder, model)
+
+    def _put_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> str | None:
         """Each Spark partition is written as a Parquet file by a Python worker and PUT to the
-        stage over its own connection (``mapInArrow``: memory stays flat); then one COPY INTO."""
+        stage over its own connection (``mapInArrow``: memory stays flat); the stage folder
+        holding them, or ``None`` if the frame had no rows."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
@@ -226,21 +242,134 @@ class SnowflakeWriter(SqlWriter):
                 put, "rows long").collect()
         except (Py4JJavaError, PySparkException) as exc:
             raise self._load_error(model, spark_error_reason(exc)) from None
-        if sum(r[0] for r in rows):
-            self._copy(staging, folder, model)
+        return folder if sum(r[0] for r in rows) else None
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        folder = self._put_arrow(batch, staging)
+        if folder is not None:
+            self._copy(staging, folder, load.model)
+
+    def _put_arrow(self, batch: pa.Table, staging: str) -> str | None:
         import pyarrow.parquet as pq
 
         if not batch.num_rows:
-            return
+            return None
         folder = self._folder(staging)
         with tempfile.TemporaryDirectory(prefix="tp_sf_") as tmp:
             path = Path(tmp) / "window.parquet"
             pq.write_table(batch, path)
             with self._translated_errors():
                 self.session.execute(self.dialect.put(str(path), self.stage, folder))
-        self._copy(staging, folder, load.model)
+        return folder
+
+    # -- a window into an empty table: COPY INTO the table itself, in the window's transaction --
+
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+        """A window into an empty target (a backfill's first into an empty table, a full
+        refresh's first into its table aside) is loaded by ``COPY INTO`` the target itself,
+        inside the window's one transaction: each row written once, no merge, the table kept
+        (its grants, comments and streams with it); a reader sees it empty until the commit. A
+        model with a JSON column is staged and merged (its values are parsed there). Any other
+        window is staged and merged."""
+        with self._translated_errors():
+            if self._straight_fits(load):
+                staging = self._staging_for(load, SnowflakeStaging)
+                staging.straight = True
+                return staging
+        return super()._create_staging(load, in_memory=in_memory)
+
+    def _straight_fits(self, load: WindowLoad) -> bool:
+        if any(c.data_type == "json" for c in load.model.columns):
+            return False
+        target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
+        return not self.session.one(self.dialect.has_rows(target))[0]
+
+    def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        if not getattr(staging, "straight", False):
+            return super()._stage_frame(frame, staging, load)
+        copied = self._copied_straight(staging, self._put_frame(frame, staging.table, load.model), load)
+        return copied or super()._stage_frame(frame, staging, load)
+
+    def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        if not getattr(staging, "straight", False):
+            return super()._stage_arrow(batch, staging, load)
+        copied = self._copied_straight(staging, self._put_arrow(batch, staging.table), load)
+        return copied or super()._stage_arrow(batch, staging, load)
+
+    def _copied_straight(self, staging: SnowflakeStaging, folder: str | None,
+                         load: WindowLoad) -> StagingTable | None:
+        """The window's transaction begun and its files copied into the target, which is then
+        what the scan and the commit read; ``None`` (rolled back, the window to be staged again
+        into a staging table, created here) if the target got rows meanwhile or the copy failed:
+        the staged path names the offending row (a key twice or a NULL key that the target's
+        definition refuses) or the value that does not fit."""
+        from snowflake.connector import errors
+
+        reason = None
+        with self._translated_errors():
+            self.session.execute("BEGIN")
+            self._open = True
+            if self.session.one(self.dialect.has_rows(staging.target))[0]:
+                reason = "the table got rows while the window was staged"
+            elif folder is not None:
+                try:
+                    self.session.execute(self.dialect.copy_into(staging.target, self.stage, folder))
+                except (errors.ProgrammingError, errors.IntegrityError, errors.DataError) as exc:
+                    if exc.errno in (2003, 3001):  # a missing object or privilege: said as such
+                        raise
+                    reason = first_line(exc)  # a value the table refuses (a NULL key: NOT NULL)
+            if reason is None:
+                return self._staged(replace(staging, name=staging.target_name, table=staging.target), load)
+            self._rollback()
+            staging.straight = False
+            self._create_staging_table(staging, load.model, None, logged=False)
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
+                  staging_table=staging.name, straight_into_target=False, staged_again=True, reason=reason)
+        return None
+
+    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        straight = getattr(staging, "straight", False)
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
+                  **({"loaded_into": staging.name} if straight else {"staging_table": staging.name}),
+                  straight_into_target=straight)
+        return staging
+
+    def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
+        """A window copied straight into its target commits what its transaction holds: the rows
+        marked deleted removed (never delivered), the lease renewed, the new state recorded."""
+        if not getattr(staging, "straight", False):
+            return super()._commit(staging, load)
+        model = load.model
+        rows_deleted = staging.marked
+        try:
+            with self._translated_errors():
+                before = self._lock_state(model, "refresh_state" if load.into_refresh else "state")
+                if model.removes_deleted_rows:
+                    self.session.execute(self.dialect.delete_marked(staging.table, model))
+                    rows_deleted = 0
+                new_state = next_state(before, load, staging.max_last_modified)
+                if load.into_refresh:
+                    self._set_state(model, "refresh_state", new_state)
+                else:
+                    self._record_state(model, new_state, load.transfer_id)
+                self.session.execute("COMMIT")
+                self._open = False
+        finally:
+            self._rollback()
+        return WindowResult(staging.rows, staging.delta_rows, staging.volume, staging.max_last_modified,
+                            new_state, rows_deleted)
+
+    def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
+        self._rollback()  # a straight window that failed: nothing of it stays
+        if getattr(staging, "straight", False):
+            return
+        super()._remove_staging(staging, load)
+
+    def _rollback(self) -> None:
+        if self._open:
+            self._open = False
+            with suppress(Exception):  # the connection may be gone: its transaction with it
+                self.session.execute("ROLLBACK")
 
     def _load_error(self, model: ModelConfig, reason: str) -> DataError:
         return DataError(f"loading the window into Snowflake failed: {reason}", model=model.model_name,

@@ -290,13 +290,18 @@ class SqlWriter(Writer, abstract=True):
     # -- a window ----------------------------------------------------------------------------------
 
     def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+        staging = self._staging_for(load)
+        self._create_staging_table(staging, load.model, None, logged=False)
+        return staging
+
+    def _staging_for(self, load: WindowLoad, kind: type[StagingTable] = StagingTable) -> StagingTable:
+        """The window's staging table (not yet created) and its target: the live table, or the
+        refresh's built aside."""
         model = load.model
         target_name = self.refresh_table_name(model) if load.into_refresh else model.model_name
-        target = self.dialect.qualified(self.container, target_name)
         name = self.staging_table_name(model, load.transfer_id)
-        staging = StagingTable(name, self.dialect.qualified(self.container, name), target_name, target)
-        self._create_staging_table(staging, model, None, logged=False)
-        return staging
+        return kind(name, self.dialect.qualified(self.container, name), target_name,
+                    self.dialect.qualified(self.container, target_name))
 
     def _create_staging_table(self, staging: StagingTable, model: ModelConfig, columns: list[ColumnConfig] | None, *,
                               logged: bool) -> None:
