@@ -37,13 +37,19 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
+    batch_changes,
+    marked_mask,
+    newly_marked,
+    refuse_bad_rows,
     staging_suffix,
 )
 from transfer_platform.destinations.clickhouse.dialect import (
@@ -63,6 +69,7 @@ from transfer_platform.destinations.clickhouse.session import (
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, SchemaMismatch, TransferRunning
+from transfer_platform.phases import log_phase
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -86,6 +93,13 @@ EARLIEST, LATEST = "1900-01-01", "2299-12-31"
 
 def _now_us() -> int:
     return int(time.time() * 1_000_000)
+
+
+@dataclass
+class ClickhouseStaging(StagingTable):
+    """A window into an empty table, held here as Arrow until its commit inserts it."""
+
+    held: pa.Table | None = None
 
 
 class ClickhouseWriter(SqlWriter):
@@ -288,17 +302,23 @@ class ClickhouseWriter(SqlWriter):
         self._insert(batch, staging, load.model)
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        """Spark's rows brought to this process as Arrow (``toArrow``: the window whole, in
-        columns), then inserted ``Tuning.batch_rows`` rows per ``insert_arrow`` (an embedded chDB
-        folder is open in this process only)."""
+        """Spark's rows brought to this process as Arrow (:meth:`_arrow`), then inserted
+        ``Tuning.batch_rows`` rows per ``insert_arrow`` (an embedded chDB folder is open in this
+        process only)."""
+        self._insert_all(self._arrow(frame, model), staging, model)
+
+    def _arrow(self, frame: DataFrame, model: ModelConfig) -> pa.Table:
+        """The window whole, in columns (``toArrow``), in the model's Arrow types."""
         import pyarrow as pa
 
         wanted = arrow_schema(model)
         table = frame.toArrow()
-        table = pa.table([table.column(n).cast(wanted.field(n).type) for n in table.column_names],
-                         names=table.column_names)
+        return pa.table([table.column(n).cast(wanted.field(n).type) for n in table.column_names],
+                        names=table.column_names)
+
+    def _insert_all(self, table: pa.Table, into: str, model: ModelConfig) -> None:
         for start in range(0, table.num_rows, self.tuning.batch_rows):
-            self._insert(table.slice(start, self.tuning.batch_rows), staging, model)
+            self._insert(table.slice(start, self.tuning.batch_rows), into, model)
 
     def _insert(self, batch: pa.Table, staging: str, model: ModelConfig) -> None:
         if not batch.num_rows:
@@ -308,8 +328,65 @@ class ClickhouseWriter(SqlWriter):
         with self._translated_errors():
             self.client.insert_arrow(name, batch, database=database)
 
+    # -- a window into an empty table: its rows straight into the clone ----------------------------
+
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+        """A window into an empty table (a backfill's first into an empty table, a full refresh's
+        first into its table aside) is not staged: its rows, here as Arrow already, are checked
+        here (a NULL key or last-modified value, a key twice, a date out of range: refused by
+        name) and inserted straight into the clone the commit swaps in; each row is written once.
+        Any other window is staged and merged."""
+        target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
+        with self._translated_errors():
+            if not self.session.one(self.dialect.has_rows(target))[0]:
+                staging = self._staging_for(load, ClickhouseStaging)
+                staging.straight = True
+                return staging
+        return super()._create_staging(load, in_memory=in_memory)
+
+    def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        if not isinstance(staging, ClickhouseStaging):
+            return super()._stage_frame(frame, staging, load)
+        staging.held = self._arrow(frame, load.model)
+        return self._staged(staging, load)
+
+    def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        if not isinstance(staging, ClickhouseStaging):
+            return super()._stage_arrow(batch, staging, load)
+        staging.held = batch
+        return self._staged(staging, load)
+
+    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        straight = isinstance(staging, ClickhouseStaging)
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
+                  **({"loaded_into": staging.target_name} if straight else {"staging_table": staging.name}),
+                  straight_into_target=straight)
+        return staging
+
+    def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
+        """A window held here is scanned here: the same refusals, the same counts."""
+        if not isinstance(staging, ClickhouseStaging):
+            super()._refuse(staging, load)
+            return
+        model, batch = load.model, staging.held
+        _refuse_out_of_range(batch, model, self.name)
+        refuse_bad_rows(batch, model, self.name)
+        with self._translated_errors():
+            state = self.read_state(model, "refresh_state" if load.into_refresh else "state")
+        staging.rows = batch.num_rows
+        staging.max_last_modified, staging.delta_rows = batch_changes(batch, model, state)
+        staging.marked = newly_marked(batch, model, state)
+
+    def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
+        if isinstance(staging, ClickhouseStaging):  # nothing staged; a clone left is dropped by the clean-up
+            staging.held = None
+            return
+        super()._remove_staging(staging, load)
+
     def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
         """The window's rows and state swapped in together (see the module's docstring)."""
+        if isinstance(staging, ClickhouseStaging):
+            return self._commit_held(staging, load)
         model = load.model
         column = "refresh_state" if load.into_refresh else "state"
         target = self.refresh_table(model) if load.into_refresh else self.table(model)
@@ -333,15 +410,44 @@ class ClickhouseWriter(SqlWriter):
             self._renew_lock(model, load.transfer_id)
         return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
 
-    def _swap_in(self, target: str, staging_name: str, comment: str, insert: str) -> None:
+    def _commit_held(self, staging: ClickhouseStaging, load: WindowLoad) -> WindowResult:
+        """A window held here, inserted into the clone (the rows marked deleted left out, when
+        the model removes them: the table holds nothing they would remove); its size is the
+        clone's parts before the swap."""
+        import pyarrow.compute as pc
+
+        model = load.model
+        target = self.refresh_table(model) if load.into_refresh else self.table(model)
+        rows, rows_deleted, volume = staging.held, staging.marked, 0
+        if model.removes_deleted_rows:
+            rows, rows_deleted = rows.filter(pc.invert(marked_mask(rows, model))), 0
+
+        def fill(clone: str) -> None:
+            nonlocal volume
+            self._insert_all(rows, clone, model)
+            size = self.session.one(self.dialect.table_size(self.container, f"{staging.name}_swap"))
+            volume = int((size or (0,))[0] or 0)
+
+        with self._translated_errors():
+            new_state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
+                                   staging.max_last_modified)
+            self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id), fill)
+            self._renew_lock(model, load.transfer_id)
+        return WindowResult(staging.rows, staging.delta_rows, volume, staging.max_last_modified, new_state,
+                            rows_deleted)
+
+    def _swap_in(self, target: str, staging_name: str, comment: str, insert: str | Callable[[str], None]) -> None:
         """``target`` replaced by a clone holding its parts, ``insert``'s rows (``{clone}`` in its
-        text) and ``comment``: one ``EXCHANGE TABLES``."""
+        text; or a function given the clone) and ``comment``: one ``EXCHANGE TABLES``."""
         clone = self.dialect.qualified(self.container, f"{staging_name}_swap")
         session = self.session
         session.execute(self.dialect.drop_table(clone))
         session.execute(self.dialect.clone_ddl(clone, target, comment))
         session.execute(self.dialect.attach_all(clone, target))
-        session.execute(insert.replace("{clone}", clone, 1))
+        if callable(insert):
+            insert(clone)
+        else:
+            session.execute(insert.replace("{clone}", clone, 1))
         session.execute(self.dialect.exchange(target, clone))
         session.execute(self.dialect.drop_table(clone))
 
