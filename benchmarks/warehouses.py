@@ -9,9 +9,9 @@ asked for, in turn:
 - ``backfill``: the platform's transfer of the tenant's rows into an empty destination
   (``run_transfer``, as ``cases_platform.transfer_all`` does);
 - ``incremental_1pct``: then 1 % of the rows changed in the source, one incremental transfer;
-- ``backfill_again`` and ``backfill_staged_merge`` (Snowflake): then, both warm, the backfill into
-  a new, empty database, and again with the load straight into the empty table turned off (staged,
-  then merged): the cost that load saves.
+- ``backfill_again`` and ``backfill_staged_merge`` (Snowflake, ClickHouse): then, both warm, the
+  backfill into a new, empty database, and again with the load straight into the empty table
+  turned off (staged, then merged): the cost that load saves.
 
 Each case is checked by counting what the destination holds through the vendor's own client
 (a wrong count voids the run). The vendors run against the emulators the tests use
@@ -26,10 +26,11 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from benchmarks.common import NOW, PG, SCHEMA, RowCountMismatch, count_rows, drop_schemas, stats
@@ -87,20 +88,22 @@ def snowflake(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Targe
         return Target("snowflake", {"vendor": "snowflake", "connection": server.connection(
             database, schema, "TP_BENCH_SNOWFLAKE_PASSWORD")}, count, {"TP_BENCH_SNOWFLAKE_PASSWORD": PASSWORD})
 
-    @contextmanager
-    def staged():
-        from transfer_platform.destinations.snowflake.writer import SnowflakeWriter
-
-        fits = SnowflakeWriter._straight_fits
-        SnowflakeWriter._straight_fits = lambda self, load: False
-        try:
-            yield
-        finally:
-            SnowflakeWriter._straight_fits = fits
+    from transfer_platform.destinations.snowflake.writer import SnowflakeWriter
 
     main = target("TP_BENCH")
-    main.fresh, main.straight_off = target, staged
+    main.fresh, main.straight_off = target, partial(straight_off, SnowflakeWriter)
     return main
+
+
+@contextmanager
+def straight_off(writer: type) -> Iterator[None]:
+    """A vendor's load of a window straight into an empty table turned off: staged, then merged."""
+    fits = writer._straight_fits
+    writer._straight_fits = lambda self, load: False
+    try:
+        yield
+    finally:
+        writer._straight_fits = fits
 
 
 def bigquery(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:
@@ -131,19 +134,27 @@ def clickhouse(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Targ
 
     import clickhouse_connect
 
+    from transfer_platform.destinations.clickhouse.writer import ClickhouseWriter
+
     path = Path(args.chdb_folder) if args.chdb_folder else folder / "chdb"
-    database = f"tp_bench_{uuid.uuid4().hex[:8]}"
     client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
-    stack.callback(client.command, f"DROP DATABASE IF EXISTS `{database}` SYNC")
 
-    def count(at: datetime | None) -> int:
-        where, params = ("WHERE updated_at = {at:DateTime64(6, 'UTC')}",
-                         {"at": at.strftime("%Y-%m-%d %H:%M:%S.%f")}) if at else ("", None)
-        return client.query(f"SELECT count() FROM `{database}`.events FINAL {where}",
-                            parameters=params).result_rows[0][0]
+    def target(name: str) -> Target:
+        database = f"{name.lower()}_{uuid.uuid4().hex[:8]}"
+        stack.callback(client.command, f"DROP DATABASE IF EXISTS `{database}` SYNC")
 
-    return Target("clickhouse", {"vendor": "clickhouse", "connection": {"path": str(path), "database": database}},
-                  count)
+        def count(at: datetime | None) -> int:
+            where, params = ("WHERE updated_at = {at:DateTime64(6, 'UTC')}",
+                             {"at": at.strftime("%Y-%m-%d %H:%M:%S.%f")}) if at else ("", None)
+            return client.query(f"SELECT count() FROM `{database}`.events FINAL {where}",
+                                parameters=params).result_rows[0][0]
+
+        return Target("clickhouse", {"vendor": "clickhouse", "connection": {"path": str(path), "database": database}},
+                      count)
+
+    main = target("tp_bench")
+    main.fresh, main.straight_off = target, partial(straight_off, ClickhouseWriter)
+    return main
 
 
 def sftp(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:

@@ -336,13 +336,14 @@ class ClickhouseWriter(SqlWriter):
         here (a NULL key or last-modified value, a key twice, a date out of range: refused by
         name) and inserted straight into the clone the commit swaps in; each row is written once.
         Any other window is staged and merged."""
-        target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
         with self._translated_errors():
-            if not self.session.one(self.dialect.has_rows(target))[0]:
-                staging = self._staging_for(load, ClickhouseStaging)
-                staging.straight = True
-                return staging
+            if self._straight_fits(load):
+                return self._staging_for(load, ClickhouseStaging)
         return super()._create_staging(load, in_memory=in_memory)
+
+    def _straight_fits(self, load: WindowLoad) -> bool:
+        target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
+        return not self.session.one(self.dialect.has_rows(target))[0]
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
         if not isinstance(staging, ClickhouseStaging):
