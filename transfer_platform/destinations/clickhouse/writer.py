@@ -87,6 +87,10 @@ LOCK_PREFIX = "_tp_lock_"
 LOCK_LEASE_SECONDS = 900
 #: while another transfer holds a model's lock: the pause between attempts
 _RETRY_SECONDS = 0.2
+#: rows per insert of a window held here into its clone: each insert is a part sorted on the key,
+#: and many small parts of a ReplacingMergeTree cost background merges after the swap (one insert
+#: of a whole 1M-row window was slower still: its Arrow serialization)
+CLONE_BLOCK_ROWS = 100_000
 #: the range of DateTime64 and Date32
 EARLIEST, LATEST = "1900-01-01", "2299-12-31"
 
@@ -316,9 +320,10 @@ class ClickhouseWriter(SqlWriter):
         return pa.table([table.column(n).cast(wanted.field(n).type) for n in table.column_names],
                         names=table.column_names)
 
-    def _insert_all(self, table: pa.Table, into: str, model: ModelConfig) -> None:
-        for start in range(0, table.num_rows, self.tuning.batch_rows):
-            self._insert(table.slice(start, self.tuning.batch_rows), into, model)
+    def _insert_all(self, table: pa.Table, into: str, model: ModelConfig, rows: int | None = None) -> None:
+        rows = rows or self.tuning.batch_rows
+        for start in range(0, table.num_rows, rows):
+            self._insert(table.slice(start, rows), into, model)
 
     def _insert(self, batch: pa.Table, staging: str, model: ModelConfig) -> None:
         if not batch.num_rows:
@@ -425,7 +430,7 @@ class ClickhouseWriter(SqlWriter):
 
         def fill(clone: str) -> None:
             nonlocal volume
-            self._insert_all(rows, clone, model)
+            self._insert_all(rows.combine_chunks(), clone, model, CLONE_BLOCK_ROWS)
             size = self.session.one(self.dialect.table_size(self.container, f"{staging.name}_swap"))
             volume = int((size or (0,))[0] or 0)
 
