@@ -213,8 +213,8 @@ KILLED_TRANSFER = """
 import pathlib, sys, time
 from transfer_platform.config.loading import load_config
 from transfer_platform.destinations.base import writer_for
+from transfer_platform.destinations.clickhouse import writer as module
 from transfer_platform.destinations.clickhouse.writer import ClickhouseWriter
-from transfer_platform.tuning import Tuning
 from transfer_platform_tests.destinations import test_clickhouse_straight_load as t
 
 config = load_config(sys.argv[1])
@@ -230,7 +230,8 @@ def half_then_stuck(self, batch, into, model):  # the clone holds part of the wi
             time.sleep(1)
 
 ClickhouseWriter._insert = half_then_stuck
-writer = writer_for(config.destination(t.DESTINATION), Tuning(batch_rows=1000))
+module.CLONE_BLOCK_ROWS = 1000  # the clone filled in several inserts
+writer = writer_for(config.destination(t.DESTINATION))
 writer.prepare(model, "killed")
 writer.write_arrow(t.rows(model, range(1, 5001), payload="killed"), t.window(model, 0, "killed"))
 print("the transfer ended before it was killed", flush=True)
