@@ -17,55 +17,46 @@ Read back through clickhouse-connect as a recipient reads it (``FINAL``), on chD
 from __future__ import annotations
 
 import json
-import logging
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 
 import pyarrow as pa
 import pytest
 import yaml
 
 from transfer_platform.config.loading import load_config
-from transfer_platform.core.windows import Window
-from transfer_platform.destinations.base import WindowLoad, arrow_schema, writer_for
-from transfer_platform.errors import DataError, DuplicateKey
+from transfer_platform.destinations.base import writer_for
+from transfer_platform.errors import DataError
 from transfer_platform_tests.support.cli import PACKAGE_ROOT
 from transfer_platform_tests.support.clickhouse import chdb_in_another_process, q
 from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.empty_table_loads import (
+    DAY,
+    KILL_TIMEOUT_SECONDS,
+    START,
+    killed_when_marked,
+    model_entry,
+    refuses_bad_windows,
+    rows,
+    stage_records,
+    window,
+)
 from transfer_platform_tests.support.events import MODEL
 from transfer_platform_tests.support.postgres import pg_connection_config
-from transfer_platform_tests.support.processes import group_alive
 
 pytestmark = pytest.mark.integration
-
-START = datetime(2025, 3, 1, tzinfo=UTC)
-DAY = timedelta(days=1)
-KILL_TIMEOUT_SECONDS = 300  # a failure bound on a loaded machine, not a wait
-
-COLUMNS = [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-           {"name_in_source": "organization_id", "data_type": "string"},
-           {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
-           {"name_in_source": "payload", "data_type": "string"},
-           {"name_in_source": "born", "data_type": "date"},
-           {"name_in_source": "gone", "data_type": "boolean", "is_deleted_marker": True}]
+__all__ = ["stage_records"]  # the fixture, imported
 
 
 def config_for(folder, database: str, tmp_path, *, keep_deleted_rows: bool = False):
-    """A ClickHouse destination in ``database`` of the chDB ``folder``; windows are written
-    through the writer, so the source is named but never read."""
-    model = {"model_name": MODEL, "source_name": "src", "source_table": "unread.events",
-             "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
-             "min_start_time_epoch": int(START.timestamp()), "keep_deleted_rows": keep_deleted_rows,
-             "columns": COLUMNS}
+    """A ClickHouse destination in ``database`` of the chDB ``folder``."""
     path = tmp_path / f"transfer_platform_{database}.yaml"
     path.write_text(yaml.safe_dump({
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [model],
+        "models": [model_entry(MODEL, keep_deleted_rows=keep_deleted_rows)],
         "recipients": [{"name": "rcpt", "id_in_provider_system": "acme"}],
         "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "clickhouse",
                           "connection": {"path": str(folder), "database": database}}],
@@ -73,15 +64,10 @@ def config_for(folder, database: str, tmp_path, *, keep_deleted_rows: bool = Fal
     return load_config(path), path
 
 
-def rows(model, ids, *, at: datetime = START + timedelta(hours=1), payload: str = "v1", gone=()) -> pa.Table:
-    return pa.Table.from_pylist(
-        [{"id": k, "organization_id": "acme", "updated_at": at + timedelta(seconds=n), "payload": f"{payload}-{k}",
-          "born": date(2020, 1, 1), "gone": k in gone} for n, k in enumerate(ids)], schema=arrow_schema(model))
-
-
-def window(model, day: int, transfer_id: str, *, into_refresh: bool = False) -> WindowLoad:
-    return WindowLoad(model, transfer_id, Window(START + day * DAY, START + (day + 1) * DAY), START,
-                      into_refresh=into_refresh)
+def writer_in_new_database(clickhouse_server, tmp_path, **options):
+    database = clickhouse_server.new_database()
+    config, _ = config_for(clickhouse_server.path, database, tmp_path, **options)
+    return database, config.model(MODEL), writer_for(config.destination(DESTINATION))
 
 
 def held(client, database: str) -> tuple:
@@ -97,24 +83,10 @@ def held(client, database: str) -> tuple:
     return live, states, sorted(n for n in names if n.startswith("_tp_stg_"))
 
 
-@pytest.fixture
-def stage_records(caplog):
-    caplog.set_level(logging.INFO, logger="transfer_platform.phases")
-
-    def records() -> list[dict]:
-        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "transfer_platform.phases"]
-        return [r for r in lines if r["phase"] == "stage"]
-
-    return records
-
-
 def test_a_backfill_and_a_full_refresh_insert_straight_into_the_swapped_in_clone(
         clickhouse_server, tmp_path, stage_records) -> None:
-    database = clickhouse_server.new_database()
-    config, _ = config_for(clickhouse_server.path, database, tmp_path)
-    model = config.model(MODEL)
+    database, model, writer = writer_in_new_database(clickhouse_server, tmp_path)
     client = clickhouse_server.client()
-    writer = writer_for(config.destination(DESTINATION))
     try:
         writer.prepare(model, "t1")
         first = writer.write_arrow(rows(model, range(1, 101)), window(model, 0, "t1"))  # into the empty table
@@ -146,10 +118,7 @@ def test_a_backfill_and_a_full_refresh_insert_straight_into_the_swapped_in_clone
 @pytest.mark.parametrize("keep_deleted_rows", [False, True], ids=["removed", "kept"])
 def test_rows_marked_deleted_in_a_straight_window_are_never_delivered_unless_kept(
         clickhouse_server, tmp_path, stage_records, keep_deleted_rows) -> None:
-    database = clickhouse_server.new_database()
-    config, _ = config_for(clickhouse_server.path, database, tmp_path, keep_deleted_rows=keep_deleted_rows)
-    model = config.model(MODEL)
-    writer = writer_for(config.destination(DESTINATION))
+    database, model, writer = writer_in_new_database(clickhouse_server, tmp_path, keep_deleted_rows=keep_deleted_rows)
     try:
         writer.prepare(model, "t1")
         result = writer.write_arrow(rows(model, range(1, 11), gone={3, 4}), window(model, 0, "t1"))
@@ -169,31 +138,15 @@ def test_rows_marked_deleted_in_a_straight_window_are_never_delivered_unless_kep
 @pytest.mark.parametrize("into_refresh", [False, True], ids=["backfill", "full_refresh"])
 def test_a_key_twice_a_null_or_a_date_out_of_range_in_a_straight_window_is_refused_by_name_with_nothing_changed(
         clickhouse_server, tmp_path, into_refresh) -> None:
-    database = clickhouse_server.new_database()
-    config, _ = config_for(clickhouse_server.path, database, tmp_path)
-    model = config.model(MODEL)
+    database, model, writer = writer_in_new_database(clickhouse_server, tmp_path)
     client = clickhouse_server.client()
-    writer = writer_for(config.destination(DESTINATION))
     try:
         writer.prepare(model, "t0")
         if into_refresh:  # a live table with rows, a full refresh begun aside
             writer.write_arrow(rows(model, [1, 2]), window(model, 0, "t0"))
         writer.prepare(model, "t1", full_refresh=into_refresh)
         before = held(client, database)
-
-        twice = pa.concat_tables([rows(model, range(1, 2001)), rows(model, [1500], payload="again")])
-        with pytest.raises(DuplicateKey, match=r"duplicate primary key in one batch: id=1500") as refused:
-            writer.write_arrow(twice, window(model, 0, "t1", into_refresh=into_refresh))
-        assert refused.value.key_values == {"id": 1500}
-
-        null_key = rows(model, [1, 2]).set_column(0, "id", pa.array([1, None], pa.int64()))
-        with pytest.raises(DataError, match=r"NULL primary key value \(id\)"):
-            writer.write_arrow(null_key, window(model, 0, "t1", into_refresh=into_refresh))
-
-        null_lm = rows(model, [1, 2]).set_column(2, "updated_at", pa.array([None, START], pa.timestamp("us", tz="UTC")))
-        with pytest.raises(DataError, match=r"NULL last-modified value \(updated_at\) at key id=1"):
-            writer.write_arrow(null_lm, window(model, 0, "t1", into_refresh=into_refresh))
-
+        refuses_bad_windows(writer, model, into_refresh=into_refresh)
         early = rows(model, [1, 2]).set_column(4, "born", pa.array([date(2020, 1, 1), date(1850, 1, 1)]))
         with pytest.raises(DataError, match=r"column 'born' holds 1850-01-01, outside 1900-01-01 to 2299-12-31"):
             writer.write_arrow(early, window(model, 0, "t1", into_refresh=into_refresh))
@@ -257,33 +210,19 @@ finally:
 def test_a_transfer_killed_while_filling_the_clone_changes_nothing_and_the_next_one_delivers(tmp_path) -> None:
     folder, database = tmp_path / "chdb", "acme_ch"
     _, path = config_for(folder, database, tmp_path)
-    marker = tmp_path / "filling"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
-    with open(tmp_path / "out", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_TRANSFER, str(path), str(marker)], env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        launched = time.monotonic()
-        while not marker.exists():
-            assert proc.poll() is None, (tmp_path / "out").read_text()[-3000:]
-            assert time.monotonic() - launched < KILL_TIMEOUT_SECONDS, "the clone was never filled"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
+    filled = killed_when_marked(tmp_path, KILLED_TRANSFER, str(path))
 
     def read(sql: str) -> list[tuple]:  # a recipient opening the folder after the writer's process ended
         return chdb_in_another_process(folder, sql)
 
-    clone = marker.read_text().split(".")[-1].strip("`")
+    clone = filled.split(".")[-1].strip("`")
     assert read(f"SELECT count() FROM {database}.{q(clone)}") == [(1000,)]  # killed with part of it inserted
     assert read(f"SELECT count() FROM {database}.events FINAL") == [(0,)]  # the table as it was: empty
     assert read(f"SELECT state FROM {database}._transfer_status WHERE data_model_name = '{MODEL}'") in ([], [(None,)])
 
-    code = textwrap.dedent(NEXT_TRANSFER)
-    subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=KILL_TIMEOUT_SECONDS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+    subprocess.run([sys.executable, "-c", textwrap.dedent(NEXT_TRANSFER), str(path)], env=env, check=True,
+                   timeout=KILL_TIMEOUT_SECONDS)
     assert read(f"SELECT id, payload FROM {database}.events FINAL ORDER BY id") == [
         (k, f"next-{k}") for k in range(1, 1001)]
     assert read(f"SELECT name FROM system.tables WHERE database = '{database}' AND startsWith(name, '_tp_stg_')") == []

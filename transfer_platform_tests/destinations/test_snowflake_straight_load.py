@@ -18,57 +18,42 @@ through snowflake.connector, as a recipient reads it, against the emulator:
 from __future__ import annotations
 
 import json
-import logging
-import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pyarrow as pa
 import pytest
 import yaml
 
 from transfer_platform.config.loading import load_config
-from transfer_platform.core.windows import Window
-from transfer_platform.destinations.base import WindowLoad, arrow_schema, writer_for
-from transfer_platform.errors import DataError, DuplicateKey
-from transfer_platform_tests.support.cli import PACKAGE_ROOT
+from transfer_platform.destinations.base import writer_for
 from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.empty_table_loads import (
+    DAY,
+    START,
+    killed_when_marked,
+    model_entry,
+    refuses_bad_windows,
+    rows,
+    stage_records,
+    window,
+)
 from transfer_platform_tests.support.events import MODEL
 from transfer_platform_tests.support.postgres import pg_connection_config
-from transfer_platform_tests.support.processes import group_alive
 from transfer_platform_tests.support.snowflake import PASSWORD_ENV, staging_tables
 
 pytestmark = pytest.mark.integration
+__all__ = ["stage_records"]  # the fixture, imported
 
-START = datetime(2025, 3, 1, tzinfo=UTC)
-DAY = timedelta(days=1)
 SCHEMA = "acme"
 LEASE_SECONDS = 2  # the killed transfer's hold on the model: the next one takes it over after this
-KILL_TIMEOUT_SECONDS = 300  # a failure bound on a loaded machine, not a wait
-
-COLUMNS = [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
-           {"name_in_source": "organization_id", "data_type": "string"},
-           {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
-           {"name_in_source": "payload", "data_type": "string"},
-           {"name_in_source": "gone", "data_type": "boolean", "is_deleted_marker": True}]
 
 
-def settings(server, database: str, *, keep_deleted_rows: bool = False, json_payload: bool = False) -> dict:
-    """A Snowflake destination in ``database``; windows are written through the writer, so the
-    source is named but never read."""
-    columns = [dict(c, data_type="json") if json_payload and c["name_in_source"] == "payload" else c
-               for c in COLUMNS]
-    model = {"model_name": MODEL, "source_name": "src", "source_table": "unread.events",
-             "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
-             "min_start_time_epoch": int(START.timestamp()), "keep_deleted_rows": keep_deleted_rows,
-             "columns": columns}
+def settings(server, database: str, **options) -> dict:
+    """A Snowflake destination in ``database``."""
     return {
         "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        "models": [model],
+        "models": [model_entry(MODEL, **options)],
         "recipients": [{"name": "rcpt", "id_in_provider_system": "acme"}],
         "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "snowflake",
                           "lock_lease_seconds": LEASE_SECONDS,
@@ -90,17 +75,6 @@ def config_for(server, database: str, folder, **options):
     return load_config(path), path
 
 
-def rows(model, ids, *, at: datetime = START + timedelta(hours=1), payload: str = "v1", gone=()) -> pa.Table:
-    return pa.Table.from_pylist(
-        [{"id": k, "organization_id": "acme", "updated_at": at + timedelta(seconds=n), "payload": f"{payload}-{k}",
-          "gone": k in gone} for n, k in enumerate(ids)], schema=arrow_schema(model))
-
-
-def window(model, day: int, transfer_id: str, *, into_refresh: bool = False) -> WindowLoad:
-    return WindowLoad(model, transfer_id, Window(START + day * DAY, START + (day + 1) * DAY), START,
-                      into_refresh=into_refresh)
-
-
 def held(server, database: str) -> tuple:
     """(id, payload, gone) of the live table as a new session reads it, and the model's status row
     (high watermark, state, refresh state); None where the table is missing."""
@@ -117,17 +91,6 @@ def held(server, database: str) -> tuple:
                            '"_transfer_status" WHERE data_model_name = %s', (MODEL,))
             status = [tuple(r) for r in cursor.fetchall()]
     return live, status
-
-
-@pytest.fixture
-def stage_records(caplog):
-    caplog.set_level(logging.INFO, logger="transfer_platform.phases")
-
-    def records() -> list[dict]:
-        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "transfer_platform.phases"]
-        return [r for r in lines if r["phase"] == "stage"]
-
-    return records
 
 
 def test_a_backfill_and_a_full_refresh_copy_straight_into_the_empty_table(
@@ -207,19 +170,7 @@ def test_a_key_twice_or_a_null_in_a_straight_window_is_refused_by_name_with_noth
         writer.prepare(model, "t1", full_refresh=into_refresh)
         before = held(snowflake_server, database)
 
-        twice = pa.concat_tables([rows(model, range(1, 2001)), rows(model, [1500], payload="again")])
-        with pytest.raises(DuplicateKey, match=r"duplicate primary key in one batch: id=1500") as refused:
-            writer.write_arrow(twice, window(model, 0, "t1", into_refresh=into_refresh))
-        assert refused.value.key_values == {"id": 1500}
-
-        null_key = rows(model, [1, 2]).set_column(0, "id", pa.array([1, None], pa.int64()))
-        with pytest.raises(DataError, match=r"NULL primary key value \(id\)"):
-            writer.write_arrow(null_key, window(model, 0, "t1", into_refresh=into_refresh))
-
-        null_lm = rows(model, [1, 2]).set_column(2, "updated_at", pa.array([None, START], pa.timestamp("us", tz="UTC")))
-        with pytest.raises(DataError, match=r"NULL last-modified value \(updated_at\) at key id=1"):
-            writer.write_arrow(null_lm, window(model, 0, "t1", into_refresh=into_refresh))
-
+        refuses_bad_windows(writer, model, into_refresh=into_refresh)
         assert held(snowflake_server, database) == before  # the table, its watermark and state as they were
         assert staging_tables(snowflake_server, database, SCHEMA) == []
         if into_refresh:  # and the refresh's table aside is still empty: the next window goes straight in
@@ -262,23 +213,8 @@ def test_a_transfer_killed_between_its_copy_and_its_commit_changes_nothing_and_t
         snowflake_server, database, tmp_path) -> None:
     config, path = config_for(snowflake_server, database, tmp_path)
     model = config.model(MODEL)
-    marker = tmp_path / "copied"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
-    with open(tmp_path / "out", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_TRANSFER, str(path), str(marker)], env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        launched = time.monotonic()
-        while not marker.exists():
-            assert proc.poll() is None, (tmp_path / "out").read_text()[-3000:]
-            assert time.monotonic() - launched < KILL_TIMEOUT_SECONDS, "the copy never happened"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert marker.read_text() == MODEL  # killed after the rows were copied into the table itself
+    copied = killed_when_marked(tmp_path, KILLED_TRANSFER, str(path))
+    assert copied == MODEL  # killed after the rows were copied into the table itself
     live, status = held(snowflake_server, database)
     assert live == []  # another session never saw the uncommitted rows
     assert status in (None, []) or status[0][0] is None  # the watermark did not move

@@ -17,7 +17,6 @@ runner reads in this process); the Spark path is the one ``test_mysql_destinatio
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -34,11 +33,13 @@ from transfer_platform.destinations.base import WindowLoad, arrow_schema, writer
 from transfer_platform.errors import DataError, DuplicateKey
 from transfer_platform_tests.support.cli import PACKAGE_ROOT
 from transfer_platform_tests.support.config import DESTINATION
+from transfer_platform_tests.support.empty_table_loads import stage_records
 from transfer_platform_tests.support.events import MODEL
 from transfer_platform_tests.support.mysql import MYSQL, mysql_connect, mysql_ident, new_database
 from transfer_platform_tests.support.postgres import pg_connection_config
 
 pytestmark = pytest.mark.integration
+__all__ = ["stage_records"]  # the fixture, imported
 
 START = datetime(2025, 3, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -105,17 +106,6 @@ def held(database: str) -> tuple:
     status = (query(database, "SELECT high_watermark, state, refresh_state, published_state FROM _transfer_status")
               if "_transfer_status" in tables(database) else None)
     return live, status
-
-
-@pytest.fixture
-def stage_records(caplog):
-    caplog.set_level(logging.INFO, logger="transfer_platform.phases")
-
-    def records() -> list[dict]:
-        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "transfer_platform.phases"]
-        return [r for r in lines if r["phase"] == "stage"]
-
-    return records
 
 
 def test_a_backfill_and_a_full_refresh_load_a_fresh_table_that_replaces_the_target(database, stage_records):
