@@ -169,9 +169,6 @@ class ClickhouseDialect(Dialect):
 
     # -- a staged window -------------------------------------------------------------------------
 
-    def has_rows(self, table: str) -> str:
-        return f"SELECT count() > 0 FROM (SELECT 1 FROM {table} LIMIT 1)"
-
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         lm = self.quote(model.last_modified.destination_name)
         null_key = " OR ".join(f"{self.quote(c.destination_name)} IS NULL" for c in model.primary_key)

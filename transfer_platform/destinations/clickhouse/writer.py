@@ -348,7 +348,7 @@ class ClickhouseWriter(SqlWriter):
 
     def _straight_fits(self, load: WindowLoad) -> bool:
         target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
-        return not self.session.one(self.dialect.has_rows(target))[0]
+        return not self._has_rows(target)
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
         if not isinstance(staging, ClickhouseStaging):

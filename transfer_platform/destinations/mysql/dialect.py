@@ -158,10 +158,6 @@ def create_like(table: str, like: str) -> str:
     return f"CREATE TABLE {table} LIKE {like}"
 
 
-def has_rows(table: str) -> str:
-    return f"SELECT EXISTS (SELECT 1 FROM {table})"
-
-
 def key_by_text(table: str, keys: list[str]) -> str:
     """The key whose text is the server's ``Duplicate entry '...'`` (key columns joined by ``-``);
     parameter: that text."""

@@ -310,7 +310,7 @@ class MysqlWriter(SqlWriter):
     def _fresh_table_fits(self, load: WindowLoad, staging: StagingTable) -> bool:
         """The target is empty and replacing it loses nothing: a full refresh's table aside before
         its first window is committed, or a live table without triggers or foreign keys."""
-        if self.session.one(sql.has_rows(staging.target))[0]:
+        if self._has_rows(staging.target):
             return False
         if load.into_refresh:
             return self.read_state(load.model, "refresh_state").watermark is None
@@ -330,7 +330,7 @@ class MysqlWriter(SqlWriter):
         if staging is None or not staging.swappable:
             return super()._commit(staging, load)
         with self._translated_errors():
-            if self.session.one(sql.has_rows(staging.target))[0]:
+            if self._has_rows(staging.target):
                 staging.swappable = False
                 return super()._commit(staging, load)
             return self._replace_with_fresh(staging, load)
@@ -386,7 +386,7 @@ class MysqlWriter(SqlWriter):
             if refresh is None:
                 self.session.execute(self.dialect.drop_table(self.refresh_table(model)))
             elif (ModelState.from_json(refresh).watermark is None
-                  and self.session.one(sql.has_rows(self.refresh_table(model)))[0]):
+                  and self._has_rows(self.refresh_table(model))):
                 self.session.execute(self.dialect.drop_table(self.refresh_table(model)))
                 self.session.execute(self.dialect.target_ddl(self.refresh_table(model), model))
             else:

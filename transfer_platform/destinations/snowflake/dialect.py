@@ -163,9 +163,6 @@ class SnowflakeDialect(Dialect):
         return (f"COPY INTO {staging} FROM @{stage}/{folder}/ FILE_FORMAT = (TYPE = PARQUET) "
                 "MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE ON_ERROR = ABORT_STATEMENT PURGE = TRUE")
 
-    def has_rows(self, table: str) -> str:
-        return f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT 1)"
-
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         lm = q(model.last_modified.destination_name)
         null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)

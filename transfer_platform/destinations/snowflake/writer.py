@@ -282,7 +282,7 @@ class SnowflakeWriter(SqlWriter):
         if any(c.data_type == "json" for c in load.model.columns):
             return False
         target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
-        return not self.session.one(self.dialect.has_rows(target))[0]
+        return not self._has_rows(target)
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
         if not getattr(staging, "straight", False):
@@ -309,7 +309,7 @@ class SnowflakeWriter(SqlWriter):
         with self._translated_errors():
             self.session.execute("BEGIN")
             self._open = True
-            if self.session.one(self.dialect.has_rows(staging.target))[0]:
+            if self._has_rows(staging.target):
                 reason = "the table got rows while the window was staged"
             elif folder is not None:
                 try:

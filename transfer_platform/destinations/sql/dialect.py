@@ -145,6 +145,10 @@ class Dialect:
         when it may become the target."""
         raise NotImplementedError
 
+    def has_rows(self, table: str) -> str:
+        """One row, one column: 1 if ``table`` holds a row, else 0 (one row read at most)."""
+        return f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT 1) AS one_row"
+
     def drop_table(self, table: str, *, if_exists: bool = True) -> str:
         return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
 

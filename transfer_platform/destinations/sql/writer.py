@@ -159,6 +159,9 @@ class SqlWriter(Writer, abstract=True):
         row = self.session.one(self.dialect.table_exists(self.container, name))
         return bool(row and row[0])
 
+    def _has_rows(self, table: str) -> bool:
+        return bool(self.session.one(self.dialect.has_rows(table))[0])
+
     def _columns(self, name: str) -> dict[str, str]:
         """Column name -> type as the catalog names it; empty if the table does not exist."""
         return dict(self.session.all(self.dialect.columns(self.container, name)))
