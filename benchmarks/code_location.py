@@ -16,7 +16,7 @@ In process, one line per shard (``TRANSFER_PLATFORM_SHARD=i/n``; the whole confi
 With ``--webserver`` (the whole configuration, or the first shard): the real ``dagster-webserver``
 on a free port with a workspace of this code location (a code server process started by the
 webserver, as ``dagster dev`` and production run it) and a SQLite instance in a temporary
-``DAGSTER_HOME``; seconds until GraphQL reports the location ``LOADED``, then the queries the UI's
+``DAGSTER_HOME`` (with ``--daemon``, production's instance on a PostgreSQL database of its own); seconds until GraphQL reports the location ``LOADED``, then the queries the UI's
 asset catalog sends (every asset with its definition's fields) and one destination's asset group
 (the group's lineage page), each timed three times. The machine's load average is printed with
 each line.
@@ -25,6 +25,7 @@ each line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import os
@@ -41,8 +42,9 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.common import PG
 from benchmarks.cost import processes
-from benchmarks.scale import FORMATS, raw_config, write_config
+from benchmarks.scale import FORMATS, raw_config, storage_database, write_config
 
 BIN = Path(sys.executable).parent
 
@@ -237,16 +239,61 @@ def wait_for_first_ticks(url: str, names: list[str], began: float) -> float:
     return time.perf_counter() - began
 
 
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """This process's environment as ``values`` (the processes' own), restored afterwards."""
+    saved = dict(os.environ)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+#: ``dagster-daemon`` without the platform's patch of its workspace refresh (the fix marked as
+#: already looked at, so the run coordinator does not install it): Dagster's refresh every minute
+DAEMON_WITH_DAGSTERS_REFRESH = (
+    "import sys; from transfer_platform.orchestration import dagster_fixes; "
+    "dagster_fixes._looked.add('workspace_refresh'); from dagster._daemon.cli import main; sys.exit(main())")
+
+
+def daemon_instance(home: Path, env: dict[str, str], database: str, freshness_daemon: bool) -> None:
+    """``home``'s ``dagster.yaml`` as production's (``deploy/dagster.production.yaml``: PostgreSQL
+    storage in ``database``, the platform's run coordinator), every run left queued; with
+    ``freshness_daemon``, Dagster's freshness daemon on again (the shipped files turn it off)."""
+    settings = yaml.safe_load((Path(__file__).parents[1] / "deploy" / "dagster.production.yaml").read_text())
+    settings["run_coordinator"]["config"]["max_concurrent_runs"] = 0  # runs the sensor enqueues stay queued
+    if freshness_daemon:
+        settings["freshness"] = {"enabled": True}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
+    storage = {"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]), "DAGSTER_PG_DB": database,
+               "DAGSTER_PG_USERNAME": PG["user"], "DAGSTER_PG_PASSWORD": ""}
+    env.update(storage)
+
+
 def webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int = 0,
-              group_shard: int = 0, code_servers: bool = False, daemon: bool = False) -> None:
+              group_shard: int = 0, code_servers: bool = False, daemon: bool = False,
+              freshness_daemon: bool = False, idle_seconds: float = 0, dagsters_refresh: bool = False) -> None:
+    with contextlib.ExitStack() as stack:
+        _webserver(config_path, work, group, shard, every_shard, group_shard, code_servers,
+                   stack.enter_context(storage_database()) if daemon else None, freshness_daemon, idle_seconds,
+                   dagsters_refresh)
+
+
+def _webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int,
+               group_shard: int, code_servers: bool, daemon_database: str | None, freshness_daemon: bool,
+               idle_seconds: float, dagsters_refresh: bool) -> None:
     """The real webserver loading the whole location, or ``shard``'s, or with ``every_shard`` (n)
     the n locations of ``deploy/workspace.sharded.yaml``'s form at once (each a code server of its
     own, as in production; ``group`` is in shard ``group_shard``'s); the seconds until each
     location is ``LOADED``, then the catalog's queries. With ``code_servers``, as
     ``deploy/workspace.servers.yaml``: each location's ``dagster code-server start`` is started
-    beside the webserver, at the same time, and the workspace names their ports."""
+    beside the webserver, at the same time, and the workspace names their ports. With the daemon,
+    the instance is production's, on a PostgreSQL database of its own (:func:`daemon_instance`)."""
     home = work / "webserver_home"
     home.mkdir()
+    daemon = daemon_database is not None
     # runs the daemon's sensors enqueue stay queued: nothing executes
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nrun_queue:\n  max_concurrent_runs: 0\n")
     workspace = work / "workspace.yaml"
@@ -263,10 +310,13 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
     env.pop("TRANSFER_PLATFORM_SHARD", None)
     if shard:
         env["TRANSFER_PLATFORM_SHARD"] = shard
+    if daemon_database is not None:
+        daemon_instance(home, env, daemon_database, freshness_daemon)
     if code_servers or daemon:  # the instance's storage made before the processes that share it start
         from dagster import DagsterInstance
 
-        DagsterInstance.from_config(str(home)).dispose()
+        with environment(env):
+            DagsterInstance.from_config(str(home)).dispose()
     log = (work / "webserver.log").open("w")
     began = time.perf_counter()
     servers = [subprocess.Popen([str(BIN / "dagster"), "code-server", "start", "-m", "transfer_platform.definitions",
@@ -280,7 +330,9 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
     process = subprocess.Popen([str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1",
                                 "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True, cwd=work)
-    daemons = [subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env=env, stdout=log,
+    daemon_command = ([sys.executable, "-c", DAEMON_WITH_DAGSTERS_REFRESH] if dagsters_refresh
+                      else [str(BIN / "dagster-daemon")])
+    daemons = [subprocess.Popen([*daemon_command, "run", "-w", str(workspace)], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=work)] if daemon else []
     url = f"http://127.0.0.1:{port}/graphql"
     try:
@@ -322,6 +374,13 @@ def webserver(config_path: Path, work: Path, group: str, shard: str | None, ever
                   f"CPU s by then: the daemon {daemon_cpu:.1f}, code servers {below + daemon_below + beside:.1f} "
                   f"(the webserver's {below:.1f}, the daemon's {daemon_below:.1f}, beside them {beside:.1f}), "
                   f"the webserver {webserver_cpu:.1f}", flush=True)
+            spent, step = daemon_cpu + daemon_below, 30.0  # the sensor's interval
+            for k in range(int(-(-idle_seconds // step))):  # its later ticks and its other daemons' passes
+                time.sleep(step)
+                now = sum(tree_cpu([daemons[0].pid]))
+                print(f"daemon: {now - spent:.1f} CPU s in the {k + 1}. {step:.0f} s after the first ticks "
+                      f"(load average {load()})", flush=True)
+                spent = now
         selector = {"groupName": group, "repositoryName": "__repository__", "repositoryLocationName": location}
         for label, query, variables, count in (
                 ("asset catalog (assetsOrError)", CATALOG, None,
@@ -366,6 +425,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--daemon", action="store_true",
                         help="with --webserver: also the daemon, started with it; waits for each location's "
                              "first sensor tick (runs stay queued)")
+    parser.add_argument("--freshness-daemon", action="store_true",
+                        help="with --daemon: Dagster's freshness daemon on (the shipped instance files turn it off)")
+    parser.add_argument("--idle-seconds", type=float, default=0,
+                        help="with --daemon: the daemon's CPU seconds in each 30 s of this many after the first ticks")
+    parser.add_argument("--dagsters-workspace-refresh", action="store_true",
+                        help="with --daemon: Dagster's refresh of every code location each minute, without the "
+                             "platform's skip of unchanged code servers (dagster_fixes.install_workspace_refresh)")
     parser.add_argument("--no-in-process", action="store_true", help="only the webserver")
     parser.add_argument("--profile", action="store_true", help="cProfile definitions + snapshot")
     parser.add_argument("--dagster-floor", type=int, metavar="CHECKS", default=None,
@@ -399,7 +465,8 @@ def main(argv: list[str] | None = None) -> None:
                 group = next(d["name"] for d in raw["destinations"] if held.holds(d["recipient"]))
             webserver(config_path, work, group, None if args.every_shard else shard,
                       every_shard=args.shards if args.every_shard else 0, group_shard=held.index if held else 0,
-                      code_servers=args.code_servers, daemon=args.daemon)
+                      code_servers=args.code_servers, daemon=args.daemon, freshness_daemon=args.freshness_daemon,
+                      idle_seconds=args.idle_seconds, dagsters_refresh=args.dagsters_workspace_refresh)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

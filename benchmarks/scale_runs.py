@@ -11,6 +11,9 @@ dropped afterwards) with the shipped ``dagster.yaml`` (our run coordinator). It 
     .venv/bin/python -m benchmarks.scale_runs --recipients 1000 --models 10 [--profile]
 
 The run launcher is not involved: queued runs wait for the queue daemon, which is not started.
+With ``--ticks N``, N ticks, each once the sensor's interval has passed since the last: the first
+pays what the daemon does once per load of the code location (Dagster's remote asset graph, the
+coordinator's read of the configuration), the later ones create the next of the spread's first runs.
 
 With ``--code-server``, the code location is what ``workspace.yaml`` makes of it in production: a
 gRPC code server in a process of its own (Dagster's managed ``python_module`` location), and the
@@ -73,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shard", metavar="I/N",
                         help="the code location of one shard (its attribute defs_shard_<i>_of_<n>, as "
                              "deploy/workspace.sharded.yaml loads it): its sensor, its destinations' runs")
+    parser.add_argument("--ticks", type=int, default=1,
+                        help="this many ticks, each once the sensor's interval has passed since the last (the "
+                             "first pays the daemon's once-per-load costs; later ones create the spread's next runs)")
     parser.add_argument("--unpooled", action="store_true",
                         help="the run coordinator's pooled_storage_connections off: dagster-postgres's "
                              "new connection per query (the settings before)")
@@ -83,7 +89,6 @@ def main(argv: list[str] | None = None) -> None:
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget, ModuleTarget
-    from dagster._daemon.sensor import execute_sensor_iteration
 
     from transfer_platform.orchestration import sensors
 
@@ -140,35 +145,14 @@ def main(argv: list[str] | None = None) -> None:
                     instance.run_coordinator  # noqa: B018 - opened, as the daemon's run queue thread has it
                     logger = logging.getLogger("scale_runs")
                     logger.setLevel(logging.WARNING)
-                    statements, connections = counter.snapshot()
-                    server_before = servers.cpu() - own_cpu()
                     # the daemon's CPU, not its waits on the code server, when they are apart
                     timer = time.process_time if args.code_server else time.perf_counter
                     profiler = cProfile.Profile(timer) if args.profile or args.profile_out else None
-                    clock = Clock()
-                    if profiler:
-                        profiler.enable()
-                    list(execute_sensor_iteration(context, logger, None, None))
-                    seconds, cpu = clock.lap()
-                    server_cpu = servers.cpu() - own_cpu() - server_before
-                    if profiler:
-                        profiler.disable()
-                    statements, connections = (a - b for a, b in zip(counter.snapshot(), (statements, connections),
-                                                                     strict=True))
-                    runs = instance.get_runs_count()
-                    queued = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))
-                    ticks = instance.get_ticks(
-                        next(iter(instance.all_instigator_state())).instigator_origin_id,
-                        next(iter(instance.all_instigator_state())).selector_id)
-                    spent = (f"{cpu:.1f} CPU s in the daemon, {server_cpu:.1f} in the code server; {runs} runs created "
-                             f"({queued} queued), {runs / seconds:.1f} runs/s, {runs / max(cpu, 1e-9):.1f} runs per "
-                             f"CPU s of the daemon" if args.code_server else
-                             f"{cpu:.1f} CPU s (the daemon's and the code location's, in process), {runs} runs "
-                             f"created ({queued} queued), {runs / seconds:.1f} runs/s, "
-                             f"{runs / max(cpu, 1e-9):.1f} runs per CPU s")
-                    print(f"first daemon tick: {seconds:.1f} s, {spent}, {statements} SQL statements "
-                          f"({statements / max(runs, 1):.1f} a run), {connections} new connections; "
-                          f"tick {ticks[0].status.value if ticks else '?'}  (load average {load()})", flush=True)
+                    for tick in range(1, args.ticks + 1):
+                        if tick > 1:  # the sensor's next tick is due once its interval has passed
+                            time.sleep(sensors.TICK_SECONDS + 1)
+                        tick_once(instance, context, logger, counter, servers, profiler if tick == 1 else None,
+                                  tick, args.code_server)
                     if args.dequeue:
                         dequeue(instance, context, args.dequeue)
                     if profiler:
@@ -180,6 +164,39 @@ def main(argv: list[str] | None = None) -> None:
                             stats.sort_stats("tottime").print_stats(20)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def tick_once(instance, context, logger, counter, servers, profiler, tick: int, code_server: bool) -> None:
+    """One ``execute_sensor_iteration``: its wall and CPU seconds (the daemon's, and the code
+    server's apart), the runs it created, its SQL statements and new connections."""
+    import dagster as dg
+    from dagster._daemon.sensor import execute_sensor_iteration
+
+    statements, connections = counter.snapshot()
+    server_before = servers.cpu() - own_cpu()
+    runs_before = instance.get_runs_count()
+    clock = Clock()
+    if profiler:
+        profiler.enable()
+    list(execute_sensor_iteration(context, logger, None, None))
+    seconds, cpu = clock.lap()
+    server_cpu = servers.cpu() - own_cpu() - server_before
+    if profiler:
+        profiler.disable()
+    statements, connections = (a - b for a, b in zip(counter.snapshot(), (statements, connections), strict=True))
+    runs = instance.get_runs_count() - runs_before
+    queued = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))
+    state = next(iter(instance.all_instigator_state()))
+    ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id)
+    spent = (f"{cpu:.1f} CPU s in the daemon, {server_cpu:.1f} in the code server; {runs} runs created "
+             f"({queued} queued in all), {runs / seconds:.1f} runs/s, {runs / max(cpu, 1e-9):.1f} runs per "
+             f"CPU s of the daemon" if code_server else
+             f"{cpu:.1f} CPU s (the daemon's and the code location's, in process), {runs} runs "
+             f"created ({queued} queued in all), {runs / seconds:.1f} runs/s, "
+             f"{runs / max(cpu, 1e-9):.1f} runs per CPU s")
+    print(f"{'first' if tick == 1 else f'tick {tick}:'} daemon tick: {seconds:.1f} s, {spent}, {statements} SQL "
+          f"statements ({statements / max(runs, 1):.1f} a run), {connections} new connections; "
+          f"tick {ticks[0].status.value if ticks else '?'}  (load average {load()})", flush=True)
 
 
 def __getattr__(name: str):

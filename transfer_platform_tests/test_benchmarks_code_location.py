@@ -32,7 +32,7 @@ def test_it_loads_every_shard_in_the_webserver_and_the_daemon(beside: bool, caps
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRANSFER_PLATFORM_SHARD", raising=False)
     main(["--recipients", "6", "--models", "2", "--shards", "2", "--every-shard", "--webserver", "--no-in-process",
-          "--daemon", *(["--code-servers"] if beside else [])])
+          "--daemon", *(["--code-servers", "--idle-seconds", "30"] if beside else [])])
     out = capsys.readouterr().out
     assert len(re.findall(r"code location transfer_platform_shard_\d LOADED", out)) == 2
     loaded = re.search(r"every code location LOADED [\d.]+ s .*CPU s by then: the webserver ([\d.]+), "
@@ -47,3 +47,5 @@ def test_it_loads_every_shard_in_the_webserver_and_the_daemon(beside: bool, caps
     # with code servers beside them, the webserver and the daemon start none of their own
     assert (owners[2] > 0 and owners[:2] == [0.0, 0.0]) if beside else (owners[0] > 0 and owners[1] > 0)
     assert re.search(r"asset catalog \(assetNodes\) +13 assets", out)  # 6 x 2 and the source table
+    if beside:  # the daemon's CPU seconds in the 30 s after the first ticks
+        assert re.search(r"daemon: [\d.]+ CPU s in the 1\. 30 s after the first ticks", out), out

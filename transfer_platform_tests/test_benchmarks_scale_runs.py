@@ -21,13 +21,16 @@ def test_it_reports_cpu_seconds_and_the_first_ticks_runs(capsys: pytest.CaptureF
     for name in ("TRANSFER_PLATFORM_CONFIG", "DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_DB",
                  "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD"):
         monkeypatch.setenv(name, "")  # main sets them; restored after the test
-    main(["--recipients", "3", "--models", "1"])
+    main(["--recipients", "3", "--models", "1", "--ticks", "2"])
     out = capsys.readouterr().out
     assert re.search(r"definitions [\d.]+ / [\d.]+, snapshot [\d.]+ / [\d.]+", out), out
     tick = re.search(r"first daemon tick: [\d.]+ s, [\d.]+ CPU s .*?, (\d+) runs created .*?"
                      r"[\d.]+ runs per CPU s", out)
     assert tick, out
     assert int(tick.group(1)) == 2
+    later = re.search(r"tick 2: daemon tick: [\d.]+ s, [\d.]+ CPU s .*?, (\d+) runs created", out)
+    assert later, out
+    assert int(later.group(1)) == 1  # the spread's last new destination, at the next tick
     main(["--recipients", "3", "--models", "1", "--all-first-runs-at-once"])
     tick = re.search(r"first daemon tick: .*?, (\d+) runs created", capsys.readouterr().out)
     assert tick

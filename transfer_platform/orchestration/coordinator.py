@@ -38,9 +38,8 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import find_config_path
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration import dagster_internals, queue_wake
+from transfer_platform.orchestration import dagster_fixes, dagster_internals, queue_wake
 from transfer_platform.orchestration.config_stamp import config_stamp
-from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
 from transfer_platform.orchestration.keys import destination_and_model
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
@@ -165,7 +164,7 @@ class TransferRunCoordinator(QueuedRunCoordinator):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # QueuedRunCoordinator's
         #: a Dagster lacking what the coordinator uses: it is Dagster's own (warned once)
         self.dagsters_own = dagster_internals.fallback("coordinator")
-        install_epoch_fix()  # the webserver's and the daemon's partition keys, as the code server's
+        dagster_fixes.install_epoch_fix()  # the webserver's and the daemon's partition keys, as the code server's
         super().__init__(*args, **kwargs)
 
     @classmethod
@@ -218,6 +217,7 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         # every process whose instance has this coordinator: the daemon, its run workers, the
         # webserver, the command line
         dagster_internals.remember_run_columns(instance.run_storage)
+        dagster_fixes.install_workspace_refresh()  # the daemon's: it alone refreshes its workspace
         # the webserver pools by itself, with its own statement timeout (--db-statement-timeout),
         # which this must not replace
         if self.pooled_storage_connections and "dagster_webserver" not in sys.modules:

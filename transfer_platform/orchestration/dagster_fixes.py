@@ -1,5 +1,5 @@
-"""Three fixes of Dagster behaviour and one saving (patches of private modules), installed by
-:func:`install`.
+"""Three fixes of Dagster behaviour and two savings (patches of private modules), installed by
+:func:`install` and, the daemon's, by the run coordinator.
 
 Nothing is patched when this module is imported: each fix is installed, idempotently, by what
 needs it (below). The private names they patch are reached through
@@ -9,7 +9,8 @@ naming what it lacks, and the fix is not installed.
 1. The cron tick at the Unix epoch (below); 2. runs left going when ``dagster dev`` stops
 (:func:`install_dev_stop`, see its docstring); 3. the asset graph's dependencies built in
 quadratic time (:func:`install_dep_graph_fix`, see its docstring); 4. the code server's repository
-snapshot, made again for every request and only once asked (:func:`install_snapshot_once`).
+snapshot, made again for every request and only once asked (:func:`install_snapshot_once`); 5. the
+daemon's refresh of unchanged code servers every minute (:func:`install_workspace_refresh`).
 
 Dagster 1.13's ``_find_hourly_schedule_time`` (``dagster/_utils/schedules.py``), which walks every
 minute grid of several ticks an hour (``*/2 * * * *`` ... ``*/30 * * * *``), keeps the earliest
@@ -51,6 +52,49 @@ _looked: set[str] = set()  # the fixes this process has looked at (each is insta
 def _epoch_tick_is_dropped() -> bool:
     ticks = itertools.islice(dagster_internals.cron_ticks(-120, "*/2 * * * *", "UTC"), 2)
     return [t.timestamp() for t in ticks] != [-120, 0]
+
+
+_REFRESH_PATCHED = "_transfer_platform_workspace_refresh"
+
+
+def install_workspace_refresh() -> None:
+    """Keep the daemon's code locations while their code servers are the same ones.
+
+    Dagster's daemon refreshes its workspace every 60 s (its controller's
+    ``RELOAD_WORKSPACE_INTERVAL``): for each location it fetches the repository snapshot again
+    from its code server and decodes it (8-9 MB for a shard of 250 destinations x 10 models), and
+    its sensor's next tick builds the remote asset graph again (~1.2 CPU-seconds of the first tick
+    at 1,000 destinations in one location). With code servers started beside the daemon
+    (``grpc_server`` entries: ``deploy/workspace.servers.yaml``) nothing changed unless a server
+    restarted or reloaded its code, and each of those is a new server id, which Dagster's watch
+    thread of each location already notices and refreshes that location for.
+
+    Patched: the refresh is skipped while the workspace holds exactly what workspace.yaml names,
+    every location from a code server started beside the daemon, loaded, and answering with the
+    server id its location recorded (one small gRPC call each); otherwise (a server restarted or
+    reloaded, one unreachable, a location in error, an entry added to workspace.yaml, locations the
+    daemon starts itself: ``python_module``) Dagster's own refresh runs, as before. Installed by the
+    run coordinator (every process whose instance names it; only the daemon refreshes its
+    workspace), on the proven Dagster versions, once per process."""
+    if not _first_look("workspace_refresh") or not dagster_internals.proven():
+        return
+    refresh = dagster_internals.workspace_refresh()
+    if getattr(refresh, _REFRESH_PATCHED, False):
+        return
+
+    @functools.wraps(refresh)
+    def refresh_workspace(self) -> None:
+        with suppress(Exception):  # a server that does not answer: Dagster's refresh reports it
+            if dagster_internals.same_code_servers(self):
+                return
+        refresh(self)
+
+    setattr(refresh_workspace, _REFRESH_PATCHED, True)
+    dagster_internals.replace_workspace_refresh(refresh_workspace)
+
+
+def workspace_refresh_installed() -> bool:
+    return getattr(dagster_internals.workspace_refresh(), _REFRESH_PATCHED, False)
 
 
 def install() -> None:

@@ -86,6 +86,8 @@ PARTS = {
     "repair": "self-healing's reading of check evaluations (repair.py)",
     "run_tags": "run tags hidden in the UI (run_tags.py)",
     "run_columns": "the runs table's columns looked up once per process (coordinator.py)",
+    "workspace_refresh": "the daemon's refresh, each minute, of code servers started beside it skipped while "
+                         "every one is the same server (dagster_fixes.py)",
 }
 
 #: what each part loses when it falls back to Dagster's own behaviour (the warning says it)
@@ -120,6 +122,9 @@ LOST = {
     "run_tags": "the platform's run tags (.dagster/transfer_platform/...) are shown in the UI, not hidden",
     "run_columns": "every run event stored and every run read asks the database for the runs table's columns "
                    "again (~1 ms each, about ten times a run)",
+    "workspace_refresh": "the daemon fetches and decodes every code location's snapshot again each minute "
+                         "(~0.7 CPU-seconds a minute per shard of 250 destinations x 10 models) and its sensor's "
+                         "next tick rebuilds the asset graph",
 }
 
 
@@ -419,6 +424,27 @@ ASSETS_LISTED_BY = Fenced(
            "a sensor's asset_selection (makes every run it requests an asset run of Dagster's asset job, "
            "where the sensor launches op jobs)",
     params=("asset_keys",))
+WORKSPACE_REFRESH = Fenced(
+    "dagster._core.workspace.context", "WorkspaceProcessContext.refresh_workspace", ("workspace_refresh",),
+    use="the daemon's refresh of its code locations every minute (its controller's "
+        "RELOAD_WORKSPACE_INTERVAL), wrapped to keep the locations as they are while each is a code server "
+        "started beside it that is still the same server",
+    public="none (the daemon refreshes every location every 60 s, whatever changed; a code server that "
+           "restarts or reloads is seen by Dagster's own watch thread of each location)",
+    params=("self",))
+USER_CODE_SERVER = Fenced(
+    "dagster._core.remote_origin", "GrpcServerCodeLocationOrigin", ("workspace_refresh",),
+    use="telling a code server started beside the daemon (a grpc_server entry) from one the daemon "
+        "starts itself (python_module: those are restarted by each refresh, as Dagster does)",
+    public="none", attributes=("create_client",))
+SERVER_ID = Fenced(
+    "dagster._grpc.client", "DagsterGrpcClient.get_server_id", ("workspace_refresh",),
+    use="a code server's id (a new one when it restarts or reloads its code), compared with the one its "
+        "loaded location recorded", public="none", params=("timeout",))
+LOCATION_SERVER_ID = Fenced(
+    "dagster._core.remote_representation.code_location", "GrpcServerCodeLocation", ("workspace_refresh",),
+    use="the server id a loaded code location recorded when it fetched its snapshot", public="none",
+    attributes=("server_id",))
 #: the run storage's column look-ups remembered once true (:func:`remember_run_columns`)
 RUN_COLUMN_LOOK_UPS = (RUN_STATS_COLUMNS, BACKFILL_ID_COLUMN)
 
@@ -586,6 +612,33 @@ def install_prompt_queue_pass() -> bool:
     daemon = importlib.import_module(QUEUE_PASS.module).QueuedRunCoordinatorDaemon
     if not getattr(daemon.run_iteration, "transfer_platform_prompt_pass", False):
         daemon.run_iteration = prompt_pass(daemon.run_iteration)
+    return True
+
+
+def workspace_refresh() -> Callable[..., Any]:
+    return WORKSPACE_REFRESH.get()
+
+
+def replace_workspace_refresh(function: Callable[..., Any]) -> None:
+    importlib.import_module(WORKSPACE_REFRESH.module).WorkspaceProcessContext.refresh_workspace = function
+
+
+def same_code_servers(context: Any, timeout: int = 10) -> bool:  # a WorkspaceProcessContext
+    """Whether the workspace holds what its load target names (workspace.yaml, read again), each
+    location loaded from a code server started beside it (a ``grpc_server`` entry) that answers
+    with the server id its location recorded: then a refresh would fetch the same snapshots."""
+    entries = context.get_current_workspace().code_location_entries
+    target = context.workspace_load_target
+    origins = list(target.create_origins()) if target is not None else []
+    if not origins or [entry.origin for entry in entries.values()] != origins:
+        return False
+    user_server = USER_CODE_SERVER.get()
+    for entry in entries.values():
+        location = entry.code_location
+        if not isinstance(entry.origin, user_server) or location is None or entry.load_error is not None:
+            return False
+        if entry.origin.create_client().get_server_id(timeout=timeout) != location.server_id:
+            return False
     return True
 
 
