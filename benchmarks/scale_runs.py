@@ -186,7 +186,7 @@ def tick_once(instance, context, logger, counter, servers, profiler, tick: int, 
     statements, connections = (a - b for a, b in zip(counter.snapshot(), (statements, connections), strict=True))
     runs = instance.get_runs_count() - runs_before
     queued = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))
-    state = next(iter(instance.all_instigator_state()))
+    state = next(s for s in instance.all_instigator_state() if s.instigator_name == "transfer_schedule")
     ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id)
     spent = (f"{cpu:.1f} CPU s in the daemon, {server_cpu:.1f} in the code server; {runs} runs created "
              f"({queued} queued in all), {runs / seconds:.1f} runs/s, {runs / max(cpu, 1e-9):.1f} runs per "
