@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from transfer_platform.cli import main
 from transfer_platform.config.shards import shard_of
 from transfer_platform.orchestration.transfers import WORKSPACE_ENV
 from transfer_platform_tests.support.platform import dagster_home, write_config
+from transfer_platform_tests.support.processes import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 BIN = Path(sys.executable).parent
@@ -204,12 +204,6 @@ def code_servers(platform: Path, tmp_path: Path):
     for process in started:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.integration  # starts Dagster code servers

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -37,6 +36,7 @@ from transfer_platform_tests.support.daemon import PATIENCE, VENV_BIN, stop_proc
 from transfer_platform_tests.support.events import create_events
 from transfer_platform_tests.support.platform import REPO, dagster_home
 from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
+from transfer_platform_tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -46,12 +46,6 @@ WITHIN_SECONDS = 60.0
 ASSETS = "query { assetNodes { assetKey { path } } }"
 LOCATIONS = """query { workspaceOrError { ... on Workspace { locationEntries { name loadStatus
   locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def graphql(url: str, query: str) -> dict:

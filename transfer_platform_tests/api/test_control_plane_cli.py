@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from cryptography.fernet import Fernet
 import transfer_platform.store
 from transfer_platform_tests.support.api import write_api_config
 from transfer_platform_tests.support.postgres import pg_connect, pg_connection_config
+from transfer_platform_tests.support.processes import free_port
 
 #: the store's migrations: the newest is the revision ``store migrate`` reaches
 MIGRATIONS = Path(transfer_platform.store.__file__).parent / "migrations" / "versions"
@@ -29,12 +29,6 @@ CLI = [sys.executable, "-m", "transfer_platform.cli"]
 def run(*args: str, config: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, "--config", str(config), *args], capture_output=True, text=True,
                           env=env, timeout=120)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

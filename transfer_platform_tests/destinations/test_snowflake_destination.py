@@ -18,7 +18,6 @@ are not tested here (the live lane does, against a real account).
 from __future__ import annotations
 
 import json
-import socket
 import uuid
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -31,6 +30,7 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.events import MODEL
 from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.processes import free_port
 from transfer_platform_tests.support.snowflake import PASSWORD_ENV, snowflake_rows, watermark
 from transfer_platform_tests.support.transfers import transfer
 from transfer_platform_tests.support.typed import EVERY_TYPE_COLUMNS as COLUMNS
@@ -101,12 +101,6 @@ def test_every_type_arrives_exactly(spark, pg_conn, source, database, snowflake_
     assert isinstance(got[0]["amount"], Decimal)
     assert isinstance(got[0]["id"], int)
     assert watermark(snowflake_server, database, "acme", MODEL) == NOW1
-
-
-def free_port() -> int:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.parametrize(("exit_code", "connection", "named", "fix"), [

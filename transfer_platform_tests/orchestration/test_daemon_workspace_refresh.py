@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,12 @@ import pytest
 
 from transfer_platform.orchestration import dagster_fixes
 from transfer_platform_tests.support.platform import REPO, write_config
+from transfer_platform_tests.support.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
 BIN = Path(sys.executable).parent
 LOCATION = "transfer_platform"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

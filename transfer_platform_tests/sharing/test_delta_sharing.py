@@ -7,7 +7,6 @@ refused."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
 from datetime import UTC, datetime, timedelta
@@ -29,6 +28,7 @@ from transfer_platform.store.tables import audit_log, sharing_tokens
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.events import day
 from transfer_platform_tests.support.postgres import pg_connection_config
+from transfer_platform_tests.support.processes import free_port
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
@@ -56,12 +56,6 @@ except Exception as exc:
     out["changes_error"] = str(exc)
 print(json.dumps(out))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_lake(lake: Path, rows: list[tuple]) -> None:
