@@ -74,6 +74,16 @@ def test_a_fix_whose_target_is_gone_is_not_installed_and_says_so(monkeypatch) ->
     assert not dagster_fixes.dev_stop_installed()
 
 
+def test_without_a_code_servers_id_the_daemon_refreshes_its_workspace_as_dagster_does(monkeypatch) -> None:
+    installed = WorkspaceProcessContext.refresh_workspace  # Dagster's, wrapped if a test installed the skip
+    monkeypatch.setattr(WorkspaceProcessContext, "refresh_workspace", getattr(installed, "__wrapped__", installed))
+    hide(monkeypatch, dagster_internals.SERVER_ID)
+    monkeypatch.setattr(dagster_fixes, "_looked", set())
+    with pytest.warns(UnprovenDagsterWarning, match=re.escape(LOST["workspace_refresh"])):
+        dagster_fixes.install_workspace_refresh()
+    assert not dagster_fixes.workspace_refresh_installed()
+
+
 def test_the_sensors_repairs_are_off_without_the_check_statuses(monkeypatch) -> None:
     hide(monkeypatch, dagster_internals.CHECK_STATUS)
 
