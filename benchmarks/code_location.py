@@ -16,10 +16,10 @@ In process, one line per shard (``TRANSFER_PLATFORM_SHARD=i/n``; the whole confi
 With ``--webserver`` (the whole configuration, or the first shard): the real ``dagster-webserver``
 on a free port with a workspace of this code location (a code server process started by the
 webserver, as ``dagster dev`` and production run it) and a SQLite instance in a temporary
-``DAGSTER_HOME`` (with ``--daemon``, production's instance on a PostgreSQL database of its own); seconds until GraphQL reports the location ``LOADED``, then the queries the UI's
-asset catalog sends (every asset with its definition's fields) and one destination's asset group
-(the group's lineage page), each timed three times. The machine's load average is printed with
-each line.
+``DAGSTER_HOME`` (with ``--daemon``, production's instance on a PostgreSQL database of its own);
+seconds until GraphQL reports the location ``LOADED``, then the queries the UI's asset catalog sends
+(every asset with its definition's fields) and one destination's asset group (the group's lineage
+page), each timed three times. The machine's load average is printed with each line.
 """
 
 from __future__ import annotations
@@ -437,6 +437,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dagster-floor", type=int, metavar="CHECKS", default=None,
                         help="only Dagster's own cost of as many bare assets with CHECKS checks each")
     args = parser.parse_args(argv)
+    if not args.daemon and (args.freshness_daemon or args.idle_seconds or args.dagsters_workspace_refresh):
+        parser.error("--freshness-daemon, --idle-seconds and --dagsters-workspace-refresh are for --daemon")
 
     warnings.simplefilter("ignore")
     if args.dagster_floor is not None:
