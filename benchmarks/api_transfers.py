@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import PG
+from benchmarks.common import PG, storage_env
 from benchmarks.scale import storage_database
 
 STATUSES = ["SUCCESS"] * 14 + ["PARTIAL_FAILURE", "ERROR", "CANCELLED", "KILLED", "PENDING", "RUNNING"]
@@ -221,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             home.mkdir()
             settings = yaml.safe_load((Path(__file__).parents[1] / "deploy" / "dagster.production.yaml").read_text())
             (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
-            os.environ.update({"DAGSTER_HOME": str(home), "DAGSTER_PG_HOST": PG["host"],
-                               "DAGSTER_PG_PORT": str(PG["port"]), "DAGSTER_PG_DB": database,
-                               "DAGSTER_PG_USERNAME": PG["user"], "DAGSTER_PG_PASSWORD": "",
+            os.environ.update({"DAGSTER_HOME": str(home), **storage_env(database),
                                SECRET_KEY_ENV: Fernet.generate_key().decode()})
             if not args.database:
                 with dg.DagsterInstance.get() as instance:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import PG
+from benchmarks.common import storage_env
 from benchmarks.cost import processes
 from benchmarks.scale import FORMATS, raw_config, storage_database, write_config
 
@@ -267,9 +267,7 @@ def daemon_instance(home: Path, env: dict[str, str], database: str, freshness_da
     if freshness_daemon:
         settings["freshness"] = {"enabled": True}
     (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
-    storage = {"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]), "DAGSTER_PG_DB": database,
-               "DAGSTER_PG_USERNAME": PG["user"], "DAGSTER_PG_PASSWORD": ""}
-    env.update(storage)
+    env.update(storage_env(database))
 
 
 def webserver(config_path: Path, work: Path, group: str, shard: str | None, every_shard: int = 0,

@@ -35,6 +35,13 @@ class RowCountMismatch(RuntimeError):
     """A case delivered a different number of rows than the source holds: its time is void."""
 
 
+def storage_env(database: str) -> dict[str, str]:
+    """The environment ``deploy/dagster.production.yaml``'s storage reads: PostgreSQL's
+    ``database`` on the benchmarks' server."""
+    return {"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]), "DAGSTER_PG_DB": database,
+            "DAGSTER_PG_USERNAME": PG["user"], "DAGSTER_PG_PASSWORD": ""}
+
+
 def pg_connect(**extra) -> psycopg.Connection:
     return psycopg.connect(**PG, **extra)
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from benchmarks.common import PG, pg_connect
+from benchmarks.common import PG, pg_connect, storage_env
 from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.orchestration.run_tags import USER_TAG_PREFIX, limit_tags
@@ -152,9 +152,7 @@ def main() -> None:
                 home = root / "home"
                 home.mkdir()
                 shutil.copy(REPO / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
-                os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
-                                   "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
-                                   "DAGSTER_PG_PASSWORD": "", "TRANSFER_PLATFORM_CONFIG": str(config_path)})
+                os.environ.update({**storage_env(database), "TRANSFER_PLATFORM_CONFIG": str(config_path)})
                 with dg.DagsterInstance.from_config(str(home)) as instance:
                     for label in ("backfill", "incremental", "incremental", "incremental"):
                         before = disk(database)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import PG
+from benchmarks.common import PG, storage_env
 
 
 def raw_config(recipients: int, models: int) -> dict:
@@ -154,9 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             home = work / "home"
             home.mkdir()
             shutil.copy(Path(__file__).parents[1] / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
-            os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
-                               "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
-                               "DAGSTER_PG_PASSWORD": "", "TRANSFER_PLATFORM_CONFIG": str(config_path)})
+            os.environ.update({**storage_env(database), "TRANSFER_PLATFORM_CONFIG": str(config_path)})
             with dg.DagsterInstance.from_config(str(home)) as instance:
                 cursor = None
 

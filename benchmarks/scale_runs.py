@@ -48,7 +48,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.code_location import Clock
-from benchmarks.common import PG
+from benchmarks.common import storage_env
 from benchmarks.cost import ClientTree
 from benchmarks.scale import FORMATS, Counter, raw_config, storage_database, write_config
 
@@ -115,9 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.dequeue:
                 settings["run_launcher"] = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}
             (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
-            os.environ.update({"DAGSTER_PG_HOST": PG["host"], "DAGSTER_PG_PORT": str(PG["port"]),
-                               "DAGSTER_PG_DB": database, "DAGSTER_PG_USERNAME": PG["user"],
-                               "DAGSTER_PG_PASSWORD": ""})
+            os.environ.update(storage_env(database))
             attribute = "defs"
             if args.shard:
                 index, count = (int(part) for part in args.shard.split("/"))
