@@ -43,7 +43,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import storage_env
-from benchmarks.cost import processes
+from benchmarks.cost import processes, rss_bytes
 from benchmarks.scale import FORMATS, raw_config, storage_database, write_config
 
 BIN = Path(sys.executable).parent
@@ -198,6 +198,29 @@ def tree_cpu(roots: list[int]) -> tuple[float, float]:
     return own, below
 
 
+def tree_rss_gb(roots: list[int]) -> float:
+    """Resident memory (GB) of the processes ``roots`` and all their live descendants."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, *_rest) in processes().items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, list(roots)
+    while todo:
+        pid = todo.pop()
+        total += rss_bytes(pid)
+        todo += children.get(pid, [])
+    return total / 1024**3
+
+
+def memory(process: subprocess.Popen, daemons: list[subprocess.Popen], servers: list[subprocess.Popen]) -> str:
+    """The processes' resident memory, for a line of the report."""
+    parts = [f"the webserver and its children {tree_rss_gb([process.pid]):.2f}"]
+    if daemons:
+        parts.append(f"the daemon and its children {tree_rss_gb([daemons[0].pid]):.2f}")
+    if servers:
+        parts.append(f"the code servers beside them {tree_rss_gb([server.pid for server in servers]):.2f}")
+    return "resident GB: " + ", ".join(parts)
+
+
 def wait_for_servers(servers: list[subprocess.Popen], ports: list[int], log: Path) -> None:
     """Until each code server answers a ping (it serves once its definitions are loaded)."""
     from dagster._grpc.client import DagsterGrpcClient
@@ -324,7 +347,8 @@ def _webserver(config_path: Path, work: Path, group: str, shard: str | None, eve
     if servers:  # as a deployment's readiness check: the webserver starts once every server answers
         wait_for_servers(servers, ports, work / "webserver.log")
         print(f"code servers: all {len(servers)} answering {time.perf_counter() - began:.1f} s after their start "
-              f"(load average {load()})", flush=True)
+              f"(load average {load()}); their CPU s {sum(tree_cpu([server.pid for server in servers])):.1f}, resident GB "
+              f"{tree_rss_gb([server.pid for server in servers]):.2f}", flush=True)
     process = subprocess.Popen([str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1",
                                 "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True, cwd=work)
@@ -362,7 +386,8 @@ def _webserver(config_path: Path, work: Path, group: str, shard: str | None, eve
         print(f"webserver: every code location LOADED {max(loaded.values()):.1f} s after the start "
               f"(load average {load()}); CPU s by then: the webserver {webserver_cpu:.1f}, its "
               f"{len(locations)} code server(s) {servers_cpu:.1f}"
-              + (" (started beside it)" if code_servers else " (its children)"), flush=True)
+              + (" (started beside it)" if code_servers else " (its children)")
+              + f"; {memory(process, daemons, servers)}", flush=True)
         if daemons:
             seconds = wait_for_first_ticks(url, [name for name, _attribute in locations], began)
             webserver_cpu, below = tree_cpu([process.pid])
@@ -371,7 +396,7 @@ def _webserver(config_path: Path, work: Path, group: str, shard: str | None, eve
             print(f"daemon: every location's sensor ticked {seconds:.1f} s after the start (load average {load()}); "
                   f"CPU s by then: the daemon {daemon_cpu:.1f}, code servers {below + daemon_below + beside:.1f} "
                   f"(the webserver's {below:.1f}, the daemon's {daemon_below:.1f}, beside them {beside:.1f}), "
-                  f"the webserver {webserver_cpu:.1f}", flush=True)
+                  f"the webserver {webserver_cpu:.1f}; {memory(process, daemons, servers)}", flush=True)
             spent, step = daemon_cpu + daemon_below, 30.0  # the sensor's interval
             for k in range(int(-(-idle_seconds // step))):  # its later ticks and its other daemons' passes
                 time.sleep(step)
@@ -395,9 +420,10 @@ def _webserver(config_path: Path, work: Path, group: str, shard: str | None, eve
     finally:
         for each in (process, *daemons, *servers):
             os.killpg(each.pid, 15)
+        deadline = time.monotonic() + 30  # for all of them together: 40 code servers are not 40 x 30 s
         for each in (process, *daemons, *servers):
             try:
-                each.wait(30)
+                each.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(each.pid, 9)
                 each.wait()

@@ -152,7 +152,8 @@ def main() -> None:
                 home = root / "home"
                 home.mkdir()
                 shutil.copy(REPO / "deploy" / "dagster.production.yaml", home / "dagster.yaml")
-                os.environ.update({**storage_env(database), "TRANSFER_PLATFORM_CONFIG": str(config_path)})
+                os.environ.update({**storage_env(database), "TRANSFER_PLATFORM_CONFIG": str(config_path),
+                                   "DAGSTER_HOME": str(home)})  # the step logs go under it, as in production
                 with dg.DagsterInstance.from_config(str(home)) as instance:
                     for label in ("backfill", "incremental", "incremental", "incremental"):
                         before = disk(database)

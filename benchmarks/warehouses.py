@@ -17,7 +17,8 @@ asked for, in turn:
 
 Each case is checked by counting what the destination holds through the vendor's own client
 (a wrong count voids the run). The vendors run against the emulators the tests use
-(``benchmarks/emulators.py``): their numbers say what this platform's path costs around each
+(started by ``benchmarks/snowflake_server.py``, ``bigquery_server.py``, ``gcs_server.py`` and
+``sftp_server.py``): their numbers say what this platform's path costs around each
 vendor's client and an emulator on this machine, not what the real service takes; the ratio to
 PostgreSQL, measured in the same run on the same machine, is the comparable number.
 """
