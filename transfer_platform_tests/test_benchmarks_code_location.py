@@ -40,6 +40,11 @@ def test_it_loads_every_shard_in_the_webserver_and_the_daemon(beside: bool, caps
     assert loaded, out
     assert float(loaded.group(1)) > 0
     assert float(loaded.group(2)) > 0
+    memory = re.search(r"every location's sensor ticked .*resident GB: the webserver and its children ([\d.]+), "
+                       r"the daemon and its children ([\d.]+)(?:, the code servers beside them ([\d.]+))?", out)
+    assert memory, out
+    assert all(float(gb) > 0.05 for gb in memory.groups() if gb is not None)  # each a Python with Dagster loaded
+    assert (memory.group(3) is not None) == beside
     ticked = re.search(r"every location's sensor ticked .*the webserver's ([\d.]+), the daemon's ([\d.]+), "
                        r"beside them ([\d.]+)", out)
     assert ticked, out
