@@ -181,34 +181,32 @@ GROUP = """query AssetGraphQuery($pipelineSelector: PipelineSelector, $groupSele
     repository { id name location { id name } } } }"""
 
 
+def descendants(procs: dict, roots: list[int]) -> list[int]:
+    """The live descendants of the processes ``roots`` in ``procs`` (:func:`processes`)."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, *_rest) in procs.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], [child for pid in roots for child in children.get(pid, [])]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
 def tree_cpu(roots: list[int]) -> tuple[float, float]:
     """CPU-seconds so far of the processes ``roots`` themselves, and of all their descendants
     (live ones, and those their parents waited for)."""
     procs = processes()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, *_rest) in procs.items():
-        children.setdefault(parent, []).append(pid)
     own = sum(procs[pid][1] for pid in roots if pid in procs)
     below = sum(procs[pid][2] for pid in roots if pid in procs)
-    todo = [child for pid in roots for child in children.get(pid, [])]
-    while todo:
-        pid = todo.pop()
-        below += procs[pid][1] + procs[pid][2]
-        todo += children.get(pid, [])
+    below += sum(procs[pid][1] + procs[pid][2] for pid in descendants(procs, roots))
     return own, below
 
 
 def tree_rss_gb(roots: list[int]) -> float:
     """Resident memory (GB) of the processes ``roots`` and all their live descendants."""
-    children: dict[int, list[int]] = {}
-    for pid, (parent, *_rest) in processes().items():
-        children.setdefault(parent, []).append(pid)
-    total, todo = 0, list(roots)
-    while todo:
-        pid = todo.pop()
-        total += rss_bytes(pid)
-        todo += children.get(pid, [])
-    return total / 1024**3
+    return sum(rss_bytes(pid) for pid in [*roots, *descendants(processes(), roots)]) / 1024**3
 
 
 def memory(process: subprocess.Popen, daemons: list[subprocess.Popen], servers: list[subprocess.Popen]) -> str:
