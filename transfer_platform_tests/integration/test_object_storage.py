@@ -203,7 +203,9 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
     if written_by == "executors":
         tuning = Tuning(run_rows=0, batch_rows=2)
     config_path, bucket = platform(tmp_path, vendor, server)
+    began = datetime.now(UTC)
     summaries = transfer(spark, config_path, "backfill-1", tuning=tuning)
+    days = {began.date(), datetime.now(UTC).date()}
     for model in ("items", "notes"):
         expected = lake_rows(tmp_path, model)
         assert consumed(bucket, model) == expected
@@ -214,8 +216,8 @@ def test_backfill_then_incremental_deliver_exactly_the_tenants_rows(spark, tmp_p
         assert manifest["bucket_prefix"] == PREFIX
         assert manifest["manifest_file_key"] in bucket.objects()
         assert manifest["manifest_file_key"].startswith(f"{PREFIX}/_manifests/{model}/dt=")
-        for key in named_files(bucket, model):
-            assert key.startswith(f"{PREFIX}/{model}/dt={datetime.now(UTC):%Y-%m-%d}/")
+        for key in named_files(bucket, model):  # the day the transfer began (or the next, past midnight)
+            assert key.startswith(tuple(f"{PREFIX}/{model}/dt={day:%Y-%m-%d}/" for day in days))
         heads = {e["data_file_key"]: e["etag"] for e in manifest["files"]}
         for key, etag in heads.items():  # the ETag is the store's own
             if vendor == "s3":
@@ -391,7 +393,16 @@ def test_the_lookback_writes_a_row_again_and_the_consumers_rule_keeps_one(
     config = yaml.safe_load(config_path.read_text())
     config["sources"][0]["lookback_window"] = 300
     config_path.write_text(yaml.safe_dump(config))
-    recent = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
+    now = datetime.now(UTC).replace(microsecond=0)
+    recent = now - timedelta(seconds=60)
+    midnight = now.replace(hour=0, minute=0, second=0)
+    if not timedelta(0) <= recent - midnight < timedelta(days=1, seconds=-600):
+        # The models' daily windows start at each UTC midnight and each window's read begins the
+        # lookback earlier: a row in the lookback before a midnight is in two windows' reads, in
+        # the first transfer already (or in the second, should that midnight pass between them).
+        # Ten minutes before the last midnight it is still the newest row (the lake's rows end
+        # yesterday at 15:00) and in one window's read only.
+        recent = midnight - timedelta(seconds=600)
     append_to_lake(tmp_path, "items", [{"id": 30_001, "organization_id": TENANTS["acme"], "updated_at": recent,
                                         "v": "a minute ago"}])
     transfer(spark, config_path, "first")
