@@ -98,6 +98,17 @@ class SourceBase(StrictModel):
         return self.vendor_record.default_lookback_seconds
 
 
+class DatabaseSourceBase(SourceBase):
+    """A source read over a database connection (PostgreSQL, MySQL)."""
+
+    #: 10 minutes by default: longer than any query of a transfer should wait for its first row,
+    #: short enough that a stalled source ends its run within the hour
+    read_timeout_seconds: int = Field(
+        default=600, ge=1, le=86_400,
+        description="the longest a read waits for the database's next bytes before the transfer fails "
+                    "(a source that stops answering); transfer_platform/runtime/read_timeouts.py")
+
+
 class DestinationBase(StrictModel):
     """What every destination has; a vendor's class adds its ``vendor`` and ``connection``, and
     says where it writes (:meth:`place`) and what else ``validate`` checks (:meth:`problems`)."""

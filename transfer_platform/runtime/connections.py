@@ -55,9 +55,11 @@ def connect_postgres(connection: DatabaseConnection, *, what: str, autocommit: b
     return conn
 
 
-def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | None = None) -> pymysql.Connection:
+def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | None = None,
+                  read_timeout: int | None = None) -> pymysql.Connection:
     """A PyMySQL connection in UTC (``time_zone = '+00:00'``), autocommit on; ``ConnectionFailure``
-    naming host and port if it fails. ``database`` overrides the connection's database."""
+    naming host and port if it fails. ``database`` overrides the connection's database;
+    ``read_timeout``: the longest a call waits for the server (a source's ``read_timeout_seconds``)."""
     import pymysql
 
     from transfer_platform.network.addresses import pinned_host
@@ -70,6 +72,7 @@ def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | 
             password=password_of(connection, f"{what}.connection.password") or "",
             database=database or connection.database,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            read_timeout=read_timeout,
             autocommit=True,
             charset="utf8mb4",
             init_command="SET time_zone = '+00:00'",

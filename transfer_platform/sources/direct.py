@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from transfer_platform.core.sql import derived_table, search_path_value
-from transfer_platform.errors import first_line
+from transfer_platform.errors import ConnectionFailure, first_line
 from transfer_platform.runtime.connections import connect_postgres
+from transfer_platform.runtime.read_timeouts import ReadDeadline, SourceStalled, stalled
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class DirectReads:
 
     def __init__(self, reader: JdbcReader, request: ReadRequest) -> None:
         self.reader, self.model = reader, request.model
+        self.read_timeout = reader.source.read_timeout_seconds
         self._conn: psycopg.Connection | None = None
 
     @classmethod
@@ -84,6 +86,8 @@ class DirectReads:
         sql = f"SELECT * FROM {derived_table(reader.query_for(request), dialect=dialect.name)} LIMIT 0"
         try:
             described = direct._run(sql, request, "schema", rows=False)
+        except ConnectionFailure:  # a source that stopped sending: said at once
+            raise
         except Exception:  # noqa: BLE001 - any refusal: Spark's check names it
             _LOG.debug("asking the source for the read's types failed; the read goes through Spark", exc_info=True)
             return None
@@ -109,13 +113,18 @@ class DirectReads:
             self._conn = connect_postgres(reader.source.connection, what=reader.what)
         conn = self._conn
         try:
-            conn.execute("SET TRANSACTION READ ONLY")
-            conn.execute("SET LOCAL TIME ZONE 'UTC'")
-            schema = reader.default_schema_for(request)
-            if schema is not None:
-                conn.execute("SELECT set_config('search_path', %s, true)", (search_path_value(schema),))
+            with ReadDeadline(conn, self.read_timeout):
+                conn.execute("SET TRANSACTION READ ONLY")
+                conn.execute("SET LOCAL TIME ZONE 'UTC'")
+                schema = reader.default_schema_for(request)
+                if schema is not None:
+                    conn.execute("SELECT set_config('search_path', %s, true)", (search_path_value(schema),))
             yield conn
-            conn.rollback()
+            with ReadDeadline(conn, self.read_timeout):
+                conn.rollback()
+        except SourceStalled:
+            self.close()
+            raise stalled(reader.what, reader.source.connection, self.read_timeout) from None
         except BaseException:
             self.close()
             raise
@@ -125,7 +134,7 @@ class DirectReads:
         from transfer_platform.sources.jdbc import count_statement
 
         count_statement(self.reader.source.name, kind)
-        with self._transaction(request) as conn:
+        with self._transaction(request) as conn, ReadDeadline(conn, self.read_timeout):
             cursor = conn.execute(sql)
             described = [(d.name, d.type_code) for d in cursor.description or []]
             fetched = cursor.fetchall() if rows else []
@@ -139,6 +148,8 @@ class DirectReads:
             return False
         try:
             _, found = self._run(sql, request, "catalog", rows=True)
+        except ConnectionFailure:  # a source that stopped sending: said at once
+            raise
         except Exception:  # noqa: BLE001 - any refusal: the window is read as any other
             _LOG.debug("asking %s for a unique index failed", self.reader.what, exc_info=True)
             return False
@@ -155,7 +166,9 @@ class DirectReads:
         relay = relay_for(self.reader, request, 1, here=True)
         try:
             with self._transaction(request) as conn:
-                yield from copied_out(conn, relay.copy_out(0, types))
+                yield from copied_out(conn, relay.copy_out(0, types), self.read_timeout)
+        except ConnectionFailure:  # a source that stopped sending: not read again (it would wait as long)
+            raise
         except Exception as exc:  # the source's (the destination's failures close this generator)
             raise StreamFailed(f"streaming the window from {self.reader.what} failed: {first_line(exc)}") from exc
 
@@ -168,6 +181,8 @@ class DirectReads:
             return []
         try:
             _, found = self._run(self.reader.window_rows_sql(requests, up_to), requests[0], "rows", rows=True)
+        except ConnectionFailure:  # a source that stopped sending: said at once
+            raise
         except Exception:  # noqa: BLE001 - any refusal: the windows' reads report it properly
             _LOG.debug("counting the rows of %s's windows failed; every window is read", self.reader.what,
                        exc_info=True)

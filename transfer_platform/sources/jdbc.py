@@ -35,6 +35,8 @@ import logging
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -69,6 +71,7 @@ from transfer_platform.runtime.connections import (
     postgres_jdbc_url,
     spark_error_reason,
 )
+from transfer_platform.runtime.read_timeouts import ReadDeadline, SourceStalled, is_stall, stalled
 from transfer_platform.runtime.spark_session import server_lost
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
@@ -86,6 +89,7 @@ from transfer_platform.vendors.mysql import MysqlSource
 from transfer_platform.vendors.postgres import PostgresSource
 
 if TYPE_CHECKING:
+    import psycopg
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
@@ -130,6 +134,24 @@ class PostgresDialect:
     direct_types = {16: "boolean", 21: "integer", 23: "integer", 20: "integer", 25: "string", 1043: "string",
                     701: "float", 1082: "date", 1184: "timestamp"}
 
+    def __init__(self, read_timeout: int) -> None:
+        self.read_timeout = read_timeout  # the source's read_timeout_seconds
+
+    def read_timeout_options(self) -> dict[str, str]:
+        """The JDBC driver's read timeout (pgjdbc's ``socketTimeout``: seconds)."""
+        return {"socketTimeout": str(self.read_timeout)}
+
+    @contextmanager
+    def _connected(self, connection: DatabaseConnection, what: str) -> Iterator[psycopg.Connection]:
+        """A connection whose calls, together, wait at most the read timeout
+        (:class:`~transfer_platform.runtime.read_timeouts.ReadDeadline`)."""
+        with connect_postgres(connection, what=what) as conn:
+            try:
+                with ReadDeadline(conn, self.read_timeout):
+                    yield conn
+            except SourceStalled:
+                raise stalled(what, connection, self.read_timeout) from None
+
     def url(self, connection: DatabaseConnection, default_schema: str | None) -> str:
         # prepareThreshold=-1: a server-prepared statement from the first execution, so rows arrive
         # in the binary format (timestamps as microsecond integers): about 25 % less CPU per row
@@ -150,7 +172,7 @@ class PostgresDialect:
         return connection.schema_ or "public"
 
     def ping(self, connection: DatabaseConnection, what: str) -> None:
-        with connect_postgres(connection, what=what) as conn:
+        with self._connected(connection, what) as conn:
             conn.execute("SELECT 1")
 
     login = ping
@@ -160,7 +182,7 @@ class PostgresDialect:
         """Run ``sql`` in a READ ONLY transaction that is rolled back; the refusal, or ``None``."""
         import psycopg
 
-        with connect_postgres(connection, what=what) as conn:
+        with self._connected(connection, what) as conn:
             try:
                 conn.execute("SET TRANSACTION READ ONLY")
                 if default_schema is not None:
@@ -177,7 +199,7 @@ class PostgresDialect:
     def select_rows(self, connection: DatabaseConnection, what: str, sql: str,
                     default_schema: str | None) -> list[tuple]:
         """The rows of ``sql``, run in a READ ONLY transaction (then rolled back)."""
-        with connect_postgres(connection, what=what) as conn:
+        with self._connected(connection, what) as conn:
             conn.execute("SET TRANSACTION READ ONLY")
             if default_schema is not None:
                 conn.execute("SELECT set_config('search_path', %s, true)", (search_path_value(default_schema),))
@@ -214,6 +236,13 @@ class MysqlDialect:
     case_sensitive_columns = False
     exact_tenant_match_in_spark = True  # _ci collations: 'ACME' = 'acme ' = 'acmé' is true
 
+    def __init__(self, read_timeout: int) -> None:
+        self.read_timeout = read_timeout  # the source's read_timeout_seconds
+
+    def read_timeout_options(self) -> dict[str, str]:
+        """The JDBC driver's read timeout (MariaDB Connector/J's ``socketTimeout``: milliseconds)."""
+        return {"socketTimeout": str(self.read_timeout * 1000)}
+
     def url(self, connection: DatabaseConnection, default_schema: str | None) -> str:
         return mysql_jdbc_url(connection, default_schema)
 
@@ -229,13 +258,13 @@ class MysqlDialect:
         return connection.schema_ or connection.database
 
     def ping(self, connection: DatabaseConnection, what: str) -> None:
-        with connect_mysql(connection, what=what) as conn, conn.cursor() as cur:
+        with connect_mysql(connection, what=what, read_timeout=self.read_timeout) as conn, conn.cursor() as cur:
             cur.execute("SELECT 1")
 
     def login(self, connection: DatabaseConnection, what: str) -> None:
         """Authenticate without choosing a database: a reader whose only rights are on the model's
         tables logs in; a database it may not use is a refused read, reported with the grant."""
-        with connect_mysql(connection.model_copy(update={"database": ""}), what=what) as conn:
+        with connect_mysql(connection.model_copy(update={"database": ""}), what=what, read_timeout=self.read_timeout) as conn:
             conn.ping()
 
     def try_query(self, connection: DatabaseConnection, what: str, sql: str,
@@ -244,7 +273,7 @@ class MysqlDialect:
         import pymysql
 
         try:
-            conn = connect_mysql(connection, what=what, database=default_schema)
+            conn = connect_mysql(connection, what=what, read_timeout=self.read_timeout, database=default_schema)
         except ConnectionFailure as exc:  # the tenant's database is missing or not granted
             return ("refused: " if "Access denied" in exc.reason else "") + exc.reason
         with conn, conn.cursor() as cur:
@@ -261,7 +290,7 @@ class MysqlDialect:
     def select_rows(self, connection: DatabaseConnection, what: str, sql: str,
                     default_schema: str | None) -> list[tuple]:
         """The rows of ``sql``, run in a READ ONLY transaction (then rolled back)."""
-        conn = connect_mysql(connection, what=what, database=default_schema)
+        conn = connect_mysql(connection, what=what, read_timeout=self.read_timeout, database=default_schema)
         with conn, conn.cursor() as cur:
             cur.execute("START TRANSACTION READ ONLY")
             cur.execute(sql)
@@ -469,6 +498,7 @@ class JdbcReader:
             # our predicates are in the query; filters Spark adds (the exact tenant match) stay in Spark
             "pushDownPredicate": "false",
             **self.dialect.default_schema_options(default_schema),
+            **self.dialect.read_timeout_options(),
             **jdbc_properties(connection, f"sources.{self.source.name}.connection.password"),
         }
 
@@ -631,6 +661,8 @@ class JdbcReader:
         lost = server_lost(spark, exc)
         if lost is not None:
             return lost
+        if is_stall(exc) or self.stalls():  # asking the source why would wait as long again
+            return stalled(self.what, self.source.connection, self.source.read_timeout_seconds)
         relation = self._relation_schema(spark, request, base)
         if relation is not None:
             available = relation.columns
@@ -651,6 +683,17 @@ class JdbcReader:
             model=request.model.model_name, destination=request.destination,
             fix=self._read_fix(),
         )
+
+    def stalls(self) -> bool:
+        """Whether the source has stopped answering: asked (``SELECT 1`` on a new connection, within
+        the read timeout) after a read failed for a reason its driver may hide: MariaDB
+        Connector/J 2.7 reports a read its ``socketTimeout`` ended as a NullPointerException, and
+        a connection's set-up that the server never answers as "Couldn't connect"."""
+        try:
+            self.dialect.ping(self.source.connection, self.what)
+        except Exception as exc:  # noqa: BLE001 - a refusal is not a stall: the caller names it
+            return is_stall(exc) or any(words in str(exc) for words in ("timed out", "timeout expired"))
+        return False
 
     def _refused(self, request: ReadRequest) -> DataError | None:
         """The read refused for a missing right, as the database says it to its own driver (the
@@ -703,9 +746,9 @@ class JdbcReader:
 
 class PostgresReader(JdbcReader):
     def __init__(self, source: PostgresSource) -> None:
-        super().__init__(source, PostgresDialect())
+        super().__init__(source, PostgresDialect(source.read_timeout_seconds))
 
 
 class MysqlReader(JdbcReader):
     def __init__(self, source: MysqlSource) -> None:
-        super().__init__(source, MysqlDialect())
+        super().__init__(source, MysqlDialect(source.read_timeout_seconds))

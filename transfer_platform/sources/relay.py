@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from transfer_platform.core.sql import change_literal, derived_table, quote_ident, search_path_value
 from transfer_platform.errors import first_line
 from transfer_platform.runtime.connections import postgres_connect_kwargs
+from transfer_platform.runtime.read_timeouts import SourceStalled, shut_down
 from transfer_platform.sources.base import ReadRequest
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class RelayRead:
     columns: tuple[tuple[str, str], ...]
     last_modified: str  # its name in the window's query
     bounds: tuple[str, ...]  # the slices' inner bounds, as SQL literals (n - 1 of them)
+    read_timeout: int  # the source's read_timeout_seconds: the longest wait for its next bytes
 
     @property
     def slices(self) -> int:
@@ -119,6 +121,7 @@ def relay_for(reader: JdbcReader, request: ReadRequest, slices: int, *, here: bo
         columns=tuple((c.name_in_source, c.destination_name) for c in model.columns),
         last_modified=model.last_modified.name_in_source,
         bounds=tuple(change_literal(b) for b in split_bounds(lower, upper, slices)),
+        read_timeout=reader.source.read_timeout_seconds,
     )
 
 
@@ -165,7 +168,7 @@ def relay_partition(relay: RelayRead, destination: dict, staging: str, copy_in: 
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
-def copied_out(conn: psycopg.Connection, statement: str) -> Iterator[bytearray]:
+def copied_out(conn: psycopg.Connection, statement: str, read_timeout: float) -> Iterator[bytearray]:
     """The data of ``statement`` (a ``COPY ... TO STDOUT``) run on ``conn`` in its open transaction,
     gathered into chunks of ``CHUNK_BYTES`` or more (the last one smaller): one write each into the
     destination's COPY. Read message by message (one a row) with libpq's ``PQgetCopyData``
@@ -173,24 +176,26 @@ def copied_out(conn: psycopg.Connection, statement: str) -> Iterator[bytearray]:
     (:func:`_wait`): psycopg's ``Copy`` hands each message through its generators and waits, which
     cost a relay's worker ~2.5x the CPU of the read itself. A refusal of the statement is raised as
     psycopg's error of its SQLSTATE, after the last chunk is known to be whole; a generator closed
-    early cancels the COPY (:func:`_abandon`)."""
+    early cancels the COPY (:func:`_abandon`). A wait longer than ``read_timeout`` seconds for
+    the source's next bytes raises :class:`~transfer_platform.runtime.read_timeouts.SourceStalled`
+    and ends the connection (``transfer_platform/runtime/read_timeouts.py``)."""
     from psycopg import pq
 
     pgconn = conn.pgconn
     pgconn.send_query(statement.encode(conn.info.encoding))
     while pgconn.flush():  # psycopg's connections are nonblocking: until the statement is sent
-        if _ready(pgconn, POLLIN | POLLOUT) & POLLIN:  # as libpq asks: what came meanwhile read
+        if _ready(pgconn, POLLIN | POLLOUT, read_timeout) & POLLIN:  # as libpq asks: what came meanwhile read
             pgconn.consume_input()
-    result = _result(pgconn)
+    result = _result(pgconn, read_timeout)
     if result is None or result.status != pq.ExecStatus.COPY_OUT:
-        raise _refusal(pgconn, result, conn.info.encoding)
+        raise _refusal(pgconn, result, conn.info.encoding, read_timeout)
     finished = False
     try:
         pending = bytearray()
         while True:
             size, data = pgconn.get_copy_data(1)  # a message already read; 0: none yet, -1: the end
             if size == 0:
-                _wait(pgconn)
+                _wait(pgconn, read_timeout)
                 continue
             if size < 0:
                 break
@@ -198,44 +203,52 @@ def copied_out(conn: psycopg.Connection, statement: str) -> Iterator[bytearray]:
             if len(pending) >= CHUNK_BYTES:
                 yield pending
                 pending = bytearray()
-        result = _result(pgconn)
+        result = _result(pgconn, read_timeout)
         finished = True
         if result is None or result.status != pq.ExecStatus.COMMAND_OK:
-            raise _refusal(pgconn, result, conn.info.encoding)
-        while _result(pgconn) is not None:  # the statement's end, as libpq wants it read
+            raise _refusal(pgconn, result, conn.info.encoding, read_timeout)
+        while _result(pgconn, read_timeout) is not None:  # the statement's end, as libpq wants it read
             pass
+    except SourceStalled:
+        finished = True  # the connection is ended: nothing to cancel
+        raise
     finally:
         if not finished and pgconn.status == pq.ConnStatus.OK:  # closed early: the COPY cancelled
-            _abandon(conn)
+            _abandon(conn, read_timeout)
     if pending:
         yield pending
 
 
-def _wait(pgconn: psycopg.pq.abc.PGconn) -> None:
+def _wait(pgconn: psycopg.pq.abc.PGconn, timeout: float) -> None:
     """Until the server sent more, then read it into libpq's buffer (:func:`_ready`)."""
-    _ready(pgconn, POLLIN)
+    _ready(pgconn, POLLIN, timeout)
     pgconn.consume_input()
 
 
-def _ready(pgconn: psycopg.pq.abc.PGconn, events: int) -> int:
+def _ready(pgconn: psycopg.pq.abc.PGconn, events: int, timeout: float) -> int:
     """The ``events`` (``POLLIN``, ``POLLOUT``) that the connection's socket is ready for, waited
     for in Python's ``poll``, which lets the process's other threads run: psycopg's libpq wrapper
     holds the GIL in libpq's calls, so none of them may block. ``poll``, not ``select``: ``select``
     refuses a descriptor above FD_SETSIZE (1024), which a process holding many files or
-    connections (a code server, a test session) gives a new connection."""
+    connections (a code server, a test session) gives a new connection. Nothing after
+    ``timeout`` seconds: the connection is ended and :class:`SourceStalled` raised."""
     waiting = poll()
     waiting.register(pgconn.socket, events)
-    return next(found for _, found in waiting.poll())
+    found = waiting.poll(timeout * 1000)
+    if not found:
+        shut_down(pgconn.socket)
+        raise SourceStalled(timeout)
+    return found[0][1]
 
 
-def _result(pgconn: psycopg.pq.abc.PGconn) -> psycopg.pq.abc.PGresult | None:
+def _result(pgconn: psycopg.pq.abc.PGconn, timeout: float) -> psycopg.pq.abc.PGresult | None:
     """libpq's next result, waited for without blocking in libpq (:func:`_wait`)."""
     while pgconn.is_busy():
-        _wait(pgconn)
+        _wait(pgconn, timeout)
     return pgconn.get_result()
 
 
-def _abandon(conn: psycopg.Connection) -> None:
+def _abandon(conn: psycopg.Connection, timeout: float) -> None:
     """The COPY in progress on ``conn`` cancelled and its messages read to their end: the
     connection is left usable (its transaction failed, for its owner to roll back)."""
     with suppress(Exception):
@@ -243,17 +256,18 @@ def _abandon(conn: psycopg.Connection) -> None:
         pgconn = conn.pgconn
         while (size := pgconn.get_copy_data(1)[0]) >= 0:
             if size == 0:
-                _wait(pgconn)
-        while _result(pgconn) is not None:
+                _wait(pgconn, timeout)
+        while _result(pgconn, timeout) is not None:
             pass
 
 
-def _refusal(pgconn: psycopg.pq.abc.PGconn, result: psycopg.pq.abc.PGresult | None, encoding: str) -> psycopg.Error:
+def _refusal(pgconn: psycopg.pq.abc.PGconn, result: psycopg.pq.abc.PGresult | None, encoding: str,
+             timeout: float) -> psycopg.Error:
     """psycopg's error for a refused COPY: of the result's SQLSTATE, with its message."""
     import psycopg
     from psycopg import pq
 
-    while _result(pgconn) is not None:  # the connection's results read to their end
+    while _result(pgconn, timeout) is not None:  # the connection's results read to their end
         pass
     if result is None or not result.error_message:
         return psycopg.OperationalError(pgconn.get_error_message(encoding) or "the COPY ended without a result")
@@ -280,7 +294,7 @@ def relay_slice(relay: RelayRead, index: int, destination: dict, copy_in: str, t
             cursor = target.cursor()
             if clear is not None:
                 cursor.execute(clear)
-            with cursor.copy(copy_in) as into, closing(copied_out(source, relay.copy_out(index, types))) as chunks:
+            with cursor.copy(copy_in) as into, closing(copied_out(source, relay.copy_out(index, types), relay.read_timeout)) as chunks:
                 for chunk in chunks:
                     into.write(chunk)
             source.rollback()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transfer_platform.config.entries import DatabaseSourceBase
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import (
     ModelWindowing,
@@ -34,9 +35,15 @@ from transfer_platform.destinations.base import (
     WindowResult,
     arrow_schema,
 )
-from transfer_platform.errors import DataError, DuplicateKey, TransferPlatformError
+from transfer_platform.errors import (
+    ConnectionFailure,
+    DataError,
+    DuplicateKey,
+    TransferPlatformError,
+)
 from transfer_platform.phases import log_phase
 from transfer_platform.runtime.connections import spark_error_reason
+from transfer_platform.runtime.read_timeouts import is_stall, stalled
 from transfer_platform.runtime.spark_session import SparkServerLost, server_lost
 from transfer_platform.sources.base import (
     ORIGIN_COLUMN,
@@ -492,7 +499,7 @@ class _WindowMover:
             return None
         try:
             return self.direct.read_together(reads, arrow_schema(self.model), up_to)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, ConnectionFailure):  # a source that stopped sending: not read again
             raise
         except Exception:  # noqa: BLE001 - read again through Spark, which names the failure
             _LOG.debug("reading %d windows directly failed; they are read through Spark", len(reads), exc_info=True)
@@ -516,6 +523,9 @@ class _WindowMover:
             lost = server_lost(self.request.spark, exc)
             if lost is not None:
                 raise lost from None
+            stall = self._stalled_source(exc)
+            if stall is not None:
+                raise stall from None
             raise DataError(
                 f"reading or staging the window {isoformat(lower)} <= last_modified < "
                 f"{isoformat(upper)} failed: {spark_error_reason(exc)}",
@@ -523,6 +533,19 @@ class _WindowMover:
                 fix="check that each column's data_type matches the source values, that the "
                     "primary key columns hold no NULLs and that source_query runs",
             ) from None
+
+
+    def _stalled_source(self, exc: BaseException) -> ConnectionFailure | None:
+        """The error of a database source that stopped answering, if ``exc`` is its read timeout
+        or the source, asked, does not answer in time (``transfer_platform/runtime/read_timeouts.py``)."""
+        from transfer_platform.sources.jdbc import JdbcReader
+
+        reader, source = self.reader, self.request.config.source(self.model.source_name)
+        if not isinstance(reader, JdbcReader) or not isinstance(source, DatabaseSourceBase):
+            return None  # rows staged for several tenants, a lake: not read from a connection here
+        if is_stall(exc) or reader.stalls():
+            return stalled(reader.what, source.connection, source.read_timeout_seconds)
+        return None
 
 
 def _cancelled(exc: BaseException) -> bool:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import model_validator
 
 from transfer_platform.config.connection_settings import DatabaseConnection
-from transfer_platform.config.entries import DestinationBase, Place, SourceBase, server_host
+from transfer_platform.config.entries import DatabaseSourceBase, DestinationBase, Place, server_host
 from transfer_platform.vendors.record import Refusal, Vendor
 
 #: MySQL refuses database names over 64 characters
@@ -19,7 +19,7 @@ MYSQL_MAX_IDENTIFIER_CHARS = 64
 # -- the source ------------------------------------------------------------------------------
 
 
-class MysqlSource(SourceBase):
+class MysqlSource(DatabaseSourceBase):
     vendor: Literal["mysql"]
     connection: DatabaseConnection
 

@@ -11,9 +11,9 @@ from pydantic import Field, field_validator, model_validator
 
 from transfer_platform.config.connection_settings import DatabaseConnection, S3Connection
 from transfer_platform.config.entries import (
+    DatabaseSourceBase,
     DestinationBase,
     Place,
-    SourceBase,
     StrictModel,
     folder_place,
     server_host,
@@ -63,7 +63,7 @@ class SourceStaging(StrictModel):
         return self
 
 
-class PostgresSource(SourceBase):
+class PostgresSource(DatabaseSourceBase):
     vendor: Literal["postgres"]
     connection: DatabaseConnection
     staging: SourceStaging | None = None

@@ -328,6 +328,21 @@ def test_lookback_override(value, seconds):
     assert config.source("lake").lookback_seconds == seconds
 
 
+def test_a_database_source_reads_with_a_read_timeout_a_lake_has_none():
+    raw = valid_raw()
+    assert parse_config(raw, now=NOW).source("app_db").read_timeout_seconds == 600  # 10 minutes
+    raw["sources"][0]["read_timeout_seconds"] = 30
+    assert parse_config(raw, now=NOW).source("app_db").read_timeout_seconds == 30
+    for value in (0, -1, 86_401):
+        raw["sources"][0]["read_timeout_seconds"] = value
+        with pytest.raises(ConfigError, match=r"sources\[0\]\.read_timeout_seconds"):
+            parse_config(raw, now=NOW)
+    raw = valid_raw()
+    raw["sources"][1]["read_timeout_seconds"] = 30  # a lake's reads are the object store client's
+    with pytest.raises(ConfigError, match=r"sources\[1\]\.read_timeout_seconds"):
+        parse_config(raw, now=NOW)
+
+
 # -- finding and loading the file ----------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ import pytest
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import parse_config
 from transfer_platform.destinations.base import writer_for
+from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support import destinations
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.events import MODEL
@@ -249,34 +250,75 @@ def test_a_connection_cut_mid_transfer_loses_and_duplicates_nothing(
     record(f"{fault} after {AFTER_BYTES[link] // 1000} kB", f"{path}, {phase}", outcome, recovered_in)
 
 
-STALL_DEADLINE_SECONDS = 30
+#: the sources' read_timeout_seconds in the stall cases, and how long after it the transfer must
+#: have ended (its connections' set-up and clean-up, a busy machine)
+READ_TIMEOUT, STALL_DEADLINE_SECONDS = 3, 60
+
+#: how a stalled source is read: (case, source vendor, tuning)
+STALL_PATHS = [
+    ("postgres, windows read together by psycopg", "postgres", DEFAULT),
+    ("postgres, each window relayed by Spark's tasks", "postgres", Tuning(run_rows=0)),
+    ("postgres, Spark's JDBC reader", "postgres", Tuning(direct_reads=False, relay_windows=False)),
+    ("mysql, Spark's JDBC reader", "mysql", DEFAULT),
+]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "no read timeout on the database connections (JDBC socketTimeout, psycopg/PyMySQL read "
-    "timeouts, TCP keepalives): a source that stops answering mid-read holds the transfer, which "
-    "keeps its heartbeat, so it stays RUNNING until someone cancels it"))
-def test_a_source_that_stops_answering_mid_read_fails_the_transfer_in_bounded_time(spark, pg_conn, pg_schema,
-                                                                                   new_schema, tmp_path,
-                                                                                   monkeypatch, request):
+@pytest.mark.parametrize(("case", "source_vendor", "tuning"), STALL_PATHS, ids=[p[0].split(",")[0] + "-" + str(i)
+                                                                                 for i, p in enumerate(STALL_PATHS)])
+def test_a_source_that_stops_answering_mid_read_fails_the_transfer_in_bounded_time(
+        spark, pg_conn, pg_schema, new_schema, tmp_path, monkeypatch, request, mysql_databases,
+        case, source_vendor, tuning):
+    """A source that stops sending in the middle of the rows (the proxy holds the connections
+    open and forwards nothing: a hung server, a lost route) ends the transfer once a read waited
+    the source's read_timeout_seconds, with an error that names the source, the timeout and the
+    fix; the destination keeps exactly the rows up to its watermark, and the next transfer, the
+    source answering again, delivers every row."""
     place = destinations.Place(new_schema(), tmp_path / "destination", lambda: request.getfixturevalue("s3"))
     destination = destinations.make("postgres", place, monkeypatch)
-    with tcp_proxy(PG["host"], PG["port"]) as proxy:
-        source = postgres_source(pg_conn, pg_schema, proxy.port)
+    target = (PG["host"], PG["port"]) if source_vendor == "postgres" else (MYSQL["host"], MYSQL["port"])
+    with tcp_proxy(*target) as proxy:
+        if source_vendor == "postgres":
+            source = postgres_source(pg_conn, pg_schema, proxy.port)
+        else:
+            database = f"tp_flt_{uuid.uuid4().hex[:10]}"
+            mysql_databases.append(database)
+            admin = mysql_connect()
+            with admin.cursor() as cur:
+                cur.execute(f"CREATE DATABASE {mysql_ident(database)} CHARACTER SET utf8mb4")
+            admin.close()
+            source = mysql_source_at(database, proxy.port)
+        source.block["read_timeout_seconds"] = READ_TIMEOUT
         config = config_of(source, destination.block)
+        model = config.model(MODEL)
         rows = rows_between(1, BACKFILL_ROWS, MIN_START, BACKFILL_AT - MIN_START - timedelta(minutes=1), TENANT)
         source.insert(rows)
         proxy.fault("stall", after_bytes=AFTER_BYTES["source"])
         summaries: list = []
-        worker = threading.Thread(target=lambda: summaries.append(transfer(spark, config, BACKFILL_AT, "stalled")))
+        worker = threading.Thread(
+            target=lambda: summaries.append(transfer(spark, config, BACKFILL_AT, "stalled", tuning=tuning)))
         worker.start()
         assert proxy.fired.wait(120), "the transfer never read that far"
-        worker.join(STALL_DEADLINE_SECONDS)
+        stalled_at = time.monotonic()
+        worker.join(READ_TIMEOUT + STALL_DEADLINE_SECONDS)
         hung = worker.is_alive()
-        proxy.heal()  # closes the held connections: the transfer goes on (or fails), not held forever
+        ended_in = time.monotonic() - stalled_at
+        proxy.heal()  # closes the held connections: a transfer still waiting ends (the test with it)
         worker.join(300)
-        record("stall after 300 kB (server stops answering)", "source postgres, backfill",
-               f"still running after {STALL_DEADLINE_SECONDS} s: no read timeout (xfail)" if hung
-               else f"ended {summaries[0].status}", None)
-        assert not hung, f"the transfer still ran {STALL_DEADLINE_SECONDS} s after its source stopped answering"
-        assert destination.rows(config.model(MODEL)) in (None, [], as_read(rows))
+        assert not hung, f"the transfer still ran {ended_in:.0f} s after its source stopped answering"
+        (summary,) = summaries
+        assert (summary.status, summary.blame) == ("ERROR", "provider"), summary
+        assert "\n" not in summary.error.strip(), summary.error
+        for words in (f"source 'src' at 127.0.0.1:{proxy.port}", f"sent nothing for {READ_TIMEOUT} s",
+                      "read_timeout_seconds", "Fix:"):
+            assert words in summary.error, summary.error
+        held, mark = destination.rows(model), watermark(config_of(source, destination.block))
+        expected = as_read([r for r in rows if mark is not None and r[2] < mark])
+        assert (held or []) == expected, f"{len(held or [])} rows held, {len(expected)} up to the watermark {mark}"
+
+        healed = time.monotonic()
+        recovery = transfer(spark, config, RECOVERY_AT, "after-stall", tuning=tuning)
+        assert recovery.status == "SUCCESS", recovery.error
+        assert destination.rows(model) == as_read(rows)
+    record("stall after 300 kB (server stops answering)", f"source {case}, backfill",
+           f"ERROR ({summary.blame}) {ended_in:.1f} s after the stall (read_timeout_seconds {READ_TIMEOUT}); "
+           f"{len(held or [])} rows held = source up to the watermark", time.monotonic() - healed)

@@ -195,10 +195,10 @@ def test_a_streamed_window_whose_source_fails_is_read_again_and_said(
                         "WHERE id = 2", (NOW + timedelta(hours=1),))
         copied_out = relay.copied_out
 
-        def reset_first(conn, statement):
+        def reset_first(conn, statement, read_timeout):
             if not proxy.fired.is_set():
                 proxy.fault("reset")  # every open connection: the one the window streams on
-            yield from copied_out(conn, statement)
+            yield from copied_out(conn, statement, read_timeout)
 
         monkeypatch.setattr(relay, "copied_out", reset_first)
         run(spark, pg_conn, pg_schema, dst, DEFAULT, caplog, source_port=proxy.port, now=NOW + timedelta(days=1))

@@ -229,7 +229,7 @@ def test_a_retried_relay_task_stages_each_slice_once(pg_conn, pg_schema):
         window_sql=f'SELECT id, organization_id, updated_at FROM "{pg_schema}".things WHERE organization_id = '
                    f"'acme'",
         columns=(("id", "id"), ("organization_id", "organization_id"), ("updated_at", "updated_at")),
-        last_modified="updated_at", bounds=(change_literal(START + timedelta(days=2)),))
+        last_modified="updated_at", bounds=(change_literal(START + timedelta(days=2)),), read_timeout=60)
     types = {"id": "bigint", "organization_id": "text", "updated_at": "timestamp with time zone"}
     copy_in = f"COPY {staging} (id, organization_id, updated_at) FROM STDIN (FORMAT binary)"
     both_slices = [pa.RecordBatch.from_pydict({"id": [0, 1]})]

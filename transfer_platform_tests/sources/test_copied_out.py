@@ -35,7 +35,7 @@ def psycopg_copy(conn: psycopg.Connection, statement: str) -> bytes:
 def test_it_reads_the_bytes_psycopg_reads_in_chunks_of_the_chunk_size(small_chunks: int) -> None:
     with pg_connect() as conn:
         conn.execute("SET TRANSACTION READ ONLY")
-        chunks = list(copied_out(conn, COPY))
+        chunks = list(copied_out(conn, COPY, 60))
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS  # its transaction
         conn.rollback()
         expected = psycopg_copy(conn, COPY)
@@ -51,19 +51,19 @@ def test_a_refusal_halfway_is_psycopgs_error_and_the_connection_stays_usable(sma
     with pg_connect() as conn:
         chunks = []
         with pytest.raises(psycopg.errors.DivisionByZero, match="division by zero"):
-            chunks.extend(copied_out(conn, failing))
+            chunks.extend(copied_out(conn, failing, 60))
         assert chunks  # some chunks came before the refusal
         conn.rollback()
         assert conn.execute("SELECT 1").fetchone() == (1,)
         with pytest.raises(psycopg.errors.UndefinedTable, match="no_such_table"):
-            list(copied_out(conn, "COPY no_such_table TO STDOUT (FORMAT binary)"))
+            list(copied_out(conn, "COPY no_such_table TO STDOUT (FORMAT binary)", 60))
         conn.rollback()
         assert conn.execute("SELECT 2").fetchone() == (2,)
 
 
 def test_a_read_abandoned_halfway_cancels_the_copy_and_leaves_the_connection_usable(small_chunks: int) -> None:
     with pg_connect() as conn:
-        chunks = copied_out(conn, COPY)
+        chunks = copied_out(conn, COPY, 60)
         first = next(chunks)
         assert len(first) >= small_chunks
         chunks.close()  # the destination failed: the relay stops reading
@@ -95,7 +95,7 @@ def test_while_it_waits_for_the_server_the_other_threads_run(when: str) -> None:
         thread.start()
         try:
             started = time.monotonic()
-            chunks = list(copied_out(conn, slow))
+            chunks = list(copied_out(conn, slow, 60))
             ended = time.monotonic()
         finally:
             stop.set()
@@ -121,7 +121,7 @@ def test_it_reads_from_a_connection_whose_descriptor_is_above_fd_setsize() -> No
             held.append(os.open(os.devnull, os.O_RDONLY))
         with pg_connect() as conn:
             assert conn.pgconn.socket > 1024
-            chunks = list(copied_out(conn, SLOW["halfway"]))  # it waits for the server halfway
+            chunks = list(copied_out(conn, SLOW["halfway"], 60))  # it waits for the server halfway
             conn.rollback()
             expected = psycopg_copy(conn, SLOW["halfway"])
     finally:

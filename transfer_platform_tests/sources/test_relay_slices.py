@@ -11,7 +11,7 @@ from transfer_platform.sources.relay import RelayRead, split_bounds
 
 def relay(bounds: tuple[str, ...]) -> RelayRead:
     return RelayRead(source={}, search_path=None, window_sql="SELECT 1", columns=(("Id", "id"), ("lm", "lm")),
-                     last_modified="lm", bounds=bounds)
+                     last_modified="lm", bounds=bounds, read_timeout=60)
 
 
 def test_the_slices_cover_the_window_once_and_the_first_takes_nulls():
