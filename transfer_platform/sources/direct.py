@@ -28,8 +28,10 @@ format on the same connection, for the writer's ``write_streamed`` (the in-proce
 
 Anything else (a type that is cast, a numeric, json, a lake, a staged batch, a window larger than
 ``run_rows``) goes through Spark as before. A direct read that fails for any reason is read again
-through Spark, which then names the failure as it always does. ``Tuning.direct_reads=False`` turns
-it off.
+through Spark, which then names the failure as it always does, but for a source that stopped
+answering (a call that waited past the source's ``read_timeout_seconds``:
+``transfer_platform/runtime/read_timeouts.py``): Spark would wait as long, so the transfer fails
+at once. ``Tuning.direct_reads=False`` turns it off.
 """
 
 from __future__ import annotations
