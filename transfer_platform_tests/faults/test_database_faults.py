@@ -99,6 +99,20 @@ def mysql_source_at(database: str, port: int) -> Source:
     return Source(block, f"{database}.events", lambda rows: mysql_insert_rows(conn, rows))
 
 
+def source_of(vendor: str, pg_conn, pg_schema: str, mysql_databases: list[str], port: int | None) -> Source:
+    """The events table in a PostgreSQL schema or a new MySQL database, read through ``port``
+    (the proxy; ``None``: the server's own port)."""
+    if vendor == "postgres":
+        return postgres_source(pg_conn, pg_schema, port or PG["port"])
+    database = f"tp_flt_{uuid.uuid4().hex[:10]}"
+    mysql_databases.append(database)
+    admin = mysql_connect()
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {mysql_ident(database)} CHARACTER SET utf8mb4")
+    admin.close()
+    return mysql_source_at(database, port or MYSQL["port"])
+
+
 # -- the cases -------------------------------------------------------------------------------------
 
 #: (path, the link the proxy cuts, source vendor, destination variant)
@@ -182,16 +196,8 @@ def test_a_connection_cut_mid_transfer_loses_and_duplicates_nothing(
         target = (PG["host"], PG["port"]) if variant == "postgres" else (MYSQL["host"], MYSQL["port"])
 
     with tcp_proxy(*target) as proxy:
-        if source_vendor == "postgres":
-            source = postgres_source(pg_conn, pg_schema, proxy.port if link == "source" else PG["port"])
-        else:
-            database = f"tp_flt_{uuid.uuid4().hex[:10]}"
-            mysql_databases.append(database)
-            admin = mysql_connect()
-            with admin.cursor() as cur:
-                cur.execute(f"CREATE DATABASE {mysql_ident(database)} CHARACTER SET utf8mb4")
-            admin.close()
-            source = mysql_source_at(database, proxy.port if link == "source" else MYSQL["port"])
+        source = source_of(source_vendor, pg_conn, pg_schema, mysql_databases,
+                           proxy.port if link == "source" else None)
         block = destination.block
         if link == "destination":
             s3_endpoint = request.getfixturevalue("s3").endpoint if variant == "s3" else None
@@ -277,16 +283,7 @@ def test_a_source_that_stops_answering_mid_read_fails_the_transfer_in_bounded_ti
     destination = destinations.make("postgres", place, monkeypatch)
     target = (PG["host"], PG["port"]) if source_vendor == "postgres" else (MYSQL["host"], MYSQL["port"])
     with tcp_proxy(*target) as proxy:
-        if source_vendor == "postgres":
-            source = postgres_source(pg_conn, pg_schema, proxy.port)
-        else:
-            database = f"tp_flt_{uuid.uuid4().hex[:10]}"
-            mysql_databases.append(database)
-            admin = mysql_connect()
-            with admin.cursor() as cur:
-                cur.execute(f"CREATE DATABASE {mysql_ident(database)} CHARACTER SET utf8mb4")
-            admin.close()
-            source = mysql_source_at(database, proxy.port)
+        source = source_of(source_vendor, pg_conn, pg_schema, mysql_databases, proxy.port)
         source.block["read_timeout_seconds"] = READ_TIMEOUT
         config = config_of(source, destination.block)
         model = config.model(MODEL)
