@@ -95,7 +95,8 @@ class ReadDeadline:
         self._timer.cancel()
         with self._lock:  # the socket is never shut down once the call returned
             self._done = True
-        if self.fired and exc is not None and not isinstance(exc, SourceStalled):
+        # fired: the connection is ended, even if the call returned just as the timer fired
+        if self.fired and not isinstance(exc, SourceStalled):
             raise SourceStalled(self.seconds) from exc
 
     def _fire(self) -> None:

@@ -236,7 +236,6 @@ class MysqlDialect:
     def __init__(self, read_timeout: int) -> None:
         self.read_timeout = read_timeout  # the source's read_timeout_seconds
 
-
     def url(self, connection: DatabaseConnection, default_schema: str | None) -> str:
         # socketTimeout (milliseconds): the read timeout, in the URL (Spark Connect lower-cases
         # option names, which the driver would not know); a database name holds no '?' (refused)

@@ -11,6 +11,7 @@ import time
 import psycopg
 import pytest
 
+from transfer_platform.runtime.read_timeouts import ReadDeadline, SourceStalled
 from transfer_platform.sources import relay
 from transfer_platform.sources.relay import copied_out
 from transfer_platform_tests.support.postgres import pg_connect
@@ -128,3 +129,40 @@ def test_it_reads_from_a_connection_whose_descriptor_is_above_fd_setsize() -> No
         for fd in held:
             os.close(fd)
     assert b"".join(chunks) == expected
+
+
+@pytest.mark.parametrize("when", list(SLOW))
+def test_a_wait_longer_than_the_read_timeout_ends_the_read_and_the_connection(when: str) -> None:
+    """The server sends nothing for a second, the read timeout is 0.3 s: the read ends in about
+    that time with ``SourceStalled`` (the source's ``read_timeout_seconds``), and the connection
+    is ended: what is sent on it next fails at once, and closing it does not wait."""
+    conn = pg_connect()
+    try:
+        conn.execute("SET TRANSACTION READ ONLY")
+        started = time.monotonic()
+        with pytest.raises(SourceStalled, match="sent nothing for 0.3 s"):
+            list(copied_out(conn, SLOW[when], 0.3))
+        stalled_in = time.monotonic() - started
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT 1")
+    finally:
+        conn.close()
+    assert 0.3 <= stalled_in < 1.0, stalled_in
+    assert time.monotonic() - started < 1.0  # the server's second of silence was not waited for
+
+
+def test_a_deadline_ends_a_call_that_outlives_it_and_not_one_that_returns() -> None:
+    """``ReadDeadline`` around psycopg's own calls (libpq has no read timeout): a query that
+    returns in time leaves the connection as it was; one the server answers only after 2 s ends
+    after the deadline (0.3 s) with ``SourceStalled``."""
+    with pg_connect() as conn:
+        with ReadDeadline(conn, 0.3):
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        time.sleep(0.5)  # past the deadline: the finished call's timer must not fire
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+        started = time.monotonic()
+        with pytest.raises(SourceStalled), ReadDeadline(conn, 0.3):
+            conn.execute("SELECT pg_sleep(2)")
+        stalled_in = time.monotonic() - started
+        conn.close()
+    assert 0.3 <= stalled_in < 1.5, stalled_in
