@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 #: this process as text): :func:`is_stall` finds it there
 STALL_MARKER = "sent nothing for"
 
-#: what the JDBC drivers say when their ``socketTimeout`` ends a read
-_JDBC_TIMEOUTS = ("SocketTimeoutException", "Read timed out")
+#: what the JDBC drivers say when their ``socketTimeout`` ends a read (a connection that cannot
+#: be made at all says "connect timed out": not a stall)
+_JDBC_TIMEOUTS = ("Read timed out",)
 
 
 class SourceStalled(Exception):

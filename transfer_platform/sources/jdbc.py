@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -64,6 +65,7 @@ from transfer_platform.errors import (
     TransferPlatformError,
 )
 from transfer_platform.runtime.connections import (
+    CONNECT_TIMEOUT_SECONDS,
     connect_mysql,
     connect_postgres,
     jdbc_properties,
@@ -679,12 +681,19 @@ class JdbcReader:
         )
 
     def stalls(self) -> bool:
-        """Whether the source has stopped answering: asked (``SELECT 1`` on a new connection, within
-        the read timeout) after a read failed for a reason its driver may hide: MariaDB
-        Connector/J 2.7 reports a read its ``socketTimeout`` ended as a NullPointerException, and
-        a connection's set-up that the server never answers as "Couldn't connect"."""
+        """Whether the source has stopped answering: asked after a read failed for a reason its
+        driver may hide (MariaDB Connector/J 2.7 reports a read its ``socketTimeout`` ended as a
+        NullPointerException, and a connection's set-up that the server never answers as
+        "Couldn't connect"). A stall is a server that takes the connection (TCP) and then does
+        not answer ``SELECT 1`` within the read timeout (or the connection's set-up within its
+        own); a server that cannot be reached at all is not one (the read's error names it)."""
+        connection = self.source.connection
         try:
-            self.dialect.ping(self.source.connection, self.what)
+            socket.create_connection((connection.host, connection.port), timeout=CONNECT_TIMEOUT_SECONDS).close()
+        except OSError:
+            return False
+        try:
+            self.dialect.ping(connection, self.what)
         except Exception as exc:  # noqa: BLE001 - a refusal is not a stall: the caller names it
             return is_stall(exc) or any(words in str(exc) for words in ("timed out", "timeout expired"))
         return False
