@@ -19,6 +19,9 @@ from transfer_platform_tests.support.bigquery import new_dataset
 pytestmark = pytest.mark.integration
 
 NOW = datetime.now(UTC)
+#: the rows' last-modified value: noon yesterday, far from the daily windows' edges (each UTC
+#: midnight, read from the lake's 5-minute lookback before it: a row there would be read twice)
+CHANGED_AT = NOW.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(hours=12)
 KEY_ENV = "TP_TEST_BIGQUERY_CLI_KEY"
 SECRET = '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----NEVERSHOWN"}'
 
@@ -27,13 +30,13 @@ def _config(tmp_path: Path, server, dataset: str, **connection) -> str:
     folder = tmp_path / "lake" / "items"
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "organization_id": ["a", "a"],
-                             "updated_at": pa.array([NOW - timedelta(hours=2)] * 2, pa.timestamp("us", tz="UTC"))}),
+                             "updated_at": pa.array([CHANGED_AT] * 2, pa.timestamp("us", tz="UTC"))}),
                    folder / "part-0.parquet")
     config = {
         "sources": [{"name": "lake", "vendor": "parquet", "connection": {"path": "lake"}}],
         "models": [{"model_name": "items", "source_name": "lake", "source_table": "items",
                     "organization_column": "organization_id", "max_transfer_time_window_seconds": "P1D",
-                    "min_start_time_epoch": int((NOW - timedelta(days=1)).timestamp()), "columns": [
+                    "min_start_time_epoch": int((NOW - timedelta(days=2)).timestamp()), "columns": [
                         {"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
                         {"name_in_source": "organization_id", "data_type": "string"},
                         {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True}]}],
