@@ -46,7 +46,7 @@ import pyarrow as pa
 from transfer_platform.core.sql import derived_table, search_path_value
 from transfer_platform.errors import ConnectionFailure, first_line
 from transfer_platform.runtime.connections import connect_postgres
-from transfer_platform.runtime.read_timeouts import ReadDeadline, SourceStalled, stalled
+from transfer_platform.runtime.read_timeouts import ReadDeadline, SourceStalled
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class DirectReads:
                 conn.rollback()
         except SourceStalled:
             self.close()
-            raise stalled(reader.what, reader.source.connection, self.read_timeout) from None
+            raise reader.stalled() from None
         except BaseException:
             self.close()
             raise

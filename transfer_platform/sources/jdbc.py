@@ -657,8 +657,9 @@ class JdbcReader:
         lost = server_lost(spark, exc)
         if lost is not None:
             return lost
-        if is_stall(exc) or self.stalls():  # asking the source why would wait as long again
-            return stalled(self.what, self.source.connection, self.source.read_timeout_seconds)
+        stall = self.stall_of(exc)
+        if stall is not None:  # asking the source why would wait as long again
+            return stall
         relation = self._relation_schema(spark, request, base)
         if relation is not None:
             available = relation.columns
@@ -679,6 +680,15 @@ class JdbcReader:
             model=request.model.model_name, destination=request.destination,
             fix=self._read_fix(),
         )
+
+    def stalled(self) -> ConnectionFailure:
+        """The error of a read of this source that waited past its ``read_timeout_seconds``."""
+        return stalled(self.what, self.source.connection, self.source.read_timeout_seconds)
+
+    def stall_of(self, exc: BaseException) -> ConnectionFailure | None:
+        """:meth:`stalled` if ``exc``, a failed read, is the read timeout, or the source, asked
+        (:meth:`stalls`), no longer answers; else ``None``."""
+        return self.stalled() if is_stall(exc) or self.stalls() else None
 
     def stalls(self) -> bool:
         """Whether the source has stopped answering: asked after a read failed for a reason its

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transfer_platform.config.entries import DatabaseSourceBase
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import (
     ModelWindowing,
@@ -43,7 +42,6 @@ from transfer_platform.errors import (
 )
 from transfer_platform.phases import log_phase
 from transfer_platform.runtime.connections import spark_error_reason
-from transfer_platform.runtime.read_timeouts import is_stall, stalled
 from transfer_platform.runtime.spark_session import SparkServerLost, server_lost
 from transfer_platform.sources.base import (
     ORIGIN_COLUMN,
@@ -540,12 +538,8 @@ class _WindowMover:
         or the source, asked, does not answer in time (``transfer_platform/runtime/read_timeouts.py``)."""
         from transfer_platform.sources.jdbc import JdbcReader
 
-        reader, source = self.reader, self.request.config.source(self.model.source_name)
-        if not isinstance(reader, JdbcReader) or not isinstance(source, DatabaseSourceBase):
-            return None  # rows staged for several tenants, a lake: not read from a connection here
-        if is_stall(exc) or reader.stalls():
-            return stalled(reader.what, source.connection, source.read_timeout_seconds)
-        return None
+        # rows staged for several tenants, a lake: not read from a connection here
+        return self.reader.stall_of(exc) if isinstance(self.reader, JdbcReader) else None
 
 
 def _cancelled(exc: BaseException) -> bool:
