@@ -126,6 +126,14 @@ class TransferCancelled(KeyboardInterrupt):
     blame = "platform"
 
 
+def one_line(exc: BaseException) -> str:
+    """What ``exc`` says in one line: a configuration error's problems, each with its fix, joined;
+    any other's first line."""
+    if isinstance(exc, ConfigError):
+        return "; ".join(f"{p.path}: {p.message}" + (f". Fix: {p.fix}" if p.fix else "") for p in exc.problems)
+    return first_line(exc)
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of what ``exc`` says (its type's name if it says nothing): a driver's
     reason without the detail lines that follow it."""

@@ -5,9 +5,17 @@ Azure Blob Storage container, a Google Cloud Storage bucket, an SFTP server's fo
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from transfer_platform.config.entries import Place, StrictModel, server_host
 from transfer_platform.config.secrets import EnvRef
@@ -39,8 +47,15 @@ class DatabaseConnection(StrictModel):
     username: str
     password: EnvRef | None = None
     schema_: str | None = Field(default=None, alias="schema")
+    #: a destination's under the address policy: the policy and the setting (``network.addresses.Guard``,
+    #: set by ``apply_policy``); ``None``: the provider's own connection, never judged
+    _address_guard: Any = PrivateAttr(default=None)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def address_guard(self) -> Any:
+        return self._address_guard
 
     @field_validator("host")
     @classmethod

@@ -17,20 +17,29 @@ How it holds at each connection, DNS rebinding included:
   ``socket.getaddrinfo`` and checks **every** address, before any connection is tried. A
   refused address, or a name that does not resolve, gets one message (:data:`REFUSED`): the
   same whether or not anything listens there, since nothing was asked of it.
-- It then registers the destination's host names: from then on the process's
-  ``socket.getaddrinfo`` (wrapped once, :func:`_checked_getaddrinfo`) checks every answer for
-  those names, in every thread, before a client gets it. Every Python client resolves through
-  it when it connects (PyMySQL, urllib3 under boto3, requests, the Google and Snowflake clients,
-  clickhouse-connect, paramiko), so an answer that changes after the first check is refused at
-  the connection that would use it. A wrapper around the connection alone would not do: clients
-  connect from their own thread pools, which a context variable does not reach.
-- Clients that do not resolve through Python get an address already checked: libpq (psycopg,
-  also in Spark's Python workers) gets ``hostaddr=<checked address>`` beside ``host`` (kept for
-  TLS, :func:`pinned_hostaddr`); PyMySQL in Spark's workers and the MariaDB JDBC driver that
-  Spark's executors use to read back a MySQL destination get the checked address as their host
-  (:func:`pinned_host`; the platform's MySQL connections use no TLS name check).
+- The destination's own database connection settings carry its policy (:func:`apply_policy`
+  marks them, and the mark travels with them, into Spark's Python workers too): every
+  connection opened from them gets an address checked at that moment, never the name. libpq
+  (psycopg) gets ``hostaddr=<checked address>`` beside ``host`` (kept for TLS,
+  :func:`pinned_hostaddr`); PyMySQL and the MariaDB JDBC driver that Spark's executors use to
+  read back a MySQL destination get the checked address as their host (:func:`pinned_host`; the
+  platform's MySQL connections use no TLS name check). Settings without the mark (the sources',
+  the store's, a provider's destination) are never judged, whatever host they name.
+- Python clients that open their connections from their own thread pools (urllib3 under boto3,
+  requests, the Google and Snowflake clients, clickhouse-connect, paramiko), which neither a
+  settings object nor a context variable reaches, resolve through the process's
+  ``socket.getaddrinfo`` (wrapped once, :func:`_checked_getaddrinfo`). It checks the answers for
+  the *host:port pairs* of guarded destinations, so an answer that changes after the first check
+  is refused at the connection that would use it. A pair the provider's own connections use
+  (the store, the sources, Dagster's storage, a destination of the provider's not under the
+  policy) is never registered: the same host name at another port, or the same pair opened by
+  the provider, is not judged.
 - Clients with a resolver of their own in another language (delta-rs' object store, pyarrow's
   S3 file system) are covered by the check at the start of every transfer only.
+
+A refusal names the setting (``destinations.acme.connection.host``), blames whoever entered it
+(the recipient for a magic link's destination, the provider for its own under
+``check_provider_destinations``) and tells that party how to fix it (:class:`AddressRefused`).
 """
 
 from __future__ import annotations
@@ -39,20 +48,51 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from transfer_platform.errors import ConfigError, Problem
+from transfer_platform.errors import ConfigError, Problem, one_line
 
 #: the one answer for every refused address (nothing in it depends on what is at the address)
 REFUSED = "is not an address this platform may connect to for this destination (or it does not resolve)"
-REFUSED_FIX = ("give the public name or address of your own server; if it must be another, ask the provider "
-               "to allow it (destination_addresses.allow)")
 REFUSED_PATH = "is a file or folder on the platform's own machine, which this destination may not choose"
-REFUSED_PATH_FIX = "write to your own server or bucket instead; ask the provider if it must be a local path"
+#: how to fix a refusal, told to whoever entered the destination
+FIXES = {
+    "recipient": {
+        "host": "give the public name or address of your own server; if it must be another, ask the provider "
+                "to allow it (destination_addresses.allow)",
+        "path": "write to your own server or bucket instead; ask the provider if it must be a local path",
+    },
+    "provider": {
+        "host": "point the destination at the recipient's own server, or open this address for destinations "
+                "under the policy (destination_addresses.allow in the configuration file)",
+        "path": "write to the recipient's own server or bucket, or allow local paths for destinations under "
+                "the policy (destination_addresses.allow_local_paths)",
+    },
+}
+REFUSED_FIX = FIXES["recipient"]["host"]
+REFUSED_PATH_FIX = FIXES["recipient"]["path"]
+
+
+class AddressRefused(ConfigError):
+    """A destination's address or path that its policy refuses: one line per refused setting,
+    blaming whoever entered the destination (``entered_by``: ``recipient`` or ``provider``)."""
+
+    def __init__(self, problems: list[Problem], *, entered_by: str) -> None:
+        super().__init__(problems)
+        self.blame = entered_by
+        self.args = (one_line(self),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def refused(where: str, entered_by: str, *, path: bool = False) -> Problem:
+    """The problem of one refused setting ``where``, its fix told to ``entered_by``."""
+    return Problem(where, REFUSED_PATH if path else REFUSED, FIXES[entered_by]["path" if path else "host"])
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -99,6 +139,8 @@ class AddressPolicy:
     allow: tuple[tuple[Network, int | None], ...] = ()
     own_pairs: tuple[tuple[str, int], ...] = ()  # host:port of the store, Dagster's storage, the sources
     allow_local_paths: bool = False
+    #: who enters the destinations under it: ``recipient`` (a magic link) or ``provider``
+    entered_by: str = "recipient"
 
     @cached_property
     def own(self) -> frozenset[tuple[Address, int]]:
@@ -140,12 +182,12 @@ def resolve(host: str, port: int) -> list[str]:
 
 
 def check(host: str, port: int, policy: AddressPolicy, where: str) -> list[str]:
-    """``host``'s addresses, each checked against ``policy``: ``ConfigError`` naming ``where``
-    (the field, ``destinations.acme.connection.host``) with :data:`REFUSED` if one is refused or
-    none resolves. Nothing connects to them."""
+    """``host``'s addresses, each checked against ``policy``: :class:`AddressRefused` naming
+    ``where`` (the field, ``destinations.acme.connection.host``) with :data:`REFUSED` if one is
+    refused or none resolves. Nothing connects to them."""
     addresses = resolve(host, port)
     if not addresses or not all(policy.allows(_address(a), port) for a in addresses):
-        raise ConfigError([Problem(where, REFUSED, REFUSED_FIX)])
+        raise AddressRefused([refused(where, policy.entered_by)], entered_by=policy.entered_by)
     return addresses
 
 
@@ -201,18 +243,22 @@ def targets(destination: Any, at: str | None = None) -> Targets:
 
 _original_getaddrinfo = socket.getaddrinfo
 _lock = threading.Lock()
-#: host name -> the policy its answers are checked against (names of destinations under the policy)
-_guarded: dict[str, AddressPolicy] = {}
+#: (host name, port) -> the policy its answers are checked against (pairs of destinations under
+#: the policy that no connection of the provider's own uses)
+_guarded: dict[tuple[str, int], AddressPolicy] = {}
+#: (host name, port) of the provider's own connections seen by :func:`apply_policy` (its store,
+#: sources, Dagster's storage, destinations not under the policy): never judged
+_providers: set[tuple[str, int]] = set()
 
 
 def _checked_getaddrinfo(host, port, *args, **kwargs):  # socket.getaddrinfo's signature
     infos = _original_getaddrinfo(host, port, *args, **kwargs)
-    policy = _guarded.get(_name(host)) if host is not None else None
+    number = _port(port)
+    policy = _guarded.get((_name(host), number)) if host is not None and number is not None else None
     if policy is not None:
-        number = _port(port)
         for info in infos:
             if not policy.allows(_address(str(info[4][0])), number):
-                raise socket.gaierror(socket.EAI_NONAME, f"{_name(host)} {REFUSED}")
+                raise socket.gaierror(socket.EAI_NONAME, f"{_name(host)}:{number} {REFUSED}")
     return infos
 
 
@@ -222,48 +268,64 @@ def _install() -> None:
             socket.getaddrinfo = _checked_getaddrinfo
 
 
+@dataclass(frozen=True)
+class Guard:
+    """The mark :func:`apply_policy` puts on a guarded destination's database connection
+    settings: the policy, and the setting its host is (named in a refusal)."""
+
+    policy: AddressPolicy
+    where: str
+
+
 def guard(destination: Any, at: str | None = None) -> None:
     """Check every host, endpoint and path of ``destination`` against its policy (none: nothing
-    to do) and have every later resolution of its names checked; ``ConfigError`` naming each
-    refused field (under ``at``, as :func:`targets`)."""
+    to do) and have every later resolution of its host:port pairs checked (those no connection
+    of the provider's own uses); :class:`AddressRefused` naming each refused field (under
+    ``at``, as :func:`targets`)."""
     policy = getattr(destination, "address_policy", None)
     if policy is None:
         return
     found = targets(destination, at)
-    problems = [] if policy.allow_local_paths else [Problem(at, REFUSED_PATH, REFUSED_PATH_FIX) for at in found.paths]
+    problems = [] if policy.allow_local_paths else [refused(at, policy.entered_by, path=True) for at in found.paths]
     for host, port, at in found.hosts:
         try:
             check(host, port, policy, at)
-        except ConfigError as exc:
+        except AddressRefused as exc:
             problems.extend(exc.problems)
     if problems:
-        raise ConfigError(problems)
+        raise AddressRefused(problems, entered_by=policy.entered_by)
     _install()
+    own = {(_name(host), port) for host, port in policy.own_pairs}
     with _lock:
-        for host, _, _ in found.hosts:
-            _guarded[_name(host)] = policy
+        for host, port, _ in found.hosts:
+            pair = (_name(host), port)
+            if pair not in own and pair not in _providers:
+                _guarded[pair] = policy
 
 
-def _checked_address(host: str, port: int) -> str | None:
-    """The first address of a guarded ``host``, checked now; ``None`` for a name not guarded."""
-    policy = _guarded.get(_name(host))
-    if policy is None:
+def _checked_address(connection: Any) -> str | None:
+    """The first address of a guarded destination's ``connection`` (its settings: ``host``,
+    ``port``, and the :class:`Guard` :func:`apply_policy` marked it with), checked now; ``None``
+    for settings without the mark (a source's, the store's, a provider's destination)."""
+    mark = getattr(connection, "address_guard", None)
+    if mark is None:
         return None
-    return check(host, port, policy, f"{host}:{port}")[0]
+    return check(connection.host, connection.port, mark.policy, mark.where)[0]
 
 
-def pinned_hostaddr(host: str, port: int) -> dict[str, str]:
-    """``{"hostaddr": <checked address>}`` for libpq when ``host`` belongs to a guarded
+def pinned_hostaddr(connection: Any) -> dict[str, str]:
+    """``{"hostaddr": <checked address>}`` for libpq when ``connection`` belongs to a guarded
     destination (libpq resolves in C, past Python's resolver); ``{}`` otherwise."""
-    address = _checked_address(host, port)
+    address = _checked_address(connection)
     return {} if address is None else {"hostaddr": address}
 
 
-def pinned_host(host: str, port: int) -> str:
-    """``host``, or its checked address when it belongs to a guarded destination (for clients
-    that run where this process's resolver does not: Spark's Python workers, its JVM)."""
-    address = _checked_address(host, port)
-    return host if address is None else address
+def pinned_host(connection: Any) -> str:
+    """``connection``'s host, or its checked address when it belongs to a guarded destination
+    (for clients that run where this process's resolver does not: Spark's Python workers, its
+    JVM)."""
+    address = _checked_address(connection)
+    return connection.host if address is None else address
 
 
 def own_addresses(pairs: Iterable[tuple[str, int]]) -> frozenset[tuple[Address, int]]:
@@ -315,20 +377,49 @@ def dagster_storage_pairs() -> list[tuple[str, int]]:
 
 def apply_policy(config: Any, linked: Iterable[str]) -> None:
     """Give each destination of ``config`` the policy it follows: those entered through a magic
-    link (``linked``, their names), and every other when ``check_provider_destinations`` is on;
-    ``None`` for the rest (not checked)."""
+    link (``linked``, their names: entered by the recipient), and every other when
+    ``check_provider_destinations`` is on (entered by the provider); ``None`` for the rest (not
+    checked). Each guarded destination's database connection settings are marked
+    (:class:`Guard`), and the host:port pairs of the provider's own connections remembered, so
+    that only the connections a destination under the policy opens are judged by it."""
     settings = config.destination_addresses
     linked = set(linked)
+    pairs = [] if config.store is None else [(config.store.connection.host, config.store.connection.port)]
+    for source in config.sources:
+        connection = getattr(source, "connection", None)
+        if isinstance(getattr(connection, "host", None), str) and isinstance(getattr(connection, "port", None), int):
+            pairs.append((connection.host, connection.port))
     policy = None
     if linked or settings.check_provider_destinations:
-        pairs = [] if config.store is None else [(config.store.connection.host, config.store.connection.port)]
-        for source in config.sources:
-            connection = getattr(source, "connection", None)
-            if isinstance(getattr(connection, "host", None), str) and isinstance(getattr(connection, "port", None), int):
-                pairs.append((connection.host, connection.port))
         policy = AddressPolicy(allow=tuple(parse_allowed(a) for a in settings.allow),
                                own_pairs=tuple(dict.fromkeys([*pairs, *dagster_storage_pairs()])),
                                allow_local_paths=settings.allow_local_paths)
+    providers = {(_name(host), port) for host, port in pairs}
     for destination in config.destinations:
-        under = destination.name in linked or settings.check_provider_destinations
-        destination._address_policy = policy if under else None
+        entered_by = "recipient" if destination.name in linked else "provider"
+        under = entered_by == "recipient" or settings.check_provider_destinations
+        followed = None if policy is None or not under else replace(policy, entered_by=entered_by)
+        destination._address_policy = followed
+        _mark(destination, followed)
+        if followed is None:
+            providers.update((_name(host), port) for host, port, _ in targets(destination).hosts)
+    with _lock:
+        _providers.update(providers)
+        for pair in providers:
+            _guarded.pop(pair, None)
+
+
+def _mark(destination: Any, policy: AddressPolicy | None) -> None:
+    """Mark ``destination``'s settings objects that carry an address guard (its database
+    connection settings, an Iceberg catalog's) with ``policy`` and the setting they are."""
+
+    def walk(value: Any, at: str) -> None:
+        fields = getattr(type(value), "model_fields", None)
+        if fields is None:
+            return
+        if "_address_guard" in getattr(type(value), "__private_attributes__", {}):
+            value._address_guard = None if policy is None else Guard(policy, f"{at}.host")
+        for name in fields:
+            walk(getattr(value, name, None), f"{at}.{fields[name].alias or name}")
+
+    walk(destination, f"destinations.{getattr(destination, 'name', '?')}")

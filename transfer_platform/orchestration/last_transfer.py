@@ -32,7 +32,7 @@ from dagster import (
 )
 
 from transfer_platform.core.lifecycle import failure_headline, first_line
-from transfer_platform.errors import TransferCancelled
+from transfer_platform.errors import TransferCancelled, TransferPlatformError, one_line
 from transfer_platform.transfers.runner import ModelSummary
 
 CHECK_NAME = "last_transfer"
@@ -120,34 +120,39 @@ def latest(instance: DagsterInstance, key: AssetKey, transfer_id: str) -> AssetC
 
 
 def outcomes(summaries: list[ModelSummary], models: list[str], key_of_model: dict[str, AssetKey],
-             transfer_id: str, stopped: tuple[str, str, str] | None = None) -> list[AssetCheckEvaluation]:
+             transfer_id: str, stopped: tuple[str, str, str, str | None] | None = None) -> list[AssetCheckEvaluation]:
     """Each of ``models``' outcome in a transfer. ``summaries``: the models run, in order (the
     last one still in progress when the transfer was ``stopped``). ``stopped``: (status,
-    error type, message) of a transfer that did not end by itself: the model in progress and
-    those not reached get that status."""
+    error type, message, blame) of a transfer that did not end by itself: the model in progress
+    and those not reached get that status."""
     finished = summaries if stopped is None else summaries[:-1]
     found = [from_summary(key_of_model[s.model], s, transfer_id) for s in finished]
     if stopped is not None:
-        status, error_type, message = stopped
+        status, error_type, message, blame = stopped
         done = {s.model for s in finished}
-        found += [outcome(key_of_model[m], status, transfer_id, error=message, error_type=error_type)
+        found += [outcome(key_of_model[m], status, transfer_id, error=message, error_type=error_type, blame=blame)
                   for m in models if m not in done]
     return found
 
 
-def stop_reason(exc: BaseException, status: str, model: str | None) -> tuple[str, str, str]:
-    """(status, error type, message) of a transfer stopped by ``exc`` while it moved ``model``."""
+def stop_reason(exc: BaseException, status: str, model: str | None) -> tuple[str, str, str, str | None]:
+    """(status, error type, message, blame) of a transfer stopped by ``exc`` while it moved
+    ``model``. An error the platform raises on purpose (a destination its address policy
+    refuses, a secret not set) is said as it is, with its own blame; anything else is a bug."""
     where = f" while it moved model '{model}'" if model else ""
     if status == "KILLED":
         return ("KILLED", "TransferCancelled",
                 f"cancelled by a user{where}; the windows committed before stay delivered and the "
-                "next transfer resumes from the watermark")
+                "next transfer resumes from the watermark", None)
     if isinstance(exc, KeyboardInterrupt | DagsterExecutionInterruptedError):
         return ("ERROR", "TransferCancelled",
                 f"interrupted{where}: the run's process was asked to stop (not by a user's "
-                "cancel); the next transfer resumes from the watermark")
+                "cancel); the next transfer resumes from the watermark", "platform")
+    if isinstance(exc, TransferPlatformError):
+        return ("ERROR", type(exc).__name__, one_line(exc), exc.blame)
     return ("ERROR", type(exc).__name__,
-            f"the transfer stopped{where} on an unexpected error (a bug: report it): {first_line(str(exc))}")
+            f"the transfer stopped{where} on an unexpected error (a bug: report it): {first_line(str(exc))}",
+            "platform")
 
 
 def stopped(instance: DagsterInstance, run_id: str, exc: BaseException, summaries: list[ModelSummary],

@@ -257,6 +257,17 @@ def open_for_listing(instance: DagsterInstance) -> DagsterInstance:
     return instance
 
 
+#: Dagster's errors around what a step raised (the step's error is their cause)
+_WRAPPERS = ("DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError")
+
+
+def _said(error) -> str:  # a SerializableErrorInfo
+    """The first line of what an error said, without the ``module.Class: `` Python puts first."""
+    text = (error.message.strip().splitlines() or [error.cls_name])[0]
+    head, colon, rest = text.partition(": ")
+    return rest if colon and head.split(".")[-1] == error.cls_name else text
+
+
 def _model_errors(evaluations: list) -> dict[str, dict[str, Any]]:
     """Each model's latest ``last_transfer`` outcome in the run that failed: code, title, blame."""
     found: dict[str, dict[str, Any]] = {}
@@ -292,10 +303,13 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
             evaluations.append(dagster_event.asset_check_evaluation_data)
         elif dagster_event.event_type == DagsterEventType.STEP_FAILURE:
             data = dagster_event.step_failure_data
+            error = data.error
+            while error is not None and error.cls_name in _WRAPPERS and error.cause is not None:
+                error = error.cause  # Dagster's wrapper of what the step raised: what it raised
             text = (data.user_failure_data.description if data.user_failure_data else None) or (
-                data.error.message.strip().splitlines()[0] if data.error else "failed")
+                _said(error) if error else "failed")
             errors.append({"step": dagster_event.step_key, "error": text,
-                           "error_code": (data.error.cls_name if data.error else None) or "Failure",
+                           "error_code": (error.cls_name if error else None) or "Failure",
                            "title": first_line(text), "blame": "platform"})
         else:
             materialization = dagster_event.step_materialization_data.materialization

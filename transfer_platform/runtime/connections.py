@@ -28,7 +28,7 @@ def postgres_connect_kwargs(connection: DatabaseConnection, *, what: str) -> dic
 
     return {
         "host": connection.host,
-        **pinned_hostaddr(connection.host, connection.port),  # a guarded destination's checked address
+        **pinned_hostaddr(connection),  # a guarded destination's checked address
         "port": connection.port,
         "dbname": connection.database,
         "user": connection.username,
@@ -66,7 +66,7 @@ def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | 
 
     try:
         return pymysql.connect(
-            host=pinned_host(connection.host, connection.port),
+            host=pinned_host(connection),
             port=connection.port,
             user=connection.username,
             password=password_of(connection, f"{what}.connection.password") or "",
@@ -91,7 +91,7 @@ def _jdbc_host(connection: DatabaseConnection) -> str:
     connect with it, past this process's resolver)."""
     from transfer_platform.network.addresses import pinned_host
 
-    host = pinned_host(connection.host, connection.port)
+    host = pinned_host(connection)
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 

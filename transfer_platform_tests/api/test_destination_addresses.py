@@ -161,28 +161,38 @@ def rows_in(schema: str) -> list:
                                  (schema,)))
 
 
-def test_every_resolution_of_a_guarded_name_is_checked_and_libpq_gets_the_checked_address():
-    """At each connection: a name of a destination under the policy is checked again whenever
-    any client resolves it (here the policy narrows, as a DNS answer would change); libpq and
-    the JDBC URL get the checked address, not the name."""
+def test_every_resolution_of_a_guarded_pair_is_checked_and_libpq_gets_the_checked_address():
+    """At each connection: a host:port pair of a destination under the policy is checked again
+    whenever any client resolves it (here the policy narrows, as a DNS answer would change);
+    libpq and the JDBC URL of the destination's settings get the checked address, not the name.
+    The same name at another port, and settings without the destination's mark (a source's),
+    are not judged."""
     from transfer_platform.config.connection_settings import DatabaseConnection
     from transfer_platform.network import addresses
     from transfer_platform.runtime.connections import postgres_connect_kwargs, postgres_jdbc_url
 
-    host = "localhost"
+    host, other_port = "localhost", closed_port()
     opened = addresses.AddressPolicy(allow=(addresses.parse_allowed("127.0.0.0/8"), addresses.parse_allowed("::1")))
-    addresses._guarded[host] = opened
+    connection = DatabaseConnection(host=host, port=PG["port"], database="test", username="u")
+    source = DatabaseConnection(host=host, port=PG["port"], database="test", username="u")
+    connection._address_guard = addresses.Guard(opened, "destinations.acme_pg.connection.host")
+    pair = (host, PG["port"])
+    addresses._guarded[pair] = opened
     try:
-        connection = DatabaseConnection(host=host, port=PG["port"], database="test", username="u")
         assert postgres_connect_kwargs(connection, what="t")["hostaddr"] == "127.0.0.1"
         assert postgres_jdbc_url(connection).startswith(f"jdbc:postgresql://127.0.0.1:{PG['port']}/")
         addresses._install()
-        socket.create_connection((host, PG["port"]), timeout=5).close()
-        addresses._guarded[host] = addresses.AddressPolicy()  # the same name, now refused
+        socket.create_connection(pair, timeout=5).close()
+        addresses._guarded[pair] = addresses.AddressPolicy()  # the same pair, now refused
+        connection._address_guard = addresses.Guard(addresses.AddressPolicy(), "destinations.acme_pg.connection.host")
         with pytest.raises(socket.gaierror, match="not an address this platform may connect to"):
-            socket.create_connection((host, PG["port"]), timeout=5)
-        with pytest.raises(Exception, match="not an address"):
+            socket.create_connection(pair, timeout=5)
+        with pytest.raises(addresses.AddressRefused, match="destinations.acme_pg.connection.host: is not an address"):
             postgres_connect_kwargs(connection, what="t")
+        # the provider's own connections to the same name: another port, or settings not marked
+        assert socket.getaddrinfo(host, other_port)
+        assert "hostaddr" not in postgres_connect_kwargs(source, what="sources.src")
+        assert postgres_jdbc_url(source).startswith(f"jdbc:postgresql://{host}:{PG['port']}/")
     finally:
-        addresses._guarded.pop(host, None)
-    socket.create_connection((host, PG["port"]), timeout=5).close()  # a name not guarded: as before
+        addresses._guarded.pop(pair, None)
+    socket.create_connection(pair, timeout=5).close()  # a pair not guarded: as before

@@ -87,7 +87,7 @@ class Catalog:
             c = self.connection
             with self.errors():
                 self._conn = psycopg.connect(
-                    host=c.host, **pinned_hostaddr(c.host, c.port), port=c.port, dbname=c.database, user=c.username,
+                    host=c.host, **pinned_hostaddr(c), port=c.port, dbname=c.database, user=c.username,
                     password=password_of(c, f"{self.what}.connection.catalog.password"),
                     connect_timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True,
                     options=f"-c TimeZone=UTC -c search_path={_option_value(self.schema)}",

@@ -33,7 +33,7 @@ def connect_kwargs(connection: DatabaseConnection, *, what: str) -> dict:
     from transfer_platform.network.addresses import pinned_host
 
     # a guarded destination's checked address: Spark's Python workers connect past our resolver
-    return {"host": pinned_host(connection.host, connection.port), "port": connection.port, "user": connection.username,
+    return {"host": pinned_host(connection), "port": connection.port, "user": connection.username,
             "password": password_of(connection, f"{what}.connection.password") or "",
             "database": connection.database, "connect_timeout": CONNECT_TIMEOUT_SECONDS,
             "autocommit": True, "charset": "utf8mb4", "local_infile": True,
