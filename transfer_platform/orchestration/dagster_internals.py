@@ -88,6 +88,7 @@ PARTS = {
     "run_columns": "the runs table's columns looked up once per process (coordinator.py)",
     "workspace_refresh": "the daemon's refresh, each minute, of code servers started beside it skipped while "
                          "every one is the same server (dagster_fixes.py)",
+    "sqlite_lock": "Dagster's SQLite storage created and migrated by one process at a time (sqlite_storage.py)",
 }
 
 #: what each part loses when it falls back to Dagster's own behaviour (the warning says it)
@@ -125,6 +126,9 @@ LOST = {
     "workspace_refresh": "the daemon fetches and decodes every code location's snapshot again each minute "
                          "(~0.7 CPU-seconds a minute per shard of 250 destinations x 10 models) and its sensor's "
                          "next tick rebuilds the asset graph",
+    "sqlite_lock": "Dagster's own SQLite storage: processes of one DAGSTER_HOME that start together may create "
+                   "it at once and leave two migration records, after which the instance does not open "
+                   "until repaired (python -m transfer_platform.orchestration.sqlite_storage)",
 }
 
 
@@ -445,6 +449,34 @@ LOCATION_SERVER_ID = Fenced(
     "dagster._core.remote_representation.code_location", "GrpcServerCodeLocation", ("workspace_refresh",),
     use="the server id a loaded code location recorded when it fetched its snapshot", public="none",
     attributes=("server_id",))
+SQLITE_RUN_STORAGE = Fenced(
+    "dagster._core.storage.runs.sqlite.sqlite_run_storage", "SqliteRunStorage", ("sqlite_lock",),
+    use="the base of LockedSqliteRunStorage: runs.db created and migrated under a lock (sqlite_storage.py)",
+    public="none (dagster exports no storage class; dagster.yaml names a storage by module and class)",
+    attributes=("from_local", "from_config_value", "migrate"))
+SQLITE_EVENT_LOG_STORAGE = Fenced(
+    "dagster._core.storage.event_log.sqlite.sqlite_event_log", "SqliteEventLogStorage", ("sqlite_lock",),
+    use="the base of LockedSqliteEventLogStorage: each event-log database (index.db, a run's) created "
+        "under a lock", public="none", attributes=("_initdb", "from_config_value"))
+SQLITE_SCHEDULE_STORAGE = Fenced(
+    "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage", "SqliteScheduleStorage", ("sqlite_lock",),
+    use="the base of LockedSqliteScheduleStorage: schedules.db created and migrated under a lock",
+    public="none", attributes=("from_local", "from_config_value", "migrate"))
+SQLITE_STORAGE = Fenced(
+    "dagster._core.storage.sqlite_storage", "DagsterSqliteStorage", ("sqlite_lock",),
+    use="the base of LockedSqliteStorage: the instance's storage of the three SQLite storages above",
+    public="none", attributes=("from_config_value", "run_storage", "event_log_storage", "schedule_storage"))
+INSTANCE_DEFAULTS = Fenced(
+    "dagster._core.instance.ref", "InstanceRef.config_defaults", ("sqlite_lock",),
+    use="the storage an instance of the shipped dagster.yaml gets when it names none (its classes "
+        "replaced by the locked ones, in the instance's own home)",
+    public="a storage block in dagster.yaml (needs the home's path written in it; the file is copied "
+           "into any $DAGSTER_HOME)", params=("base_dir",))
+ALEMBIC_SCRIPTS = Fenced(
+    "dagster._core.storage.sql", "ALEMBIC_SCRIPTS_LOCATION", ("sqlite_lock",),
+    use="Dagster's storage migrations (alembic): the head revision and its ancestors, to tell a "
+        "stale migration record from the current one", public="none",
+    value="dagster:_core/storage/alembic")
 #: the run storage's column look-ups remembered once true (:func:`remember_run_columns`)
 RUN_COLUMN_LOOK_UPS = (RUN_STATS_COLUMNS, BACKFILL_ID_COLUMN)
 

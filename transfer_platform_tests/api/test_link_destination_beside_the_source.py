@@ -21,16 +21,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import dagster as dg
+import httpx
 import pytest
 import sqlalchemy as sa
 import yaml
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
 from transfer_platform.network.addresses import REFUSED
 from transfer_platform.orchestration.run_tags import DESTINATION_TAG
-from transfer_platform_tests.support.api import Api, start_api, write_api_config
+from transfer_platform_tests.support.api import Api, write_api_config
+from transfer_platform_tests.support.browser import (
+    chromium,
+    fill_and_test,
+    free_socket,
+    serving,
+    wait,
+)
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.daemon import PATIENCE, VENV_BIN, stop_processes
 from transfer_platform_tests.support.events import create_events, insert_rows, make_rows, normalize
@@ -60,8 +69,20 @@ class Setup:
     rows: list
 
 
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    with chromium() as session:
+        yield session
+
+
 @pytest.fixture
 def setup(tmp_path: Path, store_schema: str, secret_key: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
+    """The source table, the warehouse's relay, the configuration, a Dagster home, and the API
+    served by a real uvicorn server in this process (the long-lived API process)."""
+    from transfer_platform.api.app import create_app
+    from transfer_platform.store.api_keys import create_key
+    from transfer_platform.store.database import migrate
+
     suffix = uuid.uuid4().hex[:8]
     source_schema = f"tp_src_{suffix}"
     start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
@@ -71,10 +92,11 @@ def setup(tmp_path: Path, store_schema: str, secret_key: str, monkeypatch: pytes
         create_events(conn, source_schema)
         insert_rows(conn, source_schema, rows)
     warehouse = TcpProxy(PG["host"], PG["port"])
+    sock, base = free_socket()
     config_path = write_api_config(
         tmp_path, store_schema,
         sources=[{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
-        models=[events_model(f"{source_schema}.events", min_start=start)])
+        models=[events_model(f"{source_schema}.events", min_start=start)], api={"public_url": base})
     document = yaml.safe_load(config_path.read_text())
     # only the warehouse's address: the source's (127.0.0.1:5432) is not opened
     document["destination_addresses"] = {"allow": [f"127.0.0.1:{warehouse.port}"]}
@@ -83,34 +105,40 @@ def setup(tmp_path: Path, store_schema: str, secret_key: str, monkeypatch: pytes
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("TRANSFER_PLATFORM_CONFIG", str(config_path))
     monkeypatch.delenv("TRANSFER_PLATFORM_SHARD", raising=False)
-    api = start_api(config_path, store_schema)
+    app = create_app(config_path)
+    migrate(app.state.store.settings.connection)
+    _, key = create_key(app.state.store.engine, "tests")
     try:
-        with api.client:
+        with serving(app, sock), httpx.Client(base_url=base, timeout=120) as client:
+            api = Api(client=client, key=key, config_path=config_path, store_schema=store_schema, app=app)
+            answer = api.post("/recipients", {"recipient": {"name": "acme", "id_in_provider_system": TENANTS[0]}})
+            assert answer.status_code == 201, answer.text
             yield Setup(tmp_path, config_path, source_schema, warehouse, api, dict(os.environ), rows)
     finally:
         warehouse.close()
-        instance = getattr(api.app.state, "dagster_instance", None)
+        instance = getattr(app.state, "dagster_instance", None)
         if instance is not None:
             instance.dispose()
         with pg_connect(autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{source_schema}" CASCADE')
 
 
-def save_through_link(api: Api, name: str, host: str, port: int, schema: str) -> None:
-    """The recipient ``acme`` saves its PostgreSQL destination ``name`` through a magic link."""
-    if api.get("/recipients/acme").status_code == 404:
-        answer = api.post("/recipients", {"recipient": {"name": "acme", "id_in_provider_system": TENANTS[0]}})
-        assert answer.status_code == 201, answer.text
-    answer = api.post("/magic-links", {"magic_link": {"recipient_id": "acme"}})
+def save_through_the_page(setup: Setup, browser: webdriver.Chrome, schema: str) -> str:
+    """The recipient ``acme`` opens its magic link in Chromium, enters its warehouse (PostgreSQL
+    on 127.0.0.1 at the relay's port), tests it and saves; the destination's name."""
+    answer = setup.api.post("/magic-links", {"magic_link": {"recipient_id": "acme"}})
     assert answer.status_code == 201, answer.text
-    form = urlsplit(answer.json()["data"]["magic_link"]["url"]).path
-    connection = {**pg_connection_config(schema), "host": host, "port": port}
-    tested = api.client.post(f"{form}/test", json={"destination": {"vendor": "postgres", "connection": connection}})
-    assert tested.status_code == 200, tested.text
-    assert tested.json()["data"]["passed"], tested.text
-    saved = api.client.post(f"{form}/destination", json={"destination": {
-        "name": name, "vendor": "postgres", "connection": connection}})
-    assert saved.status_code == 201, saved.text
+    browser.get(answer.json()["data"]["magic_link"]["url"])
+    fill_and_test(browser, "postgres", {"host": "127.0.0.1", "port": setup.warehouse.port, "database": PG["dbname"],
+                                        "username": PG["user"], "schema": schema})
+    browser.find_element(By.ID, "save").click()
+
+    def saved() -> list[str]:
+        listed = setup.api.get("/destinations").json()["data"]["destinations"]
+        return [d["name"] for d in listed if d["recipient"] == "acme" and d["connection"].get("schema") == schema]
+
+    (name,) = wait(browser, lambda _: saved(), "the destination saved through the page")
+    return name
 
 
 def acme_rows(setup: Setup) -> list:
@@ -140,10 +168,10 @@ def new_schema(schemas: list[str]) -> str:
 
 
 def test_a_link_destination_beside_the_source_transfers_through_the_cli_and_the_daemon(
-        setup: Setup, schemas: list[str]) -> None:
+        setup: Setup, schemas: list[str], browser: webdriver.Chrome) -> None:
     api = setup.api
     schema = new_schema(schemas)
-    save_through_link(api, "acme_pg", "127.0.0.1", setup.warehouse.port, schema)
+    name = save_through_the_page(setup, browser, schema)
 
     # the provider's own destination on the source's address, in the same API process after the
     # link's save: not judged by the recipient's policy (provider destinations are not checked)
@@ -159,7 +187,7 @@ def test_a_link_destination_beside_the_source_transfers_through_the_cli_and_the_
 
     # the command line: the source (127.0.0.1:5432, not allowed) is read, the warehouse written
     before = setup.warehouse.connections
-    done = subprocess.run([CLI, "--config", str(setup.config_path), "transfer", "acme_pg"], env=setup.env,
+    done = subprocess.run([CLI, "--config", str(setup.config_path), "transfer", name], env=setup.env,
                           cwd=setup.root, capture_output=True, text=True, timeout=300 * PATIENCE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert delivered(schema) == acme_rows(setup)
@@ -175,12 +203,12 @@ def test_a_link_destination_beside_the_source_transfers_through_the_cli_and_the_
                               env=setup.env, cwd=setup.root, stdout=daemon_log.open("w"),
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        answer = api.post("/destinations/acme_pg/transfer", {"full_refresh": True})
+        answer = api.post(f"/destinations/{name}/transfer", {"full_refresh": True})
         assert answer.status_code == 201, answer.text
         run_id = answer.json()["data"]["transfer_id"]
         record = wait_for_run(instance, run_id, daemon_log)
         assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, run_failure(instance, run_id)
-        assert record.dagster_run.tags[DESTINATION_TAG] == "acme_pg"
+        assert record.dagster_run.tags[DESTINATION_TAG] == name
         shown = api.get(f"/transfers/{run_id}").json()["data"]["transfer"]
         assert shown["status"] == "SUCCESS", shown
     finally:
@@ -191,15 +219,15 @@ def test_a_link_destination_beside_the_source_transfers_through_the_cli_and_the_
 
 
 def test_a_link_destination_its_policy_refuses_fails_in_one_line_blamed_on_the_recipient(
-        setup: Setup, schemas: list[str]) -> None:
+        setup: Setup, schemas: list[str], browser: webdriver.Chrome) -> None:
     api = setup.api
     schema = new_schema(schemas)
-    save_through_link(api, "acme_pg", "127.0.0.1", setup.warehouse.port, schema)
+    name = save_through_the_page(setup, browser, schema)
     with api.app.state.store.engine.begin() as conn:  # later pointed at the source's address
         conn.execute(sa.text("UPDATE resources SET document = jsonb_set(document, '{connection,port}', "
-                             f"'{PG['port']}') WHERE name = 'acme_pg'"))
+                             f"'{PG['port']}') WHERE name = :name"), {"name": name})
     instance = dg.DagsterInstance.from_config(os.environ["DAGSTER_HOME"])
-    answer = api.post("/destinations/acme_pg/transfer", {})
+    answer = api.post(f"/destinations/{name}/transfer", {})
     assert answer.status_code == 201, answer.text
     run_id = answer.json()["data"]["transfer_id"]
     daemon_log = setup.root / "daemon.log"
@@ -213,7 +241,7 @@ def test_a_link_destination_its_policy_refuses_fails_in_one_line_blamed_on_the_r
     assert record.dagster_run.status == dg.DagsterRunStatus.FAILURE
     shown = api.get(f"/transfers/{run_id}").json()["data"]["transfer"]
     (error,) = shown["errors"]
-    setting = "destinations.acme_pg.connection.host"
+    setting = f"destinations.{name}.connection.host"
     assert error["title"].startswith(f"{setting}: {REFUSED}"), error
     assert "\n" not in error["title"], error
     assert "a bug" not in error["title"], error
