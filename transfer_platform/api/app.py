@@ -196,9 +196,7 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        instance = getattr(app.state, "dagster_instance", None)  # opened by the transfer routes
-        if instance is not None:
-            instance.dispose()
+        transfers.close(app)  # the code servers and the Dagster instance the transfer routes opened
 
     app = FastAPI(title="transfer_platform API", version=API_VERSION, lifespan=lifespan,
                   description="Prequel's export API over the platform's store and Dagster instance.")

@@ -1,13 +1,13 @@
-"""The address policy judges only the connections a recipient's entries cause (issue 62, item 1).
+"""The address policy judges only the connections a recipient's entries cause.
 
 The docs' own test-machine setup, as a provider runs it: the source PostgreSQL on 127.0.0.1:5432;
 the recipient's warehouse on the same host at another port (a TCP relay in front of the same
 server); ``destination_addresses.allow`` opening only the warehouse's address. The recipient saves
-its destination through its magic link; then the transfer runs through the command line and
-through the daemon (requested through the API), and delivers the recipient's rows, while the
+its destination through its magic link's page (Chromium); then the transfer runs through the
+command line and through the daemon (requested through the API), and delivers the recipient's rows, while the
 source on the same host name is read as the provider's own connection. In the same API process,
-after the link's save, the provider's own destination on the source's address still tests and
-transfers: no policy is remembered per host name. A destination of the recipient's that its
+after the link's save, the provider's own destination on the source's address still passes its
+test: no policy is remembered per host name. A destination of the recipient's that its
 policy refuses at transfer time fails in one line naming its setting, blamed on the recipient.
 """
 
