@@ -92,6 +92,15 @@ class ConnectionFailure(TransferPlatformError):
         super().__init__(text)
 
 
+class DagsterStorageError(ConnectionFailure):
+    """Dagster's own storage (its SQLite files under ``$DAGSTER_HOME``) cannot be opened as it is:
+    the message names the file and what is wrong with it (not a connection), and the fix."""
+
+    def __init__(self, path: str, problem: str, *, fix: str) -> None:
+        TransferPlatformError.__init__(self, f"Dagster's storage at {path} {problem}. Fix: {fix}")
+        self.host, self.port, self.path, self.reason, self.fix = None, None, path, problem, fix
+
+
 class MissingPrivilege(TransferPlatformError):
     """The role a destination (or source) connects as lacks a right the transfer needs; the
     message names the right, the object and the ``GRANT`` that gives it."""

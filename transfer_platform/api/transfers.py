@@ -4,8 +4,10 @@ and read their latest results.
 
 Thin over :mod:`transfer_platform.orchestration.transfers` and the Dagster instance of
 ``$DAGSTER_HOME`` (opened once per application, on first use, with pooled connections). A transfer
-request goes through the instance's run queue as ``transfer --enqueue`` does; ``is_debug_mode``
-is the transfer job's dry run (it plans and moves nothing).
+request goes through the instance's run queue as ``transfer --enqueue`` does, from the code
+location the application keeps loaded (:mod:`transfer_platform.orchestration.workspaces`: loaded
+on the first request, again when the workspace or configuration file changes, stopped with the
+application); ``is_debug_mode`` is the transfer job's dry run (it plans and moves nothing).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration import transfers as orchestration
 from transfer_platform.orchestration.run_tags import parse_user_tags
+from transfer_platform.orchestration.workspaces import OpenWorkspaces
 from transfer_platform.store import audit
 from transfer_platform.store.resources import NotFound
 from transfer_platform.transfers.order import TransferOrder
@@ -41,7 +44,6 @@ router = APIRouter()
 
 MAX_PAGE_SIZE = 100
 _lock = threading.Lock()
-_launching = threading.Lock()
 
 
 def instance(request: Request):  # -> DagsterInstance
@@ -59,6 +61,29 @@ def instance(request: Request):  # -> DagsterInstance
                                     "Dagster instance (export DAGSTER_HOME=... as for the daemon)")
             app.state.dagster_instance = orchestration.open_for_listing(DagsterInstance.get())
     return app.state.dagster_instance
+
+
+def workspaces(request: Request) -> OpenWorkspaces:
+    """The code locations the application creates runs from, kept between requests."""
+    app = request.app
+    found = getattr(app.state, "workspaces", None)
+    if found is not None:
+        return found
+    dagster = instance(request)
+    with _lock:
+        if getattr(app.state, "workspaces", None) is None:
+            app.state.workspaces = OpenWorkspaces(dagster)
+    return app.state.workspaces
+
+
+def close(app: Any) -> None:  # a FastAPI application
+    """Stop the code servers the application started, then close its Dagster instance."""
+    kept = getattr(app.state, "workspaces", None)
+    if kept is not None:
+        kept.close()
+    dagster = getattr(app.state, "dagster_instance", None)
+    if dagster is not None:
+        dagster.dispose()
 
 
 # -- requesting a transfer ----------------------------------------------------------------------
@@ -147,8 +172,8 @@ def request_transfer(key: str, request: Request, resources: StoreDep, actor: Act
     order = TransferOrder(destination=destination.name, models=wanted.models, full_refresh=wanted.full_refresh,
                           start=start, end=end, tags=wanted.tags, dry_run=wanted.is_debug_mode, trigger="api")
     dagster = instance(request)
-    with _launching:  # one at a time: each names the configuration to its code server by variable
-        transfer_id = orchestration.enqueue(dagster, config, request.app.state.config_path, order)
+    transfer_id = orchestration.enqueue(dagster, config, request.app.state.config_path, order,
+                                        workspaces=workspaces(request))
     transfer = orchestration.get_transfer(dagster, transfer_id)
     return ok({"transfer_id": transfer_id, "transfer": with_ids(resources, [transfer])[0]},
               f"transfer {transfer_id} of {destination.name} submitted", status_code=201)
@@ -307,9 +332,8 @@ def request_integrity_check(key: str, request: Request, resources: StoreDep):
     config = resources.config()
     dagster = instance(request)
     try:
-        with _launching:
-            run_id = orchestration.enqueue_integrity(dagster, config, request.app.state.config_path,
-                                                     destination.name, trigger="api")
+        run_id = orchestration.enqueue_integrity(dagster, config, request.app.state.config_path, destination.name,
+                                                 trigger="api", workspaces=workspaces(request))
     except ConfigError as exc:
         raise ApiError(422, str(exc.problems[0].message) if exc.problems else str(exc), exc.problems) from None
     return ok({"integrity_check_id": run_id, "destination": destination.name, "status": "PENDING"},

@@ -29,7 +29,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
@@ -66,8 +70,24 @@ class RunPlacementError(Exception):
     """A run that the limits cannot describe."""
 
 
+#: the configuration file of the runs submitted in this context, when their submitter names its own
+#: (the API serves the file it was started with, whatever $TRANSFER_PLATFORM_CONFIG says); else the
+#: process's ($TRANSFER_PLATFORM_CONFIG, else ./transfer_platform.yaml)
+_SUBMITTED_UNDER: ContextVar[str | None] = ContextVar("transfer_platform_submitted_under", default=None)
+
+
+@contextmanager
+def placed_under(config_path: str | os.PathLike[str]) -> Iterator[None]:
+    """Runs submitted inside are placed under the limits of ``config_path``."""
+    token = _SUBMITTED_UNDER.set(str(config_path))
+    try:
+        yield
+    finally:
+        _SUBMITTED_UNDER.reset(token)
+
+
 def _config() -> PlatformConfig:
-    path = find_config_path(None)
+    path = find_config_path(_SUBMITTED_UNDER.get())
     stamp = config_stamp(path)  # the file's modification time and the store's version
     cached = _CACHE.get(str(path))
     if cached is None or cached[0] != stamp:

@@ -17,13 +17,9 @@ last run it holds: the next page starts after it, whatever was recorded since.
 """
 
 
-import json
 import os
 import re
-import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +37,6 @@ from transfer_platform.core.lifecycle import (
     transfer_status,
 )
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
-from transfer_platform.orchestration.dagster_internals import launch_job_run
 from transfer_platform.orchestration.run_tags import (
     DESTINATION_TAG,
     DRY_RUN_TAG,
@@ -56,9 +51,9 @@ from transfer_platform.orchestration.run_tags import (
     transfer_tags,
     user_tags_of,
 )
+from transfer_platform.orchestration.workspaces import WORKSPACE_ENV, OpenWorkspaces
 from transfer_platform.transfers.order import TransferOrder
 
-WORKSPACE_ENV = "TRANSFER_PLATFORM_WORKSPACE"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 PARTITION_TAG = "dagster/partition"
@@ -76,25 +71,23 @@ def workspace_file() -> Path:
 _PATH_FIELDS = ("working_directory", "relative_path", "python_file", "executable_path")
 
 
-@contextmanager
-def location_workspace(workspace: Path, recipient: str) -> Iterator[Path]:
-    """The workspace a run for ``recipient`` is created from: ``workspace`` itself when it has one
-    code location; else a workspace of the one location of ``transfer_platform.definitions`` that
-    holds the recipient (a shard attribute ``defs_shard_<i>_of_<n>`` whose share holds it, or a
-    location of every recipient; a code server started beside the webserver, a ``grpc_server``
-    entry, is asked what it serves), written aside with its paths made absolute, so that only that
-    location's code server starts and the run is that location's, as the daemon and the UI see it.
-    A workspace whose locations cannot be told apart (several holding the recipient) is refused
-    with the fix: point $TRANSFER_PLATFORM_WORKSPACE at a workspace of that one location."""
+def location_entry(workspace: Path, recipient: str) -> dict | None:
+    """The code location of ``workspace`` a run for ``recipient`` is created in: None when the
+    workspace has one (or cannot be read: Dagster reports it as it loads it); else the one
+    ``load_from`` entry of ``transfer_platform.definitions`` that holds the recipient (a shard
+    attribute ``defs_shard_<i>_of_<n>`` whose share holds it, or a location of every recipient; a
+    code server started beside the webserver, a ``grpc_server`` entry, is asked what it serves),
+    its paths made absolute, so that only that location is loaded and the run is that location's,
+    as the daemon and the UI see it. A workspace whose locations cannot be told apart (several
+    holding the recipient) is refused with the fix: point $TRANSFER_PLATFORM_WORKSPACE at a
+    workspace of that one location."""
     try:
         raw = yaml.safe_load(workspace.read_text()) or {}
     except (OSError, yaml.YAMLError):
-        yield workspace  # Dagster reports an unreadable workspace itself
-        return
+        return None
     entries = raw.get("load_from") or []
     if len(entries) <= 1:
-        yield workspace
-        return
+        return None
     holding = [entry for entry in entries if _holds(entry, recipient, workspace)]
     if len(holding) != 1:
         names = [_location_name(entry) for entry in (holding or entries)]
@@ -103,10 +96,7 @@ def location_workspace(workspace: Path, recipient: str) -> Iterator[Path]:
             f"that a run can be made in ({', '.join(names)}): the run's location cannot be chosen",
             f"give each location a shard attribute (defs_shard_<i>_of_<n>, deploy/workspace.sharded.yaml), or "
             f"set ${WORKSPACE_ENV} to a workspace of the location that holds recipient {recipient!r}")])
-    with tempfile.TemporaryDirectory(prefix="tp_workspace_") as folder:
-        path = Path(folder) / "workspace.yaml"
-        path.write_text(yaml.safe_dump({**raw, "load_from": [_absolute(holding[0], workspace.parent)]}))
-        yield path
+    return _absolute(holding[0], workspace.parent)
 
 
 def _entry_fields(entry: dict) -> dict:
@@ -166,41 +156,29 @@ def _absolute(entry: dict, base: Path) -> dict:
                        else v) for k, v in value.items()}}
 
 
-def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path, order: TransferOrder) -> str:
+def enqueue(instance: DagsterInstance, config: PlatformConfig, config_path: Path, order: TransferOrder, *,
+            workspaces: OpenWorkspaces | None = None) -> str:
     """Submit a run of the ``transfer`` job asked ``order`` to the instance's queue; returns the
-    transfer id."""
+    transfer id. ``workspaces``: the code locations kept by a long-lived caller (the API); without,
+    the location is loaded for this run only."""
     from transfer_platform.transfers.entry import models_of
 
     destination = config.destination(order.destination)
     models = models_of(config, destination.name, order.models)
-    return _launch(instance, config_path, destination.recipient, "transfer",
+    return _launch(instance, workspaces, config_path, destination.recipient, "transfer",
                    transfer_run_config(order, stating_defaults=True), transfer_tags(config, order, models))
 
 
-def _launch(instance: DagsterInstance, config_path: Path, recipient: str, job_name: str, run_config: dict,
-            tags: dict) -> str:
-    import click  # Dagster's command line's: how its workspace loading reports a location that failed
-
+def _launch(instance: DagsterInstance, workspaces: OpenWorkspaces | None, config_path: Path, recipient: str,
+            job_name: str, run_config: dict, tags: dict) -> str:
     run_id = str(uuid.uuid4())
-    before = os.environ.get("TRANSFER_PLATFORM_CONFIG")
-    os.environ["TRANSFER_PLATFORM_CONFIG"] = str(config_path.resolve())  # for the code server
-    try:
-        with location_workspace(workspace_file(), recipient) as workspace:
-            try:
-                launch_job_run(  # as `dagster job launch` (no webserver needed: see dagster_internals)
-                    instance, str(workspace), job_name, json.dumps(run_config), json.dumps(tags), run_id)
-            except click.UsageError as exc:  # the location did not load: its code server is gone
-                if "Error loading location" not in str(exc):
-                    raise
-                reason = str(exc).strip().splitlines()[0][:300]
-                raise ConnectionFailure(f"the code location of {workspace_file()}", reason=reason, fix=(
-                    "start its code server again (the process the workspace names) or correct the workspace "
-                    f"({WORKSPACE_ENV}), then ask again")) from None
-    finally:
-        if before is None:
-            os.environ.pop("TRANSFER_PLATFORM_CONFIG", None)
-        else:
-            os.environ["TRANSFER_PLATFORM_CONFIG"] = before
+    workspace = workspace_file()
+    entry = location_entry(workspace, recipient)
+    if workspaces is not None:
+        workspaces.create_run(workspace, entry, config_path, job_name, run_config, tags, run_id)
+    else:
+        with OpenWorkspaces(instance) as once:
+            once.create_run(workspace, entry, config_path, job_name, run_config, tags, run_id)
     return run_id
 
 
@@ -501,7 +479,7 @@ def list_transfers(instance: DagsterInstance, wanted: TransferFilter) -> list[di
 
 
 def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_path: Path, destination_name: str,
-                      *, trigger: str = "cli") -> str:
+                      *, trigger: str = "cli", workspaces: OpenWorkspaces | None = None) -> str:
     """Submit a run of the ``integrity`` job checking every model of one destination, tagged as the
     sensor tags it."""
     from transfer_platform.orchestration.checks import JOB_NAME, integrity_run_config
@@ -511,8 +489,8 @@ def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_
     if not models:
         raise ConfigError(f"destination {destination.name!r} receives no enabled model: nothing to check")
     tags = {**limit_tags(config, destination.name, models, "integrity"), TRIGGER_TAG: trigger}
-    return _launch(instance, config_path, destination.recipient, JOB_NAME, integrity_run_config(destination.name),
-                   tags)
+    return _launch(instance, workspaces, config_path, destination.recipient, JOB_NAME,
+                   integrity_run_config(destination.name), tags)
 
 
 def integrity_results(instance: DagsterInstance, config: PlatformConfig, destination_name: str) -> list[dict[str, Any]]:
