@@ -82,7 +82,8 @@ PARTS = {
     "dep_graph": "the asset graph's dependencies built in linear time (dagster_fixes.py)",
     "snapshot_once": "the code server's repository snapshot made once, ahead of the first request (dagster_fixes.py)",
     "asset_automation": "the transfer_schedule sensor shown as each transfer asset's automation in the UI (sensors.py)",
-    "enqueue": "`transfer-platform transfer --enqueue` (orchestration/transfers.py)",
+    "enqueue": "enqueueing a transfer or integrity check: `transfer-platform transfer --enqueue` and the API "
+               "(orchestration/workspaces.py)",
     "repair": "self-healing's reading of check evaluations (repair.py)",
     "run_tags": "run tags hidden in the UI (run_tags.py)",
     "run_columns": "the runs table's columns looked up once per process (coordinator.py)",
@@ -117,7 +118,8 @@ LOST = {
                      "and only once asked",
     "asset_automation": "the transfer assets' pages show no automation (the transfer_schedule sensor still "
                         "moves them on schedule; its own page lists its runs), and there is no transfer_assets job",
-    "enqueue": "`transfer-platform transfer --enqueue` (use the sensor, the UI or `dagster job launch`)",
+    "enqueue": "`transfer-platform transfer --enqueue` and the API's transfer and integrity requests (use the "
+               "sensor, the UI or `dagster job launch`)",
     "repair": "self-healing: a failed integrity check is not repaired by itself (it stays failed for a "
               "person to look at)",
     "run_tags": "the platform's run tags (.dagster/transfer_platform/...) are shown in the UI, not hidden",
@@ -390,19 +392,29 @@ GRPC_CLIENT = Fenced(
     public="`dagster api grpc-health-check` (says only whether it serves); the workspace's own loading "
            "(fetches every location's whole snapshot to learn the same)",
     params=("port", "socket", "host"), attributes=("list_repositories",))
-LAUNCH_COMMAND = Fenced(
-    "dagster._cli.job", "execute_launch_command", ("enqueue",),
-    use="`transfer --enqueue`: create the run from a code server started from workspace.yaml and "
-        "submit it to the instance's coordinator, as `dagster job launch` does",
-    public="dagster_graphql.DagsterGraphQLClient.submit_job_execution (needs a running webserver, "
-           "which the CLI cannot assume); `dagster job launch` in a subprocess (one more Python "
-           "importing Dagster, errors as text); DagsterInstance.submit_run (needs the remote job and "
-           "its snapshots, themselves private workspace machinery)",
-    params=("instance", "workspace_opts", "config_json", "tags", "run_id", "job_name", "op_selection"))
-WORKSPACE_OPTS = Fenced(
-    "dagster_shared.cli", "WorkspaceOpts", ("enqueue",),
-    use="naming workspace.yaml to execute_launch_command", public="none (its own argument type)",
-    params=("workspace",))
+WORKSPACE_CONTEXT = Fenced(
+    "dagster._core.workspace.context", "WorkspaceProcessContext", ("enqueue",),
+    use="creating runs (`transfer --enqueue`, the API's transfer and integrity requests) from a code "
+        "location loaded from workspace.yaml, as `dagster job launch` loads it, and kept by a long-lived "
+        "process (workspaces.py) instead of loaded again for every run",
+    public="dagster_graphql.DagsterGraphQLClient.submit_job_execution (needs a running webserver, which "
+           "neither the CLI nor the API can assume); `dagster job launch` (loads the workspace, starting "
+           "its code server, for every run: seconds each)",
+    params=("instance", "workspace_load_target", "version", "read_only", "code_server_log_level"),
+    attributes=("create_request_context", "__exit__"))
+WORKSPACE_FILE = Fenced(
+    "dagster._core.workspace.load_target", "WorkspaceFileTarget", ("enqueue",),
+    use="naming workspace.yaml to WorkspaceProcessContext", public="none (its own argument type)",
+    params=("paths",))
+CREATE_RUN = Fenced(
+    "dagster._cli.job", "_create_run", ("enqueue",),
+    use="creating a run of a job of a loaded code location exactly as `dagster job launch` does (the "
+        "job's snapshot, its execution plan from the code server, the job's own tags), before "
+        "DagsterInstance.submit_run (public) queues it",
+    public="DagsterInstance.create_run (public, but takes the snapshots and origins this function "
+           "gathers from the code location: the same steps written again)",
+    params=("instance", "code_location", "remote_repo", "remote_job", "run_config", "tags", "op_selection",
+            "run_id"))
 HIDDEN_TAG_PREFIX = Fenced(
     "dagster._core.storage.tags", "HIDDEN_TAG_PREFIX", ("run_tags",),
     use="run_tags.DAGSTER_HIDDEN_PREFIX repeats it (run_tags imports no Dagster): tags the UI hides",
@@ -771,10 +783,15 @@ def served_code_pointers(host: str, port: int | None, socket: str | None) -> lis
     return list(pointers.values())
 
 
-def launch_job_run(instance: Any, workspace: str, job_name: str, run_config_json: str, tags_json: str,
-                   run_id: str) -> None:
-    """Create a run of ``job_name`` from the workspace's code server and submit it, as
-    ``dagster job launch`` does."""
-    LAUNCH_COMMAND.get()(
-        instance=instance, workspace_opts=WORKSPACE_OPTS.get()(workspace=[workspace]),
-        config_json=run_config_json, tags=tags_json, run_id=run_id, job_name=job_name)
+def workspace_context(instance: Any, workspace: str) -> Any:  # -> a WorkspaceProcessContext
+    """The workspace of ``workspace`` (a workspace.yaml) loaded as `dagster job launch` loads it
+    (a ``python_module`` entry's code server started, its log at INFO); the caller closes it."""
+    return WORKSPACE_CONTEXT.get()(instance=instance, workspace_load_target=WORKSPACE_FILE.get()(paths=[workspace]),
+                                   version=dagster.__version__, read_only=False, code_server_log_level="INFO")
+
+
+def create_run(instance: Any, location: Any, repository: Any, job: Any, run_config: dict, tags: dict[str, str],
+               run_id: str) -> Any:  # a CodeLocation, RemoteRepository, RemoteJob -> a DagsterRun
+    """Create (not submit) run ``run_id`` of ``job`` as `dagster job launch` does."""
+    return CREATE_RUN.get()(instance=instance, code_location=location, remote_repo=repository, remote_job=job,
+                            run_config=run_config, tags=tags, op_selection=None, run_id=run_id)
