@@ -11,7 +11,9 @@ or parameter, each problem with its field path and fix), 503 (the store or a dat
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sqlite3
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +108,17 @@ def _error(status_code: int, message: str, problems: list[Problem] = ()) -> JSON
     if problems:
         body["errors"] = [{"path": p.path, "message": p.message, "fix": p.fix} for p in problems]
     return JSONResponse(body, status_code=status_code)
+
+
+def dagster_storage_error(exc: Exception, reason: str) -> ConnectionFailure:
+    """What an error of Dagster's SQLite storage ($DAGSTER_HOME) means, with its fix."""
+    from transfer_platform.errors import DagsterStorageError
+    from transfer_platform.orchestration.sqlite_storage import record_problem
+
+    home = os.environ.get("DAGSTER_HOME", "")
+    return record_problem(home, exc) or DagsterStorageError(home or "$DAGSTER_HOME", f"failed: {reason}", fix=(
+        "ask again; if it lasts, check that its files can be written, and give an instance used by many "
+        "processes at once PostgreSQL storage (deploy/dagster.production.yaml)"))
 
 
 def store(request: Request) -> ResourceStore:
@@ -256,6 +269,8 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     async def store_unreachable(request: Request, exc: OperationalError) -> JSONResponse:
         connection = request.app.state.store.settings.connection
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        if isinstance(exc.orig, sqlite3.Error):  # Dagster's own SQLite storage: the store is PostgreSQL's
+            return _error(503, str(dagster_storage_error(exc, reason)))
         return _error(503, f"cannot reach the store's database {connection.database} at "
                            f"{connection.host}:{connection.port}: {reason}; fix: check that the database runs and "
                            "accepts connections (store.connection in the configuration), then retry")

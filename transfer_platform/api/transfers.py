@@ -59,7 +59,16 @@ def instance(request: Request):  # -> DagsterInstance
             if not os.environ.get("DAGSTER_HOME"):
                 raise ApiError(503, "DAGSTER_HOME is not set where the API runs: transfers live in the "
                                     "Dagster instance (export DAGSTER_HOME=... as for the daemon)")
-            app.state.dagster_instance = orchestration.open_for_listing(DagsterInstance.get())
+            try:
+                opened = DagsterInstance.get()
+            except Exception as exc:  # a broken migration record of its storage is named as such
+                from transfer_platform.orchestration.sqlite_storage import record_problem
+
+                problem = record_problem(os.environ["DAGSTER_HOME"], exc)
+                if problem is None:
+                    raise
+                raise problem from exc
+            app.state.dagster_instance = orchestration.open_for_listing(opened)
     return app.state.dagster_instance
 
 

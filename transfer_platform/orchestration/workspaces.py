@@ -203,6 +203,12 @@ def _location(request: Any) -> Any:  # a WorkspaceRequestContext -> its one Code
 
 
 def _unreachable(workspace: Path, reason: str) -> ConnectionFailure:
+    from transfer_platform.orchestration.sqlite_storage import record_problem
+
+    home = os.environ.get("DAGSTER_HOME")  # the code server failed on the instance's storage, not on its code
+    storage = record_problem(home, reason) if home else None
+    if storage is not None:
+        return storage
     return ConnectionFailure(f"the code location of {workspace}", reason=reason.strip().splitlines()[0][:300], fix=(
         "start its code server again (the process the workspace names) or correct the workspace "
         f"({WORKSPACE_ENV}), then ask again"))
