@@ -17,6 +17,14 @@ the first page, a deep page (the cursor of the transfer 90% down the list), ``st
 ``--repeat`` requests. The floor: the same page read with two plain SQL queries on the same tables
 (the page of runs by the tag filter, then its runs' events), psycopg, no deserialization.
 
+Then enqueueing: ``POST /destinations/d0/transfer`` (a dry run of one model, queued; no daemon runs
+it) once, which loads the code location of the repository's ``workspace.yaml`` (the API starts its
+code server and keeps it), then ``--enqueues`` times more, each timed from the request to the
+answer (the run created from the kept location, submitted through the run coordinator, read back);
+their median and maximum, beside a floor: ``GET /destinations/d0`` (the same authentication and
+store, no Dagster). The configuration holds two PostgreSQL destinations of two models
+(``benchmarks.scale``'s, nothing is read from them).
+
     .venv/bin/python -m benchmarks.api_transfers --transfers 100000
 
 Numbers are printed, never asserted (the smoke test runs it at a tiny size).
@@ -41,7 +49,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import PG, storage_env
-from benchmarks.scale import storage_database
+from benchmarks.scale import raw_config, storage_database
 
 STATUSES = ["SUCCESS"] * 14 + ["PARTIAL_FAILURE", "ERROR", "CANCELLED", "KILLED", "PENDING", "RUNNING"]
 
@@ -189,6 +197,34 @@ def _database(args) -> Iterator[str]:
             yield database
 
 
+def time_enqueues(client, headers: dict[str, str], calls: int) -> dict:
+    """``POST /destinations/d0/transfer`` once (the code location's load), then ``calls`` times:
+    milliseconds of the first, the median and maximum of the others, and the floor (the median of
+    as many ``GET /destinations/d0``)."""
+    body = {"models": ["m0"], "is_debug_mode": True}
+
+    def post() -> float:
+        began = time.perf_counter()
+        answer = client.post("/destinations/d0/transfer", json=body, headers=headers)
+        seconds = time.perf_counter() - began
+        assert answer.status_code == 201, answer.text
+        return seconds * 1000
+
+    def get() -> float:
+        began = time.perf_counter()
+        answer = client.get("/destinations/d0", headers=headers)
+        seconds = time.perf_counter() - began
+        assert answer.status_code == 200, answer.text
+        return seconds * 1000
+
+    first = post()
+    timed = [post() for _ in range(calls)]
+    floor = [get() for _ in range(calls)]
+    return {"first_ms": round(first, 1), "calls": calls, "median_ms": round(statistics.median(timed), 1),
+            "max_ms": round(max(timed), 1), "floor_ms": round(statistics.median(floor), 1),
+            "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transfers", type=int, default=100_000)
@@ -198,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", help="time an existing database of a previous --keep run (no recording)")
     parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
     parser.add_argument("--profile", action="store_true", help="print the first page's top functions (cProfile)")
+    parser.add_argument("--enqueues", type=int, default=10,
+                        help="transfer requests timed after the first (their median and maximum are shown)")
     args = parser.parse_args(argv)
 
     import dagster as dg
@@ -232,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"({args.transfers / seconds:,.0f} a second) in database {database}", flush=True)
 
             config = Path(work) / "transfer_platform.yaml"
-            config.write_text(yaml.safe_dump({"store": {"connection": {
+            config.write_text(yaml.safe_dump({**raw_config(2, 2), "store": {"connection": {
                 "host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"],
                 "schema": store_schema}}}))
             app = create_app(config)
@@ -279,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
                                               "has_next": data["has_next"], "ratio_to_floor": round(ms / floor_ms, 1)}
                     print(f"GET {url[:70]:70} {ms:7.1f} ms  ({len(data['transfers'])} transfers, "
                           f"has_next {data['has_next']}, {ms / floor_ms:.1f}x the floor)", flush=True)
+                results["enqueue"] = time_enqueues(client, headers, args.enqueues)
+                results["enqueue"]["code_location_loads"] = app.state.workspaces.loads
+                enqueue = results["enqueue"]
+                print(f"POST /destinations/d0/transfer: first {enqueue['first_ms']:.0f} ms (loads the code location); "
+                      f"then median {enqueue['median_ms']:.0f} ms, max {enqueue['max_ms']:.0f} ms over "
+                      f"{enqueue['calls']} (floor GET /destinations/d0: {enqueue['floor_ms']:.1f} ms; load "
+                      f"{enqueue['load']})", flush=True)
             app.state.store.engine.dispose()
         finally:
             from benchmarks.common import pg_connect

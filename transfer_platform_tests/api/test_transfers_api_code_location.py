@@ -1,0 +1,113 @@
+"""The code location the API creates runs from: loaded by the first transfer request, kept for the
+next ones, loaded again when the configuration file changes or its code server stops; a location
+that cannot be loaded is 503 naming the workspace and the fix, and enqueues nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, MODELS_TAG
+from transfer_platform.orchestration.workspaces import WORKSPACE_ENV
+from transfer_platform_tests.support.api import Api
+from transfer_platform_tests.support.daemon import processes_with_home, start_code_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
+
+BODY = {"models": ["items"], "is_debug_mode": True}
+
+
+def queued(transfer_id: str) -> dg.DagsterRun:
+    with dg.DagsterInstance.get() as instance:
+        run = instance.get_run_by_id(transfer_id)
+    assert run is not None
+    assert run.status == dg.DagsterRunStatus.QUEUED
+    return run
+
+
+def code_servers(home: Path) -> list[int]:
+    return processes_with_home(home, b"transfer_platform.definitions")
+
+
+def wait_until(what: str, done, seconds: float = 60) -> None:  # done: () -> bool
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.1)
+
+
+def run_count() -> int:
+    with dg.DagsterInstance.get() as instance:
+        return len(instance.get_run_records())
+
+
+def test_requests_share_one_code_location_until_the_configuration_file_changes_or_its_server_stops(
+        platform_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the API's configuration is the one it was started with: not read from the environment, by
+    # the code server it starts nor by the run coordinator placing the runs under its limits
+    monkeypatch.delenv("TRANSFER_PLATFORM_CONFIG")
+    monkeypatch.chdir(platform_api.config_path.parent.parent)  # no ./transfer_platform.yaml here
+    for destination in ("acme_delta", "globex_delta", "acme_delta"):
+        answer = platform_api.post(f"/destinations/{destination}/transfer", BODY)
+        assert answer.status_code == 201, answer.text
+        run = queued(answer.json()["data"]["transfer_id"])
+        assert (run.tags[KIND_TAG], run.tags[DESTINATION_TAG], run.tags[MODELS_TAG]) == (
+            "transfer", destination, "items")
+    integrity = platform_api.post("/destinations/globex_delta/integrity-checks")
+    assert integrity.status_code == 201, integrity.text
+    workspaces = platform_api.app.state.workspaces
+    assert workspaces.loads == 1
+
+    changed = platform_api.config_path.stat().st_mtime_ns + 1_000_000_000
+    os.utime(platform_api.config_path, ns=(changed, changed))  # the file changed: loaded again
+    assert platform_api.post("/destinations/acme_delta/transfer", BODY).status_code == 201
+    assert workspaces.loads == 2
+
+    home = Path(os.environ["DAGSTER_HOME"])
+    wait_until("the replaced code server stops", lambda: len(code_servers(home)) == 1)
+    (server,) = code_servers(home)  # the one it keeps
+    os.kill(server, signal.SIGKILL)
+    wait_until("the killed code server goes", lambda: not code_servers(home))
+    answer = platform_api.post("/destinations/acme_delta/transfer", BODY)
+    assert answer.status_code == 201, answer.text  # loaded again, once, and the run made from it
+    queued(answer.json()["data"]["transfer_id"])
+    assert workspaces.loads == 3
+
+
+def test_a_code_location_that_cannot_be_reached_is_503_with_the_fix_and_enqueues_nothing(
+        platform_api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    socket = tmp_path / "code_server.sock"
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {
+        "socket": str(socket), "location_name": "transfer_platform"}}]}))
+    monkeypatch.setenv(WORKSPACE_ENV, str(workspace))
+
+    def refused() -> None:
+        answer = platform_api.post("/destinations/acme_delta/transfer", BODY)
+        assert answer.status_code == 503, answer.text
+        message = answer.json()["message"]
+        assert message.startswith(f"cannot reach the code location of {workspace}: "), message
+        assert "Fix: start its code server again" in message
+        assert run_count() == 0
+
+    refused()  # nothing serves there
+    server = start_code_server(socket, dict(os.environ), tmp_path / "code_server.log")
+    try:
+        answer = platform_api.post("/destinations/acme_delta/transfer", BODY)  # a failed load is not kept
+        assert answer.status_code == 201, answer.text
+        queued(answer.json()["data"]["transfer_id"])
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    socket.unlink(missing_ok=True)
+    before = run_count()
+    answer = platform_api.post("/destinations/acme_delta/transfer", BODY)  # the kept location's server is gone
+    assert answer.status_code == 503, answer.text
+    assert "cannot reach the code location of" in answer.json()["message"]
+    assert run_count() == before
