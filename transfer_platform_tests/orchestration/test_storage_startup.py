@@ -11,6 +11,7 @@ exists", "more than one head present") in most rounds on this machine.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -194,3 +195,21 @@ def test_a_record_that_is_not_the_races_is_refused_with_a_fix_that_works(tmp_pat
     assert sqlite_storage.migration_record(str(database)) == [line[0]]
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.all_instigator_state() == []
+
+
+def test_on_a_dagster_without_a_name_it_uses_the_instance_gets_dagsters_own_storage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback: one warning naming what is missing and what is lost; the instance opens."""
+    from transfer_platform.orchestration import dagster_internals as internals
+
+    gone = dataclasses.replace(internals.SQLITE_STORAGE, module="dagster._core.storage.gone")
+    monkeypatch.setattr(internals, "FENCED", tuple(gone if f is internals.SQLITE_STORAGE else f
+                                                   for f in internals.FENCED))
+    monkeypatch.setattr(internals, "_CHECKED", {})
+    monkeypatch.setattr(internals, "_WARNED", set())
+    with pytest.warns(internals.UnprovenDagsterWarning, match=r"lacks dagster\._core\.storage\.gone.*Lost: Dagster's "
+                                                              "own SQLite storage"):
+        instance = dg.DagsterInstance.from_config(str(home_with(tmp_path)))
+    with instance:
+        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        assert instance.get_runs() == []
