@@ -1,7 +1,7 @@
 """``POST /destinations/{id}/transfer``, ``POST /transfers/{id}/cancel`` and
-``POST /destinations/{id}/integrity-checks`` through the instance's queue: each launch starts a
-Dagster code server from ``workspace.yaml`` (a few seconds), as ``transfer --enqueue`` does.
-Nothing dequeues, so the runs stay queued until cancelled."""
+``POST /destinations/{id}/integrity-checks`` through the instance's queue: the first launch starts
+the Dagster code server of ``workspace.yaml`` (a few seconds), which the API keeps for the next
+(test_transfers_api_code_location.py). Nothing dequeues, so the runs stay queued until cancelled."""
 
 from __future__ import annotations
 
