@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException
 
 from transfer_platform.api.dagster_reload import Reloader
 from transfer_platform.api.scopes import TOKEN_HEADER, FailedCredentials, allows, needed_scope
+from transfer_platform.api.storable import RefuseUnstorableText
 from transfer_platform.config.models import ApiSettings
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem, TransferPlatformError
 from transfer_platform.store.api_keys import verify_key
@@ -108,6 +109,18 @@ def _error(status_code: int, message: str, problems: list[Problem] = ()) -> JSON
     if problems:
         body["errors"] = [{"path": p.path, "message": p.message, "fix": p.fix} for p in problems]
     return JSONResponse(body, status_code=status_code)
+
+
+def _unstorable(scope: dict[str, Any], problems: list[Problem]) -> JSONResponse:
+    """The answer to text the store cannot hold (:mod:`transfer_platform.api.storable`): 422 with
+    each problem; on a Delta Sharing route, the protocol's 400 ``INVALID_PARAMETER_VALUE``."""
+    from transfer_platform.api.sharing import PREFIX
+
+    message = "invalid request: " + "; ".join(f"{p.path}: {p.message}" for p in problems)
+    if scope["path"].startswith(PREFIX + "/"):
+        return JSONResponse({"errorCode": "INVALID_PARAMETER_VALUE", "message": f"{message}; fix: {problems[0].fix}"},
+                            status_code=400)
+    return _error(422, message, problems)
 
 
 def dagster_storage_error(exc: Exception, reason: str) -> ConnectionFailure:
@@ -219,6 +232,7 @@ def create_app(config_path: str | Path | None = None) -> FastAPI:
     app.state.settings = api_settings(app.state.store.file_raw)
     app.state.reloader = Reloader(app.state.settings.dagster_url) if app.state.settings.dagster_url else None
     app.state.failed_credentials = FailedCredentials(app.state.settings.failed_credentials_per_minute)
+    app.add_middleware(RefuseUnstorableText, refuse=_unstorable)  # innermost: inside the version header and the limiter
 
     @app.middleware("http")
     async def slow_down_wrong_credentials(request: Request, call_next):

@@ -1,21 +1,26 @@
 """The API keeps the contract its OpenAPI document states: Schemathesis generates requests from
 ``/openapi.json`` for every operation (bodies, parameters, a valid API key) and checks that no
 answer is a 5xx, and that every answer's status code, content type and body are ones the document
-declares. (Not checked: that every request the document allows is accepted. A body's entry is
+declares; and that a request holding text no PostgreSQL text can (a NUL, a lone surrogate) in any
+of its strings, a path's or a query's parameter or a body's key or value, is refused with 422 naming
+where. (Not checked: that every request the document allows is accepted. A body's entry is
 checked by the configuration's models and cross-checks, e.g. that the recipient it names exists,
 which no JSON schema states, so a well-formed entry may be refused with 422.) The application is the real one over the small platform (its store in PostgreSQL, a
 Dagster instance of its own); a bounded number of examples per operation."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 import schemathesis
 import yaml
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode, checks
 
@@ -28,6 +33,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 #: examples per operation: well-formed requests, and requests the document says are wrong
 EXAMPLES = 15
 NEGATIVE = 10
+#: examples per operation with a string made unstorable: a NUL, or a lone surrogate (a JSON body's
+#: "\ud800"; a URL has no form of one: its bytes, not UTF-8, are test_unstorable_text.py's)
+UNSTORABLE = 5
+IN_JSON, IN_URL = ("\x00", "\ud800"), ("\x00",)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +95,86 @@ def _fuzz(operation, mode: GenerationMode, examples: int, key: str) -> str | Non
     return None
 
 
+#: a string of a request: the characters it can carry, and how to put one of them into it at a
+#: position (which answers the path the API's problem names it by)
+Slot = tuple[tuple[str, ...], Callable[[str, int], str]]
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" if c == "\x00" or "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+def _string_slots(case) -> list[Slot]:
+    """Every string of ``case``: its path's and query's parameters, its body's keys and values."""
+    slots: list[Slot] = []
+
+    def value_of(container: dict | list, key: Any, where: str, alphabet: tuple[str, ...]) -> None:
+        def put(bad: str, at: int) -> str:
+            text = container[key]
+            container[key] = text[:at] + bad + text[at:]
+            return where
+        slots.append((alphabet, put))
+
+    def key_of(container: dict, key: str, parent: str) -> None:
+        def put(bad: str, at: int) -> str:
+            changed = key[:at] + bad + key[at:]
+            container[changed] = container.pop(key)
+            return f"{parent}.{_escaped(changed)}" if parent else _escaped(changed)
+        slots.append((IN_JSON, put))
+
+    for part, parameters in (("path", case.path_parameters), ("query", case.query)):
+        for name, value in (parameters or {}).items():
+            if isinstance(value, str):
+                value_of(parameters, name, f"{part}.{name}", IN_URL)
+    stack: list[tuple[str, Any]] = [("", case.body)] if isinstance(case.body, (dict, list)) else []
+    while stack:
+        path, value = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in list(items):
+            where = f"{path or 'body'}[{key}]" if isinstance(key, int) else f"{path}.{_escaped(key)}" if path else _escaped(key)
+            if isinstance(key, str):
+                key_of(value, key, path)
+            if isinstance(item, str):
+                value_of(value, key, where, IN_JSON)
+            elif isinstance(item, (dict, list)):
+                stack.append((where, item))
+    return slots
+
+
+def _fuzz_unstorable(operation, examples: int, key: str) -> str | None:
+    """``examples`` well-formed requests to one operation, each with a NUL or a lone surrogate put
+    into one of its strings: each must be refused with 422 naming that string."""
+
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def run(case, data) -> None:
+        slots = _string_slots(case)
+        if not slots:  # nothing to put a character into (a route without parameters or body)
+            return
+        alphabet, put = data.draw(st.sampled_from(slots))
+        character = data.draw(st.sampled_from(alphabet))
+        where = put(character, data.draw(st.integers(0, 40)))
+        response = case.call_and_validate(headers={"X-API-KEY": key},
+                                          excluded_checks=[checks.positive_data_acceptance])
+        answer = json.loads(response.content)
+        assert response.status_code == 422, (where, repr(character), answer)
+        problems = {problem["path"]: problem for problem in answer["errors"]}
+        assert where in problems, (where, answer)
+        assert problems[where]["fix"], problems[where]
+
+    try:
+        run()
+    except Unsatisfiable:
+        return None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 (one operation's failure is reported with the others')
+        return f"{operation.label} (unstorable text): {exc}" + "".join(
+            f"\n  {e}" for e in getattr(exc, "exceptions", ()))
+    return None
+
+
 def test_every_answer_is_declared_and_none_is_a_server_error(contract_api: Api) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", contract_api.app)
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -93,6 +182,14 @@ def test_every_answer_is_declared_and_none_is_a_server_error(contract_api: Api) 
     failures = [failure for operation in operations
                 for mode, examples in ((GenerationMode.POSITIVE, EXAMPLES), (GenerationMode.NEGATIVE, NEGATIVE))
                 if (failure := _fuzz(operation, mode, examples, contract_api.key)) is not None]
+    assert not failures, "\n\n".join(failures)
+
+
+def test_text_no_database_can_hold_is_refused_wherever_it_is_sent(contract_api: Api) -> None:
+    schema = schemathesis.openapi.from_asgi("/openapi.json", contract_api.app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    failures = [failure for operation in operations
+                if (failure := _fuzz_unstorable(operation, UNSTORABLE, contract_api.key)) is not None]
     assert not failures, "\n\n".join(failures)
 
 
