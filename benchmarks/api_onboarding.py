@@ -125,9 +125,8 @@ def serve(config: str, port: int) -> None:
     with the reloader's log (INFO) on stderr, so its reloads can be counted."""
     import logging
 
-    import uvicorn
-
     from transfer_platform.api.app import create_app
+    from transfer_platform.api.app import serve as serve_api
     from transfer_platform.store.database import migrate
 
     handler = logging.StreamHandler(sys.stderr)
@@ -137,7 +136,7 @@ def serve(config: str, port: int) -> None:
     reload_log.setLevel(logging.INFO)
     app = create_app(config)
     migrate(app.state.store.settings.connection)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    serve_api(app, host="127.0.0.1", port=port)
 
 
 def percentile(values: list[float], fraction: float) -> float:

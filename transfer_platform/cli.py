@@ -493,14 +493,12 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from transfer_platform.api.app import create_app
+    from transfer_platform.api.app import create_app, serve
     from transfer_platform.store.database import migrate
 
     app = create_app(args.config)
     migrate(app.state.store.settings.connection)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info")
+    serve(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info")
     return 0
 
 

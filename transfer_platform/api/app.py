@@ -215,6 +215,15 @@ def _fix_of(error: dict[str, Any]) -> str:
     return _FIXES.get(error["type"], "send a value as /openapi.json describes this field")
 
 
+def serve(app: FastAPI, *, host: str, port: int, log_level: str = "warning") -> None:
+    """``app`` under uvicorn until stopped. Proxy headers are not read: ``request.client`` stays the
+    TCP peer, which the failed-credentials limiter counts by (``X-Forwarded-For`` is the client's to
+    write; behind a proxy, the proxy is the peer)."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, proxy_headers=False)
+
+
 def create_app(config_path: str | Path | None = None) -> FastAPI:
     from transfer_platform.api import audit, links, resources, scoped_tokens, transfers, webhooks
     from transfer_platform.api.schemas import answers
