@@ -30,6 +30,7 @@ from transfer_platform.api.dagster_reload import Reloader
 from transfer_platform.api.scopes import TOKEN_HEADER, FailedCredentials, allows, needed_scope
 from transfer_platform.api.storable import RefuseUnstorableText
 from transfer_platform.config.models import ApiSettings
+from transfer_platform.config.parsing import entries_by_name
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem, TransferPlatformError
 from transfer_platform.store.api_keys import verify_key
 from transfer_platform.store.audit import ScopedActor
@@ -104,10 +105,17 @@ def ok(data: Any, message: str = "", status_code: int = 200) -> JSONResponse:
     return JSONResponse({"status": "success", "data": data, "message": message}, status_code=status_code)
 
 
+#: the fix of a problem that names none (every refusal tells what to do)
+_ANY_FIX = "correct this value: docs/api.md and docs/configuration.md describe each field"
+
+
 def _error(status_code: int, message: str, problems: list[Problem] = ()) -> JSONResponse:
-    body: dict[str, Any] = {"status": "error", "data": None, "message": message}
+    """The error envelope; an entry of the configuration is named by its name (``recipients.acme``),
+    never by its position in the merged configuration."""
+    body: dict[str, Any] = {"status": "error", "data": None, "message": entries_by_name(message)}
     if problems:
-        body["errors"] = [{"path": p.path, "message": p.message, "fix": p.fix} for p in problems]
+        body["errors"] = [{"path": entries_by_name(p.path), "message": entries_by_name(p.message),
+                           "fix": p.fix or _ANY_FIX} for p in problems]
     return JSONResponse(body, status_code=status_code)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic_core import PydanticCustomError
 
 from transfer_platform.core.durations import parse_duration_seconds
 
@@ -25,6 +26,12 @@ Name = Annotated[
     Field(pattern=r"^[A-Za-z0-9_]+$", min_length=1, max_length=120,
           description="letters, digits and underscores"),
 ]
+
+
+def refusal(message: str, fix: str) -> PydanticCustomError:
+    """What a validator raises to refuse a value with its fix apart (the problem's ``fix``), where a
+    ``ValueError`` has only a message."""
+    return PydanticCustomError("refused", "{message}", {"message": message, "fix": fix})
 
 
 class StrictModel(BaseModel):

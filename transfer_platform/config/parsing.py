@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -120,8 +122,72 @@ def _problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()
             fix = f"use one of the vendors: {vendors.supported(registry)}"
         elif kind == "string_pattern_mismatch":
             fix = "use only letters, digits and underscores"
+        elif (error.get("ctx") or {}).get("fix"):  # config.entries.refusal
+            fix = error["ctx"]["fix"]
+        else:
+            fix = _fix_of(kind, error.get("ctx") or {})
         problems.append(Problem(path, message, fix))
     return problems
+
+
+#: the fix of a pydantic error type (its ``ctx`` fills the bounds in)
+_FIXES = {
+    "string_too_long": "shorten it to at most {max_length} characters",
+    "string_too_short": "give at least {min_length} character(s)",
+    "too_long": "give at most {max_length} item(s)",
+    "too_short": "give at least {min_length} item(s)",
+    "greater_than": "give a number greater than {gt}",
+    "greater_than_equal": "give a number of at least {ge}",
+    "less_than": "give a number less than {lt}",
+    "less_than_equal": "give a number of at most {le}",
+    "finite_number": "give a finite number",
+    "literal_error": "use one of: {expected}",
+    "enum": "use one of: {expected}",
+    "string_type": "give text (a quoted string)",
+    "int_type": "give a whole number",
+    "int_parsing": "give a whole number",
+    "int_from_float": "give a whole number",
+    "float_type": "give a number",
+    "float_parsing": "give a number",
+    "bool_type": "give true or false",
+    "bool_parsing": "give true or false",
+    "dict_type": "give a mapping of fields (an object)",
+    "model_type": "give a mapping of fields (an object)",
+    "model_attributes_type": "give a mapping of fields (an object)",
+    "list_type": "give a list",
+    "url_parsing": "give a full URL (https://host/path)",
+    "url_scheme": "give a URL with one of the schemes: {expected_schemes}",
+}
+
+
+def _fix_of(kind: str, context: dict[str, Any]) -> str:
+    """How to fix a field pydantic refused: its type's words, else the reference's."""
+    try:
+        return _FIXES[kind].format(**context)
+    except (KeyError, IndexError):
+        return "give a value as the configuration reference (docs/configuration.md) describes this field"
+
+
+#: an entry named by its position in the file's list (``recipients[5] (acme)``, ``models[0]``)
+_INDEXED = re.compile(r"\b(sources|models|recipients|destinations)\[(\d+)\](?: \(([A-Za-z0-9_]*)\))?")
+
+
+def entries_by_name(text: str, names: Mapping[str, Sequence[str]] | None = None) -> str:
+    """``text`` (a problem's path or message) with each entry named by its name, as a client of the
+    REST API knows it (``recipients.acme.id_in_provider_system``), not by its position in the
+    configuration the file's and the store's entries merge into (``recipients[5] (acme)...``).
+    ``names``: each kind's names in that order, for a position given without its name."""
+
+    def named(match: re.Match[str]) -> str:
+        kind, index, name = match.groups()
+        if name is None:
+            listed = (names or {}).get(kind) or ()
+            if int(index) >= len(listed):
+                return match.group(0)
+            name = listed[int(index)]
+        return f"{kind}.{name}"
+
+    return _INDEXED.sub(named, text)
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:

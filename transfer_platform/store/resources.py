@@ -27,7 +27,12 @@ from transfer_platform.config.models import (
     SourceConfig,
     StoreSettings,
 )
-from transfer_platform.config.parsing import parse_config, problems_from_validation, read_file
+from transfer_platform.config.parsing import (
+    entries_by_name,
+    parse_config,
+    problems_from_validation,
+    read_file,
+)
 from transfer_platform.config.secrets import PLAIN_SECRETS, mask_secrets
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
 from transfer_platform.store import audit, events, prequel
@@ -176,6 +181,20 @@ def merge_patch(document: dict[str, Any], patch: dict[str, Any]) -> dict[str, An
     return result
 
 
+def _parsed(merged: dict[str, Any], *, base_dir: Path, source: str) -> PlatformConfig:
+    """:func:`parse_config` of the file's and the store's entries merged; a problem names an entry
+    by its name (``recipients.acme``), not by its position in the merged lists, which a client of
+    the API never sees."""
+    try:
+        return parse_config(merged, base_dir=base_dir, source=source)
+    except ConfigError as exc:
+        names = {LISTS[kind]: [str(entry.get(NAME_FIELDS[kind])) if isinstance(entry, dict)
+                               else str(getattr(entry, NAME_FIELDS[kind], "")) for entry in merged.get(LISTS[kind]) or []]
+                 for kind in KINDS}
+        raise ConfigError([Problem(entries_by_name(p.path, names), entries_by_name(p.message, names), p.fix)
+                           for p in exc.problems], source=exc.source) from None
+
+
 class ResourceStore:
     """The configuration file's and the store's entries, for the API."""
 
@@ -229,8 +248,8 @@ class ResourceStore:
         """The platform's configuration: the file's entries and the store's, validated."""
         from transfer_platform.network.addresses import apply_policy
 
-        config = parse_config(merge_stored(self.file_raw, str(self.path)), base_dir=self.path.parent,
-                              source=str(self.path))
+        config = _parsed(merge_stored(self.file_raw, str(self.path)), base_dir=self.path.parent,
+                         source=str(self.path))
         apply_policy(config, _read(self.settings, _linked))
         return config
 
@@ -286,7 +305,7 @@ class ResourceStore:
         for each in KINDS:
             merged[LISTS[each]] = [*self._file_entries.get(each, self.file_raw.get(LISTS[each]) or []),
                                    *(entry for entry_kind, _, entry in entries if entry_kind == each)]
-        config = parse_config(merged, base_dir=self.path.parent, source="the store")
+        config = _parsed(merged, base_dir=self.path.parent, source="the store")
         validated = {each: list(getattr(config, LISTS[each])) for each in KINDS}
         at = {each: len(self.file_raw.get(LISTS[each]) or []) for each in KINDS}
         self._file_entries = {each: validated[each][:at[each]] for each in KINDS}

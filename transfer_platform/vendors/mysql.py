@@ -9,7 +9,13 @@ from typing import Literal
 from pydantic import model_validator
 
 from transfer_platform.config.connection_settings import DatabaseConnection
-from transfer_platform.config.entries import DatabaseSourceBase, DestinationBase, Place, server_host
+from transfer_platform.config.entries import (
+    DatabaseSourceBase,
+    DestinationBase,
+    Place,
+    refusal,
+    server_host,
+)
 from transfer_platform.vendors.record import Refusal, Vendor
 
 #: MySQL refuses database names over 64 characters
@@ -61,8 +67,9 @@ class MysqlDestination(DestinationBase):
         where the destination is entered."""
         size = len(self.connection.database)
         if size > MYSQL_MAX_IDENTIFIER_CHARS:
-            raise ValueError(f"connection.database is {size} characters long; MySQL database names are at most "
-                             f"{MYSQL_MAX_IDENTIFIER_CHARS} characters; use a shorter database name")
+            raise refusal(f"connection.database is {size} characters long; MySQL database names are at most "
+                          f"{MYSQL_MAX_IDENTIFIER_CHARS} characters",
+                          f"use a database name of at most {MYSQL_MAX_IDENTIFIER_CHARS} characters")
         return self
 
     def place(self) -> Place:

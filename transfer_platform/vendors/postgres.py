@@ -16,6 +16,7 @@ from transfer_platform.config.entries import (
     Place,
     StrictModel,
     folder_place,
+    refusal,
     server_host,
 )
 from transfer_platform.vendors.record import Vendor
@@ -106,9 +107,10 @@ class PostgresDestination(DestinationBase):
         for field, name in (("database", c.database), ("schema", c.schema_)):
             size = len((name or "").encode())
             if size > POSTGRES_MAX_IDENTIFIER_BYTES:
-                raise ValueError(f"connection.{field} is {size} bytes long; PostgreSQL keeps only the first "
-                                 f"{POSTGRES_MAX_IDENTIFIER_BYTES} bytes of a name (a longer one would be another "
-                                 f"name's prefix); use a {field} name of at most {POSTGRES_MAX_IDENTIFIER_BYTES} bytes")
+                raise refusal(f"connection.{field} is {size} bytes long; PostgreSQL keeps only the first "
+                              f"{POSTGRES_MAX_IDENTIFIER_BYTES} bytes of a name, so one is at most "
+                              f"{POSTGRES_MAX_IDENTIFIER_BYTES} bytes (a longer one would be another name's prefix)",
+                              f"use a {field} name of at most {POSTGRES_MAX_IDENTIFIER_BYTES} bytes")
         return self
 
     def place(self) -> Place:
