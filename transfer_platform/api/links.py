@@ -367,27 +367,11 @@ def _checked(resources: ResourceStore, link: sa.Row, body: Any) -> tuple[dict[st
     return document, {"passed": not failed, "checks": [_for_recipient(check.as_dict()) for check in checks]}
 
 
-#: a fix's words for the provider who wrote a configuration file -> for the recipient who typed
-#: the form: the secrets it entered, not the environment variables a file names
-_RECIPIENT_WORDS = (
-    (r"the (\w+)'s \(or (\w+)'s\) environment variable", r"the \1 (or \2) you entered"),
-    (r"the (\w+)'s environment variable", r"the \1 you entered"),
-    (r"the environment variable connection\.(\w+) names", r"the \1 you entered"),
-    (r"\(connection\.(\w+)'s variable\)", r"(the \1 you entered)"),
-    (r"(\w+) variable in the configuration", r"\1 you entered"),
-    (r"\bconnection\.(\w+)", r"the \1"),
-    (r"\bcheck (username|account)\b", r"check the \1"),
-)
-
-
 def _for_recipient(check: dict[str, str]) -> dict[str, str]:
     """A check's fix as the form's recipient reads it (it typed the password; it has no variable)."""
-    import re
+    from transfer_platform.api.wording import for_form
 
-    fix = check["fix"]
-    for pattern, words in _RECIPIENT_WORDS:
-        fix = re.sub(pattern, words, fix)
-    return {**check, "fix": fix}
+    return {**check, "fix": for_form(check["fix"])}
 
 
 def _refused_json(refused: Refused) -> JSONResponse:

@@ -66,11 +66,17 @@ for _path, _kind in _COLLECTIONS.items():
 
 
 def _checks(config, name: str) -> dict[str, Any]:
+    """The connection checks of destination ``name``; their fixes speak of its secrets as entered
+    when they were given as values, not as environment variables (:mod:`~transfer_platform.api.wording`)."""
+    from transfer_platform.api.wording import as_entered, secrets_entered
     from transfer_platform.transfers.connection_test import run_connection_test
 
     checks = run_connection_test(config, name)
     failed = sum(check.failed for check in checks)
-    return {"passed": not failed, "checks": [check.as_dict() for check in checks]}
+    shown = [check.as_dict() for check in checks]
+    if secrets_entered(config.destination(name)):
+        shown = [{**check, "fix": as_entered(check["fix"])} for check in shown]
+    return {"passed": not failed, "checks": shown}
 
 
 @router.post("/test-destination", name="test a destination before it is saved", response_model=Answer,
