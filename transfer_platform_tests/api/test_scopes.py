@@ -264,3 +264,23 @@ def test_wrong_credentials_are_slowed_down_and_the_right_key_still_served(api: A
     assert api.get("/recipients").status_code == 200
     assert api.post("/recipients", {"recipient": {"name": "acme", "id_in_provider_system": "a"}}).status_code == 201
     assert api.client.get("/recipients", headers={"X-API-KEY": "tpk_wrong"}).status_code == 429
+
+
+def test_the_docs_scopes_table_says_which_gets_read_cannot_make() -> None:
+    """docs/api.md's table says ``read`` allows every GET but those it names; each GET the scopes
+    table keeps for ``admin`` is named there as such (every ``/webhooks`` route, or by its path)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    assert text.count("- **Authentication**") == 1, "the Authentication convention is stated once"
+    rows = {line.split("|")[1].strip(): line.split("|")[2] for line in text.splitlines()
+            if line.startswith("| `") and line.split("|")[1].strip() in ("`read`", "`transfers`", "`admin`")}
+    read, admin = rows["`read`"], rows["`admin`"]
+    assert "every `GET` below" in read
+    for (method, path), needs in ROUTE_SCOPES.items():
+        if method != "GET" or needs != "admin":
+            continue
+        if path.startswith("/webhooks"):
+            assert "but the webhooks'" in read, read
+            assert "every `/webhooks` route" in admin, admin
+        else:
+            assert f"`GET {path}`" in read, (path, "not named as an exception of read")
+            assert f"`GET {path}`" in admin, (path, "not named as admin's")
