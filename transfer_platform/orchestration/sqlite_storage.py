@@ -195,8 +195,11 @@ def _base(fenced: internals.Fenced) -> type:
     return fenced.get() if fenced.problem() is None else object
 
 
-class LockedSqliteRunStorage(_base(internals.SQLITE_RUN_STORAGE)):
-    """Dagster's ``SqliteRunStorage`` (``runs.db``), created and migrated under the lock."""
+class _CreatedUnderTheLock:
+    """What the run and schedule storages add to Dagster's: ``from_local`` (how Dagster opens
+    them) under the lock, the record of :attr:`DATABASE` repaired first."""
+
+    DATABASE: str
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Mapping[str, Any]) -> Any:
@@ -205,28 +208,23 @@ class LockedSqliteRunStorage(_base(internals.SQLITE_RUN_STORAGE)):
     @classmethod
     def from_local(cls, base_dir: str, inst_data: Any = None) -> Any:
         with creation_lock(base_dir):
-            repaired = repair(os.path.join(base_dir, "runs.db"))
-            storage = super().from_local(base_dir, inst_data)
+            repaired = repair(os.path.join(base_dir, cls.DATABASE))
+            storage = super().from_local(base_dir, inst_data)  # type: ignore[misc]  # Dagster's
             if repaired:  # the data migrations its creator may not have reached
                 storage.migrate()
         return storage
 
 
-class LockedSqliteScheduleStorage(_base(internals.SQLITE_SCHEDULE_STORAGE)):
+class LockedSqliteRunStorage(_CreatedUnderTheLock, _base(internals.SQLITE_RUN_STORAGE)):
+    """Dagster's ``SqliteRunStorage`` (``runs.db``), created and migrated under the lock."""
+
+    DATABASE = "runs.db"
+
+
+class LockedSqliteScheduleStorage(_CreatedUnderTheLock, _base(internals.SQLITE_SCHEDULE_STORAGE)):
     """Dagster's ``SqliteScheduleStorage`` (``schedules.db``), created and migrated under the lock."""
 
-    @classmethod
-    def from_config_value(cls, inst_data: Any, config_value: Mapping[str, Any]) -> Any:
-        return cls.from_local(inst_data=inst_data, **config_value)
-
-    @classmethod
-    def from_local(cls, base_dir: str, inst_data: Any = None) -> Any:
-        with creation_lock(base_dir):
-            repaired = repair(os.path.join(base_dir, "schedules.db"))
-            storage = super().from_local(base_dir, inst_data)
-            if repaired:
-                storage.migrate()
-        return storage
+    DATABASE = "schedules.db"
 
 
 class LockedSqliteEventLogStorage(_base(internals.SQLITE_EVENT_LOG_STORAGE)):

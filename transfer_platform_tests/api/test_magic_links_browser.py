@@ -5,10 +5,7 @@ expired link and a second use of the same link."""
 
 from __future__ import annotations
 
-import shutil
 import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,20 +15,25 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-import uvicorn
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from transfer_platform_tests.support.api import write_api_config
+from transfer_platform_tests.support.browser import (
+    chromium,
+    fill,
+    fill_and_test,
+    free_socket,
+    serving,
+    text_of,
+    wait,
+)
 from transfer_platform_tests.support.postgres import PG, pg_connect
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "browser-pw-" + uuid.uuid4().hex  # trust auth: accepted and ignored by the test server
-WAIT = 60  # seconds a page has to show what a test waits for
 
 
 @dataclass
@@ -62,48 +64,21 @@ def served(tmp_path: Path, store_schema: str, secret_key: str) -> Iterator[Serve
     from transfer_platform.store.api_keys import create_key
     from transfer_platform.store.database import migrate
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock, base = free_socket()
     app = create_app(write_api_config(tmp_path, store_schema, api={"public_url": base}))
     migrate(app.state.store.settings.connection)
     _, key = create_key(app.state.store.engine, "browser-tests")
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive(), "the API server stopped"
-        assert time.monotonic() < deadline, "the API server did not start"
-        time.sleep(0.05)
-    try:
+    with serving(app, sock):
         served = Served(base, key, app.state.store.engine)
         answer = served.call("POST", "/recipients", {"recipient": {"name": "acme", "id_in_provider_system": "acme-1"}})
         assert answer.status_code == 201, answer.text
         yield served
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.fail("Chromium is not installed: run `bash scripts/dev setup` (installs Debian's chromium and "
-                    "chromium-driver)", pytrace=False)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1200,1600", "--no-first-run", "--disable-extensions"):
-        options.add_argument(argument)
-    session = webdriver.Chrome(options=options, service=Service(executable_path=driver))
-    try:
+    with chromium() as session:
         yield session
-    finally:
-        session.quit()
-
 
 
 @pytest.fixture
@@ -118,34 +93,9 @@ def weak_user() -> Iterator[str]:
         conn.execute(f'DROP ROLE IF EXISTS "{name}"')
 
 
-def wait(browser: webdriver.Chrome, condition, what: str):
-    """Poll the page until ``condition`` holds (at most WAIT seconds)."""
-    return WebDriverWait(browser, WAIT, poll_frequency=0.1, ignored_exceptions=(WebDriverException,)).until(
-        condition, message=what)
-
-
-def text_of(browser: webdriver.Chrome, element_id: str) -> str:
-    return browser.find_element(By.ID, element_id).text
-
-
-def fill(browser: webdriver.Chrome, values: dict[str, Any]) -> None:
-    for name, value in values.items():
-        field = browser.find_element(By.ID, f"field-{name}")
-        field.clear()
-        field.send_keys(str(value))
-
-
 def connection(schema: str, **changes: Any) -> dict[str, Any]:
     return {"host": PG["host"], "port": PG["port"], "database": PG["dbname"], "username": PG["user"],
             "password": PASSWORD, "schema": schema, **changes}
-
-
-def fill_and_test(browser: webdriver.Chrome, values: dict[str, Any]) -> None:
-    """Pick postgres, fill the form in, press Test and wait until every check passed."""
-    Select(browser.find_element(By.ID, "vendor")).select_by_value("postgres")
-    fill(browser, values)
-    browser.find_element(By.ID, "test").click()
-    wait(browser, lambda b: "Every check passed" in text_of(b, "status"), "the test should pass")
 
 
 def test_a_recipient_connects_its_postgres_schema(served: Served, browser: webdriver.Chrome, dst_schema: str):
@@ -225,7 +175,7 @@ def test_an_expired_link(served: Served, browser: webdriver.Chrome, dst_schema: 
     assert browser.find_elements(By.ID, "form") == []
     # a link that expires while its page is open: Save is refused, the page says why
     browser.get(served.link())
-    fill_and_test(browser, connection(dst_schema))
+    fill_and_test(browser, "postgres", connection(dst_schema))
     with served.engine.begin() as conn:
         conn.execute(sa.text("UPDATE magic_links SET expires_at = now() - interval '1 second'"))
     browser.find_element(By.ID, "save").click()
@@ -237,7 +187,7 @@ def test_an_expired_link(served: Served, browser: webdriver.Chrome, dst_schema: 
 def test_a_second_use_of_the_same_link(served: Served, browser: webdriver.Chrome, dst_schema: str):
     url = served.link(redirect_url="https://provider.example/onboarded")
     browser.get(url)
-    fill_and_test(browser, connection(dst_schema))
+    fill_and_test(browser, "postgres", connection(dst_schema))
     # meanwhile the link is used from elsewhere (another tab, a forwarded copy)
     other = {"destination": {"vendor": "postgres", "name": "acme_elsewhere", "connection": connection(dst_schema)}}
     assert httpx.post(url + "/destination", json=other, timeout=60).status_code == 201
