@@ -214,9 +214,10 @@ def targets(destination: Any, at: str | None = None) -> Targets:
         fields = getattr(type(value), "model_fields", None)
         if fields is None:
             return
-        host = getattr(value, "host", None)
+        host = getattr(value, "host", None) if "host" in fields else None
         if isinstance(host, str) and host:
-            port = getattr(value, "server_port", None) or getattr(value, "port", None) or _DEFAULT_PORTS.get(vendor)
+            port = next((getattr(value, n) for n in ("server_port", "port") if n in fields and getattr(value, n)),
+                        None) or _DEFAULT_PORTS.get(vendor)
             if isinstance(port, int):
                 found.hosts.append((host, port, f"{at}.host"))
         for name in fields:
@@ -395,16 +396,20 @@ def apply_policy(config: Any, linked: Iterable[str]) -> None:
                                own_pairs=tuple(dict.fromkeys([*pairs, *dagster_storage_pairs()])),
                                allow_local_paths=settings.allow_local_paths)
     providers = {(_name(host), port) for host, port in pairs}
+    policies = {} if policy is None else {who: replace(policy, entered_by=who) for who in ("recipient", "provider")}
     for destination in config.destinations:
         entered_by = "recipient" if destination.name in linked else "provider"
         under = entered_by == "recipient" or settings.check_provider_destinations
-        followed = None if policy is None or not under else replace(policy, entered_by=entered_by)
+        followed = policies.get(entered_by) if under else None
+        if followed is not None or destination._address_policy is not None:  # else: never marked
+            _mark(destination, followed)
         destination._address_policy = followed
-        _mark(destination, followed)
-        if followed is None:
+        if followed is None and policy is not None:  # a provider's destination beside guarded ones
             providers.update((_name(host), port) for host, port, _ in targets(destination).hosts)
     with _lock:
         _providers.update(providers)
+        if policy is None:  # no destination is under the policy: no pair is judged
+            _guarded.clear()
         for pair in providers:
             _guarded.pop(pair, None)
 
