@@ -73,8 +73,6 @@ FIXES = {
                 "the policy (destination_addresses.allow_local_paths)",
     },
 }
-REFUSED_FIX = FIXES["recipient"]["host"]
-REFUSED_PATH_FIX = FIXES["recipient"]["path"]
 
 
 class AddressRefused(ConfigError):
