@@ -54,6 +54,7 @@ def check_config(config: PlatformConfig, now: datetime) -> list[Problem]:
     problems += _check_destinations(config)
     problems += _check_schema_tenants(config)
     problems += _check_settings_without_effect(config)
+    problems += _check_clients(config)
     return problems
 
 
@@ -375,6 +376,16 @@ def _check_settings_without_effect(config: PlatformConfig) -> list[Problem]:
                                 "recipients, destinations, sources and models",
                                 "add a store: section (docs/api.md), or remove api:"))
     return problems
+
+
+def _check_clients(config: PlatformConfig) -> list[Problem]:
+    """Each source's and destination's client installed: a vendor beyond the base install's
+    needs its extra (``vendors/record.py``: :class:`Extra`), which ``validate`` names as the fix,
+    where a transfer would fail on an ``ImportError``."""
+    return [Problem(f"{kind}[{i}] ({entry.name}).vendor",
+                    f"vendor {entry.vendor!r} needs {extra.package}, which is not installed here", extra.install)
+            for kind, entries in (("sources", config.sources), ("destinations", config.destinations))
+            for i, entry in enumerate(entries) for extra in entry.extras() if not extra.installed()]
 
 
 _ABSENT = object()

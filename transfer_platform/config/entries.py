@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 from transfer_platform.core.durations import parse_duration_seconds
 
 if TYPE_CHECKING:
-    from transfer_platform.vendors.record import Vendor
+    from transfer_platform.vendors.record import Extra, Vendor
 
 Name = Annotated[
     str,
@@ -98,6 +98,11 @@ class SourceBase(StrictModel):
         (``transfer_platform/vendors/``) sets on its configuration class."""
         return type(self).RECORD
 
+    def extras(self) -> tuple[Extra, ...]:
+        """The install's extras its vendor's client comes from (``validate`` checks each is
+        installed): its record's."""
+        return (self.vendor_record.extra,) if self.vendor_record.extra else ()
+
     @property
     def lookback_seconds(self) -> int:
         if self.lookback_window is not None:
@@ -145,6 +150,11 @@ class DestinationBase(StrictModel):
         """What the platform knows of this destination's vendor: its record, which the registry
         (``transfer_platform/vendors/``) sets on its configuration class."""
         return type(self).RECORD
+
+    def extras(self) -> tuple[Extra, ...]:
+        """The install's extras its vendor's client comes from (``validate`` checks each is
+        installed): its record's, by default."""
+        return (self.vendor_record.extra,) if self.vendor_record.extra else ()
 
     def place(self) -> Place:
         raise NotImplementedError

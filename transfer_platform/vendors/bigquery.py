@@ -10,7 +10,7 @@ from pydantic import Field
 
 from transfer_platform.config.entries import DestinationBase, Place, StrictModel
 from transfer_platform.config.secrets import EnvRef
-from transfer_platform.vendors.record import Vendor, one_query
+from transfer_platform.vendors.record import BIGQUERY, Vendor, one_query
 
 
 class BigqueryConnection(StrictModel):
@@ -51,6 +51,6 @@ COLUMN_TYPES = MappingProxyType({  # as the tables API names them back: legacy n
 
 DESTINATION = Vendor("bigquery", "destination", "transfer_platform.destinations.bigquery.writer", "BigqueryWriter",
                      BigqueryDestination, drivers=("google.cloud.bigquery", "pyarrow", "pyarrow.csv"),
-                     column_types=COLUMN_TYPES,
+                     column_types=COLUMN_TYPES, extra=BIGQUERY,
                      refuses=(one_query("destination", "a window is one load job and one MERGE: BigQuery "
                                                        "parallelizes each by itself"),))

@@ -18,7 +18,7 @@ from transfer_platform.config.entries import (
     server_host,
 )
 from transfer_platform.config.secrets import EnvRef
-from transfer_platform.vendors.record import Vendor, one_query
+from transfer_platform.vendors.record import CLICKHOUSE, Vendor, one_query
 
 #: ClickHouse's HTTP ports, plain and over TLS
 HTTP_PORT, HTTPS_PORT = 8123, 8443
@@ -87,6 +87,6 @@ COLUMN_TYPES = MappingProxyType({
 
 DESTINATION = Vendor("clickhouse", "destination", "transfer_platform.destinations.clickhouse.writer",
                      "ClickhouseWriter", ClickhouseDestination, drivers=("clickhouse_connect", "pyarrow"),
-                     column_types=COLUMN_TYPES,
+                     column_types=COLUMN_TYPES, extra=CLICKHOUSE,
                      refuses=(one_query("destination", "a window is inserted and swapped in by one session, "
                                                        "statement after statement"),))

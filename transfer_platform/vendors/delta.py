@@ -14,7 +14,7 @@ from transfer_platform.config.connection_settings import (
     folder_or_bucket,
 )
 from transfer_platform.config.entries import DestinationBase, Place, StrictModel, folder_place
-from transfer_platform.vendors.record import Vendor, one_query
+from transfer_platform.vendors.record import AZURE, Extra, Vendor, one_query
 
 
 def _delta_connection(value: object) -> str:
@@ -43,6 +43,11 @@ class DeltaDestination(DestinationBase):
     vendor: Literal["delta"]
     connection: DeltaConnection  # a bucket: the tables under s3://<bucket>/<prefix>/ (az://<container>/...)
     sharing: DeltaSharingSettings = Field(default_factory=DeltaSharingSettings)
+
+    def extras(self) -> tuple[Extra, ...]:
+        """In an Azure container: azure-storage-blob, which holds the models' locks and signs
+        Delta Sharing's URLs (delta-rs reaches the container by itself)."""
+        return (AZURE,) if isinstance(self.connection, AzureBlobConnection) else ()
 
     def place(self) -> Place:
         if isinstance(self.connection, S3Connection | AzureBlobConnection):

@@ -8,7 +8,7 @@ from typing import Literal
 
 from transfer_platform.config.connection_settings import DatabaseConnection, FolderOrBucket
 from transfer_platform.config.entries import DestinationBase, Name, Place, StrictModel, server_host
-from transfer_platform.vendors.record import Vendor, one_query
+from transfer_platform.vendors.record import ICEBERG, Vendor, one_query
 
 
 class IcebergConnection(StrictModel):
@@ -53,6 +53,6 @@ COLUMN_TYPES = MappingProxyType({
 
 DESTINATION = Vendor("iceberg", "destination", "transfer_platform.destinations.iceberg.writer", "IcebergWriter",
                      IcebergDestination, drivers=("pyiceberg.catalog.sql", "pyarrow", "psycopg"),
-                     column_types=COLUMN_TYPES,
+                     column_types=COLUMN_TYPES, extra=ICEBERG,
                      refuses=(one_query("destination", "pyiceberg writes each window as one snapshot from the "
                                                        "driver, there are no queries to run in parallel"),))

@@ -20,7 +20,7 @@ from transfer_platform.config.connection_settings import (
 )
 from transfer_platform.config.entries import DestinationBase, Place, StrictModel, folder_place
 from transfer_platform.config.secrets import EnvRef
-from transfer_platform.vendors.record import Vendor
+from transfer_platform.vendors.record import AZURE, GCS, SFTP, Vendor
 
 _WRITER = ("transfer_platform.destinations.object_storage", "ObjectStorageWriter")
 _DRIVERS = ("pyarrow", "pyarrow.parquet", "cryptography")
@@ -97,7 +97,7 @@ class AzureBlobDestination(ObjectStorageBase):
 
 
 ABS = Vendor("abs", "destination", *_WRITER, AzureBlobDestination, drivers=(*_DRIVERS, "azure.storage.blob"),
-             only_adds_files=True)
+             only_adds_files=True, extra=AZURE)
 
 
 # -- a Google Cloud Storage bucket -----------------------------------------------------------
@@ -114,7 +114,7 @@ class GcsDestination(ObjectStorageBase):
 
 
 GCS = Vendor("gcs", "destination", *_WRITER, GcsDestination, drivers=(*_DRIVERS, "google.cloud.storage"),
-             only_adds_files=True)
+             only_adds_files=True, extra=GCS)
 
 
 # -- a folder on an SFTP server --------------------------------------------------------------
@@ -130,4 +130,5 @@ class SFTPDestination(ObjectStorageBase):
         return self.connection.place()
 
 
-SFTP = Vendor("sftp", "destination", *_WRITER, SFTPDestination, drivers=(*_DRIVERS, "paramiko"), only_adds_files=True)
+SFTP = Vendor("sftp", "destination", *_WRITER, SFTPDestination, drivers=(*_DRIVERS, "paramiko"), only_adds_files=True,
+             extra=SFTP)

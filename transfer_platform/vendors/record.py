@@ -4,6 +4,7 @@ the configuration file (see :mod:`transfer_platform.vendors`). Standard library 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -13,6 +14,50 @@ if TYPE_CHECKING:
 
 #: the lookback of a source whose record does not name one (the reference system's, 5 minutes)
 DEFAULT_LOOKBACK_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An optional part of the install (``pyproject.toml``'s ``[project.optional-dependencies]``,
+    dlt's and Airbyte's convention): ``pip install 'transfer-platform[<name>]'`` adds the client
+    library ``package``, imported as ``module``. PostgreSQL, MySQL, DuckDB, Delta, Parquet and S3
+    need none; a vendor whose client is missing is refused by ``validate`` with the install command
+    as the fix, rather than by its first transfer with an ``ImportError``."""
+
+    name: str
+    package: str  # the distribution, as pip names it
+    module: str  # what the vendor's code imports from it
+
+    @property
+    def install(self) -> str:
+        return f"pip install 'transfer-platform[{self.name}]'"
+
+    def installed(self) -> bool:
+        """Whether ``module`` can be imported here: found, not imported (its parent packages are
+        namespaces, imported by the search at no cost). Only a found one is remembered: a client
+        installed while the process runs is found by the next check."""
+        if self.module in _FOUND:
+            return True
+        try:
+            found = importlib.util.find_spec(self.module) is not None
+        except ImportError:  # a parent package is missing
+            found = False
+        if found:
+            _FOUND.add(self.module)
+        return found
+
+
+_FOUND: set[str] = set()  # the modules of the extras found installed
+
+SNOWFLAKE = Extra("snowflake", "snowflake-connector-python", "snowflake.connector")
+BIGQUERY = Extra("bigquery", "google-cloud-bigquery", "google.cloud.bigquery")
+CLICKHOUSE = Extra("clickhouse", "clickhouse-connect", "clickhouse_connect")
+AZURE = Extra("azure", "azure-storage-blob", "azure.storage.blob")
+GCS = Extra("gcs", "google-cloud-storage", "google.cloud.storage")
+SFTP = Extra("sftp", "paramiko", "paramiko")
+ICEBERG = Extra("iceberg", "pyiceberg", "pyiceberg")
+#: every extra but ``all`` (which installs them all)
+EXTRAS = (SNOWFLAKE, BIGQUERY, CLICKHOUSE, AZURE, GCS, SFTP, ICEBERG)
 
 
 @dataclass(frozen=True)
@@ -50,6 +95,7 @@ class Vendor:
     drivers: tuple[str, ...] = ()  # the Python modules of its client libraries (imported only at run time)
     jdbc_jars: tuple[str, ...] = ()  # the JDBC drivers Spark loads to read it (Debian's packages)
     refuses: tuple[Refusal, ...] = ()  # settings without effect on it
+    extra: Extra | None = None  # the install's extra that brings its client (None: the base install's)
     # -- a source's ---------------------------------------------------------------------------
     default_lookback_seconds: int = DEFAULT_LOOKBACK_SECONDS  # when lookback_window is not set
     tenant_container: str = "schema"  # what a schema-tenanted source's tenant id names

@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field
 
 from transfer_platform.config.entries import DestinationBase, Place, StrictModel
 from transfer_platform.config.secrets import EnvRef
-from transfer_platform.vendors.record import Vendor
+from transfer_platform.vendors.record import SNOWFLAKE, Vendor
 
 
 class SnowflakeConnection(StrictModel):
@@ -77,4 +77,4 @@ COLUMN_TYPES = MappingProxyType({
 
 DESTINATION = Vendor("snowflake", "destination", "transfer_platform.destinations.snowflake.writer", "SnowflakeWriter",
                      SnowflakeDestination, drivers=("snowflake.connector", "pyarrow", "pyarrow.parquet"),
-                     column_types=COLUMN_TYPES)
+                     column_types=COLUMN_TYPES, extra=SNOWFLAKE)
