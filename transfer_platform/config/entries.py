@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_core import PydanticCustomError
@@ -79,6 +79,9 @@ class SourceBase(StrictModel):
     """What every source has; a vendor's class adds its ``vendor`` and ``connection``."""
 
     RECORD: ClassVar[Vendor]  # set by the registry on each vendor's class
+    if TYPE_CHECKING:  # declared by each vendor's class (not fields here: they would come first)
+        vendor: str
+        connection: Any
     name: Name
     max_concurrent_transfers: int = Field(default=10, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
@@ -126,6 +129,9 @@ class DestinationBase(StrictModel):
     says where it writes (:meth:`place`) and what else ``validate`` checks (:meth:`problems`)."""
 
     RECORD: ClassVar[Vendor]  # set by the registry on each vendor's class
+    if TYPE_CHECKING:  # declared by each vendor's class (not fields here: they would come first)
+        vendor: str
+        connection: Any
     name: Name
     recipient: str
     is_enabled: bool = True

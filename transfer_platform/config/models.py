@@ -8,7 +8,7 @@ A source's or destination's class is its vendor's (``transfer_platform/vendors/`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, Union
 
 from pydantic import (
     Field,
@@ -147,11 +147,15 @@ def _chosen_by_vendor(registry: Mapping[str, Vendor]) -> object:
     return Annotated[Union[classes], Field(discriminator="vendor")]  # noqa: UP007 (a union built at run time)
 
 
-#: a source: the ``vendor:`` value chooses the class (each vendor's record names its class)
-SourceConfig = _chosen_by_vendor(SOURCES)
+if TYPE_CHECKING:  # what a type checker knows of a union built at run time: its members' base
+    SourceConfig: TypeAlias = SourceBase
+    DestinationConfig: TypeAlias = DestinationBase
+else:
+    #: a source: the ``vendor:`` value chooses the class (each vendor's record names its class)
+    SourceConfig = _chosen_by_vendor(SOURCES)
 
-#: a destination: the ``vendor:`` value chooses the class (each vendor's record names its class)
-DestinationConfig = _chosen_by_vendor(DESTINATIONS)
+    #: a destination: the ``vendor:`` value chooses the class (each vendor's record names its class)
+    DestinationConfig = _chosen_by_vendor(DESTINATIONS)
 
 
 class SparkSettings(StrictModel):
@@ -172,7 +176,7 @@ class SparkSettings(StrictModel):
     conf: dict[str, str] = Field(default_factory=dict)
     remote: str | None = None
     shared: StrictBool = True
-    shared_idle_seconds: StrictInt = Field(1800, ge=10, le=7 * 86400)
+    shared_idle_seconds: StrictInt = Field(default=1800, ge=10, le=7 * 86400)
 
     @field_validator("remote")
     @classmethod
@@ -188,8 +192,8 @@ class DagsterSettings(StrictModel):
     ``runs_deleted_per_tick`` finished runs created more than ``run_retention_days`` days ago,
     oldest first (:mod:`transfer_platform.orchestration.retention`)."""
 
-    run_retention_days: int = Field(30, ge=1)
-    runs_deleted_per_tick: int = Field(200, ge=1, le=10_000)
+    run_retention_days: int = Field(default=30, ge=1)
+    runs_deleted_per_tick: int = Field(default=200, ge=1, le=10_000)
 
 
 class StoreSettings(StrictModel):
@@ -205,15 +209,15 @@ class ApiSettings(StrictModel):
     """The REST API (``transfer-platform api``)."""
 
     #: the address recipients open magic links at (the API's, as the internet sees it)
-    public_url: str = Field("http://127.0.0.1:8000", pattern=r"^https?://")
+    public_url: str = Field(default="http://127.0.0.1:8000", pattern=r"^https?://")
     #: the Dagster webserver the API asks to reload the code location after a change (its
     #: GraphQL endpoint); without it, changes reach Dagster at its next reload
     dagster_url: str | None = Field(default=None, pattern=r"^https?://")
     #: how long a magic link stays usable
-    magic_link_hours: float = Field(24, gt=0, le=24 * 30)
+    magic_link_hours: float = Field(default=24, gt=0, le=24 * 30)
     #: wrong API keys, scoped auth tokens or magic-link tokens one client address may send in a
     #: minute before each further wrong one gets 429 (counted in each API process)
-    failed_credentials_per_minute: int = Field(20, ge=1)
+    failed_credentials_per_minute: int = Field(default=20, ge=1)
 
 
 class DestinationAddressSettings(StrictModel):

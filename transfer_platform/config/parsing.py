@@ -122,8 +122,8 @@ def _problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()
             fix = f"use one of the vendors: {vendors.supported(registry)}"
         elif kind == "string_pattern_mismatch":
             fix = "use only letters, digits and underscores"
-        elif (error.get("ctx") or {}).get("fix"):  # config.entries.refusal
-            fix = error["ctx"]["fix"]
+        elif given := (error.get("ctx") or {}).get("fix"):  # config.entries.refusal
+            fix = given
         else:
             fix = _fix_of(kind, error.get("ctx") or {})
         problems.append(Problem(path, message, fix))

@@ -66,8 +66,8 @@ class EnvRef(BaseModel):
     def resolve(self, where: str) -> SecretStr:
         if self.encrypted is not None:
             value = decrypt_secret(self.encrypted, where)
-        else:
-            value = os.environ.get(self.env)
+        else:  # then ``env`` is set (:meth:`_one_form`)
+            value = os.environ.get(self.env) if self.env is not None else None
             if value is None:
                 raise ConfigError(
                     [Problem(where, f"environment variable {self.env} is not set",
@@ -177,7 +177,9 @@ def _protobuf_text_forms(value: str) -> set[str]:
         from google.protobuf import text_encoding
     except ImportError:  # no Spark Connect client here
         return set()
-    return {text_encoding.CEscape(value.encode(), False), text_encoding.CEscape(value, True)}
+    # (as_utf8: text, which protobuf's annotation, bytes only, leaves out)
+    return {text_encoding.CEscape(value.encode(), False),
+            text_encoding.CEscape(value, True)}  # pyright: ignore[reportArgumentType]
 
 
 def remember_secret(value: str) -> None:

@@ -105,8 +105,9 @@ def plan_windows(
     planned: list[PlannedWindow] = []
     for partition in partitions:
         pieces = [partition]
-        if windowing.max_window_seconds < grid.seconds:
-            pieces = chunk(partition, windowing.max_window_seconds)
+        longest = windowing.max_window_seconds  # set, since there is a grid
+        if longest is not None and longest < grid.seconds:
+            pieces = chunk(partition, longest)
         planned += _reads(windowing, partition, pieces, now=now, resume=resume, skip_done=incremental)
     return planned
 
