@@ -158,8 +158,9 @@ def live_source_rows(spark: SparkSession, reader, model: ModelConfig,  # a Sourc
         return rows
     from pyspark.sql import functions as F
 
-    column = spark_col(model.deletion_marker.destination_name)
-    marked = column if model.deletion_marker.data_type == "boolean" else column.isNotNull()
+    marker = model.deletion_marker  # set: the model removes deleted rows
+    column = spark_col(marker.destination_name)  # pyright: ignore[reportOptionalMemberAccess]
+    marked = column if marker.data_type == "boolean" else column.isNotNull()  # pyright: ignore[reportOptionalMemberAccess]
     return rows.where(~F.coalesce(marked, F.lit(False)))
 
 
@@ -268,7 +269,7 @@ def _run(compared: DataFrame, model: ModelConfig, destination: str) -> tuple[dic
     aggregates = [F.count(F.when(F.col(_IN_SOURCE), 1)).alias("rows_compared")]
     aggregates += [F.count(F.when(row_class == name, 1)).alias(name) for name in classes]
     with spark_errors("comparing the source with the destination", model, destination):
-        totals = compared.agg(*aggregates).first().asDict()
+        totals = compared.agg(*aggregates).first().asDict()  # pyright: ignore[reportOptionalMemberAccess] (an aggregate has a row)
         counts = {name: int(value or 0) for name, value in totals.items()}
         examples = _examples(compared, model) if any(counts[name] for name in classes) else {}
     return counts, examples

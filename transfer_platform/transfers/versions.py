@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.compute as _compute
 
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.errors import DataError, DuplicateKey
 from transfer_platform.sources.base import ORIGIN_COLUMN, spark_col
+
+pc: Any = _compute  # pyarrow.compute's functions are made at import time: a type checker sees none
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation
@@ -114,7 +116,8 @@ def version_conflict(model: ModelConfig, destination: str, first: dict[str, Any]
     keys = ", ".join(f"{c.destination_name}={_value(first.get(c.destination_name))}" for c in model.primary_key)
     lm = model.last_modified.destination_name
     differ = [c.destination_name for c in model.columns if first.get(c.destination_name) != second.get(c.destination_name)]
-    origins = sorted({show_origin(first.get(ORIGIN_COLUMN)), show_origin(second.get(ORIGIN_COLUMN))} - {None})
+    origins = sorted(o for o in {show_origin(first.get(ORIGIN_COLUMN)), show_origin(second.get(ORIGIN_COLUMN))}
+                     if o is not None)
     if origins:
         where = (f"in files {origins[0]} and {origins[1]}" if len(origins) == 2
                  else f"both in file {origins[0]}")

@@ -34,7 +34,7 @@ STATE_COLUMNS = ("state", "refresh_state", "published_state")
 
 def statement(method: Callable) -> Callable:
     """Mark a method of :class:`Dialect` as one every dialect implements."""
-    method.__statement__ = True
+    method.__statement__ = True  # pyright: ignore[reportFunctionMemberAccess]
     return method
 
 
@@ -220,7 +220,8 @@ class Dialect:
         marker = model.deletion_marker
         return plan_soft_delete(target=target, staging=staging, primary_key=[c.destination_name for c in model.primary_key],
                                 last_modified=model.last_modified.destination_name,
-                                marker=marker.destination_name, marker_type=marker.data_type)
+                                marker=marker.destination_name,  # pyright: ignore[reportOptionalMemberAccess]
+                                marker_type=marker.data_type)  # pyright: ignore[reportOptionalMemberAccess]
 
     def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
         """Merge the staged rows on the primary key (``INSERT ... ON CONFLICT (key) DO UPDATE ...

@@ -104,7 +104,7 @@ class SqlWriter(Writer, abstract=True):
         """What the driver raises, as the platform's errors naming the fix (a grant, a setting)."""
         return nullcontext()
 
-    def _preparing(self) -> AbstractContextManager[None]:
+    def _preparing(self) -> AbstractContextManager[None]:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Around ``prepare``: the driver's errors translated (the default of every SQL vendor)."""
         return self._translated_errors()
 
@@ -160,7 +160,7 @@ class SqlWriter(Writer, abstract=True):
         return bool(row and row[0])
 
     def _has_rows(self, table: str) -> bool:
-        return bool(self.session.one(self.dialect.has_rows(table))[0])
+        return bool(self.session.one(self.dialect.has_rows(table))[0])  # pyright: ignore[reportOptionalSubscript]
 
     def _columns(self, name: str) -> dict[str, str]:
         """Column name -> type as the catalog names it; empty if the table does not exist."""
@@ -340,7 +340,7 @@ class SqlWriter(Writer, abstract=True):
         with self._translated_errors():
             state = self.read_state(model, "refresh_state" if load.into_refresh else "state")
             hw = None if state.high_watermark is None else model.change_column.value(state.high_watermark)
-            rows, delta_rows, max_lm, null_keys, null_lms, marked, volume = self.session.one(
+            rows, delta_rows, max_lm, null_keys, null_lms, marked, volume = self.session.one(  # pyright: ignore[reportGeneralTypeIssues]
                 self.dialect.batch_summary(model, staging.table, hw))
             if null_keys or null_lms:
                 self._refuse_null_values(load, staging.table)
@@ -402,7 +402,8 @@ class SqlWriter(Writer, abstract=True):
         model = load.model
         marker, skip, rows_deleted = model.deletion_marker, None, staging.marked
         if model.removes_deleted_rows:  # rows marked deleted are removed, never inserted
-            skip = self.dialect.marked(marker.destination_name, marker.data_type)
+            skip = self.dialect.marked(marker.destination_name,  # pyright: ignore[reportOptionalMemberAccess]
+                                       marker.data_type)  # pyright: ignore[reportOptionalMemberAccess]
             rows_deleted = self.session.execute(self.dialect.soft_delete(staging.target, staging.table, model))
         for statement in self.dialect.upsert(staging.target, staging.table, model, skip):
             self.session.execute(statement)
