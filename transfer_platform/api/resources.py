@@ -5,8 +5,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from transfer_platform.api.app import ActorDep, StoreDep, ok
 from transfer_platform.api.dagster_reload import reload_soon
+from transfer_platform.api.edge import ActorDep, StoreDep, ok
 from transfer_platform.api.schemas import BODIES, Answer, DestinationBody, answers
 from transfer_platform.store.prequel import ID_FIELDS, beside_ours
 from transfer_platform.store.resources import Resource, ResourceStore, validate_entry

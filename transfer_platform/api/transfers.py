@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from transfer_platform.api.app import ActorDep, ApiError, StoreDep, ok
+from transfer_platform.api.edge import ActorDep, ApiError, StoreDep, ok
 from transfer_platform.api.schemas import (
     Answer,
     RequestedAnswer,
