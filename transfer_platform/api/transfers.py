@@ -20,13 +20,14 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from transfer_platform.api.edge import ActorDep, ApiError, StoreDep, ok
 from transfer_platform.api.schemas import (
     Answer,
     RequestedAnswer,
     TransferAnswer,
+    TransferFields,
     TransferRequest,
     TransfersAnswer,
     answers,
@@ -97,33 +98,19 @@ def close(app: Any) -> None:  # a FastAPI application
 
 # -- requesting a transfer ----------------------------------------------------------------------
 
-class TransferRequestBody(BaseModel):
-    """Prequel's transfer request as the API receives it (every field optional); it becomes a
-    :class:`TransferOrder` once checked against the destination (:func:`request_transfer`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    full_refresh: bool = False
-    models: list[str] = Field(default_factory=list)
-    start_transfer_window_at: datetime | None = None  # inclusive
-    end_transfer_window_at: datetime | None = None  # exclusive
-    tags: dict[str, str] = Field(default_factory=dict)
-    is_debug_mode: bool = False  # the dry run: plan, move nothing
-
-
 def _utc(moment: datetime | None) -> datetime | None:
     if moment is None:
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _request(body: Any) -> TransferRequestBody:
+def _request(body: Any) -> TransferFields:
     if body is None:
         body = {}
     if isinstance(body, dict) and isinstance(body.get("transfer"), dict):
         body = body["transfer"]  # also accepted wrapped, as the other resources' bodies
     try:
-        wanted = TransferRequestBody.model_validate(body)
+        wanted = TransferFields.model_validate(body)
     except ValidationError as exc:
         problems = [Problem(".".join(str(p) for p in e["loc"]) or "body", e["msg"], _FIXES.get(
             str(e["loc"][0]) if e["loc"] else "", "see the transfer request's fields")) for e in exc.errors()]
