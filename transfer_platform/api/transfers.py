@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
+from dagster import DagsterInstance
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import ValidationError
 
@@ -36,10 +37,12 @@ from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration import transfers as orchestration
 from transfer_platform.orchestration.run_tags import parse_user_tags
+from transfer_platform.orchestration.sqlite_storage import record_problem
 from transfer_platform.orchestration.workspaces import OpenWorkspaces
 from transfer_platform.store import audit
 from transfer_platform.store.resources import NotFound
 from transfer_platform.transfers.order import TransferOrder
+from transfer_platform.transfers.preflight import window_problems
 
 router = APIRouter()
 
@@ -47,7 +50,7 @@ MAX_PAGE_SIZE = 100
 _lock = threading.Lock()
 
 
-def instance(request: Request):  # -> DagsterInstance
+def instance(request: Request) -> DagsterInstance:
     """The application's Dagster instance ($DAGSTER_HOME), opened on first use and kept."""
     app = request.app
     found = getattr(app.state, "dagster_instance", None)
@@ -55,16 +58,12 @@ def instance(request: Request):  # -> DagsterInstance
         return found
     with _lock:
         if getattr(app.state, "dagster_instance", None) is None:
-            from dagster import DagsterInstance
-
             if not os.environ.get("DAGSTER_HOME"):
                 raise ApiError(503, "DAGSTER_HOME is not set where the API runs: transfers live in the "
                                     "Dagster instance (export DAGSTER_HOME=... as for the daemon)")
             try:
                 opened = DagsterInstance.get()
             except Exception as exc:  # a broken migration record of its storage is named as such
-                from transfer_platform.orchestration.sqlite_storage import record_problem
-
                 problem = record_problem(os.environ["DAGSTER_HOME"], exc)
                 if problem is None:
                     raise
@@ -150,8 +149,6 @@ def request_transfer(key: str, request: Request, resources: StoreDep, actor: Act
     destination = resources.get("destination", key)
     config = resources.config()
     config.destination(destination.name)  # in the effective configuration (a ConfigError otherwise)
-    from transfer_platform.transfers.preflight import window_problems
-
     start, end = _utc(wanted.start_transfer_window_at), _utc(wanted.end_transfer_window_at)
     problems = [Problem(p.path.replace("--start", "start_transfer_window_at").replace("--end", "end_transfer_window_at"),
                         p.message.replace("--end", "end_transfer_window_at").replace("--start", "start_transfer_window_at"),
