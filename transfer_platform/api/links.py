@@ -382,18 +382,17 @@ def link_save(token: str, request: Request, body: JsonBody, resources: StoreDep)
     except BaseException:
         magic_links.give_back(resources.engine, link.id)
         raise
-    magic_links.saved(resources.engine, link, {"id": created.id, "name": created.name, "vendor": document["vendor"]},
-                      actor)
+    saved = {"id": created.id, "name": created.name, "vendor": document["vendor"]}
+    magic_links.saved(resources.engine, link, saved, actor)
     reload_soon(request.app)
-    redirect_url = link.options.get("redirect_url")
-    return ok({"destination": {"id": created.id, "name": created.name, "vendor": document["vendor"]},
-               "redirect_url": redirect_url}, f"destination {created.name} saved", status_code=201)
+    return ok({"destination": saved, "redirect_url": link.options.get("redirect_url")},
+              f"destination {created.name} saved", status_code=201)
 
 
 @public_router.get("/link/{token}/done", name="the form's last page", include_in_schema=False)
 def link_done(token: str, resources: StoreDep):
     """Shown after a save (the link is used by then: only its own recipient's destination is named)."""
-    row = magic_links.used_of_token(resources.engine, token)
+    row = magic_links.of_token(resources.engine, token)
     if row is None or row.destination_name is None:
         return RedirectResponse(f"../{token}", status_code=303) if row is not None else \
             message_page(404, "This link is not valid", f"No link has this address: {_NEW_LINK}.")

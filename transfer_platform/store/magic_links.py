@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from transfer_platform.store import audit, events
-from transfer_platform.store.api_keys import MAX_SECRET_LENGTH, live_row, secret_hash
+from transfer_platform.store.api_keys import live_row, secret_hash
 from transfer_platform.store.resources import Conflict, NotFound
 from transfer_platform.store.tables import magic_links
 
@@ -68,16 +68,9 @@ def revoke(engine: Engine, link_id: str, *, actor: str) -> sa.Row:
 
 
 def of_token(engine: Engine, token: str) -> sa.Row | None:
-    """The link of ``token`` with ``live`` (not expired yet), used or not; None if there is none."""
+    """The link of ``token`` with ``live`` (not expired yet), used or not (the form's last page
+    reads what a used one saved); None if there is none."""
     return live_row(engine, magic_links, token)
-
-
-def used_of_token(engine: Engine, token: str) -> sa.Row | None:
-    """The link of ``token`` whatever its state (the form's last page reads what it saved)."""
-    if not 0 < len(token) <= MAX_SECRET_LENGTH:
-        return None
-    with engine.connect() as conn:
-        return conn.execute(sa.select(magic_links).where(magic_links.c.token_hash == secret_hash(token))).first()
 
 
 def claim(engine: Engine, link_id: str) -> bool:
