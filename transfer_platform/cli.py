@@ -566,7 +566,7 @@ def cmd_magic_link(args: argparse.Namespace) -> int:
 def cmd_sharing_token(args: argparse.Namespace) -> int:
     """A recipient's Delta Sharing token: create and rotate print its profile file (or write it to
     --profile), list shows the tokens without them, revoke ends the recipient's token."""
-    from transfer_platform.api.app import api_settings
+    from transfer_platform.api.edge import api_settings
     from transfer_platform.sharing import tokens
     from transfer_platform.store.resources import Conflict, NotFound, ResourceStore
 

@@ -7,13 +7,12 @@ from datetime import datetime
 from typing import Annotated
 from urllib.parse import urlencode
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request
 
-from transfer_platform.api.app import ApiError, StoreDep, ok
+from transfer_platform.api.edge import ApiError, StoreDep, ok
 from transfer_platform.api.schemas import Answer, answers
 from transfer_platform.errors import Problem
-from transfer_platform.store.tables import audit_log
+from transfer_platform.store import audit as store_audit
 
 router = APIRouter()
 MAX_PAGE = 100
@@ -42,19 +41,10 @@ def read_audit_log(request: Request, resources: StoreDep,
                    before: Annotated[str | None, Query(description="before this time (exclusive)")] = None,
                    page_size: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
                    cursor: Annotated[int | None, Query(ge=1, description="next_url's cursor")] = None):
-    query = sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(page_size + 1)
-    for column, value in (("actor", actor), ("action", action), ("resource_type", resource_type),
-                          ("resource_id", resource_id), ("resource_name", resource_name)):
-        if value is not None:
-            query = query.where(audit_log.c[column] == value)  # bound parameters: data, never SQL
-    if (start := _moment("after", after)) is not None:
-        query = query.where(audit_log.c.at >= start)
-    if (end := _moment("before", before)) is not None:
-        query = query.where(audit_log.c.at < end)
-    if cursor is not None:
-        query = query.where(audit_log.c.id < cursor)
-    with resources.engine.connect() as conn:
-        rows = list(conn.execute(query))
+    equal = {"actor": actor, "action": action, "resource_type": resource_type, "resource_id": resource_id,
+             "resource_name": resource_name}
+    rows = store_audit.entries(resources.engine, equal, after=_moment("after", after), before=_moment("before", before),
+                               below=cursor, limit=page_size + 1)
     has_next = len(rows) > page_size
     rows = rows[:page_size]
     next_url = None

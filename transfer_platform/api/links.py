@@ -21,7 +21,7 @@ import secrets
 import types
 import typing
 import uuid
-from datetime import UTC, timedelta
+from datetime import UTC
 from functools import cache
 from importlib import resources as package_files
 from pathlib import Path
@@ -33,7 +33,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from transfer_platform import vendors as vendor_registry
-from transfer_platform.api.app import (
+from transfer_platform.api.dagster_reload import reload_soon
+from transfer_platform.api.edge import (
     ActorDep,
     JsonBody,
     StoreDep,
@@ -41,13 +42,13 @@ from transfer_platform.api.app import (
     ok,
     unwrap,
 )
-from transfer_platform.api.dagster_reload import reload_soon
 from transfer_platform.api.schemas import Answer, MagicLinkBody, answers
+from transfer_platform.api.wording import for_form
+from transfer_platform.config.entries import DestinationBase
 from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.config.secrets import EnvRef
 from transfer_platform.errors import ConfigError, Problem
-from transfer_platform.store import audit, events
-from transfer_platform.store.api_keys import MAX_SECRET_LENGTH, live_row, secret_hash
+from transfer_platform.store import magic_links
 from transfer_platform.store.audit import ScopedActor
 from transfer_platform.store.resources import (
     NAME_FIELDS,
@@ -56,13 +57,11 @@ from transfer_platform.store.resources import (
     ResourceStore,
     validate_entry,
 )
-from transfer_platform.store.tables import magic_links
+from transfer_platform.transfers.connection_test import run_connection_test
 
 router = APIRouter()
 public_router = APIRouter()
 
-#: the longest token looked up (``token_urlsafe(32)`` is 43 characters)
-_MAX_TOKEN = MAX_SECRET_LENGTH
 _NAME_MAX = 120  # a destination's name (config/entries.py Name)
 #: what the form's pages may load: nothing but themselves (the inline script and style carry a nonce)
 _CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
@@ -70,9 +69,6 @@ _CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce
 #: placeholders of the form's port field (only hints: the field is required)
 _USUAL_PORTS = {"postgres": 5432, "mysql": 3306}
 _NEW_LINK = "ask the provider who sent you this link for a new one"
-
-
-_hash = secret_hash
 
 
 # -- the vendors the form offers ---------------------------------------------------------------
@@ -105,8 +101,6 @@ def form_vendors() -> dict[str, list[dict[str, Any]]]:
     """Destination vendor -> the fields of its connection, for every vendor a form can describe:
     its configuration class requires only ``vendor`` and ``connection`` (a flat model) beyond what
     every destination has (its other settings keep their defaults). Settings a vendor refuses (MySQL's ``schema``) are left out."""
-    from transfer_platform.config.entries import DestinationBase
-
     common = set(DestinationBase.model_fields)
     found: dict[str, list[dict[str, Any]]] = {}
     for name, record in vendor_registry.DESTINATIONS.items():
@@ -176,15 +170,8 @@ def new_link(store: ResourceStore, recipient: str, *, actor: str, redirect_url: 
         raise ConfigError([Problem("magic_link.hours", f"{hours} is not between 0 and 720",
                                    "give a number of hours, at most 720 (30 days)")])
     token = secrets.token_urlsafe(32)
-    link_id = str(uuid.uuid4())
     options = {key: value for key, value in (("redirect_url", redirect_url), ("vendors", vendors)) if value}
-    with store.engine.begin() as conn:
-        expires_at = conn.execute(sa.insert(magic_links).values(
-            id=link_id, recipient=name, token_hash=_hash(token), created_by=actor, options=options,
-            expires_at=sa.func.now() + timedelta(hours=hours)).returning(magic_links.c.expires_at)).scalar_one()
-        audit.record(conn, actor=actor, action="link", resource_type="magic_link", resource_id=link_id,
-                     resource_name=name, changes=audit.changes(None, {
-                         "recipient": name, "expires_at": expires_at.isoformat(), **options}))
+    link_id, expires_at = magic_links.create(store.engine, name, token, actor=actor, hours=hours, options=options)
     url = f"{settings.public_url.rstrip('/')}/link/{token}"
     return {"id": link_id, "url": url, "expires_at": expires_at.isoformat()}
 
@@ -218,11 +205,8 @@ def post_link(body: MagicLinkBody, resources: StoreDep, actor: ActorDep):
 
 @router.get("/magic-links", name="list magic links", response_model=Answer, responses=answers(401, 404, 503))
 def list_links(resources: StoreDep, recipient: str | None = None):
-    query = sa.select(magic_links).order_by(magic_links.c.created_at.desc())
-    if recipient is not None:
-        query = query.where(magic_links.c.recipient == resources.get("recipient", recipient).name)
-    with resources.engine.connect() as conn:
-        rows = list(conn.execute(query.limit(1000)))
+    name = None if recipient is None else resources.get("recipient", recipient).name
+    rows = magic_links.listing(resources.engine, name)
     return ok({"magic_links": [_shown(r) for r in rows]})
 
 
@@ -230,23 +214,7 @@ def list_links(resources: StoreDep, recipient: str | None = None):
                 responses=answers(401, 404, 409, 503))
 def revoke_link(link_id: str, resources: StoreDep, actor: ActorDep):
     """The link stops working now (it shows as expired); a used link has nothing to revoke."""
-    try:
-        uuid.UUID(link_id)
-    except ValueError:
-        raise NotFound(f"no magic link with id {link_id!r}") from None
-    with resources.engine.begin() as conn:
-        row = conn.execute(sa.select(magic_links).where(magic_links.c.id == link_id).with_for_update()).first()
-        if row is None:
-            raise NotFound(f"no magic link with id {link_id!r}")
-        if row.used_at is not None:
-            raise Conflict("this magic link was used: there is nothing to revoke",
-                           f"change or delete the destination it created ({row.destination_name})")
-        revoked = conn.execute(sa.update(magic_links).where(magic_links.c.id == link_id)
-                               .values(expires_at=sa.func.least(magic_links.c.expires_at, sa.func.now()))
-                               .returning(magic_links)).one()
-        audit.record(conn, actor=actor.name, action="revoke", resource_type="magic_link", resource_id=link_id,
-                     resource_name=row.recipient, changes=audit.changes(
-                         {"expires_at": row.expires_at.isoformat()}, {"expires_at": revoked.expires_at.isoformat()}))
+    revoked = magic_links.revoke(resources.engine, link_id, actor=actor.name)
     return ok({"magic_link": _shown(revoked)}, "the link no longer works")
 
 
@@ -261,9 +229,9 @@ class Refused(Exception):
         super().__init__(message)
 
 
-def _live_link(store: ResourceStore, token: str) -> sa.Row:
+def live_link(store: ResourceStore, token: str) -> sa.Row:
     """The link of ``token`` if it can still be used, else :class:`Refused`."""
-    row = live_row(store.engine, magic_links, token)
+    row = magic_links.of_token(store.engine, token)
     if row is None:
         raise Refused(404, "This link is not valid",
                       f"No link has this address (it may have been copied incompletely): {_NEW_LINK}.")
@@ -282,7 +250,8 @@ def _template(name: str) -> str:
     return package_files.files("transfer_platform.api").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-def _page(name: str, status_code: int, values: dict[str, str]) -> HTMLResponse:
+def form_page(name: str, status_code: int, values: dict[str, str]) -> HTMLResponse:
+    """One of the form's pages (``templates/``), its inline script and style allowed by a nonce of its own."""
     nonce = secrets.token_urlsafe(16)
     text = _template(name)
     for key, value in {**values, "nonce": nonce}.items():
@@ -292,8 +261,8 @@ def _page(name: str, status_code: int, values: dict[str, str]) -> HTMLResponse:
         "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
 
 
-def _message_page(status_code: int, title: str, message: str) -> HTMLResponse:
-    return _page("message.html", status_code, {"title": html.escape(title), "message": html.escape(message)})
+def message_page(status_code: int, title: str, message: str) -> HTMLResponse:
+    return form_page("message.html", status_code, {"title": html.escape(title), "message": html.escape(message)})
 
 
 def _script_json(value: Any) -> str:
@@ -301,10 +270,12 @@ def _script_json(value: Any) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _offered(link: sa.Row) -> dict[str, list[dict[str, Any]]]:
-    offered = form_vendors()
+def offered_vendors(link: sa.Row) -> dict[str, list[dict[str, Any]]]:
+    """The vendors the form of ``link`` (a magic link's or a scoped auth token's row) offers: those
+    it was narrowed to, else every one a form can describe."""
+    every = form_vendors()
     chosen = link.options.get("vendors")
-    return {v: offered[v] for v in chosen if v in offered} if chosen else offered
+    return {v: every[v] for v in chosen if v in every} if chosen else every
 
 
 def _default_name(link: sa.Row, vendor: str) -> str:
@@ -315,14 +286,14 @@ def _default_name(link: sa.Row, vendor: str) -> str:
 @public_router.get("/link/{token}", name="the recipient's form", include_in_schema=False)
 def link_page(token: str, resources: StoreDep):
     try:
-        link = _live_link(resources, token)
+        link = live_link(resources, token)
     except Refused as refused:
-        return _message_page(refused.status_code, refused.title, refused.message)
-    data = {"recipient": link.recipient, "vendors": _offered(link),
-            "names": {v: _default_name(link, v) for v in _offered(link)},
+        return message_page(refused.status_code, refused.title, refused.message)
+    data = {"recipient": link.recipient, "vendors": offered_vendors(link),
+            "names": {v: _default_name(link, v) for v in offered_vendors(link)},
             "expires_at": link.expires_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")}
-    return _page("link.html", 200, {"recipient": html.escape(link.recipient), "expires_at": data["expires_at"],
-                                    "data": _script_json(data)})
+    return form_page("link.html", 200, {"recipient": html.escape(link.recipient), "expires_at": data["expires_at"],
+                                        "data": _script_json(data)})
 
 
 def _document(link: sa.Row, body: Any) -> dict[str, Any]:
@@ -334,7 +305,7 @@ def _document(link: sa.Row, body: Any) -> dict[str, Any]:
     if unknown:
         raise ConfigError([Problem(f"destination.{key}", "unknown field", "send only name, vendor and connection")
                            for key in unknown])
-    offered = _offered(link)
+    offered = offered_vendors(link)
     chosen = body.get("vendor")
     if chosen not in offered:
         raise ConfigError([Problem("destination.vendor", f"{chosen!r} cannot be chosen here",
@@ -349,10 +320,8 @@ def _document(link: sa.Row, body: Any) -> dict[str, Any]:
     return {"name": name, "recipient": link.recipient, "vendor": chosen, "connection": connection}
 
 
-def _checked(resources: ResourceStore, link: sa.Row, body: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def checked_destination(resources: ResourceStore, link: sa.Row, body: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The destination (validated, its secret encrypted) and the result of its checks."""
-    from transfer_platform.transfers.connection_test import run_connection_test
-
     document = validate_entry("destination", _document(link, body))
     name = document[NAME_FIELDS["destination"]]
     try:
@@ -369,8 +338,6 @@ def _checked(resources: ResourceStore, link: sa.Row, body: Any) -> tuple[dict[st
 
 def _for_recipient(check: dict[str, str]) -> dict[str, str]:
     """A check's fix as the form's recipient reads it (it typed the password; it has no variable)."""
-    from transfer_platform.api.wording import for_form
-
     return {**check, "fix": for_form(check["fix"])}
 
 
@@ -382,18 +349,12 @@ def _refused_json(refused: Refused) -> JSONResponse:
 @public_router.post("/link/{token}/test", name="test the form's destination", include_in_schema=False)
 def link_test(token: str, body: JsonBody, resources: StoreDep):
     try:
-        link = _live_link(resources, token)
+        link = live_link(resources, token)
     except Refused as refused:
         return _refused_json(refused)
-    _, result = _checked(resources, link, unwrap(body, "destination"))
+    _, result = checked_destination(resources, link, unwrap(body, "destination"))
     return ok(result, "every check passed: save the destination" if result["passed"]
               else "some checks failed: apply their fixes and test again")
-
-
-def _claim(conn: sa.Connection, link_id: str) -> bool:
-    return conn.execute(sa.update(magic_links).where(
-        magic_links.c.id == link_id, magic_links.c.used_at.is_(None), magic_links.c.expires_at > sa.func.now())
-        .values(used_at=sa.func.now()).returning(magic_links.c.id)).first() is not None
 
 
 @public_router.post("/link/{token}/destination", name="save the form's destination", include_in_schema=False)
@@ -401,19 +362,17 @@ def link_save(token: str, request: Request, body: JsonBody, resources: StoreDep)
     """Saved only when every check passes. The link is claimed first (one use, even when two
     saves race), given back if the destination cannot be created."""
     try:
-        link = _live_link(resources, token)
+        link = live_link(resources, token)
     except Refused as refused:
         return _refused_json(refused)
-    document, result = _checked(resources, link, unwrap(body, "destination"))
+    document, result = checked_destination(resources, link, unwrap(body, "destination"))
     if not result["passed"]:
         return JSONResponse({"status": "error", "data": result,
                              "message": "some checks failed: apply their fixes, test again, then save"},
                             status_code=422)
-    with resources.engine.begin() as conn:
-        claimed = _claim(conn, link.id)
-    if not claimed:
+    if not magic_links.claim(resources.engine, link.id):
         try:
-            _live_link(resources, token)
+            live_link(resources, token)
         except Refused as refused:
             return _refused_json(refused)
         return _refused_json(Refused(410, "This link cannot be used", _NEW_LINK))
@@ -421,34 +380,22 @@ def link_save(token: str, request: Request, body: JsonBody, resources: StoreDep)
     try:
         created = resources.create("destination", document, actor=actor)
     except BaseException:
-        with resources.engine.begin() as conn:
-            conn.execute(sa.update(magic_links).where(magic_links.c.id == link.id,
-                                                      magic_links.c.destination_name.is_(None))
-                         .values(used_at=None))
+        magic_links.give_back(resources.engine, link.id)
         raise
-    with resources.engine.begin() as conn:
-        conn.execute(sa.update(magic_links).where(magic_links.c.id == link.id)
-                     .values(destination_name=created.name))
-        events.emit(conn, "magic_link.used", {
-            "magic_link": {"id": link.id}, "recipient": {"name": link.recipient},
-            "destination": {"id": created.id, "name": created.name, "vendor": document["vendor"]},
-            "actor": actor})
+    saved = {"id": created.id, "name": created.name, "vendor": document["vendor"]}
+    magic_links.saved(resources.engine, link, saved, actor)
     reload_soon(request.app)
-    redirect_url = link.options.get("redirect_url")
-    return ok({"destination": {"id": created.id, "name": created.name, "vendor": document["vendor"]},
-               "redirect_url": redirect_url}, f"destination {created.name} saved", status_code=201)
+    return ok({"destination": saved, "redirect_url": link.options.get("redirect_url")},
+              f"destination {created.name} saved", status_code=201)
 
 
 @public_router.get("/link/{token}/done", name="the form's last page", include_in_schema=False)
 def link_done(token: str, resources: StoreDep):
     """Shown after a save (the link is used by then: only its own recipient's destination is named)."""
-    row = None
-    if 0 < len(token) <= _MAX_TOKEN:
-        with resources.engine.connect() as conn:
-            row = conn.execute(sa.select(magic_links).where(magic_links.c.token_hash == _hash(token))).first()
+    row = magic_links.of_token(resources.engine, token)
     if row is None or row.destination_name is None:
         return RedirectResponse(f"../{token}", status_code=303) if row is not None else \
-            _message_page(404, "This link is not valid", f"No link has this address: {_NEW_LINK}.")
-    return _message_page(200, "Your destination is connected",
-                         f"The destination {row.destination_name} was saved and tested: data will arrive "
-                         "in it from the next transfer. You can close this page.")
+            message_page(404, "This link is not valid", f"No link has this address: {_NEW_LINK}.")
+    return message_page(200, "Your destination is connected",
+                        f"The destination {row.destination_name} was saved and tested: data will arrive "
+                        "in it from the next transfer. You can close this page.")

@@ -5,11 +5,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from transfer_platform.api.app import ActorDep, StoreDep, ok
 from transfer_platform.api.dagster_reload import reload_soon
+from transfer_platform.api.edge import ActorDep, StoreDep, ok
 from transfer_platform.api.schemas import BODIES, Answer, DestinationBody, answers
+from transfer_platform.api.wording import as_entered, secrets_entered
 from transfer_platform.store.prequel import ID_FIELDS, beside_ours
 from transfer_platform.store.resources import Resource, ResourceStore, validate_entry
+from transfer_platform.transfers.connection_test import run_connection_test
 
 router = APIRouter()
 
@@ -68,9 +70,6 @@ for _path, _kind in _COLLECTIONS.items():
 def _checks(config, name: str) -> dict[str, Any]:
     """The connection checks of destination ``name``; their fixes speak of its secrets as entered
     when they were given as values, not as environment variables (:mod:`~transfer_platform.api.wording`)."""
-    from transfer_platform.api.wording import as_entered, secrets_entered
-    from transfer_platform.transfers.connection_test import run_connection_test
-
     checks = run_connection_test(config, name)
     failed = sum(check.failed for check in checks)
     shown = [check.as_dict() for check in checks]

@@ -51,15 +51,22 @@ BODIES: dict[str, type[_Body]] = {"recipient": RecipientBody, "destination": Des
                                   "source": SourceBody, "model": ModelBody}
 
 
-class TransferRequest(_Body):
-    """Prequel's transfer request, every field optional (also accepted wrapped as ``{"transfer": {...}}``)."""
+class TransferFields(_Body):
+    """Prequel's transfer request, every field optional: the one model of it. The API checks it
+    against the destination and turns it into a :class:`~transfer_platform.transfers.order.TransferOrder`
+    (``api/transfers.py``), as the command line turns its arguments and Dagster's run config into one."""
 
     full_refresh: bool = False
     models: list[str] = Field(default_factory=list)
     start_transfer_window_at: datetime | None = Field(default=None, description="inclusive")
     end_transfer_window_at: datetime | None = Field(default=None, description="exclusive")
     tags: dict[str, str] = Field(default_factory=dict)
-    is_debug_mode: bool = False
+    is_debug_mode: bool = False  # the dry run: plan, move nothing
+
+
+class TransferRequest(TransferFields):
+    """Prequel's transfer request, every field optional (also accepted wrapped as ``{"transfer": {...}}``)."""
+
     transfer: dict[str, Any] | None = Field(default=None, description="the same fields, wrapped")
 
 

@@ -15,8 +15,6 @@ more than once). With ``application_origin``, a request must also come from that
 from __future__ import annotations
 
 import secrets
-import uuid
-from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,25 +22,21 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from transfer_platform.api.app import ActorDep, ApiError, JsonBody, StoreDep, ok, unwrap
 from transfer_platform.api.dagster_reload import reload_soon
+from transfer_platform.api.edge import ActorDep, ApiError, JsonBody, StoreDep, ok, unwrap
+from transfer_platform.api.links import checked_destination, offered_vendors
 from transfer_platform.api.scopes import TOKEN_HEADER
 from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.errors import ConfigError
-from transfer_platform.store import audit
-from transfer_platform.store.api_keys import live_row, secret_hash
+from transfer_platform.store import scoped_tokens
 from transfer_platform.store.audit import ScopedActor
 from transfer_platform.store.resources import ResourceStore
-from transfer_platform.store.tables import scoped_tokens
 
 DEFAULT_SECONDS = 3600
 _NEW_TOKEN = "ask the provider's backend for a new one (POST /actions/generate-scoped-auth-token)"
 
 router = APIRouter()  # behind an admin key
 public_router = APIRouter()  # the token is the credential
-
-
-_hash = secret_hash
 
 
 class TokenRequest(BaseModel):
@@ -66,16 +60,9 @@ def generate(body: JsonBody, resources: StoreDep, actor: ActorDep):
         raise ConfigError(problems_from_validation(exc, ())) from None
     recipient = resources.get("recipient", asked.recipient_id)  # NotFound for an unknown recipient
     token = secrets.token_urlsafe(32)
-    token_id = str(uuid.uuid4())
     options = {"application_origin": asked.application_origin} if asked.application_origin else {}
-    with resources.engine.begin() as conn:
-        expires_at = conn.execute(sa.insert(scoped_tokens).values(
-            id=token_id, recipient=recipient.name, token_hash=_hash(token), created_by=str(actor.name),
-            options=options, expires_at=sa.func.now() + timedelta(seconds=asked.expires_in_seconds))
-            .returning(scoped_tokens.c.expires_at)).scalar_one()
-        audit.record(conn, actor=actor.name, action="generate", resource_type="scoped_token",
-                     resource_id=token_id, resource_name=recipient.name, changes=audit.changes(None, {
-                         "recipient": recipient.name, "expires_at": expires_at.isoformat(), **options}))
+    token_id, expires_at = scoped_tokens.issue(resources.engine, recipient.name, token, actor=actor.name,
+                                               seconds=asked.expires_in_seconds, options=options)
     return ok({"scoped_token": token, "id": token_id, "recipient_id": recipient.id,
                "expires_at": expires_at.isoformat()},
               f"send it in {TOKEN_HEADER} from the front end: it tests and saves destinations for "
@@ -85,7 +72,7 @@ def generate(body: JsonBody, resources: StoreDep, actor: ActorDep):
 def _live_token(request: Request, resources: ResourceStore) -> sa.Row:
     """The token's row if it works now; else 401 (unknown, expired) or 403 (another origin)."""
     token = request.headers.get(TOKEN_HEADER, "")
-    row = live_row(resources.engine, scoped_tokens, token)
+    row = scoped_tokens.of_token(resources.engine, token)
     if row is None:
         raise ApiError(401, f"missing or unknown scoped auth token (send it in the {TOKEN_HEADER} header); "
                             f"fix: {_NEW_TOKEN}")
@@ -117,18 +104,14 @@ def _for_its_recipient(resources: ResourceStore, row: sa.Row, body: Any) -> Any:
 
 @public_router.get("/public/vendors/destinations", name="the form's vendors (scoped auth token)")
 def vendors(request: Request, resources: StoreDep):
-    from transfer_platform.api.links import _offered
-
     row = _live_token(request, resources)
-    return ok({"recipient": row.recipient, "vendors": _offered(row)})
+    return ok({"recipient": row.recipient, "vendors": offered_vendors(row)})
 
 
 @public_router.post("/public/test-destination", name="test the form's destination (scoped auth token)")
 def test_destination(request: Request, body: JsonBody, resources: StoreDep):
-    from transfer_platform.api.links import _checked
-
     row = _live_token(request, resources)
-    _, result = _checked(resources, row, _for_its_recipient(resources, row, body))
+    _, result = checked_destination(resources, row, _for_its_recipient(resources, row, body))
     return ok(result, "every check passed: save the destination" if result["passed"]
               else "some checks failed: apply their fixes and test again")
 
@@ -137,10 +120,8 @@ def test_destination(request: Request, body: JsonBody, resources: StoreDep):
                     status_code=201)
 def save_destination(request: Request, body: JsonBody, resources: StoreDep):
     """Saved only when every check passes, for the token's recipient."""
-    from transfer_platform.api.links import _checked
-
     row = _live_token(request, resources)
-    document, result = _checked(resources, row, _for_its_recipient(resources, row, body))
+    document, result = checked_destination(resources, row, _for_its_recipient(resources, row, body))
     if not result["passed"]:
         return JSONResponse({"status": "error", "data": result,
                              "message": "some checks failed: apply their fixes, test again, then save"},

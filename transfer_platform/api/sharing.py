@@ -11,6 +11,7 @@ answer whether it exists for another recipient or not at all. Errors are the pro
 from __future__ import annotations
 
 import base64
+import html
 import json
 from typing import Annotated, Any
 
@@ -19,7 +20,8 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from transfer_platform.api.app import ActorDep, JsonBody, StoreDep, ok
+from transfer_platform.api.edge import ActorDep, JsonBody, StoreDep, ok
+from transfer_platform.api.links import Refused, form_page, live_link, message_page
 from transfer_platform.api.schemas import Answer, answers
 from transfer_platform.config.parsing import problems_from_validation
 from transfer_platform.errors import ConfigError
@@ -31,7 +33,7 @@ from transfer_platform.sharing.tables import (
     bad_parameter,
     not_found,
 )
-from transfer_platform.store import audit
+from transfer_platform.store import audit, magic_links
 from transfer_platform.store.audit import ScopedActor
 from transfer_platform.store.resources import ResourceStore
 
@@ -302,21 +304,17 @@ def list_tokens(resources: StoreDep, recipient: str | None = None):
 @link_router.get("/link/{token}/sharing-profile", name="the recipient's sharing profile page",
                  include_in_schema=False)
 def profile_page(token: str, resources: StoreDep):
-    import html
-
-    from transfer_platform.api.links import Refused, _live_link, _message_page, _page
-
     try:
-        link = _live_link(resources, token)
+        link = live_link(resources, token)
     except Refused as refused:
-        return _message_page(refused.status_code, refused.title, refused.message)
+        return message_page(refused.status_code, refused.title, refused.message)
     shares = list(tables.shares_of(resources.config(), link.recipient))
     if not shares:
-        return _message_page(404, "Nothing is shared with you yet",
-                             "The provider shares no tables with you over Delta Sharing: ask them to turn it on.")
-    return _page("sharing.html", 200, {"recipient": html.escape(link.recipient),
-                                       "shares": html.escape(", ".join(shares)),
-                                       "expires_at": f"{link.expires_at:%Y-%m-%d %H:%M} UTC"})
+        return message_page(404, "Nothing is shared with you yet",
+                            "The provider shares no tables with you over Delta Sharing: ask them to turn it on.")
+    return form_page("sharing.html", 200, {"recipient": html.escape(link.recipient),
+                                          "shares": html.escape(", ".join(shares)),
+                                          "expires_at": f"{link.expires_at:%Y-%m-%d %H:%M} UTC"})
 
 
 @link_router.post("/link/{token}/sharing-profile", name="download the recipient's sharing profile",
@@ -324,18 +322,15 @@ def profile_page(token: str, resources: StoreDep):
 def profile_download(token: str, request: Request, resources: StoreDep):
     """Issues the recipient a new token (its earlier one revoked) and answers its profile file; the
     link is used by then (a second download needs a new link)."""
-    from transfer_platform.api.links import Refused, _claim, _live_link, _message_page
-
     try:
-        link = _live_link(resources, token)
+        link = live_link(resources, token)
     except Refused as refused:
-        return _message_page(refused.status_code, refused.title, refused.message)
+        return message_page(refused.status_code, refused.title, refused.message)
     if not tables.shares_of(resources.config(), link.recipient):
-        return _message_page(404, "Nothing is shared with you yet",
-                             "The provider shares no tables with you over Delta Sharing: ask them to turn it on.")
-    with resources.engine.begin() as conn:
-        if not _claim(conn, link.id):
-            return _message_page(410, "This link has been used", "Ask the provider for a new link.")
+        return message_page(404, "Nothing is shared with you yet",
+                            "The provider shares no tables with you over Delta Sharing: ask them to turn it on.")
+    if not magic_links.claim(resources.engine, link.id):
+        return message_page(410, "This link has been used", "Ask the provider for a new link.")
     shown, secret = tokens.issue(resources.engine, link.recipient, actor=ScopedActor(f"magic_link:{link.id}", "form"),
                                  rotate=True)
     document = json.dumps(tokens.profile(endpoint(request), secret, shown["expires_at"]), indent=2)

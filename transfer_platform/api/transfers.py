@@ -19,14 +19,16 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
+from dagster import DagsterInstance
 from fastapi import APIRouter, Body, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from transfer_platform.api.app import ActorDep, ApiError, StoreDep, ok
+from transfer_platform.api.edge import ActorDep, ApiError, StoreDep, ok
 from transfer_platform.api.schemas import (
     Answer,
     RequestedAnswer,
     TransferAnswer,
+    TransferFields,
     TransferRequest,
     TransfersAnswer,
     answers,
@@ -35,10 +37,12 @@ from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.orchestration import transfers as orchestration
 from transfer_platform.orchestration.run_tags import parse_user_tags
+from transfer_platform.orchestration.sqlite_storage import record_problem
 from transfer_platform.orchestration.workspaces import OpenWorkspaces
 from transfer_platform.store import audit
 from transfer_platform.store.resources import NotFound
 from transfer_platform.transfers.order import TransferOrder
+from transfer_platform.transfers.preflight import window_problems
 
 router = APIRouter()
 
@@ -46,7 +50,7 @@ MAX_PAGE_SIZE = 100
 _lock = threading.Lock()
 
 
-def instance(request: Request):  # -> DagsterInstance
+def instance(request: Request) -> DagsterInstance:
     """The application's Dagster instance ($DAGSTER_HOME), opened on first use and kept."""
     app = request.app
     found = getattr(app.state, "dagster_instance", None)
@@ -54,16 +58,12 @@ def instance(request: Request):  # -> DagsterInstance
         return found
     with _lock:
         if getattr(app.state, "dagster_instance", None) is None:
-            from dagster import DagsterInstance
-
             if not os.environ.get("DAGSTER_HOME"):
                 raise ApiError(503, "DAGSTER_HOME is not set where the API runs: transfers live in the "
                                     "Dagster instance (export DAGSTER_HOME=... as for the daemon)")
             try:
                 opened = DagsterInstance.get()
             except Exception as exc:  # a broken migration record of its storage is named as such
-                from transfer_platform.orchestration.sqlite_storage import record_problem
-
                 problem = record_problem(os.environ["DAGSTER_HOME"], exc)
                 if problem is None:
                     raise
@@ -97,33 +97,19 @@ def close(app: Any) -> None:  # a FastAPI application
 
 # -- requesting a transfer ----------------------------------------------------------------------
 
-class TransferRequestBody(BaseModel):
-    """Prequel's transfer request as the API receives it (every field optional); it becomes a
-    :class:`TransferOrder` once checked against the destination (:func:`request_transfer`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    full_refresh: bool = False
-    models: list[str] = Field(default_factory=list)
-    start_transfer_window_at: datetime | None = None  # inclusive
-    end_transfer_window_at: datetime | None = None  # exclusive
-    tags: dict[str, str] = Field(default_factory=dict)
-    is_debug_mode: bool = False  # the dry run: plan, move nothing
-
-
 def _utc(moment: datetime | None) -> datetime | None:
     if moment is None:
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _request(body: Any) -> TransferRequestBody:
+def _request(body: Any) -> TransferFields:
     if body is None:
         body = {}
     if isinstance(body, dict) and isinstance(body.get("transfer"), dict):
         body = body["transfer"]  # also accepted wrapped, as the other resources' bodies
     try:
-        wanted = TransferRequestBody.model_validate(body)
+        wanted = TransferFields.model_validate(body)
     except ValidationError as exc:
         problems = [Problem(".".join(str(p) for p in e["loc"]) or "body", e["msg"], _FIXES.get(
             str(e["loc"][0]) if e["loc"] else "", "see the transfer request's fields")) for e in exc.errors()]
@@ -163,8 +149,6 @@ def request_transfer(key: str, request: Request, resources: StoreDep, actor: Act
     destination = resources.get("destination", key)
     config = resources.config()
     config.destination(destination.name)  # in the effective configuration (a ConfigError otherwise)
-    from transfer_platform.transfers.preflight import window_problems
-
     start, end = _utc(wanted.start_transfer_window_at), _utc(wanted.end_transfer_window_at)
     problems = [Problem(p.path.replace("--start", "start_transfer_window_at").replace("--end", "end_transfer_window_at"),
                         p.message.replace("--end", "end_transfer_window_at").replace("--start", "start_transfer_window_at"),

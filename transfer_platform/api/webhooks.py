@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from transfer_platform.api.app import ActorDep, ApiError, StoreDep, ok
+from transfer_platform.api.edge import ActorDep, ApiError, StoreDep, ok
 from transfer_platform.api.schemas import Answer, WebhookBody, answers
 from transfer_platform.errors import Problem
 from transfer_platform.webhooks import subscriptions

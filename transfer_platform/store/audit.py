@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 
 from transfer_platform.config.secrets import mask_secrets
 from transfer_platform.store.tables import audit_log
@@ -45,3 +47,22 @@ def record(conn: sa.Connection, *, actor: str, action: str, resource_type: str, 
     conn.execute(sa.insert(audit_log).values(actor=str(actor), actor_scope=getattr(actor, "scope", None), action=action, resource_type=resource_type,
                                              resource_id=resource_id, resource_name=resource_name,
                                              changes=mask_secrets(changes or {})))
+
+
+def entries(engine: Engine, equal: dict[str, str | None], *, after: datetime | None = None,
+            before: datetime | None = None, below: int | None = None, limit: int) -> list[sa.Row]:
+    """The newest ``limit`` entries (newest first) whose columns named in ``equal`` hold its values
+    (``None``: any), at or after ``after``, before ``before``, with ids below ``below`` (a
+    page's cursor)."""
+    query = sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)
+    for column, value in equal.items():
+        if value is not None:
+            query = query.where(audit_log.c[column] == value)  # bound parameters: data, never SQL
+    if after is not None:
+        query = query.where(audit_log.c.at >= after)
+    if before is not None:
+        query = query.where(audit_log.c.at < before)
+    if below is not None:
+        query = query.where(audit_log.c.id < below)
+    with engine.connect() as conn:
+        return list(conn.execute(query))
