@@ -24,8 +24,9 @@ from transfer_platform.core.planning import (
     ModelWindowing,
     PlannedWindow,
     plan_transfer_windows,
+    windowing_for,
 )
-from transfer_platform.core.timeutil import from_epoch_seconds, isoformat
+from transfer_platform.core.timeutil import isoformat
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import (
@@ -60,22 +61,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _LOG = logging.getLogger("transfer_platform.transfer")
-
-
-def windowing_for(config: PlatformConfig, destination_name: str, model: ModelConfig) -> ModelWindowing:
-    """The time settings of a model for a destination's recipient (the recipient's
-    ``default_full_refresh_min_start_time_epoch`` overrides the model's start)."""
-    destination = config.destination(destination_name)
-    recipient = config.recipient(destination.recipient)
-    start_epoch = recipient.default_full_refresh_min_start_time_epoch
-    if start_epoch is None:
-        start_epoch = model.min_start_time_epoch
-    return ModelWindowing(
-        configured_start=from_epoch_seconds(start_epoch),
-        # at least one grain of the last-modified column: a date re-reads the whole last day
-        lookback_seconds=model.change_column.lookback_seconds(config.source(model.source_name).lookback_seconds),
-        max_window_seconds=model.max_transfer_time_window_seconds,
-    )
 
 
 @dataclass(frozen=True)

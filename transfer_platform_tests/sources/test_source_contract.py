@@ -37,7 +37,7 @@ import pytest
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import parse_config
-from transfer_platform.core.planning import plan_windows
+from transfer_platform.core.planning import plan_windows, windowing_for
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
@@ -45,7 +45,6 @@ from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.errors import ConfigError, TransferPlatformError
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, SourceReader, reader_for
 from transfer_platform.sources.direct import DirectReads
-from transfer_platform.transfers.runner import windowing_for
 from transfer_platform.vendors import SOURCES
 from transfer_platform_tests.support import sources
 from transfer_platform_tests.support.events import day, epoch
