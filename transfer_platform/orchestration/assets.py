@@ -68,7 +68,7 @@ from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG,
 from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import ModelSummary
+from transfer_platform.transfers.outcomes import ModelSummary
 
 
 class TransferRunConfig(Config):

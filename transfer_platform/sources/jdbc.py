@@ -44,6 +44,7 @@ from urllib.parse import quote
 
 from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.routes import Route
 from transfer_platform.core.sql import (
     change_predicate,
     derived_table,
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.probes import Check, Probe
+    from transfer_platform.sources.direct import DirectReads
 
 #: MySQL's "access denied" errors: to a database, a table, a column
 _LOG = logging.getLogger("transfer_platform.sources")
@@ -314,6 +316,7 @@ class MysqlDialect:
 
 class JdbcReader:
     counts_without_spark = True  # window_rows: one COUNT query of the database
+    routes = frozenset({Route.SPARK})
 
     def __init__(self, source: PostgresSource | MysqlSource,
                  dialect: PostgresDialect | MysqlDialect) -> None:
@@ -327,6 +330,9 @@ class JdbcReader:
 
     def check(self, destination: str | None = None) -> None:
         self.dialect.ping(self.source.connection, self.what + for_destination(destination))
+
+    def driver_reads(self, request: ReadRequest) -> DirectReads | None:
+        return None  # every read through Spark's JDBC reader
 
     def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
         """Reach, log in, then each model's read exactly as a transfer sends it (columns, tenant
@@ -758,8 +764,17 @@ class JdbcReader:
 
 
 class PostgresReader(JdbcReader):
+    routes = frozenset({Route.SPARK, Route.DRIVER, Route.COPY_RELAY})
+
     def __init__(self, source: PostgresSource) -> None:
         super().__init__(source, PostgresDialect(source.read_timeout_seconds))
+
+    def driver_reads(self, request: ReadRequest) -> DirectReads | None:
+        """psycopg's reads of the model's small windows (:mod:`~transfer_platform.sources.direct`),
+        which also stream and relay a window in binary COPY format."""
+        from transfer_platform.sources.direct import DirectReads
+
+        return DirectReads.proven(self, request)
 
 
 class MysqlReader(JdbcReader):

@@ -40,13 +40,8 @@ from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.partitions import partitions_for
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import (
-    ModelSummary,
-    TransferRequest,
-    WindowOutcome,
-    run_transfer,
-    transfer_model,
-)
+from transfer_platform.transfers.outcomes import ModelSummary, WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, run_transfer, transfer_model
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
 from transfer_platform_tests.support.events import (

@@ -40,11 +40,8 @@ from transfer_platform.destinations.delta import read_state
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.orchestration.partitions import partitions_for
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import (
-    TransferRequest,
-    WindowOutcome,
-    transfer_model,
-)
+from transfer_platform.transfers.outcomes import WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, transfer_model
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
 from transfer_platform_tests.support.events import (
