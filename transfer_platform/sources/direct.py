@@ -84,7 +84,7 @@ class DirectReads:
         direct = cls(reader, request)
         # LIMIT 0, not WHERE 1=0: PostgreSQL plans WHERE 1=0 over a large table at the full scan's
         # cost (JIT-compiled, parallel workers started: 40-300 ms at 16-50M rows), LIMIT 0 at none
-        sql = f"SELECT * FROM {derived_table(reader.query_for(request), dialect=dialect.name)} LIMIT 0"
+        sql = f"SELECT * FROM {derived_table(reader.query_for(request), dialect=dialect.text)} LIMIT 0"
         try:
             described = direct._run(sql, request, "schema", rows=False)
         except ConnectionFailure:  # a source that stopped sending: said at once
