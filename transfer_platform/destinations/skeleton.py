@@ -86,7 +86,7 @@ class Writer:
     #: the primitives, found at class creation (methods marked :func:`primitive`)
     PRIMITIVES: ClassVar[tuple[str, ...]] = ()
     #: the forms of rows it takes; a COPY stream is written by methods of its own
-    accepts: ClassVar[frozenset[Rows]] = frozenset({Rows.SPARK, Rows.ARROW})
+    accepts: frozenset[Rows] = frozenset({Rows.SPARK, Rows.ARROW})
     _WRITES_OF: ClassVar[dict[Rows, tuple[str, ...]]] = {Rows.COPY_STREAM: ("write_relayed", "write_streamed")}
 
     name: str
