@@ -126,7 +126,6 @@ def count_statement(source: str, kind: str) -> None:
 
 
 class PostgresDialect:
-    name = "postgres"
     label = "PostgreSQL"
     text = postgres.SQL_TEXT  # names and literals, as the destination writes them too
     driver = "org.postgresql.Driver"
@@ -229,7 +228,6 @@ class PostgresDialect:
 
 
 class MysqlDialect:
-    name = "mysql"
     label = "MySQL"
     text = mysql.SQL_TEXT  # names and literals, as the destination writes them too
     driver = "org.mariadb.jdbc.Driver"  # Debian's libmariadb-java; it also speaks to MySQL
