@@ -109,7 +109,7 @@ def test_a_transfer_stopped_on_the_command_line_reports_the_model_in_progress_an
     from transfer_platform.orchestration.reporting import RunlessReporter
     from transfer_platform.transfers.entry import Transfer
     from transfer_platform.transfers.order import TransferOrder
-    from transfer_platform.transfers.runner import ModelSummary
+    from transfer_platform.transfers.outcomes import ModelSummary
 
     config = load_config(write_config(tmp_path))
     transfer = Transfer(spark=None, config=config, order=TransferOrder(destination="acme_delta"),

@@ -58,6 +58,9 @@ UPWARD: dict[tuple[str, str], str] = {
     ("transfer_platform.core.columns", "transfer_platform.config.models"): (
         "annotations only (if TYPE_CHECKING): the pure planning of a model's columns names the configuration "
         "types it reads (ModelConfig, ColumnConfig), and imports nothing of them at run time"),
+    ("transfer_platform.core.planning", "transfer_platform.config.models"): (
+        "annotations only (if TYPE_CHECKING): windowing_for reads a model's time settings from the configuration "
+        "it names (PlatformConfig, ModelConfig), and imports nothing of them at run time"),
 }
 
 

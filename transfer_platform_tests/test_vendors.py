@@ -2,10 +2,13 @@
 configuration class that exist and agree with the configuration's ``vendor:`` choice, the
 configuration class sits beside its record, its refused
 settings name real fields, its type names cover every data_type; the registry loads no driver;
-and no other module switches on a vendor's name."""
+and no other module switches on a vendor: no comparison of a vendor's name or of a dialect, no
+dictionary keyed by vendor names, no ``isinstance`` on a vendor's class outside its own module
+(but for the modules of :data:`VENDOR_SPECIFIC`, each with its reason)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tokenize
@@ -127,6 +130,90 @@ def test_no_module_but_the_registry_switches_on_a_vendors_name():
     branches = [branch for path in sorted(PACKAGE.rglob("*.py")) if REGISTRY not in path.parents
                 for branch in _vendor_branches(path)]
     assert branches == [], "read the vendor's record (transfer_platform/vendors/) instead of its name"
+
+
+#: every vendor's name, and its classes: its reader or writer and its configuration class
+VENDOR_NAMES = frozenset(v.name for v in RECORDS)
+VENDOR_CLASSES = frozenset(name for v in RECORDS for name in (v.class_name, v.config.__name__))
+
+
+def _home(vendor: vendors.Vendor) -> Path:
+    """A vendor's own code: its module, or the package named for it that holds the module."""
+    path = PACKAGE.parent / (vendor.module.replace(".", "/") + ".py")
+    return path.parent if path.parent.name == vendor.name else path
+
+
+HOMES = frozenset(_home(v) for v in RECORDS)
+
+#: modules of the package (paths under it) that key on vendors by design -> why
+VENDOR_SPECIFIC: dict[str, str] = {
+    "sharing/tables.py": "serves a Delta destination's tables to its recipient (Delta Sharing): Delta's by definition",
+    "demo/run.py": "the demo reads back what it delivered into its own destinations (Delta, DuckDB, signed files)",
+    "api/links.py": "the link form's port hints per database vendor (a hint only: the field is required)",
+    "network/addresses.py": ("a vendor whose settings name a host without a port (Snowflake's account: HTTPS); "
+                             "the address policy stands below the registry and cannot read its records"),
+}
+
+
+def _named(node: ast.expr) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _vendor_names_in(node: ast.expr) -> set[str]:
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return {e.value for e in items if isinstance(e, ast.Constant) and e.value in VENDOR_NAMES}
+
+
+def _vendor_switches(path: Path, root: Path = PACKAGE.parent, homes: frozenset[Path] = HOMES) -> list[str]:
+    """What keys on a vendor in ``path``'s code: a comparison with a vendor's name or of a
+    dialect (``dialect == ...``, ``x.dialect != ...``, ``... in (<vendor names>)``), a dictionary
+    literal keyed by a vendor's name, ``isinstance`` on a vendor's class outside its ``homes``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        what = None
+        if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn)
+                                                 for op in node.ops):
+            sides = [node.left, *node.comparators]
+            if any(_named(side) == "dialect" for side in sides) or any(_vendor_names_in(side) for side in sides):
+                what = "compares a vendor's name or a dialect"
+        elif isinstance(node, ast.Dict) and any(k is not None and _vendor_names_in(k) for k in node.keys):
+            what = "a dictionary keyed by vendor names"
+        elif (isinstance(node, ast.Call) and _named(node.func) == "isinstance" and len(node.args) == 2
+              and {_named(c) for c in getattr(node.args[1], "elts", [node.args[1]])} & VENDOR_CLASSES
+              and not any(home == path or home in path.parents for home in homes)):
+            what = "isinstance on a vendor's class"
+        if what:
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {what}: {ast.unparse(node)[:80]}")
+    return sorted(found, key=lambda line: int(line.split(":")[1]))
+
+
+def test_no_module_keys_on_a_vendor_but_its_own():
+    switches = [switch for path in sorted(PACKAGE.rglob("*.py")) if REGISTRY not in path.parents
+                and path.relative_to(PACKAGE).as_posix() not in VENDOR_SPECIFIC
+                for switch in _vendor_switches(path)]
+    assert switches == [], ("declare the difference (a route, a dialect's hook, a field of the vendor's record) "
+                            "instead:\n" + "\n".join(switches))
+
+
+def test_the_vendor_specific_modules_exist():
+    assert [name for name in VENDOR_SPECIFIC if not (PACKAGE / name).is_file()] == []
+
+
+def test_the_switch_finder_finds_each_kind(tmp_path):
+    sample = tmp_path / "sample.py"
+    lines = ['"""dialect == \'mysql\' in a docstring"""',
+             "if dialect == 'x':", "    pass",
+             "ok = self.dialect != other",
+             "ports = {'postgres': 5432}",
+             "seen = kind in ('mysql', 'csv')",
+             "if isinstance(reader, PostgresReader):", "    pass",
+             "if isinstance(frame, (dict, MysqlWriter)):", "    pass",
+             "fine = {'csv': 1}",
+             "also_fine = isinstance(reader, dict) and dialect is None"]
+    sample.write_text("\n".join(lines) + "\n")
+    found = _vendor_switches(sample, tmp_path, frozenset())
+    assert [int(line.split(":")[1]) for line in found] == [2, 4, 5, 6, 7, 9]
+    assert _vendor_switches(sample, tmp_path, frozenset({sample}))[-1].split(":")[1] == "6"
 
 
 def test_the_branch_finder_finds_a_branch(tmp_path):

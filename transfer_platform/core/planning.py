@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
+from transfer_platform.core.timeutil import from_epoch_seconds
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import (
     Grid,
@@ -33,6 +35,9 @@ from transfer_platform.core.windows import (
     grid_for_window,
     read_bounds,
 )
+
+if TYPE_CHECKING:
+    from transfer_platform.config.models import ModelConfig, PlatformConfig
 
 _NOTHING_YET = ModelState()
 
@@ -52,6 +57,22 @@ class ModelWindowing:
     def partition_key(self, partition: Window) -> str | None:
         grid = self.grid
         return None if grid is None else partition.start.strftime(grid.fmt)
+
+
+def windowing_for(config: PlatformConfig, destination_name: str, model: ModelConfig) -> ModelWindowing:
+    """The time settings of a model for a destination's recipient (the recipient's
+    ``default_full_refresh_min_start_time_epoch`` overrides the model's start)."""
+    destination = config.destination(destination_name)
+    recipient = config.recipient(destination.recipient)
+    start_epoch = recipient.default_full_refresh_min_start_time_epoch
+    if start_epoch is None:
+        start_epoch = model.min_start_time_epoch
+    return ModelWindowing(
+        configured_start=from_epoch_seconds(start_epoch),
+        # at least one grain of the last-modified column: a date re-reads the whole last day
+        lookback_seconds=model.change_column.lookback_seconds(config.source(model.source_name).lookback_seconds),
+        max_window_seconds=model.max_transfer_time_window_seconds,
+    )
 
 
 @dataclass(frozen=True)

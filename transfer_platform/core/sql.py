@@ -11,29 +11,57 @@ from datetime import date, datetime
 from transfer_platform.core.timeutil import utc
 
 
-def quote_ident(name: str, dialect: str = "postgres") -> str:
-    """Quote an identifier: ``"a""b"`` for PostgreSQL, ```a``b``` for MySQL."""
+class SqlText:
+    """How one SQL engine writes names and literals into the text planned here: the part of its
+    dialect that its source reader, its destination writer and these planners share (each
+    engine's is beside its record, ``transfer_platform/vendors/<vendor>.py``). These forms are
+    PostgreSQL's, the planners' default; an engine that writes them otherwise overrides them.
+
+    Identifiers are double-quoted (quotes doubled). A string is an ``E''`` literal with quotes
+    and backslashes doubled, safe whatever ``standard_conforming_strings`` says. A timestamp is
+    an untyped literal with an explicit ``+00`` offset: PostgreSQL gives it the type of the
+    column it is compared with, so neither a ``timestamp`` nor a ``timestamptz`` column is cast
+    (a cast column cannot use its index); a ``timestamp`` column ignores the offset and compares
+    the UTC wall-clock time, which is how the platform reads such columns. A date is untyped
+    too (it takes the column's type)."""
+
+    identifier_quote = '"'
+
+    def quote_ident(self, name: str) -> str:
+        quote = self.identifier_quote
+        return quote + name.replace(quote, quote + quote) + quote
+
+    def string_literal(self, value: str) -> str:
+        """``value`` (valid Unicode without NUL: :func:`quote_literal` checked) as a literal."""
+        escaped = value.replace("\\", "\\\\").replace("'", "''")
+        return f"E'{escaped}'"
+
+    def timestamp_literal(self, text: str) -> str:
+        """A UTC wall-clock time written ``YYYY-MM-DD HH:MM:SS.ffffff`` as a literal."""
+        return f"'{text}+00'"
+
+    def date_literal(self, day: date) -> str:
+        return f"'{day.isoformat()}'"
+
+
+#: the planners' default text: PostgreSQL's
+STANDARD = SqlText()
+
+
+def quote_ident(name: str, dialect: SqlText = STANDARD) -> str:
+    """Quote an identifier as ``dialect`` does: ``"a""b"`` by default (MySQL: ```a``b```)."""
     if "\x00" in name:
         raise ValueError("identifiers cannot contain NUL characters")
-    if dialect == "mysql":
-        return "`" + name.replace("`", "``") + "`"
-    return '"' + name.replace('"', '""') + '"'
+    return dialect.quote_ident(name)
 
 
-def qualified(*parts: str | None, dialect: str = "postgres") -> str:
+def qualified(*parts: str | None, dialect: SqlText = STANDARD) -> str:
     return ".".join(quote_ident(p, dialect) for p in parts if p)
 
 
-def quote_literal(value: str, dialect: str = "postgres") -> str:
-    """A string literal that selects exactly ``value``, quotes and backslashes included.
-
-    PostgreSQL (standard_conforming_strings on, the default since 9.1) only needs quotes doubled;
-    to be safe whatever that setting is, the value is written as an ``E''`` literal with
-    backslashes doubled too. MySQL/MariaDB: the UTF-8 bytes as a hexadecimal literal with a
-    character set introducer (``_utf8mb4 X'...'``), a text literal that no ``sql_mode`` (such as
-    NO_BACKSLASH_ESCAPES) can reinterpret; it is coercible, so the column's collation (and index)
-    is used for the comparison.
-    """
+def quote_literal(value: str, dialect: SqlText = STANDARD) -> str:
+    """A string literal that selects exactly ``value``, quotes and backslashes included, as
+    ``dialect`` writes it (:meth:`SqlText.string_literal`; MySQL: the UTF-8 bytes in hex)."""
     if "\x00" in value:
         raise ValueError("a tenant id or literal cannot contain a NUL character")
     try:
@@ -41,27 +69,16 @@ def quote_literal(value: str, dialect: str = "postgres") -> str:
     except UnicodeEncodeError:
         raise ValueError(f"a tenant id or literal must be valid Unicode text; {value!r} holds a lone "
                          "surrogate (a broken escape such as \\ud800 in the configuration)") from None
-    if dialect == "mysql":
-        return f"_utf8mb4 X'{value.encode().hex().upper()}'"
-    escaped = value.replace("\\", "\\\\").replace("'", "''")
-    return f"E'{escaped}'"
+    return dialect.string_literal(value)
 
 
-def timestamp_literal(moment: datetime, dialect: str = "postgres") -> str:
-    """A UTC timestamp literal with microseconds (the session time zone is pinned to UTC).
-
-    PostgreSQL: an untyped literal with an explicit ``+00`` offset. PostgreSQL gives it the type
-    of the column it is compared with, so neither a ``timestamp`` nor a ``timestamptz`` column is
-    cast (a cast column cannot use its index); a ``timestamp`` column ignores the offset and
-    compares the UTC wall-clock time, which is how the platform reads such columns.
-    """
-    text = utc(moment).strftime("%Y-%m-%d %H:%M:%S.%f")
-    if dialect == "mysql":
-        return f"TIMESTAMP'{text}'"
-    return f"'{text}+00'"
+def timestamp_literal(moment: datetime, dialect: SqlText = STANDARD) -> str:
+    """A UTC timestamp literal with microseconds (the session time zone is pinned to UTC), as
+    ``dialect`` writes it (:meth:`SqlText.timestamp_literal`)."""
+    return dialect.timestamp_literal(utc(moment).strftime("%Y-%m-%d %H:%M:%S.%f"))
 
 
-def change_literal(value: object, dialect: str = "postgres") -> str:
+def change_literal(value: object, dialect: SqlText = STANDARD) -> str:
     """A last-modified bound as a literal of the column's own kind (so that its index is used):
     a timestamp (see :func:`timestamp_literal`), an epoch integer, a date, or text."""
     if isinstance(value, datetime):
@@ -71,8 +88,7 @@ def change_literal(value: object, dialect: str = "postgres") -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, date):
-        # PostgreSQL: an untyped literal takes the column's type (date)
-        return f"DATE'{value.isoformat()}'" if dialect == "mysql" else f"'{value.isoformat()}'"
+        return dialect.date_literal(value)
     if isinstance(value, str):
         return quote_literal(value, dialect)
     raise TypeError(f"a last-modified bound cannot be {type(value).__name__}")
@@ -83,7 +99,7 @@ def change_predicate(
     lower: object,
     upper: object,
     *,
-    dialect: str = "postgres",
+    dialect: SqlText = STANDARD,
 ) -> str:
     """``lower <= lm < upper``, or ``lm IS NULL`` so that NULLs are seen and refused, not dropped.
 
@@ -96,7 +112,7 @@ def change_predicate(
     )
 
 
-def tenant_predicate(organization_column: str, tenant_id: str, dialect: str = "postgres") -> str:
+def tenant_predicate(organization_column: str, tenant_id: str, dialect: SqlText = STANDARD) -> str:
     return f"{quote_ident(organization_column, dialect)} = {quote_literal(tenant_id, dialect)}"
 
 
@@ -105,7 +121,7 @@ def source_select(
     columns: Sequence[str],
     predicates: Sequence[str],
     *,
-    dialect: str = "postgres",
+    dialect: SqlText = STANDARD,
 ) -> str:
     """``SELECT cols FROM relation WHERE p1 AND p2``; a ``source_query`` comes in as a subquery."""
     cols = ", ".join(quote_ident(c, dialect) for c in columns)
@@ -113,13 +129,13 @@ def source_select(
     return f"SELECT {cols} FROM {relation_sql} WHERE {where}"
 
 
-def wrap_source_query(query: str, alias: str = "tp_source_query", dialect: str = "postgres") -> str:
+def wrap_source_query(query: str, alias: str = "tp_source_query", dialect: SqlText = STANDARD) -> str:
     """A custom ``source_query`` as a derived table: our predicates apply outside it."""
     body = query.strip().rstrip(";").strip()
     return f"({body}) AS {quote_ident(alias, dialect)}"
 
 
-def derived_table(select_sql: str, alias: str = "tp_batch", dialect: str = "postgres") -> str:
+def derived_table(select_sql: str, alias: str = "tp_batch", dialect: SqlText = STANDARD) -> str:
     """A SELECT as the ``dbtable`` of a Spark JDBC read: ``(SELECT ...) AS alias``."""
     return f"({select_sql}) AS {quote_ident(alias, dialect)}"
 

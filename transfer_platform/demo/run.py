@@ -43,7 +43,7 @@ from transfer_platform.errors import ConfigError, Problem
 from transfer_platform.runtime.spark_session import get_spark_session
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import ModelSummary
+from transfer_platform.transfers.outcomes import ModelSummary
 from transfer_platform.vendors.delta import DeltaDestination
 from transfer_platform.vendors.duckdb import DuckdbDestination
 

@@ -4,7 +4,7 @@ writer applies to a batch (the Arrow ones here; a database writer runs the same 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.routes import Rows
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.probes import Check
+    from transfer_platform.sources.relay import RelayRead
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,9 @@ class DestinationWriter(Protocol):
     and ``publish_refresh`` once; a vendor implements its primitives."""
 
     name: str
+    #: the forms of rows it takes (``transfer_platform/core/routes.py``): Spark rows and Arrow
+    #: always; :attr:`Rows.COPY_STREAM` with :meth:`write_relayed` and :meth:`write_streamed`
+    accepts: frozenset[Rows]
 
     def check(self) -> None:
         """Raise ``ConnectionFailure`` if the destination cannot be reached."""
@@ -98,6 +103,15 @@ class DestinationWriter(Protocol):
         """:meth:`write_window` for a window already read into this process as Arrow (columns
         and types of :func:`arrow_schema`): a small window read together with its neighbours in
         one Spark job, so that it costs no Spark job of its own."""
+
+    def write_relayed(self, relay: RelayRead, spark: SparkSession, load: WindowLoad) -> WindowResult:
+        """:meth:`write_window` for a window relayed as a COPY stream by Spark's tasks
+        (:mod:`transfer_platform.sources.relay`): a writer that accepts :attr:`Rows.COPY_STREAM`."""
+
+    def write_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], load: WindowLoad) -> WindowResult:
+        """:meth:`write_arrow` for a small window streamed as a COPY stream by this process
+        (``stream(types)``: its chunks, each value cast to the staging column's type in
+        ``types``): a writer that accepts :attr:`Rows.COPY_STREAM`."""
 
     def write_empty(self, load: WindowLoad) -> WindowResult:
         """Record a window in which the source holds no row (asked before it was read): the state

@@ -23,17 +23,23 @@ window, commit it, ...); the order they run in is :class:`Writer`'s alone (the t
     in one commit: read the refresh's state, replace the live table by the one built aside and
     record that state.
 
-A subclass that leaves a primitive unimplemented is refused when it is defined (at import),
-naming itself and what it lacks; a base of writers declares ``abstract=True`` to be let through.
+A writer declares the forms of rows it accepts (``accepts``: Spark rows and Arrow, which the
+template methods above take; a COPY stream, with ``write_relayed`` and ``write_streamed``): the
+transfer picks each model's route from it and what the source offers (``transfers/routes.py``).
+
+A subclass that leaves a primitive unimplemented, or declares a form of rows without its write,
+is refused when it is defined (at import), naming itself and what it lacks; a base of writers
+declares ``abstract=True`` to be let through.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from transfer_platform.core.columns import ColumnChanges
+from transfer_platform.core.routes import Rows
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import Prepared, WindowLoad, WindowResult
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
 
     from transfer_platform.config.models import ModelConfig
     from transfer_platform.probes import Check
+    from transfer_platform.sources.relay import RelayRead
 
 
 class Stale:
@@ -78,6 +85,9 @@ class Writer:
 
     #: the primitives, found at class creation (methods marked :func:`primitive`)
     PRIMITIVES: ClassVar[tuple[str, ...]] = ()
+    #: the forms of rows it takes; a COPY stream is written by methods of its own
+    accepts: frozenset[Rows] = frozenset({Rows.SPARK, Rows.ARROW})
+    _WRITES_OF: ClassVar[dict[Rows, tuple[str, ...]]] = {Rows.COPY_STREAM: ("write_relayed", "write_streamed")}
 
     name: str
 
@@ -95,6 +105,11 @@ class Writer:
             raise TypeError(f"destination writer {cls.__module__}.{cls.__qualname__} does not implement "
                             f"{', '.join(missing)} (the primitives of transfer_platform.destinations."
                             "skeleton.Writer)")
+        for rows in sorted(cls.accepts):
+            unwritten = [name for name in Writer._WRITES_OF.get(rows, ()) if getattr(cls, name) is getattr(Writer, name)]
+            if unwritten:
+                raise TypeError(f"destination writer {cls.__module__}.{cls.__qualname__} accepts {rows} but does "
+                                f"not implement {', '.join(unwritten)}")
 
     # -- template methods: the order, the same for every destination ----------------------------
 
@@ -143,6 +158,14 @@ class Writer:
         and types of ``arrow_schema``): a small window read together with its neighbours in one
         Spark job, so that it costs no Spark job of its own."""
         return self._write(load, lambda staging: self._stage_arrow(batch, staging, load), in_memory=True)
+
+    def write_relayed(self, relay: RelayRead, spark: SparkSession, load: WindowLoad) -> WindowResult:
+        """A window relayed as a COPY stream by Spark's tasks: a writer that accepts one."""
+        raise NotImplementedError(f"destination {self.name!r} accepts no COPY stream")
+
+    def write_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], load: WindowLoad) -> WindowResult:
+        """A small window streamed as a COPY stream by this process: a writer that accepts one."""
+        raise NotImplementedError(f"destination {self.name!r} accepts no COPY stream")
 
     def write_empty(self, load: WindowLoad) -> WindowResult:
         """Record a window in which the source holds no row: the state moves on in one commit, as

@@ -43,7 +43,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.planning import ModelWindowing
+from transfer_platform.core.planning import ModelWindowing, windowing_for
 from transfer_platform.orchestration.checks import CHECK_NAME as INTEGRITY
 from transfer_platform.orchestration.checks import integrity_spec, run_checks
 from transfer_platform.orchestration.keys import (
@@ -68,7 +68,7 @@ from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG,
 from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import ModelSummary, windowing_for
+from transfer_platform.transfers.outcomes import ModelSummary
 
 
 class TransferRunConfig(Config):

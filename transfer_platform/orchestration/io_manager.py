@@ -17,12 +17,11 @@ from datetime import UTC, datetime
 from dagster import ConfigurableIOManager, InputContext, OutputContext
 from dagster_pyspark import LazyPySparkResource
 
-from transfer_platform.core.planning import ModelWindowing
+from transfer_platform.core.planning import ModelWindowing, windowing_for
 from transfer_platform.core.timeutil import utc
 from transfer_platform.core.windows import Window
 from transfer_platform.destinations.base import WindowLoad
 from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.transfers.runner import windowing_for
 
 
 class DestinationIOManager(ConfigurableIOManager):

@@ -33,7 +33,7 @@ from dagster import (
 
 from transfer_platform.core.lifecycle import failure_headline, first_line
 from transfer_platform.errors import TransferCancelled, TransferPlatformError, one_line
-from transfer_platform.transfers.runner import ModelSummary
+from transfer_platform.transfers.outcomes import ModelSummary
 
 CHECK_NAME = "last_transfer"
 _WARN_STATUSES = ("KILLED",)

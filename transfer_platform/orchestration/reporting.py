@@ -22,7 +22,7 @@ from transfer_platform.core.timeutil import isoformat
 from transfer_platform.orchestration.keys import destination_asset_key
 from transfer_platform.orchestration.last_transfer import ended, outcomes, stop_reason, stopped
 from transfer_platform.transfers.entry import Transfer
-from transfer_platform.transfers.runner import WindowOutcome
+from transfer_platform.transfers.outcomes import WindowOutcome
 
 Event = AssetMaterialization | AssetCheckEvaluation
 T = TypeVar("T")

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from transfer_platform.config.models import ColumnConfig, ModelConfig
 from transfer_platform.core.last_modified import DATA_TYPE_OF_KIND
+from transfer_platform.core.routes import Route
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.windows import ReadBounds
-from transfer_platform.errors import ConfigError, Problem
+from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from transfer_platform.probes import Check
+    from transfer_platform.sources.relay import RelayRead
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,19 @@ class SourceReader(Protocol):
     #: whether :meth:`window_rows` costs no Spark job (a database's ``COUNT``); else neighbouring
     #: windows are first read together up to a bound, and counted only if that bound is passed
     counts_without_spark: bool
+    #: the ways it reads a window (``transfer_platform/core/routes.py``): :attr:`Route.SPARK`
+    #: always; :attr:`Route.DRIVER` and :attr:`Route.COPY_RELAY` through :meth:`driver_reads`
+    routes: frozenset[Route]
+
+    def driver_reads(self, request: ReadRequest) -> DriverReads | None:
+        """The model's windows read by the database's own driver (:attr:`Route.DRIVER`), proven
+        for ``request``'s model (its columns read as they are, asked with no row); ``None`` if
+        the reader offers no such route or the model needs Spark's conversions."""
+
+    def stall_of(self, exc: BaseException) -> ConnectionFailure | None:
+        """The error of a source that stopped answering, if ``exc`` (a failed read) is its read
+        timeout or the source, asked, does not answer in time; ``None`` for a source not read
+        over a connection (a lake, staged rows)."""
 
     def check(self, destination: str | None = None) -> None:
         """Raise ``ConnectionFailure`` naming host and port (and the destination, when given)
@@ -91,6 +106,39 @@ class SourceReader(Protocol):
         """``test-connection``: reach, log in, then each model's read as a transfer sends it (for
         the tenants in ``tenants``, by model), returning no row and changing nothing; one
         :class:`Check` per step, a failure with its grant or setting."""
+
+
+class StreamFailed(Exception):
+    """The source failed while :meth:`DriverReads.copy_out` streamed a window (the window is then
+    read as any other)."""
+
+
+class DriverReads(Protocol):
+    """One model's windows read by the source database's driver, on one connection held for the
+    model's transfer (:attr:`Route.DRIVER`; :attr:`Route.COPY_RELAY` through :meth:`copy_out`
+    and :meth:`relay`, for a reader that offers it)."""
+
+    counts_without_spark: bool
+
+    def close(self) -> None:
+        """Close the connection to the source (opened again if asked for more)."""
+
+    def keys_unique(self, request: ReadRequest) -> bool:
+        """:meth:`SourceReader.keys_unique` on the held connection."""
+
+    def window_rows(self, spark: object, requests: list[ReadRequest], up_to: int) -> list[int] | None:
+        """:meth:`SourceReader.window_rows` on the held connection (``spark`` is not used)."""
+
+    def read_together(self, requests: list[ReadRequest], schema: pa.Schema, up_to: int | None = None) -> pa.Table:
+        """The rows of each of ``requests`` as the model's columns (``schema``) and
+        ``WINDOW_COLUMN``, as Spark's read of them brings them; at most ``up_to + 1`` rows."""
+
+    def copy_out(self, request: ReadRequest, types: dict[str, str]) -> Iterator[bytes]:
+        """``request``'s window as a binary COPY stream, each column cast to the type ``types``
+        names for it in the destination; a failure of the source raised as :class:`StreamFailed`."""
+
+    def relay(self, request: ReadRequest, slices: int) -> RelayRead:
+        """``request``'s window relayed in ``slices`` slices by Spark's tasks (``sources/relay.py``)."""
 
 
 def analyzed(frame: DataFrame) -> DataFrame:

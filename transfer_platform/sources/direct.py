@@ -1,12 +1,13 @@
 """Small windows read by the database's own driver, without a Spark job.
 
-Windows read together (at most ``Tuning.run_rows`` rows, :func:`~transfer_platform.transfers.runner._steps`)
+Windows read together (at most ``Tuning.run_rows`` rows, :func:`~transfer_platform.transfers.steps.steps`)
 come into the transfer's process as Arrow either way; through Spark that costs a job (the JDBC
 relation resolved, the query run by an executor, the rows sent back through Spark Connect), about
 0.17 s for 16,200 rows on 2 cores, where the same rows through the driver take a few hundredths.
 So when nothing Spark does to those rows would change them, the rows are read by the driver:
 
-- a database source whose dialect names the types it reads as they are (``direct_types``:
+- a database source that offers the driver's own read (``Route.DRIVER``: its reader's
+  ``driver_reads``), whose dialect names the types it reads as they are (``direct_types``:
   PostgreSQL's ``boolean``, ``smallint``/``integer``/``bigint``, ``text``/``varchar``,
   ``double precision``, ``date``, ``timestamptz``), and no other;
 - every model column is one of those types in the source, as its ``data_type`` reads it (a
@@ -21,10 +22,11 @@ So when nothing Spark does to those rows would change them, the rows are read by
   for the model's transfer (:meth:`DirectReads.close`): a connection costs the database a new
   backend (31-80 ms on 2 cores at load ~30), a query on an open one a round trip.
 
-A window read alone in its step into a PostgreSQL destination, from a source table holding each
-key once, is not read into Arrow at all: :meth:`DirectReads.copy_out` streams it in binary COPY
-format on the same connection, for the writer's ``write_streamed`` (the in-process form of
-:mod:`~transfer_platform.sources.relay`; ``Tuning.relay_windows`` too must be on).
+A window read alone in its step into a destination that accepts a COPY stream (``Rows.COPY_STREAM``),
+from a source table holding each key once, is not read into Arrow at all: :meth:`DirectReads.copy_out`
+streams it in binary COPY format on the same connection, for the writer's ``write_streamed`` (the
+in-process form of :mod:`~transfer_platform.sources.relay`, :meth:`DirectReads.relay`;
+``Tuning.relay_windows`` too must be on).
 
 Anything else (a type that is cast, a numeric, json, a lake, a staged batch, a window larger than
 ``run_rows``) goes through Spark as before. A direct read that fails for any reason is read again
@@ -47,25 +49,22 @@ from transfer_platform.core.sql import derived_table, search_path_value
 from transfer_platform.errors import ConnectionFailure, first_line
 from transfer_platform.runtime.connections import connect_postgres
 from transfer_platform.runtime.read_timeouts import ReadDeadline, SourceStalled
-from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest
+from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, StreamFailed
 
 if TYPE_CHECKING:
     import psycopg
 
     from transfer_platform.sources.jdbc import JdbcReader
+    from transfer_platform.sources.relay import RelayRead
 
 _LOG = logging.getLogger(__name__)
 
 
-class StreamFailed(Exception):
-    """The source failed while :meth:`DirectReads.copy_out` streamed a window (the window is then
-    read as any other)."""
-
-
 class DirectReads:
-    """One model's small windows, read by the source database's driver (see the module)."""
+    """One model's small windows, read by the source database's driver (see the module): the
+    :class:`~transfer_platform.sources.base.DriverReads` of a PostgreSQL source."""
 
-    #: the windows' row counts are asked of the database, without Spark (``runner._window_rows``)
+    #: the windows' row counts are asked of the database, without Spark (``steps.window_rows``)
     counts_without_spark = True
 
     def __init__(self, reader: JdbcReader, request: ReadRequest) -> None:
@@ -74,18 +73,18 @@ class DirectReads:
         self._conn: psycopg.Connection | None = None
 
     @classmethod
-    def proven(cls, reader: object, request: ReadRequest) -> DirectReads | None:
+    def proven(cls, reader: JdbcReader, request: ReadRequest) -> DirectReads | None:
         """Direct reads of ``request.model`` from ``reader``'s source, if its columns are all read
         as they are (asked with the read's query returning no row); ``None`` otherwise, or if the
         question fails (the caller then proves the read through Spark, which names the failure)."""
-        dialect = getattr(reader, "dialect", None)
-        types = getattr(dialect, "direct_types", None)
+        dialect = reader.dialect
+        types = dialect.direct_types
         if not types or request.model.change_column.kind == "text":
             return None
-        direct = cls(reader, request)  # type: ignore[arg-type]
+        direct = cls(reader, request)
         # LIMIT 0, not WHERE 1=0: PostgreSQL plans WHERE 1=0 over a large table at the full scan's
         # cost (JIT-compiled, parallel workers started: 40-300 ms at 16-50M rows), LIMIT 0 at none
-        sql = f"SELECT * FROM {derived_table(reader.query_for(request), dialect=dialect.name)} LIMIT 0"
+        sql = f"SELECT * FROM {derived_table(reader.query_for(request), dialect=dialect.text)} LIMIT 0"
         try:
             described = direct._run(sql, request, "schema", rows=False)
         except ConnectionFailure:  # a source that stopped sending: said at once
@@ -173,6 +172,13 @@ class DirectReads:
             raise
         except Exception as exc:  # the source's (the destination's failures close this generator)
             raise StreamFailed(f"streaming the window from {self.reader.what} failed: {first_line(exc)}") from exc
+
+    def relay(self, request: ReadRequest, slices: int) -> RelayRead:
+        """``request``'s window relayed in ``slices`` slices by Spark's tasks, each on its own
+        connection to the source (:func:`~transfer_platform.sources.relay.relay_for`)."""
+        from transfer_platform.sources.relay import relay_for
+
+        return relay_for(self.reader, request, slices)
 
     def window_rows(self, spark: object, requests: list[ReadRequest], up_to: int) -> list[int] | None:
         """:meth:`JdbcReader.window_rows <transfer_platform.sources.jdbc.JdbcReader.window_rows>`

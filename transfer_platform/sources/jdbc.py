@@ -44,6 +44,7 @@ from urllib.parse import quote
 
 from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.routes import Route
 from transfer_platform.core.sql import (
     change_predicate,
     derived_table,
@@ -87,6 +88,7 @@ from transfer_platform.sources.base import (
     required_columns,
     spark_col,
 )
+from transfer_platform.vendors import mysql, postgres
 from transfer_platform.vendors.mysql import MysqlSource
 from transfer_platform.vendors.postgres import PostgresSource
 
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.probes import Check, Probe
+    from transfer_platform.sources.direct import DirectReads
 
 #: MySQL's "access denied" errors: to a database, a table, a column
 _LOG = logging.getLogger("transfer_platform.sources")
@@ -123,8 +126,8 @@ def count_statement(source: str, kind: str) -> None:
 
 
 class PostgresDialect:
-    name = "postgres"
     label = "PostgreSQL"
+    text = postgres.SQL_TEXT  # names and literals, as the destination writes them too
     driver = "org.postgresql.Driver"
     session_init = "SET TIME ZONE 'UTC'"
     refuses_missing_tables = False  # a missing table is "does not exist", whatever the rights
@@ -225,8 +228,8 @@ class PostgresDialect:
 
 
 class MysqlDialect:
-    name = "mysql"
     label = "MySQL"
+    text = mysql.SQL_TEXT  # names and literals, as the destination writes them too
     driver = "org.mariadb.jdbc.Driver"  # Debian's libmariadb-java; it also speaks to MySQL
     session_init = "SET time_zone = '+00:00'"
     direct_types: dict[int, str] = {}  # every read goes through Spark (sources/direct.py)
@@ -298,22 +301,23 @@ class MysqlDialect:
     def unique_key_sql(self, relation: str, schema: str | None, table: str, keys: list[str]) -> str:
         """Whether a unique index of ``schema.table`` (the connection's database if ``None``) has
         only key columns (compared as MySQL compares column names: case-insensitively)."""
-        names = ", ".join(quote_literal(k, "mysql") for k in keys)
-        where = "DATABASE()" if schema is None else quote_literal(schema, "mysql")
+        names = ", ".join(quote_literal(k, self.text) for k in keys)
+        where = "DATABASE()" if schema is None else quote_literal(schema, self.text)
         return ("SELECT COUNT(*) > 0 FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS "
-                f"WHERE TABLE_SCHEMA = {where} AND TABLE_NAME = {quote_literal(table, 'mysql')} AND NON_UNIQUE = 0 "
+                f"WHERE TABLE_SCHEMA = {where} AND TABLE_NAME = {quote_literal(table, self.text)} AND NON_UNIQUE = 0 "
                 f"GROUP BY INDEX_NAME HAVING SUM(COLUMN_NAME IS NULL OR COLUMN_NAME NOT IN ({names})) = 0) AS tp_unique")
 
     def grant(self, connection: DatabaseConnection, schema: str, table: str, columns: list[str],
               refused: str) -> str:
         account = next(iter(re.findall(r"for user ('[^']*'@'[^']*')", refused)), None)  # as the server names it
-        names = ", ".join(quote_ident(c, "mysql") for c in columns)
-        return (f"GRANT SELECT ({names}) ON {qualified(schema, table, dialect='mysql')} TO "
+        names = ", ".join(quote_ident(c, self.text) for c in columns)
+        return (f"GRANT SELECT ({names}) ON {qualified(schema, table, dialect=self.text)} TO "
                 f"{account or repr(connection.username) + '@<the host transfers connect from>'}")
 
 
 class JdbcReader:
     counts_without_spark = True  # window_rows: one COUNT query of the database
+    routes = frozenset({Route.SPARK})
 
     def __init__(self, source: PostgresSource | MysqlSource,
                  dialect: PostgresDialect | MysqlDialect) -> None:
@@ -327,6 +331,9 @@ class JdbcReader:
 
     def check(self, destination: str | None = None) -> None:
         self.dialect.ping(self.source.connection, self.what + for_destination(destination))
+
+    def driver_reads(self, request: ReadRequest) -> DirectReads | None:
+        return None  # every read through Spark's JDBC reader
 
     def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
         """Reach, log in, then each model's read exactly as a transfer sends it (columns, tenant
@@ -364,7 +371,7 @@ class JdbcReader:
     def _probe_read(self, probe: Probe, model: ModelConfig, tenant: str, name: str) -> None:
         request = ReadRequest(model, tenant, ReadBounds(EPOCH, EPOCH, Window(EPOCH, EPOCH + timedelta(seconds=1))))
         try:
-            sql = (f"SELECT * FROM {derived_table(self.query_for(request), 'tp_probe', self.dialect.name)} "
+            sql = (f"SELECT * FROM {derived_table(self.query_for(request), 'tp_probe', self.dialect.text)} "
                    "LIMIT 0")
             refused = self.dialect.try_query(self.source.connection, self.what, sql,
                                              self.default_schema_for(request))
@@ -393,7 +400,7 @@ class JdbcReader:
     # -- SQL text -----------------------------------------------------------------------------
 
     def relation_for(self, request: ReadRequest) -> str:
-        model, dialect = request.model, self.dialect.name
+        model, dialect = request.model, self.dialect.text
         if model.source_query:
             return wrap_source_query(model.source_query, dialect=dialect)
         if self.multi_tenant:
@@ -401,7 +408,7 @@ class JdbcReader:
         return qualified(self._tenant_schema(request), model.source_table, dialect=dialect)
 
     def query_for(self, request: ReadRequest) -> str:
-        model, dialect = request.model, self.dialect.name
+        model, dialect = request.model, self.dialect.text
         bounds = request.bounds
         kind = model.change_column  # bounds in the column's own type: its index is used
         predicates = [change_predicate(model.last_modified.name_in_source, kind.bound(bounds.lower),
@@ -417,7 +424,7 @@ class JdbcReader:
         upper`` (and NULL last-modified values), as the source names and types them (no model
         cast), with the organization column: one query (``org IN (<literals>)``), for source
         staging. Only a multi-tenant PostgreSQL source (validate refuses staging elsewhere)."""
-        dialect = self.dialect.name
+        dialect = self.dialect.text
         kind = model.change_column
         request = ReadRequest(model, tenants[0], ReadBounds(lower, upper, Window(lower, upper)), destination)
         org = quote_ident(model.organization_column, dialect)
@@ -517,14 +524,14 @@ class JdbcReader:
     def check_read(self, spark: SparkSession, request: ReadRequest) -> None:
         """The read's query as a transfer sends it, its columns and types asked by Spark's JDBC
         reader (``SELECT * FROM (<query>) WHERE 1=0``: no row), then the model's casts analyzed."""
-        dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
+        dbtable = derived_table(self.query_for(request), dialect=self.dialect.text)
         count_statement(self.source.name, "schema")
         model_columns(self._load(spark, request, dbtable, {}), request, self.source.name, analyze=True)
 
     def read(self, spark: SparkSession, request: ReadRequest, *, with_origin: bool = False) -> DataFrame:
         """``with_origin`` adds nothing: a database's rows come from no file (a conflict between
         two versions of a row is named by their values)."""
-        dbtable = derived_table(self.query_for(request), dialect=self.dialect.name)
+        dbtable = derived_table(self.query_for(request), dialect=self.dialect.text)
         count_statement(self.source.name, "rows")
         frame = self._load(spark, request, dbtable, self.partition_options(request))
         return model_columns(frame, request, self.source.name)
@@ -574,17 +581,17 @@ class JdbcReader:
     def window_rows_sql(self, requests: list[ReadRequest], up_to: int) -> str:
         """The query of :meth:`window_rows`: ``(window, rows)`` of each read, counted up to ``up_to``."""
         dialect = self.dialect
-        one, rows = quote_ident("tp_one", dialect.name), quote_ident("tp_rows", dialect.name)
+        one, rows = quote_ident("tp_one", dialect.text), quote_ident("tp_rows", dialect.text)
         return " UNION ALL ".join(
             f"SELECT {i} AS tp_window, COUNT(*) AS {rows} FROM (SELECT 1 AS {one} FROM "
-            f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect.name)} "
+            f"{derived_table(self.query_for(r), alias=f'tp_read{i}', dialect=dialect.text)} "
             f"LIMIT {int(up_to)}) AS tp_counted{i}"
             for i, r in enumerate(requests))
 
     def together_sql(self, requests: list[ReadRequest]) -> str:
         """The derived table of :meth:`read_together`: each window's own query, tagged with its
         window in ``WINDOW_COLUMN``, in one ``UNION ALL`` (also the driver's direct read)."""
-        dialect = self.dialect.name
+        dialect = self.dialect.text
         tag = quote_ident(WINDOW_COLUMN, dialect)
         union = " UNION ALL ".join(
             f"SELECT {quote_ident(f'tp_read{i}', dialect)}.*, {i} AS {tag} FROM "
@@ -617,7 +624,7 @@ class JdbcReader:
         from pyspark.errors import PySparkException
         from pyspark.sql import functions as F
 
-        dialect = self.dialect.name
+        dialect = self.dialect.text
         counted = derived_table(self.query_for(request), alias="tp_counted", dialect=dialect)
         rows = quote_ident(COUNT_COLUMN, dialect)
         if self.multi_tenant and self.dialect.exact_tenant_match_in_spark:
@@ -715,7 +722,7 @@ class JdbcReader:
         Spark's JDBC error does not always carry the server's reason (MySQL's "Access denied
         for user ... to database ..." reaches it as "Couldn't connect to the database")."""
         connection = self.source.connection
-        sql = f"SELECT * FROM {derived_table(self.query_for(request), 'tp_check', self.dialect.name)} LIMIT 0"
+        sql = f"SELECT * FROM {derived_table(self.query_for(request), 'tp_check', self.dialect.text)} LIMIT 0"
         try:
             self.dialect.login(connection, self.what)  # a wrong password is not a missing grant
             refused = self.dialect.try_query(connection, self.what, sql, self.default_schema_for(request))
@@ -742,7 +749,7 @@ class JdbcReader:
 
         relation = self.relation_for(request)
         if not request.model.source_query:
-            relation = derived_table(f"SELECT * FROM {relation}", dialect=self.dialect.name)
+            relation = derived_table(f"SELECT * FROM {relation}", dialect=self.dialect.text)
         try:
             return analyzed(spark.read.format("jdbc").options(**base).option("dbtable", relation).load())
         except (Py4JJavaError, PySparkException):
@@ -758,8 +765,17 @@ class JdbcReader:
 
 
 class PostgresReader(JdbcReader):
+    routes = frozenset({Route.SPARK, Route.DRIVER, Route.COPY_RELAY})
+
     def __init__(self, source: PostgresSource) -> None:
         super().__init__(source, PostgresDialect(source.read_timeout_seconds))
+
+    def driver_reads(self, request: ReadRequest) -> DirectReads | None:
+        """psycopg's reads of the model's small windows (:mod:`~transfer_platform.sources.direct`),
+        which also stream and relay a window in binary COPY format."""
+        from transfer_platform.sources.direct import DirectReads
+
+        return DirectReads.proven(self, request)
 
 
 class MysqlReader(JdbcReader):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from transfer_platform.config.connection_settings import PathConnection
 from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.routes import Route
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
@@ -57,6 +58,7 @@ _GLOB_CHARACTERS = frozenset("\\*?[]{}")
 
 class ParquetLakeReader:
     counts_without_spark = False  # window_rows: a Spark job over the files
+    routes = frozenset({Route.SPARK})
 
     def __init__(self, source: ParquetSource) -> None:
         self.source = source
@@ -67,6 +69,12 @@ class ParquetLakeReader:
     @property
     def multi_tenant(self) -> bool:
         return self.source.tenancy == "multi_tenant"
+
+    def driver_reads(self, request: ReadRequest) -> None:
+        return None  # files are read by Spark's scan
+
+    def stall_of(self, exc: BaseException) -> None:
+        return None  # no connection to a database stalls
 
     def check(self, destination: str | None = None) -> None:
         if not self.lake.is_dir(self.lake.root):

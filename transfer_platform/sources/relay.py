@@ -11,8 +11,8 @@ stream ``COPY (SELECT src::type AS dest, ... FROM <the window's query> WHERE <sl
 (FORMAT binary)`` on the source, chunk by chunk, into ``COPY <staging> FROM STDIN (FORMAT binary)``
 on the destination. It is taken when:
 
-- the source and the destination are PostgreSQL (``PostgresReader``, a writer with
-  ``write_relayed``);
+- the source offers the relay (``Route.COPY_RELAY``: a PostgreSQL source) and the destination
+  accepts a COPY stream (``Rows.COPY_STREAM``: a PostgreSQL destination's ``write_relayed``);
 - the model's columns are read as they are (the proof of :mod:`~transfer_platform.sources.direct`:
   no cast, no rounding, no text last-modified column);
 - the source holds each key once (a unique index on the key: no version of a key to choose);

@@ -63,6 +63,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
+from transfer_platform.core.routes import Route
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, latest_tick
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
@@ -402,6 +403,7 @@ class StagedReader:
     process once: a batch deleted meanwhile (max age) does not break the transfer."""
 
     counts_without_spark = True
+    routes = frozenset({Route.SPARK})  # rows in this process already, made a frame for Spark's casts
 
     def __init__(self, inner: JdbcReader, batch: Batch, tenant: str) -> None:
         from pyspark.sql.types import StructType
@@ -424,6 +426,12 @@ class StagedReader:
 
     def check(self, destination: str | None = None) -> None:
         return None  # the source is not read
+
+    def driver_reads(self, request: ReadRequest) -> None:
+        return None  # the source is not read
+
+    def stall_of(self, exc: BaseException) -> None:
+        return None  # rows of a batch, read from no connection
 
     def check_read(self, spark: SparkSession, request: ReadRequest) -> None:
         frame = self._frame(spark, self.table.slice(0, 0))

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
+from transfer_platform.core.planning import windowing_for
 from transfer_platform.core.timeutil import isoformat, utc
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import writer_for
@@ -32,7 +33,6 @@ from transfer_platform.transfers.integrity import (
     live_table,
     spark_errors,
 )
-from transfer_platform.transfers.runner import windowing_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

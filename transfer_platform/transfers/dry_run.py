@@ -20,14 +20,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.planning import plan_transfer_windows
+from transfer_platform.core.planning import plan_transfer_windows, windowing_for
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import TransferPlatformError
 from transfer_platform.sources.base import ReadRequest, reader_for
-from transfer_platform.transfers.runner import proof_bounds, windowing_for
+from transfer_platform.transfers.runner import proof_bounds
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -34,14 +34,8 @@ from transfer_platform.destinations.base import writer_for
 from transfer_platform.errors import ConfigError
 from transfer_platform.transfers.dry_run import ModelPlan, plan_transfer
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import (
-    ModelSummary,
-    PartitionTally,
-    TransferRequest,
-    WindowOutcome,
-    tenant_without_rows,
-    transfer_models,
-)
+from transfer_platform.transfers.outcomes import ModelSummary, PartitionTally, WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, tenant_without_rows, transfer_models
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:

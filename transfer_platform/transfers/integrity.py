@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.planning import ModelWindowing, resume_for
+from transfer_platform.core.planning import ModelWindowing, resume_for, windowing_for
 from transfer_platform.core.repair import repair_windows
 from transfer_platform.core.timeutil import isoformat, utc
 from transfer_platform.core.types import TYPES
@@ -48,7 +48,6 @@ from transfer_platform.destinations.base import DestinationWriter, writer_for
 from transfer_platform.errors import DataError
 from transfer_platform.runtime.connections import spark_error_reason
 from transfer_platform.sources.base import ReadRequest, reader_for, spark_col
-from transfer_platform.transfers.runner import windowing_for
 from transfer_platform.transfers.versions import latest_versions_frame
 
 if TYPE_CHECKING:

@@ -12,78 +12,32 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.planning import (
-    ModelWindowing,
-    PlannedWindow,
-    plan_transfer_windows,
-)
-from transfer_platform.core.timeutil import from_epoch_seconds, isoformat
+from transfer_platform.core.planning import ModelWindowing, plan_transfer_windows, windowing_for
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
-from transfer_platform.destinations.base import (
-    DestinationWriter,
-    WindowLoad,
-    WindowResult,
-    arrow_schema,
-)
-from transfer_platform.errors import (
-    ConnectionFailure,
-    DataError,
-    DuplicateKey,
-    TransferPlatformError,
-)
+from transfer_platform.destinations.base import DestinationWriter
+from transfer_platform.errors import TransferPlatformError
 from transfer_platform.phases import log_phase
-from transfer_platform.runtime.connections import spark_error_reason
 from transfer_platform.runtime.spark_session import SparkServerLost, server_lost
-from transfer_platform.sources.base import (
-    ORIGIN_COLUMN,
-    WINDOW_COLUMN,
-    ReadRequest,
-    SourceReader,
-    reader_for,
-)
-from transfer_platform.sources.direct import DirectReads
+from transfer_platform.sources.base import ReadRequest, SourceReader, reader_for
 from transfer_platform.sources.shared_reads import StagedReader, TransferStaging, next_lower
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.versions import conflict_of, latest_versions, latest_versions_frame
+from transfer_platform.transfers.outcomes import ModelSummary, WindowOutcome
+from transfer_platform.transfers.routes import ModelRoutes, routes_for
+from transfer_platform.transfers.staged_plans import planned_up_to, staged_plan, staging_for
+from transfer_platform.transfers.steps import steps, unknown_steps, window_rows
+from transfer_platform.transfers.window_mover import WindowMover
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _LOG = logging.getLogger("transfer_platform.transfer")
-
-
-def windowing_for(config: PlatformConfig, destination_name: str, model: ModelConfig) -> ModelWindowing:
-    """The time settings of a model for a destination's recipient (the recipient's
-    ``default_full_refresh_min_start_time_epoch`` overrides the model's start)."""
-    destination = config.destination(destination_name)
-    recipient = config.recipient(destination.recipient)
-    start_epoch = recipient.default_full_refresh_min_start_time_epoch
-    if start_epoch is None:
-        start_epoch = model.min_start_time_epoch
-    return ModelWindowing(
-        configured_start=from_epoch_seconds(start_epoch),
-        # at least one grain of the last-modified column: a date re-reads the whole last day
-        lookback_seconds=model.change_column.lookback_seconds(config.source(model.source_name).lookback_seconds),
-        max_window_seconds=model.max_transfer_time_window_seconds,
-    )
-
-
-@dataclass(frozen=True)
-class WindowOutcome:
-    planned: PlannedWindow
-    result: WindowResult
-    partition_key: str | None
-    into_refresh: bool = False  # committed to a table built aside, live once the refresh publishes
 
 
 @dataclass
@@ -129,38 +83,32 @@ def transfer_model(
            "sink": request.log}
 
     reader = reader_for(source)
-    staging = _staging_for(request, model, partitions)
+    staging = staging_for(request, model, partitions)
     staged = None if staging is None else staging.joined(reader)
     source_request = request
     if staged is not None:  # this tick's batch lists this destination: its rows are staged
-        request = _up_to(request, staged)
+        request = planned_up_to(request, staged)
     # the read proven on the source as it is (columns, kinds, casts; no row read) before the
-    # writer's prepare creates, alters or drops anything: a mistyped model changes nothing. Columns
-    # the database's driver reads as they are prove it alone (and its small windows skip Spark);
-    # its answer shows the source reachable, else the source is checked (a named refusal) first
+    # writer's prepare creates, alters or drops anything: a mistyped model changes nothing. The
+    # routes picked for the model may prove it on the database's driver (its columns read as they
+    # are); that answer shows the source reachable, else the source is checked (a named refusal) first
     proof = ReadRequest(model, recipient.id_in_provider_system, proof_bounds(windowing, request.now), destination.name)
-    tuning = request.tuning
-    proven = (DirectReads.proven(reader, proof) if staged is None and (tuning.direct_reads or tuning.relay_windows)
-              else None)
-    direct = proven if tuning.direct_reads else None
-    relays = proven is not None and tuning.relay_windows and _relays(reader, request.writer)
-    if proven is None:
+    routes = routes_for(reader, request.writer, proof, request.tuning, staged=staged is not None)
+    if routes.proven is None:
         if staged is None:
             reader.check(destination.name)
         (staged or reader).check_read(request.spark, proof)
     try:
         yield from _transfer_model(request, source_request, model, destination, recipient, windowing, ids, reader,
-                                   staging, staged, partitions, direct, relays=relays)
+                                   staging, staged, partitions, routes)
     finally:
-        if proven is not None:
-            proven.close()
+        routes.close()
 
 
 def _transfer_model(request: TransferRequest, source_request: TransferRequest, model: ModelConfig,
                     destination: Any, recipient: Any, windowing: ModelWindowing, ids: dict[str, Any],
                     reader: SourceReader, staging: TransferStaging | None, staged: StagedReader | None,
-                    partitions: list[Window] | None, direct: DirectReads | None, *, relays: bool,
-                    ) -> Iterator[ModelState | WindowOutcome]:
+                    partitions: list[Window] | None, routes: ModelRoutes) -> Iterator[ModelState | WindowOutcome]:
     """:func:`transfer_model` once the read is proven: the writer prepared, the windows moved."""
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.order.full_refresh)
     for change in prepared.schema_changes:
@@ -171,8 +119,8 @@ def _transfer_model(request: TransferRequest, source_request: TransferRequest, m
     planned = plan_transfer_windows(windowing, now=request.now, state=state, refreshing=refreshing,
                                     partitions=partitions, start=request.order.start, end=request.order.end)
     if staging is not None:
-        request, planned, staged = _staged_plan(source_request, request, windowing, state, refreshing,
-                                                planned, staging, staged, reader)
+        request, planned, staged = staged_plan(source_request, request, windowing, state, refreshing,
+                                               planned, staging, staged, reader)
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
               built_aside=refreshing, watermark=state.watermark,
               **({"staged_batch": staged.batch.name} if staged is not None else {}))
@@ -180,15 +128,15 @@ def _transfer_model(request: TransferRequest, source_request: TransferRequest, m
         request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
     read_with = staged or reader
-    # a staged batch is read from the staging, never from the source directly
-    move = _WindowMover(request, model, read_with, windowing, refreshing, ids, direct if staged is None else None,
-                        relays=relays and staged is None)
+    # a staged batch is read from the staging, never by another route of the source
+    routes = routes if staged is None else ModelRoutes()
+    move = WindowMover(request, model, read_with, windowing, refreshing, ids, routes)
     tuning = request.tuning
-    counter = direct if direct is not None and staged is None else read_with  # direct: on its connection
-    steps = (_steps(_window_rows(counter, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
-             else _unknown_steps(len(reads), tuning))
+    counter = routes.direct or read_with  # the driver's: on its connection
+    moves = (steps(window_rows(counter, request.spark, reads, tuning), tuning) if read_with.counts_without_spark
+             else unknown_steps(len(reads), tuning))
     last = state
-    for step, indices in steps:
+    for step, indices in moves:
         for outcome in move.step(step, [planned[i] for i in indices], [reads[i] for i in indices]):
             last = outcome.result.state
             yield outcome
@@ -203,430 +151,12 @@ def _transfer_model(request: TransferRequest, source_request: TransferRequest, m
         staging.record(next_lower(windowing, last))
 
 
-def _relays(reader: SourceReader, writer: DestinationWriter) -> bool:
-    """Whether a window may be relayed from ``reader``'s source into ``writer``'s destination in
-    PostgreSQL's binary COPY format (:mod:`transfer_platform.sources.relay`): a large one by
-    Spark's tasks, a small one read alone streamed by this process."""
-    from transfer_platform.sources.jdbc import PostgresReader
-
-    return isinstance(reader, PostgresReader) and all(
-        callable(getattr(writer, method, None)) for method in ("write_relayed", "write_streamed"))
-
-
-def _staging_for(request: TransferRequest, model: ModelConfig,
-                 partitions: list[Window] | None) -> TransferStaging | None:
-    """Source staging for a plain incremental transfer (not a full refresh asked for, nor
-    explicit windows or partitions) of a model whose source stages reads, else ``None``."""
-    order = request.order
-    if order.full_refresh or order.start is not None or order.end is not None or partitions is not None:
-        return None
-    return TransferStaging.for_transfer(request.config, model, request.order.destination, request.now, request.log,
-                                        tick=order.tick)
-
-
-def _up_to(request: TransferRequest, staged: StagedReader) -> TransferRequest:
-    """The transfer planned up to the batch's upper bound at most (its watermark stops there)."""
-    upper = staged.batch.upper
-    return request if request.now <= upper else replace(request, now=upper)
-
-
-def _staged_plan(source_request: TransferRequest, request: TransferRequest, windowing: ModelWindowing,
-                 state: ModelState, refreshing: bool, planned: list[PlannedWindow],
-                 staging: TransferStaging, staged: StagedReader | None,
-                 reader: SourceReader) -> tuple[TransferRequest, list[PlannedWindow], StagedReader | None]:
-    """The request, windows and staged reader the transfer moves with: the batch it is in if it
-    reaches every planned read's lower bound; else a batch made now (the first of the tick) or
-    joined meanwhile; else (a refresh, the first transfer, a lower bound the batch lacks) the
-    source itself, planned up to the transfer's own "now"."""
-    def plan(req: TransferRequest) -> list[PlannedWindow]:
-        return plan_transfer_windows(windowing, now=req.now, state=state, refreshing=refreshing)
-
-    def covers(reader_: StagedReader, windows: list[PlannedWindow]) -> bool:
-        return all(w.bounds.lower >= reader_.batch.lower for w in windows)
-
-    if staged is not None:
-        if not refreshing and covers(staged, planned):
-            return request, planned, staged
-        staging.release(staged)  # it cannot serve this transfer: the source is read as without staging
-        request, planned = source_request, plan(source_request)
-    if refreshing or state.watermark is None or not planned:
-        return request, planned, None
-    joined = staging.create_or_join(request.spark, reader, min(w.bounds.lower for w in planned), request.now)
-    if joined is None:
-        return request, planned, None
-    staged_request = _up_to(request, joined)
-    staged_planned = plan(staged_request) if staged_request is not request else planned
-    if covers(joined, staged_planned):
-        return staged_request, staged_planned, joined
-    staging.release(joined)
-    return request, planned, None
-
-
 def proof_bounds(windowing: ModelWindowing, now: datetime) -> ReadBounds:
     """Bounds for :meth:`SourceReader.check_read`: any would do (no row is read); the configured
     range up to ``now``, so that the query is the one a transfer sends."""
     start = windowing.configured_start
     end = max(now, start + timedelta(seconds=1))
     return ReadBounds(start, end, Window(start, end))
-
-
-#: windows asked at once how many rows they hold: the answer is at most this many windows old
-#: when a window is read (a row committed meanwhile is found by the next transfer's lookback)
-LOOKAHEAD_WINDOWS = 200
-# Neighbouring windows that read at most ``Tuning.run_rows`` rows in all are read together, in
-# one Spark job (at most ``Tuning.run_windows`` windows: a union of their reads), into this
-# process as Arrow (so this bounds its memory), then committed one by one; a window that may
-# read more is read alone and staged by Spark's executors.
-
-
-def _window_rows(reader: SourceReader, spark: SparkSession, reads: list[ReadRequest],
-                 tuning: Tuning) -> Iterator[int | None]:
-    """For each read in turn, how many rows it may hold (up to ``run_rows + 1``; ``None``: not
-    known): asked of the source ``LOOKAHEAD_WINDOWS`` windows at a time, just before they are
-    moved, so that an empty window costs no Spark job and no staging."""
-    for start in range(0, len(reads), LOOKAHEAD_WINDOWS):
-        chunk = reads[start:start + LOOKAHEAD_WINDOWS]
-        answer = reader.window_rows(spark, chunk, tuning.run_rows + 1)
-        yield from answer if answer is not None else [None] * len(chunk)
-
-
-def _steps(sizes: Iterator[int | None], tuning: Tuning) -> Iterator[tuple[str, list[int]]]:
-    """How the windows (by index, in order) are moved: ``("empty", [i])`` holds no row,
-    ``("together", [i, j, ...])`` neighbours read in one Spark job (``run_rows``, ``run_windows``),
-    ``("alone", [i])`` read and staged on its own (large, or of unknown size)."""
-    run: list[int] = []
-    rows = 0
-    most_rows, most_windows = tuning.run_rows, tuning.run_windows
-    for i, size in enumerate(sizes):
-        if run and (size is None or size == 0 or rows + size > most_rows or len(run) == most_windows):
-            yield "together", run
-            run, rows = [], 0
-        if size == 0:
-            yield "empty", [i]
-        elif size is None or size > most_rows:
-            yield "alone", [i]
-        else:
-            run.append(i)
-            rows += size
-    if run:
-        yield "together", run
-
-
-def _unknown_steps(windows: int, tuning: Tuning) -> Iterator[tuple[str, list[int]]]:
-    """For a source that counts rows with a Spark job: ``("unknown", [i, j, ...])``, up to
-    ``run_windows`` neighbours read together up to ``run_rows`` rows; only if they hold more
-    are they counted (and moved as :func:`_steps` says)."""
-    for start in range(0, windows, tuning.run_windows):
-        yield "unknown", list(range(start, min(start + tuning.run_windows, windows)))
-
-
-class _WindowMover:
-    """Moves one model's windows for :func:`transfer_model`, each committed and reported on its own."""
-
-    def __init__(self, request: TransferRequest, model: ModelConfig, reader: SourceReader,
-                 windowing: ModelWindowing, refreshing: bool, ids: dict[str, Any],
-                 direct: DirectReads | None = None, *, relays: bool = False) -> None:
-        self.request, self.model, self.reader, self.direct = request, model, reader, direct
-        self.relays = relays  # a window moved alone may be relayed (sources/relay.py) if the keys are unique
-        self.windowing, self.refreshing, self.ids = windowing, refreshing, ids
-        self._keys_unique: bool | None = None  # asked of the source once, at the first large window
-
-    def _load(self, window: PlannedWindow) -> WindowLoad:
-        return WindowLoad(model=self.model, transfer_id=self.request.transfer_id, progress=window.bounds.progress,
-                          configured_start=self.windowing.configured_start, into_refresh=self.refreshing,
-                          read_from=window.bounds.lower)
-
-    def _outcome(self, window: PlannedWindow, result: WindowResult) -> WindowOutcome:
-        key = None if window.partition is None else self.windowing.partition_key(window.partition)
-        return WindowOutcome(window, result, key, self.refreshing)
-
-    def step(self, step: str, windows: list[PlannedWindow], reads: list[ReadRequest]) -> Iterator[WindowOutcome]:
-        """Move the windows of one step of :func:`_steps` or :func:`_unknown_steps`."""
-        if step == "empty":
-            yield self.empty(windows[0])
-        elif step == "together":
-            yield from self.together(windows, reads)
-        elif step == "unknown":
-            yield from self.together(windows, reads, up_to=self.request.tuning.run_rows)
-        else:
-            yield self.alone(windows[0], reads[0])
-
-    def empty(self, window: PlannedWindow) -> WindowOutcome:
-        """A window with no row: its state alone (the read was proven before anything was
-        written: :meth:`SourceReader.check_read`)."""
-        result = self.request.writer.write_empty(self._load(window))
-        log_phase("load", **self.ids, read_from=window.bounds.lower, read_until=window.bounds.upper,
-                  rows_transferred=0, empty=True, watermark=result.state.watermark)
-        return self._outcome(window, result)
-
-    def alone(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
-        bounds = window.bounds
-        if self._keys_unique is None:
-            self._keys_unique = self.reader.keys_unique(read)
-        if self.relays and self._keys_unique:
-            return self._relayed(window, read)
-        log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper)
-        frame = self.reader.read(self.request.spark, read, with_origin=True)
-        resolved = None if self._keys_unique else latest_versions_frame(frame, self.model)
-        with self._spark_errors(bounds.lower, bounds.upper):
-            try:
-                result = self.request.writer.write_window(
-                    frame if resolved is None else resolved.delivered(self.model), self._load(window))
-            except DuplicateKey as refused:  # two versions of a key share its latest last-modified value
-                raise (None if resolved is None else conflict_of(resolved, self.model, refused)) or refused from None
-            older, copies = (0, 0) if resolved is None else resolved.counts()
-        result = self._superseded(result, older, copies, window)
-        self._log_load(result)
-        return self._outcome(window, result)
-
-    def _relayed(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome:
-        """A window streamed from the source into the destination's staging table in binary COPY
-        format by Spark's tasks (:mod:`transfer_platform.sources.relay`), then committed as any
-        window; its phase records say ``relayed``."""
-        from transfer_platform.sources.relay import relay_for
-
-        bounds = window.bounds
-        slices = self.request.config.source(self.model.source_name).max_concurrent_queries_per_transfer
-        log_phase("read", **self.ids, read_from=bounds.lower, read_until=bounds.upper, relayed=True, slices=slices)
-        relay = relay_for(self.reader, read, slices)  # type: ignore[arg-type]
-        with self._spark_errors(bounds.lower, bounds.upper):
-            result = self.request.writer.write_relayed(relay, self.request.spark, self._load(window))  # type: ignore[attr-defined]
-        self._log_load(result, relayed=True)
-        return self._outcome(window, result)
-
-    def _superseded(self, result: WindowResult, older: int, copies: int, window: PlannedWindow) -> WindowResult:
-        """``result`` with the rows left out of its window because another version of their key
-        was delivered (``older`` versions, identical ``copies``), said in a log line if any."""
-        if not older + copies:
-            return result
-        log_phase("versions", **self.ids, read_from=window.bounds.lower, read_until=window.bounds.upper,
-                  versions_superseded=older + copies, older_versions=older, identical_copies=copies,
-                  rows_transferred=result.rows_transferred)
-        return replace(result, versions_superseded=older + copies)
-
-    def together(self, windows: list[PlannedWindow], reads: list[ReadRequest], *,
-                 up_to: int | None = None) -> Iterator[WindowOutcome]:
-        """Small windows (one, or neighbours): one Spark job reads them all (``read_together``:
-        each row tagged with its window) into this process as Arrow; each window is then checked
-        and committed on its own (one with no row as :meth:`empty`). If that job fails, each
-        window is moved alone, so that those before the bad one commit and the error names its
-        window. ``up_to``: their sizes are not known; the job reads at most one row more, and
-        if there are more, the windows are counted and moved as :func:`_steps` says."""
-        lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
-        streams = up_to is None and len(windows) == 1 and self._streams(reads[0])
-        log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows),
-                  **({"direct": True} if self.direct is not None else {}),
-                  **({"relayed": True, "streamed": True} if streams else {}))
-        if streams:
-            outcome = self._streamed(windows[0], reads[0])
-            if outcome is not None:
-                yield outcome
-                return
-        table = self._read_directly(reads, up_to)
-        if table is None:
-            frame = self.reader.read_together(self.request.spark, reads)
-            try:
-                with self._spark_errors(lower, upper):
-                    table = (frame if up_to is None else frame.limit(up_to + 1)).toArrow()
-            except DataError as exc:
-                if _cancelled(exc):
-                    raise
-                _LOG.debug("reading %d windows together failed (%s); each is read alone", len(windows), exc)
-                for window, read in zip(windows, reads, strict=True):
-                    yield self.alone(window, read)
-                return
-        if up_to is not None and table.num_rows > up_to:
-            del table
-            sizes = self.reader.window_rows(self.request.spark, reads, up_to + 1) or [None] * len(reads)
-            for step, indices in _steps(iter(sizes), self.request.tuning):
-                yield from self.step(step, [windows[i] for i in indices], [reads[i] for i in indices])
-            return
-        table = self.reader.tagged(table, reads)
-        schema = arrow_schema(self.model)
-        tags = table.column(WINDOW_COLUMN)
-        origin = [ORIGIN_COLUMN] if ORIGIN_COLUMN in table.column_names else []
-        for i, window in enumerate(windows):
-            rows = table.filter(pc.equal(tags, i))
-            if not rows.num_rows:
-                yield self.empty(window)
-                continue
-            batch = rows.select(schema.names).cast(schema)
-            for name in origin:
-                batch = batch.append_column(name, rows.column(name))
-            resolved = latest_versions(batch, self.model, self.request.order.destination)
-            batch = resolved.table.select(schema.names)
-            result = self._superseded(self.request.writer.write_arrow(batch, self._load(window)),
-                                      resolved.older_versions, resolved.identical_copies, window)
-            self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper)
-            yield self._outcome(window, result)
-
-    def _streams(self, read: ReadRequest) -> bool:
-        """Whether a small window may be streamed from the source into the destination's staging
-        in binary COPY format in this process, as a large one is relayed by Spark's tasks: read
-        directly, relayed (:func:`_relays`), from a source holding each key once."""
-        if self.direct is None or not self.relays:
-            return False
-        if self._keys_unique is None:
-            self._keys_unique = self.direct.keys_unique(read)
-        return self._keys_unique
-
-    def _streamed(self, window: PlannedWindow, read: ReadRequest) -> WindowOutcome | None:
-        """The window streamed (:meth:`_streams`), then committed as any window; ``None`` if the
-        source failed meanwhile (nothing committed: the window is then read as any other, after a
-        warning naming the failure)."""
-        from transfer_platform.sources.direct import StreamFailed
-
-        direct = self.direct
-        assert direct is not None
-        try:
-            result = self.request.writer.write_streamed(  # type: ignore[attr-defined]
-                lambda types: direct.copy_out(read, types), self._load(window))
-        except StreamFailed as failed:  # said: the read again costs a source connection and time
-            _LOG.debug("streaming the window failed", exc_info=True)
-            log_phase("stream", **self.ids, level=logging.WARNING, failed=str(failed), read_again=True,
-                      read_from=window.bounds.lower, read_until=window.bounds.upper)
-            return None
-        self._log_load(result, read_from=window.bounds.lower, read_until=window.bounds.upper, relayed=True)
-        return self._outcome(window, result)
-
-    def _read_directly(self, reads: list[ReadRequest], up_to: int | None) -> pa.Table | None:
-        """The windows' rows read by the source database's driver (:mod:`~transfer_platform.sources.direct`);
-        ``None`` to read them through Spark (no direct reads, or this one failed: Spark then
-        reads them and names any failure as it always does)."""
-        if self.direct is None:
-            return None
-        try:
-            return self.direct.read_together(reads, arrow_schema(self.model), up_to)
-        except (KeyboardInterrupt, ConnectionFailure):  # a source that stopped sending: not read again
-            raise
-        except Exception:  # noqa: BLE001 - read again through Spark, which names the failure
-            _LOG.debug("reading %d windows directly failed; they are read through Spark", len(reads), exc_info=True)
-            return None
-
-    def _log_load(self, result: WindowResult, **where: Any) -> None:
-        log_phase("load", **self.ids, **where, rows_transferred=result.rows_transferred,
-                  delta_rows_transferred=result.delta_rows_transferred, rows_deleted=result.rows_deleted,
-                  volume_bytes=result.volume_bytes, watermark=result.state.watermark)
-
-    @contextmanager
-    def _spark_errors(self, lower: datetime, upper: datetime) -> Iterator[None]:
-        """Spark reads lazily: a bad value (a failed cast, a NULL key) surfaces while staging. As a
-        DataError it names the model and does not stop the transfer's other models."""
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import PySparkException
-
-        try:
-            yield
-        except (Py4JJavaError, PySparkException) as exc:
-            lost = server_lost(self.request.spark, exc)
-            if lost is not None:
-                raise lost from None
-            stall = self._stalled_source(exc)
-            if stall is not None:
-                raise stall from None
-            raise DataError(
-                f"reading or staging the window {isoformat(lower)} <= last_modified < "
-                f"{isoformat(upper)} failed: {spark_error_reason(exc)}",
-                model=self.model.model_name, destination=self.request.order.destination,
-                fix="check that each column's data_type matches the source values, that the "
-                    "primary key columns hold no NULLs and that source_query runs",
-            ) from None
-
-
-    def _stalled_source(self, exc: BaseException) -> ConnectionFailure | None:
-        """The error of a database source that stopped answering, if ``exc`` is its read timeout
-        or the source, asked, does not answer in time (``transfer_platform/runtime/read_timeouts.py``)."""
-        from transfer_platform.sources.jdbc import JdbcReader
-
-        # rows staged for several tenants, a lake: not read from a connection here
-        return self.reader.stall_of(exc) if isinstance(self.reader, JdbcReader) else None
-
-
-def _cancelled(exc: BaseException) -> bool:
-    """Whether a Spark error is the cancellation of the job (PySpark's SIGINT handler cancels
-    every job): an interrupt, never a reason to read again."""
-    return "cancel" in str(exc).lower()
-
-
-class PartitionTally:
-    """Adds up the reads of one partition (a partition below the one-minute grid is moved in
-    chunks) so that its materialization reports the whole partition, not its last chunk."""
-
-    def __init__(self) -> None:
-        self._open: list[WindowOutcome] = []
-
-    def add(self, outcome: WindowOutcome) -> WindowOutcome | None:
-        """The partition's combined outcome once its last read has committed, else None."""
-        self._open.append(outcome)
-        if not outcome.planned.last_of_partition:
-            return None
-        parts, self._open = self._open, []
-        if len(parts) == 1:
-            return outcome
-        first, last = parts[0], parts[-1]
-        highest = [p.result.max_last_modified for p in parts if p.result.max_last_modified is not None]
-        result = WindowResult(
-            rows_transferred=sum(p.result.rows_transferred for p in parts),
-            delta_rows_transferred=sum(p.result.delta_rows_transferred for p in parts),
-            volume_bytes=sum(p.result.volume_bytes for p in parts),
-            max_last_modified=max(highest) if highest else None,
-            state=last.result.state,
-            rows_deleted=sum(p.result.rows_deleted for p in parts),
-            versions_superseded=sum(p.result.versions_superseded for p in parts),
-        )
-        bounds = ReadBounds(first.planned.bounds.lower, last.planned.bounds.upper,
-                            Window(first.planned.bounds.progress.start, last.planned.bounds.progress.end))
-        planned = PlannedWindow(last.planned.partition, bounds, True)
-        return WindowOutcome(planned, result, last.partition_key, last.into_refresh)
-
-
-@dataclass
-class ModelSummary:
-    """Per-model metrics of one transfer, as the CLI prints them."""
-
-    model: str
-    status: str = "SUCCESS"
-    windows: int = 0
-    rows_transferred: int = 0
-    delta_rows_transferred: int = 0
-    rows_deleted: int = 0
-    versions_superseded: int = 0
-    volume_bytes: int = 0
-    state: ModelState | None = None
-    error: str | None = None
-    error_type: str | None = None
-    blame: str | None = None
-
-    def add(self, outcome: WindowOutcome) -> None:
-        self.windows += 1
-        self.rows_transferred += outcome.result.rows_transferred
-        self.delta_rows_transferred += outcome.result.delta_rows_transferred
-        self.rows_deleted += outcome.result.rows_deleted
-        self.versions_superseded += outcome.result.versions_superseded
-        self.volume_bytes += outcome.result.volume_bytes
-        self.state = outcome.result.state
-
-    def fail(self, exc: BaseException) -> None:
-        self.status = "ERROR"
-        self.error = str(exc)
-        self.error_type = type(exc).__name__
-        self.blame = getattr(exc, "blame", None)
-
-    def as_dict(self) -> dict[str, Any]:
-        state = self.state
-        return {
-            "model": self.model,
-            "status": self.status,
-            "windows": self.windows,
-            "rows_transferred": self.rows_transferred,
-            "delta_rows_transferred": self.delta_rows_transferred,
-            "rows_deleted": self.rows_deleted,
-            "versions_superseded": self.versions_superseded,
-            "volume_transferred_in_mb": round(self.volume_bytes / 1_048_576, 3),
-            "watermark": isoformat(state.watermark) if state else None,
-            "most_recent_last_updated_at": isoformat(state.high_watermark) if state else None,
-            "error": self.error,
-        }
 
 
 def transfer_models(

@@ -1,8 +1,9 @@
-"""MySQL and MariaDB: the source (read over JDBC) and the destination, their configuration and
-their records."""
+"""MySQL and MariaDB: the source (read over JDBC) and the destination, their configuration,
+their records and the SQL text both sides write."""
 
 from __future__ import annotations
 
+from datetime import date
 from types import MappingProxyType
 from typing import Literal
 
@@ -16,10 +17,33 @@ from transfer_platform.config.entries import (
     refusal,
     server_host,
 )
+from transfer_platform.core.sql import SqlText
 from transfer_platform.vendors.record import Refusal, Vendor
 
 #: MySQL refuses database names over 64 characters
 MYSQL_MAX_IDENTIFIER_CHARS = 64
+
+
+class MysqlText(SqlText):
+    """Names and literals as MySQL and MariaDB read them, in the reader's queries and the
+    writer's statements alike: backquoted identifiers; a string as its UTF-8 bytes in a hex
+    literal with a character set introducer (``_utf8mb4 X'...'``), which no ``sql_mode`` (such as
+    NO_BACKSLASH_ESCAPES) can reinterpret and which is coercible, so the column's collation (and
+    index) is used for the comparison; typed ``TIMESTAMP''`` and ``DATE''`` literals."""
+
+    identifier_quote = "`"
+
+    def string_literal(self, value: str) -> str:
+        return f"_utf8mb4 X'{value.encode().hex().upper()}'"
+
+    def timestamp_literal(self, text: str) -> str:
+        return f"TIMESTAMP'{text}'"
+
+    def date_literal(self, day: date) -> str:
+        return f"DATE'{day.isoformat()}'"
+
+
+SQL_TEXT = MysqlText()
 
 
 # -- the source ------------------------------------------------------------------------------

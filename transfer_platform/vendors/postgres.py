@@ -1,5 +1,5 @@
 """PostgreSQL: the source (read over JDBC, or by psycopg for small windows) and the destination,
-their configuration and their records."""
+their configuration, their records and the SQL text both sides write."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from transfer_platform.config.entries import (
     refusal,
     server_host,
 )
+from transfer_platform.core.sql import STANDARD
 from transfer_platform.vendors.record import Vendor
+
+#: names and literals as PostgreSQL reads them: the planners' default (``core/sql.py``'s ``SqlText``)
+SQL_TEXT = STANDARD
 
 #: longest schema name: PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1 bytes),
 #: which could select another tenant's schema

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transfer_platform.core.last_modified import LastModified, format_problem
 from transfer_platform.core.sql import change_predicate
 from transfer_platform.core.timeutil import EPOCH
+from transfer_platform.vendors.mysql import SQL_TEXT as MYSQL
 
 
 def at(*args: int) -> datetime:
@@ -127,7 +128,7 @@ def test_java_pattern_of_a_format():
 )
 def test_the_change_predicate_compares_in_the_columns_own_type(kind, lower, upper, postgres, mysql):
     assert change_predicate("lm", kind.bound(lower), kind.bound(upper)) == postgres
-    assert change_predicate("lm", kind.bound(lower), kind.bound(upper), dialect="mysql") == mysql
+    assert change_predicate("lm", kind.bound(lower), kind.bound(upper), dialect=MYSQL) == mysql
 
 
 KINDS = [LastModified("epoch_s"), LastModified("epoch_ms"), LastModified("epoch_us"),

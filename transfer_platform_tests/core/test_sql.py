@@ -22,6 +22,8 @@ from transfer_platform.core.sql import (
     timestamp_literal,
     wrap_source_query,
 )
+from transfer_platform.vendors.mysql import SQL_TEXT as MYSQL
+from transfer_platform.vendors.postgres import SQL_TEXT as POSTGRES
 
 
 def read_literal(sql: str, dialect: str) -> tuple[str, str]:
@@ -29,7 +31,7 @@ def read_literal(sql: str, dialect: str) -> tuple[str, str]:
 
     Returns the value and whatever text follows the literal.
     """
-    if dialect == "mysql":
+    if dialect is MYSQL:
         return read_mysql_hex_literal(sql)
     prefix = "E'"
     assert sql.startswith(prefix)
@@ -96,20 +98,20 @@ def read_ident(sql: str, quote: str) -> tuple[str, str]:
 )
 def test_quote_literal(value, postgres, mysql):
     assert quote_literal(value) == postgres
-    assert quote_literal(value, "mysql") == mysql
-    for dialect, text in (("postgres", postgres), ("mysql", mysql)):
+    assert quote_literal(value, MYSQL) == mysql
+    for dialect, text in ((POSTGRES, postgres), (MYSQL, mysql)):
         decoded, rest = read_literal(text, dialect)
         assert decoded == value
         assert rest == ""
 
 
-@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+@pytest.mark.parametrize("dialect", [POSTGRES, MYSQL], ids=["postgres", "mysql"])
 def test_quote_literal_refuses_nul(dialect):
     with pytest.raises(ValueError, match="NUL"):
         quote_literal("acme\x00", dialect)
 
 
-@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+@pytest.mark.parametrize("dialect", [POSTGRES, MYSQL], ids=["postgres", "mysql"])
 def test_quote_literal_refuses_a_lone_surrogate(dialect):
     with pytest.raises(ValueError, match="lone surrogate"):
         quote_literal("acme\ud800", dialect)
@@ -117,7 +119,7 @@ def test_quote_literal_refuses_a_lone_surrogate(dialect):
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))),
-       st.sampled_from(["postgres", "mysql"]))
+       st.sampled_from([POSTGRES, MYSQL]))
 def test_quote_literal_cannot_be_broken_out_of(value, dialect):
     decoded, rest = read_literal(quote_literal(value, dialect), dialect)
     assert decoded == value
@@ -126,8 +128,8 @@ def test_quote_literal_cannot_be_broken_out_of(value, dialect):
 
 def test_tenant_predicate_quotes_both_sides():
     assert tenant_predicate("org id", "O'Brien") == "\"org id\" = E'O''Brien'"
-    assert tenant_predicate("org", "x", "mysql") == "`org` = _utf8mb4 X'78'"
-    assert tenant_predicate("o`rg", "x", "mysql") == "`o``rg` = _utf8mb4 X'78'"
+    assert tenant_predicate("org", "x", MYSQL) == "`org` = _utf8mb4 X'78'"
+    assert tenant_predicate("o`rg", "x", MYSQL) == "`o``rg` = _utf8mb4 X'78'"
 
 
 # -- quote_ident -------------------------------------------------------------------------------
@@ -145,12 +147,12 @@ def test_tenant_predicate_quotes_both_sides():
 )
 def test_quote_ident(name, postgres, mysql):
     assert quote_ident(name) == postgres
-    assert quote_ident(name, "mysql") == mysql
+    assert quote_ident(name, MYSQL) == mysql
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_characters="\x00"), min_size=1),
-       st.sampled_from([("postgres", '"'), ("mysql", "`")]))
+       st.sampled_from([(POSTGRES, '"'), (MYSQL, "`")]))
 def test_quote_ident_cannot_be_broken_out_of(name, dialect_quote):
     dialect, quote = dialect_quote
     decoded, rest = read_ident(quote_ident(name, dialect), quote)
@@ -166,7 +168,7 @@ def test_quote_ident_refuses_nul():
 def test_qualified_skips_missing_parts():
     assert qualified("public", "orders") == '"public"."orders"'
     assert qualified(None, "orders") == '"orders"'
-    assert qualified("db", "t", dialect="mysql") == "`db`.`t`"
+    assert qualified("db", "t", dialect=MYSQL) == "`db`.`t`"
 
 
 # -- timestamp_literal and change_predicate ----------------------------------------------------
@@ -188,7 +190,7 @@ def test_qualified_skips_missing_parts():
 )
 def test_timestamp_literal(moment, postgres, mysql):
     assert timestamp_literal(moment) == postgres
-    assert timestamp_literal(moment, "mysql") == mysql
+    assert timestamp_literal(moment, MYSQL) == mysql
 
 
 def test_postgres_timestamp_literal_is_untyped():
@@ -213,7 +215,7 @@ def test_change_predicate():
 
 def test_change_predicate_mysql():
     text = change_predicate("lm", datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 2, tzinfo=UTC),
-                            dialect="mysql")
+                            dialect=MYSQL)
     assert "`lm` >= TIMESTAMP'2024-01-01 00:00:00.000000'" in text
     assert "`lm` < TIMESTAMP'2024-01-02 00:00:00.000000'" in text
     assert "`lm` IS NULL" in text
@@ -224,16 +226,17 @@ def test_change_predicate_mysql():
 
 @pytest.mark.parametrize(
     ("dialect", "expected"),
-    [("postgres", '(SELECT a FROM t WHERE x = 1) AS "tp_source_query"'),
-     ("mysql", "(SELECT a FROM t WHERE x = 1) AS `tp_source_query`")],
+    [(POSTGRES, '(SELECT a FROM t WHERE x = 1) AS "tp_source_query"'),
+     (MYSQL, "(SELECT a FROM t WHERE x = 1) AS `tp_source_query`")],
+    ids=["postgres", "mysql"],
 )
 def test_wrap_source_query_is_a_derived_table(dialect, expected):
     assert wrap_source_query("  SELECT a FROM t WHERE x = 1 ;\n", dialect=dialect) == expected
 
 
 def test_source_select_applies_the_predicates_outside_a_source_query():
-    relation = wrap_source_query("SELECT id, lm FROM t WHERE lm > 0", dialect="mysql")
-    sql = source_select(relation, ["id", "lm"], ["p1", "p2"], dialect="mysql")
+    relation = wrap_source_query("SELECT id, lm FROM t WHERE lm > 0", dialect=MYSQL)
+    sql = source_select(relation, ["id", "lm"], ["p1", "p2"], dialect=MYSQL)
     assert sql == ("SELECT `id`, `lm` FROM (SELECT id, lm FROM t WHERE lm > 0) "
                    "AS `tp_source_query` WHERE p1 AND p2")
 
@@ -244,7 +247,7 @@ def test_source_select_without_predicates():
 
 def test_derived_table():
     assert derived_table("SELECT 1") == '(SELECT 1) AS "tp_batch"'
-    assert derived_table("SELECT 1", "b", "mysql") == "(SELECT 1) AS `b`"
+    assert derived_table("SELECT 1", "b", MYSQL) == "(SELECT 1) AS `b`"
 
 
 @pytest.mark.parametrize(("schema", "expected"),

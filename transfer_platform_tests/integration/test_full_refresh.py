@@ -17,7 +17,8 @@ from transfer_platform.destinations.delta import REFRESH_DIR, read_state
 from transfer_platform.destinations.postgres import REFRESH_PREFIX
 from transfer_platform.errors import DataError
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import TransferRequest, WindowOutcome, transfer_model
+from transfer_platform.transfers.outcomes import WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, transfer_model
 from transfer_platform_tests.support.config import DESTINATION, pg_config, with_columns
 from transfer_platform_tests.support.events import (
     MODEL,

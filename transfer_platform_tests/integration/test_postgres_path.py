@@ -21,12 +21,8 @@ from transfer_platform.destinations.postgres import STAGING_PREFIX
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import (
-    TransferRequest,
-    WindowOutcome,
-    run_transfer,
-    transfer_model,
-)
+from transfer_platform.transfers.outcomes import WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, run_transfer, transfer_model
 from transfer_platform_tests.support.config import DESTINATION, events_model, pg_config
 from transfer_platform_tests.support.events import (
     LOOKBACK,

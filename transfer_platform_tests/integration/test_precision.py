@@ -30,6 +30,7 @@ from deltalake import DeltaTable
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import parse_config
+from transfer_platform.core.planning import windowing_for
 from transfer_platform.core.timeutil import EPOCH, isoformat, utc
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
@@ -39,14 +40,8 @@ from transfer_platform.errors import TransferPlatformError
 from transfer_platform.orchestration.partitions import partitions_for
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import (
-    ModelSummary,
-    TransferRequest,
-    WindowOutcome,
-    run_transfer,
-    transfer_model,
-    windowing_for,
-)
+from transfer_platform.transfers.outcomes import ModelSummary, WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, run_transfer, transfer_model
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
 from transfer_platform_tests.support.events import (

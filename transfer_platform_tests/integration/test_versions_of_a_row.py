@@ -32,7 +32,8 @@ from transfer_platform.destinations.manifests import new_signing_key
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.integrity import check_integrity
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import ModelSummary, TransferRequest, run_transfer
+from transfer_platform.transfers.outcomes import ModelSummary
+from transfer_platform.transfers.runner import TransferRequest, run_transfer
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.destinations import WITHOUT_S3
 from transfer_platform_tests.support.mysql import mysql_connection_config

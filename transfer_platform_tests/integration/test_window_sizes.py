@@ -30,6 +30,7 @@ from deltalake import DeltaTable
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import parse_config
+from transfer_platform.core.planning import windowing_for
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
@@ -39,12 +40,8 @@ from transfer_platform.destinations.delta import read_state
 from transfer_platform.errors import DataError, TransferPlatformError
 from transfer_platform.orchestration.partitions import partitions_for
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import (
-    TransferRequest,
-    WindowOutcome,
-    transfer_model,
-    windowing_for,
-)
+from transfer_platform.transfers.outcomes import WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, transfer_model
 from transfer_platform_tests.support.config import DESTINATION, events_model
 from transfer_platform_tests.support.destinations import ONE_ROW_PER_KEY
 from transfer_platform_tests.support.events import (

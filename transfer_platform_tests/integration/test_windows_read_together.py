@@ -18,7 +18,7 @@ from datetime import timedelta
 
 import pytest
 
-from transfer_platform.transfers import runner
+from transfer_platform.transfers.window_mover import WindowMover
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support.daily_windows import (
     MIN_START,
@@ -43,13 +43,13 @@ pytestmark = pytest.mark.integration
 def spark_jobs(monkeypatch: pytest.MonkeyPatch) -> list:
     """The windows of each joint read (one Spark job each; the real read runs)."""
     jobs = []
-    together = runner._WindowMover.together
+    together = WindowMover.together
 
     def recording(self, windows, reads):
         jobs.append([w.bounds.progress for w in windows])
         return together(self, windows, reads)
 
-    monkeypatch.setattr(runner._WindowMover, "together", recording)
+    monkeypatch.setattr(WindowMover, "together", recording)
     return jobs
 
 

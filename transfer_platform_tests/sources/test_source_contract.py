@@ -37,15 +37,13 @@ import pytest
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import parse_config
-from transfer_platform.core.planning import plan_windows
+from transfer_platform.core.planning import plan_windows, windowing_for
 from transfer_platform.core.types import TYPES
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import arrow_schema
 from transfer_platform.errors import ConfigError, TransferPlatformError
 from transfer_platform.sources.base import WINDOW_COLUMN, ReadRequest, SourceReader, reader_for
-from transfer_platform.sources.direct import DirectReads
-from transfer_platform.transfers.runner import windowing_for
 from transfer_platform.vendors import SOURCES
 from transfer_platform_tests.support import sources
 from transfer_platform_tests.support.events import day, epoch
@@ -126,12 +124,12 @@ class Reading:
 
     def together(self, spark, tenant: str, windows: list[ReadBounds]) -> list[dict]:
         """The rows of ``windows`` read together and tagged, each with its window's index; where
-        the source's own driver reads such windows without Spark (``sources/direct.py``), it
-        reads the same rows. Each window's count (``window_rows``), if the source tells it, is
+        the source offers its own driver's read (``Route.DRIVER``: ``driver_reads``), it reads
+        the same rows. Each window's count (``window_rows``), if the source tells it, is
         never below the rows it reads, and 0 only for a window that reads none."""
         requests = [self.request(tenant, bounds) for bounds in windows]
         rows = self.reader.tagged(self.reader.read_together(spark, requests).toArrow(), requests).to_pylist()
-        direct = DirectReads.proven(self.reader, requests[0])
+        direct = self.reader.driver_reads(requests[0])
         if direct is not None:
             straight = direct.read_together(requests, arrow_schema(self.config.model(MODEL))).to_pylist()
             assert by_window(straight) == by_window(rows), "the driver's direct read differs from Spark's"

@@ -9,13 +9,8 @@ from datetime import datetime
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.transfers.order import TransferOrder
-from transfer_platform.transfers.runner import (
-    ModelSummary,
-    TransferRequest,
-    WindowOutcome,
-    run_transfer,
-    transfer_model,
-)
+from transfer_platform.transfers.outcomes import ModelSummary, WindowOutcome
+from transfer_platform.transfers.runner import TransferRequest, run_transfer, transfer_model
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform_tests.support.config import DESTINATION
 from transfer_platform_tests.support.events import MODEL

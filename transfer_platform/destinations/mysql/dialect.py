@@ -25,6 +25,7 @@ from transfer_platform.destinations.sql.dialect import (
     Statement,
 )
 from transfer_platform.vendors import DESTINATIONS
+from transfer_platform.vendors.mysql import SQL_TEXT
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -43,7 +44,7 @@ SESSION_SETUP = ("SET time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,NO_ZER
 
 
 def q(name: str) -> str:
-    return quote_ident(name, "mysql")
+    return quote_ident(name, SQL_TEXT)
 
 
 def qualified(database: str, table: str) -> str:

@@ -29,6 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig
+from transfer_platform.core.routes import Rows
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
 from transfer_platform.destinations.postgres.copy import copy_batches, copy_partition
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 
 class PostgresWriter(SqlWriter):
     DIALECT = sql.PostgresDialect()
+    accepts = frozenset({Rows.SPARK, Rows.ARROW, Rows.COPY_STREAM})  # a PostgreSQL source's relay
 
     def __init__(self, destination: PostgresDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.schema_ or "public",
