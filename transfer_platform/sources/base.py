@@ -113,6 +113,17 @@ class StreamFailed(Exception):
     read as any other)."""
 
 
+
+class TenantsReader(SourceReader, Protocol):
+    """A source that stages reads (its configuration's ``staging``): every due tenant's rows of a
+    model in one query, which source staging (``sources/shared_reads.py``) splits by tenant."""
+
+    def read_tenants(self, spark: SparkSession, model: ModelConfig, tenants: list[str], lower: datetime,
+                     upper: datetime, destination: str) -> DataFrame:
+        """The rows of ``model`` of every tenant in ``tenants`` with ``lower <= last_modified <
+        upper`` (and NULL last-modified values), as the source names and types them."""
+        ...
+
 class DriverReads(Protocol):
     """One model's windows read by the source database's driver, on one connection held for the
     model's transfer (:attr:`Route.DRIVER`; :attr:`Route.COPY_RELAY` through :meth:`copy_out`

@@ -70,6 +70,7 @@ from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRun
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
+    TenantsReader,
     check_last_modified_type,
     in_bounds_tags,
     model_columns,
@@ -81,7 +82,6 @@ from transfer_platform.vendors.postgres import PostgresSource
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.sources.jdbc import JdbcReader
 
 _LOG = logging.getLogger("transfer_platform.staging")
 MANIFEST = "manifest.json"
@@ -320,7 +320,7 @@ class StagingArea:
                 continue
         return found
 
-    def create(self, spark: SparkSession, reader: JdbcReader, tenants: dict[str, str], lowers: dict[str, datetime],
+    def create(self, spark: SparkSession, reader: TenantsReader, tenants: dict[str, str], lowers: dict[str, datetime],
                upper: datetime, tick: str, destination: str) -> Batch:
         """Read the rows of every tenant of ``tenants`` (destination -> tenant) in one query from
         ``min(lowers)`` to ``upper`` and stage them, one Parquet object per tenant."""
@@ -398,14 +398,14 @@ def peers(config: PlatformConfig, source: str, model: ModelConfig, destination: 
 
 
 class StagedReader:
-    """A tenant's rows of a batch, read as :class:`JdbcReader` reads them from the source (the
+    """A tenant's rows of a batch, read as :class:`TenantsReader` reads them from the source (the
     same predicates, applied here; the same Spark types, then the model's casts). Loaded into this
     process once: a batch deleted meanwhile (max age) does not break the transfer."""
 
     counts_without_spark = True
     routes = frozenset({Route.SPARK})  # rows in this process already, made a frame for Spark's casts
 
-    def __init__(self, inner: JdbcReader, batch: Batch, tenant: str) -> None:
+    def __init__(self, inner: TenantsReader, batch: Batch, tenant: str) -> None:
         from pyspark.sql.types import StructType
 
         self.inner, self.batch, self.tenant = inner, batch, tenant
@@ -518,7 +518,7 @@ class TransferStaging:
             self._failed(exc)
             return None
 
-    def joined(self, inner: JdbcReader) -> StagedReader | None:
+    def joined(self, inner: TenantsReader) -> StagedReader | None:
         """The batch of this tick this destination is pending in, as a reader, or ``None``."""
         def find() -> StagedReader | None:
             with self.area.locked():
@@ -527,7 +527,7 @@ class TransferStaging:
                 return None if batch is None else StagedReader(inner, batch, self.tenant)
         return self._guard(find)
 
-    def create_or_join(self, spark: SparkSession, inner: JdbcReader, lower: datetime,
+    def create_or_join(self, spark: SparkSession, inner: TenantsReader, lower: datetime,
                        now: datetime) -> StagedReader | None:
         """Under the lock: a batch of this tick that was written meanwhile and lists this
         destination, else (none of this tick yet) a new batch for this destination and its due

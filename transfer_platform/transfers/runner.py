@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import ModelWindowing, plan_transfer_windows, windowing_for
@@ -36,6 +36,8 @@ from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from transfer_platform.sources.base import TenantsReader
 
 _LOG = logging.getLogger("transfer_platform.transfer")
 
@@ -84,7 +86,8 @@ def transfer_model(
 
     reader = reader_for(source)
     staging = staging_for(request, model, partitions)
-    staged = None if staging is None else staging.joined(reader)
+    # a source has staging only where its reader reads tenants together (PostgreSQL's, MySQL's)
+    staged = None if staging is None else staging.joined(cast("TenantsReader", reader))
     source_request = request
     if staged is not None:  # this tick's batch lists this destination: its rows are staged
         request = planned_up_to(request, staged)
@@ -113,17 +116,17 @@ def _transfer_model(request: TransferRequest, source_request: TransferRequest, m
     prepared = request.writer.prepare(model, request.transfer_id, full_refresh=request.order.full_refresh)
     for change in prepared.schema_changes:
         log_phase("schema", **ids, level=logging.WARNING, change=change)
+    state = prepared.refresh if prepared.refresh is not None else prepared.state
     refreshing = prepared.refresh is not None
-    state = prepared.refresh if refreshing else prepared.state
     yield state
     planned = plan_transfer_windows(windowing, now=request.now, state=state, refreshing=refreshing,
                                     partitions=partitions, start=request.order.start, end=request.order.end)
     if staging is not None:
         request, planned, staged = staged_plan(source_request, request, windowing, state, refreshing,
                                                planned, staging, staged, reader)
+    batch: dict[str, Any] = {"staged_batch": staged.batch.name} if staged is not None else {}
     log_phase("plan", **ids, windows=len(planned), kind="full_refresh" if refreshing else "incremental",
-              built_aside=refreshing, watermark=state.watermark,
-              **({"staged_batch": staged.batch.name} if staged is not None else {}))
+              built_aside=refreshing, watermark=state.watermark, **batch)
     if request.on_plan is not None:
         request.on_plan(model.model_name, len(planned))
     reads = [ReadRequest(model, recipient.id_in_provider_system, w.bounds, destination.name) for w in planned]
@@ -192,12 +195,12 @@ def transfer_models(
                     raise KeyboardInterrupt
                 with _noticing_interrupts(interrupted):
                     try:
-                        item = next(items, _DONE)
+                        item = next(items, None)  # never an item
                     except Exception as exc:  # the interrupt, come out as a Spark, py4j or Arrow error
                         if interrupted.is_set():
                             raise KeyboardInterrupt from exc
                         raise
-                if item is _DONE:
+                if item is None:
                     break
                 if isinstance(item, ModelState):
                     summary.state = item  # the state before, or the state published by a refresh
@@ -206,9 +209,12 @@ def transfer_models(
                 yield model, item
         except Exception as exc:  # any failure: was it the Spark Connect server's?
             lost = exc if isinstance(exc, SparkServerLost) else server_lost(request.spark, exc)
-            if lost is None and not isinstance(exc, TransferPlatformError):
+            if lost is not None:
+                _fail(request, summary, lost)
+            elif isinstance(exc, TransferPlatformError):
+                _fail(request, summary, exc)
+            else:
                 raise
-            _fail(request, summary, lost or exc)
 
 
 def _fail(request: TransferRequest, summary: ModelSummary, exc: TransferPlatformError) -> None:
@@ -217,8 +223,6 @@ def _fail(request: TransferRequest, summary: ModelSummary, exc: TransferPlatform
               model=summary.model, sink=request.log, level=logging.ERROR,
               error_type=type(exc).__name__, blame=exc.blame, error=str(exc))
 
-
-_DONE = object()
 
 
 @contextmanager

@@ -4,13 +4,13 @@ batch of its tick, and the windows it then moves, up to the batch's upper bound.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.planning import ModelWindowing, PlannedWindow, plan_transfer_windows
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
-from transfer_platform.sources.base import SourceReader
+from transfer_platform.sources.base import SourceReader, TenantsReader
 from transfer_platform.sources.shared_reads import StagedReader, TransferStaging
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def staged_plan(source_request: TransferRequest, request: TransferRequest, windo
         request, planned = source_request, plan(source_request)
     if refreshing or state.watermark is None or not planned:
         return request, planned, None
-    joined = staging.create_or_join(request.spark, reader, min(w.bounds.lower for w in planned), request.now)
+    joined = staging.create_or_join(request.spark, cast(TenantsReader, reader), min(w.bounds.lower for w in planned), request.now)
     if joined is None:
         return request, planned, None
     staged_request = planned_up_to(request, joined)

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.compute as _compute
 
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.planning import ModelWindowing, PlannedWindow
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from transfer_platform.transfers.runner import TransferRequest
 
 _LOG = logging.getLogger("transfer_platform.transfer")
+pc: Any = _compute  # pyarrow.compute's functions are made at import time: a type checker sees none
 NO_ROUTES = ModelRoutes()
 
 
@@ -140,9 +141,10 @@ class WindowMover:
         if there are more, the windows are counted and moved as :func:`_steps` says."""
         lower, upper = windows[0].bounds.lower, windows[-1].bounds.upper
         streams = up_to is None and len(windows) == 1 and self._streams(reads[0])
-        log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows),
-                  **({"direct": True} if self.direct is not None else {}),
-                  **({"relayed": True, "streamed": True} if streams else {}))
+        how: dict[str, Any] = {"direct": True} if self.direct is not None else {}
+        if streams:
+            how.update(relayed=True, streamed=True)
+        log_phase("read", **self.ids, read_from=lower, read_until=upper, windows=len(windows), **how)
         if streams:
             outcome = self._streamed(windows[0], reads[0])
             if outcome is not None:
