@@ -133,4 +133,5 @@ COLUMN_TYPES = MappingProxyType({
 })
 
 DESTINATION = Vendor("postgres", "destination", "transfer_platform.destinations.postgres.writer", "PostgresWriter",
-                     PostgresDestination, drivers=("psycopg", "pyarrow"), column_types=COLUMN_TYPES)
+                     PostgresDestination, drivers=("psycopg", "pyarrow"), column_types=COLUMN_TYPES,
+                     empty_table_load="swap")

@@ -110,3 +110,19 @@ def test_only_the_status_tables_state_columns_can_be_named(vendor) -> None:
             dialect.read_state('"s"."_transfer_status"', bad, "m")
         with pytest.raises(ValueError, match="not a state column"):
             dialect.set_state_column('"s"."_transfer_status"', bad, "m", None)
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_a_declared_empty_table_load_has_its_publish_step_and_only_then(vendor) -> None:
+    writer = vendor.implementation()
+    publishes = writer._publish_empty_load is not SqlWriter._publish_empty_load
+    assert publishes is (vendor.empty_table_load is not None), (
+        f"{vendor.name} declares empty_table_load={vendor.empty_table_load!r}: its writer must "
+        "give _publish_empty_load exactly when it declares one")
+
+
+def test_the_empty_table_loads_declared() -> None:
+    declared = {v.name: v.empty_table_load for v in SQL_VENDORS}
+    assert {k: declared[k] for k in ("postgres", "mysql", "snowflake", "clickhouse", "duckdb", "bigquery")} == {
+        "postgres": "swap", "mysql": "create-and-rename", "snowflake": "copy-into",
+        "clickhouse": "clone-and-exchange", "duckdb": None, "bigquery": None}

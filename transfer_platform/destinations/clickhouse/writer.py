@@ -101,13 +101,15 @@ def _now_us() -> int:
 
 @dataclass
 class ClickhouseStaging(StagingTable):
-    """A window into an empty table, held here as Arrow until its commit inserts it."""
+    """A window's staging table; a window into an empty table is held here as Arrow until its
+    commit inserts it."""
 
     held: pa.Table | None = None
 
 
 class ClickhouseWriter(SqlWriter):
     DIALECT = ClickhouseDialect()
+    STAGING = ClickhouseStaging
 
     def __init__(self, destination: ClickhouseDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.database,
@@ -333,37 +335,26 @@ class ClickhouseWriter(SqlWriter):
         with self._translated_errors():
             self.client.insert_arrow(name, batch, database=database)
 
-    # -- a window into an empty table: its rows straight into the clone ----------------------------
-
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
-        """A window into an empty table (a backfill's first into an empty table, a full refresh's
-        first into its table aside) is not staged: its rows, here as Arrow already, are checked
-        here (a NULL key or last-modified value, a key twice, a date out of range: refused by
-        name) and inserted straight into the clone the commit swaps in; each row is written once.
-        Any other window is staged and merged."""
-        with self._translated_errors():
-            if self._straight_fits(load):
-                return self._staging_for(load, ClickhouseStaging)
-        return super()._create_staging(load, in_memory=in_memory)
-
-    def _straight_fits(self, load: WindowLoad) -> bool:
-        target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
-        return not self._has_rows(target)
+    # -- the empty-table load, clone-and-exchange: a window into an empty table (a backfill's first
+    # into an empty table, a full refresh's first into its table aside) is not staged: its rows,
+    # here as Arrow already, are checked here (a NULL key or last-modified value, a key twice, a
+    # date out of range: refused by name) and inserted straight into the clone the commit swaps
+    # in; each row is written once. Any other window is staged and merged.
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        if not isinstance(staging, ClickhouseStaging):
+        if not staging.into_empty:
             return super()._stage_frame(frame, staging, load)
         staging.held = self._arrow(frame, load.model)
         return self._staged(staging, load)
 
     def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        if not isinstance(staging, ClickhouseStaging):
+        if not staging.into_empty:
             return super()._stage_arrow(batch, staging, load)
         staging.held = batch
         return self._staged(staging, load)
 
     def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        straight = isinstance(staging, ClickhouseStaging)
+        straight = staging.into_empty
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
                   **({"loaded_into": staging.target_name} if straight else {"staging_table": staging.name}),
                   straight_into_target=straight)
@@ -371,7 +362,7 @@ class ClickhouseWriter(SqlWriter):
 
     def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
         """A window held here is scanned here: the same refusals, the same counts."""
-        if not isinstance(staging, ClickhouseStaging):
+        if not staging.into_empty:
             super()._refuse(staging, load)
             return
         model, batch = load.model, staging.held
@@ -384,15 +375,15 @@ class ClickhouseWriter(SqlWriter):
         staging.marked = newly_marked(batch, model, state)
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
-        if isinstance(staging, ClickhouseStaging):  # nothing staged; a clone left is dropped by the clean-up
+        if staging.into_empty:  # nothing staged; a clone left is dropped by the clean-up
             staging.held = None
             return
         super()._remove_staging(staging, load)
 
     def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
         """The window's rows and state swapped in together (see the module's docstring)."""
-        if isinstance(staging, ClickhouseStaging):
-            return self._commit_held(staging, load)
+        if staging is not None and staging.into_empty:
+            return super()._commit(staging, load)  # the empty-table load (_publish_empty_load)
         model = load.model
         column = "refresh_state" if load.into_refresh else "state"
         target = self.refresh_table(model) if load.into_refresh else self.table(model)
@@ -416,31 +407,27 @@ class ClickhouseWriter(SqlWriter):
             self._renew_lock(model, load.transfer_id)
         return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
 
-    def _commit_held(self, staging: ClickhouseStaging, load: WindowLoad) -> WindowResult:
-        """A window held here, inserted into the clone (the rows marked deleted left out, when
-        the model removes them: the table holds nothing they would remove); its size is the
-        clone's parts before the swap."""
+    def _leave_out_marked(self, staging: StagingTable, load: WindowLoad) -> None:
         import pyarrow.compute as pc
 
+        staging.held = staging.held.filter(pc.invert(marked_mask(staging.held, load.model)))
+
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
+        """A window held here, inserted into the clone exchanged with the table, its state in the
+        clone's comment; its size is the clone's parts before the swap."""
         model = load.model
         target = self.refresh_table(model) if load.into_refresh else self.table(model)
-        rows, rows_deleted, volume = staging.held, staging.marked, 0
-        if model.removes_deleted_rows:
-            rows, rows_deleted = rows.filter(pc.invert(marked_mask(rows, model))), 0
 
         def fill(clone: str) -> None:
-            nonlocal volume
-            self._insert_all(rows.combine_chunks(), clone, model, CLONE_BLOCK_ROWS)
+            self._insert_all(staging.held.combine_chunks(), clone, model, CLONE_BLOCK_ROWS)
             size = self.session.one(self.dialect.table_size(self.container, f"{staging.name}_swap"))
-            volume = int((size or (0,))[0] or 0)
+            staging.volume = int((size or (0,))[0] or 0)
 
-        with self._translated_errors():
-            new_state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
-                                   staging.max_last_modified)
-            self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id), fill)
-            self._renew_lock(model, load.transfer_id)
-        return WindowResult(staging.rows, staging.delta_rows, volume, staging.max_last_modified, new_state,
-                            rows_deleted)
+        new_state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
+                               staging.max_last_modified)
+        self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id), fill)
+        self._renew_lock(model, load.transfer_id)
+        return new_state
 
     def _swap_in(self, target: str, staging_name: str, comment: str, insert: str | Callable[[str], None]) -> None:
         """``target`` replaced by a clone holding its parts, ``insert``'s rows (``{clone}`` in its

@@ -197,11 +197,6 @@ class SnowflakeDialect(Dialect):
         update = f"UPDATE {target} AS t SET {sets} FROM {source} AS s WHERE {_join(keys)} AND ({condition})"
         return [update, insert]
 
-    def delete_marked(self, table: str, model: ModelConfig) -> str:
-        """The rows marked deleted, removed from a window copied straight into its empty table."""
-        marker = model.deletion_marker
-        return f"DELETE FROM {table} WHERE {self.marked(marker.destination_name, marker.data_type)}"
-
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {_join(columns)}"
 
