@@ -87,6 +87,6 @@ COLUMN_TYPES = MappingProxyType({
 
 DESTINATION = Vendor("clickhouse", "destination", "transfer_platform.destinations.clickhouse.writer",
                      "ClickhouseWriter", ClickhouseDestination, drivers=("clickhouse_connect", "pyarrow"),
-                     empty_table_load="clone-and-exchange", column_types=COLUMN_TYPES,
+                     column_types=COLUMN_TYPES, empty_table_load="clone-and-exchange", state_store="table comment",
                      refuses=(one_query("destination", "a window is inserted and swapped in by one session, "
                                                        "statement after statement"),))

@@ -94,6 +94,7 @@ COLUMN_TYPES = MappingProxyType({
 
 DESTINATION = Vendor("mysql", "destination", "transfer_platform.destinations.mysql.writer", "MysqlWriter",
                      MysqlDestination, drivers=("pymysql", "pyarrow", "pyarrow.csv"), column_types=COLUMN_TYPES,
+                     state_store="status row",
                      empty_table_load="create-and-rename",
                      refuses=(Refusal("connection.schema", None,
                                       "MySQL's schemas are its databases: the destination writes connection.database",

@@ -126,3 +126,11 @@ def test_the_empty_table_loads_declared() -> None:
     assert {k: declared[k] for k in ("postgres", "mysql", "snowflake", "clickhouse", "duckdb", "bigquery")} == {
         "postgres": "swap", "mysql": "create-and-rename", "snowflake": "copy-into",
         "clickhouse": "clone-and-exchange", "duckdb": None, "bigquery": None}
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_a_sql_writer_keeps_the_state_in_the_store_its_record_chooses(vendor) -> None:
+    from transfer_platform.destinations.sql.state import STATE_STORES
+
+    assert vendor.state_store in STATE_STORES
+    assert (vendor.state_store == "table comment") is (vendor.name == "clickhouse")

@@ -67,6 +67,7 @@ from transfer_platform.destinations.clickhouse.session import (
     translated_errors,
 )
 from transfer_platform.destinations.skeleton import next_state
+from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, SchemaMismatch, TransferRunning
 from transfer_platform.phases import log_phase
@@ -238,44 +239,8 @@ class ClickhouseWriter(SqlWriter):
         if lock is not None:
             self.session.execute(self.dialect.set_comment(lock, self._holder(transfer_id)))
 
-    # -- the state: each model table's comment ------------------------------------------------
-
-    def _table_state(self, name: str) -> str | None:
-        """The state (ModelState JSON) in table ``name``'s comment; ``None`` if none."""
-        row = self.session.one(self.dialect.comment(self.container, name))
-        if row is None or not row[0]:
-            return None
-        try:
-            state = json.loads(row[0]).get("state")
-        except (ValueError, AttributeError):
-            return None
-        return None if state is None else json.dumps(state)
-
-    def _comment(self, state: ModelState, transfer_id: str) -> str:
-        return json.dumps({"state": json.loads(state.to_json()), "last_transfer_id": transfer_id,
-                           "updated_at_us": _now_us()}, sort_keys=True)
-
-    def _state_table(self, model: ModelConfig, column: str) -> str:
-        return self.refresh_table_name(model) if column == "refresh_state" else model.model_name
-
-    def _status_row(self, model: ModelConfig) -> tuple | None:
-        return (self._table_state(model.model_name), self._table_state(self.refresh_table_name(model)), None)
-
-    def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
-        return ModelState.from_json(self._table_state(self._state_table(model, column)))
-
-    def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
-        return self.read_state(model, column)  # the model's lock keeps other writers out
-
-    def _ensure_status_row(self, model: ModelConfig) -> None:
-        """Nothing: a model's row of ``_transfer_status`` is its table's comment."""
-
-    def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        self.session.execute(self.dialect.set_comment(self.table(model), self._comment(state, transfer_id)))
-
-    def _set_state(self, model: ModelConfig, column: str, state: ModelState | None) -> None:
-        if column == "refresh_state" and state is not None:
-            self.session.execute(self.dialect.set_comment(self.refresh_table(model), self._comment(state, "")))
+    # -- the state: each model table's comment (the record's state store, ``sql/state.py``); a
+    # window's is carried by the clone swapped in with its rows (TableComments.comment)
 
     # -- the table's shape ----------------------------------------------------------------------
 
@@ -294,7 +259,7 @@ class ClickhouseWriter(SqlWriter):
         aside = self.refresh_table(model)
         with self._translated_errors():
             self.session.execute(self.dialect.drop_table(aside))
-            self.session.execute(self.dialect.table_ddl(aside, model, comment=self._comment(state, "")))
+            self.session.execute(self.dialect.table_ddl(aside, model, comment=TableComments.comment(state, "")))
         return state
 
     # -- a window -------------------------------------------------------------------------------
@@ -393,7 +358,8 @@ class ClickhouseWriter(SqlWriter):
                 rows = delta_rows = volume = rows_deleted = 0
                 max_lm = None
                 new_state = next_state(state, load, max_lm)
-                self.session.execute(self.dialect.set_comment(target, self._comment(new_state, load.transfer_id)))
+                comment = TableComments.comment(new_state, load.transfer_id)
+                self.session.execute(self.dialect.set_comment(target, comment))
             else:
                 rows, delta_rows, volume = staging.rows, staging.delta_rows, staging.volume
                 max_lm = staging.max_last_modified
@@ -402,7 +368,7 @@ class ClickhouseWriter(SqlWriter):
                 if model.removes_deleted_rows:
                     rows_deleted = int(self.session.one(self.dialect.removed_count(staging.table, target, model))[0])
                 columns = [c.destination_name for c in model.columns]
-                self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id),
+                self._swap_in(target, staging.name, TableComments.comment(new_state, load.transfer_id),
                               self.dialect.window_insert("{clone}", staging.table, target, model, columns))
             self._renew_lock(model, load.transfer_id)
         return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
@@ -425,7 +391,7 @@ class ClickhouseWriter(SqlWriter):
 
         new_state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
                                staging.max_last_modified)
-        self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id), fill)
+        self._swap_in(target, staging.name, TableComments.comment(new_state, load.transfer_id), fill)
         self._renew_lock(model, load.transfer_id)
         return new_state
 
@@ -448,7 +414,7 @@ class ClickhouseWriter(SqlWriter):
         """The refresh built aside takes the live table's place with its state, in one
         ``EXCHANGE TABLES`` (or one ``RENAME`` when there is no live table yet)."""
         live, aside = self.table(model), self.refresh_table(model)
-        self.session.execute(self.dialect.set_comment(aside, self._comment(state, transfer_id)))
+        self.session.execute(self.dialect.set_comment(aside, TableComments.comment(state, transfer_id)))
         if self._exists(model.model_name):
             self.session.execute(self.dialect.exchange(live, aside))
             self.session.execute(self.dialect.drop_table(aside))

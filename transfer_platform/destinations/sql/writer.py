@@ -3,7 +3,7 @@
 It fills the primitives of ``destinations/skeleton.py`` for any database that speaks SQL, with the
 statements of the vendor's :class:`~.dialect.Dialect` run through its :class:`~.session.Session`:
 the status table (``_transfer_status``: a row per model, its state and an unfinished full
-refresh's), the live table's columns planned and changed (every refusal from ``core/columns.py``),
+refresh's; or the other state store its vendor record chooses, :mod:`.state`), the live table's columns planned and changed (every refusal from ``core/columns.py``),
 a window's staging table loaded by the vendor's bulk path, scanned once and refused by name (a NULL
 key or last-modified value, a key twice), then **one commit** of its soft deletes, its rows merged
 on the key with the last-modified tie-break and its new state; a full refresh built aside and
@@ -57,6 +57,7 @@ from transfer_platform.destinations.sql.dialect import (
     STATUS_TABLE,
     Dialect,
 )
+from transfer_platform.destinations.sql.state import STATE_STORES
 from transfer_platform.phases import log_phase
 from transfer_platform.vendors import DESTINATIONS
 
@@ -106,6 +107,8 @@ class SqlWriter(Writer, abstract=True):
         self.container = container
         #: how messages name the destination ("PostgreSQL destination 'acme_pg'")
         self.what = what
+        #: where each model's state is kept: the store the vendor record chooses
+        self.states = STATE_STORES[DESTINATIONS[self.dialect.vendor].state_store](self)
 
     # -- what the vendor provides ----------------------------------------------------------------
 
@@ -251,7 +254,7 @@ class SqlWriter(Writer, abstract=True):
 
     def _status_row(self, model: ModelConfig) -> tuple | None:
         """(state, refresh_state, published_state) of the model, as text; ``None`` if no row."""
-        return self.session.one(self.dialect.read_states(self.status_table, model.model_name))
+        return self.states.row(model)
 
     def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         """The model's state and its unfinished refresh's; no ``_transfer_status`` (checked without
@@ -317,25 +320,20 @@ class SqlWriter(Writer, abstract=True):
     # -- the status table ------------------------------------------------------------------------
 
     def _ensure_status_row(self, model: ModelConfig) -> None:
-        self.session.execute(self.dialect.ensure_status_row(self.status_table, model.model_name))
+        self.states.ensure(model)
 
     def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
-        row = self.session.one(self.dialect.read_state(self.status_table, column, model.model_name))
-        return ModelState.from_json(row[0] if row else None)
+        return self.states.read(model, column)
 
     def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
-        """The model's state, its status row locked until the transaction ends (one writer at a time)."""
-        self._ensure_status_row(model)
-        row = self.session.one(self.dialect.read_state(self.status_table, column, model.model_name, for_update=True))
-        return ModelState.from_json(row[0] if row else None)
+        """The model's state, kept from other writers until the commit ends."""
+        return self.states.lock(model, column)
 
     def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        self.session.execute(self.dialect.record_state(self.status_table, model.model_name, state.watermark,
-                                                       state.high_watermark, state.to_json(), transfer_id))
+        self.states.record(model, state, transfer_id)
 
     def _set_state(self, model: ModelConfig, column: str, state: ModelState | None) -> None:
-        self.session.execute(self.dialect.set_state_column(self.status_table, column, model.model_name,
-                                                           None if state is None else state.to_json()))
+        self.states.set(model, column, state)
 
     # -- a window ----------------------------------------------------------------------------------
 
