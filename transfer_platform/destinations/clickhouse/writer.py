@@ -70,7 +70,6 @@ from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, SchemaMismatch, TransferRunning
-from transfer_platform.phases import log_phase
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -317,13 +316,6 @@ class ClickhouseWriter(SqlWriter):
             return super()._stage_arrow(batch, staging, load)
         staging.held = batch
         return self._staged(staging, load)
-
-    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        straight = staging.into_empty
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  **({"loaded_into": staging.target_name} if straight else {"staging_table": staging.name}),
-                  straight_into_target=straight)
-        return staging
 
     def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
         """A window held here is scanned here: the same refusals, the same counts."""

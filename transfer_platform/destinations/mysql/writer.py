@@ -308,11 +308,6 @@ class MysqlWriter(SqlWriter):
         self._fresh.discard(staging.table)
         super()._remove_staging(staging, load)
 
-    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  staging_table=staging.name, fresh_table=staging.into_empty)
-        return staging
-
     def _still_empty(self, staging: StagingTable) -> bool:
         return not self._has_rows(staging.target)
 

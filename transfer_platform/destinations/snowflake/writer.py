@@ -311,13 +311,6 @@ class SnowflakeWriter(SqlWriter):
                   staging_table=staging.name, straight_into_target=False, staged_again=True, reason=reason)
         return None
 
-    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        straight = staging.into_empty
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  **({"loaded_into": staging.name} if straight else {"staging_table": staging.name}),
-                  straight_into_target=straight)
-        return staging
-
     def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
         """A window copied straight into its target commits what its transaction holds: the rows
         (those marked deleted already left out), the lease renewed, the new state recorded."""

@@ -376,8 +376,17 @@ class SqlWriter(Writer, abstract=True):
         return self._staged(staging, load)
 
     def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        """The ``stage`` record: the staging table, or, loaded straight into the table (``copy-into``,
+        ``clone-and-exchange``), that table; whether the window took the empty-table load."""
+        strategy, fields = self.empty_table_load, {"staging_table": staging.name}
+        if strategy == "create-and-rename":
+            fields["fresh_table"] = staging.into_empty
+        elif strategy in ("copy-into", "clone-and-exchange"):
+            if staging.into_empty:
+                fields = {"loaded_into": staging.target_name}
+            fields["straight_into_target"] = staging.into_empty
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  staging_table=staging.name)
+                  **fields)
         return staging
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
