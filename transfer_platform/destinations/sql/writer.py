@@ -3,10 +3,11 @@
 It fills the primitives of ``destinations/skeleton.py`` for any database that speaks SQL, with the
 statements of the vendor's :class:`~.dialect.Dialect` run through its :class:`~.session.Session`:
 the status table (``_transfer_status``: a row per model, its state and an unfinished full
-refresh's; or the other state store its vendor record chooses, :mod:`.state`), the live table's columns planned and changed (every refusal from ``core/columns.py``),
-a window's staging table loaded by the vendor's bulk path, scanned once and refused by name (a NULL
-key or last-modified value, a key twice), then **one commit** of its soft deletes, its rows merged
-on the key with the last-modified tie-break and its new state; a full refresh built aside and
+refresh's; or the other state store its vendor record chooses, :mod:`.state`), the live table's
+columns planned and changed (every refusal from ``core/columns.py``), a window's staging table
+loaded by the vendor's bulk path, scanned once and refused by name (a NULL key or last-modified
+value, a key twice), then **one commit** of its soft deletes, its rows merged on the key with the
+last-modified tie-break and its new state; a full refresh built aside and
 published by replacing the live table (in one transaction, or, without transactional DDL, by one
 atomic rename between two commits: ``published_state`` is written first and a transfer dying
 between them is finished by the next); the delete sweep, ``has_table``. ``docs/design.md``
@@ -99,6 +100,8 @@ class SqlWriter(Writer, abstract=True):
     """A SQL destination's writer: the algorithm here, the statements in ``DIALECT``."""
 
     DIALECT: ClassVar[Dialect]
+    #: the staging record the vendor's steps fill (a vendor may add its own fields)
+    STAGING: ClassVar[type[StagingTable]] = StagingTable
 
     def __init__(self, destination: Any, tuning: Tuning, *, container: str, what: str) -> None:
         super().__init__(destination, tuning)
@@ -349,9 +352,6 @@ class SqlWriter(Writer, abstract=True):
         self._create_staging_table(staging, load.model, None, logged=False)
         return staging
 
-    #: the staging record the vendor's steps fill (a vendor may add its own fields)
-    STAGING: ClassVar[type[StagingTable]] = StagingTable
-
     def _staging_for(self, load: WindowLoad, kind: type[StagingTable] = StagingTable) -> StagingTable:
         """The window's staging table (not yet created) and its target: the live table, or the
         refresh's built aside."""
@@ -376,8 +376,8 @@ class SqlWriter(Writer, abstract=True):
         return self._staged(staging, load)
 
     def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        """The ``stage`` record: the staging table, or, loaded straight into the table (``copy-into``,
-        ``clone-and-exchange``), that table; whether the window took the empty-table load."""
+        """The ``stage`` record: the staging table, or, loaded straight into the table
+        (``copy-into``, ``clone-and-exchange``), that table; whether it took the empty-table load."""
         strategy, fields = self.empty_table_load, {"staging_table": staging.name}
         if strategy == "create-and-rename":
             fields["fresh_table"] = staging.into_empty
