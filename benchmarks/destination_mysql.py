@@ -128,15 +128,15 @@ def backfill_staged_merge(spark, rows: int) -> dict:
     from benchmarks.cases_platform import transfer_all
     from transfer_platform.destinations.mysql.writer import MysqlWriter
 
-    fits = MysqlWriter._fresh_table_fits
-    MysqlWriter._fresh_table_fits = lambda self, load, staging: False
+    fits = MysqlWriter._start_empty_load
+    MysqlWriter._start_empty_load = lambda self, load, staging: False
     try:
         with ServerCpu() as cpu:
             start = time.perf_counter()
             transfer_all(spark, config(), NOW)
             seconds = time.perf_counter() - start
     finally:
-        MysqlWriter._fresh_table_fits = fits
+        MysqlWriter._start_empty_load = fits
     if my_count("events") != rows:
         raise RowCountMismatch(f"backfill_staged_merge: MariaDB holds {my_count('events')} rows, the source {rows}")
     my_run(f"DROP DATABASE IF EXISTS `{DATABASE}`", f"CREATE DATABASE `{DATABASE}` CHARACTER SET utf8mb4")

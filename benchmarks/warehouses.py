@@ -103,12 +103,12 @@ def snowflake(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Targe
 @contextmanager
 def straight_off(writer: type) -> Iterator[None]:
     """A vendor's load of a window straight into an empty table turned off: staged, then merged."""
-    fits = writer._straight_fits
-    writer._straight_fits = lambda self, load: False
+    fits = writer._start_empty_load
+    writer._start_empty_load = lambda self, load, staging: False
     try:
         yield
     finally:
-        writer._straight_fits = fits
+        writer._start_empty_load = fits
 
 
 def bigquery(stack: ExitStack, folder: Path, args: argparse.Namespace) -> Target:

@@ -51,6 +51,6 @@ COLUMN_TYPES = MappingProxyType({  # as the tables API names them back: legacy n
 
 DESTINATION = Vendor("bigquery", "destination", "transfer_platform.destinations.bigquery.writer", "BigqueryWriter",
                      BigqueryDestination, drivers=("google.cloud.bigquery", "pyarrow", "pyarrow.csv"),
-                     column_types=COLUMN_TYPES, extra=BIGQUERY,
+                     state_store="status row", column_types=COLUMN_TYPES, extra=BIGQUERY,
                      refuses=(one_query("destination", "a window is one load job and one MERGE: BigQuery "
                                                        "parallelizes each by itself"),))

@@ -87,6 +87,7 @@ COLUMN_TYPES = MappingProxyType({
 
 DESTINATION = Vendor("clickhouse", "destination", "transfer_platform.destinations.clickhouse.writer",
                      "ClickhouseWriter", ClickhouseDestination, drivers=("clickhouse_connect", "pyarrow"),
-                     column_types=COLUMN_TYPES, extra=CLICKHOUSE,
+                     column_types=COLUMN_TYPES, empty_table_load="clone-and-exchange", state_store="table comment",
+                     extra=CLICKHOUSE,
                      refuses=(one_query("destination", "a window is inserted and swapped in by one session, "
                                                        "statement after statement"),))

@@ -52,6 +52,7 @@ COLUMN_TYPES = MappingProxyType({  # as duckdb_columns() names them (compared as
 
 DESTINATION = Vendor("duckdb", "destination", "transfer_platform.destinations.duckdb.writer", "DuckdbWriter",
                      DuckdbDestination, drivers=("duckdb", "pyarrow"), column_types=COLUMN_TYPES,
+                     state_store="status row",
                      refuses=(one_query("destination", "one process writes a DuckDB file, one transaction per "
                                                        "window: there are no queries to run in parallel"),
                               Refusal("max_concurrent_transfers", 1,

@@ -64,7 +64,8 @@ class LocalStorageDestination(ObjectStorageBase):
         return folder_place(self.connection.path / self.connection.prefix.strip("/"), "folder")
 
 
-LOCAL = Vendor("local", "destination", *_WRITER, LocalStorageDestination, drivers=_DRIVERS, only_adds_files=True)
+LOCAL = Vendor("local", "destination", *_WRITER, LocalStorageDestination, drivers=_DRIVERS, only_adds_files=True,
+               state_store="manifest")
 
 
 # -- an S3 bucket ----------------------------------------------------------------------------
@@ -80,7 +81,8 @@ class S3Destination(ObjectStorageBase):
         return self.connection.place()
 
 
-S3 = Vendor("s3", "destination", *_WRITER, S3Destination, drivers=(*_DRIVERS, "boto3"), only_adds_files=True)
+S3 = Vendor("s3", "destination", *_WRITER, S3Destination, drivers=(*_DRIVERS, "boto3"), only_adds_files=True,
+            state_store="manifest")
 
 
 # -- an Azure Blob Storage container ---------------------------------------------------------
@@ -97,7 +99,7 @@ class AzureBlobDestination(ObjectStorageBase):
 
 
 ABS = Vendor("abs", "destination", *_WRITER, AzureBlobDestination, drivers=(*_DRIVERS, "azure.storage.blob"),
-             only_adds_files=True, extra=AZURE)
+             only_adds_files=True, state_store="manifest", extra=AZURE)
 
 
 # -- a Google Cloud Storage bucket -----------------------------------------------------------
@@ -114,7 +116,7 @@ class GcsDestination(ObjectStorageBase):
 
 
 GCS = Vendor("gcs", "destination", *_WRITER, GcsDestination, drivers=(*_DRIVERS, "google.cloud.storage"),
-             only_adds_files=True, extra=GCS)
+             only_adds_files=True, state_store="manifest", extra=GCS)
 
 
 # -- a folder on an SFTP server --------------------------------------------------------------
@@ -131,4 +133,4 @@ class SFTPDestination(ObjectStorageBase):
 
 
 SFTP = Vendor("sftp", "destination", *_WRITER, SFTPDestination, drivers=(*_DRIVERS, "paramiko"), only_adds_files=True,
-             extra=SFTP)
+             state_store="manifest", extra=SFTP)

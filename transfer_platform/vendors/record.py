@@ -78,6 +78,20 @@ def one_query(kind: str, reason: str) -> Refusal:
                    f"remove max_concurrent_queries_per_transfer from this {kind}")
 
 
+#: how a destination loads a window into an empty table, each row written once instead of staged
+#: and merged (``Vendor.empty_table_load``; the SQL writer runs it, the vendor's writer gives its
+#: steps): ``swap`` (the loaded staging table, its key built, becomes the table), ``create-and-rename``
+#: (a new table of the table's definition, key included, replaces it by one rename),
+#: ``clone-and-exchange`` (the rows into a clone of the table, exchanged with it), ``copy-into`` (the
+#: rows copied into the table itself, inside the window's transaction)
+EmptyTableLoad = Literal["swap", "create-and-rename", "clone-and-exchange", "copy-into"]
+
+#: where a destination keeps each model's state (``Vendor.state_store``): ``status row`` (a row per
+#: model of ``_transfer_status``, written in the window's transaction), ``table comment`` (the model
+#: table's comment, swapped in with its rows), ``manifest`` (a state file beside the data files and
+#: their signed manifests, written last: object storage's ``state.json``)
+StateStore = Literal["status row", "table comment", "manifest"]
+
 #: why a tenant id cannot name its tenant's schema (``None``: it can); its arguments are the
 #: tenant id and whether the model reads a ``source_query``
 TenantIdRule = Callable[[str, bool], "str | None"]
@@ -103,6 +117,8 @@ class Vendor:
     # -- a destination's ------------------------------------------------------------------------
     column_types: Mapping[str, str] = field(default_factory=dict)  # a model's data_type -> its type name
     only_adds_files: bool = False  # rows gone from the source cannot be deleted (no delete sweep)
+    empty_table_load: EmptyTableLoad | None = None  # None: a window into an empty table is merged too
+    state_store: StateStore | None = None  # None: the table format's own (Delta's commits, Iceberg's properties)
 
     def implementation(self) -> type:
         """The class that implements this vendor (importing its module, drivers and all)."""

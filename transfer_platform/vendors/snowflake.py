@@ -77,4 +77,5 @@ COLUMN_TYPES = MappingProxyType({
 
 DESTINATION = Vendor("snowflake", "destination", "transfer_platform.destinations.snowflake.writer", "SnowflakeWriter",
                      SnowflakeDestination, drivers=("snowflake.connector", "pyarrow", "pyarrow.parquet"),
-                     column_types=COLUMN_TYPES, extra=SNOWFLAKE)
+                     empty_table_load="copy-into", state_store="status row", column_types=COLUMN_TYPES,
+                     extra=SNOWFLAKE)

@@ -29,7 +29,7 @@ def test_the_sql_destinations_are_postgres_mysql_and_duckdb() -> None:
 
 def test_a_dialect_without_a_statement_is_refused_when_defined_naming_it() -> None:
     with pytest.raises(TypeError) as refused:
-        class HalfDone(Dialect):  # every statement but the window's scan and the staging table
+        class HalfDone(Dialect):  # every statement but the staging table
             vendor = "postgres"
 
             def quote(self, name): ...
@@ -44,8 +44,8 @@ def test_a_dialect_without_a_statement_is_refused_when_defined_naming_it() -> No
 
     message = str(refused.value)
     assert "HalfDone" in message
-    assert "batch_summary" in message
     assert "staging_ddl" in message
+    assert "batch_summary" not in message  # written once, from count_where and watermark_parameter
     assert "target_ddl" not in message
     assert "upsert" not in message  # a default: INSERT ... ON CONFLICT
 
@@ -78,6 +78,31 @@ def test_names_are_quoted_and_values_are_parameters(vendor) -> None:
 
 
 @pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_the_batch_summary_scans_seven_values_with_the_high_watermark_a_parameter(vendor) -> None:
+    dialect = vendor.implementation().DIALECT
+    staging = dialect.qualified("s", "_tp_stg_x")
+    text, params = dialect.batch_summary(model(), staging, "HW")
+    assert text.startswith("SELECT count(*), ")
+    assert text.endswith(f" FROM {staging}")
+    assert dialect.marked("deleted", "boolean") in text
+    assert "HW" not in text
+    assert list(params.values() if isinstance(params, dict) else params).count("HW") == (
+        1 if isinstance(params, dict) else 3)
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_the_status_table_has_every_state_column_its_publish_needs(vendor) -> None:
+    dialect = vendor.implementation().DIALECT
+    if "status_types" not in vars(type(dialect)):
+        pytest.skip(f"{vendor.name} keeps its state elsewhere (its status_ddl is its own)")
+    ddl = dialect.status_ddl(dialect.qualified("s", "_transfer_status"))
+    for column in ("data_model_name", "transfer_last_updated_at", "high_watermark", "state ", "refresh_state",
+                   "last_transfer_id", "updated_at"):
+        assert column in ddl
+    assert ("published_state" in ddl) is not dialect.transactional_ddl
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
 def test_only_the_status_tables_state_columns_can_be_named(vendor) -> None:
     dialect = vendor.implementation().DIALECT
     for bad in ("state; DROP TABLE x", "data_model_name"):
@@ -85,3 +110,27 @@ def test_only_the_status_tables_state_columns_can_be_named(vendor) -> None:
             dialect.read_state('"s"."_transfer_status"', bad, "m")
         with pytest.raises(ValueError, match="not a state column"):
             dialect.set_state_column('"s"."_transfer_status"', bad, "m", None)
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_a_declared_empty_table_load_has_its_publish_step_and_only_then(vendor) -> None:
+    writer = vendor.implementation()
+    publishes = writer._publish_empty_load is not SqlWriter._publish_empty_load
+    assert publishes is (vendor.empty_table_load is not None), (
+        f"{vendor.name} declares empty_table_load={vendor.empty_table_load!r}: its writer must "
+        "give _publish_empty_load exactly when it declares one")
+
+
+def test_the_empty_table_loads_declared() -> None:
+    declared = {v.name: v.empty_table_load for v in SQL_VENDORS}
+    assert {k: declared[k] for k in ("postgres", "mysql", "snowflake", "clickhouse", "duckdb", "bigquery")} == {
+        "postgres": "swap", "mysql": "create-and-rename", "snowflake": "copy-into",
+        "clickhouse": "clone-and-exchange", "duckdb": None, "bigquery": None}
+
+
+@pytest.mark.parametrize("vendor", SQL_VENDORS, ids=lambda v: v.name)
+def test_a_sql_writer_keeps_the_state_in_the_store_its_record_chooses(vendor) -> None:
+    from transfer_platform.destinations.sql.state import STATE_STORES
+
+    assert vendor.state_store in STATE_STORES
+    assert (vendor.state_store == "table comment") is (vendor.name == "clickhouse")

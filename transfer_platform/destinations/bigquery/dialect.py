@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.timeutil import utc
-from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement
+from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement, StatusTypes
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -103,6 +103,7 @@ def _on(keys: Sequence[str]) -> str:
 
 class BigqueryDialect(Dialect):
     vendor = "bigquery"
+    status_types = StatusTypes("STRING", "TIMESTAMP", "STRING", "STRING", more=("primary_key STRING",))
     now = "CURRENT_TIMESTAMP()"
     row_lock = ""  # no row locks: the model's lock row keeps writers apart (the writer)
 
@@ -141,11 +142,6 @@ class BigqueryDialect(Dialect):
         return f"SELECT table_name FROM {self._schema(container)}.TABLES WHERE STARTS_WITH(table_name, %s)", (prefix,)
 
     # -- tables ----------------------------------------------------------------------------------
-
-    def status_ddl(self, status: str) -> str:
-        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name STRING, transfer_last_updated_at TIMESTAMP, "
-                "high_watermark TIMESTAMP, state STRING, refresh_state STRING, last_transfer_id STRING, "
-                "updated_at TIMESTAMP, primary_key STRING)")
 
     def locks_ddl(self, locks: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {locks} (model_name STRING, holder STRING, expires_at TIMESTAMP)"
@@ -212,13 +208,8 @@ class BigqueryDialect(Dialect):
 
     # -- a staged window -------------------------------------------------------------------------
 
-    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
-        lm = q(model.last_modified.destination_name)
-        null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)
-        marker = model.deletion_marker
-        flagged = "FALSE" if marker is None else self.marked(marker.destination_name, marker.data_type)
-        return (f"SELECT COUNT(*), COUNTIF({lm} > %s), MAX({lm}), COUNTIF({null_key}), COUNTIF({lm} IS NULL), "
-                f"COUNTIF({flagged} AND ({lm} > %s OR %s IS NULL)), NULL FROM {staging}", (high_watermark,) * 3)
+    def count_where(self, condition: str) -> str:
+        return f"COUNTIF({condition})"
 
     def first_duplicate_key(self, staging: str, keys: Sequence[str]) -> str:
         key_sql = ", ".join(q(k) for k in keys)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement
 
@@ -169,15 +169,11 @@ class ClickhouseDialect(Dialect):
 
     # -- a staged window -------------------------------------------------------------------------
 
-    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
-        lm = self.quote(model.last_modified.destination_name)
-        null_key = " OR ".join(f"{self.quote(c.destination_name)} IS NULL" for c in model.primary_key)
-        marker = model.deletion_marker
-        flagged = "false" if marker is None else self.marked(marker.destination_name, marker.data_type)
-        hw = f"{{hw:{self.nullable(model.last_modified)}}}"
-        return (f"SELECT count(), countIf({lm} > {hw}), max({lm}), countIf({null_key}), countIf({lm} IS NULL), "
-                f"countIf(({flagged}) AND ({lm} > {hw} OR {hw} IS NULL)), NULL FROM {staging}",
-                {"hw": high_watermark})
+    def count_where(self, condition: str) -> str:
+        return f"countIf({condition})"
+
+    def watermark_parameter(self, column: ColumnConfig) -> str:
+        return f"{{hw:{self.nullable(column)}}}"
 
     def table_size(self, container: str, name: str) -> Statement:
         return ("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {db:String} AND table = {name:String} "

@@ -67,9 +67,9 @@ from transfer_platform.destinations.clickhouse.session import (
     translated_errors,
 )
 from transfer_platform.destinations.skeleton import next_state
+from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, SchemaMismatch, TransferRunning
-from transfer_platform.phases import log_phase
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -101,13 +101,15 @@ def _now_us() -> int:
 
 @dataclass
 class ClickhouseStaging(StagingTable):
-    """A window into an empty table, held here as Arrow until its commit inserts it."""
+    """A window's staging table; a window into an empty table is held here as Arrow until its
+    commit inserts it."""
 
     held: pa.Table | None = None
 
 
 class ClickhouseWriter(SqlWriter):
     DIALECT = ClickhouseDialect()
+    STAGING = ClickhouseStaging
 
     def __init__(self, destination: ClickhouseDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.database,
@@ -236,44 +238,8 @@ class ClickhouseWriter(SqlWriter):
         if lock is not None:
             self.session.execute(self.dialect.set_comment(lock, self._holder(transfer_id)))
 
-    # -- the state: each model table's comment ------------------------------------------------
-
-    def _table_state(self, name: str) -> str | None:
-        """The state (ModelState JSON) in table ``name``'s comment; ``None`` if none."""
-        row = self.session.one(self.dialect.comment(self.container, name))
-        if row is None or not row[0]:
-            return None
-        try:
-            state = json.loads(row[0]).get("state")
-        except (ValueError, AttributeError):
-            return None
-        return None if state is None else json.dumps(state)
-
-    def _comment(self, state: ModelState, transfer_id: str) -> str:
-        return json.dumps({"state": json.loads(state.to_json()), "last_transfer_id": transfer_id,
-                           "updated_at_us": _now_us()}, sort_keys=True)
-
-    def _state_table(self, model: ModelConfig, column: str) -> str:
-        return self.refresh_table_name(model) if column == "refresh_state" else model.model_name
-
-    def _status_row(self, model: ModelConfig) -> tuple | None:
-        return (self._table_state(model.model_name), self._table_state(self.refresh_table_name(model)), None)
-
-    def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
-        return ModelState.from_json(self._table_state(self._state_table(model, column)))
-
-    def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
-        return self.read_state(model, column)  # the model's lock keeps other writers out
-
-    def _ensure_status_row(self, model: ModelConfig) -> None:
-        """Nothing: a model's row of ``_transfer_status`` is its table's comment."""
-
-    def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        self.session.execute(self.dialect.set_comment(self.table(model), self._comment(state, transfer_id)))
-
-    def _set_state(self, model: ModelConfig, column: str, state: ModelState | None) -> None:
-        if column == "refresh_state" and state is not None:
-            self.session.execute(self.dialect.set_comment(self.refresh_table(model), self._comment(state, "")))
+    # -- the state: each model table's comment (the record's state store, ``sql/state.py``); a
+    # window's is carried by the clone swapped in with its rows (TableComments.comment)
 
     # -- the table's shape ----------------------------------------------------------------------
 
@@ -292,7 +258,7 @@ class ClickhouseWriter(SqlWriter):
         aside = self.refresh_table(model)
         with self._translated_errors():
             self.session.execute(self.dialect.drop_table(aside))
-            self.session.execute(self.dialect.table_ddl(aside, model, comment=self._comment(state, "")))
+            self.session.execute(self.dialect.table_ddl(aside, model, comment=TableComments.comment(state, "")))
         return state
 
     # -- a window -------------------------------------------------------------------------------
@@ -333,45 +299,27 @@ class ClickhouseWriter(SqlWriter):
         with self._translated_errors():
             self.client.insert_arrow(name, batch, database=database)
 
-    # -- a window into an empty table: its rows straight into the clone ----------------------------
-
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
-        """A window into an empty table (a backfill's first into an empty table, a full refresh's
-        first into its table aside) is not staged: its rows, here as Arrow already, are checked
-        here (a NULL key or last-modified value, a key twice, a date out of range: refused by
-        name) and inserted straight into the clone the commit swaps in; each row is written once.
-        Any other window is staged and merged."""
-        with self._translated_errors():
-            if self._straight_fits(load):
-                return self._staging_for(load, ClickhouseStaging)
-        return super()._create_staging(load, in_memory=in_memory)
-
-    def _straight_fits(self, load: WindowLoad) -> bool:
-        target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
-        return not self._has_rows(target)
+    # -- the empty-table load, clone-and-exchange: a window into an empty table (a backfill's first
+    # into an empty table, a full refresh's first into its table aside) is not staged: its rows,
+    # here as Arrow already, are checked here (a NULL key or last-modified value, a key twice, a
+    # date out of range: refused by name) and inserted straight into the clone the commit swaps
+    # in; each row is written once. Any other window is staged and merged.
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        if not isinstance(staging, ClickhouseStaging):
+        if not staging.into_empty:
             return super()._stage_frame(frame, staging, load)
         staging.held = self._arrow(frame, load.model)
         return self._staged(staging, load)
 
     def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        if not isinstance(staging, ClickhouseStaging):
+        if not staging.into_empty:
             return super()._stage_arrow(batch, staging, load)
         staging.held = batch
         return self._staged(staging, load)
 
-    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        straight = isinstance(staging, ClickhouseStaging)
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  **({"loaded_into": staging.target_name} if straight else {"staging_table": staging.name}),
-                  straight_into_target=straight)
-        return staging
-
     def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
         """A window held here is scanned here: the same refusals, the same counts."""
-        if not isinstance(staging, ClickhouseStaging):
+        if not staging.into_empty:
             super()._refuse(staging, load)
             return
         model, batch = load.model, staging.held
@@ -384,15 +332,15 @@ class ClickhouseWriter(SqlWriter):
         staging.marked = newly_marked(batch, model, state)
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
-        if isinstance(staging, ClickhouseStaging):  # nothing staged; a clone left is dropped by the clean-up
+        if staging.into_empty:  # nothing staged; a clone left is dropped by the clean-up
             staging.held = None
             return
         super()._remove_staging(staging, load)
 
     def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
         """The window's rows and state swapped in together (see the module's docstring)."""
-        if isinstance(staging, ClickhouseStaging):
-            return self._commit_held(staging, load)
+        if staging is not None and staging.into_empty:
+            return super()._commit(staging, load)  # the empty-table load (_publish_empty_load)
         model = load.model
         column = "refresh_state" if load.into_refresh else "state"
         target = self.refresh_table(model) if load.into_refresh else self.table(model)
@@ -402,7 +350,8 @@ class ClickhouseWriter(SqlWriter):
                 rows = delta_rows = volume = rows_deleted = 0
                 max_lm = None
                 new_state = next_state(state, load, max_lm)
-                self.session.execute(self.dialect.set_comment(target, self._comment(new_state, load.transfer_id)))
+                comment = TableComments.comment(new_state, load.transfer_id)
+                self.session.execute(self.dialect.set_comment(target, comment))
             else:
                 rows, delta_rows, volume = staging.rows, staging.delta_rows, staging.volume
                 max_lm = staging.max_last_modified
@@ -411,36 +360,32 @@ class ClickhouseWriter(SqlWriter):
                 if model.removes_deleted_rows:
                     rows_deleted = int(self.session.one(self.dialect.removed_count(staging.table, target, model))[0])
                 columns = [c.destination_name for c in model.columns]
-                self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id),
+                self._swap_in(target, staging.name, TableComments.comment(new_state, load.transfer_id),
                               self.dialect.window_insert("{clone}", staging.table, target, model, columns))
             self._renew_lock(model, load.transfer_id)
         return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
 
-    def _commit_held(self, staging: ClickhouseStaging, load: WindowLoad) -> WindowResult:
-        """A window held here, inserted into the clone (the rows marked deleted left out, when
-        the model removes them: the table holds nothing they would remove); its size is the
-        clone's parts before the swap."""
+    def _leave_out_marked(self, staging: StagingTable, load: WindowLoad) -> None:
         import pyarrow.compute as pc
 
+        staging.held = staging.held.filter(pc.invert(marked_mask(staging.held, load.model)))
+
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
+        """A window held here, inserted into the clone exchanged with the table, its state in the
+        clone's comment; its size is the clone's parts before the swap."""
         model = load.model
         target = self.refresh_table(model) if load.into_refresh else self.table(model)
-        rows, rows_deleted, volume = staging.held, staging.marked, 0
-        if model.removes_deleted_rows:
-            rows, rows_deleted = rows.filter(pc.invert(marked_mask(rows, model))), 0
 
         def fill(clone: str) -> None:
-            nonlocal volume
-            self._insert_all(rows.combine_chunks(), clone, model, CLONE_BLOCK_ROWS)
+            self._insert_all(staging.held.combine_chunks(), clone, model, CLONE_BLOCK_ROWS)
             size = self.session.one(self.dialect.table_size(self.container, f"{staging.name}_swap"))
-            volume = int((size or (0,))[0] or 0)
+            staging.volume = int((size or (0,))[0] or 0)
 
-        with self._translated_errors():
-            new_state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
-                                   staging.max_last_modified)
-            self._swap_in(target, staging.name, self._comment(new_state, load.transfer_id), fill)
-            self._renew_lock(model, load.transfer_id)
-        return WindowResult(staging.rows, staging.delta_rows, volume, staging.max_last_modified, new_state,
-                            rows_deleted)
+        new_state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
+                               staging.max_last_modified)
+        self._swap_in(target, staging.name, TableComments.comment(new_state, load.transfer_id), fill)
+        self._renew_lock(model, load.transfer_id)
+        return new_state
 
     def _swap_in(self, target: str, staging_name: str, comment: str, insert: str | Callable[[str], None]) -> None:
         """``target`` replaced by a clone holding its parts, ``insert``'s rows (``{clone}`` in its
@@ -461,7 +406,7 @@ class ClickhouseWriter(SqlWriter):
         """The refresh built aside takes the live table's place with its state, in one
         ``EXCHANGE TABLES`` (or one ``RENAME`` when there is no live table yet)."""
         live, aside = self.table(model), self.refresh_table(model)
-        self.session.execute(self.dialect.set_comment(aside, self._comment(state, transfer_id)))
+        self.session.execute(self.dialect.set_comment(aside, TableComments.comment(state, transfer_id)))
         if self._exists(model.model_name):
             self.session.execute(self.dialect.exchange(live, aside))
             self.session.execute(self.dialect.drop_table(aside))

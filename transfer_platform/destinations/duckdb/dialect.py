@@ -5,7 +5,7 @@ catalog functions)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transfer_platform.core.sql import quote_ident
 from transfer_platform.destinations.sql.dialect import (
@@ -13,6 +13,7 @@ from transfer_platform.destinations.sql.dialect import (
     STATUS_TABLE,
     Dialect,
     Statement,
+    StatusTypes,
 )
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ _IN_SCHEMA = "WHERE database_name = current_database() AND schema_name = ? AND t
 
 class DuckdbDialect(Dialect):
     vendor = "duckdb"
+    status_types = StatusTypes("VARCHAR PRIMARY KEY", "TIMESTAMPTZ", "JSON", "VARCHAR")
     placeholder, as_text, as_json = "?", "::VARCHAR", "::JSON"
     row_lock = ""  # one process writes a DuckDB file at a time (its own file lock)
 
@@ -46,21 +48,10 @@ class DuckdbDialect(Dialect):
         return f"SELECT table_name FROM duckdb_tables() {_IN_SCHEMA} LIKE ? || '%' ESCAPE '\\'", (
             container, prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"))
 
-    def status_ddl(self, status: str) -> str:
-        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name VARCHAR PRIMARY KEY, "
-                "transfer_last_updated_at TIMESTAMPTZ, high_watermark TIMESTAMPTZ, state JSON, "
-                "refresh_state JSON, last_transfer_id VARCHAR, updated_at TIMESTAMPTZ)")
-
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:
         cols = ", ".join(f"{quote_ident(c.destination_name)} {self.column_type(c)}" for c in (columns or model.columns))
         return f"CREATE TABLE {staging} ({cols})"
 
-    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
-        lm = quote_ident(model.last_modified.destination_name)
-        null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
-        marker = model.deletion_marker
-        flagged = "false" if marker is None else self.marked(marker.destination_name, marker.data_type)
-        return (f"SELECT count(*), count(*) FILTER (WHERE {lm} > $hw), max({lm}), count(*) FILTER (WHERE {null_key}), "
-                f"count(*) FILTER (WHERE {lm} IS NULL), count(*) FILTER (WHERE {flagged} AND ({lm} > $hw OR $hw IS NULL)), "
-                f"NULL FROM {staging}", {"hw": high_watermark})
+    def watermark_parameter(self, column: ColumnConfig) -> str:
+        return "$hw"

@@ -41,7 +41,6 @@ from transfer_platform.core.sql import quote_ident
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowLoad,
-    WindowResult,
     arrow_schema,
     duplicate_key_error,
     empty_frame,
@@ -214,11 +213,12 @@ class DuckdbWriter(SqlWriter):
         window.max_last_modified = (None if staged.max_last_modified is None
                                     else model.change_column.moment(staged.max_last_modified))
 
-    def _commit(self, window: StagedWindow | None, load: WindowLoad) -> WindowResult:
+    @contextmanager
+    def _rows_refused(self, load: WindowLoad) -> Iterator[None]:
         import duckdb
 
         try:
-            return super()._commit(window, load)
+            yield
         except (duckdb.ConversionException, duckdb.ConstraintException, duckdb.InvalidInputException) as exc:
             raise DataError(f"DuckDB refused the window's rows: {first_line(exc)}", model=load.model.model_name,
                             destination=self.name,

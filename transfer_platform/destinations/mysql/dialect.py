@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transfer_platform.core.sql import quote_ident
 from transfer_platform.destinations.sql.dialect import (
@@ -23,6 +23,7 @@ from transfer_platform.destinations.sql.dialect import (
     STATUS_TABLE,
     Dialect,
     Statement,
+    StatusTypes,
 )
 from transfer_platform.vendors import DESTINATIONS
 from transfer_platform.vendors.mysql import SQL_TEXT
@@ -194,6 +195,9 @@ LOCK_HOLDER = ("SELECT p.USER, p.HOST, p.TIME FROM information_schema.PROCESSLIS
 
 class MysqlDialect(Dialect):
     vendor = "mysql"
+    status_types = StatusTypes("VARCHAR(255) NOT NULL PRIMARY KEY", "DATETIME(6) NULL", "LONGTEXT NULL",
+                               "VARCHAR(255) NULL", "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+                               options=f" {TABLE_OPTIONS}")
     transactional_ddl = False  # DDL commits: a refresh is published by one RENAME TABLE between two commits
     now = "CURRENT_TIMESTAMP(6)"
 
@@ -224,12 +228,6 @@ class MysqlDialect(Dialect):
     def table_size(self, container: str, name: str) -> Statement:
         return TABLE_SIZE, (container, name)
 
-    def status_ddl(self, status: str) -> str:
-        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name VARCHAR(255) NOT NULL PRIMARY KEY, "
-                "transfer_last_updated_at DATETIME(6) NULL, high_watermark DATETIME(6) NULL, state LONGTEXT NULL, "
-                "refresh_state LONGTEXT NULL, published_state LONGTEXT NULL, last_transfer_id VARCHAR(255) NULL, "
-                f"updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) {TABLE_OPTIONS}")
-
     def target_ddl(self, table: str, model: ModelConfig) -> str:
         key = ", ".join(q(c.destination_name) for c in model.primary_key)
         return f"CREATE TABLE IF NOT EXISTS {table} ({columns_ddl(model)}, PRIMARY KEY ({key})) {TABLE_OPTIONS}"
@@ -255,15 +253,8 @@ class MysqlDialect(Dialect):
     def ensure_status_row(self, status: str, model_name: str) -> Statement:
         return f"INSERT IGNORE INTO {status} (data_model_name) VALUES (%s)", (model_name,)
 
-    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
-        """The size comes from the catalog (:meth:`table_size`)."""
-        lm = q(model.last_modified.destination_name)
-        null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)
-        marker = model.deletion_marker
-        flagged = "FALSE" if marker is None else marked(marker.destination_name, marker.data_type)
-        return (f"SELECT count(*), COALESCE(SUM({lm} > %s), 0), MAX({lm}), COALESCE(SUM({null_key}), 0), "
-                f"COALESCE(SUM({lm} IS NULL), 0), COALESCE(SUM({flagged} AND ({lm} > %s OR %s IS NULL)), 0), NULL "
-                f"FROM {staging}", (high_watermark,) * 3)
+    def count_where(self, condition: str) -> str:
+        return f"COALESCE(SUM({condition}), 0)"
 
     def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
         """At the same last-modified value the delete wins."""

@@ -7,8 +7,9 @@
   characters, refused by name before anything is committed;
 - **the merge**: a staged delete + insert in one transaction (only DML runs inside it: MySQL commits
   at any DDL); a key the target does not hold, staged twice, is refused by the target's own key;
-- **a window into an empty target** (a backfill's, a full refresh's first): loaded in key order
-  into a fresh keyed table that replaces the target, no merge (:meth:`MysqlWriter._create_staging`);
+- **a window into an empty target** (a backfill's, a full refresh's first), its empty-table load
+  ``create-and-rename``: loaded in key order into a fresh keyed table that replaces the target, no
+  merge (:meth:`MysqlWriter._start_empty_load`);
 - **a full refresh's publish**: one atomic ``RENAME TABLE live TO _tp_old_<hash>, aside TO live``
   between two commits (the SQL writer's publish without transactional DDL), waiting at most
   ``Tuning.lock_wait_seconds`` for the live table's readers;
@@ -29,7 +30,6 @@ from typing import TYPE_CHECKING
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
-    WindowResult,
     duplicate_key_error,
     null_key_error,
     offending_key,
@@ -100,7 +100,7 @@ class MysqlWriter(SqlWriter):
         self.database = self.container
         self._conn: pymysql.Connection | None = None
         self._locked: set[str] = set()  # the models whose lock this writer's session holds
-        self._fresh: set[str] = set()  # the fresh tables being loaded (see _create_staging)
+        self._fresh: set[str] = set()  # the fresh tables being loaded (see _start_empty_load)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -169,7 +169,7 @@ class MysqlWriter(SqlWriter):
         load = partial(load_partition, connect_kwargs(connection, what=f"destinations.{self.name}"),
                        sql.load_data(staging, "{path}", frame.columns))
         parts = frame.coalesce(self.destination.max_concurrent_queries_per_transfer)
-        if staging in self._fresh:  # InnoDB appends rows that arrive in key order (see _create_staging)
+        if staging in self._fresh:  # InnoDB appends rows that arrive in key order (see _start_empty_load)
             parts = parts.sortWithinPartitions(*[c.destination_name for c in model.primary_key])
         try:
             parts.mapInArrow(load, "rows long").collect()
@@ -279,9 +279,9 @@ class MysqlWriter(SqlWriter):
                 super()._refuse_duplicate_keys(load, staging)
             raise
 
-    # -- the fresh-table path: a window into an empty target -------------------------------------
+    # -- the empty-table load: create-and-rename (a fresh keyed table replaces the target) ----------
 
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+    def _start_empty_load(self, load: WindowLoad, staging: StagingTable) -> bool:
         """A window into an empty target (a backfill's, a full refresh's first) is loaded straight
         into a fresh table of the target's definition, primary key included (``CREATE TABLE ...
         LIKE``; named as a staging table, so a dead transfer's is dropped by the next one's
@@ -293,56 +293,29 @@ class MysqlWriter(SqlWriter):
         order 12 CPU-seconds of the server, in random order 58, into a table without a key with the
         key added after 20-22; staged and merged (the path of any other window) 46, 89 in random
         order (docs/destinations.md)."""
-        staging = super()._create_staging(load, in_memory=in_memory)
         self._fresh.discard(staging.table)
-        with self._translated_errors():
-            if self._fresh_table_fits(load, staging):
-                self.session.execute(self.dialect.drop_table(staging.table))
-                self.session.execute(sql.create_like(staging.table, staging.target))
-                staging.swappable = True
-                self._fresh.add(staging.table)
-        return staging
+        if load.into_refresh:  # a full refresh's table aside before its first window is committed
+            fits = self.read_state(load.model, "refresh_state").watermark is None
+        else:  # a live table without triggers or foreign keys
+            fits = not self.session.one((sql.DEPENDENTS, (self.database, staging.target_name) * 3))[0]
+        if fits:
+            self.session.execute(self.dialect.drop_table(staging.table))
+            self.session.execute(sql.create_like(staging.table, staging.target))
+            self._fresh.add(staging.table)
+        return fits
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
         self._fresh.discard(staging.table)
         super()._remove_staging(staging, load)
 
-    def _fresh_table_fits(self, load: WindowLoad, staging: StagingTable) -> bool:
-        """The target is empty and replacing it loses nothing: a full refresh's table aside before
-        its first window is committed, or a live table without triggers or foreign keys."""
-        if self._has_rows(staging.target):
-            return False
-        if load.into_refresh:
-            return self.read_state(load.model, "refresh_state").watermark is None
-        database = self.database
-        return not self.session.one((sql.DEPENDENTS, (database, staging.target_name) * 3))[0]
+    def _still_empty(self, staging: StagingTable) -> bool:
+        return not self._has_rows(staging.target)
 
-    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  staging_table=staging.name, fresh_table=staging.swappable)
-        return staging
-
-    def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
-        """A fresh table replaces its target (checked empty again) by one atomic ``RENAME TABLE``
-        recorded around by two commits of the status row (:mod:`..sql.rename_publish`: a
-        transfer killed between them is finished by the next); the window's state moves only with
-        it. A target that got rows meanwhile is merged into, the fresh table as its staging."""
-        if staging is None or not staging.swappable:
-            return super()._commit(staging, load)
-        with self._translated_errors():
-            if self._has_rows(staging.target):
-                staging.swappable = False
-                return super()._commit(staging, load)
-            return self._replace_with_fresh(staging, load)
-
-    def _replace_with_fresh(self, staging: StagingTable, load: WindowLoad) -> WindowResult:
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
+        """The fresh table replaces its target by one atomic ``RENAME TABLE`` recorded around by
+        two commits of the status row (:mod:`..sql.rename_publish`: a transfer killed between them
+        is finished by the next); the window's state moves only with it."""
         model = load.model
-        rows_deleted = staging.marked
-        if model.removes_deleted_rows:  # nothing to remove in an empty target; never inserted
-            marker = model.deletion_marker
-            self.session.execute(f"DELETE FROM {staging.table} WHERE "
-                                 f"{self.dialect.marked(marker.destination_name, marker.data_type)}")
-            rows_deleted = 0
         column = "refresh_state" if load.into_refresh else "state"
         with self._atomically(load):  # the status row made if missing (the publish updates it)
             before = self._lock_state(model, column)
@@ -367,8 +340,7 @@ class MysqlWriter(SqlWriter):
                     f"sessions kept it in use for {max(1, round(self.tuning.lock_wait_seconds))} s. "
                     "Nothing changed: the table and the watermark are as they were. Fix: run the "
                     "transfer again once the queries or open transactions on the table have ended") from None
-        return WindowResult(staging.rows, staging.delta_rows, staging.volume, staging.max_last_modified,
-                            new_state, rows_deleted)
+        return new_state
 
     def _clean_staging(self, model: ModelConfig) -> None:
         """Also what a dead fresh-table window left: a table aside no refresh owns (its window

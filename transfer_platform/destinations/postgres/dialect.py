@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.sql import (
-    marked_deleted,
     qualified,
     quote_ident,
 )
@@ -24,6 +23,7 @@ from transfer_platform.destinations.sql.dialect import (
     STATUS_TABLE,
     Dialect,
     Statement,
+    StatusTypes,
 )
 
 if TYPE_CHECKING:
@@ -225,6 +225,8 @@ def rename_constraint(table: str, old: str, new: str) -> str:
 
 class PostgresDialect(Dialect):
     vendor = "postgres"
+    status_types = StatusTypes("text PRIMARY KEY", "timestamp with time zone", "jsonb", "text",
+                               "timestamp with time zone NOT NULL DEFAULT now()")
     as_text, as_json = "::text", "::jsonb"
 
     def quote(self, name: str) -> str:
@@ -242,12 +244,6 @@ class PostgresDialect(Dialect):
     def tables_starting_with(self, container: str, prefix: str) -> Statement:
         return TABLES_STARTING_WITH, (container, prefix)
 
-    def status_ddl(self, status: str) -> str:
-        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name text PRIMARY KEY, "
-                "transfer_last_updated_at timestamp with time zone, high_watermark timestamp with time zone, "
-                "state jsonb, refresh_state jsonb, last_transfer_id text, "
-                "updated_at timestamp with time zone NOT NULL DEFAULT now())")
-
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:
         """The target's columns (all, or ``columns``), no constraints; unlogged unless it may
@@ -255,13 +251,8 @@ class PostgresDialect(Dialect):
         names = "*" if columns is None else ", ".join(quote_ident(c.destination_name) for c in columns)
         return f"CREATE {'' if logged else 'UNLOGGED '}TABLE {staging} AS SELECT {names} FROM {target} WITH NO DATA"
 
-    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
-        lm = quote_ident(model.last_modified.destination_name)
-        null_key = " OR ".join(f"{quote_ident(c.destination_name)} IS NULL" for c in model.primary_key)
-        marker = model.deletion_marker
-        marked = "false" if marker is None else marked_deleted(marker.destination_name, marker.data_type)
-        newer = f"({lm} > %(hw)s OR %(hw)s IS NULL)"
-        return (f"SELECT count(*), count(*) FILTER (WHERE {lm} > %(hw)s), max({lm}), "
-                f"count(*) FILTER (WHERE {null_key}), count(*) FILTER (WHERE {lm} IS NULL), "
-                f"count(*) FILTER (WHERE {marked} AND {newer}), pg_total_relation_size(%(staging)s::regclass) "
-                f"FROM {staging}", {"hw": high_watermark, "staging": staging})
+    def watermark_parameter(self, column: ColumnConfig) -> str:
+        return "%(hw)s"
+
+    def staged_size(self, staging: str) -> tuple[str, dict[str, Any]]:
+        return "pg_total_relation_size(%(staging)s::regclass)", {"staging": staging}

@@ -5,9 +5,9 @@
   workers or from this process (:mod:`.copy`);
 - **the model's lock**: a session advisory lock (released when the connection closes or its process
   dies);
-- **the empty-target fast path**: when the target is empty and nothing depends on it, the loaded
-  staging table *becomes* it (its primary key built, the empty target dropped, the staging table
-  renamed): every row is written once;
+- **the empty-table load, a swap** (``empty_table_load="swap"``): when the target is empty and
+  nothing depends on it, the loaded staging table *becomes* it (its primary key built, the empty
+  target dropped, the staging table renamed): every row is written once;
 - **a full refresh's publish**, in one transaction: when nothing depends on the live table's
   identity (no view, foreign key, trigger, extra index, policy, publication, comment, grant or owner
   of its own; the aside table's columns and key exactly the live table's), the aside table is
@@ -34,6 +34,7 @@ from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
 from transfer_platform.destinations.postgres.copy import copy_batches, copy_partition
 from transfer_platform.destinations.postgres.probe import probe_destination
+from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.session import PsycopgSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import (
@@ -311,34 +312,24 @@ class PostgresWriter(SqlWriter):
                             model=load.model.model_name, destination=self.name,
                             fix="check that each column's data_type matches the source values") from None
 
-    # -- the empty-target fast path ---------------------------------------------------------------
+    # -- the empty-table load: swap (the loaded staging table becomes the table) -----------------
 
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
-        """An empty target that nothing depends on can be *replaced* by the staging table: the
-        batch is then written once (no merge); the staging table is logged so that it can become it."""
-        model = load.model
-        target_name = self.refresh_table_name(model) if load.into_refresh else model.model_name
-        target = qualified(self.schema, target_name)
-        name = self.staging_table_name(model, load.transfer_id)
-        staging = StagingTable(name, qualified(self.schema, name), target_name, target)
-        swappable = self._is_empty(target)
-        self._create_staging_table(staging, model, None, logged=swappable)
-        staging.swappable = swappable and self._replaceable(target, staging.table)
-        return staging
+    def _start_empty_load(self, load: WindowLoad, staging: StagingTable) -> bool:
+        """The staging table logged, so that it can become the table; the swap fits when nothing
+        depends on the table (:meth:`_replaceable`)."""
+        self._create_staging_table(staging, load.model, None, logged=True)
+        return self._replaceable(staging.target, staging.table)
 
-    def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
-        model = load.model
-        if staging.swappable:
-            rows_deleted = staging.marked
-            if model.removes_deleted_rows:  # nothing to remove in an empty target; never inserted
-                marker = model.deletion_marker
-                self.conn.execute(self.dialect.delete_where(
-                    staging.table, self.dialect.marked(marker.destination_name, marker.data_type)))
-                rows_deleted = 0
-            if self._swap_in(load, staging):
-                return rows_deleted
-            self._refuse_duplicate_keys(load, staging)
-        return super()._merge(load, staging)
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState | None:
+        """In one transaction: the status row locked, the staging table swapped in
+        (:meth:`_swap_in`), the new state recorded."""
+        with self._atomically(load):
+            before = self._lock_state(load.model, "refresh_state" if load.into_refresh else "state")
+            if not self._swap_in(load, staging):
+                return None
+            new_state = next_state(before, load, staging.max_last_modified)
+            self._write_state(load, new_state)
+        return new_state
 
     def _is_empty(self, table: str) -> bool:
         return self.conn.execute(sql.is_empty(table)).fetchone()[0]

@@ -14,10 +14,10 @@ deletes, the state and the lock's lease, in one ``BEGIN ... COMMIT``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from transfer_platform.core.sql import quote_ident
-from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement
+from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement, StatusTypes
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -41,6 +41,8 @@ def literal(text: str) -> str:
 
 class SnowflakeDialect(Dialect):
     vendor = "snowflake"
+    status_types = StatusTypes("VARCHAR NOT NULL", "TIMESTAMP_TZ(6)", "VARCHAR", "VARCHAR",
+                               more=("PRIMARY KEY (data_model_name)",))
     transactional_ddl = False  # each DDL statement commits: a refresh is published between commits
     now = "CURRENT_TIMESTAMP()"
     row_lock = ""  # no SELECT ... FOR UPDATE: the model's lock row keeps writers apart
@@ -102,12 +104,6 @@ class SnowflakeDialect(Dialect):
 
     # -- tables ----------------------------------------------------------------------------------
 
-    def status_ddl(self, status: str) -> str:
-        return (f"CREATE TABLE IF NOT EXISTS {status} (data_model_name VARCHAR NOT NULL, "
-                "transfer_last_updated_at TIMESTAMP_TZ(6), high_watermark TIMESTAMP_TZ(6), state VARCHAR, "
-                "refresh_state VARCHAR, published_state VARCHAR, last_transfer_id VARCHAR, "
-                "updated_at TIMESTAMP_TZ(6), PRIMARY KEY (data_model_name))")
-
     def lock_ddl(self, locks: str) -> str:
         return (f"CREATE TABLE IF NOT EXISTS {locks} (data_model_name VARCHAR NOT NULL, holder VARCHAR, "
                 "expires_at TIMESTAMP_TZ(6), PRIMARY KEY (data_model_name))")
@@ -163,13 +159,8 @@ class SnowflakeDialect(Dialect):
         return (f"COPY INTO {staging} FROM @{stage}/{folder}/ FILE_FORMAT = (TYPE = PARQUET) "
                 "MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE ON_ERROR = ABORT_STATEMENT PURGE = TRUE")
 
-    def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
-        lm = q(model.last_modified.destination_name)
-        null_key = " OR ".join(f"{q(c.destination_name)} IS NULL" for c in model.primary_key)
-        marker = model.deletion_marker
-        flagged = "FALSE" if marker is None else self.marked(marker.destination_name, marker.data_type)
-        return (f"SELECT count(*), count_if({lm} > %s), max({lm}), count_if({null_key}), count_if({lm} IS NULL), "
-                f"count_if({flagged} AND ({lm} > %s OR %s IS NULL)), NULL FROM {staging}", (high_watermark,) * 3)
+    def count_where(self, condition: str) -> str:
+        return f"count_if({condition})"
 
     def table_size(self, container: str, name: str) -> Statement:
         return (f"SELECT COALESCE(BYTES, 0) FROM {self.catalog}.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
@@ -205,11 +196,6 @@ class SnowflakeDialect(Dialect):
         sets = ", ".join(f"{q(c.destination_name)} = {self.staged_value(c, 's')}" for c in updated)
         update = f"UPDATE {target} AS t SET {sets} FROM {source} AS s WHERE {_join(keys)} AND ({condition})"
         return [update, insert]
-
-    def delete_marked(self, table: str, model: ModelConfig) -> str:
-        """The rows marked deleted, removed from a window copied straight into its empty table."""
-        marker = model.deletion_marker
-        return f"DELETE FROM {table} WHERE {self.marked(marker.destination_name, marker.data_type)}"
 
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {_join(columns)}"

@@ -28,14 +28,14 @@ import tempfile
 import time
 import uuid
 from contextlib import AbstractContextManager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import WindowResult, arrow_schema, empty_frame
+from transfer_platform.destinations.base import arrow_schema, empty_frame
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.snowflake.connect import (
     SnowflakeSession,
@@ -86,11 +86,6 @@ def stage_partition(connect_args: dict, put_sql: str, batches) -> object:
             except snowflake.connector.errors.Error as exc:  # the first line only, never the settings
                 raise RuntimeError(f"PUT to the stage failed: {first_line(exc)}") from None
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
-
-
-@dataclass
-class SnowflakeStaging(StagingTable):
-    straight: bool = False  # copied straight into its empty target, inside the window's open transaction
 
 
 class SnowflakeWriter(SqlWriter):
@@ -262,41 +257,30 @@ class SnowflakeWriter(SqlWriter):
                 self.session.execute(self.dialect.put(str(path), self.stage, folder))
         return folder
 
-    # -- a window into an empty table: COPY INTO the table itself, in the window's transaction --
+    # -- the empty-table load: copy into the table itself, in the window's transaction -----------
 
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+    def _start_empty_load(self, load: WindowLoad, staging: StagingTable) -> bool:
         """A window into an empty target (a backfill's first into an empty table, a full
         refresh's first into its table aside) is loaded by ``COPY INTO`` the target itself,
         inside the window's one transaction: each row written once, no merge, the table kept
         (its grants, comments and streams with it); a reader sees it empty until the commit. A
         model with a JSON column is staged and merged (its values are parsed there). Any other
         window is staged and merged."""
-        with self._translated_errors():
-            if self._straight_fits(load):
-                staging = self._staging_for(load, SnowflakeStaging)
-                staging.straight = True
-                return staging
-        return super()._create_staging(load, in_memory=in_memory)
-
-    def _straight_fits(self, load: WindowLoad) -> bool:
-        if any(c.data_type == "json" for c in load.model.columns):
-            return False
-        target = self.refresh_table(load.model) if load.into_refresh else self.table(load.model)
-        return not self._has_rows(target)
+        return not any(c.data_type == "json" for c in load.model.columns)
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        if not getattr(staging, "straight", False):
+        if not staging.into_empty:
             return super()._stage_frame(frame, staging, load)
         copied = self._copied_straight(staging, self._put_frame(frame, staging.table, load.model), load)
         return copied or super()._stage_frame(frame, staging, load)
 
     def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        if not getattr(staging, "straight", False):
+        if not staging.into_empty:
             return super()._stage_arrow(batch, staging, load)
         copied = self._copied_straight(staging, self._put_arrow(batch, staging.table), load)
         return copied or super()._stage_arrow(batch, staging, load)
 
-    def _copied_straight(self, staging: SnowflakeStaging, folder: str | None,
+    def _copied_straight(self, staging: StagingTable, folder: str | None,
                          load: WindowLoad) -> StagingTable | None:
         """The window's transaction begun and its files copied into the target, which is then
         what the scan and the commit read; ``None`` (rolled back, the window to be staged again
@@ -321,47 +305,28 @@ class SnowflakeWriter(SqlWriter):
             if reason is None:
                 return self._staged(replace(staging, name=staging.target_name, table=staging.target), load)
             self._rollback()
-            staging.straight = False
+            staging.into_empty = False
             self._create_staging_table(staging, load.model, None, logged=False)
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
                   staging_table=staging.name, straight_into_target=False, staged_again=True, reason=reason)
         return None
 
-    def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        straight = getattr(staging, "straight", False)
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  **({"loaded_into": staging.name} if straight else {"staging_table": staging.name}),
-                  straight_into_target=straight)
-        return staging
-
-    def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
         """A window copied straight into its target commits what its transaction holds: the rows
-        marked deleted removed (never delivered), the lease renewed, the new state recorded."""
-        if not getattr(staging, "straight", False):
-            return super()._commit(staging, load)
-        model = load.model
-        rows_deleted = staging.marked
+        (those marked deleted already left out), the lease renewed, the new state recorded."""
         try:
-            with self._translated_errors():
-                before = self._lock_state(model, "refresh_state" if load.into_refresh else "state")
-                if model.removes_deleted_rows:
-                    self.session.execute(self.dialect.delete_marked(staging.table, model))
-                    rows_deleted = 0
-                new_state = next_state(before, load, staging.max_last_modified)
-                if load.into_refresh:
-                    self._set_state(model, "refresh_state", new_state)
-                else:
-                    self._record_state(model, new_state, load.transfer_id)
-                self.session.execute("COMMIT")
-                self._open = False
+            before = self._lock_state(load.model, "refresh_state" if load.into_refresh else "state")
+            new_state = next_state(before, load, staging.max_last_modified)
+            self._write_state(load, new_state)
+            self.session.execute("COMMIT")
+            self._open = False
         finally:
             self._rollback()
-        return WindowResult(staging.rows, staging.delta_rows, staging.volume, staging.max_last_modified,
-                            new_state, rows_deleted)
+        return new_state
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
         self._rollback()  # a straight window that failed: nothing of it stays
-        if getattr(staging, "straight", False):
+        if staging.into_empty:
             return
         super()._remove_staging(staging, load)
 

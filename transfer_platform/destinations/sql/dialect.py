@@ -11,7 +11,7 @@ unimplemented is refused when it is defined (at import), naming itself and what 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Union
 
 from transfer_platform.core.sql import plan_soft_delete, plan_upsert
 from transfer_platform.vendors import DESTINATIONS
@@ -30,6 +30,18 @@ OLD_PREFIX = "_tp_old_"
 #: the status table's state columns (``published_state``: a refresh renamed into place whose state
 #: is not recorded yet; only a dialect without transactional DDL has it)
 STATE_COLUMNS = ("state", "refresh_state", "published_state")
+
+
+class StatusTypes(NamedTuple):
+    """The types of ``_transfer_status``'s columns in one vendor's SQL (:meth:`Dialect.status_ddl`)."""
+
+    key: str  # data_model_name's, its key clause included where it is inline
+    timestamp: str
+    state: str  # a state's (JSON, or text)
+    text: str
+    updated_at: str | None = None  # updated_at's, when not ``timestamp``
+    more: tuple[str, ...] = ()  # what follows the columns inside the parentheses
+    options: str = ""  # what follows the parentheses
 
 
 def statement(method: Callable) -> Callable:
@@ -61,6 +73,9 @@ class Dialect:
     as_json: ClassVar[str] = ""
     now: ClassVar[str] = "now()"
     row_lock: ClassVar[str] = " FOR UPDATE"
+    #: ``_transfer_status``'s column types (a vendor whose state is kept elsewhere overrides
+    #: :meth:`status_ddl` instead)
+    status_types: ClassVar[StatusTypes]
 
     def __init_subclass__(cls, *, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -124,12 +139,16 @@ class Dialect:
 
     # -- tables ----------------------------------------------------------------------------------
 
-    @statement
     def status_ddl(self, status: str) -> str:
         """``_transfer_status`` created if missing: data_model_name (key), transfer_last_updated_at,
         high_watermark, state, refresh_state (and published_state without transactional DDL),
-        last_transfer_id, updated_at."""
-        raise NotImplementedError
+        last_transfer_id, updated_at; of the types :attr:`status_types` names."""
+        types = self.status_types
+        states = [c for c in STATE_COLUMNS if c != "published_state" or not self.transactional_ddl]
+        columns = [f"data_model_name {types.key}", f"transfer_last_updated_at {types.timestamp}",
+                   f"high_watermark {types.timestamp}", *(f"{c} {types.state}" for c in states),
+                   f"last_transfer_id {types.text}", f"updated_at {types.updated_at or types.timestamp}", *types.more]
+        return f"CREATE TABLE IF NOT EXISTS {status} ({', '.join(columns)}){types.options}"
 
     def target_ddl(self, table: str, model: ModelConfig) -> str:
         """The model's table created if missing: its columns and primary key."""
@@ -193,13 +212,38 @@ class Dialect:
 
     # -- a staged window -------------------------------------------------------------------------
 
-    @statement
     def batch_summary(self, model: ModelConfig, staging: str, high_watermark: Any) -> Statement:
         """One scan of a staged batch, one row: rows, rows newer than ``high_watermark``, the
         greatest last-modified value, rows with a NULL key, rows with a NULL last-modified value,
         rows marked deleted newer than ``high_watermark`` (all of them when it is ``None``), and
-        the staging table's size in bytes (or NULL: :meth:`table_size` has it)."""
-        raise NotImplementedError
+        the staging table's size in bytes (or NULL: :meth:`table_size` has it). In the vendor's
+        words: :meth:`count_where`, :meth:`watermark_parameter`, :meth:`staged_size`."""
+        lm = self.quote(model.last_modified.destination_name)
+        hw = self.watermark_parameter(model.last_modified)
+        null_key = " OR ".join(f"{self.quote(c.destination_name)} IS NULL" for c in model.primary_key)
+        marker = model.deletion_marker
+        flagged = "false" if marker is None else self.marked(marker.destination_name, marker.data_type)
+        size, size_parameters = self.staged_size(staging)
+        count = self.count_where
+        text = (f"SELECT count(*), {count(f'{lm} > {hw}')}, max({lm}), {count(null_key)}, {count(f'{lm} IS NULL')}, "
+                f"{count(f'{flagged} AND ({lm} > {hw} OR {hw} IS NULL)')}, {size} FROM {staging}")
+        if hw == self.placeholder:  # positional: the value at each of its three uses
+            return text, (high_watermark,) * 3
+        return text, {"hw": high_watermark, **size_parameters}
+
+    def count_where(self, condition: str) -> str:
+        """The aggregate counting the rows where ``condition`` holds."""
+        return f"count(*) FILTER (WHERE {condition})"
+
+    def watermark_parameter(self, column: ColumnConfig) -> str:
+        """The high watermark in :meth:`batch_summary`'s text: the named parameter ``hw`` in the
+        driver's style, or the positional placeholder (the default)."""
+        return self.placeholder
+
+    def staged_size(self, staging: str) -> tuple[str, dict[str, Any]]:
+        """The staging table's size in bytes in :meth:`batch_summary` (and its named parameters);
+        ``NULL``: :meth:`table_size` reads it from the catalog."""
+        return "NULL", {}
 
     def first_key_where_null(self, staging: str, keys: Sequence[str], column: str) -> str:
         """The key of one staged row whose ``column`` is NULL (to name it in the error)."""

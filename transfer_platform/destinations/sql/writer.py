@@ -3,10 +3,11 @@
 It fills the primitives of ``destinations/skeleton.py`` for any database that speaks SQL, with the
 statements of the vendor's :class:`~.dialect.Dialect` run through its :class:`~.session.Session`:
 the status table (``_transfer_status``: a row per model, its state and an unfinished full
-refresh's), the live table's columns planned and changed (every refusal from ``core/columns.py``),
-a window's staging table loaded by the vendor's bulk path, scanned once and refused by name (a NULL
-key or last-modified value, a key twice), then **one commit** of its soft deletes, its rows merged
-on the key with the last-modified tie-break and its new state; a full refresh built aside and
+refresh's; or the other state store its vendor record chooses, :mod:`.state`), the live table's
+columns planned and changed (every refusal from ``core/columns.py``), a window's staging table
+loaded by the vendor's bulk path, scanned once and refused by name (a NULL key or last-modified
+value, a key twice), then **one commit** of its soft deletes, its rows merged on the key with the
+last-modified tie-break and its new state; a full refresh built aside and
 published by replacing the live table (in one transaction, or, without transactional DDL, by one
 atomic rename between two commits: ``published_state`` is written first and a transfer dying
 between them is finished by the next); the delete sweep, ``has_table``. ``docs/design.md``
@@ -14,7 +15,15 @@ between them is finished by the next); the delete sweep, ``has_table``. ``docs/d
 
 A vendor writes the rest: its connection and session, its model lock, its bulk load, its
 ``read_table`` and ``probe``, its errors' translation; it overrides a step only where its engine
-does better (PostgreSQL's empty-target swap, DuckDB's staging in place).
+does better (DuckDB's staging in place).
+
+**A window into an empty table** is loaded by the strategy its vendor record declares
+(``Vendor.empty_table_load``: swap, create-and-rename, clone-and-exchange, copy into), run here by
+one path (:meth:`SqlWriter._create_staging`, :meth:`SqlWriter._load_into_empty`): the staging
+table marked ``into_empty`` when the table is empty and the vendor's :meth:`_start_empty_load`
+finds the strategy fits, its rows marked deleted left out at the commit (an empty table holds
+nothing they would remove), then published by the vendor's :meth:`_publish_empty_load`; a table
+that got rows meanwhile is merged into, as any window is.
 
 **The one hook of a commit**, :meth:`SqlWriter._atomically`: the window's rows, its soft deletes and
 its new state become visible together or not at all. By default they are one transaction of the
@@ -49,7 +58,9 @@ from transfer_platform.destinations.sql.dialect import (
     STATUS_TABLE,
     Dialect,
 )
+from transfer_platform.destinations.sql.state import STATE_STORES
 from transfer_platform.phases import log_phase
+from transfer_platform.vendors import DESTINATIONS
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -71,7 +82,7 @@ class StagingTable:
     table: str  # qualified (or, for an engine that stages elsewhere, the relation to read)
     target_name: str  # the live table, or the refresh's built aside
     target: str  # qualified
-    swappable: bool = False  # the target was empty and nothing depends on it: this may replace it
+    into_empty: bool = False  # loaded by the vendor's empty-table load (its target was empty)
     rows: int = 0
     delta_rows: int = 0
     max_last_modified: datetime | None = None
@@ -80,10 +91,17 @@ class StagingTable:
     duplicates_refused: bool = False  # the duplicate-key check already ran
 
 
+#: the empty-table loads whose loaded table's own key refuses a key twice (built at the swap, or
+#: declared by the new table): the scan leaves that check to it
+KEYED_LOADS = frozenset({"swap", "create-and-rename"})
+
+
 class SqlWriter(Writer, abstract=True):
     """A SQL destination's writer: the algorithm here, the statements in ``DIALECT``."""
 
     DIALECT: ClassVar[Dialect]
+    #: the staging record the vendor's steps fill (a vendor may add its own fields)
+    STAGING: ClassVar[type[StagingTable]] = StagingTable
 
     def __init__(self, destination: Any, tuning: Tuning, *, container: str, what: str) -> None:
         super().__init__(destination, tuning)
@@ -92,6 +110,8 @@ class SqlWriter(Writer, abstract=True):
         self.container = container
         #: how messages name the destination ("PostgreSQL destination 'acme_pg'")
         self.what = what
+        #: where each model's state is kept: the store the vendor record chooses
+        self.states = STATE_STORES[DESTINATIONS[self.dialect.vendor].state_store](self)
 
     # -- what the vendor provides ----------------------------------------------------------------
 
@@ -123,6 +143,39 @@ class SqlWriter(Writer, abstract=True):
 
     def _refuse_values(self, load: WindowLoad, staging: StagingTable) -> None:
         """Refuse, by name, a staged value the engine cannot hold (nothing by default)."""
+
+    def _rows_refused(self, load: WindowLoad) -> AbstractContextManager[None]:
+        """Around a window's commit: what the engine raises when it refuses the window's rows
+        there, as a ``DataError`` naming the fix (nothing by default: the scan refused them)."""
+        return nullcontext()
+
+    # -- the empty-table load's steps (where the vendor record declares one) ----------------------
+
+    @property
+    def empty_table_load(self) -> str | None:
+        """How a window into an empty table is loaded (the vendor record's; ``None``: merged)."""
+        return DESTINATIONS[self.dialect.vendor].empty_table_load
+
+    def _start_empty_load(self, load: WindowLoad, staging: StagingTable) -> bool:
+        """The table is empty: prepare what the strategy loads into (a table, a transaction),
+        or say it does not fit (False: the window is staged and merged; whatever this made is
+        dropped with the staging table)."""
+        return True
+
+    def _still_empty(self, staging: StagingTable) -> bool:
+        """At the commit: the table is still empty (False: the window is merged into it)."""
+        return True
+
+    def _leave_out_marked(self, staging: StagingTable, load: WindowLoad) -> None:
+        """The loaded rows marked deleted removed before they are published (never delivered)."""
+        marker = load.model.deletion_marker
+        self.session.execute(self.dialect.delete_where(
+            staging.table, self.dialect.marked(marker.destination_name, marker.data_type)))
+
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState | None:
+        """The loaded window made the table, with its new state (returned); ``None``, nothing
+        changed, if the table can no longer be replaced (the window is merged into it)."""
+        raise NotImplementedError
 
     # -- the one hook of a commit ----------------------------------------------------------------
 
@@ -204,7 +257,7 @@ class SqlWriter(Writer, abstract=True):
 
     def _status_row(self, model: ModelConfig) -> tuple | None:
         """(state, refresh_state, published_state) of the model, as text; ``None`` if no row."""
-        return self.session.one(self.dialect.read_states(self.status_table, model.model_name))
+        return self.states.row(model)
 
     def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         """The model's state and its unfinished refresh's; no ``_transfer_status`` (checked without
@@ -270,30 +323,32 @@ class SqlWriter(Writer, abstract=True):
     # -- the status table ------------------------------------------------------------------------
 
     def _ensure_status_row(self, model: ModelConfig) -> None:
-        self.session.execute(self.dialect.ensure_status_row(self.status_table, model.model_name))
+        self.states.ensure(model)
 
     def read_state(self, model: ModelConfig, column: str = "state") -> ModelState:
-        row = self.session.one(self.dialect.read_state(self.status_table, column, model.model_name))
-        return ModelState.from_json(row[0] if row else None)
+        return self.states.read(model, column)
 
     def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
-        """The model's state, its status row locked until the transaction ends (one writer at a time)."""
-        self._ensure_status_row(model)
-        row = self.session.one(self.dialect.read_state(self.status_table, column, model.model_name, for_update=True))
-        return ModelState.from_json(row[0] if row else None)
+        """The model's state, kept from other writers until the commit ends."""
+        return self.states.lock(model, column)
 
     def _record_state(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        self.session.execute(self.dialect.record_state(self.status_table, model.model_name, state.watermark,
-                                                       state.high_watermark, state.to_json(), transfer_id))
+        self.states.record(model, state, transfer_id)
 
     def _set_state(self, model: ModelConfig, column: str, state: ModelState | None) -> None:
-        self.session.execute(self.dialect.set_state_column(self.status_table, column, model.model_name,
-                                                           None if state is None else state.to_json()))
+        self.states.set(model, column, state)
 
     # -- a window ----------------------------------------------------------------------------------
 
     def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
-        staging = self._staging_for(load)
+        """The window's staging table; or, into an empty table where the vendor declares an
+        empty-table load that fits, what that load writes into (``into_empty``)."""
+        staging = self._staging_for(load, self.STAGING)
+        if self.empty_table_load is not None:
+            with self._translated_errors():
+                staging.into_empty = not self._has_rows(staging.target) and self._start_empty_load(load, staging)
+            if staging.into_empty:
+                return staging
         self._create_staging_table(staging, load.model, None, logged=False)
         return staging
 
@@ -321,8 +376,17 @@ class SqlWriter(Writer, abstract=True):
         return self._staged(staging, load)
 
     def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        """The ``stage`` record: the staging table, or, loaded straight into the table
+        (``copy-into``, ``clone-and-exchange``), that table; whether it took the empty-table load."""
+        strategy, fields = self.empty_table_load, {"staging_table": staging.name}
+        if strategy == "create-and-rename":
+            fields["fresh_table"] = staging.into_empty
+        elif strategy in ("copy-into", "clone-and-exchange"):
+            if staging.into_empty:
+                fields = {"loaded_into": staging.target_name}
+            fields["straight_into_target"] = staging.into_empty
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  staging_table=staging.name)
+                  **fields)
         return staging
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
@@ -345,7 +409,7 @@ class SqlWriter(Writer, abstract=True):
             if null_keys or null_lms:
                 self._refuse_null_values(load, staging.table)
             self._refuse_values(load, staging)
-            if not staging.swappable:
+            if not (staging.into_empty and self.empty_table_load in KEYED_LOADS):
                 self._refuse_duplicate_keys(load, staging)
             if volume is None:
                 size = self.dialect.table_size(self.container, staging.name)
@@ -377,10 +441,18 @@ class SqlWriter(Writer, abstract=True):
 
     def _commit(self, staging: StagingTable | None, load: WindowLoad) -> WindowResult:
         """One commit (:meth:`_atomically`): the status row locked, the rows merged and their soft
-        deletes applied, the new state recorded."""
+        deletes applied, the new state recorded. A window loaded into an empty table is published
+        by its load (:meth:`_load_into_empty`), unless the table got rows meanwhile."""
+        if staging is not None and staging.into_empty:
+            result = self._load_into_empty(staging, load)
+            if result is not None:
+                return result
+            staging.into_empty = False
+            with self._translated_errors():
+                self._refuse_duplicate_keys(load, staging)
         model = load.model
         column = "refresh_state" if load.into_refresh else "state"
-        with self._translated_errors(), self._atomically(load):
+        with self._rows_refused(load), self._translated_errors(), self._atomically(load):
             state = self._lock_state(model, column)
             if staging is None:  # a window of no rows: its state alone
                 rows = delta_rows = volume = rows_deleted = 0
@@ -390,11 +462,32 @@ class SqlWriter(Writer, abstract=True):
                 max_lm = staging.max_last_modified
                 rows_deleted = self._merge(load, staging)
             new_state = next_state(state, load, max_lm)
-            if load.into_refresh:
-                self._set_state(model, "refresh_state", new_state)
-            else:
-                self._record_state(model, new_state, load.transfer_id)
+            self._write_state(load, new_state)
         return WindowResult(rows, delta_rows, volume, max_lm, new_state, rows_deleted)
+
+    def _write_state(self, load: WindowLoad, state: ModelState) -> None:
+        """A window's new state: the refresh's progress, or the model's."""
+        if load.into_refresh:
+            self._set_state(load.model, "refresh_state", state)
+        else:
+            self._record_state(load.model, state, load.transfer_id)
+
+    def _load_into_empty(self, staging: StagingTable, load: WindowLoad) -> WindowResult | None:
+        """The one path of the empty-table load: the table still empty, the rows marked deleted
+        left out when the model removes them (the table holds nothing they would remove), the
+        window published by the vendor's step; ``None`` if the table got rows meanwhile."""
+        model, rows_deleted = load.model, staging.marked
+        with self._translated_errors():
+            if not self._still_empty(staging):
+                return None
+            if model.removes_deleted_rows:
+                self._leave_out_marked(staging, load)
+                rows_deleted = 0
+            new_state = self._publish_empty_load(staging, load)
+        if new_state is None:
+            return None
+        return WindowResult(staging.rows, staging.delta_rows, staging.volume, staging.max_last_modified,
+                            new_state, rows_deleted)
 
     def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
         """The staged rows into the target, inside the commit; the rows deleted (the soft deletes
