@@ -14,7 +14,7 @@ from typing import Any
 
 from transfer_platform.config.connection_settings import AzureBlobConnection
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.storage.s3 import LockedBucket, LostRace, S3Locks
+from transfer_platform.storage.s3 import LockedBucket, LostRace
 
 #: the SDK's HTTP logging policy writes every request at INFO (headers, URLs): not ours to show
 logging.getLogger("azure").setLevel(logging.WARNING)
@@ -131,13 +131,12 @@ class AzureStore:
 
 class AzureBucketStore(LockedBucket, AzureStore):
     """Object storage's store in a container (:class:`stores.Store`). A model's lock: the object
-    ``<books>/<model>/lock.json`` (:class:`S3Locks`)."""
+    ``<books>/<model>/lock.json`` (:class:`~transfer_platform.storage.s3.ObjectLock`)."""
 
     def __init__(self, connection: AzureBlobConnection, owner: str) -> None:
         super().__init__(connection, owner)
         self.bucket_name = connection.container
         self.options = storage_options(connection, owner)
-        self._locks = S3Locks(self)
 
 
 def storage_options(c: AzureBlobConnection, owner: str) -> dict[str, str]:
