@@ -22,7 +22,7 @@ from typing import Any
 from transfer_platform.config.connection_settings import GcsConnection
 from transfer_platform.config.secrets import remember_secret
 from transfer_platform.errors import ConnectionFailure, transfer_running
-from transfer_platform.storage.locks import QUEUED, holder_text, who_holds
+from transfer_platform.storage.locks import Lock, holder_text, who_holds
 from transfer_platform.storage.s3 import LockedBucket, LostRace
 from transfer_platform.storage.s3 import _expired as expired
 
@@ -220,14 +220,12 @@ def _credentials(c: GcsConnection, owner: str, where: str) -> tuple[Any, str]:
     return credentials, info.get("project_id") or "<none>"
 
 
-class GenerationLock:
+class GenerationLock(Lock):
     """A model's lock as an object, as :class:`~transfer_platform.storage.s3.ObjectLock` (the
     holder's text, renewed by each window, taken over when expired) over generations: created
     with ``ifGenerationMatch=0``, renewed and taken over with ``ifGenerationMatch=<its
     generation>`` (of two transfers taking over the same stale lock, exactly one wins), deleted at
     release only if still ours."""
-
-    poll_seconds, then = 0.2, QUEUED
 
     def __init__(self, store: GcsStore, model: str, key: str, transfer_id: str) -> None:
         self.store, self.model, self.key, self.transfer_id = store, model, key, transfer_id

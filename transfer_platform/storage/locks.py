@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from transfer_platform.errors import TransferRunning, transfer_running
 
@@ -34,30 +34,34 @@ if TYPE_CHECKING:
 QUEUED = "transfers queued through Dagster wait for each other by themselves"
 
 
-class Lock(Protocol):
-    """One model's lock in one store, as :func:`hold` uses it."""
+class Lock:
+    """One model's lock in one store, as :func:`hold` uses it: a compare-and-set of the store's."""
 
     #: seconds between two attempts; ``None``: :meth:`take` waits by itself (a server's lock wait)
-    poll_seconds: float | None
+    poll_seconds: float | None = 0.2
     #: what the refusal's fix adds after "then run this one again" (``None``: nothing)
-    then: str | None
+    then: str | None = QUEUED
 
     def take(self, within: float) -> bool:
         """Take the lock if it is free (a lock that waits by itself waits up to ``within``
         seconds); False while another holds it."""
+        raise NotImplementedError
 
     def take_over(self) -> bool:
         """Clear the lock if its holder is gone (or it was released meanwhile): True to try
-        again at once."""
+        again at once. A session's lock or a ``flock`` ends with its holder: never."""
+        return False
 
     def holder(self) -> str:
         """Who holds it, as the refusal names them."""
+        raise NotImplementedError
 
     def renew(self) -> None:
         """Tell that the lock is still held (a window committed); ``TransferRunning`` if it was
-        taken over."""
+        taken over. A session's lock or a ``flock`` lasts as long as its holder: nothing."""
 
-    def release(self) -> None: ...
+    def release(self) -> None:
+        """Let go. A session's lock goes with its connection, which its writer closes."""
 
 
 def hold(lock: Lock, *, model: str, destination: str, wait_seconds: float) -> None:
@@ -147,11 +151,11 @@ def who_holds(text: str) -> str:
         return "a process that has just started"
 
 
-class FileLock:
+class FileLock(Lock):
     """An exclusive ``flock`` on ``<folder>/<model>.lock``, the operating system's: released when
     the writer closes the file, or when its process dies (never stale). The file says who holds it."""
 
-    poll_seconds, then = 0.1, QUEUED
+    poll_seconds = 0.1
 
     def __init__(self, folder: Path, model: str, transfer_id: str) -> None:
         self.path, self.transfer_id = Path(folder) / f"{model}.lock", transfer_id
@@ -170,17 +174,11 @@ class FileLock:
         self._descriptor = descriptor
         return True
 
-    def take_over(self) -> bool:
-        return False
-
     def holder(self) -> str:
         try:
             return who_holds(self.path.read_bytes()[:4096].decode(errors="replace"))
         except OSError:
             return who_holds("")
-
-    def renew(self) -> None:
-        """A ``flock`` lasts as long as its holder: nothing to renew."""
 
     def release(self) -> None:
         if self._descriptor is not None:
@@ -208,12 +206,12 @@ ADVISORY_LOCK_HOLDER = (
     "AND l.classid = %s AND l.objid = %s LIMIT 1")
 
 
-class AdvisoryLock:
+class AdvisoryLock(Lock):
     """A PostgreSQL session advisory lock ``key`` on ``conn`` (psycopg), whose session names the
     transfer: released when the connection closes or its process dies (never stale); the server
     waits for it (``lock_timeout``: a killed transfer's session ends a moment after its process)."""
 
-    poll_seconds, then = None, QUEUED
+    poll_seconds = None
 
     def __init__(self, conn: psycopg.Connection, key: int, transfer_id: str) -> None:
         self.conn, self.key, self.transfer_id = conn, key, transfer_id
@@ -231,9 +229,6 @@ class AdvisoryLock:
             return False
         return True
 
-    def take_over(self) -> bool:
-        return False
-
     def session(self) -> tuple | None:
         """The holding session's ``application_name`` and start, if it still runs."""
         return self.conn.execute(ADVISORY_LOCK_HOLDER,
@@ -243,9 +238,3 @@ class AdvisoryLock:
         held = self.session()
         return (f"{held[0] or 'a session'}, connected since {held[1]:%Y-%m-%d %H:%M:%S}" if held
                 else "a session that has just ended")
-
-    def renew(self) -> None:
-        """A session's lock lasts as long as the session: nothing to renew."""
-
-    def release(self) -> None:
-        """Released with the connection, which its writer closes."""

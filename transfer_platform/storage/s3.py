@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from transfer_platform.config.connection_settings import S3Connection
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.storage.locks import QUEUED, Lock, Locks, holder_text, who_holds
+from transfer_platform.storage.locks import Lock, Locks, holder_text, who_holds
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -123,12 +123,10 @@ class LostRace(Exception):
     """A conditional write or delete found the object changed (another transfer's lock)."""
 
 
-class ObjectLock:
+class ObjectLock(Lock):
     """A model's lock as the object ``key``: created only if absent (S3's conditional write),
     renewed by each window over its own ETag, taken over when its holder is gone
     (:func:`_expired`: deleted only if unchanged), deleted at release only if still ours."""
-
-    poll_seconds, then = 0.2, QUEUED
 
     def __init__(self, store: S3Store, key: str, transfer_id: str) -> None:
         self.store, self.key, self.transfer_id = store, key, transfer_id

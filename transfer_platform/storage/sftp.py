@@ -35,7 +35,7 @@ from paramiko import SSHException
 
 from transfer_platform.config.connection_settings import SFTPConnection
 from transfer_platform.errors import ConfigError, ConnectionFailure
-from transfer_platform.storage.locks import QUEUED, holder_text, running, who_holds
+from transfer_platform.storage.locks import Lock, holder_text, running, who_holds
 from transfer_platform.storage.s3 import S3_LOCK_LEASE_SECONDS, LockedBucket, _expired
 
 if TYPE_CHECKING:
@@ -324,12 +324,10 @@ class SFTPStore(LockedBucket):
             sftp.remove(aside)
 
 
-class CreatedFileLock:
+class CreatedFileLock(Lock):
     """A model's lock as the file ``key`` of an :class:`SFTPStore`, created exclusively holding who
     holds it; renewed (written aside, renamed over itself) and deleted only while it is still
     this one's; taken over when its holder is gone (:func:`_stale`)."""
-
-    poll_seconds, then = 0.2, QUEUED
 
     def __init__(self, store: SFTPStore, model: str, key: str, transfer_id: str, destination: str) -> None:
         self.store, self.model, self.key = store, model, key

@@ -54,7 +54,7 @@ from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, transfer_running
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.locks import Locks
+from transfer_platform.storage.locks import Lock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.bigquery import BigqueryDestination
 
@@ -90,12 +90,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class LockRow:
+class LockRow(Lock):
     """A model's lock as its row of ``_transfer_locks``: claimed by one ``MERGE`` when free,
     expired, ours, or held by a holder found dead (:meth:`BigqueryWriter._dead`); renewed by each
     commit (:meth:`BigqueryWriter._atomically`)."""
 
-    poll_seconds, then = LOCK_POLL_SECONDS, None
+    poll_seconds, then = LOCK_POLL_SECONDS, None  # the refusal ends at "run this one again"
 
     def __init__(self, writer: BigqueryWriter, model: str) -> None:
         self.writer, self.model = writer, model

@@ -70,7 +70,7 @@ from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, SchemaMismatch
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.locks import QUEUED, Locks
+from transfer_platform.storage.locks import Lock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -107,13 +107,13 @@ class ClickhouseStaging(StagingTable):
     held: pa.Table | None = None
 
 
-class LockTable:
+class LockTable(Lock):
     """A model's lock as the table ``table``, created (not ``IF NOT EXISTS``: ClickHouse creates a
     name once) with its holder in its comment (transfer, host, process, lease end); renewed at each
     commit, dropped at release; taken over when its holder's process is gone (same host) or its
     lease ended (:func:`_stale`)."""
 
-    poll_seconds, then = _RETRY_SECONDS, QUEUED
+    poll_seconds = _RETRY_SECONDS
 
     def __init__(self, session: ClickhouseSession, table: str, dialect: ClickhouseDialect, transfer_id: str) -> None:
         self.session, self.table, self.dialect, self.transfer_id = session, table, dialect, transfer_id

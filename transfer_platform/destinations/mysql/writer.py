@@ -62,7 +62,7 @@ from transfer_platform.runtime.connections import (
     mysql_jdbc_url,
     spark_error_reason,
 )
-from transfer_platform.storage.locks import QUEUED, Locks
+from transfer_platform.storage.locks import Lock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.mysql import MysqlDestination
 
@@ -98,11 +98,11 @@ def connect(destination: MysqlDestination, what: str) -> pymysql.Connection:
                                 fix=CONNECT_FIX) from None
 
 
-class NamedLock:
+class NamedLock(Lock):
     """A model's lock as MySQL's ``GET_LOCK(name)``, the session's: released when the writer's
     connection closes or its process dies (never stale); the server waits for it."""
 
-    poll_seconds, then = None, QUEUED
+    poll_seconds = None
 
     def __init__(self, session: PymysqlSession, name: str) -> None:
         self.session, self.name = session, name
@@ -110,18 +110,9 @@ class NamedLock:
     def take(self, within: float) -> bool:
         return self.session.one(("SELECT GET_LOCK(%s, %s)", (self.name, within)))[0] == 1
 
-    def take_over(self) -> bool:
-        return False
-
     def holder(self) -> str:
         held = self.session.one((sql.LOCK_HOLDER, (self.name,)))
         return f"session of {held[0]}@{held[1]}, running for {held[2]} s" if held else "another session"
-
-    def renew(self) -> None:
-        """A session's lock lasts as long as the session: nothing to renew."""
-
-    def release(self) -> None:
-        """Released with the connection, which its writer closes."""
 
 
 class MysqlWriter(SqlWriter):

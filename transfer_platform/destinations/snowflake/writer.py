@@ -47,7 +47,7 @@ from transfer_platform.destinations.snowflake.dialect import LOCK_TABLE, STAGE, 
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, MissingPrivilege, transfer_running
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.locks import Locks
+from transfer_platform.storage.locks import Lock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.snowflake import SnowflakeDestination
 
@@ -93,7 +93,7 @@ class SnowflakeStaging(StagingTable):
     straight: bool = False  # copied straight into its empty target, inside the window's open transaction
 
 
-class LockRow:
+class LockRow(Lock):
     """A model's lock as its row of ``_transfer_locks``: claimed by one ``UPDATE`` when free, ours,
     or expired (so a dead holder's is taken over by the claim itself); renewed inside each commit."""
 
@@ -113,9 +113,6 @@ class LockRow:
             if "conflict" in str(exc).lower():  # two claims at once: the other won
                 return False
             raise
-
-    def take_over(self) -> bool:
-        return False
 
     def holder(self) -> str:
         w = self.writer
