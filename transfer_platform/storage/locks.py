@@ -113,9 +113,6 @@ class Locks:
     def __getitem__(self, model: str) -> Lock:
         return self._held[model]
 
-    def get(self, model: str) -> Lock | None:
-        return self._held.get(model)
-
     def __contains__(self, model: str) -> bool:
         return model in self._held
 
