@@ -1,5 +1,5 @@
 """Azure Blob Storage (azure-storage-blob), for destinations and source staging alike: objects by
-key in a container, and a model's lock as an object (:class:`~transfer_platform.storage.s3.S3Locks`, over the
+key in a container, and a model's lock as an object (:class:`~transfer_platform.storage.s3.ObjectLock`, over the
 conditional writes Blob Storage has: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to
 renew and delete).
 
@@ -22,7 +22,7 @@ logging.getLogger("azure").setLevel(logging.WARNING)
 
 class AzureStore:
     """Objects in an Azure Blob Storage container; the same methods as :class:`S3Store` (its
-    conditional ``IfNoneMatch`` / ``IfMatch`` keywords included), so that :class:`S3Locks` and
+    conditional ``IfNoneMatch`` / ``IfMatch`` keywords included), so that :class:`ObjectLock` and
     the writers use either alike."""
 
     def __init__(self, c: AzureBlobConnection, owner: str) -> None:
