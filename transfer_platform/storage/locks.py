@@ -138,6 +138,20 @@ def holder_text(transfer_id: str) -> str:
                        "since": datetime.now(UTC).isoformat(timespec="seconds")})
 
 
+def process_gone(host: object, pid: object) -> bool:
+    """Whether a lock's holder was a process of this machine that runs no more (killed outright:
+    its lock is taken over at once, without waiting for its lease)."""
+    if host != socket.gethostname() or not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's: it runs
+        return False
+    return False
+
+
 def who_holds(text: str) -> str:
     """A lock's :func:`holder_text`, as a refusal names the holder."""
     try:

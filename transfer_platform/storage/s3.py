@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import functools
 import json
-import socket
 from contextlib import suppress
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.connection_settings import S3Connection
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.storage.locks import Lock, Locks, holder_text, who_holds
+from transfer_platform.storage.locks import Lock, Locks, holder_text, process_gone, who_holds
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -192,7 +190,7 @@ def _expired(lock: bytes) -> bool:
         since = datetime.fromisoformat(holder["since"])
     except (ValueError, KeyError, TypeError):
         return True
-    if holder.get("host") == socket.gethostname() and not Path(f"/proc/{holder.get('pid')}").exists():
+    if process_gone(holder.get("host"), holder.get("pid")):
         return True
     return (datetime.now(UTC) - since).total_seconds() > S3_LOCK_LEASE_SECONDS
 

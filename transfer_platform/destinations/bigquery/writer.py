@@ -54,7 +54,7 @@ from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, transfer_running
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.locks import Lock, Locks
+from transfer_platform.storage.locks import Lock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.bigquery import BigqueryDestination
 
@@ -78,16 +78,6 @@ class StagedWindow(StagingTable):
 
     raw: str = ""
     loaded_bytes: int = 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class LockRow(Lock):
@@ -249,7 +239,7 @@ class BigqueryWriter(SqlWriter):
         """A holder of this host whose process is gone (killed: its lock is taken over at once)."""
         host, _, rest = holder.partition(":")
         pid = rest.partition(":")[0]
-        return host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
+        return pid.isdigit() and process_gone(host, int(pid))
 
     def _clean_staging(self, model: ModelConfig) -> None:
         prefix = STAGING_PREFIX + staging_suffix(model.model_name, "")

@@ -70,7 +70,7 @@ from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import DataError, SchemaMismatch
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.locks import Lock, Locks
+from transfer_platform.storage.locks import Lock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -536,14 +536,7 @@ def _stale(holder: dict) -> bool:
         return False
     if holder.get("lease_end_us", 0) < _now_us():
         return True
-    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        try:
-            os.kill(holder["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-    return False
+    return process_gone(holder.get("host"), holder.get("pid"))
 
 
 def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:
