@@ -121,6 +121,13 @@ class TransferRunning(TransferPlatformError):
     blame = "platform"
 
 
+def transfer_running(model: str, destination: str | None, why: str, fix: str) -> TransferRunning:
+    """The one maker of :class:`TransferRunning`: "model 'M' -> destination 'D': <why>. Fix: <fix>"
+    (``destination`` ``None``: a lock of a store, named in ``why``)."""
+    where = f"model '{model}'" if destination is None else f"model '{model}' -> destination '{destination}'"
+    return TransferRunning(f"{where}: {why}. Fix: {fix}")
+
+
 class SchemaMismatch(TransferPlatformError):
     """The destination table's schema cannot take the model as configured."""
 

@@ -88,8 +88,8 @@ from transfer_platform.destinations.staged_files import (
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
-from transfer_platform.storage.locks import FolderLocks
-from transfer_platform.storage.s3 import S3Locks, S3Store, probe_objects, storage_options
+from transfer_platform.storage.locks import FileLock, Locks
+from transfer_platform.storage.s3 import ObjectLock, S3Store, probe_objects, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.delta import DeltaDestination
 
@@ -161,7 +161,7 @@ class DeltaWriter(Writer):
         super().__init__(destination, tuning)
         self._tables: dict[str, _WindowTarget] = {}  # see _target
         connection = destination.connection
-        self._locks = FolderLocks()  # the models' locks this writer holds
+        self._locks = Locks()  # the models' locks this writer holds
         if isinstance(connection, S3Connection | AzureBlobConnection):  # s3://<bucket>/<prefix>/, az://...
             owner = f"destination '{destination.name}'"
             self.s3: S3Store | None
@@ -174,19 +174,17 @@ class DeltaWriter(Writer):
                 self.s3, self.options = S3Store(connection, owner), storage_options(connection, owner)
             self.prefix = connection.prefix.strip("/")
             self.root = self.s3.uri + (f"/{self.prefix}" if self.prefix else "")
-            self._s3_locks = S3Locks(self.s3)
         else:
-            self.s3, self.options, self._s3_locks = None, None, S3Locks(None)
+            self.s3, self.options = None, None
             self.root = Path(connection.path)
 
     def close(self) -> None:
         """Release the models' locks and forget the tables opened for windows."""
         self._tables.clear()
         self._locks.release_all()
-        self._s3_locks.release_all()
 
     def __del__(self) -> None:  # a writer dropped without close() still releases its locks
-        if getattr(self, "_locks", None) or getattr(self, "_s3_locks", None):
+        if getattr(self, "_locks", None):
             self.close()
 
     def check(self) -> None:
@@ -393,12 +391,10 @@ class DeltaWriter(Writer):
         when this writer closes, or when its process dies) so that two transfers of one model to
         this folder never interleave; a second one waits up to ``Tuning.lock_wait_seconds``, then is
         refused naming the first. The file says who holds it."""
-        if self.s3 is not None:  # a lock object (see storage/s3.py)
-            self._s3_locks.acquire(self._key(LOCK_DIR, f"{model.model_name}.json"), model.model_name,
-                                   transfer_id, destination=self.name, wait_seconds=self.tuning.lock_wait_seconds)
-            return
-        self._locks.acquire(self.root / LOCK_DIR, model.model_name, transfer_id, destination=self.name,
-                            wait_seconds=self.tuning.lock_wait_seconds)
+        name = model.model_name
+        lock = (ObjectLock(self.s3, self._key(LOCK_DIR, f"{name}.json"), transfer_id) if self.s3 is not None
+                else FileLock(self.root / LOCK_DIR, name, transfer_id))  # a lock object (see storage/s3.py)
+        self._locks.hold(name, lock, destination=self.name, wait_seconds=self.tuning.lock_wait_seconds)
 
     # -- test-connection ----------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Azure Blob Storage (azure-storage-blob), for destinations and source staging alike: objects by
-key in a container, and a model's lock as an object (:class:`~transfer_platform.storage.s3.S3Locks`, over the
+key in a container, and a model's lock as an object (:class:`~transfer_platform.storage.s3.ObjectLock`, over the
 conditional writes Blob Storage has: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to
 renew and delete).
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from transfer_platform.config.connection_settings import AzureBlobConnection
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.storage.s3 import LockedBucket, LostRace, S3Locks
+from transfer_platform.storage.s3 import LockedBucket, LostRace
 
 #: the SDK's HTTP logging policy writes every request at INFO (headers, URLs): not ours to show
 logging.getLogger("azure").setLevel(logging.WARNING)
@@ -22,7 +22,7 @@ logging.getLogger("azure").setLevel(logging.WARNING)
 
 class AzureStore:
     """Objects in an Azure Blob Storage container; the same methods as :class:`S3Store` (its
-    conditional ``IfNoneMatch`` / ``IfMatch`` keywords included), so that :class:`S3Locks` and
+    conditional ``IfNoneMatch`` / ``IfMatch`` keywords included), so that :class:`ObjectLock` and
     the writers use either alike."""
 
     def __init__(self, c: AzureBlobConnection, owner: str) -> None:
@@ -131,13 +131,12 @@ class AzureStore:
 
 class AzureBucketStore(LockedBucket, AzureStore):
     """Object storage's store in a container (:class:`stores.Store`). A model's lock: the object
-    ``<books>/<model>/lock.json`` (:class:`S3Locks`)."""
+    ``<books>/<model>/lock.json`` (:class:`~transfer_platform.storage.s3.ObjectLock`)."""
 
     def __init__(self, connection: AzureBlobConnection, owner: str) -> None:
         super().__init__(connection, owner)
         self.bucket_name = connection.container
         self.options = storage_options(connection, owner)
-        self._locks = S3Locks(self)
 
 
 def storage_options(c: AzureBlobConnection, owner: str) -> dict[str, str]:

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from transfer_platform.config.connection_settings import GcsConnection
 from transfer_platform.config.secrets import remember_secret
-from transfer_platform.errors import ConnectionFailure, TransferRunning
-from transfer_platform.storage.locks import holder_text, running_message
+from transfer_platform.errors import ConnectionFailure, transfer_running
+from transfer_platform.storage.locks import Lock, holder_text, who_holds
 from transfer_platform.storage.s3 import LockedBucket, LostRace
 from transfer_platform.storage.s3 import _expired as expired
 
@@ -222,70 +220,56 @@ def _credentials(c: GcsConnection, owner: str, where: str) -> tuple[Any, str]:
     return credentials, info.get("project_id") or "<none>"
 
 
-class GcsLocks:
-    """Model locks as objects, as :class:`~transfer_platform.storage.s3.S3Locks` (the holder's
-    text, renewed by each window, taken over when expired) over generations: created with
-    ``ifGenerationMatch=0``, renewed and taken over with ``ifGenerationMatch=<its generation>``
-    (of two transfers taking over the same stale lock, exactly one wins), deleted at release only
-    if still ours."""
+class GenerationLock(Lock):
+    """A model's lock as an object, as :class:`~transfer_platform.storage.s3.ObjectLock` (the
+    holder's text, renewed by each window, taken over when expired) over generations: created
+    with ``ifGenerationMatch=0``, renewed and taken over with ``ifGenerationMatch=<its
+    generation>`` (of two transfers taking over the same stale lock, exactly one wins), deleted at
+    release only if still ours."""
 
-    def __init__(self, store: GcsStore) -> None:
-        self.store = store
-        self._held: dict[str, tuple[str, int]] = {}  # model -> (lock key, its generation)
+    def __init__(self, store: GcsStore, model: str, key: str, transfer_id: str) -> None:
+        self.store, self.model, self.key, self.transfer_id = store, model, key, transfer_id
+        self._condition = 0  # absent; or the generation of the dead holder's lock being replaced
+        self._generation = 0
+        self._held: bytes | None = None
 
-    def acquire(self, key: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
-        if model in self._held:
-            return
-        text = holder_text(transfer_id).encode()
-        deadline = time.monotonic() + wait_seconds
-        condition = 0  # absent
-        while True:
-            try:
-                self._held[model] = (key, self.store.upload(key, text, if_generation_match=condition)[1])
-                return
-            except LostRace:
-                held, generation = self.store.get_with_generation(key)
-                if held is None:  # released meanwhile
-                    condition = 0
-                    continue
-                if expired(held):  # its transfer is gone: replace exactly that version
-                    condition = generation
-                    continue
-                if time.monotonic() >= deadline:
-                    raise TransferRunning(running_message(model, destination, held.decode(errors="replace"))) from None
-                condition = 0
-                time.sleep(0.2)
+    def take(self, within: float) -> bool:
+        try:
+            self._generation = self.store.upload(self.key, holder_text(self.transfer_id).encode(),
+                                                 if_generation_match=self._condition)[1]
+        except LostRace:
+            return False
+        return True
 
-    def renew(self, model: str, transfer_id: str) -> None:
-        if model in self._held:
-            key, generation = self._held[model]
-            try:
-                self._held[model] = (key, self.store.upload(key, holder_text(transfer_id).encode(),
-                                                            if_generation_match=generation)[1])
-            except LostRace:
-                del self._held[model]
-                raise TransferRunning(
-                    f"model '{model}': its lock ({self.store.where}, {key}) was taken over by another transfer "
-                    f"while this one held it (a window took longer than the lease); this transfer stops. Fix: "
-                    f"run it again once the other one ends") from None
+    def take_over(self) -> bool:
+        """Released meanwhile, or its transfer gone (replace exactly that version): True."""
+        self._held, generation = self.store.get_with_generation(self.key)
+        self._condition = 0 if self._held is None or not expired(self._held) else generation
+        return self._held is None or self._condition != 0
 
-    def release_all(self) -> None:
-        for key, generation in self._held.values():
-            with suppress(Exception):  # no longer ours, or unreachable: it expires
-                self.store.delete([key], if_generation_match=generation)
-        self._held.clear()
+    def holder(self) -> str:
+        return who_holds((self._held or b"").decode(errors="replace"))
 
-    def __bool__(self) -> bool:
-        return bool(self._held)
+    def renew(self) -> None:
+        try:
+            self._generation = self.store.upload(self.key, holder_text(self.transfer_id).encode(),
+                                                 if_generation_match=self._generation)[1]
+        except LostRace:
+            raise transfer_running(
+                self.model, None, f"its lock ({self.store.where}, {self.key}) was taken over by "
+                "another transfer while this one held it (a window took longer than the lease); this transfer "
+                "stops", "run it again once the other one ends") from None
+
+    def release(self) -> None:
+        self.store.delete([self.key], if_generation_match=self._generation)
 
 
 class GcsBucketStore(LockedBucket, GcsStore):
     """Object storage's store in a GCS bucket (:class:`stores.Store`). A model's lock: the object
-    ``<books>/<model>/lock.json`` (:class:`GcsLocks`)."""
+    ``<books>/<model>/lock.json`` (:class:`GenerationLock`)."""
 
-    def __init__(self, connection: GcsConnection, owner: str) -> None:
-        super().__init__(connection, owner)
-        self._locks = GcsLocks(self)
+    def model_lock(self, model: str, key: str, transfer_id: str, destination: str) -> GenerationLock:
+        return GenerationLock(self, model, key, transfer_id)
 
 
 def gcs_filesystem(options: dict[str, str]):  # -> pyarrow.fs.GcsFileSystem

@@ -6,17 +6,15 @@ environment variables the configuration names, and remembered for log redaction)
 
 from __future__ import annotations
 
+import functools
 import json
-import socket
-import time
 from contextlib import suppress
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transfer_platform.config.connection_settings import S3Connection
-from transfer_platform.errors import ConnectionFailure, TransferRunning
-from transfer_platform.storage.locks import holder_text, running_message
+from transfer_platform.errors import ConnectionFailure
+from transfer_platform.storage.locks import Lock, Locks, holder_text, process_gone, who_holds
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -123,67 +121,65 @@ class LostRace(Exception):
     """A conditional write or delete found the object changed (another transfer's lock)."""
 
 
-class S3Locks:
-    """Model locks as objects: created only if absent (S3's conditional write), renewed by each
-    window, taken over when their holder is gone (:func:`_expired`), deleted at release."""
+class ObjectLock(Lock):
+    """A model's lock as the object ``key``: created only if absent (S3's conditional write),
+    renewed by each window over its own ETag, taken over when its holder is gone
+    (:func:`_expired`: deleted only if unchanged), deleted at release only if still ours."""
 
-    def __init__(self, store: S3Store | None) -> None:
-        self.store = store
-        self._held: dict[str, tuple[str, str]] = {}  # model -> (lock key, its ETag)
+    def __init__(self, store: S3Store, key: str, transfer_id: str) -> None:
+        self.store, self.key, self.transfer_id = store, key, transfer_id
+        self._etag = ""
+        self._held: bytes | None = None  # the holder's text, as last read
 
-    def acquire(self, key: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
-        if model in self._held:
-            return
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            try:
-                self._held[model] = (key, self.store.put(key, holder_text(transfer_id).encode(), IfNoneMatch="*"))
-                return
-            except LostRace:
-                held, held_etag = self.store.get_with_etag(key)
-                if held is not None and _expired(held):
-                    with suppress(LostRace):  # someone else took it over first: wait as for them
-                        self.store.delete([key], IfMatch=f'"{held_etag}"')
-                    continue
-                if time.monotonic() >= deadline:
-                    raise TransferRunning(running_message(model, destination,
-                                                          (held or b"").decode(errors="replace"))) from None
-                time.sleep(0.2)
+    def take(self, within: float) -> bool:
+        try:
+            self._etag = self.store.put(self.key, holder_text(self.transfer_id).encode(), IfNoneMatch="*")
+        except LostRace:
+            return False
+        return True
 
-    def renew(self, model: str, transfer_id: str) -> None:
-        if model in self._held:
-            key, etag = self._held[model]
-            self._held[model] = (key, self.store.put(key, holder_text(transfer_id).encode(), IfMatch=f'"{etag}"'))
+    def take_over(self) -> bool:
+        self._held, etag = self.store.get_with_etag(self.key)
+        if self._held is None or not _expired(self._held):
+            return False
+        with suppress(LostRace):  # someone else took it over first: wait as for them
+            self.store.delete([self.key], IfMatch=f'"{etag}"')
+        return True
 
-    def release_all(self) -> None:
-        for key, etag in self._held.values():
-            with suppress(Exception):
-                self.store.delete([key], IfMatch=f'"{etag}"')
-        self._held.clear()
+    def holder(self) -> str:
+        return who_holds((self._held or b"").decode(errors="replace"))
 
-    def __bool__(self) -> bool:
-        return bool(self._held)
+    def renew(self) -> None:
+        self._etag = self.store.put(self.key, holder_text(self.transfer_id).encode(), IfMatch=f'"{self._etag}"')
+
+    def release(self) -> None:
+        self.store.delete([self.key], IfMatch=f'"{self._etag}"')
 
 
 class LockedBucket:
-    """What object storage's store in a bucket or container adds to its objects: the models'
-    locks, each the object ``<books>/<model>/lock.json`` (:class:`S3Locks`); the subclass sets
-    ``_locks``."""
+    """What object storage's store adds to its objects: the models' locks, each the object
+    ``<books>/<model>/lock.json`` (:meth:`model_lock`: an :class:`ObjectLock` unless the store's
+    compare-and-set differs)."""
 
-    _locks: S3Locks
+    def model_lock(self, model: str, key: str, transfer_id: str, destination: str) -> Lock:
+        return ObjectLock(self, key, transfer_id)
 
     def lock(self, books: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
-        self._locks.acquire(f"{books}/{model}/lock.json", model, transfer_id, destination=destination,
-                            wait_seconds=wait_seconds)
+        self._locks.hold(model, self.model_lock(model, f"{books}/{model}/lock.json", transfer_id, destination), destination=destination,
+                         wait_seconds=wait_seconds)
 
     def renew(self, model: str, transfer_id: str) -> None:
-        self._locks.renew(model, transfer_id)
+        self._locks.renew(model)
 
     def release_all(self) -> None:
         self._locks.release_all()
 
     def holds_locks(self) -> bool:
         return bool(self._locks)
+
+    @functools.cached_property
+    def _locks(self) -> Locks:
+        return Locks()
 
 
 def _expired(lock: bytes) -> bool:
@@ -194,7 +190,7 @@ def _expired(lock: bytes) -> bool:
         since = datetime.fromisoformat(holder["since"])
     except (ValueError, KeyError, TypeError):
         return True
-    if holder.get("host") == socket.gethostname() and not Path(f"/proc/{holder.get('pid')}").exists():
+    if process_gone(holder.get("host"), holder.get("pid")):
         return True
     return (datetime.now(UTC) - since).total_seconds() > S3_LOCK_LEASE_SECONDS
 

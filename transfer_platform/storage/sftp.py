@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 from paramiko import SSHException
 
 from transfer_platform.config.connection_settings import SFTPConnection
-from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
-from transfer_platform.storage.locks import holder_text, running_message
-from transfer_platform.storage.s3 import S3_LOCK_LEASE_SECONDS, _expired
+from transfer_platform.errors import ConfigError, ConnectionFailure
+from transfer_platform.storage.locks import Lock, holder_text, running, who_holds
+from transfer_platform.storage.s3 import S3_LOCK_LEASE_SECONDS, LockedBucket, _expired
 
 if TYPE_CHECKING:
     import paramiko
@@ -47,7 +47,7 @@ CONNECT_TIMEOUT = 10
 _FAILURES = (OSError, EOFError, SSHException)
 
 
-class SFTPStore:
+class SFTPStore(LockedBucket):
     """Object storage's store (:class:`~transfer_platform.storage.stores.Store`) in a folder of an
     SFTP server. It has no file system for Spark's executors (``options`` is ``None`` and
     ``writes_here`` is true): the writer writes every file of a window through :meth:`put`."""
@@ -65,7 +65,6 @@ class SFTPStore:
         self._ssh: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._folders: set[str] = set()  # folders known to exist
-        self._held: dict[str, tuple[str, bytes, str]] = {}  # model -> (lock key, its text, destination)
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -267,49 +266,13 @@ class SFTPStore:
 
     # -- a model's lock ---------------------------------------------------------------------
 
-    def lock(self, books: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
-        if model in self._held:
-            return
-        key = f"{books}/{model}/lock.json"
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            text = holder_text(transfer_id).encode()
-            if self._create_exclusively(key, text):
-                self._held[model] = (key, text, destination)
-                return
-            held, age = self._lock_file(key)
-            if held is None:  # released meanwhile
-                continue
-            if _stale(held, age):
-                self._take_over(key, held)
-                continue
-            if time.monotonic() >= deadline:
-                raise TransferRunning(running_message(model, destination, held.decode(errors="replace")))
-            time.sleep(0.2)
-
-    def renew(self, model: str, transfer_id: str) -> None:
-        """Write the lock again (written aside, renamed over itself), if it is still this one's."""
-        if model not in self._held:
-            return
-        key, text, destination = self._held[model]
-        held = self.get(key)
-        if held != text:
-            raise TransferRunning(running_message(model, destination, (held or b"").decode(errors="replace")))
-        text = holder_text(transfer_id).encode()
-        self._replace(key, text)
-        self._held[model] = (key, text, destination)
+    def model_lock(self, model: str, key: str, transfer_id: str, destination: str) -> CreatedFileLock:
+        return CreatedFileLock(self, model, key, transfer_id, destination)
 
     def release_all(self) -> None:
         """Delete the locks held (each only if it is still this one's), and close the connection."""
-        for key, text, _ in self._held.values():
-            with suppress(Exception):
-                if self.get(key) == text:
-                    self._client().remove(self._path(key))
-        self._held.clear()
+        super().release_all()
         self._disconnect()
-
-    def holds_locks(self) -> bool:
-        return bool(self._held)
 
     def _create_exclusively(self, key: str, text: bytes) -> bool:
         """Create the lock file holding ``text``; False if it exists (another holds it)."""
@@ -359,6 +322,48 @@ class SFTPStore:
                 sftp.rename(aside, path)  # put back (fails if a new lock was made meanwhile)
         with suppress(OSError):
             sftp.remove(aside)
+
+
+class CreatedFileLock(Lock):
+    """A model's lock as the file ``key`` of an :class:`SFTPStore`, created exclusively holding who
+    holds it; renewed (written aside, renamed over itself) and deleted only while it is still
+    this one's; taken over when its holder is gone (:func:`_stale`)."""
+
+    def __init__(self, store: SFTPStore, model: str, key: str, transfer_id: str, destination: str) -> None:
+        self.store, self.model, self.key = store, model, key
+        self.transfer_id, self.destination = transfer_id, destination
+        self._text = b""  # what the file holds while it is ours
+        self._held: bytes | None = None  # another holder's, as last read
+
+    def take(self, within: float) -> bool:
+        text = holder_text(self.transfer_id).encode()
+        if not self.store._create_exclusively(self.key, text):
+            return False
+        self._text = text
+        return True
+
+    def take_over(self) -> bool:
+        """Released meanwhile, or a stale lock moved away: True."""
+        self._held, age = self.store._lock_file(self.key)
+        if self._held is not None and _stale(self._held, age):
+            self.store._take_over(self.key, self._held)
+            return True
+        return self._held is None
+
+    def holder(self) -> str:
+        return who_holds((self._held or b"").decode(errors="replace"))
+
+    def renew(self) -> None:
+        held = self.store.get(self.key)
+        if held != self._text:
+            raise running(self.model, self.destination, who_holds((held or b"").decode(errors="replace")))
+        text = holder_text(self.transfer_id).encode()
+        self.store._replace(self.key, text)
+        self._text = text
+
+    def release(self) -> None:
+        if self.store.get(self.key) == self._text:
+            self.store._client().remove(self.store._path(self.key))
 
 
 def _stale(held: bytes, age_seconds: float) -> bool:

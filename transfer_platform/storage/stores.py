@@ -21,8 +21,8 @@ from transfer_platform.config.connection_settings import (
 )
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.probes import current_user
-from transfer_platform.storage.locks import FolderLocks
-from transfer_platform.storage.s3 import LockedBucket, S3Locks, S3Store, storage_options
+from transfer_platform.storage.locks import FileLock, Locks
+from transfer_platform.storage.s3 import LockedBucket, S3Store, storage_options
 from transfer_platform.vendors.object_storage import LocalStorageConnection
 
 
@@ -94,7 +94,7 @@ class FolderStore:
         self.root = Path(root)
         self.where = f"folder {self.root}"
         self.bucket_name = str(root)
-        self._locks = FolderLocks()
+        self._locks = Locks()
 
     def put(self, key: str, data: bytes) -> str:
         path = self.root / key
@@ -146,8 +146,8 @@ class FolderStore:
                 raise self._failure("delete", key, exc) from None
 
     def lock(self, books: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
-        self._locks.acquire(self.root / books / "_locks", model, transfer_id, destination=destination,
-                            wait_seconds=wait_seconds)
+        self._locks.hold(model, FileLock(self.root / books / "_locks", model, transfer_id), destination=destination,
+                         wait_seconds=wait_seconds)
 
     def renew(self, model: str, transfer_id: str) -> None:
         """A ``flock`` lasts as long as its holder: nothing to renew."""
@@ -166,10 +166,9 @@ class FolderStore:
 
 class BucketStore(LockedBucket, S3Store):
     """Objects in an S3 bucket (:class:`S3Store`). A model's lock: the object
-    ``<books>/<model>/lock.json`` (:class:`S3Locks`)."""
+    ``<books>/<model>/lock.json`` (:class:`~transfer_platform.storage.s3.ObjectLock`)."""
 
     def __init__(self, connection: S3Connection, owner: str, *, at: str = "connection") -> None:
         super().__init__(connection, owner, at=at)
         self.bucket_name = connection.bucket
         self.options = storage_options(connection, owner, at=at)
-        self._locks = S3Locks(self)

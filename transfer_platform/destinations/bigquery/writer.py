@@ -28,7 +28,6 @@ import json
 import os
 import socket
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,8 +52,9 @@ from transfer_platform.destinations.bigquery.client import (
 from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
 from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import DataError, TransferRunning
+from transfer_platform.errors import DataError, transfer_running
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.locks import Lock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.bigquery import BigqueryDestination
 
@@ -80,14 +80,51 @@ class StagedWindow(StagingTable):
     loaded_bytes: int = 0
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+class LockRow(Lock):
+    """A model's lock as its row of ``_transfer_locks``: claimed by one ``MERGE`` when free,
+    expired, ours, or held by a holder found dead (:meth:`BigqueryWriter._dead`); renewed by each
+    commit (:meth:`BigqueryWriter._atomically`)."""
+
+    poll_seconds, then = LOCK_POLL_SECONDS, None  # the refusal ends at "run this one again"
+
+    def __init__(self, writer: BigqueryWriter, model: str) -> None:
+        self.writer, self.model = writer, model
+        self._takeover: str | None = None  # a dead holder, replaced by the next claim
+        self._row: tuple | None = None  # the row as last read: holder, expiry
+
+    def take(self, within: float) -> bool:
+        """Claim the row (one ``MERGE``; of two at once BigQuery fails one), then read it: ours?"""
+        w = self.writer
+        with contextlib.suppress(_concurrent_update()):
+            w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, LOCK_TTL_SECONDS,
+                                                   self._takeover))
+        self._row = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
+        return bool(self._row) and self._row[0] == w._holder
+
+    def take_over(self) -> bool:
+        holder = self._row[0] if self._row else None
+        if holder is not None and self.writer._dead(holder):
+            self._takeover = holder
+            return True
         return False
-    except PermissionError:
-        return True
-    return True
+
+    def holder(self) -> str:
+        return (f"lock row of {sql.LOCKS_TABLE} held by {self._row[0] if self._row else None}, until "
+                f"{self._row[1] if self._row else '?'} unless renewed")
+
+    def renew(self) -> None:
+        w = self.writer
+        w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, LOCK_TTL_SECONDS, None))
+        self._row = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
+        if not self._row or self._row[0] != w._holder:
+            raise transfer_running(
+                self.model, self.writer.name, f"this transfer's lock expired and another transfer holds it "
+                f"({self._row[0] if self._row else 'none'}); nothing of this window was committed",
+                "run the transfer again once the other one ends")
+
+    def release(self) -> None:
+        w = self.writer
+        w.session.execute(w.dialect.release_lock(w.locks_table, self.model, w._holder))
 
 
 class BigqueryWriter(SqlWriter):
@@ -99,7 +136,7 @@ class BigqueryWriter(SqlWriter):
                          what=f"BigQuery destination '{destination.name}' (project {c.project}, dataset {c.dataset})")
         self._client: bigquery.Client | None = None
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self._locked: set[str] = set()
+        self._locked = Locks()
 
     # -- the client ------------------------------------------------------------------------------
 
@@ -124,9 +161,7 @@ class BigqueryWriter(SqlWriter):
     def close(self) -> None:
         """Release the models' lock rows, then the client."""
         if self._client is not None:
-            for model_name in sorted(self._locked):
-                with contextlib.suppress(Exception):  # expired later if it cannot be released now
-                    self.session.execute(self.dialect.release_lock(self.locks_table, model_name, self._holder))
+            self._locked.release_all()  # a row not released now expires
             self._client.close()
             self._client = None
         self._locked.clear()
@@ -194,37 +229,17 @@ class BigqueryWriter(SqlWriter):
         self._remember(model)
         if model.model_name in self._locked:
             return
-        deadline = time.monotonic() + max(0.0, float(self.tuning.lock_wait_seconds))
         with self._translated_errors():
             self.session.execute(self.dialect.locks_ddl(self.locks_table))
-            takeover = None
-            while True:
-                with contextlib.suppress(_concurrent_update()):
-                    self.session.execute(self.dialect.claim_lock(self.locks_table, model.model_name, self._holder,
-                                                                 LOCK_TTL_SECONDS, takeover))
-                row = self.session.one(self.dialect.lock_holder(self.locks_table, model.model_name))
-                holder = row[0] if row else None
-                if holder == self._holder:
-                    break
-                if holder is not None and self._dead(holder):
-                    takeover = holder
-                    continue
-                if time.monotonic() >= deadline:
-                    raise TransferRunning(
-                        f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
-                        f"model to this destination is running (lock row of {sql.LOCKS_TABLE} held by {holder}, "
-                        f"until {row[1] if row else '?'} unless renewed); two transfers never write one table "
-                        "at once. Fix: wait for it to end, or cancel it (transfer-platform cancel TRANSFER_ID), "
-                        "then run this one again")
-                time.sleep(LOCK_POLL_SECONDS)
-        self._locked.add(model.model_name)
+            self._locked.hold(model.model_name, LockRow(self, model.model_name), destination=self.name,
+                              wait_seconds=self.tuning.lock_wait_seconds)
 
     @staticmethod
     def _dead(holder: str) -> bool:
         """A holder of this host whose process is gone (killed: its lock is taken over at once)."""
         host, _, rest = holder.partition(":")
         pid = rest.partition(":")[0]
-        return host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
+        return pid.isdigit() and process_gone(host, int(pid))
 
     def _clean_staging(self, model: ModelConfig) -> None:
         prefix = STAGING_PREFIX + staging_suffix(model.model_name, "")
@@ -333,13 +348,8 @@ class BigqueryWriter(SqlWriter):
         between them re-delivers the window, exactly, on the next run (see the module). Here: the
         model's lock renewed, and the commit refused if another transfer holds it now."""
         model = load.model if load is not None else None
-        for name in [model.model_name] if model is not None else sorted(self._locked):
-            self.session.execute(self.dialect.claim_lock(self.locks_table, name, self._holder, LOCK_TTL_SECONDS, None))
-            row = self.session.one(self.dialect.lock_holder(self.locks_table, name))
-            if not row or row[0] != self._holder:
-                raise TransferRunning(f"model '{name}' -> destination '{self.name}': this transfer's lock expired "
-                                      f"and another transfer holds it ({row[0] if row else 'none'}); nothing of this "
-                                      "window was committed. Fix: run the transfer again once the other one ends")
+        for name in [model.model_name] if model is not None else list(self._locked):
+            LockRow(self, name).renew()
         yield
 
     def _merge(self, load: WindowLoad, staging: StagedWindow) -> int:

@@ -69,7 +69,8 @@ from transfer_platform.destinations.clickhouse.session import (
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import DataError, SchemaMismatch, TransferRunning
+from transfer_platform.errors import DataError, SchemaMismatch
+from transfer_platform.storage.locks import Lock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -107,6 +108,79 @@ class ClickhouseStaging(StagingTable):
     held: pa.Table | None = None
 
 
+class LockTable(Lock):
+    """A model's lock as the table ``table``, created (not ``IF NOT EXISTS``: ClickHouse creates a
+    name once) with its holder in its comment (transfer, host, process, lease end); renewed at each
+    commit, dropped at release; taken over when its holder's process is gone (same host) or its
+    lease ended (:func:`_stale`)."""
+
+    poll_seconds = _RETRY_SECONDS
+
+    def __init__(self, session: ClickhouseSession, table: str, dialect: ClickhouseDialect, transfer_id: str) -> None:
+        self.session, self.table, self.dialect, self.transfer_id = session, table, dialect, transfer_id
+        self._held: dict | None = None  # the holder's, as last read
+
+    def _text(self) -> str:
+        return json.dumps({"transfer_id": self.transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
+                           "since_us": _now_us(), "lease_end_us": _now_us() + LOCK_LEASE_SECONDS * 1_000_000})
+
+    def take(self, within: float) -> bool:
+        from clickhouse_connect.driver.exceptions import DatabaseError
+
+        try:
+            self.session.execute(f"CREATE TABLE {self.table} (held UInt8) ENGINE = Memory COMMENT "
+                                 f"{literal(self._text())}")
+        except DatabaseError as exc:
+            if error_code(exc) != TABLE_EXISTS:
+                raise
+            return False
+        return True
+
+    def _read_holder(self, table: str) -> dict | None:
+        database, name = split_qualified(table)
+        row = self.session.one(self.dialect.comment(database, name))
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError:
+            return {}
+
+    def take_over(self) -> bool:
+        """A dead holder's lock renamed away (one taker wins the rename) and dropped; if what was
+        renamed is not that holder's (a new holder came meanwhile) it is put back."""
+        from clickhouse_connect.driver.exceptions import DatabaseError
+
+        self._held = self._read_holder(self.table)
+        if self._held is None or not _stale(self._held):
+            return False
+        database, _ = split_qualified(self.table)
+        gone = self.dialect.qualified(database, f"{LOCK_PREFIX}gone_{uuid.uuid4().hex[:12]}")
+        try:
+            self.session.execute(f"RENAME TABLE {self.table} TO {gone}")
+        except DatabaseError as exc:
+            if error_code(exc) == UNKNOWN_TABLE:
+                return True
+            raise
+        if self._read_holder(gone) != self._held:
+            with suppress(DatabaseError):
+                self.session.execute(f"RENAME TABLE {gone} TO {self.table}")
+                return True
+        self.session.execute(self.dialect.drop_table(gone))
+        return True
+
+    def holder(self) -> str:
+        held = self._held
+        return ("another session" if not held else
+                f"transfer {held.get('transfer_id')!r} on {held.get('host')}, process {held.get('pid')}")
+
+    def renew(self) -> None:
+        self.session.execute(self.dialect.set_comment(self.table, self._text()))
+
+    def release(self) -> None:
+        self.session.execute(self.dialect.drop_table(self.table))
+
+
 class ClickhouseWriter(SqlWriter):
     DIALECT = ClickhouseDialect()
     STAGING = ClickhouseStaging
@@ -115,7 +189,7 @@ class ClickhouseWriter(SqlWriter):
         super().__init__(destination, tuning, container=destination.connection.database,
                          what=f"ClickHouse destination '{destination.name}'")
         self._client: Client | None = None
-        self._locks: dict[str, str] = {}  # model name -> its lock table (qualified), held by this writer
+        self._locks = Locks()  # the models' lock tables this writer holds
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -135,9 +209,7 @@ class ClickhouseWriter(SqlWriter):
     def close(self) -> None:
         """Release the models' locks (their tables dropped) and the client."""
         if self._client is not None:
-            for lock in self._locks.values():
-                with suppress(Exception):
-                    self.session.execute(self.dialect.drop_table(lock))
+            self._locks.release_all()
             with suppress(Exception):
                 self._client.close()
             self._client = None
@@ -164,79 +236,19 @@ class ClickhouseWriter(SqlWriter):
     def _lock_table(self, model: ModelConfig) -> str:
         return self.dialect.qualified(self.container, LOCK_PREFIX + staging_suffix(model.model_name, "").rstrip("_"))
 
-    def _holder(self, transfer_id: str) -> str:
-        return json.dumps({"transfer_id": transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
-                           "since_us": _now_us(), "lease_end_us": _now_us() + LOCK_LEASE_SECONDS * 1_000_000})
-
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         """One transfer of a model to this database at a time, however they were started (see the
         module); a second waits up to ``Tuning.lock_wait_seconds``, then ``TransferRunning``."""
         if model.model_name in self._locks:
             return
-        from clickhouse_connect.driver.exceptions import DatabaseError
-
-        lock = self._lock_table(model)
-        deadline = time.monotonic() + max(0.0, float(self.tuning.lock_wait_seconds))
         with self._translated_errors():
             self._create_container()
-            while True:
-                try:
-                    self.session.execute(f"CREATE TABLE {lock} (held UInt8) ENGINE = Memory COMMENT "
-                                         f"{literal(self._holder(transfer_id))}")
-                    self._locks[model.model_name] = lock
-                    return
-                except DatabaseError as exc:
-                    if error_code(exc) != TABLE_EXISTS:
-                        raise
-                holder = self._read_holder(lock)
-                if holder is not None and _stale(holder):
-                    self._take_over(lock, holder)
-                    continue
-                if time.monotonic() >= deadline:
-                    who = ("another session" if not holder else
-                           f"transfer {holder.get('transfer_id')!r} on {holder.get('host')}, process "
-                           f"{holder.get('pid')}")
-                    raise TransferRunning(
-                        f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
-                        f"model to this destination is running ({who}); two transfers never write one "
-                        "table at once. Fix: wait for it to end, or cancel it (transfer-platform cancel "
-                        "TRANSFER_ID), then run this one again; transfers queued through Dagster wait for "
-                        "each other by themselves")
-                time.sleep(_RETRY_SECONDS)
-
-    def _read_holder(self, lock: str) -> dict | None:
-        database, name = split_qualified(lock)
-        row = self.session.one(self.dialect.comment(database, name))
-        if row is None:
-            return None
-        try:
-            return json.loads(row[0])
-        except ValueError:
-            return {}
-
-    def _take_over(self, lock: str, holder: dict) -> None:
-        """A dead holder's lock renamed away (one taker wins the rename) and dropped; if what was
-        renamed is not that holder's (a new holder came meanwhile) it is put back."""
-        from clickhouse_connect.driver.exceptions import DatabaseError
-
-        database, _ = split_qualified(lock)
-        gone = self.dialect.qualified(database, f"{LOCK_PREFIX}gone_{uuid.uuid4().hex[:12]}")
-        try:
-            self.session.execute(f"RENAME TABLE {lock} TO {gone}")
-        except DatabaseError as exc:
-            if error_code(exc) == UNKNOWN_TABLE:
-                return
-            raise
-        if self._read_holder(gone) != holder:
-            with suppress(DatabaseError):
-                self.session.execute(f"RENAME TABLE {gone} TO {lock}")
-                return
-        self.session.execute(self.dialect.drop_table(gone))
+            self._locks.hold(model.model_name, LockTable(self.session, self._lock_table(model), self.dialect,
+                                                         transfer_id),
+                             destination=self.name, wait_seconds=self.tuning.lock_wait_seconds)
 
     def _renew_lock(self, model: ModelConfig, transfer_id: str) -> None:
-        lock = self._locks.get(model.model_name)
-        if lock is not None:
-            self.session.execute(self.dialect.set_comment(lock, self._holder(transfer_id)))
+        self._locks.renew(model.model_name)
 
     # -- the state: each model table's comment (the record's state store, ``sql/state.py``); a
     # window's is carried by the clone swapped in with its rows (TableComments.comment)
@@ -469,14 +481,7 @@ def _stale(holder: dict) -> bool:
         return False
     if holder.get("lease_end_us", 0) < _now_us():
         return True
-    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        try:
-            os.kill(holder["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-    return False
+    return process_gone(holder.get("host"), holder.get("pid"))
 
 
 def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:

@@ -56,7 +56,7 @@ from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.destinations.staged_files import Staged, refuse_staged, stage
 from transfer_platform.errors import DataError
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.locks import FolderLocks
+from transfer_platform.storage.locks import FileLock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.duckdb import DuckdbDestination
 
@@ -95,7 +95,7 @@ class DuckdbWriter(SqlWriter):
         self.path = Path(destination.connection.path)
         self.work = self.path.with_name(self.path.name + WORK_SUFFIX)
         self.file = DuckdbFile(self.path, self.what, self.tuning)
-        self._locks = FolderLocks()
+        self._locks = Locks()
         self._reader: duckdb.DuckDBPyConnection | None = None  # a read-only hold, while one reads
 
     @property
@@ -144,8 +144,8 @@ class DuckdbWriter(SqlWriter):
         """The model's lock file under ``<file>.tp/locks/`` (an exclusive ``flock``, released when
         the writer closes or its process dies); a second transfer waits up to
         ``Tuning.lock_wait_seconds``, then is refused naming the first."""
-        self._locks.acquire(self.work / "locks", model.model_name, transfer_id, destination=self.name,
-                            wait_seconds=self.tuning.lock_wait_seconds)
+        self._locks.hold(model.model_name, FileLock(self.work / "locks", model.model_name, transfer_id),
+                         destination=self.name, wait_seconds=self.tuning.lock_wait_seconds)
 
     def _staging_folder(self, model: ModelConfig, window: str = "") -> Path:
         return self.work / "staging" / model.model_name / window

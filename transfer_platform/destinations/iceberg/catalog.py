@@ -10,7 +10,6 @@ when the catalog is opened and never appears in a message (SQLAlchemy prints URL
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -18,10 +17,9 @@ from urllib.parse import quote
 
 from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.core.sql import quote_ident
-from transfer_platform.destinations.postgres import dialect as sql
-from transfer_platform.errors import ConnectionFailure, MissingPrivilege, TransferRunning
+from transfer_platform.errors import ConnectionFailure, MissingPrivilege
 from transfer_platform.runtime.connections import CONNECT_TIMEOUT_SECONDS, password_of
-from transfer_platform.storage.locks import running_message
+from transfer_platform.storage.locks import AdvisoryLock, Locks, advisory_key, who_holds
 
 if TYPE_CHECKING:
     import psycopg
@@ -47,7 +45,7 @@ class Catalog:
         self.warehouse = warehouse
         self._conn: psycopg.Connection | None = None
         self._catalog: SqlCatalog | None = None
-        self._locked: set[int] = set()
+        self._locked = Locks()
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -147,31 +145,24 @@ class Catalog:
         """A session advisory lock on the catalog's database, one per (catalog, namespace, model):
         released when our connection closes or its process dies. Waits ``wait_seconds``, then
         ``TransferRunning`` naming the holder."""
-        import psycopg
-
-        key = sql.model_lock_key(self.connection.database,
-                                 f"iceberg\x00{self.schema}\x00{self.catalog_name}\x00{namespace}", model)
-        if key in self._locked:
-            return
-        conn = self.conn
+        key = advisory_key(self.connection.database, "iceberg", self.schema, self.catalog_name, namespace, model)
         with self.errors():
-            conn.execute("SELECT set_config('application_name', %s, false)",
-                         (f"transfer_platform {transfer_id}"[:63],))
-            try:
-                with conn.transaction():
-                    conn.execute(sql.lock_timeout(wait_seconds))
-                    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-            except psycopg.errors.LockNotAvailable:
-                holder = conn.execute(sql.ADVISORY_LOCK_HOLDER,
-                                      ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
-                who = (json.dumps({"transfer_id": (holder[0] or "?").removeprefix("transfer_platform "),
-                                   "pid": "(a session of the catalog's database)", "host": "PostgreSQL",
-                                   "since": holder[1].isoformat(timespec="seconds")}) if holder else "")
-                raise TransferRunning(running_message(model, destination, who)) from None
-        self._locked.add(key)
+            self._locked.hold(str(key), CatalogLock(self.conn, key, transfer_id), destination=destination,
+                              wait_seconds=wait_seconds)
 
     def __bool__(self) -> bool:
         return bool(self._locked)
+
+
+class CatalogLock(AdvisoryLock):
+    """A model's advisory lock on the catalog's database, its holder named as a transfer's."""
+
+    def holder(self) -> str:
+        held = self.session()
+        if held is None:
+            return who_holds("")
+        return (f"transfer {(held[0] or '?').removeprefix('transfer_platform ')}, process (a session of the "
+                f"catalog's database) on PostgreSQL, since {held[1].isoformat(timespec='seconds')}")
 
 
 def _option_value(name: str) -> str:

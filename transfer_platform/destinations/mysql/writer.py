@@ -49,13 +49,20 @@ from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql import rename_publish
 from transfer_platform.destinations.sql.session import PymysqlSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import ConnectionFailure, DataError, DuplicateKey, TransferRunning
+from transfer_platform.errors import (
+    ConnectionFailure,
+    DataError,
+    DuplicateKey,
+    TransferRunning,
+    transfer_running,
+)
 from transfer_platform.phases import log_phase
 from transfer_platform.runtime.connections import (
     jdbc_properties,
     mysql_jdbc_url,
     spark_error_reason,
 )
+from transfer_platform.storage.locks import Lock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.mysql import MysqlDestination
 
@@ -91,6 +98,23 @@ def connect(destination: MysqlDestination, what: str) -> pymysql.Connection:
                                 fix=CONNECT_FIX) from None
 
 
+class NamedLock(Lock):
+    """A model's lock as MySQL's ``GET_LOCK(name)``, the session's: released when the writer's
+    connection closes or its process dies (never stale); the server waits for it."""
+
+    poll_seconds = None
+
+    def __init__(self, session: PymysqlSession, name: str) -> None:
+        self.session, self.name = session, name
+
+    def take(self, within: float) -> bool:
+        return self.session.one(("SELECT GET_LOCK(%s, %s)", (self.name, within)))[0] == 1
+
+    def holder(self) -> str:
+        held = self.session.one((sql.LOCK_HOLDER, (self.name,)))
+        return f"session of {held[0]}@{held[1]}, running for {held[2]} s" if held else "another session"
+
+
 class MysqlWriter(SqlWriter):
     DIALECT = sql.MysqlDialect()
 
@@ -99,7 +123,7 @@ class MysqlWriter(SqlWriter):
                          what=f"MySQL destination '{destination.name}'")
         self.database = self.container
         self._conn: pymysql.Connection | None = None
-        self._locked: set[str] = set()  # the models whose lock this writer's session holds
+        self._locked = Locks()  # the models whose lock this writer's session holds
         self._fresh: set[str] = set()  # the fresh tables being loaded (see _start_empty_load)
 
     # -- connection ---------------------------------------------------------------------------
@@ -139,22 +163,10 @@ class MysqlWriter(SqlWriter):
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         """Two transfers (or sweeps) of one model to one destination never interleave, however
         they were started; a second one waits up to ``Tuning.lock_wait_seconds``, then is refused."""
-        name = sql.model_lock_name(self.database, model.model_name)
-        if name in self._locked:
-            return
+        lock = NamedLock(self.session, sql.model_lock_name(self.database, model.model_name))
         with self._translated_errors():
-            (got,) = self.session.one(("SELECT GET_LOCK(%s, %s)",
-                                       (name, max(0.0, float(self.tuning.lock_wait_seconds)))))
-            holder = None if got == 1 else self.session.one((sql.LOCK_HOLDER, (name,)))
-        if got != 1:
-            who = f"session of {holder[0]}@{holder[1]}, running for {holder[2]} s" if holder else "another session"
-            raise TransferRunning(
-                f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
-                f"model to this destination is running ({who}); two transfers never write one "
-                "table at once. Fix: wait for it to end, or cancel it (transfer-platform cancel "
-                "TRANSFER_ID), then run this one again; transfers queued through Dagster wait for "
-                "each other by themselves")
-        self._locked.add(name)
+            self._locked.hold(model.model_name, lock, destination=self.name,
+                              wait_seconds=self.tuning.lock_wait_seconds)
 
     # -- the bulk load: LOAD DATA LOCAL INFILE ----------------------------------------------------
 
@@ -334,12 +346,12 @@ class MysqlWriter(SqlWriter):
             try:
                 rename_publish.publish(self, model, new_state, load.transfer_id)
             except TransferRunning:
-                raise TransferRunning(
-                    f"model '{model.model_name}' -> destination '{self.name}': the window was loaded "
-                    f"into a new table but could not replace the empty {self.table(model)}: other "
-                    f"sessions kept it in use for {max(1, round(self.tuning.lock_wait_seconds))} s. "
-                    "Nothing changed: the table and the watermark are as they were. Fix: run the "
-                    "transfer again once the queries or open transactions on the table have ended") from None
+                raise transfer_running(
+                    model.model_name, self.name, f"the window was loaded into a new table but could not replace "
+                    f"the empty {self.table(model)}: other sessions kept it in use for "
+                    f"{max(1, round(self.tuning.lock_wait_seconds))} s. Nothing changed: the table and the watermark "
+                    "are as they were", "run the transfer again once the queries or open transactions on the table "
+                    "have ended") from None
         return new_state
 
     def _clean_staging(self, model: ModelConfig) -> None:
@@ -380,12 +392,12 @@ class MysqlWriter(SqlWriter):
             super()._rename(model, pairs)
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] == LOCK_WAIT_TIMEOUT:
-                raise TransferRunning(
-                    f"model '{model.model_name}' -> destination '{self.name}': the full refresh is complete "
-                    f"but was not published: other sessions kept {self.table(model)} in use for {wait} s "
-                    "(RENAME TABLE needs it alone for a moment). Nothing changed: readers still see the old "
-                    "table, and the refresh built aside is kept. Fix: run the transfer again once the long "
-                    "queries or open transactions on the table have ended; it publishes the refresh") from None
+                raise transfer_running(
+                    model.model_name, self.name, f"the full refresh is complete but was not published: other "
+                    f"sessions kept {self.table(model)} in use for {wait} s (RENAME TABLE needs it alone for a "
+                    "moment). Nothing changed: readers still see the old table, and the refresh built aside is kept",
+                    "run the transfer again once the long queries or open transactions on the table have ended; it "
+                    "publishes the refresh") from None
             raise
         finally:
             self.session.execute("SET SESSION lock_wait_timeout = DEFAULT")

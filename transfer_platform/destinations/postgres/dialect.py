@@ -9,7 +9,6 @@ names are quoted here; values are always parameters.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,17 +24,17 @@ from transfer_platform.destinations.sql.dialect import (
     Statement,
     StatusTypes,
 )
+from transfer_platform.storage.locks import advisory_key, lock_timeout
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
 
-__all__ = ["REFRESH_PREFIX", "STAGING_PREFIX", "STATUS_TABLE", "PostgresDialect"]
+__all__ = ["REFRESH_PREFIX", "STAGING_PREFIX", "STATUS_TABLE", "PostgresDialect", "lock_timeout"]
 
 
 def model_lock_key(database: str, schema: str, model: str) -> int:
     """The advisory lock key of one model in one destination schema (a signed 64-bit integer)."""
-    digest = hashlib.sha256(f"transfer_platform\x00{database}\x00{schema}\x00{model}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return advisory_key(database, schema, model)
 
 
 def probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
@@ -126,11 +125,6 @@ SAME_PRIMARY_KEY = (
 #: whether another table's foreign key references table %s (``TRUNCATE`` refuses such a table)
 REFERENCED_BY_ANOTHER_TABLE = ("SELECT EXISTS (SELECT FROM pg_constraint WHERE contype = 'f' "
                                "AND confrelid = %s::regclass AND conrelid <> confrelid)")
-#: who holds advisory lock (classid, objid): application name and connection time
-ADVISORY_LOCK_HOLDER = (
-    "SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a "
-    "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-    "AND l.classid = %s AND l.objid = %s LIMIT 1")
 TABLES_STARTING_WITH = "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)"
 
 
@@ -207,12 +201,6 @@ def lock_exclusive(*tables: str) -> str:
 
 def analyze(table: str) -> str:
     return f"ANALYZE {table}"
-
-
-def lock_timeout(seconds: float) -> str:
-    """``seconds`` (``Tuning.lock_wait_seconds``) as the transaction's lock timeout; never 0,
-    which PostgreSQL reads as no timeout at all."""
-    return f"SET LOCAL lock_timeout = '{max(1, round(seconds * 1000))}ms'"
 
 
 def add_primary_key(table: str, columns: list[str]) -> str:

@@ -42,8 +42,8 @@ from transfer_platform.errors import (
     DataError,
     MissingPrivilege,
     SchemaMismatch,
-    TransferRunning,
     first_line,
+    transfer_running,
 )
 from transfer_platform.runtime.connections import (
     connect_postgres,
@@ -53,6 +53,7 @@ from transfer_platform.runtime.connections import (
     spark_error_reason,
 )
 from transfer_platform.sources.relay import relay_partition
+from transfer_platform.storage.locks import AdvisoryLock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.postgres import PostgresDestination
 
@@ -78,7 +79,7 @@ class PostgresWriter(SqlWriter):
                          what=f"PostgreSQL destination '{destination.name}'")
         self.schema = self.container
         self._conn: psycopg.Connection | None = None
-        self._locked: set[int] = set()  # the models whose lock this writer's session holds
+        self._locked = Locks()  # the models whose lock this writer's session holds
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -195,29 +196,9 @@ class PostgresWriter(SqlWriter):
         one destination never interleave, however they were started, and the staging tables of
         the model left behind can only be a dead transfer's. A second transfer waits up to
         ``Tuning.lock_wait_seconds``, then is refused, naming the first."""
-        import psycopg
-
         key = sql.model_lock_key(self.destination.connection.database, self.schema, model.model_name)
-        if key in self._locked:
-            return
-        conn = self.conn
-        conn.execute("SELECT set_config('application_name', %s, false)", (f"transfer_platform {transfer_id}"[:63],))
-        try:
-            # wait a little: a killed transfer's session ends a moment after its process
-            with conn.transaction():
-                conn.execute(sql.lock_timeout(self.tuning.lock_wait_seconds))
-                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-        except psycopg.errors.LockNotAvailable:
-            holder = conn.execute(sql.ADVISORY_LOCK_HOLDER, ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
-            who = (f"{holder[0] or 'a session'}, connected since {holder[1]:%Y-%m-%d %H:%M:%S}"
-                   if holder else "a session that has just ended")
-            raise TransferRunning(
-                f"model '{model.model_name}' -> destination '{self.name}': another transfer of this "
-                f"model to this destination is running ({who}); two transfers never write one "
-                "table at once. Fix: wait for it to end, or cancel it (transfer-platform cancel "
-                "TRANSFER_ID), then run this one again; transfers queued through Dagster wait for "
-                "each other by themselves") from None
-        self._locked.add(key)
+        self._locked.hold(model.model_name, AdvisoryLock(self.conn, key, transfer_id), destination=self.name,
+                          wait_seconds=self.tuning.lock_wait_seconds)
 
     # -- the bulk load: COPY ----------------------------------------------------------------------
 
@@ -410,12 +391,11 @@ class PostgresWriter(SqlWriter):
             with conn.transaction():
                 conn.execute(sql.lock_exclusive(live, aside))
         except psycopg.errors.LockNotAvailable:
-            raise TransferRunning(
-                f"model '{model.model_name}' -> destination '{self.name}': the full refresh is "
-                f"complete but was not published: other sessions kept {live} in use for "
-                f"{wait:g} s (publishing needs it alone for a moment). Nothing changed: "
-                "readers still see the old table, and the refresh built aside is kept. Fix: run the "
-                "transfer again once the long queries on the table have ended; it publishes the "
+            raise transfer_running(
+                model.model_name, self.name, f"the full refresh is complete but was not published: other "
+                f"sessions kept {live} in use for {wait:g} s (publishing needs it alone for a moment). Nothing "
+                "changed: readers still see the old table, and the refresh built aside is kept",
+                "run the transfer again once the long queries on the table have ended; it publishes the "
                 "refresh") from None
         if not self._swappable(live, aside):
             return False

@@ -25,7 +25,6 @@ beforehand); names are quoted as written.
 from __future__ import annotations
 
 import tempfile
-import time
 import uuid
 from contextlib import AbstractContextManager, suppress
 from dataclasses import replace
@@ -46,8 +45,9 @@ from transfer_platform.destinations.snowflake.connect import (
 )
 from transfer_platform.destinations.snowflake.dialect import LOCK_TABLE, STAGE, SnowflakeDialect
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import DataError, MissingPrivilege, TransferRunning
+from transfer_platform.errors import DataError, MissingPrivilege, transfer_running
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.locks import Lock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.snowflake import SnowflakeDestination
 
@@ -88,6 +88,45 @@ def stage_partition(connect_args: dict, put_sql: str, batches) -> object:
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
+class LockRow(Lock):
+    """A model's lock as its row of ``_transfer_locks``: claimed by one ``UPDATE`` when free, ours,
+    or expired (so a dead holder's is taken over by the claim itself); renewed inside each commit."""
+
+    poll_seconds = LOCK_POLL_SECONDS
+    then = "a transfer that died is taken over once its lease (lock_lease_seconds) runs out"
+
+    def __init__(self, writer: SnowflakeWriter, model: str) -> None:
+        self.writer, self.model = writer, model
+
+    def take(self, within: float) -> bool:
+        import snowflake.connector
+
+        w = self.writer
+        try:
+            return w.session.execute(w.dialect.claim_lock(w.locks, self.model, w.holder, w.lease)) > 0
+        except snowflake.connector.errors.ProgrammingError as exc:
+            if "conflict" in str(exc).lower():  # two claims at once: the other won
+                return False
+            raise
+
+    def holder(self) -> str:
+        w = self.writer
+        row = w.session.one(w.dialect.lock_holder(w.locks, self.model))
+        return "it holds the model's lock" + (f", its lease running until {row[1]}" if row and row[1] else "")
+
+    def renew(self) -> None:
+        w = self.writer
+        if not w.session.execute(w.dialect.renew_lock(w.locks, self.model, w.holder, w.lease)):
+            raise transfer_running(
+                self.model, w.name, "this transfer's lock expired and was taken over by another transfer; nothing "
+                "of this window was committed", "raise lock_lease_seconds above the longest window's load time, "
+                "then run the transfer again")
+
+    def release(self) -> None:
+        """Every lock row of this writer's (one statement)."""
+        self.writer.session.execute(self.writer.dialect.release_lock(self.writer.locks, self.writer.holder))
+
+
 class SnowflakeWriter(SqlWriter):
     DIALECT = SnowflakeDialect()
 
@@ -101,7 +140,7 @@ class SnowflakeWriter(SqlWriter):
         self.lease = destination.lock_lease_seconds
         self.holder = f"{uuid.uuid4().hex}"  # this writer, in the lock rows
         self._conn: snowflake.connector.SnowflakeConnection | None = None
-        self._locked: set[str] = set()
+        self._locked = Locks()
         self._open = False  # a window copied straight into its target: its transaction is open
 
     # -- connection ---------------------------------------------------------------------------
@@ -121,9 +160,7 @@ class SnowflakeWriter(SqlWriter):
     def close(self) -> None:
         """Release the models' locks, then the connection."""
         if self._conn is not None:
-            with suppress(Exception):  # gone: the locks expire by themselves
-                if self._locked:
-                    self.session.execute(self.dialect.release_lock(self.locks, self.holder))
+            self._locked.release_all()  # gone: the locks expire by themselves
             with suppress(Exception):
                 self._conn.close()
             self._conn = None
@@ -162,40 +199,15 @@ class SnowflakeWriter(SqlWriter):
         name = model.model_name
         if name in self._locked:
             return
-        deadline = time.monotonic() + max(0.0, float(self.tuning.lock_wait_seconds))
         with self._translated_errors():
             self.session.execute(self.dialect.lock_ddl(self.locks))
             self.session.execute(self.dialect.ensure_lock_row(self.locks, name))
-            while not self._claim(name):
-                if time.monotonic() >= deadline:
-                    row = self.session.one(self.dialect.lock_holder(self.locks, name))
-                    until = f", its lease running until {row[1]}" if row and row[1] else ""
-                    raise TransferRunning(
-                        f"model '{name}' -> destination '{self.name}': another transfer of this model to this "
-                        f"destination is running (it holds the model's lock{until}); two transfers never write one table at once. Fix: "
-                        "wait for it to end, or cancel it (transfer-platform cancel TRANSFER_ID), then run this "
-                        "one again; a transfer that died is taken over once its lease (lock_lease_seconds) runs out")
-                time.sleep(LOCK_POLL_SECONDS)
-        self._locked.add(name)
-
-    def _claim(self, name: str) -> bool:
-        import snowflake.connector
-
-        try:
-            return self.session.execute(self.dialect.claim_lock(self.locks, name, self.holder, self.lease)) > 0
-        except snowflake.connector.errors.ProgrammingError as exc:
-            if "conflict" in str(exc).lower():  # two claims at once: the other won
-                return False
-            raise
+            self._locked.hold(name, LockRow(self, name), destination=self.name,
+                              wait_seconds=self.tuning.lock_wait_seconds)
 
     def _lock_state(self, model: ModelConfig, column: str) -> ModelState:
         """Inside a commit: the lease renewed, refused if the lock is no longer this writer's."""
-        renewed = self.session.execute(self.dialect.renew_lock(self.locks, model.model_name, self.holder, self.lease))
-        if not renewed:
-            raise TransferRunning(
-                f"model '{model.model_name}' -> destination '{self.name}': this transfer's lock expired and "
-                "was taken over by another transfer; nothing of this window was committed. Fix: raise "
-                "lock_lease_seconds above the longest window's load time, then run the transfer again")
+        LockRow(self, model.model_name).renew()
         return super()._lock_state(model, column)
 
     # -- the bulk load: Parquet, PUT, COPY INTO ----------------------------------------------------
