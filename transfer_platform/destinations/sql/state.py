@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.watermarks import ModelState
 
@@ -73,11 +73,12 @@ class TableComments:
 
     def __init__(self, writer: SqlWriter) -> None:
         self.writer = writer
+        self._dialect: Any = writer.dialect  # one that writes comments (ClickHouse's)
 
     def _table_state(self, name: str) -> str | None:
         """The state (ModelState JSON) in table ``name``'s comment; ``None`` if none."""
         w = self.writer
-        row = w.session.one(w.dialect.comment(w.container, name))
+        row = w.session.one(self._dialect.comment(w.container, name))
         if row is None or not row[0]:
             return None
         try:
@@ -108,13 +109,13 @@ class TableComments:
 
     def record(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         w = self.writer
-        w.session.execute(w.dialect.set_comment(w.table(model), self.comment(state, transfer_id)))
+        w.session.execute(self._dialect.set_comment(w.table(model), self.comment(state, transfer_id)))
 
     def set(self, model: ModelConfig, column: str, state: ModelState | None) -> None:
         """A refresh's progress on its table aside (forgotten with that table: ``None`` writes nothing)."""
         w = self.writer
         if column == "refresh_state" and state is not None:
-            w.session.execute(w.dialect.set_comment(w.refresh_table(model), self.comment(state, "")))
+            w.session.execute(self._dialect.set_comment(w.refresh_table(model), self.comment(state, "")))
 
 
 #: the stores a SQL vendor's record chooses from (``Vendor.state_store``)

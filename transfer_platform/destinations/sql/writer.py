@@ -111,7 +111,7 @@ class SqlWriter(Writer, abstract=True):
         #: how messages name the destination ("PostgreSQL destination 'acme_pg'")
         self.what = what
         #: where each model's state is kept: the store the vendor record chooses
-        self.states = STATE_STORES[DESTINATIONS[self.dialect.vendor].state_store](self)
+        self.states = STATE_STORES[DESTINATIONS[self.dialect.vendor].state_store or "status row"](self)
 
     # -- what the vendor provides ----------------------------------------------------------------
 
@@ -169,6 +169,7 @@ class SqlWriter(Writer, abstract=True):
     def _leave_out_marked(self, staging: StagingTable, load: WindowLoad) -> None:
         """The loaded rows marked deleted removed before they are published (never delivered)."""
         marker = load.model.deletion_marker
+        assert marker is not None  # called only for a model that removes the rows it marks deleted
         self.session.execute(self.dialect.delete_where(
             staging.table, self.dialect.marked(marker.destination_name, marker.data_type)))
 
@@ -378,7 +379,8 @@ class SqlWriter(Writer, abstract=True):
     def _staged(self, staging: StagingTable, load: WindowLoad) -> StagingTable:
         """The ``stage`` record: the staging table, or, loaded straight into the table
         (``copy-into``, ``clone-and-exchange``), that table; whether it took the empty-table load."""
-        strategy, fields = self.empty_table_load, {"staging_table": staging.name}
+        strategy = self.empty_table_load
+        fields: dict[str, Any] = {"staging_table": staging.name}
         if strategy == "create-and-rename":
             fields["fresh_table"] = staging.into_empty
         elif strategy in ("copy-into", "clone-and-exchange"):
