@@ -52,7 +52,7 @@ def build_definitions(config_path: str | None = None, shard: str | None = None) 
     ``$TRANSFER_PLATFORM_SHARD``, of that share of them (``config/shards.py``)."""
     collect_less()  # the code server's (and the run workers' parent's), for the load and every snapshot
     install_dagster_fixes()  # the code server's: the epoch tick, runs cancelled when `dagster dev` stops
-    dagster_internals.warn_problems("repair", "run_tags")  # a Dagster lacking what the sensor uses: named
+    dagster_internals.warn_problems("repair")  # a Dagster lacking what the sensor uses: named
     path = str(find_config_path(config_path).resolve())
     share = current_shard() if shard is None else parse_shard(shard, where="the shard of the definitions")
     config = shard_config(load_config(path), share)

@@ -17,8 +17,8 @@ it is Dagster's ``QueuedRunCoordinator``, with one warning naming the name and w
 configuration's rules are passed through Dagster's own ``tag_concurrency_limits`` when it starts
 (a configuration that does not load then holds every queued run: ``max_concurrent_runs: 0``), and
 submitted runs are queued as they come (runs launched from the UI carry no limit tags). A
-fractional ``dequeue_interval_seconds`` on a Dagster lacking its attribute is rounded up to
-Dagster's whole seconds.
+fractional ``dequeue_interval_seconds`` is the coordinator's own (the property the daemon reads),
+on any Dagster.
 
 When the webserver or the daemon starts it, it installs the epoch tick fix of
 :mod:`~transfer_platform.orchestration.dagster_fixes`, so that they compute the partition keys the
@@ -160,7 +160,7 @@ def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
     return limit_tags(config, destination_name, models, kind, with_checks=kind == "transfer" and integrity)
 
 
-class TransferRunCoordinator(QueuedRunCoordinator):
+class TransferRunCoordinator(dagster_internals.KeptInstance, QueuedRunCoordinator):
     """``QueuedRunCoordinator`` + the configuration's tags and limits (see the module docstring).
 
     ``dequeue_interval_seconds`` may be a fraction here (Dagster's schema takes whole seconds).
@@ -204,23 +204,25 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         interval = config_value.get("dequeue_interval_seconds")
         if interval is not None and interval <= 0:
             raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
-        whole = interval is not None and bool(dagster_internals.fallback("dequeue_interval"))
         pooled = bool(config_value.get("pooled_storage_connections"))
         rest = {k: v for k, v in config_value.items() if k != "pooled_storage_connections"}
-        rest["dequeue_interval_seconds"] = max(1, math.ceil(interval)) if whole else None
+        # Dagster's schema takes whole seconds: the fraction is kept here, the property returns it
+        rest["dequeue_interval_seconds"] = None if interval is None else max(1, math.ceil(interval))
         if dagster_internals.fallback("coordinator"):
             rest = _with_configured_limits(rest)
         coordinator = super().from_config_value(inst_data, rest)
         coordinator.pooled_storage_connections = pooled
-        if interval is not None and not whole:
-            dagster_internals.set_dequeue_interval(coordinator, interval)  # read by the daemon only
+        coordinator.fractional_dequeue_interval = interval
         return coordinator
 
     pooled_storage_connections = False
+    fractional_dequeue_interval: float | None = None
 
     @property
     def configured_dequeue_interval_seconds(self) -> float:
-        """``dequeue_interval_seconds`` as ``dagster.yaml`` gives it (Dagster's default: 5)."""
+        """``dequeue_interval_seconds`` as ``dagster.yaml`` gives it, fractions kept (Dagster's default: 5)."""
+        if self.fractional_dequeue_interval is not None:
+            return self.fractional_dequeue_interval
         return super().dequeue_interval_seconds
 
     @property
@@ -248,7 +250,7 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         if self.dagsters_own:
             return super().submit_run(context)
         run = context.dagster_run
-        instance = dagster_internals.plugin_instance(self)
+        instance = self.platform_instance
         try:
             tags = tags_for(_config(), run)
         except Exception as exc:  # any failure refuses the run, with its reason

@@ -40,7 +40,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from dagster import deserialize_value
+from dagster import TimeWindowPartitionsDefinition, deserialize_value
 
 from transfer_platform.orchestration import dagster_internals
 
@@ -50,8 +50,13 @@ _looked: set[str] = set()  # the fixes this process has looked at (each is insta
 
 
 def _epoch_tick_is_dropped() -> bool:
-    ticks = itertools.islice(dagster_internals.cron_ticks(-120, "*/2 * * * *", "UTC"), 2)
-    return [t.timestamp() for t in ticks] != [-120, 0]
+    """Whether Dagster's partitions of a two-minute grid from 23:58 the day before the epoch lack
+    the epoch's own tick (asked through the public partitions, which Dagster computes by the
+    function the fix wraps)."""
+    start = datetime.datetime.fromtimestamp(-120, tz=datetime.UTC)
+    partitions = TimeWindowPartitionsDefinition(start=start, end=start + datetime.timedelta(minutes=4),
+                                                cron_schedule="*/2 * * * *", fmt="%Y-%m-%d-%H:%M")
+    return partitions.get_partition_keys() != ["1969-12-31-23:58", "1970-01-01-00:00"]
 
 
 _REFRESH_PATCHED = "_transfer_platform_workspace_refresh"

@@ -42,7 +42,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dagster import DagsterRun, DefaultRunLauncher, serialize_value
 
@@ -50,16 +50,13 @@ from transfer_platform.orchestration import dagster_internals
 from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
 from transfer_platform.runtime.forks import ready
 
-if TYPE_CHECKING:
-    from transfer_platform.orchestration.dagster_internals import LaunchRunContext
-
 _LOG = logging.getLogger("transfer_platform.launcher")
 #: how long a run waits for its worker to start (a parent just started imports first)
 START_TIMEOUT_SECONDS = 300
 NO_FORK = "the code location's parent process runs a thread, so it cannot fork"
 
 
-class PreloadedRunLauncher(DefaultRunLauncher):
+class PreloadedRunLauncher(dagster_internals.KeptInstance, DefaultRunLauncher):
     """Runs forked from a process that has imported the code location (see the module).
 
     ``dagster_version``: the Dagster whose private names the fork relies on (this one's by default;
@@ -71,17 +68,15 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         self._parents: dict[str, _Parent] = {}
         self._no_fork: dict[str, str] = {}  # code locations whose parent cannot fork: why
         self._lock = threading.Lock()
-        #: a Dagster lacking what the launcher itself uses (its instance): Dagster's launcher, warned once
-        self.dagsters_own = dagster_internals.fallback("launcher")
+        self._forked: set[str] = set()  # the runs it forked, which join() waits for
         #: why this launcher never forks (None: it forks), warned once per process
-        self.fork_refusal = self.dagsters_own or dagster_internals.fork_refusal(
-            dagster_version or dagster_internals.DAGSTER_VERSION)
-        if self.fork_refusal and not self.dagsters_own:
+        self.fork_refusal = dagster_internals.fork_refusal(dagster_version or dagster_internals.DAGSTER_VERSION)
+        if self.fork_refusal:
             dagster_internals.warn_once(f"fork_refusal:{self.fork_refusal}", (
                 f"transfer_platform falls back to Dagster's own behaviour for {dagster_internals.PARTS['run_worker']}: "
                 f"{self.fork_refusal}. Lost: {dagster_internals.LOST['run_worker']}"))
 
-    def launch_run(self, context: LaunchRunContext) -> None:
+    def launch_run(self, context: Any) -> None:  # Dagster's LaunchRunContext
         run = context.dagster_run
         origin = run.job_code_origin
         if origin is None or not hasattr(os, "fork") or self.fork_refusal:
@@ -94,7 +89,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
                 started, why = self._start(key, origin.repository_origin, run)
             if started:
                 return
-        dagster_internals.plugin_instance(self).report_engine_event(
+        self.platform_instance.report_engine_event(
             f"The preloaded run worker did not start ({why}); the code server launches the run.", run,
             cls=self.__class__)
         super().launch_run(context)
@@ -102,7 +97,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
     def _start(self, key: str, origin: Any, run: DagsterRun) -> tuple[bool, str]:
         """Fork ``run``'s worker from this code location's parent: (started, why not)."""
         why = ""
-        instance = dagster_internals.plugin_instance(self)
+        instance = self.platform_instance
         for _attempt in range(2):  # a parent that ended, or whose code changed, is replaced once
             parent = self._parents.get(key)
             if parent is None or not parent.alive():
@@ -114,7 +109,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
             if answer.get("pid"):
                 instance.add_run_tags(run.run_id, {
                     WORKER_TAG: f"{socket.gethostname()} {answer['pid']} {answer['started']}"})
-                dagster_internals.track_launched_run(self, run.run_id)
+                self._forked.add(run.run_id)
                 return True, ""
             parent.close()
             del self._parents[key]
@@ -132,9 +127,9 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         return False, why
 
     def terminate(self, run_id: str) -> bool:
-        if self.dagsters_own or not self.has_instance:
+        if not self.has_instance:
             return super().terminate(run_id)
-        instance = dagster_internals.plugin_instance(self)
+        instance = self.platform_instance
         run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished or WORKER_TAG not in run.tags:
             return super().terminate(run_id)
@@ -151,6 +146,19 @@ class PreloadedRunLauncher(DefaultRunLauncher):
             return False
         os.kill(int(pid), signal.SIGINT)
         return True
+
+    def join(self, timeout: float = 30) -> None:
+        """Wait for the runs Dagster's launcher started and for the ones forked here to finish (an
+        instance made by ``dagster.instance_for_test`` joins its launcher when it closes)."""
+        super().join(timeout)
+        if not self._forked or not self.has_instance:
+            return
+        instance, deadline = self.platform_instance, time.monotonic() + timeout
+        while active := [run_id for run_id in self._forked
+                         if (run := instance.get_run_by_id(run_id)) is not None and not run.is_finished]:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"Timed out waiting for these runs to finish: {active!r}")
+            time.sleep(0.05)
 
     def dispose(self) -> None:
         with self._lock:

@@ -242,7 +242,7 @@ def preload(origin: Any) -> None:  # a RepositoryPythonOrigin
 
     warm((*dagster_internals.WARM_MODULES, *WARM_IMPORTS), skipped=Exception)
     with suppress(Exception):  # a code location that does not load fails its run, with Dagster's error
-        dagster_internals.load_repository(origin)
+        dagster_internals.load_repository(origin, WARM_JOB)
 
 
 def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  # an InstanceRef
