@@ -32,9 +32,10 @@ BUILD = textwrap.dedent("""
     warnings.simplefilter("ignore")
     from dagster._core.remote_representation.external_data import RepositorySnap
     from transfer_platform import definitions
+    from transfer_platform.orchestration import speed
 
     if sys.argv[2] == "python's default":
-        definitions.GC_YOUNG_THRESHOLD = 700
+        speed.GC_YOUNG_THRESHOLD = 700
     before = gc.get_stats()[0]["collections"]
     repository = definitions.build_definitions(sys.argv[1], shard="").get_repository_def()
     RepositorySnap.from_def(repository, defer_snapshots=True)
