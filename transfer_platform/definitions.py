@@ -20,15 +20,21 @@ from transfer_platform.config.shards import (
     shard_config,
 )
 from transfer_platform.orchestration import speed
-from transfer_platform.orchestration.assets import source_specs, transfer_assets
-from transfer_platform.orchestration.checks import integrity_job
-from transfer_platform.orchestration.connection_test_job import connection_test_job
-from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
-from transfer_platform.orchestration.io_manager import DestinationIOManager
-from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
-from transfer_platform.orchestration.retention import run_retention_sensor
-from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
-from transfer_platform.orchestration.transfer_job import transfer_job
+from transfer_platform.orchestration.catalog.assets import source_specs, transfer_assets
+from transfer_platform.orchestration.catalog.checks import integrity_job
+from transfer_platform.orchestration.catalog.io_manager import DestinationIOManager
+from transfer_platform.orchestration.catalog.resources import (
+    TransferPlatformResource,
+    spark_resource,
+)
+from transfer_platform.orchestration.instance.retention import run_retention_sensor
+from transfer_platform.orchestration.jobs.connection_test_job import connection_test_job
+from transfer_platform.orchestration.jobs.delete_sweep_job import delete_sweep_job
+from transfer_platform.orchestration.jobs.transfer_job import transfer_job
+from transfer_platform.orchestration.scheduling.sensors import (
+    transfer_assets_jobs,
+    transfer_schedule_sensor,
+)
 from transfer_platform.webhooks.sensors import webhook_sensors
 
 

@@ -134,7 +134,7 @@ def _unstorable(scope: dict[str, Any], problems: list[Problem]) -> JSONResponse:
 def dagster_storage_error(exc: Exception, reason: str) -> ConnectionFailure:
     """What an error of Dagster's SQLite storage ($DAGSTER_HOME) means, with its fix."""
     from transfer_platform.errors import DagsterStorageError
-    from transfer_platform.orchestration.sqlite_storage import record_problem
+    from transfer_platform.orchestration.instance.sqlite_storage import record_problem
 
     home = os.environ.get("DAGSTER_HOME", "")
     return record_problem(home, exc) or DagsterStorageError(home or "$DAGSTER_HOME", f"failed: {reason}", fix=(

@@ -27,8 +27,9 @@ from dagster._core.workspace.load_target import ModuleTarget
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration import compute_logs, dagster_fixes, dagster_internals
-from transfer_platform.orchestration.dagster_internals import (
+from transfer_platform.orchestration.scheduling.run_tags import model_key
+from transfer_platform.orchestration.speed import compute_logs, dagster_fixes, dagster_internals
+from transfer_platform.orchestration.speed.dagster_internals import (
     FENCED,
     LOST,
     PARTS,
@@ -36,8 +37,7 @@ from transfer_platform.orchestration.dagster_internals import (
     QUEUE_PASS,
     UnprovenDagsterWarning,
 )
-from transfer_platform.orchestration.run_tags import model_key
-from transfer_platform.orchestration.run_worker import WORKER_TAG
+from transfer_platform.orchestration.speed.run_worker import WORKER_TAG
 from transfer_platform_tests.support.dagster import CONFIG_ENV, launch
 from transfer_platform_tests.support.fence import fallbacks, hide
 from transfer_platform_tests.support.platform import dagster_home, write_config
@@ -186,4 +186,4 @@ def test_a_configuration_that_does_not_load_holds_the_queue(tmp_path: Path, home
         config = instance.run_coordinator.get_run_queue_config()
     assert config.max_concurrent_runs == 0
     assert any("no queued run starts" in str(w.message) for w in record)
-    assert sys.modules["transfer_platform.orchestration.coordinator"]  # loaded, not refused
+    assert sys.modules["transfer_platform.orchestration.scheduling.coordinator"]  # loaded, not refused

@@ -1,4 +1,4 @@
-"""The contract with Dagster's private names (``orchestration/dagster_internals.py``).
+"""The contract with Dagster's private names (``orchestration/speed/dagster_internals.py``).
 
 Run it first after bumping Dagster in ``uv.lock``: one case per fenced name, each failing with the
 sentence that names what this Dagster lacks (the name, what it is for); then the shapes we rely on
@@ -28,16 +28,16 @@ from dagster._core.code_pointer import ModuleCodePointer
 from dagster._core.launcher import LaunchRunContext
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 
-from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.dagster_internals import (
+from transfer_platform.orchestration.speed import dagster_internals
+from transfer_platform.orchestration.speed.dagster_internals import (
     FENCED,
     PROVEN_DAGSTER_VERSIONS,
     Fenced,
     UnprovenDagsterWarning,
     UnsupportedDagsterError,
 )
-from transfer_platform.orchestration.launcher import PreloadedRunLauncher
-from transfer_platform.orchestration.run_worker import WORKER_TAG, Parent
+from transfer_platform.orchestration.speed.launcher import PreloadedRunLauncher
+from transfer_platform.orchestration.speed.run_worker import WORKER_TAG, Parent
 
 PACKAGE = Path(__file__).resolve().parents[2] / "transfer_platform"
 UNKNOWN = "1.99.0"
@@ -169,7 +169,7 @@ PRIVATE_ATTRIBUTE = re.compile(r"\._(instance|run_ids|dequeue_interval_seconds|e
 
 
 def test_no_module_but_the_door_imports_dagsters_private_names() -> None:
-    door = PACKAGE / "orchestration" / "dagster_internals.py"
+    door = PACKAGE / "orchestration" / "speed" / "dagster_internals.py"
     offenders = [f"{path.relative_to(PACKAGE.parent)}: {match.group(0).strip()}"
                  for path in sorted(PACKAGE.rglob("*.py")) if path != door
                  for pattern in (PRIVATE_IMPORT, PRIVATE_ATTRIBUTE)
@@ -178,9 +178,9 @@ def test_no_module_but_the_door_imports_dagsters_private_names() -> None:
 
 
 def test_importing_the_platform_patches_nothing() -> None:
-    code = ("import transfer_platform.definitions, transfer_platform.orchestration.coordinator, "
-            "transfer_platform.orchestration.launcher, transfer_platform.orchestration.run_worker\n"
-            "from transfer_platform.orchestration.dagster_fixes import installed, dev_stop_installed\n"
+    code = ("import transfer_platform.definitions, transfer_platform.orchestration.scheduling.coordinator, "
+            "transfer_platform.orchestration.speed.launcher, transfer_platform.orchestration.speed.run_worker\n"
+            "from transfer_platform.orchestration.speed.dagster_fixes import installed, dev_stop_installed\n"
             "print(installed(), dev_stop_installed())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "DAGSTER_IS_DEV_CLI": "1"})

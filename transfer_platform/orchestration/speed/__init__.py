@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gc
 
-from transfer_platform.orchestration import dagster_fixes, dagster_internals
+from transfer_platform.orchestration.speed import dagster_fixes, dagster_internals
 
 #: new objects between two of the garbage collector's young collections in a process that builds
 #: the definitions (Python's default: 700). A code location of 1,000 recipients x 10 models makes

@@ -31,11 +31,11 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.last_transfer import failure_description
-from transfer_platform.orchestration.reporting import step_events, step_transfer
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.catalog.keys import transfer_asset_key
+from transfer_platform.orchestration.catalog.last_transfer import failure_description
+from transfer_platform.orchestration.catalog.reporting import step_events, step_transfer
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
     TRANSFER_OP,

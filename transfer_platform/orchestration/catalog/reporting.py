@@ -21,9 +21,14 @@ from dagster import (
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.orchestration.keys import destination_asset_key
-from transfer_platform.orchestration.last_transfer import ended, outcomes, stop_reason, stopped
-from transfer_platform.orchestration.lifecycle import heartbeat
+from transfer_platform.orchestration.catalog.keys import destination_asset_key
+from transfer_platform.orchestration.catalog.last_transfer import (
+    ended,
+    outcomes,
+    stop_reason,
+    stopped,
+)
+from transfer_platform.orchestration.runs.lifecycle import heartbeat
 from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.order import TransferOrder

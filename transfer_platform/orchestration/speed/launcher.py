@@ -4,7 +4,7 @@ Dagster's ``DefaultRunLauncher`` asks the code server to start each run, and the
 starts a new ``spawn``-ed Python that imports Dagster, the code location and the data path's
 libraries before the run begins: ~2.5 s of a small incremental's 5.5 s through the daemon on this
 2-core machine, and as much CPU for every run. This launcher keeps one *preloaded parent* per code
-location (:mod:`transfer_platform.orchestration.run_worker`, a child of the process that launches
+location (:mod:`transfer_platform.orchestration.speed.run_worker`, a child of the process that launches
 runs: the daemon) that has imported all of that once; each run is a ``fork`` of it, executed as
 ``dagster api execute_run`` executes it, in a process of its own as before (a run that crashes
 takes nothing else with it, and is failed as the code server fails it).
@@ -17,7 +17,7 @@ takes nothing else with it, and is failed as the code server fails it).
   :data:`START_TIMEOUT_SECONDS`, a thread ran in it, or the code location's Dagster is not one the
   worker is proven on) is launched by Dagster's own path, the code server, with an engine event
   saying why; so are runs without a Python origin, and every run on a platform without ``fork``.
-- The fork relies on private Dagster names (:mod:`~transfer_platform.orchestration.dagster_internals`):
+- The fork relies on private Dagster names (:mod:`~transfer_platform.orchestration.speed.dagster_internals`):
   on a Dagster outside ``PROVEN_DAGSTER_VERSIONS`` (a range), or lacking one of them, the launcher
   warns once per process and is Dagster's ``DefaultRunLauncher`` for every run (never an error that
   stops the daemon).
@@ -46,8 +46,8 @@ from typing import Any
 
 from dagster import DagsterRun, DefaultRunLauncher, serialize_value
 
-from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
+from transfer_platform.orchestration.speed import dagster_internals
+from transfer_platform.orchestration.speed.run_worker import WORKER_TAG, process_start_time
 from transfer_platform.runtime.forks import ready
 
 _LOG = logging.getLogger("transfer_platform.launcher")
@@ -173,7 +173,7 @@ class _Parent:
 
     def __init__(self, instance: Any, origin: Any) -> None:  # DagsterInstance, origin
         self.process = subprocess.Popen(
-            [origin.executable_path, "-m", "transfer_platform.orchestration.run_worker"],
+            [origin.executable_path, "-m", "transfer_platform.orchestration.speed.run_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.buffer = b""
         self._send({"instance_ref": serialize_value(instance.get_ref()), "origin": serialize_value(origin)})

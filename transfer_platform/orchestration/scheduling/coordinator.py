@@ -5,14 +5,14 @@ button or a UI backfill carries none of ours. Every launch path (the UI, backfil
 ``transfer-platform transfer --enqueue``) goes through the instance's run coordinator, so this
 subclass of ``QueuedRunCoordinator`` (configured in ``dagster.yaml``; importable by the webserver
 and the daemon) works out which destination, models and sources a run touches and adds the tags
-of :mod:`transfer_platform.orchestration.run_tags` before the run is queued. The daemon asks it
+of :mod:`transfer_platform.orchestration.scheduling.run_tags` before the run is queued. The daemon asks it
 for the queue's rules at every pass, and it answers with the rules ``dagster.yaml`` gives plus the
 ones generated from the configuration, so the limits follow the file.
 
 A run it cannot place (assets of several destinations in one run, a configuration that does not
 load) is refused at submission with a message saying why: limits fail closed.
 
-On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.dagster_internals`)
+On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.speed.dagster_internals`)
 it is Dagster's ``QueuedRunCoordinator``, with one warning naming the name and what is lost: the
 configuration's rules are passed through Dagster's own ``tag_concurrency_limits`` when it starts
 (a configuration that does not load then holds every queued run: ``max_concurrent_runs: 0``), and
@@ -21,7 +21,7 @@ fractional ``dequeue_interval_seconds`` is the coordinator's own (the property t
 on any Dagster.
 
 When the webserver or the daemon starts it, it installs the epoch tick fix of
-:mod:`~transfer_platform.orchestration.dagster_fixes`, so that they compute the partition keys the
+:mod:`~transfer_platform.orchestration.speed.dagster_fixes`, so that they compute the partition keys the
 code server computes.
 """
 
@@ -42,10 +42,9 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import find_config_path
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration import dagster_fixes, dagster_internals, queue_wake
-from transfer_platform.orchestration.config_stamp import config_stamp
-from transfer_platform.orchestration.keys import destination_and_model
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.catalog.keys import destination_and_model
+from transfer_platform.orchestration.scheduling.config_stamp import config_stamp
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     INTEGRITY_OP,
     KIND_TAG,
@@ -55,9 +54,10 @@ from transfer_platform.orchestration.run_tags import (
     queue_rules,
     transfer_op_config,
 )
+from transfer_platform.orchestration.speed import dagster_fixes, dagster_internals, queue_wake
 
 if TYPE_CHECKING:
-    from transfer_platform.orchestration.dagster_internals import RunQueueConfig
+    from transfer_platform.orchestration.speed.dagster_internals import RunQueueConfig
 
 _LOG = logging.getLogger("transfer_platform.coordinator")
 TRANSFER_JOB = "transfer"
@@ -165,7 +165,7 @@ class TransferRunCoordinator(dagster_internals.KeptInstance, QueuedRunCoordinato
 
     ``dequeue_interval_seconds`` may be a fraction here (Dagster's schema takes whole seconds).
     With PostgreSQL run storage the queue is also passed over as soon as a run is queued or ends
-    (:mod:`~transfer_platform.orchestration.queue_wake`): the interval is then only the longest a
+    (:mod:`~transfer_platform.orchestration.speed.queue_wake`): the interval is then only the longest a
     run waits when a notification was lost.
 
     ``pooled_storage_connections`` (the shipped ``dagster.yaml`` sets it): the process that opens

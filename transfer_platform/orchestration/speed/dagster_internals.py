@@ -86,7 +86,7 @@ PARTS = {
     "snapshot_once": "the code server's repository snapshot made once, ahead of the first request (dagster_fixes.py)",
     "asset_automation": "the transfer_schedule sensor shown as each transfer asset's automation in the UI (sensors.py)",
     "enqueue": "enqueueing a transfer or integrity check: `transfer-platform transfer --enqueue` and the API "
-               "(orchestration/workspaces.py)",
+               "(orchestration/runs/workspaces.py)",
     "repair": "self-healing's reading of check evaluations (repair.py)",
     "run_columns": "the runs table's columns looked up once per process (coordinator.py)",
     "workspace_refresh": "the daemon's refresh, each minute, of code servers started beside it skipped while "
@@ -126,7 +126,7 @@ LOST = {
                          "next tick rebuilds the asset graph",
     "sqlite_lock": "Dagster's own SQLite storage: processes of one DAGSTER_HOME that start together may create "
                    "it at once and leave two migration records, after which the instance does not open "
-                   "until repaired (python -m transfer_platform.orchestration.sqlite_storage)",
+                   "until repaired (python -m transfer_platform.orchestration.instance.sqlite_storage)",
 }
 
 
@@ -617,7 +617,7 @@ _COLUMNS_REMEMBERED = "_transfer_platform_run_columns"
 def install_prompt_queue_pass() -> bool:
     """Wrap the daemon's queue pass with :func:`queue_wake.prompt_pass` (once per process);
     False (and one warning) when this Dagster lacks it."""
-    from transfer_platform.orchestration.queue_wake import prompt_pass
+    from transfer_platform.orchestration.speed.queue_wake import prompt_pass
 
     if fallback("queue_wake"):
         return False

@@ -10,7 +10,7 @@ run's output repeated in the daemon's log (at 4,000 runs an hour, most of that l
 ``dagster dev`` (the shipped ``dagster.yaml``) Dagster's own manager stays, so a run's output also
 shows in the terminal.
 
-On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.dagster_internals`)
+On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.speed.dagster_internals`)
 it is Dagster's own manager, with one warning: the capture is Dagster's (the ``tail`` mirror) when
 only the capture's names are gone; when ``LocalComputeLogManager`` itself is gone, the instance
 gets the manager Dagster itself gives a fresh instance, configured as this one was.
@@ -27,7 +27,7 @@ from typing import Any
 
 import dagster
 
-from transfer_platform.orchestration import dagster_internals as internals
+from transfer_platform.orchestration.speed import dagster_internals as internals
 
 
 def _dagsters_default() -> type:

@@ -42,26 +42,30 @@ from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import ModelWindowing
-from transfer_platform.orchestration.checks import CHECK_NAME as INTEGRITY
-from transfer_platform.orchestration.checks import integrity_spec, run_checks
-from transfer_platform.orchestration.keys import (
+from transfer_platform.orchestration.catalog.checks import CHECK_NAME as INTEGRITY
+from transfer_platform.orchestration.catalog.checks import integrity_spec, run_checks
+from transfer_platform.orchestration.catalog.keys import (
     SOURCE_GROUP,
     source_asset_key,
     transfer_asset_key,
     transfer_group,
 )
-from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
-from transfer_platform.orchestration.last_transfer import (
+from transfer_platform.orchestration.catalog.last_transfer import CHECK_NAME as LAST_TRANSFER
+from transfer_platform.orchestration.catalog.last_transfer import (
     as_result,
     check_spec,
     failure_description,
     for_partition,
     latest,
 )
-from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
-from transfer_platform.orchestration.reporting import step_events, step_transfer
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
+from transfer_platform.orchestration.catalog.partitions import partitions_for, windows_for_keys
+from transfer_platform.orchestration.catalog.reporting import step_events, step_transfer
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.run_tags import (
+    FULL_REFRESH_TAG,
+    KIND_TAG,
+    limit_tags,
+)
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.runner import ModelSummary, windowing_for
