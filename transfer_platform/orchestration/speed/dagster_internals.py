@@ -468,14 +468,6 @@ def problems(part: str, version: str = DAGSTER_VERSION) -> list[str]:
     return [p for f in FENCED if part in f.parts and (p := f.problem(version))]
 
 
-def require(part: str) -> None:
-    """:class:`UnsupportedDagsterError` naming every name ``part`` needs that this Dagster lacks
-    (for a command, which can refuse; a service's part uses :func:`fallback`)."""
-    missing = problems(part)
-    if missing:
-        raise UnsupportedDagsterError("; ".join(missing))
-
-
 #: each part looked at in this process: None (it has its names) or the warning it gave
 _CHECKED: dict[str, str | None] = {}
 
