@@ -64,7 +64,7 @@ def workspace_file() -> Path:
     repository's ``workspace.yaml``)."""
     if os.environ.get(WORKSPACE_ENV):
         return Path(os.environ[WORKSPACE_ENV])
-    return Path(__file__).resolve().parents[2] / "workspace.yaml"
+    return Path(__file__).resolve().parents[3] / "workspace.yaml"
 
 
 #: workspace fields holding a path, relative to the workspace file's folder
