@@ -79,7 +79,7 @@ def record_one(instance, k: int, now: datetime, spacing: timedelta) -> list:
     import dagster as dg
 
     from transfer_platform.core.lifecycle import MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
-    from transfer_platform.orchestration.run_tags import (
+    from transfer_platform.orchestration.scheduling.run_tags import (
         DESTINATION_TAG,
         KIND_TAG,
         MODELS_TAG,
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transfer_platform.api.app import create_app
     from transfer_platform.config.secrets import SECRET_KEY_ENV
-    from transfer_platform.orchestration.run_tags import KIND_TAG
+    from transfer_platform.orchestration.scheduling.run_tags import KIND_TAG
     from transfer_platform.store.api_keys import create_key
     from transfer_platform.store.database import migrate
 
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                     import cProfile
                     import pstats
 
-                    from transfer_platform.orchestration.transfers import (
+                    from transfer_platform.orchestration.runs.transfers import (
                         TransferFilter,
                         page_transfers,
                     )

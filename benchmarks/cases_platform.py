@@ -171,7 +171,7 @@ class DagsterBackfill:
         self.instance = dg.DagsterInstance.local_temp(str(home))
 
     def keys(self, indices: list[int]) -> set:
-        from transfer_platform.orchestration.keys import transfer_asset_key
+        from transfer_platform.orchestration.catalog.keys import transfer_asset_key
 
         return {transfer_asset_key(f"r{i}", f"d{i}", "events") for i in indices}
 

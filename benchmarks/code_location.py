@@ -275,7 +275,7 @@ def environment(values: dict[str, str]):
 #: ``dagster-daemon`` without the platform's patch of its workspace refresh (the fix marked as
 #: already looked at, so the run coordinator does not install it): Dagster's refresh every minute
 DAEMON_WITH_DAGSTERS_REFRESH = (
-    "import sys; from transfer_platform.orchestration import dagster_fixes; "
+    "import sys; from transfer_platform.orchestration.speed import dagster_fixes; "
     "dagster_fixes._looked.add('workspace_refresh'); from dagster._daemon.cli import main; sys.exit(main())")
 
 

@@ -115,7 +115,7 @@ class Daemon:
 
     def enqueue(self, destination: str, full_refresh: bool = False) -> str:
         from transfer_platform.config.loading import load_config
-        from transfer_platform.orchestration.transfers import enqueue
+        from transfer_platform.orchestration.runs.transfers import enqueue
         from transfer_platform.transfers.order import TransferOrder
 
         return enqueue(self.instance, load_config(self.config_path), self.config_path,

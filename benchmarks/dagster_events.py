@@ -29,7 +29,7 @@ import yaml
 from benchmarks.common import PG, pg_connect, storage_env
 from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.run_tags import USER_TAG_PREFIX, limit_tags
+from transfer_platform.orchestration.scheduling.run_tags import USER_TAG_PREFIX, limit_tags
 
 REPO = Path(__file__).resolve().parents[1]
 #: the lake's tenants (its rows) and the one recipient (acme, destination acme_delta)

@@ -103,7 +103,7 @@ def store_runs(instance, count: int, destinations: int) -> None:
     """``count`` finished transfer runs, spread over the destinations, every other one SUCCESS."""
     import dagster as dg
 
-    from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
+    from transfer_platform.orchestration.scheduling.run_tags import DESTINATION_TAG, KIND_TAG
 
     for k in range(count):
         status = dg.DagsterRunStatus.SUCCESS if k % 2 == 0 else dg.DagsterRunStatus.CANCELED
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     import dagster as dg
 
     from transfer_platform.definitions import build_definitions
-    from transfer_platform.orchestration.resources import TransferPlatformResource
-    from transfer_platform.orchestration.sensors import evaluate_schedule
+    from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+    from transfer_platform.orchestration.scheduling.sensors import evaluate_schedule
 
     warnings.simplefilter("ignore")
     counter = Counter()

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget, ModuleTarget
 
-    from transfer_platform.orchestration import sensors
+    from transfer_platform.orchestration.scheduling import sensors
 
     if args.all_first_runs_at_once:
         sensors.FIRST_RUNS_PER_TICK = 10**9
@@ -204,7 +204,7 @@ def __getattr__(name: str):
     if name != "defs_all_first_runs_at_once":
         raise AttributeError(name)
     from transfer_platform.definitions import defs
-    from transfer_platform.orchestration import sensors
+    from transfer_platform.orchestration.scheduling import sensors
 
     sensors.FIRST_RUNS_PER_TICK = 10**9
     return defs

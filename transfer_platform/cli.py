@@ -256,7 +256,7 @@ def _runless_reporter(config, destination: str):  # PlatformConfig -> RunlessRep
         return None
     from dagster import DagsterInstance
 
-    from transfer_platform.orchestration.reporting import RunlessReporter
+    from transfer_platform.orchestration.catalog.reporting import RunlessReporter
 
     return RunlessReporter(DagsterInstance.get(), config, destination)
 
@@ -275,7 +275,7 @@ def _enqueue(args: argparse.Namespace) -> int:
     launch it writes its log elsewhere (nowhere; on stderr with --verbose). Secrets are not
     checked here: the run reads them where it runs."""
     from transfer_platform.console.streams import child_output
-    from transfer_platform.orchestration.transfers import enqueue
+    from transfer_platform.orchestration.runs.transfers import enqueue
     from transfer_platform.transfers.preflight import window_problems
 
     path = find_config_path(args.config)
@@ -381,8 +381,8 @@ def _duration(transfer: dict, now: datetime) -> str:
 
 
 def cmd_transfers(args: argparse.Namespace) -> int:
-    from transfer_platform.orchestration.lifecycle import sweep
-    from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
+    from transfer_platform.orchestration.runs.lifecycle import sweep
+    from transfer_platform.orchestration.runs.transfers import TransferFilter, list_transfers
 
     with _instance() as instance:
         sweep(instance, datetime.now(UTC))
@@ -411,7 +411,7 @@ def cmd_transfers(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from transfer_platform.orchestration.transfers import cancel
+    from transfer_platform.orchestration.runs.transfers import cancel
 
     with _instance() as instance:
         try:
@@ -432,7 +432,7 @@ def _moment(text: str) -> datetime:
 
 
 def _tag(text: str) -> tuple[str, str]:
-    from transfer_platform.orchestration.run_tags import parse_user_tags
+    from transfer_platform.orchestration.scheduling.run_tags import parse_user_tags
 
     try:
         ((key, value),) = parse_user_tags([text]).items()

@@ -10,7 +10,7 @@ code servers (told to stop by an interrupt they ignored too) with it, and all ha
 
 This puts SIGINT's default back if it was ignored, then becomes ``dagster dev`` (``exec``: same
 process, same arguments, the process tree of a plain ``dagster dev``), so SIGTERM or SIGINT stops
-it and everything it started; :mod:`transfer_platform.orchestration.dagster_fixes` cancels a
+it and everything it started; :mod:`transfer_platform.orchestration.speed.dagster_fixes` cancels a
 transfer still running then. Nothing else differs from ``dagster dev``.
 """
 

@@ -7,7 +7,6 @@ nothing is read at import time.
 
 from __future__ import annotations
 
-import gc
 import re
 
 import dagster as dg
@@ -20,39 +19,29 @@ from transfer_platform.config.shards import (
     parse_shard,
     shard_config,
 )
-from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.assets import source_specs, transfer_assets
-from transfer_platform.orchestration.checks import integrity_job
-from transfer_platform.orchestration.connection_test_job import connection_test_job
-from transfer_platform.orchestration.dagster_fixes import install as install_dagster_fixes
-from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
-from transfer_platform.orchestration.io_manager import DestinationIOManager
-from transfer_platform.orchestration.resources import TransferPlatformResource, spark_resource
-from transfer_platform.orchestration.retention import run_retention_sensor
-from transfer_platform.orchestration.sensors import transfer_assets_jobs, transfer_schedule_sensor
-from transfer_platform.orchestration.transfer_job import transfer_job
+from transfer_platform.orchestration import speed
+from transfer_platform.orchestration.catalog.assets import source_specs, transfer_assets
+from transfer_platform.orchestration.catalog.checks import integrity_job
+from transfer_platform.orchestration.catalog.io_manager import DestinationIOManager
+from transfer_platform.orchestration.catalog.resources import (
+    TransferPlatformResource,
+    spark_resource,
+)
+from transfer_platform.orchestration.instance.retention import run_retention_sensor
+from transfer_platform.orchestration.jobs.connection_test_job import connection_test_job
+from transfer_platform.orchestration.jobs.delete_sweep_job import delete_sweep_job
+from transfer_platform.orchestration.jobs.transfer_job import transfer_job
+from transfer_platform.orchestration.scheduling.sensors import (
+    transfer_assets_jobs,
+    transfer_schedule_sensor,
+)
 from transfer_platform.webhooks.sensors import webhook_sensors
-
-#: new objects between two of the garbage collector's young collections in a process that builds
-#: the definitions (Python's default: 700). A code location of 1,000 recipients x 10 models makes
-#: millions of objects while it builds its definitions and their snapshot; at 700 the collections
-#: cost 2-3 of its ~18 CPU-seconds (``benchmarks.code_location``), at 20,000 less than one.
-GC_YOUNG_THRESHOLD = 20_000
-
-
-def collect_less() -> None:
-    """Raise the garbage collector's young threshold to :data:`GC_YOUNG_THRESHOLD` (never lower it)."""
-    young, middle, old = gc.get_threshold()
-    if 0 < young < GC_YOUNG_THRESHOLD:
-        gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 def build_definitions(config_path: str | None = None, shard: str | None = None) -> dg.Definitions:
     """The definitions of the configuration's recipients; with ``shard`` (``i/n``), else
     ``$TRANSFER_PLATFORM_SHARD``, of that share of them (``config/shards.py``)."""
-    collect_less()  # the code server's (and the run workers' parent's), for the load and every snapshot
-    install_dagster_fixes()  # the code server's: the epoch tick, runs cancelled when `dagster dev` stops
-    dagster_internals.warn_problems("repair", "run_tags")  # a Dagster lacking what the sensor uses: named
+    speed.install()  # the code server's (and the run workers' parent's): the speed kit, its one hook
     path = str(find_config_path(config_path).resolve())
     share = current_shard() if shard is None else parse_shard(shard, where="the shard of the definitions")
     config = shard_config(load_config(path), share)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from benchmarks.scale_runs import main
-from transfer_platform.orchestration import sensors
+from transfer_platform.orchestration.scheduling import sensors
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
               pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]

@@ -106,7 +106,7 @@ def test_a_transfer_stopped_on_the_command_line_reports_the_model_in_progress_an
     from datetime import UTC, datetime
 
     from transfer_platform.config.loading import load_config
-    from transfer_platform.orchestration.reporting import RunlessReporter
+    from transfer_platform.orchestration.catalog.reporting import RunlessReporter
     from transfer_platform.transfers.entry import Transfer
     from transfer_platform.transfers.order import TransferOrder
     from transfer_platform.transfers.outcomes import ModelSummary

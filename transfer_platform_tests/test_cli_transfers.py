@@ -23,7 +23,7 @@ from dagster import DagsterInstance
 
 from transfer_platform.cli import main
 from transfer_platform.config.shards import shard_of
-from transfer_platform.orchestration.transfers import WORKSPACE_ENV
+from transfer_platform.orchestration.runs.transfers import WORKSPACE_ENV
 from transfer_platform_tests.support.platform import dagster_home, write_config
 from transfer_platform_tests.support.processes import free_port
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS, SUPPORT = "transfer_platform_tests", "transfer_platform_tests.support"
-DOOR = Path("transfer_platform/orchestration/dagster_internals.py")
+DOOR = Path("transfer_platform/orchestration/speed/dagster_internals.py")
 PACKAGE = "transfer_platform"
 
 #: The floors of the product, bottom to top: the parts of the package on each (a subpackage, or a
@@ -285,7 +285,7 @@ def test_the_checker_finds_each_kind_of_violation(tmp_path):
         "benchmarks/common.py": "import transfer_platform\nfrom transfer_platform_tests.support import postgres\n",
         "transfer_platform/__init__.py": "",
         "transfer_platform/orchestration/__init__.py": "",
-        "transfer_platform/orchestration/dagster_internals.py": (
+        "transfer_platform/orchestration/speed/dagster_internals.py": (
             "import dagster._cli.api\nWARM = ('dagster._core.execution.api',)\n"),
         "transfer_platform/orchestration/worker.py": (
             '"""Reaches dagster._cli.api through the door: a docstring."""\n'

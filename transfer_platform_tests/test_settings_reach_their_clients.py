@@ -13,7 +13,7 @@ from transfer_platform.config.connection_settings import DatabaseConnection
 from transfer_platform.config.models import SparkSettings
 from transfer_platform.config.parsing import parse_config
 from transfer_platform.core.windows import ReadBounds, Window
-from transfer_platform.orchestration.resources import spark_resource
+from transfer_platform.orchestration.catalog.resources import spark_resource
 from transfer_platform.runtime.connections import (
     connect_mysql,
     jdbc_properties,

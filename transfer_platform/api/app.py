@@ -48,7 +48,7 @@ from transfer_platform.errors import (
     Problem,
     TransferPlatformError,
 )
-from transfer_platform.orchestration.sqlite_storage import record_problem
+from transfer_platform.orchestration.instance.sqlite_storage import record_problem
 from transfer_platform.store.resources import Conflict, NotFound, ResourceStore
 
 log = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 Prequel's filters and pagination, read one, cancel one; trigger a destination's integrity checks
 and read their latest results.
 
-Thin over :mod:`transfer_platform.orchestration.transfers` and the Dagster instance of
+Thin over :mod:`transfer_platform.orchestration.runs.transfers` and the Dagster instance of
 ``$DAGSTER_HOME`` (opened once per application, on first use, with pooled connections). A transfer
 request goes through the instance's run queue as ``transfer --enqueue`` does, from the code
-location the application keeps loaded (:mod:`transfer_platform.orchestration.workspaces`: loaded
+location the application keeps loaded (:mod:`transfer_platform.orchestration.runs.workspaces`: loaded
 on the first request, again when the workspace or configuration file changes, stopped with the
 application); ``is_debug_mode`` is the transfer job's dry run (it plans and moves nothing).
 """
@@ -35,10 +35,10 @@ from transfer_platform.api.schemas import (
 )
 from transfer_platform.core.lifecycle import STATUSES
 from transfer_platform.errors import ConfigError, Problem
-from transfer_platform.orchestration import transfers as orchestration
-from transfer_platform.orchestration.run_tags import parse_user_tags
-from transfer_platform.orchestration.sqlite_storage import record_problem
-from transfer_platform.orchestration.workspaces import OpenWorkspaces
+from transfer_platform.orchestration.instance.sqlite_storage import record_problem
+from transfer_platform.orchestration.runs import transfers as orchestration
+from transfer_platform.orchestration.runs.workspaces import OpenWorkspaces
+from transfer_platform.orchestration.scheduling.run_tags import parse_user_tags
 from transfer_platform.store import audit
 from transfer_platform.store.resources import NotFound
 from transfer_platform.transfers.order import TransferOrder

@@ -190,7 +190,7 @@ class DagsterSettings(StrictModel):
     """How long Dagster keeps finished runs and their event logs (Dagster keeps them forever by
     itself): the ``transfer_schedule`` sensor deletes, on each tick, at most
     ``runs_deleted_per_tick`` finished runs created more than ``run_retention_days`` days ago,
-    oldest first (:mod:`transfer_platform.orchestration.retention`)."""
+    oldest first (:mod:`transfer_platform.orchestration.instance.retention`)."""
 
     run_retention_days: int = Field(default=30, ge=1)
     runs_deleted_per_tick: int = Field(default=200, ge=1, le=10_000)

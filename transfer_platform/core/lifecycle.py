@@ -1,6 +1,6 @@
 """The transfer lifecycle: Prequel's statuses of a transfer, read off a Dagster run (pure).
 
-See :mod:`transfer_platform.orchestration.lifecycle` for the heartbeat and the sweep that produce
+See :mod:`transfer_platform.orchestration.runs.lifecycle` for the heartbeat and the sweep that produce
 the EXPIRED and ORPHANED tags.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-# bookkeeping, hidden from the UI (orchestration.run_tags.HIDDEN_PREFIX; this module imports nothing)
+# bookkeeping, hidden from the UI (orchestration.scheduling.run_tags.HIDDEN_PREFIX; this module imports nothing)
 _HIDDEN = ".dagster/transfer_platform"
 HEARTBEAT_TAG = f"{_HIDDEN}/heartbeat"
 EXPIRED_TAG = f"{_HIDDEN}/expired"

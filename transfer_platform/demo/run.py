@@ -117,7 +117,7 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
     def transfer(destination) -> dict[tuple[str, str], ModelSummary]:
         report = None
         if instance is not None:
-            from transfer_platform.orchestration.reporting import RunlessReporter
+            from transfer_platform.orchestration.catalog.reporting import RunlessReporter
 
             report = RunlessReporter(instance, config, destination.name)
         moving = Transfer(spark=spark, config=config, order=TransferOrder(destination=destination.name),

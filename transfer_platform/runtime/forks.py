@@ -1,5 +1,5 @@
 """The fork server the resident command process (:mod:`~transfer_platform.runtime.resident`) and
-the preloaded parent of Dagster's runs (:mod:`~transfer_platform.orchestration.run_worker`) share:
+the preloaded parent of Dagster's runs (:mod:`~transfer_platform.orchestration.speed.run_worker`) share:
 a process that imports what its children need once, then forks a child per request and reaps it.
 
 What they share is the mechanism: the imports made ahead (:func:`warm`), the refusal to fork

@@ -5,7 +5,7 @@ A command of the command line that needs Spark pays its Python's imports before 
 about 0.85 s of a 1.4 s small incremental on a quiet 2-core machine (pydantic's configuration
 models, the Spark Connect client with pandas, gRPC and protobuf, pyarrow), against a floor of
 0.25 s for the same rows. So, like the shared Spark server (:mod:`transfer_platform.runtime.shared_spark`)
-and the preloaded parent of Dagster's runs (:mod:`transfer_platform.orchestration.run_worker`, the
+and the preloaded parent of Dagster's runs (:mod:`transfer_platform.orchestration.speed.run_worker`, the
 same fork server: :mod:`transfer_platform.runtime.forks`):
 
 1. ``transfer-platform`` (:func:`forward`, called by :mod:`transfer_platform.executable` with the

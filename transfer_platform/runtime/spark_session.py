@@ -7,7 +7,7 @@ server: one that every run shares (``spark.remote: sc://host:port``, or
 by default, the shared server of this machine that the first process needing Spark starts in the
 background (:mod:`transfer_platform.runtime.shared_spark`; a local Spark when opted out or unusable).
 
-The session itself is created by a Dagster resource (``orchestration/resources.py``) or, in the
+The session itself is created by a Dagster resource (``orchestration/catalog/resources.py``) or, in the
 command line, tests and benchmarks, by :func:`get_spark_session`; never at import time.
 """
 

@@ -14,7 +14,7 @@ and committed window); the transfer itself is here, once:
 - the tally (:attr:`Transfer.failed`, :attr:`Transfer.status`, :meth:`Transfer.as_dict`);
 - or only the plan (:meth:`Transfer.plan`: the dry run, nothing moved).
 
-Knows nothing of Dagster: ``orchestration/reporting.py`` turns a transfer into Dagster's events
+Knows nothing of Dagster: ``orchestration/catalog/reporting.py`` turns a transfer into Dagster's events
 (``yield from transfer_events(...)``), the command line into progress and a JSON summary.
 """
 

@@ -1,6 +1,6 @@
 """Integrity checks: compare a tenant's source rows with its destination, key by key.
 
-Knows nothing of Dagster: the asset check (``orchestration/checks.py``) and the tests call
+Knows nothing of Dagster: the asset check (``orchestration/catalog/checks.py``) and the tests call
 :func:`check_integrity` and turn its :class:`IntegrityReport` into whatever they report.
 
 What is compared:

@@ -4,9 +4,9 @@
 /destinations/{id}/transfer``, the schedule sensor and its repairs, the ``transfer`` job's op and
 the transfer assets each turn what they were given into a :class:`TransferOrder` at their edge
 (the API's JSON body, the command line's arguments, Dagster's run config and tags:
-``orchestration/run_tags.py`` converts both ways); the transfer itself
+``orchestration/scheduling/run_tags.py`` converts both ways); the transfer itself
 (:class:`transfer_platform.transfers.entry.Transfer`) and the queue
-(:func:`transfer_platform.orchestration.transfers.enqueue`) take nothing else.
+(:func:`transfer_platform.orchestration.runs.transfers.enqueue`) take nothing else.
 
 Pure: no Dagster, no Spark.
 """

@@ -78,7 +78,7 @@ def implementation(registry: Mapping[str, Vendor], kind: str, configured, *args:
 
 def warm_modules() -> tuple[str, ...]:
     """Every vendor's module and drivers, each once: what a process that runs transfers may
-    import ahead of them (``orchestration/run_worker.py``)."""
+    import ahead of them (``orchestration/speed/run_worker.py``)."""
     names = [n for v in (*SOURCES.values(), *DESTINATIONS.values()) for n in (v.module, *v.drivers)]
     return tuple(dict.fromkeys(names))
 

@@ -15,7 +15,7 @@ from dagster import (
 )
 
 from transfer_platform.config.parsing import read_file
-from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
 from transfer_platform.store.database import engine_for
 from transfer_platform.store.resources import store_settings
 

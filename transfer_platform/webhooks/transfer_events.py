@@ -6,7 +6,7 @@ daemon's ``transfer_events`` sensor (:mod:`.sensors`), never by the run itself.
 The sensor reads the run storage by update time after its cursor (Dagster's public
 ``get_run_records`` with ``updated_after``), so a run counts when it ends, and again if it is
 updated later: each event's ``dedup_key`` (``transfer.error:<run id>``) keeps it to one. A failed
-run waits for the lifecycle sweep (:mod:`transfer_platform.orchestration.lifecycle`, same code
+run waits for the lifecycle sweep (:mod:`transfer_platform.orchestration.runs.lifecycle`, same code
 location) to tell a dead worker (ORPHANED) from an error, at most :data:`SETTLE` after it ended.
 """
 
@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 
 from transfer_platform.core.lifecycle import ORPHANED_TAG, first_line
-from transfer_platform.orchestration.lifecycle import SWEPT_TAG
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
-from transfer_platform.orchestration.transfers import describe
+from transfer_platform.orchestration.runs.lifecycle import SWEPT_TAG
+from transfer_platform.orchestration.runs.transfers import describe
+from transfer_platform.orchestration.scheduling.run_tags import DESTINATION_TAG, KIND_TAG
 from transfer_platform.store import events as outbox
 from transfer_platform.store.tables import events
 from transfer_platform.webhooks.event_types import INTEGRITY_CHECK_FAILED, TRANSFER_EVENTS

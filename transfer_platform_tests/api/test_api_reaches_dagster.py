@@ -29,7 +29,7 @@ import yaml
 from cryptography.fernet import Fernet
 
 from transfer_platform.config.secrets import SECRET_KEY_ENV
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG
+from transfer_platform.orchestration.scheduling.run_tags import DESTINATION_TAG
 from transfer_platform_tests.support.api import start_api, write_api_config
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.daemon import PATIENCE, VENV_BIN, stop_processes

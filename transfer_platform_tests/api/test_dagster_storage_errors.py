@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from transfer_platform.orchestration import sqlite_storage
+from transfer_platform.orchestration.instance import sqlite_storage
 from transfer_platform_tests.support.api import Api
 
 #: Dagster's revision for tables found without a record (what a second process stamps in the race)
@@ -46,7 +46,7 @@ def test_a_broken_migration_record_is_named_with_a_fix_that_works(platform_api: 
     assert "code server" not in message
     assert "store's database" not in message
     command = message.split(". Fix: ", 1)[1].split(" (")[0]
-    assert command.endswith(f"-m transfer_platform.orchestration.sqlite_storage {home}")
+    assert command.endswith(f"-m transfer_platform.orchestration.instance.sqlite_storage {home}")
 
     done = subprocess.run(command.split(), capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr

@@ -31,7 +31,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 from transfer_platform.network.addresses import REFUSED
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG
+from transfer_platform.orchestration.scheduling.run_tags import DESTINATION_TAG
 from transfer_platform_tests.support.api import Api, write_api_config
 from transfer_platform_tests.support.browser import (
     chromium,

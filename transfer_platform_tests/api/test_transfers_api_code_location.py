@@ -13,8 +13,12 @@ import dagster as dg
 import pytest
 import yaml
 
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, MODELS_TAG
-from transfer_platform.orchestration.workspaces import WORKSPACE_ENV
+from transfer_platform.orchestration.runs.workspaces import WORKSPACE_ENV
+from transfer_platform.orchestration.scheduling.run_tags import (
+    DESTINATION_TAG,
+    KIND_TAG,
+    MODELS_TAG,
+)
 from transfer_platform_tests.support.api import Api
 from transfer_platform_tests.support.daemon import processes_with_home, start_code_server
 

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
     USER_TAG_PREFIX,

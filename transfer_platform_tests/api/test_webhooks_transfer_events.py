@@ -17,8 +17,8 @@ import sqlalchemy as sa
 import yaml
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.runs.lifecycle import sweep
 from transfer_platform.store.database import engine_for, migrate
 from transfer_platform.store.resources import store_settings
 from transfer_platform.store.tables import events, webhook_deliveries
@@ -179,7 +179,7 @@ def test_the_webhook_sensors_are_in_one_code_location_and_only_with_a_store(plat
 
 def test_a_failed_integrity_check_is_one_event_naming_the_destination_and_model(
         platform: Path, engine: sa.Engine, instance: dg.DagsterInstance, hook: Receiver) -> None:
-    from transfer_platform.orchestration.checks import JOB_NAME, integrity_run_config
+    from transfer_platform.orchestration.catalog.checks import JOB_NAME, integrity_run_config
 
     document = yaml.safe_load(platform.read_text())
     document["recipients"].append({"name": "globex", "id_in_provider_system": "org-'g'"})

@@ -23,7 +23,7 @@ import pytest
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.lifecycle import ORPHANED_AFTER, ORPHANED_TAG
 from transfer_platform.destinations.base import writer_for
-from transfer_platform.orchestration.lifecycle import sweep
+from transfer_platform.orchestration.runs.lifecycle import sweep
 from transfer_platform_tests.support.dagster import execute
 from transfer_platform_tests.support.faults import record
 from transfer_platform_tests.support.platform import REPO, delivered, lake_rows, write_config

@@ -30,7 +30,7 @@ import pytest
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, ORPHANED_AFTER
 from transfer_platform.destinations.base import writer_for
-from transfer_platform.orchestration.lifecycle import sweep
+from transfer_platform.orchestration.runs.lifecycle import sweep
 from transfer_platform_tests.support.api import write_api_config
 from transfer_platform_tests.support.daemon import (
     FINISHED,

@@ -37,7 +37,7 @@ from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.errors import TransferPlatformError
-from transfer_platform.orchestration.partitions import partitions_for
+from transfer_platform.orchestration.catalog.partitions import partitions_for
 from transfer_platform.sources.base import ReadRequest, reader_for
 from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.outcomes import ModelSummary, WindowOutcome

@@ -53,8 +53,8 @@ from deltalake import DeltaTable
 from benchmarks.spark_server import SparkServer, spark_connect_server
 from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.checks import JOB_NAME as INTEGRITY_JOB
-from transfer_platform.orchestration.checks import integrity_run_config
+from transfer_platform.orchestration.catalog.checks import JOB_NAME as INTEGRITY_JOB
+from transfer_platform.orchestration.catalog.checks import integrity_run_config
 from transfer_platform.runtime.spark_session import REMOTE_ENV_VAR, is_remote
 from transfer_platform_tests.support.config import events_model
 from transfer_platform_tests.support.dagster import CONFIG_ENV, transfer_run_config, workspace

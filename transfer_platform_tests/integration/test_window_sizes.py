@@ -38,7 +38,7 @@ from transfer_platform.definitions import build_definitions
 from transfer_platform.destinations.base import writer_for
 from transfer_platform.destinations.delta import read_state
 from transfer_platform.errors import DataError, TransferPlatformError
-from transfer_platform.orchestration.partitions import partitions_for
+from transfer_platform.orchestration.catalog.partitions import partitions_for
 from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.outcomes import WindowOutcome
 from transfer_platform.transfers.runner import TransferRequest, transfer_model

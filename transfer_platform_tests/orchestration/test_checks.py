@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.orchestration.checks import (
+from transfer_platform.orchestration.catalog.checks import (
     CHECK_NAME,
     INTEGRITY_OP,
     JOB_NAME,
@@ -29,7 +29,7 @@ from transfer_platform.orchestration.checks import (
     integrity_check_keys,
     integrity_run_config,
 )
-from transfer_platform.orchestration.run_tags import KIND_TAG
+from transfer_platform.orchestration.scheduling.run_tags import KIND_TAG
 from transfer_platform_tests.support.postgres import pg_connection_config
 from transfer_platform_tests.support.transfers import transfer
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration import dagster_fixes
+from transfer_platform.orchestration.speed import dagster_fixes
 from transfer_platform_tests.support.scale import write_scale_config
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
@@ -32,9 +32,10 @@ BUILD = textwrap.dedent("""
     warnings.simplefilter("ignore")
     from dagster._core.remote_representation.external_data import RepositorySnap
     from transfer_platform import definitions
+    from transfer_platform.orchestration import speed
 
     if sys.argv[2] == "python's default":
-        definitions.GC_YOUNG_THRESHOLD = 700
+        speed.GC_YOUNG_THRESHOLD = 700
     before = gc.get_stats()[0]["collections"]
     repository = definitions.build_definitions(sys.argv[1], shard="").get_repository_def()
     RepositorySnap.from_def(repository, defer_snapshots=True)
@@ -117,7 +118,7 @@ def test_a_code_server_makes_its_repository_snapshot_once_before_anyone_asks(cod
         RepositorySnap,
     )
 
-    from transfer_platform.orchestration import dagster_internals
+    from transfer_platform.orchestration.speed import dagster_internals
 
     assert dagster_fixes.snapshot_once_installed(), "Dagster's code server changed: see dagster_fixes"
     (repository,) = dagster_internals.loaded_repositories(code_server).values()

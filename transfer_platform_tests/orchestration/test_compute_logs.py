@@ -12,9 +12,9 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from transfer_platform.orchestration import compute_logs
-from transfer_platform.orchestration.compute_logs import FileComputeLogManager
-from transfer_platform.orchestration.dagster_internals import LOST, REDIRECT_TO_FILE
+from transfer_platform.orchestration.speed import compute_logs
+from transfer_platform.orchestration.speed.compute_logs import FileComputeLogManager
+from transfer_platform.orchestration.speed.dagster_internals import LOST, REDIRECT_TO_FILE
 from transfer_platform_tests.support.fence import fallbacks, hide
 from transfer_platform_tests.support.platform import REPO
 from transfer_platform_tests.support.processes import live_children

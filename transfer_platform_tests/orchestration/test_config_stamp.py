@@ -1,4 +1,4 @@
-"""What makes a loaded configuration stale (``orchestration/config_stamp.py``): a configuration
+"""What makes a loaded configuration stale (``orchestration/scheduling/config_stamp.py``): a configuration
 file without a store is not parsed for one (its YAML is the cost of a configuration of thousands
 of destinations, which the process then parses once more to load it); a store spelled any way
 YAML allows is still found."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from transfer_platform.config import parsing
-from transfer_platform.orchestration import config_stamp
+from transfer_platform.orchestration.scheduling import config_stamp
 
 STORE = ('  connection: {host: 127.0.0.1, port: 5432, database: test, username: postgres, '
          'schema: tp_stamped}\n')

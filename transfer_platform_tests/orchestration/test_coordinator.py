@@ -23,18 +23,18 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from transfer_platform.config.loading import load_config
-from transfer_platform.orchestration.checks import (
+from transfer_platform.orchestration.catalog.checks import (
     CHECK_NAME,
     integrity_check_keys,
     integrity_run_config,
 )
-from transfer_platform.orchestration.coordinator import (
+from transfer_platform.orchestration.scheduling.coordinator import (
     RunPlacementError,
     TransferRunCoordinator,
     placement,
     tags_for,
 )
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
     MODELS_TAG,

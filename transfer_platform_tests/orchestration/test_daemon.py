@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from transfer_platform.orchestration.transfers import (
+from transfer_platform.orchestration.runs.transfers import (
     TransferFilter,
     list_transfers,
 )

@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from transfer_platform.orchestration import dagster_fixes
+from transfer_platform.orchestration.speed import dagster_fixes
 from transfer_platform_tests.support.platform import REPO, write_config
 from transfer_platform_tests.support.processes import free_port
 

@@ -48,14 +48,14 @@ import yaml
 from deltalake import DeltaTable
 
 from transfer_platform.destinations.delta import read_state
-from transfer_platform.orchestration.dagster_fixes import (
+from transfer_platform.orchestration.runs.transfers import TransferFilter, list_transfers
+from transfer_platform.orchestration.scheduling.sensors import TRIGGER_TAG
+from transfer_platform.orchestration.speed.dagster_fixes import (
     DEV_STOPPED,
     dev_stop_installed,
     install_dev_stop,
 )
-from transfer_platform.orchestration.run_worker import WORKER_TAG
-from transfer_platform.orchestration.sensors import TRIGGER_TAG
-from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
+from transfer_platform.orchestration.speed.run_worker import WORKER_TAG
 from transfer_platform_tests.support.daemon import FAST_SPARK, VENV_BIN, processes_with_home
 from transfer_platform_tests.support.platform import (
     REPO,

@@ -27,18 +27,17 @@ from dagster._core.workspace.load_target import ModuleTarget
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration import compute_logs, dagster_fixes, dagster_internals
-from transfer_platform.orchestration.dagster_internals import (
-    DEQUEUE_INTERVAL,
+from transfer_platform.orchestration.scheduling.run_tags import model_key
+from transfer_platform.orchestration.speed import compute_logs, dagster_fixes, dagster_internals
+from transfer_platform.orchestration.speed.dagster_internals import (
     FENCED,
     LOST,
     PARTS,
-    PLUGIN_INSTANCE,
+    QUEUE_CONFIG,
     QUEUE_PASS,
     UnprovenDagsterWarning,
 )
-from transfer_platform.orchestration.run_tags import model_key
-from transfer_platform.orchestration.run_worker import WORKER_TAG
+from transfer_platform.orchestration.speed.run_worker import WORKER_TAG
 from transfer_platform_tests.support.dagster import CONFIG_ENV, launch
 from transfer_platform_tests.support.fence import fallbacks, hide
 from transfer_platform_tests.support.platform import dagster_home, write_config
@@ -77,7 +76,7 @@ def test_a_fix_whose_target_is_gone_is_not_installed_and_says_so(monkeypatch) ->
 def test_without_a_code_servers_id_the_daemon_refreshes_its_workspace_as_dagster_does(monkeypatch) -> None:
     installed = WorkspaceProcessContext.refresh_workspace  # Dagster's, wrapped if a test installed the skip
     monkeypatch.setattr(WorkspaceProcessContext, "refresh_workspace", getattr(installed, "__wrapped__", installed))
-    hide(monkeypatch, dagster_internals.SERVER_ID)
+    hide(monkeypatch, dagster_internals.GRPC_CLIENT)
     monkeypatch.setattr(dagster_fixes, "_looked", set())
     with pytest.warns(UnprovenDagsterWarning, match=re.escape(LOST["workspace_refresh"])):
         dagster_fixes.install_workspace_refresh()
@@ -143,7 +142,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.mark.integration
 def test_the_daemons_parts_fall_back_and_a_run_completes_by_dagsters_path(
         tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    hide(monkeypatch, PLUGIN_INSTANCE, DEQUEUE_INTERVAL, QUEUE_PASS, dagster_internals.EXECUTE_RUN)
+    hide(monkeypatch, QUEUE_CONFIG, QUEUE_PASS, dagster_internals.EXECUTE_RUN)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         instance = dg.DagsterInstance.from_config(str(home))
@@ -151,19 +150,19 @@ def test_the_daemons_parts_fall_back_and_a_run_completes_by_dagsters_path(
         instance.compute_log_manager  # noqa: B018 - loads (its own names are all there)
         interval = coordinator.dequeue_interval_seconds  # what the daemon reads, making its queue daemon
     said = fallbacks(record)
-    for part, gone in (("coordinator", PLUGIN_INSTANCE), ("launcher", PLUGIN_INSTANCE),
-                       ("dequeue_interval", DEQUEUE_INTERVAL), ("queue_wake", QUEUE_PASS)):
+    for part, gone in (("coordinator", QUEUE_CONFIG), ("run_worker", dagster_internals.EXECUTE_RUN),
+                       ("queue_wake", QUEUE_PASS)):
         (message,) = [m for m in said if PARTS[part] in m]
         assert gone.path in message
         assert LOST[part] in message
-    assert len(said) == 4, said
+    assert len(said) == 3, said
     # Dagster's QueuedRunCoordinator: dagster.yaml's rule and the configuration's, through its own config
     assert coordinator.dagsters_own
-    assert launcher.dagsters_own
+    assert launcher.fork_refusal
     keys = [rule["key"] for rule in coordinator.get_run_queue_config().tag_concurrency_limits]
     assert keys[0] == "mine"
     assert model_key("items") in keys
-    assert interval == 1  # 0.5 s, in Dagster's whole seconds; the queue pass is Dagster's (no wake-up)
+    assert interval == 0.5  # the coordinator's own fraction; the queue pass is Dagster's (no wake-up)
 
     target = ModuleTarget(module_name="tp_fallback_location.defs", attribute=None,
                           working_directory=str(tmp_path), location_name="fallback")
@@ -177,14 +176,14 @@ def test_the_daemons_parts_fall_back_and_a_run_completes_by_dagsters_path(
             time.sleep(0.1)
         assert run.status == dg.DagsterRunStatus.SUCCESS
         assert WORKER_TAG not in run.tags  # not forked: Dagster's code server started it
-        assert len(fallbacks(record)) == 4  # nothing more was said while the run went through
+        assert len(fallbacks(record)) == 3  # nothing more was said while the run went through
 
 
 def test_a_configuration_that_does_not_load_holds_the_queue(tmp_path: Path, home: Path, monkeypatch) -> None:
-    hide(monkeypatch, PLUGIN_INSTANCE)
+    hide(monkeypatch, QUEUE_CONFIG)
     monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "missing.yaml"))
     with pytest.warns(UnprovenDagsterWarning) as record, dg.DagsterInstance.from_config(str(home)) as instance:
         config = instance.run_coordinator.get_run_queue_config()
     assert config.max_concurrent_runs == 0
     assert any("no queued run starts" in str(w.message) for w in record)
-    assert sys.modules["transfer_platform.orchestration.coordinator"]  # loaded, not refused
+    assert sys.modules["transfer_platform.orchestration.scheduling.coordinator"]  # loaded, not refused

@@ -40,9 +40,9 @@ import pytest
 
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, ORPHANED_AFTER, ORPHANED_TAG
-from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform.orchestration.run_tags import STATUS_TAG
-from transfer_platform.orchestration.transfers import TransferFilter, list_transfers
+from transfer_platform.orchestration.runs.lifecycle import sweep
+from transfer_platform.orchestration.runs.transfers import TransferFilter, list_transfers
+from transfer_platform.orchestration.scheduling.run_tags import STATUS_TAG
 from transfer_platform_tests.support.daemon import RunningPlatform, running_platform
 from transfer_platform_tests.support.dagster import RUN, graphql, last_check, workspace
 from transfer_platform_tests.support.processes import alive
@@ -150,7 +150,7 @@ def test_killed_cancelled_and_orphaned_transfers(platform: RunningPlatform) -> N
     assert running_with_heartbeat(platform, orphaned)
     pid = worker_pid(platform, orphaned)
     parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert b"transfer_platform.orchestration.run_worker" in Path(f"/proc/{parent}/cmdline").read_bytes(), (
+    assert b"transfer_platform.orchestration.speed.run_worker" in Path(f"/proc/{parent}/cmdline").read_bytes(), (
         "the worker's parent is not the run launcher's preloaded parent")
     family = [parent, pid, *descendants(pid)]
     kill_family(family)

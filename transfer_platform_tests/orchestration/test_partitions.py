@@ -18,7 +18,7 @@ from transfer_platform.core.planning import ModelWindowing, plan_windows
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import Window
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
+from transfer_platform.orchestration.catalog.partitions import partitions_for, windows_for_keys
 
 MINUTE, HOUR, DAY, WEEK = 60, 3_600, 86_400, 7 * 86_400
 FIRST_MONDAY = datetime(1970, 1, 5, tzinfo=UTC)
@@ -163,7 +163,7 @@ def test_a_start_at_epoch_zero_is_in_the_first_partition(window):
 @pytest.mark.parametrize("window", [120, 900, 1_800], ids=["2min", "15min", "30min"])
 def test_a_start_at_epoch_zero_is_in_the_first_partition_of_a_minute_grid(window):
     """Dagster's own iterator drops the tick at timestamp 0 on these grids (a falsy check);
-    ``orchestration/dagster_fixes.py`` restores it."""
+    ``orchestration/speed/dagster_fixes.py`` restores it."""
     partitions = partitions_for(windowing(EPOCH, window))
     (first,) = windows_for_keys(partitions, [partitions.get_first_partition_key()])
     assert first == Window(EPOCH, EPOCH + timedelta(seconds=window))
@@ -191,8 +191,8 @@ def test_the_epoch_fix_is_installed_wherever_the_coordinator_starts():
     import subprocess
     import sys
 
-    code = ("import transfer_platform.orchestration.coordinator as c\n"
-            "from transfer_platform.orchestration.dagster_fixes import installed\n"
+    code = ("import transfer_platform.orchestration.scheduling.coordinator as c\n"
+            "from transfer_platform.orchestration.speed.dagster_fixes import installed\n"
             "print(installed())\n"
             "c.TransferRunCoordinator()\n"
             "print(installed())")

@@ -34,8 +34,8 @@ from dagster._core.code_pointer import ModuleCodePointer
 from dagster._core.launcher import LaunchRunContext
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 
-from transfer_platform.orchestration.launcher import NO_FORK, PreloadedRunLauncher
-from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
+from transfer_platform.orchestration.speed.launcher import NO_FORK, PreloadedRunLauncher
+from transfer_platform.orchestration.speed.run_worker import WORKER_TAG, process_start_time
 from transfer_platform_tests.support.processes import live_children
 
 pytestmark = pytest.mark.integration
@@ -263,7 +263,7 @@ def watchers() -> list:
 def test_the_cancel_watch_interrupts_a_run_marked_canceling(instance: dg.DagsterInstance) -> None:
     """Another machine's terminate marks the run CANCELING; the worker's watch interrupts it at
     its next look (every second here), as Dagster's cancellation thread does."""
-    from transfer_platform.orchestration.run_worker import watch_for_cancel
+    from transfer_platform.orchestration.speed.run_worker import watch_for_cancel
 
     interrupted: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
@@ -282,7 +282,7 @@ def test_a_run_shorter_than_the_watch_interval_opens_no_second_instance(
         instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
     """The watch's instance is opened at its first look, one interval after the start: a run that
     ended before never opens it (Dagster's thread opened one as it started, for every run)."""
-    from transfer_platform.orchestration.run_worker import watch_for_cancel
+    from transfer_platform.orchestration.speed.run_worker import watch_for_cancel
 
     opened: list[object] = []
     from_ref = dg.DagsterInstance.from_ref

@@ -10,7 +10,7 @@ import uuid
 import dagster as dg
 import pytest
 
-from transfer_platform.orchestration.run_tags import dest_slots_key, model_key
+from transfer_platform.orchestration.scheduling.run_tags import dest_slots_key, model_key
 from transfer_platform_tests.support.dagster import launch, transfer_run_config, workspace
 from transfer_platform_tests.support.platform import REPO, write_config
 from transfer_platform_tests.support.postgres import PG

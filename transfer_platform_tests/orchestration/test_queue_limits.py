@@ -44,7 +44,7 @@ from dagster_graphql.client.query import LAUNCH_PIPELINE_EXECUTION_MUTATION
 from dagster_graphql.test.utils import execute_dagster_graphql, infer_job_selector
 
 from transfer_platform.config.loading import load_config
-from transfer_platform.orchestration.transfers import TransferFilter, enqueue, list_transfers
+from transfer_platform.orchestration.runs.transfers import TransferFilter, enqueue, list_transfers
 from transfer_platform.transfers.order import TransferOrder
 from transfer_platform_tests.support.daemon import start_code_server
 from transfer_platform_tests.support.platform import REPO, write_config

@@ -1,5 +1,5 @@
 """The run queue passes over a run as soon as it is queued, not at the daemon's next interval
-(``orchestration/queue_wake.py``), with PostgreSQL run storage as production has it.
+(``orchestration/speed/queue_wake.py``), with PostgreSQL run storage as production has it.
 
 The daemon here passes over its queue every hour: a run launched within minutes was launched
 because it was queued (its NOTIFY woke the pass), never by the interval.
@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from transfer_platform.orchestration import queue_wake
+from transfer_platform.orchestration.speed import queue_wake
 from transfer_platform_tests.support.daemon import FINISHED, running_platform
 from transfer_platform_tests.support.postgres import PG
 
@@ -25,7 +25,7 @@ def postgres_settings(database: str, interval: float) -> dict:
     return {"storage": {"postgres": {"postgres_db": {
                 "hostname": PG["host"], "port": PG["port"], "db_name": database, "username": PG["user"],
                 "scheme": "postgresql+psycopg2"}}},
-            "run_coordinator": {"module": "transfer_platform.orchestration.coordinator",
+            "run_coordinator": {"module": "transfer_platform.orchestration.scheduling.coordinator",
                                 "class": "TransferRunCoordinator",
                                 "config": {"max_concurrent_runs": 4, "dequeue_interval_seconds": interval,
                                            "pooled_storage_connections": True}}}

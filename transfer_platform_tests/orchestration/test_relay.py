@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from transfer_platform.orchestration.reporting import relay
+from transfer_platform.orchestration.catalog.reporting import relay
 
 
 def transfer_events(seen: list):
@@ -55,7 +55,9 @@ def test_a_second_interrupt_while_a_stopped_transfer_reports_does_not_cut_the_re
 
     import dagster as dg
 
-    from transfer_platform.orchestration.reporting import transfer_events as real_transfer_events
+    from transfer_platform.orchestration.catalog.reporting import (
+        transfer_events as real_transfer_events,
+    )
 
     @dataclass
     class Model:

@@ -21,9 +21,9 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import DagsterSettings
 from transfer_platform.definitions import build_definitions
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.retention import purge_runs
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.instance.retention import purge_runs
+from transfer_platform.orchestration.scheduling.run_tags import DESTINATION_TAG, KIND_TAG
 from transfer_platform_tests.support.platform import REPO, write_config
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]

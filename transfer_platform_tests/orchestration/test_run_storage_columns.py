@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from transfer_platform.orchestration import dagster_internals
+from transfer_platform.orchestration.speed import dagster_internals
 from transfer_platform_tests.support.postgres import PG
 
 READS = 6

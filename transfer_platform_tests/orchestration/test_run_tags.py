@@ -13,7 +13,7 @@ import yaml
 
 from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
     MODELS_TAG,

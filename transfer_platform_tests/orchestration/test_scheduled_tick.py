@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration import transfer_job
-from transfer_platform.orchestration.run_tags import SCHEDULED_FOR_TAG
+from transfer_platform.orchestration.jobs import transfer_job
+from transfer_platform.orchestration.scheduling.run_tags import SCHEDULED_FOR_TAG
 from transfer_platform_tests.support.dagster import transfer_run_config
 from transfer_platform_tests.support.platform import write_config
 

@@ -21,9 +21,13 @@ import yaml
 from deltalake import DeltaTable
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME, integrity_run_config
-from transfer_platform.orchestration.repair import REPAIR_TAG
-from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.catalog.checks import (
+    CHECK_NAME,
+    JOB_NAME,
+    integrity_run_config,
+)
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.repair import REPAIR_TAG
 from transfer_platform_tests.support.dagster import transfer_run_config
 from transfer_platform_tests.support.platform import delivered, lake_rows, write_config
 

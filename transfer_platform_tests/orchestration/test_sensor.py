@@ -24,18 +24,18 @@ from transfer_platform.core.lifecycle import EXPIRED_TAG, HEARTBEAT_TAG, ORPHANE
 from transfer_platform.core.schedule import Due, due, latest_tick
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.budget import Budget
-from transfer_platform.orchestration.checks import integrity_run_config
-from transfer_platform.orchestration.lifecycle import heartbeat, sweep
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import MODELS_TAG, limit_tags
-from transfer_platform.orchestration.sensors import (
+from transfer_platform.orchestration.catalog.checks import integrity_run_config
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.runs.lifecycle import heartbeat, sweep
+from transfer_platform.orchestration.runs.transfers import describe
+from transfer_platform.orchestration.scheduling.budget import Budget
+from transfer_platform.orchestration.scheduling.run_tags import MODELS_TAG, limit_tags
+from transfer_platform.orchestration.scheduling.sensors import (
     MISSED_TICKS_TAG,
     SCHEDULED_FOR_TAG,
     TRIGGER_TAG,
     schedule_requests,
 )
-from transfer_platform.orchestration.transfers import describe
 from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
     MOCKED_LAUNCHER,

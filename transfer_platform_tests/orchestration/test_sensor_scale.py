@@ -24,11 +24,11 @@ import yaml
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration import sensors
-from transfer_platform.orchestration.budget import BUDGET_ENV, Budget
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
-from transfer_platform.orchestration.sensors import has_succeeded, schedule_requests
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling import sensors
+from transfer_platform.orchestration.scheduling.budget import BUDGET_ENV, Budget
+from transfer_platform.orchestration.scheduling.run_tags import DESTINATION_TAG, KIND_TAG
+from transfer_platform.orchestration.scheduling.sensors import has_succeeded, schedule_requests
 from transfer_platform_tests.support.postgres import PG, pg_connect
 from transfer_platform_tests.support.scale import write_scale_config
 

@@ -29,17 +29,25 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
 from transfer_platform.destinations.base import writer_for
-from transfer_platform.orchestration.checks import (
+from transfer_platform.orchestration.catalog.checks import (
     CHECK_NAME,
     JOB_NAME,
     integrity_check_keys,
     integrity_run_config,
 )
-from transfer_platform.orchestration.coordinator import RunPlacementError, placement, tags_for
-from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
-from transfer_platform.orchestration.repair import repair_requests
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, dest_slots_key, model_key
+from transfer_platform.orchestration.catalog.last_transfer import CHECK_NAME as LAST_TRANSFER
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.coordinator import (
+    RunPlacementError,
+    placement,
+    tags_for,
+)
+from transfer_platform.orchestration.scheduling.repair import repair_requests
+from transfer_platform.orchestration.scheduling.run_tags import (
+    DESTINATION_TAG,
+    dest_slots_key,
+    model_key,
+)
 from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
     MOCKED_LAUNCHER,

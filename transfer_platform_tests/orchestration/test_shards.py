@@ -17,8 +17,8 @@ from transfer_platform.config.shards import ENV_VAR, Shard, parse_shard, shard_c
 from transfer_platform.core.lifecycle import EXPIRED_TAG
 from transfer_platform.definitions import build_definitions
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.sensors import evaluate_schedule
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.sensors import evaluate_schedule
 from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
     MOCKED_LAUNCHER,

@@ -1,5 +1,5 @@
 """Dagster's SQLite storage of the shipped ``dagster.yaml`` cannot be broken by processes that start
-together (``orchestration/sqlite_storage.py``), and a broken migration record is repaired or
+together (``orchestration/instance/sqlite_storage.py``), and a broken migration record is repaired or
 reported as what it is, with a fix that works.
 
 Real processes on a fresh ``DAGSTER_HOME``: each imports Dagster, then waits for the others (a
@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from transfer_platform.errors import DagsterStorageError
-from transfer_platform.orchestration import sqlite_storage
+from transfer_platform.orchestration.instance import sqlite_storage
 from transfer_platform_tests.support.platform import REPO
 
 #: Dagster's revision for tables found without a record (what a second process stamps in the race)
@@ -161,7 +161,7 @@ def test_the_repair_command_mends_a_home_that_dagsters_own_storage_cannot_open(t
     assert str(problem).startswith(f"Dagster's storage at {home}/schedules/schedules.db has a broken migration "
                                    f"record: its alembic_version table holds 2 rows (")
     fix = problem.fix.split(" (")[0]
-    assert fix == f"{sys.executable} -m transfer_platform.orchestration.sqlite_storage {home}"
+    assert fix == f"{sys.executable} -m transfer_platform.orchestration.instance.sqlite_storage {home}"
     done = subprocess.run(fix.split(), capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert f"{home}/schedules/schedules.db: removed the stale rows {TABLES_OF_UNKNOWN_AGE}" in done.stdout
@@ -200,7 +200,7 @@ def test_a_record_that_is_not_the_races_is_refused_with_a_fix_that_works(tmp_pat
 def test_on_a_dagster_without_a_name_it_uses_the_instance_gets_dagsters_own_storage(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fallback: one warning naming what is missing and what is lost; the instance opens."""
-    from transfer_platform.orchestration import dagster_internals as internals
+    from transfer_platform.orchestration.speed import dagster_internals as internals
 
     gone = dataclasses.replace(internals.SQLITE_STORAGE, module="dagster._core.storage.gone")
     monkeypatch.setattr(internals, "FENCED", tuple(gone if f is internals.SQLITE_STORAGE else f

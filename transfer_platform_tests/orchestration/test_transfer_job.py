@@ -21,14 +21,14 @@ import pytest
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.lifecycle import HEARTBEAT_TAG, MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform.orchestration.run_tags import STATUS_TAG
-from transfer_platform.orchestration.transfers import (
+from transfer_platform.orchestration.runs.lifecycle import sweep
+from transfer_platform.orchestration.runs.transfers import (
     TransferFilter,
     cancel,
     describe,
     list_transfers,
 )
+from transfer_platform.orchestration.scheduling.run_tags import STATUS_TAG
 from transfer_platform_tests.support.dagster import (
     CONFIG_ENV,
     ITEMS,

@@ -15,7 +15,7 @@ import pytest
 
 from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     DRY_RUN_TAG,
     FULL_REFRESH_TAG,

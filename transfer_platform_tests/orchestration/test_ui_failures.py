@@ -20,7 +20,7 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 
 from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.run_tags import (
     DAGSTER_HIDDEN_PREFIX,
     ROWS_TAG,
     STATUS_TAG,

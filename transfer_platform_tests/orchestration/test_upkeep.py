@@ -20,10 +20,10 @@ from deltalake import DeltaTable
 from transfer_platform.config.loading import load_config
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.checks import integrity_run_config
-from transfer_platform.orchestration.coordinator import tags_for
-from transfer_platform.orchestration.run_tags import KIND_TAG, limit_tags, model_key
-from transfer_platform.orchestration.sensors import upkeep_requests
+from transfer_platform.orchestration.catalog.checks import integrity_run_config
+from transfer_platform.orchestration.scheduling.coordinator import tags_for
+from transfer_platform.orchestration.scheduling.run_tags import KIND_TAG, limit_tags, model_key
+from transfer_platform.orchestration.scheduling.sensors import upkeep_requests
 from transfer_platform_tests.support.dagster import transfer_run_config
 from transfer_platform_tests.support.platform import TENANTS, write_config
 

@@ -20,7 +20,7 @@ import yaml
 from dagster._grpc.client import DagsterGrpcClient  # pinned Dagster
 
 from transfer_platform.config.loading import load_config
-from transfer_platform.orchestration.transfers import enqueue
+from transfer_platform.orchestration.runs.transfers import enqueue
 from transfer_platform.transfers.order import TransferOrder
 from transfer_platform_tests.support.platform import REPO, dagster_home, write_config
 

@@ -22,7 +22,7 @@ from dagster_graphql.test.utils import execute_dagster_graphql
 
 from transfer_platform.config.loading import load_config
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.run_tags import (
     USER_TAG_PREFIX,
     limit_tags,
 )

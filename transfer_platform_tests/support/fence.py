@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.dagster_internals import Fenced, UnprovenDagsterWarning
+from transfer_platform.orchestration.speed import dagster_internals
+from transfer_platform.orchestration.speed.dagster_internals import Fenced, UnprovenDagsterWarning
 
 
 def hide(monkeypatch: pytest.MonkeyPatch, *gone: Fenced) -> None:

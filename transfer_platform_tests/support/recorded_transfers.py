@@ -10,7 +10,7 @@ import dagster as dg
 from dagster._core.events import StepMaterializationData
 
 from transfer_platform.core.lifecycle import MODELS_FAILED_TAG, MODELS_SUCCEEDED_TAG
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
     MODELS_TAG,

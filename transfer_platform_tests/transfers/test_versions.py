@@ -118,7 +118,7 @@ def test_the_rows_superseded_are_added_up_per_partition_and_reported_to_dagster(
     from transfer_platform.core.watermarks import ModelState
     from transfer_platform.core.windows import ReadBounds, Window
     from transfer_platform.destinations.base import WindowResult
-    from transfer_platform.orchestration.reporting import window_metadata
+    from transfer_platform.orchestration.catalog.reporting import window_metadata
     from transfer_platform.transfers.outcomes import ModelSummary, PartitionTally, WindowOutcome
 
     partition = Window(T1, T3)

@@ -22,8 +22,6 @@ line and one ``AssetObservation`` with the plan per selected model, nothing move
 
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from functools import partial
 
 from dagster import (
     AssetCheckEvaluation,
@@ -44,28 +42,30 @@ from pydantic import Field
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.planning import ModelWindowing, windowing_for
-from transfer_platform.orchestration.checks import CHECK_NAME as INTEGRITY
-from transfer_platform.orchestration.checks import integrity_spec, run_checks
-from transfer_platform.orchestration.keys import (
+from transfer_platform.orchestration.catalog.checks import CHECK_NAME as INTEGRITY
+from transfer_platform.orchestration.catalog.checks import integrity_spec, run_checks
+from transfer_platform.orchestration.catalog.keys import (
     SOURCE_GROUP,
     source_asset_key,
     transfer_asset_key,
     transfer_group,
 )
-from transfer_platform.orchestration.last_transfer import CHECK_NAME as LAST_TRANSFER
-from transfer_platform.orchestration.last_transfer import (
+from transfer_platform.orchestration.catalog.last_transfer import CHECK_NAME as LAST_TRANSFER
+from transfer_platform.orchestration.catalog.last_transfer import (
     as_result,
     check_spec,
     failure_description,
     for_partition,
     latest,
 )
-from transfer_platform.orchestration.lifecycle import heartbeat
-from transfer_platform.orchestration.partitions import partitions_for, windows_for_keys
-from transfer_platform.orchestration.reporting import relay, transfer_events
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import FULL_REFRESH_TAG, KIND_TAG, limit_tags
-from transfer_platform.runtime.spark_session import LazySession
+from transfer_platform.orchestration.catalog.partitions import partitions_for, windows_for_keys
+from transfer_platform.orchestration.catalog.reporting import step_events, step_transfer
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.run_tags import (
+    FULL_REFRESH_TAG,
+    KIND_TAG,
+    limit_tags,
+)
 from transfer_platform.transfers.entry import Transfer
 from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.outcomes import ModelSummary
@@ -188,7 +188,6 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
     )
     def _transfer(context: AssetExecutionContext, config: TransferRunConfig, pyspark: LazyPySparkResource,
                   platform: TransferPlatformResource):
-        now = datetime.now(UTC)  # the run's clock, captured once and passed down
         current = platform.config
         models = [current.model(name) for key, name in model_of_key.items() if key in context.selected_asset_keys]
         run_id = context.run.run_id
@@ -210,16 +209,14 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             full_refresh=config.full_refresh or context.run.tags.get(FULL_REFRESH_TAG, "").lower() == "true",
             partitions=windows_for_keys(partitions_def, planned) if partitions_def is not None else None,
             dry_run=config.dry_run, trigger="dagster")
-        transfer = Transfer(
-            spark=LazySession(lambda: pyspark.spark_session), config=current, order=order, transfer_id=run_id,
-            now=now, log=context.log, warn_if_tenant_empty=False, keep_alive=partial(heartbeat, context.instance, run_id))
+        transfer = step_transfer(context, pyspark, current, order)
         if order.dry_run:
             yield from _dry_run(context, transfer, key_of_model)
             for check_key in checked:  # nothing moved: the last outcome stands
                 yield as_result(latest(context.instance, check_key.asset_key, run_id))
             yield from checks()
             return
-        def step_events(event: AssetMaterialization | AssetCheckEvaluation) -> Iterator:
+        def as_step(event: AssetMaterialization | AssetCheckEvaluation) -> Iterator:
             if isinstance(event, AssetMaterialization):
                 yield event
             elif event.asset_check_key in checked:  # a result of this step (where Dagster planned it:
@@ -229,7 +226,7 @@ def build_transfer_assets(config: PlatformConfig, destination_name: str,
             else:  # a check not selected (a backfill selects none): an event
                 context.log_event(event)
 
-        yield from relay(transfer_events(context.instance, run_id, transfer, key_of_model), step_events)
+        yield from step_events(context, transfer, key_of_model, as_step)
         if transfer.failed:
             raise _failure(destination_name, transfer.failed, len(transfer.summaries))
         yield from checks()

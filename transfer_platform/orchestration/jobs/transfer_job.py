@@ -16,9 +16,6 @@ and attaches the plan as its output's metadata; it moves nothing and reports no 
 """
 
 
-from datetime import UTC, datetime
-from functools import partial
-
 from dagster import (
     AssetCheckEvaluation,
     AssetMaterialization,
@@ -34,19 +31,17 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.last_transfer import failure_description
-from transfer_platform.orchestration.lifecycle import heartbeat
-from transfer_platform.orchestration.reporting import relay, transfer_events
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.catalog.keys import transfer_asset_key
+from transfer_platform.orchestration.catalog.last_transfer import failure_description
+from transfer_platform.orchestration.catalog.reporting import step_events, step_transfer
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
     TRANSFER_OP,
     limit_tags,
     order_of_run,
 )
-from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.dry_run import plan_as_dict
 from transfer_platform.transfers.entry import Transfer
 
@@ -64,7 +59,6 @@ class TransferConfig(Config):
 @op(name=TRANSFER_OP, description="move a destination's models window by window (see the job)")
 def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: LazyPySparkResource,
                 platform: TransferPlatformResource):
-    now = datetime.now(UTC)  # the run's clock, captured once and passed down
     current, run_id = platform.config, context.run.run_id
     # what the run was asked (the sensor's tick among its tags: its runs share a staged read)
     order = order_of_run(config.model_dump(), context.run.tags)
@@ -73,10 +67,7 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
     if not queued:  # run in process (not through the queue): say at least where it goes
         context.instance.add_run_tags(run_id, {DESTINATION_TAG: destination.name, KIND_TAG: "transfer"})
     try:
-        transfer = Transfer(
-            spark=LazySession(lambda: pyspark.spark_session), config=current, order=order, transfer_id=run_id,
-            now=now, log=context.log, warn_if_tenant_empty=False,
-            keep_alive=partial(heartbeat, context.instance, run_id))
+        transfer = step_transfer(context, pyspark, current, order)
     except ConfigError as exc:  # a model the destination does not receive
         raise Failure(description=str(exc)) from None
     models = transfer.models
@@ -91,7 +82,7 @@ def transfer_op(context: OpExecutionContext, config: TransferConfig, pyspark: La
         context.log_event(event)
         return ()
 
-    for _ in relay(transfer_events(context.instance, run_id, transfer, key_of_model), log):
+    for _ in step_events(context, transfer, key_of_model, log):
         pass
     summary = MetadataValue.json({s.model: s.as_dict() for s in transfer.summaries})
     failed = transfer.failed

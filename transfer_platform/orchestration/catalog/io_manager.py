@@ -21,7 +21,7 @@ from transfer_platform.core.planning import ModelWindowing, windowing_for
 from transfer_platform.core.timeutil import utc
 from transfer_platform.core.windows import Window
 from transfer_platform.destinations.base import WindowLoad
-from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
 
 
 class DestinationIOManager(ConfigurableIOManager):

@@ -16,12 +16,12 @@ others wait and find it done. A record broken before (by processes without the l
 when it is unambiguous: the current revision is one of its rows and the others are older revisions
 of the same line, the stale stamps of that race; the current row is kept. Any other broken record
 is refused with what to do (:func:`record_problem`); ``python -m
-transfer_platform.orchestration.sqlite_storage [DAGSTER_HOME]`` repairs a home without opening it.
+transfer_platform.orchestration.instance.sqlite_storage [DAGSTER_HOME]`` repairs a home without opening it.
 
 The shipped ``dagster.yaml`` names :class:`TransferPlatformInstance`, whose storage, when the file
 names none, is :class:`LockedSqliteStorage` in the instance's own home (Dagster's default storage,
 locked). A storage block in ``dagster.yaml`` (PostgreSQL in production) replaces it. On a Dagster
-lacking a name used here (:mod:`~transfer_platform.orchestration.dagster_internals`, part
+lacking a name used here (:mod:`~transfer_platform.orchestration.speed.dagster_internals`, part
 ``sqlite_lock``) the instance gets Dagster's own storage, with one warning.
 """
 
@@ -41,7 +41,7 @@ from typing import Any
 import dagster
 
 from transfer_platform.errors import DagsterStorageError
-from transfer_platform.orchestration import dagster_internals as internals
+from transfer_platform.orchestration.speed import dagster_internals as internals
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ LOCK_FILE = "storage.lock"
 #: the SQLite files of a home's storage whose migration record can break, under ``DAGSTER_HOME``
 #: (a run's own event-log database is stamped with the current revision only, so its record cannot)
 DATABASES = ("history/runs.db", "history/runs/index.db", "schedules/schedules.db")
-REPAIR_COMMAND = "-m transfer_platform.orchestration.sqlite_storage"
+REPAIR_COMMAND = "-m transfer_platform.orchestration.instance.sqlite_storage"
 
 _held = threading.local()
 

@@ -4,7 +4,7 @@ Dagster's ``DefaultRunLauncher`` asks the code server to start each run, and the
 starts a new ``spawn``-ed Python that imports Dagster, the code location and the data path's
 libraries before the run begins: ~2.5 s of a small incremental's 5.5 s through the daemon on this
 2-core machine, and as much CPU for every run. This launcher keeps one *preloaded parent* per code
-location (:mod:`transfer_platform.orchestration.run_worker`, a child of the process that launches
+location (:mod:`transfer_platform.orchestration.speed.run_worker`, a child of the process that launches
 runs: the daemon) that has imported all of that once; each run is a ``fork`` of it, executed as
 ``dagster api execute_run`` executes it, in a process of its own as before (a run that crashes
 takes nothing else with it, and is failed as the code server fails it).
@@ -17,7 +17,7 @@ takes nothing else with it, and is failed as the code server fails it).
   :data:`START_TIMEOUT_SECONDS`, a thread ran in it, or the code location's Dagster is not one the
   worker is proven on) is launched by Dagster's own path, the code server, with an engine event
   saying why; so are runs without a Python origin, and every run on a platform without ``fork``.
-- The fork relies on private Dagster names (:mod:`~transfer_platform.orchestration.dagster_internals`):
+- The fork relies on private Dagster names (:mod:`~transfer_platform.orchestration.speed.dagster_internals`):
   on a Dagster outside ``PROVEN_DAGSTER_VERSIONS`` (a range), or lacking one of them, the launcher
   warns once per process and is Dagster's ``DefaultRunLauncher`` for every run (never an error that
   stops the daemon).
@@ -42,16 +42,13 @@ import socket
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dagster import DagsterRun, DefaultRunLauncher, serialize_value
 
-from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.run_worker import WORKER_TAG, process_start_time
+from transfer_platform.orchestration.speed import dagster_internals
+from transfer_platform.orchestration.speed.run_worker import WORKER_TAG, process_start_time
 from transfer_platform.runtime.forks import ready
-
-if TYPE_CHECKING:
-    from transfer_platform.orchestration.dagster_internals import LaunchRunContext
 
 _LOG = logging.getLogger("transfer_platform.launcher")
 #: how long a run waits for its worker to start (a parent just started imports first)
@@ -59,7 +56,7 @@ START_TIMEOUT_SECONDS = 300
 NO_FORK = "the code location's parent process runs a thread, so it cannot fork"
 
 
-class PreloadedRunLauncher(DefaultRunLauncher):
+class PreloadedRunLauncher(dagster_internals.KeptInstance, DefaultRunLauncher):
     """Runs forked from a process that has imported the code location (see the module).
 
     ``dagster_version``: the Dagster whose private names the fork relies on (this one's by default;
@@ -71,17 +68,15 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         self._parents: dict[str, _Parent] = {}
         self._no_fork: dict[str, str] = {}  # code locations whose parent cannot fork: why
         self._lock = threading.Lock()
-        #: a Dagster lacking what the launcher itself uses (its instance): Dagster's launcher, warned once
-        self.dagsters_own = dagster_internals.fallback("launcher")
+        self._forked: set[str] = set()  # the runs it forked, which join() waits for
         #: why this launcher never forks (None: it forks), warned once per process
-        self.fork_refusal = self.dagsters_own or dagster_internals.fork_refusal(
-            dagster_version or dagster_internals.DAGSTER_VERSION)
-        if self.fork_refusal and not self.dagsters_own:
+        self.fork_refusal = dagster_internals.fork_refusal(dagster_version or dagster_internals.DAGSTER_VERSION)
+        if self.fork_refusal:
             dagster_internals.warn_once(f"fork_refusal:{self.fork_refusal}", (
                 f"transfer_platform falls back to Dagster's own behaviour for {dagster_internals.PARTS['run_worker']}: "
                 f"{self.fork_refusal}. Lost: {dagster_internals.LOST['run_worker']}"))
 
-    def launch_run(self, context: LaunchRunContext) -> None:
+    def launch_run(self, context: Any) -> None:  # Dagster's LaunchRunContext
         run = context.dagster_run
         origin = run.job_code_origin
         if origin is None or not hasattr(os, "fork") or self.fork_refusal:
@@ -94,7 +89,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
                 started, why = self._start(key, origin.repository_origin, run)
             if started:
                 return
-        dagster_internals.plugin_instance(self).report_engine_event(
+        self.platform_instance.report_engine_event(
             f"The preloaded run worker did not start ({why}); the code server launches the run.", run,
             cls=self.__class__)
         super().launch_run(context)
@@ -102,7 +97,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
     def _start(self, key: str, origin: Any, run: DagsterRun) -> tuple[bool, str]:
         """Fork ``run``'s worker from this code location's parent: (started, why not)."""
         why = ""
-        instance = dagster_internals.plugin_instance(self)
+        instance = self.platform_instance
         for _attempt in range(2):  # a parent that ended, or whose code changed, is replaced once
             parent = self._parents.get(key)
             if parent is None or not parent.alive():
@@ -114,7 +109,7 @@ class PreloadedRunLauncher(DefaultRunLauncher):
             if answer.get("pid"):
                 instance.add_run_tags(run.run_id, {
                     WORKER_TAG: f"{socket.gethostname()} {answer['pid']} {answer['started']}"})
-                dagster_internals.track_launched_run(self, run.run_id)
+                self._forked.add(run.run_id)
                 return True, ""
             parent.close()
             del self._parents[key]
@@ -132,9 +127,9 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         return False, why
 
     def terminate(self, run_id: str) -> bool:
-        if self.dagsters_own or not self.has_instance:
+        if not self.has_instance:
             return super().terminate(run_id)
-        instance = dagster_internals.plugin_instance(self)
+        instance = self.platform_instance
         run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished or WORKER_TAG not in run.tags:
             return super().terminate(run_id)
@@ -152,6 +147,19 @@ class PreloadedRunLauncher(DefaultRunLauncher):
         os.kill(int(pid), signal.SIGINT)
         return True
 
+    def join(self, timeout: float = 30) -> None:
+        """Wait for the runs Dagster's launcher started and for the ones forked here to finish (an
+        instance made by ``dagster.instance_for_test`` joins its launcher when it closes)."""
+        super().join(timeout)
+        if not self._forked or not self.has_instance:
+            return
+        instance, deadline = self.platform_instance, time.monotonic() + timeout
+        while active := [run_id for run_id in self._forked
+                         if (run := instance.get_run_by_id(run_id)) is not None and not run.is_finished]:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"Timed out waiting for these runs to finish: {active!r}")
+            time.sleep(0.05)
+
     def dispose(self) -> None:
         with self._lock:
             for parent in self._parents.values():
@@ -165,7 +173,7 @@ class _Parent:
 
     def __init__(self, instance: Any, origin: Any) -> None:  # DagsterInstance, origin
         self.process = subprocess.Popen(
-            [origin.executable_path, "-m", "transfer_platform.orchestration.run_worker"],
+            [origin.executable_path, "-m", "transfer_platform.orchestration.speed.run_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.buffer = b""
         self._send({"instance_ref": serialize_value(instance.get_ref()), "origin": serialize_value(origin)})

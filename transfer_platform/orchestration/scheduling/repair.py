@@ -24,17 +24,21 @@ from dagster import AssetCheckKey, DagsterInstance, RunRequest, RunsFilter
 
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.core.timeutil import utc
-from transfer_platform.orchestration.budget import Budget, unlimited
-from transfer_platform.orchestration.checks import CHECK_NAME, JOB_NAME, integrity_run_config
-from transfer_platform.orchestration.dagster_internals import check_ended
-from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.catalog.checks import (
+    CHECK_NAME,
+    JOB_NAME,
+    integrity_run_config,
+)
+from transfer_platform.orchestration.catalog.keys import transfer_asset_key
+from transfer_platform.orchestration.scheduling.budget import Budget, unlimited
+from transfer_platform.orchestration.scheduling.run_tags import (
     PREFIX,
     TRIGGER_TAG,
     limit_tags,
     transfer_run_config,
     transfer_tags,
 )
+from transfer_platform.orchestration.speed.dagster_internals import check_ended
 from transfer_platform.transfers.order import TransferOrder
 
 REPAIR_TAG = f"{PREFIX}/repair_of"

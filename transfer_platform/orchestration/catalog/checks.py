@@ -32,10 +32,10 @@ from pydantic import Field
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.errors import ConfigError, TransferPlatformError
-from transfer_platform.orchestration.keys import transfer_asset_key
-from transfer_platform.orchestration.lifecycle import heartbeat
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.catalog.keys import transfer_asset_key
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.runs.lifecycle import heartbeat
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     INTEGRITY_OP,
     KIND_TAG,

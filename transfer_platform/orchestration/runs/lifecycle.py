@@ -36,8 +36,8 @@ from transfer_platform.core.lifecycle import (
     ended_status,
     transfer_status,
 )
-from transfer_platform.orchestration.budget import Budget, unlimited
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.scheduling.budget import Budget, unlimited
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     HIDDEN_PREFIX,
     KIND_TAG,
@@ -153,8 +153,8 @@ def sweep(instance: DagsterInstance, now: datetime, config: PlatformConfig | Non
 def _report(instance: DagsterInstance, config: PlatformConfig | None, run: DagsterRun, status: str,
             message: str) -> None:
     """The ``last_transfer`` check of each model of a transfer the sweep ended."""
-    from transfer_platform.orchestration.keys import transfer_asset_key
-    from transfer_platform.orchestration.last_transfer import outcome, report_runless
+    from transfer_platform.orchestration.catalog.keys import transfer_asset_key
+    from transfer_platform.orchestration.catalog.last_transfer import outcome, report_runless
 
     if config is None or run.tags.get(KIND_TAG) != "transfer" or DESTINATION_TAG not in run.tags:
         return

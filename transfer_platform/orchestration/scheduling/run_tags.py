@@ -39,7 +39,7 @@ from transfer_platform.transfers.order import TRIGGERS, TransferOrder
 
 PREFIX = "transfer_platform"
 #: Dagster hides run tags starting with ".dagster/" (dagster._core.storage.tags.HIDDEN_TAG_PREFIX,
-#: fenced in dagster_internals.HIDDEN_TAG_PREFIX; test_run_tags asserts they still match)
+#: a value repeated, not a name reached: test_ui_failures asserts they still match)
 DAGSTER_HIDDEN_PREFIX = ".dagster/"
 HIDDEN_PREFIX = f"{DAGSTER_HIDDEN_PREFIX}{PREFIX}"
 DESTINATION_TAG = f"{PREFIX}/destination"

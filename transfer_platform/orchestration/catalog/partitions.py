@@ -7,7 +7,7 @@ from dagster import TimeWindowPartitionsDefinition
 from transfer_platform.core.planning import ModelWindowing
 from transfer_platform.core.timeutil import utc
 from transfer_platform.core.windows import Window
-from transfer_platform.orchestration.dagster_fixes import install_epoch_fix
+from transfer_platform.orchestration.speed.dagster_fixes import install_epoch_fix
 
 
 def partitions_for(windowing: ModelWindowing) -> TimeWindowPartitionsDefinition | None:

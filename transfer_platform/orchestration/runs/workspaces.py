@@ -38,8 +38,8 @@ import yaml
 
 from transfer_platform.config.parsing import ENV_VAR
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.coordinator import placed_under
+from transfer_platform.orchestration.scheduling.coordinator import placed_under
+from transfer_platform.orchestration.speed import dagster_internals
 
 WORKSPACE_ENV = "TRANSFER_PLATFORM_WORKSPACE"
 
@@ -203,7 +203,7 @@ def _location(request: Any) -> Any:  # a WorkspaceRequestContext -> its one Code
 
 
 def _unreachable(workspace: Path, reason: str) -> ConnectionFailure:
-    from transfer_platform.orchestration.sqlite_storage import record_problem
+    from transfer_platform.orchestration.instance.sqlite_storage import record_problem
 
     home = os.environ.get("DAGSTER_HOME")  # the code server failed on the instance's storage, not on its code
     storage = record_problem(home, reason) if home else None

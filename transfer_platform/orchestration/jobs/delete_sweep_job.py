@@ -17,9 +17,13 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from transfer_platform.errors import ConfigError, TransferPlatformError
-from transfer_platform.orchestration.lifecycle import heartbeat
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG, limit_tags
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.runs.lifecycle import heartbeat
+from transfer_platform.orchestration.scheduling.run_tags import (
+    DESTINATION_TAG,
+    KIND_TAG,
+    limit_tags,
+)
 from transfer_platform.transfers.delete_sweep import sweep_deletes
 
 KIND = "delete_sweep"

@@ -5,23 +5,23 @@ button or a UI backfill carries none of ours. Every launch path (the UI, backfil
 ``transfer-platform transfer --enqueue``) goes through the instance's run coordinator, so this
 subclass of ``QueuedRunCoordinator`` (configured in ``dagster.yaml``; importable by the webserver
 and the daemon) works out which destination, models and sources a run touches and adds the tags
-of :mod:`transfer_platform.orchestration.run_tags` before the run is queued. The daemon asks it
+of :mod:`transfer_platform.orchestration.scheduling.run_tags` before the run is queued. The daemon asks it
 for the queue's rules at every pass, and it answers with the rules ``dagster.yaml`` gives plus the
 ones generated from the configuration, so the limits follow the file.
 
 A run it cannot place (assets of several destinations in one run, a configuration that does not
 load) is refused at submission with a message saying why: limits fail closed.
 
-On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.dagster_internals`)
+On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.speed.dagster_internals`)
 it is Dagster's ``QueuedRunCoordinator``, with one warning naming the name and what is lost: the
 configuration's rules are passed through Dagster's own ``tag_concurrency_limits`` when it starts
 (a configuration that does not load then holds every queued run: ``max_concurrent_runs: 0``), and
 submitted runs are queued as they come (runs launched from the UI carry no limit tags). A
-fractional ``dequeue_interval_seconds`` on a Dagster lacking its attribute is rounded up to
-Dagster's whole seconds.
+fractional ``dequeue_interval_seconds`` is the coordinator's own (the property the daemon reads),
+on any Dagster.
 
 When the webserver or the daemon starts it, it installs the epoch tick fix of
-:mod:`~transfer_platform.orchestration.dagster_fixes`, so that they compute the partition keys the
+:mod:`~transfer_platform.orchestration.speed.dagster_fixes`, so that they compute the partition keys the
 code server computes.
 """
 
@@ -42,10 +42,9 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.parsing import find_config_path
 from transfer_platform.errors import ConfigError
-from transfer_platform.orchestration import dagster_fixes, dagster_internals, queue_wake
-from transfer_platform.orchestration.config_stamp import config_stamp
-from transfer_platform.orchestration.keys import destination_and_model
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.catalog.keys import destination_and_model
+from transfer_platform.orchestration.scheduling.config_stamp import config_stamp
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     INTEGRITY_OP,
     KIND_TAG,
@@ -55,9 +54,10 @@ from transfer_platform.orchestration.run_tags import (
     queue_rules,
     transfer_op_config,
 )
+from transfer_platform.orchestration.speed import dagster_fixes, dagster_internals, queue_wake
 
 if TYPE_CHECKING:
-    from transfer_platform.orchestration.dagster_internals import RunQueueConfig
+    from transfer_platform.orchestration.speed.dagster_internals import RunQueueConfig
 
 _LOG = logging.getLogger("transfer_platform.coordinator")
 TRANSFER_JOB = "transfer"
@@ -160,12 +160,12 @@ def tags_for(config: PlatformConfig, run: DagsterRun) -> dict[str, str]:
     return limit_tags(config, destination_name, models, kind, with_checks=kind == "transfer" and integrity)
 
 
-class TransferRunCoordinator(QueuedRunCoordinator):
+class TransferRunCoordinator(dagster_internals.KeptInstance, QueuedRunCoordinator):
     """``QueuedRunCoordinator`` + the configuration's tags and limits (see the module docstring).
 
     ``dequeue_interval_seconds`` may be a fraction here (Dagster's schema takes whole seconds).
     With PostgreSQL run storage the queue is also passed over as soon as a run is queued or ends
-    (:mod:`~transfer_platform.orchestration.queue_wake`): the interval is then only the longest a
+    (:mod:`~transfer_platform.orchestration.speed.queue_wake`): the interval is then only the longest a
     run waits when a notification was lost.
 
     ``pooled_storage_connections`` (the shipped ``dagster.yaml`` sets it): the process that opens
@@ -204,23 +204,25 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         interval = config_value.get("dequeue_interval_seconds")
         if interval is not None and interval <= 0:
             raise ValueError(f"run_coordinator.config.dequeue_interval_seconds must be > 0, got {interval}")
-        whole = interval is not None and bool(dagster_internals.fallback("dequeue_interval"))
         pooled = bool(config_value.get("pooled_storage_connections"))
         rest = {k: v for k, v in config_value.items() if k != "pooled_storage_connections"}
-        rest["dequeue_interval_seconds"] = max(1, math.ceil(interval)) if whole else None
+        # Dagster's schema takes whole seconds: the fraction is kept here, the property returns it
+        rest["dequeue_interval_seconds"] = None if interval is None else max(1, math.ceil(interval))
         if dagster_internals.fallback("coordinator"):
             rest = _with_configured_limits(rest)
         coordinator = super().from_config_value(inst_data, rest)
         coordinator.pooled_storage_connections = pooled
-        if interval is not None and not whole:
-            dagster_internals.set_dequeue_interval(coordinator, interval)  # read by the daemon only
+        coordinator.fractional_dequeue_interval = interval
         return coordinator
 
     pooled_storage_connections = False
+    fractional_dequeue_interval: float | None = None
 
     @property
     def configured_dequeue_interval_seconds(self) -> float:
-        """``dequeue_interval_seconds`` as ``dagster.yaml`` gives it (Dagster's default: 5)."""
+        """``dequeue_interval_seconds`` as ``dagster.yaml`` gives it, fractions kept (Dagster's default: 5)."""
+        if self.fractional_dequeue_interval is not None:
+            return self.fractional_dequeue_interval
         return super().dequeue_interval_seconds
 
     @property
@@ -248,7 +250,7 @@ class TransferRunCoordinator(QueuedRunCoordinator):
         if self.dagsters_own:
             return super().submit_run(context)
         run = context.dagster_run
-        instance = dagster_internals.plugin_instance(self)
+        instance = self.platform_instance
         try:
             tags = tags_for(_config(), run)
         except Exception as exc:  # any failure refuses the run, with its reason

@@ -10,7 +10,7 @@ next one, which on an idle queue is most of its latency. With PostgreSQL run sto
   sends ``NOTIFY transfer_platform_run_queue`` (:func:`notify`, best effort: a failure only means
   the run waits for the interval, as without it);
 - the daemon's queue pass (Dagster's ``QueuedRunCoordinatorDaemon.run_iteration``, wrapped once
-  through :mod:`~transfer_platform.orchestration.dagster_internals`) starts when woken by such a
+  through :mod:`~transfer_platform.orchestration.speed.dagster_internals`) starts when woken by such a
   notification (a thread of the daemon LISTENs on the run storage's database) or when the interval
   has passed since the previous pass, whichever is first. Passes stay at least as far apart as the
   previous pass took (a burst of 1,000 queued runs never keeps the daemon's queue busy more than

@@ -6,7 +6,9 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar
 
 from dagster import (
     AssetCheckEvaluation,
@@ -19,9 +21,17 @@ from dagster import (
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.orchestration.keys import destination_asset_key
-from transfer_platform.orchestration.last_transfer import ended, outcomes, stop_reason, stopped
+from transfer_platform.orchestration.catalog.keys import destination_asset_key
+from transfer_platform.orchestration.catalog.last_transfer import (
+    ended,
+    outcomes,
+    stop_reason,
+    stopped,
+)
+from transfer_platform.orchestration.runs.lifecycle import heartbeat
+from transfer_platform.runtime.spark_session import LazySession
 from transfer_platform.transfers.entry import Transfer
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform.transfers.outcomes import WindowOutcome
 
 Event = AssetMaterialization | AssetCheckEvaluation
@@ -50,6 +60,24 @@ def window_metadata(outcome: WindowOutcome, transfer_id: str) -> dict:
 def materialization(asset_key: AssetKey, outcome: WindowOutcome, transfer_id: str) -> AssetMaterialization:
     return AssetMaterialization(asset_key=asset_key, partition=outcome.partition_key,
                                 metadata=window_metadata(outcome, transfer_id))
+
+
+def step_transfer(context: Any, pyspark: Any, config: PlatformConfig, order: TransferOrder) -> Transfer:
+    """The transfer ``order`` of a Dagster step (the asset body, the ``transfer`` op: a context
+    and a ``LazyPySparkResource``): the run's clock captured once, here, and passed down; the run
+    id as the transfer's id; the step's log; the run's heartbeat kept while it moves; Spark opened
+    only when a read needs it."""
+    run_id = context.run.run_id
+    return Transfer(spark=LazySession(lambda: pyspark.spark_session), config=config, order=order,
+                    transfer_id=run_id, now=datetime.now(UTC), log=context.log, warn_if_tenant_empty=False,
+                    keep_alive=partial(heartbeat, context.instance, run_id))
+
+
+def step_events(context: Any, transfer: Transfer, key_of_model: dict[str, AssetKey],
+                handle: Callable[[Event], Iterable[T]]) -> Iterator[T]:
+    """:func:`step_transfer`'s transfer run in its step: each of :func:`transfer_events` handed to
+    ``handle`` through :func:`relay`, what it makes yielded."""
+    return relay(transfer_events(context.instance, context.run.run_id, transfer, key_of_model), handle)
 
 
 def transfer_events(instance: DagsterInstance, run_id: str, transfer: Transfer, key_of_model: dict[str, AssetKey]

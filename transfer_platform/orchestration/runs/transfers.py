@@ -4,7 +4,7 @@ A transfer is a Dagster run carrying ``transfer_platform/kind=transfer``: a run 
 ``transfer`` job (sensor, ``transfer --enqueue``, the launchpad) or of transfer assets (the UI's
 Materialize, backfills). Enqueueing goes through the instance's run coordinator, like the UI, so
 the queue's limits apply. Listing reads the runs and their events from the instance: status
-(:func:`transfer_platform.orchestration.lifecycle.transfer_status`), timestamps, window, tags and
+(:func:`transfer_platform.orchestration.runs.lifecycle.transfer_status`), timestamps, window, tags and
 per-model metrics summed over the windows each run committed.
 
 Listing is one query for the page of runs (Dagster's run storage filters on the kind, destination,
@@ -37,7 +37,8 @@ from transfer_platform.core.lifecycle import (
     transfer_status,
 )
 from transfer_platform.errors import ConfigError, ConnectionFailure, Problem
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.runs.workspaces import WORKSPACE_ENV, OpenWorkspaces
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     DRY_RUN_TAG,
     FULL_REFRESH_TAG,
@@ -51,7 +52,6 @@ from transfer_platform.orchestration.run_tags import (
     transfer_tags,
     user_tags_of,
 )
-from transfer_platform.orchestration.workspaces import WORKSPACE_ENV, OpenWorkspaces
 from transfer_platform.transfers.order import TransferOrder
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -64,7 +64,7 @@ def workspace_file() -> Path:
     repository's ``workspace.yaml``)."""
     if os.environ.get(WORKSPACE_ENV):
         return Path(os.environ[WORKSPACE_ENV])
-    return Path(__file__).resolve().parents[2] / "workspace.yaml"
+    return Path(__file__).resolve().parents[3] / "workspace.yaml"
 
 
 #: workspace fields holding a path, relative to the workspace file's folder
@@ -122,7 +122,7 @@ def _served(entry: dict, workspace: Path) -> list[tuple[str | None, str | None]]
     """(module, attribute) of what a ``load_from`` entry serves: a ``python_module`` entry says it;
     a ``grpc_server`` entry (a code server started beside the webserver, e.g. ``dagster code-server
     start -m transfer_platform.definitions -a defs_shard_0_of_4``) is asked; other entries: none."""
-    from transfer_platform.orchestration import dagster_internals
+    from transfer_platform.orchestration.speed import dagster_internals
 
     kind, fields = next(iter(entry)), _entry_fields(entry)
     if kind == "python_module":
@@ -217,7 +217,7 @@ def _moment(timestamp: float | None) -> str | None:
 #: the events a transfer's description reads off its run
 _EVENT_TYPES = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE,
                 DagsterEventType.STEP_SUCCESS, DagsterEventType.ASSET_CHECK_EVALUATION}
-LAST_TRANSFER_CHECK = "last_transfer"  # orchestration.last_transfer.CHECK_NAME (not imported: light)
+LAST_TRANSFER_CHECK = "last_transfer"  # orchestration.catalog.last_transfer.CHECK_NAME (not imported: light)
 
 
 def events_of(instance: DagsterInstance, run_ids: list[str]) -> dict[str, list]:
@@ -482,7 +482,7 @@ def enqueue_integrity(instance: DagsterInstance, config: PlatformConfig, config_
                       *, trigger: str = "cli", workspaces: OpenWorkspaces | None = None) -> str:
     """Submit a run of the ``integrity`` job checking every model of one destination, tagged as the
     sensor tags it."""
-    from transfer_platform.orchestration.checks import JOB_NAME, integrity_run_config
+    from transfer_platform.orchestration.catalog.checks import JOB_NAME, integrity_run_config
 
     destination = config.destination(destination_name)
     models = config.models_for(destination)
@@ -497,8 +497,8 @@ def integrity_results(instance: DagsterInstance, config: PlatformConfig, destina
     """The latest ``integrity`` check evaluation of each model of a destination (None: never checked)."""
     from dagster import AssetCheckKey
 
-    from transfer_platform.orchestration.checks import CHECK_NAME
-    from transfer_platform.orchestration.keys import transfer_asset_key
+    from transfer_platform.orchestration.catalog.checks import CHECK_NAME
+    from transfer_platform.orchestration.catalog.keys import transfer_asset_key
 
     destination = config.destination(destination_name)
     keys = {m.model_name: AssetCheckKey(transfer_asset_key(destination.recipient, destination.name, m.model_name),

@@ -18,7 +18,7 @@ daily by default) once the destination has had a successful transfer run (its fi
 complete). Their cursor entries are ``sweep:<destination>:<model>`` and
 ``integrity:<destination>``; a due integrity tick waits, unrecorded, until that first success.
 
-And it repairs what failed integrity checks found (``orchestration/repair.py``): the windows holding
+And it repairs what failed integrity checks found (``orchestration/scheduling/repair.py``): the windows holding
 the broken rows are transferred again, then the check runs again.
 
 Each tick also runs the lifecycle sweep: pending transfers older than 6 hours are cancelled
@@ -57,15 +57,19 @@ from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.shards import does_instance_upkeep, parse_shard
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, due
 from transfer_platform.core.timeutil import isoformat
-from transfer_platform.orchestration import dagster_internals
-from transfer_platform.orchestration.budget import Budget, unlimited
-from transfer_platform.orchestration.checks import JOB_NAME, integrity_job, integrity_run_config
-from transfer_platform.orchestration.delete_sweep_job import KIND as SWEEP_KIND
-from transfer_platform.orchestration.delete_sweep_job import delete_sweep_job
-from transfer_platform.orchestration.lifecycle import sweep
-from transfer_platform.orchestration.repair import repair_requests
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import (
+from transfer_platform.orchestration.catalog.checks import (
+    JOB_NAME,
+    integrity_job,
+    integrity_run_config,
+)
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.jobs.delete_sweep_job import KIND as SWEEP_KIND
+from transfer_platform.orchestration.jobs.delete_sweep_job import delete_sweep_job
+from transfer_platform.orchestration.jobs.transfer_job import transfer_job
+from transfer_platform.orchestration.runs.lifecycle import sweep
+from transfer_platform.orchestration.scheduling.budget import Budget, unlimited
+from transfer_platform.orchestration.scheduling.repair import repair_requests
+from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     HIDDEN_PREFIX,
     KIND_TAG,
@@ -75,7 +79,7 @@ from transfer_platform.orchestration.run_tags import (
     transfer_run_config,
     transfer_tags,
 )
-from transfer_platform.orchestration.transfer_job import transfer_job
+from transfer_platform.orchestration.speed import dagster_internals
 from transfer_platform.transfers.order import TransferOrder
 
 MISSED_TICKS_TAG = f"{HIDDEN_PREFIX}/missed_ticks"

@@ -3,7 +3,7 @@
 
 Nothing is patched when this module is imported: each fix is installed, idempotently, by what
 needs it (below). The private names they patch are reached through
-:mod:`~transfer_platform.orchestration.dagster_internals`; a Dagster without them gets a warning
+:mod:`~transfer_platform.orchestration.speed.dagster_internals`; a Dagster without them gets a warning
 naming what it lacks, and the fix is not installed.
 
 1. The cron tick at the Unix epoch (below); 2. runs left going when ``dagster dev`` stops
@@ -23,7 +23,7 @@ This is a last resort (STYLE: patching Dagster's private modules), kept as small
 original function runs, and only when the tick it skipped is timestamp 0 itself (the search
 crossed 0 and minute 0 of the hour is on the grid) is that tick returned instead. It is installed
 (:func:`install_epoch_fix`) by what computes partition keys: the partitions of the definitions
-(``orchestration/partitions.py``: the code server, and any process building them) and the run
+(``orchestration/catalog/partitions.py``: the code server, and any process building them) and the run
 coordinator named in ``dagster.yaml`` when the webserver or the daemon starts it, so the three
 compute the same partition keys. It installs itself only if the bug is present: once Dagster
 fixes it, nothing is patched (``installed()`` says which).
@@ -40,9 +40,9 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from dagster import deserialize_value
+from dagster import TimeWindowPartitionsDefinition, deserialize_value
 
-from transfer_platform.orchestration import dagster_internals
+from transfer_platform.orchestration.speed import dagster_internals
 
 _PATCHED = "_transfer_platform_epoch_fix"
 _DEP_PATCHED = "_transfer_platform_dep_graph_fix"
@@ -50,8 +50,13 @@ _looked: set[str] = set()  # the fixes this process has looked at (each is insta
 
 
 def _epoch_tick_is_dropped() -> bool:
-    ticks = itertools.islice(dagster_internals.cron_ticks(-120, "*/2 * * * *", "UTC"), 2)
-    return [t.timestamp() for t in ticks] != [-120, 0]
+    """Whether Dagster's partitions of a two-minute grid from 23:58 the day before the epoch lack
+    the epoch's own tick (asked through the public partitions, which Dagster computes by the
+    function the fix wraps)."""
+    start = datetime.datetime.fromtimestamp(-120, tz=datetime.UTC)
+    partitions = TimeWindowPartitionsDefinition(start=start, end=start + datetime.timedelta(minutes=4),
+                                                cron_schedule="*/2 * * * *", fmt="%Y-%m-%d-%H:%M")
+    return partitions.get_partition_keys() != ["1969-12-31-23:58", "1970-01-01-00:00"]
 
 
 _REFRESH_PATCHED = "_transfer_platform_workspace_refresh"

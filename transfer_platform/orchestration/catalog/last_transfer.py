@@ -161,7 +161,10 @@ def stopped(instance: DagsterInstance, run_id: str, exc: BaseException, summarie
     """A transfer stopped by ``exc`` (a cancel, an interrupt, a bug): writes the run's status
     tag; returns the exception to raise instead (a cancel reads as one, not as a bare
     ``KeyboardInterrupt``; Dagster still ends the run cancelled) and each model's outcome."""
-    from transfer_platform.orchestration.lifecycle import record_interrupted, record_model_outcomes
+    from transfer_platform.orchestration.runs.lifecycle import (
+        record_interrupted,
+        record_model_outcomes,
+    )
 
     interrupt = isinstance(exc, KeyboardInterrupt | DagsterExecutionInterruptedError)
     if interrupt:
@@ -179,7 +182,7 @@ def ended(instance: DagsterInstance, run_id: str, summaries: list[ModelSummary],
     """A transfer step that ended by itself: adds its models' counts and rows to the run's tags;
     returns the models that failed and each model's outcome (the asset body and the ``transfer``
     op report them each its own way)."""
-    from transfer_platform.orchestration.lifecycle import record_model_outcomes
+    from transfer_platform.orchestration.runs.lifecycle import record_model_outcomes
 
     failed = [s for s in summaries if s.status != "SUCCESS"]
     record_model_outcomes(instance, run_id, len(summaries) - len(failed), len(failed),

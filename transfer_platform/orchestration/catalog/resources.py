@@ -10,7 +10,7 @@ from transfer_platform.config.loading import load_config
 from transfer_platform.config.models import PlatformConfig
 from transfer_platform.config.shards import parse_shard, shard_config
 from transfer_platform.destinations.base import DestinationWriter, writer_for
-from transfer_platform.orchestration.config_stamp import config_stamp
+from transfer_platform.orchestration.scheduling.config_stamp import config_stamp
 from transfer_platform.runtime.spark_session import session_from_conf, spark_conf, stop_session
 
 

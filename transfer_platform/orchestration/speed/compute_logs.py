@@ -10,7 +10,7 @@ run's output repeated in the daemon's log (at 4,000 runs an hour, most of that l
 ``dagster dev`` (the shipped ``dagster.yaml``) Dagster's own manager stays, so a run's output also
 shows in the terminal.
 
-On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.dagster_internals`)
+On a Dagster lacking a private name it uses (:mod:`~transfer_platform.orchestration.speed.dagster_internals`)
 it is Dagster's own manager, with one warning: the capture is Dagster's (the ``tail`` mirror) when
 only the capture's names are gone; when ``LocalComputeLogManager`` itself is gone, the instance
 gets the manager Dagster itself gives a fresh instance, configured as this one was.
@@ -27,7 +27,7 @@ from typing import Any
 
 import dagster
 
-from transfer_platform.orchestration import dagster_internals as internals
+from transfer_platform.orchestration.speed import dagster_internals as internals
 
 
 def _dagsters_default() -> type:
@@ -67,12 +67,20 @@ class FileComputeLogManager(_BASE):
             with super().capture_logs(log_key) as context:
                 yield context
             return
-        io_type, extension = internals.IO_TYPES.get(), internals.IO_EXTENSIONS.get()
-        redirect, ensure_file = internals.REDIRECT_TO_FILE.get(), internals.FILE_UTILS.get()
-        out = self.get_captured_local_path(log_key, extension[io_type.STDOUT])
-        err = self.get_captured_local_path(log_key, extension[io_type.STDERR])
-        ensure_file(out)
-        ensure_file(err)
+        # the extensions by Dagster's IO type, an enum of the values "stdout" and "stderr"
+        extension = {io_type.value: ext for io_type, ext in internals.IO_EXTENSIONS.get().items()}
+        redirect = internals.REDIRECT_TO_FILE.get()
+        out = self.get_captured_local_path(log_key, extension["stdout"])
+        err = self.get_captured_local_path(log_key, extension["stderr"])
+        _touch(out)
+        _touch(err)
         with redirect(sys.stdout, out), redirect(sys.stderr, err):
             yield internals.CAPTURED_CONTEXT.get()(log_key)
-        internals.TOUCH_FILE.get()(self.complete_artifact_path(log_key))
+        _touch(self.complete_artifact_path(log_key))  # the capture is complete: the UI stops following
+
+
+def _touch(path: str) -> None:
+    """``path`` created (with its folder) if missing, its time now: as Dagster's own capture does."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a"):
+        os.utime(path, None)

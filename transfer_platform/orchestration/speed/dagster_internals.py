@@ -22,16 +22,21 @@ start:
   or lacking a name its run worker needs, it launches every run by Dagster's own path
   (``DefaultRunLauncher``) instead of forking (:func:`fork_refusal`);
 - the run coordinator (``coordinator.py``): is Dagster's ``QueuedRunCoordinator``, its tag limits
-  passed through Dagster's own ``tag_concurrency_limits`` once, when it starts; a fractional
-  ``dequeue_interval_seconds`` becomes Dagster's whole seconds;
+  passed through Dagster's own ``tag_concurrency_limits`` once, when it starts;
 - the compute-log manager (``compute_logs.py``): Dagster's own capture (the ``tail`` mirror);
-- the fixes (``dagster_fixes.py``): not installed; the sensor's repairs: off; the hidden run tags:
-  shown; ``transfer --enqueue`` (a command, not a service): :class:`UnsupportedDagsterError`, a
-  ``ConfigError`` the CLI reports as such, naming what its launch lacks.
+- the fixes (``dagster_fixes.py``): not installed; the sensor's repairs: off; ``transfer
+  --enqueue`` (a command, not a service): :class:`UnsupportedDagsterError`, a ``ConfigError`` the
+  CLI reports as such, naming what its launch lacks.
 
 Public exports are used wherever Dagster has them (``dagster.DefaultRunLauncher``,
 ``dagster.QueuedRunCoordinator``, ``dagster.SubmitRunContext``, ``dagster.serialize_value`` /
-``deserialize_value``): they are not listed here.
+``deserialize_value``), and so are the public methods of what Dagster hands the platform (a
+plugin's ``register_instance``, an origin's ``get_job_origin``, a recipe's
+``get_repository_definition``): they are not listed here.
+
+The fence has a budget (``test_dagster_internals.FENCED_CAP``, 40): a new private name replaces
+another, or carries its written reason (its ``public``: the public alternative checked and why it
+does not do) in the change that raises the budget.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ import functools
 import importlib
 import inspect
 import warnings
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,8 +57,7 @@ from packaging.version import InvalidVersion, Version
 
 from transfer_platform.errors import ConfigError
 
-if TYPE_CHECKING:  # annotations only (launcher.py, coordinator.py): Dagster exports neither
-    from dagster._core.launcher import LaunchRunContext  # noqa: F401
+if TYPE_CHECKING:  # an annotation only (coordinator.py): Dagster does not export it
     from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
 
 DAGSTER_VERSION: str = dagster.__version__
@@ -72,9 +77,7 @@ def proven(version: str = DAGSTER_VERSION) -> bool:
 #: the parts of the platform, each checking its names when it starts
 PARTS = {
     "run_worker": "the preloaded launcher's forked run workers (launcher.py, run_worker.py)",
-    "launcher": "the preloaded launcher (launcher.py)",
     "coordinator": "the run coordinator's limits (coordinator.py)",
-    "dequeue_interval": "a fractional run_coordinator dequeue_interval_seconds (coordinator.py)",
     "queue_wake": "the run queue passed over as soon as a run is queued or ends (queue_wake.py)",
     "compute_logs": "a step's captured stdout/stderr written to its files only (compute_logs.py)",
     "epoch_fix": "the fix of Dagster's cron tick at the Unix epoch (dagster_fixes.py)",
@@ -83,9 +86,8 @@ PARTS = {
     "snapshot_once": "the code server's repository snapshot made once, ahead of the first request (dagster_fixes.py)",
     "asset_automation": "the transfer_schedule sensor shown as each transfer asset's automation in the UI (sensors.py)",
     "enqueue": "enqueueing a transfer or integrity check: `transfer-platform transfer --enqueue` and the API "
-               "(orchestration/workspaces.py)",
+               "(orchestration/runs/workspaces.py)",
     "repair": "self-healing's reading of check evaluations (repair.py)",
-    "run_tags": "run tags hidden in the UI (run_tags.py)",
     "run_columns": "the runs table's columns looked up once per process (coordinator.py)",
     "workspace_refresh": "the daemon's refresh, each minute, of code servers started beside it skipped while "
                          "every one is the same server (dagster_fixes.py)",
@@ -96,15 +98,10 @@ PARTS = {
 LOST = {
     "run_worker": "every run starts as Dagster's DefaultRunLauncher starts it, a new Python from the code "
                   "server (~2.5 s more per run, and as much CPU)",
-    "launcher": "every run starts as Dagster's DefaultRunLauncher starts it, a new Python from the code "
-                "server (~2.5 s more per run); a run a forked worker already runs is terminated only by "
-                "the worker's cancellation thread (run marked CANCELING)",
     "coordinator": "runs launched from the UI (Materialize, backfills) are not tagged, so the per-destination, "
                    "per-model and per-source limits do not hold for them (the sensor's runs and `transfer "
                    "--enqueue` carry their tags and stay limited); the configuration's limits are read once, "
                    "when the process starts (a changed limit applies at its restart)",
-    "dequeue_interval": "the queue is passed over every whole second at the most (Dagster's "
-                        "dequeue_interval_seconds, rounded up)",
     "queue_wake": "the queue is passed over at each dequeue interval only, not as soon as a run is queued or ends",
     "compute_logs": "Dagster's own capture: each step's output is also mirrored into the daemon's output by a "
                     "`tail -F` process per stream (~0.05 s and two processes per step)",
@@ -122,7 +119,6 @@ LOST = {
                "sensor, the UI or `dagster job launch`)",
     "repair": "self-healing: a failed integrity check is not repaired by itself (it stays failed for a "
               "person to look at)",
-    "run_tags": "the platform's run tags (.dagster/transfer_platform/...) are shown in the UI, not hidden",
     "run_columns": "every run event stored and every run read asks the database for the runs table's columns "
                    "again (~1 ms each, about ten times a run)",
     "workspace_refresh": "the daemon fetches and decodes every code location's snapshot again each minute "
@@ -130,7 +126,7 @@ LOST = {
                          "next tick rebuilds the asset graph",
     "sqlite_lock": "Dagster's own SQLite storage: processes of one DAGSTER_HOME that start together may create "
                    "it at once and leave two migration records, after which the instance does not open "
-                   "until repaired (python -m transfer_platform.orchestration.sqlite_storage)",
+                   "until repaired (python -m transfer_platform.orchestration.instance.sqlite_storage)",
 }
 
 
@@ -240,56 +236,17 @@ CRASH_EXPLANATION = Fenced(
     use="failing a crashed worker's run with the code server's words, which lifecycle.py reads",
     public="none (the sentence is the code server's)",
     params=("prefix", "exit_code"))
-RECONSTRUCT_REPOSITORY = Fenced(
-    "dagster._utils.hosted_user_process", "recon_repository_from_origin", ("run_worker",),
-    use="loading the code location's definitions once in the run worker parent (the preload)",
-    public="importing the module of the origin's code pointer (misses Dagster's own loading path)",
-    params=("origin",))
 RECONSTRUCT_JOB = Fenced(
     "dagster._utils.hosted_user_process", "recon_job_from_origin", ("run_worker",),
     use="building a job's definition in a spare run worker before its run arrives (Dagster keeps the "
         "last one built, which the run's own reconstruction then finds)",
     public="none (the run worker reconstructs its job from the run's origin by this function)",
     params=("origin",))
-JOB_ORIGIN = Fenced(
-    "dagster._core.origin", "JobPythonOrigin", ("run_worker",),
-    use="the origin of the job a spare run worker builds ahead (the code location's, as a run's)",
-    public="none", params=("job_name", "repository_origin"))
-RUN_MODULE = Fenced(
-    "dagster._cli.api", "", ("run_worker",),
-    use="WARM_MODULES: modules the run worker's parent imports before forking (a missing one is skipped)",
-    public="none (the modules `dagster api execute_run` imports)")
-EXECUTION_MODULE = Fenced(
-    "dagster._core.execution.api", "", ("run_worker",),
-    use="WARM_MODULES (see dagster._cli.api)",
-    public="none")
-LAUNCH_CONTEXT = Fenced(
-    "dagster._core.launcher", "LaunchRunContext", ("run_worker",),
-    use="the annotation of PreloadedRunLauncher.launch_run's argument (imported for type checking only)",
-    public="none (dagster exports DefaultRunLauncher but not its context)",
-    attributes=("dagster_run", "workspace"))
-LAUNCHER_RUN_IDS = Fenced(
-    "dagster._core.launcher.default_run_launcher", "DefaultRunLauncher._run_ids", ("run_worker",),
-    use="the runs DefaultRunLauncher.join() waits for, to which the preloaded launcher adds its own",
-    public="none (DefaultRunLauncher keeps the set to itself)",
-    instance_attribute=True)
-PLUGIN_INSTANCE = Fenced(
-    "dagster._core.instance.types", "MayHaveInstanceWeakref._instance", ("launcher", "coordinator"),
-    use="the instance of a run launcher or coordinator (how Dagster's own launchers and the "
-        "documented custom ones reach it)",
-    public="has_instance (public) says whether there is one, but nothing public returns it")
 QUEUE_CONFIG = Fenced(
     "dagster._core.run_coordinator.queued_run_coordinator", "RunQueueConfig", ("coordinator",),
     use="adding the configuration's tag limits to the queue's rules (a NamedTuple: _replace)",
     public="none (dagster does not export RunQueueConfig; dagster.yaml's rules are static)",
     attributes=("_replace", "tag_concurrency_limits"))
-DEQUEUE_INTERVAL = Fenced(
-    "dagster._core.run_coordinator.queued_run_coordinator", "QueuedRunCoordinator._dequeue_interval_seconds",
-    ("dequeue_interval",),
-    use="a fractional run_coordinator.config.dequeue_interval_seconds (Dagster's schema takes whole "
-        "seconds; its daemon reads the property dequeue_interval_seconds, any number)",
-    public="the config field dequeue_interval_seconds (an Int: 1 s at least, half a small transfer's latency)",
-    instance_attribute=True)
 QUEUE_PASS = Fenced(
     "dagster._daemon.run_coordinator.queued_run_coordinator_daemon", "QueuedRunCoordinatorDaemon.run_iteration",
     ("queue_wake",),
@@ -304,36 +261,26 @@ LOCAL_COMPUTE_LOGS = Fenced(
     attributes=("capture_logs", "get_captured_local_path", "complete_artifact_path"))
 REDIRECT_TO_FILE = Fenced(
     "dagster._core.execution.compute_logs", "redirect_to_file", ("compute_logs",),
-    use="a step's stdout/stderr redirected to its log file (the file descriptors, as Dagster does), "
-        "without the `tail -F` process Dagster's capture adds to mirror it back",
-    public="none", params=("stream", "filepath"))
+    use="a step's stdout/stderr redirected to its log file (the file descriptors, as Dagster does), without the "
+        "`tail -F` process Dagster's capture adds to mirror it back",
+    public="none (a step's output is the process's file descriptors 1 and 2, which Dagster's capture redirects "
+           "itself; Python's contextlib.redirect_stdout would miss the JVM's and the C libraries' output)",
+    params=("stream", "filepath"))
 IO_EXTENSIONS = Fenced(
     "dagster._core.storage.local_compute_log_manager", "IO_TYPE_EXTENSION", ("compute_logs",),
-    use="the file extensions of captured stdout and stderr (the names the UI reads)", public="none")
-IO_TYPES = Fenced(
-    "dagster._core.storage.compute_log_manager", "ComputeIOType", ("compute_logs",),
-    use="the keys of IO_TYPE_EXTENSION (stdout, stderr)", public="none", attributes=("STDOUT", "STDERR"))
+    use="the file extensions of captured stdout and stderr (the names the UI reads)",
+    public="none (the UI reads the files by these extensions; writing them here would be a copy that an upgrade may"
+           " silently leave behind)")
 CAPTURED_CONTEXT = Fenced(
     "dagster._core.storage.compute_log_manager", "CapturedLogContext", ("compute_logs",),
-    use="what a compute log manager's capture_logs yields", public="none", params=("log_key",))
-FILE_UTILS = Fenced(
-    "dagster._utils", "ensure_file", ("compute_logs",),
-    use="creating a step's log file (and its folder) before redirecting into it", public="none",
-    params=("path",))
-TOUCH_FILE = Fenced(
-    "dagster._utils", "touch_file", ("compute_logs",),
-    use="the marker that a step's capture is complete (the UI stops following the file)", public="none",
-    params=("path",))
+    use="what a compute log manager's capture_logs yields",
+    public="none (capture_logs must yield this record: Dagster's step reads its fields)",
+    params=("log_key",))
 CHECK_STATUS = Fenced(
     "dagster._core.storage.asset_check_execution_record", "AssetCheckExecutionRecordStatus", ("repair",),
     use="telling a finished check evaluation (SUCCEEDED, FAILED) from a planned or skipped one",
     public="none (the records of get_latest_asset_check_execution_by_key carry this enum)",
     attributes=("SUCCEEDED", "FAILED"))
-CRON_ITERATOR = Fenced(
-    "dagster._utils.schedules", "cron_string_iterator", ("epoch_fix",),
-    use="detecting whether this Dagster drops the cron tick at the Unix epoch",
-    public="TimeWindowPartitionsDefinition (computes the keys, but through the very function fixed)",
-    params=("start_timestamp", "cron_string", "execution_timezone"))
 HOURLY_SCHEDULE_TIME = Fenced(
     "dagster._utils.schedules", "_find_hourly_schedule_time", ("epoch_fix",),
     use="the epoch tick fix: wrapped so that the tick at timestamp 0 is not skipped",
@@ -347,7 +294,9 @@ DEP_GRAPH = Fenced(
 GRAPH_DEP_GRAPH = Fenced(
     "dagster._core.definitions.assets.graph.asset_graph", "generate_asset_dep_graph", ("dep_graph",),
     use="the same function, as the asset graph's module imported it (replaced there too)",
-    public="none", params=("assets_defs",))
+    public="none (the module imported the function by name: replacing it only where it is defined leaves this copy "
+           "unfixed)",
+    params=("assets_defs",))
 ORPHAN_CHECK = Fenced(
     "dagster._grpc.server", "DagsterApiServer._check_for_orphaned_runs", ("dev_stop", "snapshot_once"),
     use="the code server's cleanup tick, wrapped to cancel its runs once `dagster dev` is gone",
@@ -361,37 +310,49 @@ REPOSITORY_SNAPSHOT = Fenced(
 SERVER_LOADED = Fenced(
     "dagster._grpc.server", "DagsterApiServer._loaded_repositories", ("snapshot_once",),
     use="the code server's loaded repositories, whose snapshots are made ahead of the first request",
-    public="none", instance_attribute=True)
+    public="none (the code server exposes its definitions only through its gRPC answers, which are the snapshots "
+           "being made)",
+    instance_attribute=True)
 LOADED_DEFINITIONS = Fenced(
     "dagster._grpc.server", "LoadedRepositories.definitions_by_name", ("snapshot_once",),
-    use="each loaded repository's definition by name", public="none")
+    use="each loaded repository's definition by name",
+    public="none (the attribute of SERVER_LOADED's record that holds the definitions)")
 REPOSITORY_SNAP = Fenced(
     "dagster._core.remote_representation.external_data", "RepositorySnap.from_def", ("snapshot_once",),
-    use="the repository snapshot, made as the code server's answer makes it", public="none",
+    use="the repository snapshot, made as the code server's answer makes it",
+    public="RepositoryDefinition (public) has no snapshot method; a snapshot made otherwise would differ from the "
+           "code server's answer",
     params=("repository_def", "defer_snapshots"))
 SERVER_LOCK = Fenced(
     "dagster._grpc.server", "DagsterApiServer._execution_lock", ("dev_stop",),
-    use="reading the code server's running runs as its own cancel does", public="none",
+    use="reading the code server's running runs as its own cancel does",
+    public="none (the code server's CancelExecution is a gRPC answer, reachable only from a client: the server "
+           "cannot call it on itself once `dagster dev` is gone)",
     instance_attribute=True)
 SERVER_EXECUTIONS = Fenced(
     "dagster._grpc.server", "DagsterApiServer._executions", ("dev_stop",),
-    use="each running run's instance ref (run id -> (process, instance ref))", public="none",
+    use="each running run's instance ref (run id -> (process, instance ref))",
+    public="none (as _execution_lock: only the code server knows which runs it executes)",
     instance_attribute=True)
 SERVER_TERMINATION_EVENTS = Fenced(
     "dagster._grpc.server", "DagsterApiServer._termination_events", ("dev_stop",),
-    use="interrupting a run of the code server as its CancelExecution does", public="none",
+    use="interrupting a run of the code server as its CancelExecution does",
+    public="none (as _execution_lock: the event is what the run's process watches)",
     instance_attribute=True)
 SERVER_TERMINATION_TIMES = Fenced(
     "dagster._grpc.server", "DagsterApiServer._termination_times", ("dev_stop",),
-    use="recording when a run was interrupted, as its CancelExecution does", public="none",
+    use="recording when a run was interrupted, as its CancelExecution does",
+    public="none (as _execution_lock: its cleanup tick reads it to kill a run that ignores the interrupt)",
     instance_attribute=True)
 GRPC_CLIENT = Fenced(
-    "dagster._grpc.client", "DagsterGrpcClient", ("enqueue",),
+    "dagster._grpc.client", "DagsterGrpcClient", ("enqueue", "workspace_refresh"),
     use="`transfer --enqueue` with code servers started beside the webserver (grpc_server entries): "
-        "asking each which definitions it serves, to make the run in the one holding the recipient",
+        "asking each which definitions it serves, to make the run in the one holding the recipient; "
+        "the daemon's refresh: a code server's id (get_server_id, a new one when it restarts or reloads "
+        "its code), compared with the one its loaded location recorded",
     public="`dagster api grpc-health-check` (says only whether it serves); the workspace's own loading "
            "(fetches every location's whole snapshot to learn the same)",
-    params=("port", "socket", "host"), attributes=("list_repositories",))
+    params=("port", "socket", "host"), attributes=("list_repositories", "get_server_id"))
 WORKSPACE_CONTEXT = Fenced(
     "dagster._core.workspace.context", "WorkspaceProcessContext", ("enqueue",),
     use="creating runs (`transfer --enqueue`, the API's transfer and integrity requests) from a code "
@@ -415,11 +376,6 @@ CREATE_RUN = Fenced(
            "gathers from the code location: the same steps written again)",
     params=("instance", "code_location", "remote_repo", "remote_job", "run_config", "tags", "op_selection",
             "run_id"))
-HIDDEN_TAG_PREFIX = Fenced(
-    "dagster._core.storage.tags", "HIDDEN_TAG_PREFIX", ("run_tags",),
-    use="run_tags.DAGSTER_HIDDEN_PREFIX repeats it (run_tags imports no Dagster): tags the UI hides",
-    public="none (the UI's pinned tags are a per-browser setting)",
-    value=".dagster/")
 RUN_STATS_COLUMNS = Fenced(
     "dagster._core.storage.runs.sql_run_storage", "SqlRunStorage.has_run_stats_index_cols", ("run_columns",),
     use="the run storage's look-up of its runs table's start_time and end_time columns, which it makes "
@@ -450,16 +406,15 @@ WORKSPACE_REFRESH = Fenced(
     params=("self",))
 USER_CODE_SERVER = Fenced(
     "dagster._core.remote_origin", "GrpcServerCodeLocationOrigin", ("workspace_refresh",),
-    use="telling a code server started beside the daemon (a grpc_server entry) from one the daemon "
-        "starts itself (python_module: those are restarted by each refresh, as Dagster does)",
-    public="none", attributes=("create_client",))
-SERVER_ID = Fenced(
-    "dagster._grpc.client", "DagsterGrpcClient.get_server_id", ("workspace_refresh",),
-    use="a code server's id (a new one when it restarts or reloads its code), compared with the one its "
-        "loaded location recorded", public="none", params=("timeout",))
+    use="telling a code server started beside the daemon (a grpc_server entry) from one the daemon starts itself "
+        "(python_module: those are restarted by each refresh, as Dagster does)",
+    public="none (the workspace's entries carry no public kind; the origin's class is the only difference between a"
+           " grpc_server and a python_module entry)",
+    attributes=("create_client",))
 LOCATION_SERVER_ID = Fenced(
     "dagster._core.remote_representation.code_location", "GrpcServerCodeLocation", ("workspace_refresh",),
-    use="the server id a loaded code location recorded when it fetched its snapshot", public="none",
+    use="the server id a loaded code location recorded when it fetched its snapshot",
+    public="none (a loaded location's server id is recorded only on this class)",
     attributes=("server_id",))
 SQLITE_RUN_STORAGE = Fenced(
     "dagster._core.storage.runs.sqlite.sqlite_run_storage", "SqliteRunStorage", ("sqlite_lock",),
@@ -468,16 +423,19 @@ SQLITE_RUN_STORAGE = Fenced(
     attributes=("from_local", "from_config_value", "migrate"))
 SQLITE_EVENT_LOG_STORAGE = Fenced(
     "dagster._core.storage.event_log.sqlite.sqlite_event_log", "SqliteEventLogStorage", ("sqlite_lock",),
-    use="the base of LockedSqliteEventLogStorage: each event-log database (index.db, a run's) created "
-        "under a lock", public="none", attributes=("_initdb", "from_config_value"))
+    use="the base of LockedSqliteEventLogStorage: each event-log database (index.db, a run's) created under a lock",
+    public="none (as SqliteRunStorage: dagster.yaml names a storage by module and class)",
+    attributes=("_initdb", "from_config_value"))
 SQLITE_SCHEDULE_STORAGE = Fenced(
     "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage", "SqliteScheduleStorage", ("sqlite_lock",),
     use="the base of LockedSqliteScheduleStorage: schedules.db created and migrated under a lock",
-    public="none", attributes=("from_local", "from_config_value", "migrate"))
+    public="none (as SqliteRunStorage)",
+    attributes=("from_local", "from_config_value", "migrate"))
 SQLITE_STORAGE = Fenced(
     "dagster._core.storage.sqlite_storage", "DagsterSqliteStorage", ("sqlite_lock",),
     use="the base of LockedSqliteStorage: the instance's storage of the three SQLite storages above",
-    public="none", attributes=("from_config_value", "run_storage", "event_log_storage", "schedule_storage"))
+    public="none (as SqliteRunStorage: the instance's storage block names this class)",
+    attributes=("from_config_value", "run_storage", "event_log_storage", "schedule_storage"))
 INSTANCE_DEFAULTS = Fenced(
     "dagster._core.instance.ref", "InstanceRef.config_defaults", ("sqlite_lock",),
     use="the storage an instance of the shipped dagster.yaml gets when it names none (its classes "
@@ -486,19 +444,21 @@ INSTANCE_DEFAULTS = Fenced(
            "into any $DAGSTER_HOME)", params=("base_dir",))
 ALEMBIC_SCRIPTS = Fenced(
     "dagster._core.storage.sql", "ALEMBIC_SCRIPTS_LOCATION", ("sqlite_lock",),
-    use="Dagster's storage migrations (alembic): the head revision and its ancestors, to tell a "
-        "stale migration record from the current one", public="none",
+    use="Dagster's storage migrations (alembic): the head revision and its ancestors, to tell a stale migration "
+        "record from the current one",
+    public="none (`dagster instance migrate` migrates but does not say which record is current)",
     value="dagster:_core/storage/alembic")
 #: the run storage's column look-ups remembered once true (:func:`remember_run_columns`)
 RUN_COLUMN_LOOK_UPS = (RUN_STATS_COLUMNS, BACKFILL_ID_COLUMN)
 
 FENCED: tuple[Fenced, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Fenced))
 
-#: Dagster's private modules the run worker's parent imports before forking (``run_worker.preload``,
-#: ahead of its ``WARM_IMPORTS``): the ones ``dagster api execute_run`` imports to execute a run.
-#: Each is an entry above (:data:`RUN_MODULE`, :data:`EXECUTION_MODULE`), checked as the others are;
-#: a module a Dagster lacks is skipped (the worker is refused anyway: :func:`fork_refusal`).
-WARM_MODULES: tuple[str, ...] = (RUN_MODULE.module, EXECUTION_MODULE.module)
+#: Dagster's private module the run worker's parent imports before forking (``run_worker.preload``,
+#: ahead of its ``WARM_IMPORTS``): the one ``dagster api execute_run`` executes a run from, that of
+#: :data:`EXECUTE_RUN` (the execution API it calls, ``dagster._core.execution.api``, comes with
+#: ``import dagster``); a Dagster lacking it is skipped (the worker is refused anyway:
+#: :func:`fork_refusal`).
+WARM_MODULES: tuple[str, ...] = (EXECUTE_RUN.module,)
 
 
 def problems(part: str, version: str = DAGSTER_VERSION) -> list[str]:
@@ -506,14 +466,6 @@ def problems(part: str, version: str = DAGSTER_VERSION) -> list[str]:
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; the parts are {sorted(PARTS)}")
     return [p for f in FENCED if part in f.parts and (p := f.problem(version))]
-
-
-def require(part: str) -> None:
-    """:class:`UnsupportedDagsterError` naming every name ``part`` needs that this Dagster lacks
-    (for a command, which can refuse; a service's part uses :func:`fallback`)."""
-    missing = problems(part)
-    if missing:
-        raise UnsupportedDagsterError("; ".join(missing))
 
 
 #: each part looked at in this process: None (it has its names) or the warning it gave
@@ -567,6 +519,26 @@ def warn(message: str) -> None:
 
 # -- the accessors the other modules use ----------------------------------------------------------
 
+class KeptInstance:
+    """The instance of a run launcher or coordinator (a base before Dagster's class), kept from
+    Dagster's public ``register_instance``, which Dagster calls once on each of an instance's
+    plugins: Dagster's own plugins read their private ``_instance`` instead."""
+
+    _kept_instance: Callable[[], Any] | None = None
+
+    def register_instance(self, instance: dagster.DagsterInstance) -> None:
+        super().register_instance(instance)  # type: ignore[misc]
+        self._kept_instance = weakref.ref(instance)
+
+    @property
+    def platform_instance(self) -> dagster.DagsterInstance:
+        instance = self._kept_instance() if self._kept_instance is not None else None
+        if instance is None:
+            raise dagster.DagsterInvariantViolationError(f"{type(self).__name__} has no instance (closed or never "
+                                                         "registered)")
+        return instance
+
+
 def execute_run(run_id: str, instance: Any) -> None:  # a DagsterInstance
     EXECUTE_RUN.get()(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
 
@@ -585,27 +557,19 @@ def run_crash_explanation(prefix: str, exit_code: int) -> str:
 
 def build_job(origin: Any, job_name: str) -> None:  # a RepositoryPythonOrigin
     """Build ``job_name``'s definition of the code location of ``origin`` as a run of it does."""
-    RECONSTRUCT_JOB.get()(JOB_ORIGIN.get()(job_name, origin)).get_definition()
+    RECONSTRUCT_JOB.get()(origin.get_job_origin(job_name)).get_definition()
 
 
-def load_repository(origin: Any) -> None:  # a RepositoryPythonOrigin
-    """Import the code location of ``origin`` and build its definitions."""
-    RECONSTRUCT_REPOSITORY.get()(origin).get_definition()
+def load_repository(origin: Any, job_name: str) -> None:  # a RepositoryPythonOrigin
+    """Import the code location of ``origin`` and build its definitions (the repository a run of
+    ``job_name`` reconstructs, kept by Dagster; the job itself is not built)."""
+    RECONSTRUCT_JOB.get()(origin.get_job_origin(job_name)).get_repository_definition()
 
 
 def assets_listed_by(asset_keys: list[Any]) -> Any:  # AssetKeys -> an AssetLayer
     """The asset layer of a job that lists ``asset_keys`` without executing them (each asset's
     snapshot names the job among its jobs)."""
     return ASSETS_LISTED_BY.get()(asset_keys)
-
-
-def track_launched_run(launcher: Any, run_id: str) -> None:  # a DefaultRunLauncher
-    """Count ``run_id`` among the launcher's runs, as DefaultRunLauncher counts the ones it launches."""
-    launcher._run_ids.add(run_id)
-
-
-def plugin_instance(plugin: Any) -> dagster.DagsterInstance:  # a launcher or coordinator
-    return plugin._instance
 
 
 def remember_run_columns(storage: Any) -> bool:  # a run storage
@@ -642,14 +606,10 @@ def _remembered_once_true(look_up: Callable[[Any], bool], storage: Any) -> Calla
 _COLUMNS_REMEMBERED = "_transfer_platform_run_columns"
 
 
-def set_dequeue_interval(coordinator: Any, seconds: float) -> None:
-    coordinator._dequeue_interval_seconds = seconds
-
-
 def install_prompt_queue_pass() -> bool:
     """Wrap the daemon's queue pass with :func:`queue_wake.prompt_pass` (once per process);
     False (and one warning) when this Dagster lacks it."""
-    from transfer_platform.orchestration.queue_wake import prompt_pass
+    from transfer_platform.orchestration.speed.queue_wake import prompt_pass
 
     if fallback("queue_wake"):
         return False
@@ -698,10 +658,6 @@ def check_ended(record: Any) -> bool:  # an AssetCheckExecutionRecord
         return False
     status = CHECK_STATUS.get()
     return record.status in (status.SUCCEEDED, status.FAILED)
-
-
-def cron_ticks(start_timestamp: float, cron_string: str, timezone: str) -> Iterator[Any]:
-    return CRON_ITERATOR.get()(start_timestamp, cron_string, timezone)
 
 
 def hourly_schedule_time() -> Callable[..., Any]:

@@ -36,9 +36,9 @@ from dagster import (
 )
 
 from transfer_platform.config.models import DagsterSettings
-from transfer_platform.orchestration.budget import Budget, unlimited
-from transfer_platform.orchestration.resources import TransferPlatformResource
-from transfer_platform.orchestration.run_tags import DESTINATION_TAG, KIND_TAG
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
+from transfer_platform.orchestration.scheduling.budget import Budget, unlimited
+from transfer_platform.orchestration.scheduling.run_tags import DESTINATION_TAG, KIND_TAG
 
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 

@@ -9,7 +9,7 @@ behind in the source or destination (see ``transfers/connection_test.py``).
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
-from transfer_platform.orchestration.resources import TransferPlatformResource
+from transfer_platform.orchestration.catalog.resources import TransferPlatformResource
 from transfer_platform.transfers.connection_test import lines, run_connection_test
 
 

@@ -1,5 +1,5 @@
-"""The preloaded parent of :class:`~transfer_platform.orchestration.launcher.PreloadedRunLauncher`'s
-run workers: ``python -m transfer_platform.orchestration.run_worker``, started by the launcher.
+"""The preloaded parent of :class:`~transfer_platform.orchestration.speed.launcher.PreloadedRunLauncher`'s
+run workers: ``python -m transfer_platform.orchestration.speed.run_worker``, started by the launcher.
 
 Dagster's code server starts every run in a new ``spawn``-ed Python (hard-coded in its
 ``StartRun``), which imports Dagster, the code location and the data path's libraries again: about
@@ -17,14 +17,14 @@ run, which under sustained load is what limits transfers per hour. This process 
    "started"}`` (``started``: the worker's start time in ``/proc``, which tells it from a later
    process with the same pid), and the worker executes the run exactly as ``dagster api
    execute_run`` does (Dagster's private ``_execute_run_command_body``, through
-   :mod:`~transfer_platform.orchestration.dagster_internals`), with Dagster's run cancellation
+   :mod:`~transfer_platform.orchestration.speed.dagster_internals`), with Dagster's run cancellation
    thread (a run marked CANCELING from elsewhere is interrupted), then exits. The worker is forked
    ahead of its run (the *spare*, forked when the parent is ready and after each hand-over): it
    opens the instance and builds :data:`WARM_JOB` while no run waits for it, then reads its run's
    id from a pipe (a spare that ended is replaced by a fork at the run);
 4. a worker that dies before its run finished (SIGKILL, the OOM killer) is reported as Dagster's
    code server reports it (the engine event "Run execution process for <id> was terminated by
-   signal ..." and the run failed), which ``transfer_platform.orchestration.lifecycle`` reads;
+   signal ..." and the run failed), which ``transfer_platform.orchestration.runs.lifecycle`` reads;
 5. when its code changed since it imported it (a file of the code location's package or the
    configuration file: :func:`code_stamp`) it answers ``{"run_id", "refused": "stale"}`` without
    forking and takes no more runs; the launcher starts a fresh one for that run;
@@ -61,8 +61,8 @@ from transfer_platform.runtime.forks import ForkServer, package_stamp, ready, wa
 #: coordinator and its compute-log manager (a profile of the workers: ~10% of their samples)
 WARM_IMPORTS = ("transfer_platform.transfers.runner", *vendors.warm_modules(), "pyspark.sql.connect.session",
                 "pyarrow", "pyarrow.parquet", "pyarrow.csv", "pyarrow.acero", "pyarrow.dataset", "encodings.idna",
-                "pandas", "upath.core", "psycopg2.extras", "transfer_platform.orchestration.coordinator",
-                "transfer_platform.orchestration.compute_logs")
+                "pandas", "upath.core", "psycopg2.extras", "transfer_platform.orchestration.scheduling.coordinator",
+                "transfer_platform.orchestration.speed.compute_logs")
 #: the job a spare worker builds before its run comes (the job of the platform's transfers: the
 #: sensor's runs and ``transfer --enqueue``); a run of another job builds its own, as before
 WARM_JOB = "transfer"
@@ -72,7 +72,7 @@ WORKER_TAG = ".dagster/transfer_platform/run_worker"  # "<host> <pid> <start tim
 
 def process_start_time(pid: int) -> str | None:
     """The start time of ``pid`` in ``/proc`` (clock ticks since boot), None if it is gone."""
-    from transfer_platform.orchestration.dagster_fixes import process_stat
+    from transfer_platform.orchestration.speed.dagster_fixes import process_stat
 
     fields = process_stat(pid)
     return fields[19] if fields else None
@@ -108,7 +108,7 @@ class Parent(ForkServer[str | None]):
     def main(self) -> None:
         from dagster import deserialize_value
 
-        from transfer_platform.orchestration.dagster_internals import fork_refusal
+        from transfer_platform.orchestration.speed.dagster_internals import fork_refusal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by its stdin closing; workers are not
         requests = Lines(sys.stdin.fileno())
@@ -238,11 +238,11 @@ class Lines:
 
 def preload(origin: Any) -> None:  # a RepositoryPythonOrigin
     """Import what a run imports; nothing here may start a thread or open a connection."""
-    from transfer_platform.orchestration import dagster_internals
+    from transfer_platform.orchestration.speed import dagster_internals
 
     warm((*dagster_internals.WARM_MODULES, *WARM_IMPORTS), skipped=Exception)
     with suppress(Exception):  # a code location that does not load fails its run, with Dagster's error
-        dagster_internals.load_repository(origin)
+        dagster_internals.load_repository(origin, WARM_JOB)
 
 
 def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  # an InstanceRef
@@ -258,8 +258,8 @@ def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)  # the launcher's requests are the parent's
         os.close(devnull)
-        from transfer_platform.orchestration import dagster_internals as internals
-        from transfer_platform.orchestration import queue_wake
+        from transfer_platform.orchestration.speed import dagster_internals as internals
+        from transfer_platform.orchestration.speed import queue_wake
 
         with internals.instance_for_cli(instance_ref) as instance:
             # the run coordinator, once made, keeps this process's storage connections open when
@@ -339,7 +339,7 @@ def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # a DagsterInstance
     runs are (``dagster_fixes.install_dev_stop``)."""
     if os.environ.get("DAGSTER_IS_DEV_CLI") != "1":
         return
-    from transfer_platform.orchestration import dagster_fixes
+    from transfer_platform.orchestration.speed import dagster_fixes
 
     def watch() -> None:
         while not dagster_fixes.dev_has_exited():
@@ -357,7 +357,7 @@ def _report_crash(instance_ref: Any, run_id: str, exit_code: int) -> None:
     """A worker that died with its run unfinished: failed, as Dagster's code server says it."""
     from dagster import DagsterInstance
 
-    from transfer_platform.orchestration.dagster_internals import run_crash_explanation
+    from transfer_platform.orchestration.speed.dagster_internals import run_crash_explanation
 
     with suppress(Exception), DagsterInstance.from_ref(instance_ref) as instance:
         run = instance.get_run_by_id(run_id)
