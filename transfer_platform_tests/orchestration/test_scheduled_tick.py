@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from transfer_platform.definitions import build_definitions
-from transfer_platform.orchestration.jobs import transfer_job
+from transfer_platform.orchestration.catalog import reporting
 from transfer_platform.orchestration.scheduling.run_tags import SCHEDULED_FOR_TAG
 from transfer_platform_tests.support.dagster import transfer_run_config
 from transfer_platform_tests.support.platform import write_config
@@ -34,7 +34,7 @@ def test_a_transfer_run_belongs_to_its_scheduled_tick(tmp_path: Path, monkeypatc
         seen.append(fields["order"].tick)
         raise Recorded
 
-    monkeypatch.setattr(transfer_job, "Transfer", recording_transfer)
+    monkeypatch.setattr(reporting, "Transfer", recording_transfer)  # the one transfer call of the op and the asset
     job = build_definitions(str(write_config(tmp_path))).resolve_job_def("transfer")
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(run_config=transfer_run_config("acme_delta"), instance=instance,
