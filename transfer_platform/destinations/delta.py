@@ -75,18 +75,16 @@ from transfer_platform.destinations.base import (
     empty_frame,
     frame_batches,
     marked_mask,
-    refuse_bad_rows,
-    staging_suffix,
 )
-from transfer_platform.destinations.skeleton import STALE, Writer, next_state
+from transfer_platform.destinations.skeleton import STALE, next_state
 from transfer_platform.destinations.staged_files import (
     Staged,
-    refuse_staged,
-    stage,
+    StagedFilesWriter,
+    StagedWindow,
+    key_values,
     staging_filesystem,
 )
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
-from transfer_platform.phases import log_phase
 from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
 from transfer_platform.storage.locks import FileLock, Locks
 from transfer_platform.storage.s3 import ObjectLock, S3Store, probe_objects, storage_options
@@ -104,8 +102,6 @@ STATE_KEY = "transfer_platform.state"
 TRANSFER_KEY = "transfer_platform.transfer_id"
 REFRESH_DIR = "_refresh"
 LOCK_DIR = "_tp_locks"
-#: a window being staged: ``<root>/_tp_staging/<model>/<window>/part-*.parquet``
-STAGING_DIR = "_tp_staging"
 #: staged files the MERGE's reader opens ahead, and batches it decodes ahead (pyarrow's own
 #: defaults, 4 and 16, would hold more batches in memory at once)
 _FRAGMENT_READAHEAD = 1
@@ -145,18 +141,7 @@ class _WindowTarget:
     keys: set | None
 
 
-@dataclass
-class _Window:
-    """A window staged (``staged``: the executors' summary of its files) or held here
-    (``batch``), and the table it commits to."""
-
-    path: str
-    target: _WindowTarget
-    staged: Staged
-    batch: pa.Table | None = None
-
-
-class DeltaWriter(Writer):
+class DeltaWriter(StagedFilesWriter):
     def __init__(self, destination: DeltaDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning)
         self._tables: dict[str, _WindowTarget] = {}  # see _target
@@ -206,9 +191,6 @@ class DeltaWriter(Writer):
 
     # -- the table, in a folder or a bucket -----------------------------------------------------
 
-    def _key(self, *parts: str) -> str:
-        return "/".join(p for p in (self.prefix, *parts) if p)
-
     def _open(self, location: str) -> DeltaTable:
         from deltalake import DeltaTable
 
@@ -219,21 +201,11 @@ class DeltaWriter(Writer):
 
         return DeltaTable.is_deltatable(location, storage_options=self.options)
 
-    def _remove(self, location: str) -> None:
-        if self.s3 is None:
-            shutil.rmtree(location, ignore_errors=True)
-            return
-        folder = location.removeprefix(f"{self.s3.uri}/") + "/"
-        self.s3.delete(self.s3.keys(folder))
-
     # -- prepare's primitives -----------------------------------------------------------------
 
     def _reach(self) -> None:
         self._tables.clear()  # opened again: what follows commits or replaces tables
         self.check()
-
-    def _clean_staging(self, model: ModelConfig) -> None:
-        self._drop_staging(self._staging_path(model))  # a dead transfer's windows: ours alone under the lock
 
     def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         """The states recorded in the live table's and the refresh table's commits, read only:
@@ -250,51 +222,24 @@ class DeltaWriter(Writer):
 
     # -- a window -------------------------------------------------------------------------------
 
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> str | None:
-        """A window read alone is staged in the destination, under ``_tp_staging/<model>/``; one
-        read into this process (with others, in one Spark job, so it is small) is not staged."""
-        if in_memory:
-            return None
-        model = load.model
-        return self._staging_path(model, f"{staging_suffix(model.model_name, load.transfer_id)}_"
-                                         f"{uuid.uuid4().hex[:12]}")
-
-    def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> _Window:
-        """Spark's executors write the window into the staging folder and sum it up."""
-        model = load.model
-        path, target = self._target(load)
+    def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> StagedWindow:
+        target = self._target(load)[1]
         target.keys = None  # not read here: the table's keys are no longer known
-        staged = stage(frame, model, target.state, self._staging_location(folder), self.options,
-                       batch_rows=self.tuning.batch_rows)
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
-                  rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
-        return _Window(path, target, staged)
+        return self._staged(frame, None, folder, load, target.state)
 
-    def _stage_arrow(self, batch: pa.Table, folder: None, load: WindowLoad) -> _Window:
-        """A window already here: summed up as the executors would have; nothing is staged."""
-        model = load.model
-        path, target = self._target(load)
-        staged = Staged.of_batch(batch, model, state=target.state)
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
-                  rows=staged.rows, in_memory_bytes=staged.volume)
-        return _Window(path, target, staged, batch)
+    def _stage_arrow(self, batch: pa.Table, folder: None, load: WindowLoad) -> StagedWindow:
+        return self._staged(None, batch, folder, load, self._target(load)[1].state)
 
-    def _refuse(self, window: _Window, load: WindowLoad) -> None:
-        if window.batch is not None:
-            refuse_bad_rows(window.batch, load.model, self.name)
-        else:
-            refuse_staged(window.staged, load.model, self.name)
-
-    def _commit(self, window: _Window | None, load: WindowLoad) -> WindowResult:
+    def _commit(self, window: StagedWindow | None, load: WindowLoad) -> WindowResult:
         """One commit: a MERGE from the staged files (read back ``Tuning.batch_rows`` rows at a
         time), or from memory (an append when its keys are known to be new), or the state alone."""
         model = load.model
+        path, target = self._target(load)
         if window is None:  # no row: its state alone, in one (empty) commit
-            path, target = self._target(load)
             return self._merge(path, target, None, Staged.empty(), load)
-        path, target, staged, batch = window.path, window.target, window.staged, window.batch
+        staged, batch = window
         if batch is not None:
-            keys = _keys(batch, model) if target.keys is not None and batch.num_rows else None
+            keys = key_values(batch, model) if target.keys is not None and batch.num_rows else None
             append = keys is not None and target.keys.isdisjoint(keys)
             if keys is not None:
                 target.keys.update(keys)
@@ -313,12 +258,6 @@ class DeltaWriter(Writer):
                                fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
                       .to_reader())
         return self._merge(path, target, source, staged, load)
-
-    def _remove_staging(self, folder: str, load: WindowLoad) -> None:
-        self._drop_staging(folder)
-
-    def _drop_staging(self, location: str) -> None:
-        self._remove(location)
 
     def _target(self, load: WindowLoad) -> tuple[str, _WindowTarget]:
         """The table a window commits to (the live one, or the refresh's built aside), opened
@@ -487,15 +426,6 @@ class DeltaWriter(Writer):
 
     # -- steps --------------------------------------------------------------------------------
 
-    def _staging_path(self, model: ModelConfig, window: str = "") -> str:
-        """A window's staging folder (or the model's, without ``window``): a local path, or an
-        ``s3://`` URI."""
-        return f"{self.root}/{STAGING_DIR}/{model.model_name}" + (f"/{window}" if window else "")
-
-    def _staging_location(self, folder: str) -> str:
-        """``folder`` as pyarrow's file system (of :func:`staging_filesystem`) names it."""
-        return folder.split("://", 1)[1] if self.s3 is not None else str(Path(folder).resolve())
-
     def _merge(self, path: str, target: _WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
                staged: Staged, load: WindowLoad, *, append: bool = False) -> WindowResult:
         """One commit of ``source`` (the checked window, or ``None``: no row) into the target's
@@ -549,12 +479,6 @@ class DeltaWriter(Writer):
     def _current_files(self, model: ModelConfig) -> list[str]:
 
         return self._open(self.table_path(model)).file_uris()
-
-
-def _keys(batch: pa.Table, model: ModelConfig) -> list:
-    """The batch's primary keys, as values (one column) or tuples."""
-    columns = [batch.column(c.destination_name).to_pylist() for c in model.primary_key]
-    return columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
 
 
 def _commit(state: ModelState, transfer_id: str):  # -> CommitProperties

@@ -13,10 +13,12 @@ storage writes its delivered files so, then names them in its manifest.
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,10 +32,20 @@ from transfer_platform.destinations.base import (
     newly_marked,
     null_key_error,
     null_last_modified_error,
+    refuse_bad_rows,
+    staging_suffix,
 )
+from transfer_platform.destinations.skeleton import Writer
+from transfer_platform.phases import log_phase
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.storage.s3 import S3Store
+
+#: a window being staged: ``<root>/_tp_staging/[<scope>/]<model>/<window>/part-*.parquet``
+STAGING_DIR = "_tp_staging"
 
 #: bytes read at a time when a written file is read back for its digests
 _DIGEST_CHUNK = 1 << 20
@@ -314,3 +326,75 @@ class Staged:
         if not rows.num_rows:
             return None
         return rows.slice(0, 1).to_pylist()[0]
+
+
+class StagedWindow(NamedTuple):
+    """A window staged by the executors (``batch`` None) or held here as Arrow."""
+
+    staged: Staged
+    batch: pa.Table | None = None
+
+
+class StagedFilesWriter(Writer, abstract=True):
+    """A table format's writer whose windows are staged as files under its root (a folder, or a
+    bucket: ``s3`` its store, ``options`` pyarrow's storage options): a window read alone is staged
+    by Spark's executors in ``<root>/_tp_staging/``; one read into this process is not staged."""
+
+    root: Any  # a Path, or a bucket's URI
+    prefix: str
+    s3: S3Store | None
+    options: dict[str, str] | None
+    staging_scope = ""  # a folder between _tp_staging/ and the model's (Iceberg: the namespace)
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def _remove(self, location: str) -> None:
+        """A folder and what it holds, or every object under a bucket's prefix."""
+        if self.s3 is None:
+            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+        else:
+            self.s3.delete(self.s3.keys(location.removeprefix(f"{self.s3.uri}/").rstrip("/") + "/"))
+
+    def _staging_path(self, model: ModelConfig, window: str = "") -> str:
+        """A window's staging folder (or the model's, without ``window``)."""
+        return "/".join(p for p in (str(self.root), STAGING_DIR, self.staging_scope, model.model_name, window) if p)
+
+    def _clean_staging(self, model: ModelConfig) -> None:
+        self._remove(self._staging_path(model))  # a dead transfer's windows: ours alone under the lock
+
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> str | None:
+        if in_memory:
+            return None
+        return self._staging_path(load.model, f"{staging_suffix(load.model.model_name, load.transfer_id)}_"
+                                              f"{uuid.uuid4().hex[:12]}")
+
+    def _remove_staging(self, folder: str, load: WindowLoad) -> None:
+        self._remove(folder)
+
+    def _staged(self, frame: Any, batch: pa.Table | None, folder: Any, load: WindowLoad,
+                state: ModelState) -> StagedWindow:
+        """Spark's executors write ``frame`` into ``folder`` and sum it up; ``batch``, already here,
+        is summed up as they would have."""
+        model = load.model
+        if batch is not None:
+            staged, files = Staged.of_batch(batch, model, state=state), {}
+        else:
+            location = folder.split("://", 1)[1] if self.s3 is not None else str(Path(folder).resolve())
+            staged = stage(frame, model, state, location, self.options, batch_rows=self.tuning.batch_rows)
+            files = {"files": len(staged.files)}
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
+                  rows=staged.rows, in_memory_bytes=staged.volume, **files)
+        return StagedWindow(staged, batch)
+
+    def _refuse(self, window: StagedWindow, load: WindowLoad) -> None:
+        if window.batch is not None:
+            refuse_bad_rows(window.batch, load.model, self.name)
+        else:
+            refuse_staged(window.staged, load.model, self.name)
+
+
+def key_values(batch: pa.Table, model: ModelConfig) -> list:
+    """The batch's primary keys, as values (one column) or tuples."""
+    columns = [batch.column(c.destination_name).to_pylist() for c in model.primary_key]
+    return columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))

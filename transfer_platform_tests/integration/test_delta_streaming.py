@@ -19,8 +19,8 @@ import pytest
 
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import delta
-from transfer_platform.destinations.delta import STAGING_DIR, DeltaWriter, read_state
-from transfer_platform.destinations.staged_files import Staged, stage_partition
+from transfer_platform.destinations.delta import DeltaWriter, read_state
+from transfer_platform.destinations.staged_files import STAGING_DIR, Staged, stage_partition
 from transfer_platform.tuning import Tuning
 from transfer_platform_tests.support import lake as support_lake
 from transfer_platform_tests.support import transfers as support_transfers
@@ -264,7 +264,7 @@ def test_a_crash_between_staging_and_commit_changes_nothing_and_the_next_transfe
     # killed after the executors staged the window, before the commit: no cleanup runs either
     with monkeypatch.context() as killed:
         killed.setattr(DeltaWriter, "_merge", failing_merge("killed between staging and commit"))
-        killed.setattr(DeltaWriter, "_drop_staging", lambda self, location: None)
+        killed.setattr(DeltaWriter, "_remove_staging", lambda self, folder, load: None)
         with pytest.raises(RuntimeError, match="killed between staging and commit"):
             transfer(spark, config, LATER, transfer_id="killed")
     assert (tables.table().version(), delivered(tables)) == (version, before)

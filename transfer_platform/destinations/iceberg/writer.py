@@ -32,8 +32,6 @@ stays as the second line.
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,20 +54,18 @@ from transfer_platform.destinations.base import (
     arrow_schema,
     empty_frame,
     marked_mask,
-    refuse_bad_rows,
-    staging_suffix,
 )
 from transfer_platform.destinations.iceberg.catalog import Catalog
 from transfer_platform.destinations.iceberg.merge import merge_rows, without_versions
-from transfer_platform.destinations.skeleton import STALE, Writer, next_state
+from transfer_platform.destinations.skeleton import STALE, next_state
 from transfer_platform.destinations.staged_files import (
     Staged,
-    refuse_staged,
-    stage,
+    StagedFilesWriter,
+    StagedWindow,
+    key_values,
     staging_filesystem,
 )
 from transfer_platform.errors import ConnectionFailure, SchemaMismatch
-from transfer_platform.phases import log_phase
 from transfer_platform.storage.s3 import S3Store, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.iceberg import IcebergDestination
@@ -85,14 +81,13 @@ STATE_KEY = "transfer-platform.state"
 TRANSFER_KEY = "transfer-platform.transfer-id"
 KEY_PROPERTY = "transfer-platform.primary-key"
 REFRESH_PREFIX = "_tp_refresh_"
-STAGING_DIR = "_tp_staging"
 
 
-class IcebergWriter(Writer):
+class IcebergWriter(StagedFilesWriter):
     def __init__(self, destination: IcebergDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning)
         connection = destination.connection
-        self.namespace = destination.namespace
+        self.namespace = self.staging_scope = destination.namespace
         owner = f"destination '{destination.name}'"
         warehouse = connection.warehouse
         if isinstance(warehouse, S3Connection):
@@ -141,9 +136,6 @@ class IcebergWriter(Writer):
     def identifier(self, model: ModelConfig, *, aside: bool = False) -> str:
         return f"{self.namespace}.{REFRESH_PREFIX if aside else ''}{model.model_name}"
 
-    def _key(self, *parts: str) -> str:
-        return "/".join(p for p in (self.prefix, *parts) if p)
-
     def _load(self, identifier: str, *, create: bool = False) -> Table | None:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -171,13 +163,6 @@ class IcebergWriter(Writer):
             self.catalog.open(create=True).drop_table(identifier)
         self._remove(table.location())
 
-    def _remove(self, location: str) -> None:
-        if self.s3 is None:
-            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
-            return
-        folder = location.removeprefix(f"s3://{self.s3.bucket}/").rstrip("/") + "/"
-        self.s3.delete(self.s3.keys(folder))
-
     # -- prepare's primitives ---------------------------------------------------------------------
 
     def _reach(self) -> None:
@@ -187,9 +172,6 @@ class IcebergWriter(Writer):
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         self.catalog.lock(self.namespace, model.model_name, transfer_id, destination=self.name,
                           wait_seconds=self.tuning.lock_wait_seconds)
-
-    def _clean_staging(self, model: ModelConfig) -> None:
-        self._remove(self._staging_path(model))
 
     def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         live = self._load(self.identifier(model))
@@ -252,38 +234,11 @@ class IcebergWriter(Writer):
 
     # -- a window -----------------------------------------------------------------------------------
 
-    def _staging_path(self, model: ModelConfig, window: str = "") -> str:
-        return f"{self.root}/{STAGING_DIR}/{self.namespace}/{model.model_name}" + (f"/{window}" if window else "")
+    def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> StagedWindow:
+        return self._staged(frame, None, folder, load, self._target(load)[1])
 
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> str | None:
-        if in_memory:
-            return None
-        suffix = f"{staging_suffix(load.model.model_name, load.transfer_id)}_{uuid.uuid4().hex[:12]}"
-        return self._staging_path(load.model, suffix)
-
-    def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> tuple[Staged, pa.Table | None]:
-        target = self._target(load)
-        location = folder.removeprefix("s3://") if self.s3 is not None else folder
-        staged = stage(frame, load.model, target[1], location, self.options, batch_rows=self.tuning.batch_rows)
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  rows=staged.rows, in_memory_bytes=staged.volume, files=len(staged.files))
-        return staged, None
-
-    def _stage_arrow(self, batch: pa.Table, folder: None, load: WindowLoad) -> tuple[Staged, pa.Table | None]:
-        staged = Staged.of_batch(batch, load.model, state=self._target(load)[1])
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  rows=staged.rows, in_memory_bytes=staged.volume)
-        return staged, batch
-
-    def _refuse(self, window: tuple[Staged, pa.Table | None], load: WindowLoad) -> None:
-        staged, batch = window
-        if batch is not None:
-            refuse_bad_rows(batch, load.model, self.name)
-        else:
-            refuse_staged(staged, load.model, self.name)
-
-    def _remove_staging(self, folder: str, load: WindowLoad) -> None:
-        self._remove(folder)
+    def _stage_arrow(self, batch: pa.Table, folder: None, load: WindowLoad) -> StagedWindow:
+        return self._staged(None, batch, folder, load, self._target(load)[1])
 
     def _target(self, load: WindowLoad) -> tuple[Table, ModelState, set | None]:
         """The table a window commits to, its state, and its keys while they are all known (the
@@ -296,7 +251,7 @@ class IcebergWriter(Writer):
             self._targets[identifier] = (table, read_state(table), set() if empty else None)
         return self._targets[identifier]
 
-    def _commit(self, window: tuple[Staged, pa.Table | None] | None, load: WindowLoad) -> WindowResult:
+    def _commit(self, window: StagedWindow | None, load: WindowLoad) -> WindowResult:
         model = load.model
         identifier = self.identifier(model, aside=load.into_refresh)
         table, state, keys = self._target(load)
@@ -313,7 +268,7 @@ class IcebergWriter(Writer):
                 if rows is None or not rows.num_rows:
                     _state_only(table, properties)
                 else:
-                    window_keys = _key_values(rows, model) if keys is not None else None
+                    window_keys = key_values(rows, model) if keys is not None else None
                     if window_keys is not None and keys.isdisjoint(window_keys):
                         keys.update(window_keys)
                         if model.removes_deleted_rows:
@@ -469,11 +424,6 @@ def _columns(table: Table) -> dict[str, str]:
 
 def _key_text(model: ModelConfig) -> str:
     return ",".join(c.destination_name for c in model.primary_key)
-
-
-def _key_values(batch: pa.Table, model: ModelConfig) -> list:
-    columns = [batch.column(c.destination_name).to_pylist() for c in model.primary_key]
-    return columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
 
 
 def _replace_files(tx, io, properties: dict[str, str], old_files: list, rows: pa.Table) -> None:
