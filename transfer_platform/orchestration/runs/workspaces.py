@@ -212,7 +212,7 @@ def _started_by_dagster(workspace: Path) -> Any:  # -> a ManagedGrpcPythonEnvCod
         origins = dagster_internals.workspace_origins(str(workspace))
     except Exception:  # noqa: BLE001 -- a bad workspace file: Dagster's own load names the problem
         return None
-    if len(origins) != 1 or getattr(origins[0], "loadable_target_origin", None) is None:
+    if len(origins) != 1 or isinstance(origins[0], dagster_internals.USER_CODE_SERVER.get()):
         return None
     return origins[0]
 

@@ -407,9 +407,9 @@ WORKSPACE_REFRESH = Fenced(
            "restarts or reloads is seen by Dagster's own watch thread of each location)",
     params=("self",))
 USER_CODE_SERVER = Fenced(
-    "dagster._core.remote_origin", "GrpcServerCodeLocationOrigin", ("workspace_refresh",),
+    "dagster._core.remote_origin", "GrpcServerCodeLocationOrigin", ("workspace_refresh", "enqueue"),
     use="telling a code server started beside the daemon (a grpc_server entry) from one the daemon starts itself "
-        "(python_module: those are restarted by each refresh, as Dagster does)",
+        "(python_module: those are restarted by each refresh, as Dagster does), and from one an enqueue starts",
     public="none (the workspace's entries carry no public kind; the origin's class is the only difference between a"
            " grpc_server and a python_module entry)",
     attributes=("create_client",))
