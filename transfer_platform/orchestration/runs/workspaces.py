@@ -265,6 +265,7 @@ class _CodeServer:
         self._stopped.set()
         if self.process.poll() is None:
             self.process.terminate()
+            threading.Thread(target=self.process.wait, name="code-server-reap", daemon=True).start()
 
 
 def _location(request: Any) -> Any:  # a WorkspaceRequestContext -> its one CodeLocation
