@@ -149,9 +149,6 @@ HOMES = frozenset(_home(v) for v in RECORDS)
 VENDOR_SPECIFIC: dict[str, str] = {
     "sharing/tables.py": "serves a Delta destination's tables to its recipient (Delta Sharing): Delta's by definition",
     "demo/run.py": "the demo reads back what it delivered into its own destinations (Delta, DuckDB, signed files)",
-    "api/links.py": "the link form's port hints per database vendor (a hint only: the field is required)",
-    "network/addresses.py": ("a vendor whose settings name a host without a port (Snowflake's account: HTTPS); "
-                             "the address policy stands below the registry and cannot read its records"),
 }
 
 
@@ -167,7 +164,8 @@ def _vendor_names_in(node: ast.expr) -> set[str]:
 def _vendor_switches(path: Path, root: Path = PACKAGE.parent, homes: frozenset[Path] = HOMES) -> list[str]:
     """What keys on a vendor in ``path``'s code: a comparison with a vendor's name or of a
     dialect (``dialect == ...``, ``x.dialect != ...``, ``... in (<vendor names>)``), a dictionary
-    literal keyed by a vendor's name, ``isinstance`` on a vendor's class outside its ``homes``."""
+    keyed by a vendor's name (``{"postgres": ...}``, ``dict(postgres=...)``), ``isinstance`` on a
+    vendor's class outside its ``homes``."""
     found = []
     for node in ast.walk(ast.parse(path.read_bytes())):
         what = None
@@ -176,7 +174,9 @@ def _vendor_switches(path: Path, root: Path = PACKAGE.parent, homes: frozenset[P
             sides = [node.left, *node.comparators]
             if any(_named(side) == "dialect" for side in sides) or any(_vendor_names_in(side) for side in sides):
                 what = "compares a vendor's name or a dialect"
-        elif isinstance(node, ast.Dict) and any(k is not None and _vendor_names_in(k) for k in node.keys):
+        elif (isinstance(node, ast.Dict) and any(k is not None and _vendor_names_in(k) for k in node.keys)) or (
+                isinstance(node, ast.Call) and _named(node.func) == "dict"
+                and any(k.arg in VENDOR_NAMES for k in node.keywords)):
             what = "a dictionary keyed by vendor names"
         elif (isinstance(node, ast.Call) and _named(node.func) == "isinstance" and len(node.args) == 2
               and {_named(c) for c in getattr(node.args[1], "elts", [node.args[1]])} & VENDOR_CLASSES
@@ -209,11 +209,13 @@ def test_the_switch_finder_finds_each_kind(tmp_path):
              "if isinstance(reader, PostgresReader):", "    pass",
              "if isinstance(frame, (dict, MysqlWriter)):", "    pass",
              "fine = {'csv': 1}",
-             "also_fine = isinstance(reader, dict) and dialect is None"]
+             "also_fine = isinstance(reader, dict) and dialect is None",
+             "ports = dict(snowflake=443)", "fine_too = dict(csv=1)"]
     sample.write_text("\n".join(lines) + "\n")
     found = _vendor_switches(sample, tmp_path, frozenset())
-    assert [int(line.split(":")[1]) for line in found] == [2, 4, 5, 6, 7, 9]
-    assert _vendor_switches(sample, tmp_path, frozenset({sample}))[-1].split(":")[1] == "6"
+    assert [int(line.split(":")[1]) for line in found] == [2, 4, 5, 6, 7, 9, 13]
+    at_home = _vendor_switches(sample, tmp_path, frozenset({sample}))  # isinstance in its own module: fine
+    assert [int(line.split(":")[1]) for line in at_home] == [2, 4, 5, 6, 13]
 
 
 def test_the_branch_finder_finds_a_branch(tmp_path):

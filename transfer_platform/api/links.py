@@ -66,8 +66,6 @@ _NAME_MAX = 120  # a destination's name (config/entries.py Name)
 #: what the form's pages may load: nothing but themselves (the inline script and style carry a nonce)
 _CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
         "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-#: placeholders of the form's port field (only hints: the field is required)
-_USUAL_PORTS = {"postgres": 5432, "mysql": 3306}
 _NEW_LINK = "ask the provider who sent you this link for a new one"
 
 
@@ -122,8 +120,8 @@ def form_vendors() -> dict[str, list[dict[str, Any]]]:
                 fields = None
                 break
             field: dict[str, Any] = {"name": key, "type": kind, "required": info.is_required()}
-            if key == "port" and name in _USUAL_PORTS:
-                field["placeholder"] = str(_USUAL_PORTS[name])
+            if key == "port" and info.is_required() and record.default_port:  # a hint: the field is required
+                field["placeholder"] = str(record.default_port)
             fields.append(field)
         if fields:
             found[name] = fields

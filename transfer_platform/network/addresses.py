@@ -199,14 +199,13 @@ class Targets:
 
 
 _URL_FIELDS = ("endpoint_url", "api_endpoint")
-_DEFAULT_PORTS = {"snowflake": 443}
 
 
 def targets(destination: Any, at: str | None = None) -> Targets:
     """Every host (with its port), endpoint URL and local path of a destination's settings,
     each named by its field (under ``at``, default ``destinations.<name>``)."""
     found = Targets()
-    vendor = getattr(destination, "vendor", "")
+    default_port = getattr(getattr(destination, "vendor_record", None), "default_port", None)  # read, not imported
 
     def walk(value: Any, at: str) -> None:
         fields = getattr(type(value), "model_fields", None)
@@ -215,7 +214,7 @@ def targets(destination: Any, at: str | None = None) -> Targets:
         host = getattr(value, "host", None) if "host" in fields else None
         if isinstance(host, str) and host:
             port = next((getattr(value, n) for n in ("server_port", "port") if n in fields and getattr(value, n)),
-                        None) or _DEFAULT_PORTS.get(vendor)
+                        None) or default_port
             if isinstance(port, int):
                 found.hosts.append((host, port, f"{at}.host"))
         for name in fields:

@@ -122,12 +122,6 @@ class Transfer:
         finally:
             writer.close()
 
-    def run_all(self) -> list[ModelSummary]:
-        """:meth:`run` to its end, for a caller that reports nothing per partition."""
-        for _ in self.run():
-            pass
-        return self.summaries
-
     def plan(self, on_count: Callable[[str, int], None] | None = None) -> list[ModelPlan]:
         """The dry run: what :meth:`run` would move (``transfers/dry_run.py``), changing nothing.
         ``on_count(model, rows)``: after each window is counted (progress)."""

@@ -119,7 +119,7 @@ COLUMN_TYPES = MappingProxyType({
 DESTINATION = Vendor("mysql", "destination", "transfer_platform.destinations.mysql.writer", "MysqlWriter",
                      MysqlDestination, drivers=("pymysql", "pyarrow", "pyarrow.csv"), column_types=COLUMN_TYPES,
                      state_store="status row",
-                     empty_table_load="create-and-rename",
+                     empty_table_load="create-and-rename", default_port=3306,
                      refuses=(Refusal("connection.schema", None,
                                       "MySQL's schemas are its databases: the destination writes connection.database",
                                       "remove schema and put the recipient's database in connection.database"),))

@@ -139,4 +139,4 @@ COLUMN_TYPES = MappingProxyType({
 DESTINATION = Vendor("postgres", "destination", "transfer_platform.destinations.postgres.writer", "PostgresWriter",
                      PostgresDestination, drivers=("psycopg", "pyarrow"), column_types=COLUMN_TYPES,
                      state_store="status row",
-                     empty_table_load="swap")
+                     empty_table_load="swap", default_port=5432)

@@ -110,6 +110,9 @@ class Vendor:
     jdbc_jars: tuple[str, ...] = ()  # the JDBC drivers Spark loads to read it (Debian's packages)
     refuses: tuple[Refusal, ...] = ()  # settings without effect on it
     extra: Extra | None = None  # the install's extra that brings its client (None: the base install's)
+    #: its server's usual port: the one connected to when the connection names none, and the
+    #: link form's hint when its port is required (None: no such port)
+    default_port: int | None = None
     # -- a source's ---------------------------------------------------------------------------
     default_lookback_seconds: int = DEFAULT_LOOKBACK_SECONDS  # when lookback_window is not set
     tenant_container: str = "schema"  # what a schema-tenanted source's tenant id names

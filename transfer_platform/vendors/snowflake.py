@@ -78,4 +78,4 @@ COLUMN_TYPES = MappingProxyType({
 DESTINATION = Vendor("snowflake", "destination", "transfer_platform.destinations.snowflake.writer", "SnowflakeWriter",
                      SnowflakeDestination, drivers=("snowflake.connector", "pyarrow", "pyarrow.parquet"),
                      empty_table_load="copy-into", state_store="status row", column_types=COLUMN_TYPES,
-                     extra=SNOWFLAKE)
+                     extra=SNOWFLAKE, default_port=443)

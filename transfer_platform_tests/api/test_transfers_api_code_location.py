@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
 
-from transfer_platform.orchestration.runs.workspaces import WORKSPACE_ENV
+from transfer_platform.config.loading import load_config
+from transfer_platform.config.parsing import ENV_VAR
+from transfer_platform.orchestration.runs.transfers import enqueue
+from transfer_platform.orchestration.runs.workspaces import WORKSPACE_ENV, OpenWorkspaces
 from transfer_platform.orchestration.scheduling.run_tags import (
     DESTINATION_TAG,
     KIND_TAG,
     MODELS_TAG,
 )
+from transfer_platform.transfers.order import TransferOrder
 from transfer_platform_tests.support.api import Api
 from transfer_platform_tests.support.daemon import processes_with_home, start_code_server
+from transfer_platform_tests.support.platform import dagster_home, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
@@ -115,3 +122,47 @@ def test_a_code_location_that_cannot_be_reached_is_503_with_the_fix_and_enqueues
     assert answer.status_code == 503, answer.text
     assert "cannot reach the code location of" in answer.json()["message"]
     assert run_count() == before
+
+
+def test_enqueues_of_two_configurations_load_at_once_each_in_its_own_code_server_and_leave_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configuration file reaches the code server started for it in that server's environment,
+    never through this process's (which every thread shares)."""
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.delenv(WORKSPACE_ENV, raising=False)  # the repository's workspace.yaml: a python_module entry
+    home = dagster_home(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    configs = {f"{name}_delta": write_config(tmp_path / name, destinations={name: {}}) for name in ("acme", "globex")}
+    before = dict(os.environ)
+    seen: set[str | None] = set()
+    done = threading.Event()
+
+    def watch() -> None:  # the variable as every other thread of the process sees it meanwhile
+        while not done.is_set():
+            seen.add(os.environ.get(ENV_VAR))
+            done.wait(0.002)
+
+    def enqueue_one(destination: str) -> str:
+        path = configs[destination]
+        return enqueue(instance, load_config(path), path, TransferOrder(destination=destination, dry_run=True),
+                       workspaces=workspaces)
+
+    watcher = threading.Thread(target=watch)
+    with dg.DagsterInstance.get() as instance, OpenWorkspaces(instance) as workspaces:
+        watcher.start()
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                transfer_ids = dict(zip(configs, pool.map(enqueue_one, configs), strict=True))
+        finally:
+            done.set()
+            watcher.join()
+        assert workspaces.loads == 2
+        servers = code_servers(home)
+        environments = [dict(line.split(b"=", 1) for line in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                             if b"=" in line) for pid in servers]
+        assert sorted(e.get(ENV_VAR.encode()) for e in environments) == sorted(str(p).encode() for p in configs.values())
+        for destination, transfer_id in transfer_ids.items():
+            assert queued(transfer_id).tags[DESTINATION_TAG] == destination
+    assert seen == {None}
+    assert dict(os.environ) == before
+    wait_until("the code servers stop", lambda: not code_servers(home))

@@ -18,17 +18,23 @@ beside the webserver that restarts is followed by Dagster's own watch of its ser
 server that stopped is loaded again once, and a location that cannot be loaded is
 :class:`~transfer_platform.errors.ConnectionFailure` naming the workspace and the fix.
 
-The configuration file reaches a code server started here through ``$TRANSFER_PLATFORM_CONFIG``,
-set while the server starts (its environment is this process's), so loads are one at a time;
-creating runs from loaded locations runs in parallel.
+A location whose code server Dagster would start (a ``python_module``, ``python_file`` or
+``python_package`` entry) gets it started here as Dagster starts it (``dagster api grpc``, the same
+arguments, kept alive by this process's heartbeat), the configuration file named in that server's
+own environment (``$TRANSFER_PLATFORM_CONFIG``), never in this process's: locations of different
+configurations load at once, each one once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
+import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,11 +57,14 @@ class _Loaded:
     version: tuple[int, int]  # the workspace file's and the configuration file's modification times
     context: Any  # a WorkspaceProcessContext
     folder: tempfile.TemporaryDirectory | None = None  # the one-location workspace file written aside
+    server: _CodeServer | None = None  # the code server started for it
 
     def close(self) -> None:
         try:
-            self.context.__exit__(None, None, None)  # stops its code server, if it started one
+            self.context.__exit__(None, None, None)
         finally:
+            if self.server is not None:
+                self.server.stop()
             if self.folder is not None:
                 self.folder.cleanup()
 
@@ -68,8 +77,8 @@ class OpenWorkspaces:
     def __init__(self, instance: dagster.DagsterInstance) -> None:
         self.instance = instance
         self._kept: dict[tuple[str, str, str], _Loaded] = {}
-        self._lock = threading.Lock()  # guards _kept
-        self._loading = threading.Lock()  # one load at a time: each names the configuration by variable
+        self._lock = threading.Lock()  # guards _kept and _loading
+        self._loading: dict[tuple[str, str, str], threading.Lock] = {}  # one load of a slot at a time
         #: loads made (a first one, or again after a change or a stopped code server)
         self.loads = 0
 
@@ -127,7 +136,9 @@ class OpenWorkspaces:
             kept = self._kept.get(slot)
         if kept is not None and kept.version == version:
             return kept, False
-        with self._loading:
+        with self._lock:
+            loading = self._loading.setdefault(slot, threading.Lock())
+        with loading:
             with self._lock:
                 kept = self._kept.get(slot)
             if kept is not None and kept.version == version:
@@ -140,30 +151,32 @@ class OpenWorkspaces:
             return loaded, True
 
     def _load(self, version: tuple[int, int], workspace: Path, entry: dict | None, config_path: Path) -> _Loaded:
-        folder = None
-        path = workspace
-        if entry is not None:  # the one location, its paths made absolute, in a file of its own
-            folder = tempfile.TemporaryDirectory(prefix="tp_workspace_")
-            raw = yaml.safe_load(workspace.read_text()) or {}
-            path = Path(folder.name) / "workspace.yaml"
-            path.write_text(yaml.safe_dump({**raw, "load_from": [entry]}))
-        before = os.environ.get(ENV_VAR)
-        os.environ[ENV_VAR] = str(config_path)  # for the code server it starts
+        folder = tempfile.TemporaryDirectory(prefix="tp_workspace_")
+        loaded = _Loaded(version=version, context=None, folder=folder)
         try:
-            context = dagster_internals.workspace_context(self.instance, str(path))
-        except BaseException:
-            if folder is not None:
-                folder.cleanup()
+            path = workspace
+            if entry is not None:  # the one location, its paths made absolute, in a file of its own
+                raw = yaml.safe_load(workspace.read_text()) or {}
+                path = Path(folder.name) / "workspace.yaml"
+                path.write_text(yaml.safe_dump({**raw, "load_from": [entry]}))
+            origin = _started_by_dagster(path)
+            if origin is not None:  # started here, then loaded as a code server of its own
+                socket = str(Path(folder.name) / "code_server.sock")
+                loaded.server = _CodeServer(self.instance, origin, config_path, socket)
+                path = Path(folder.name) / "served.yaml"
+                path.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {
+                    "socket": socket, "location_name": origin.location_name}}]}))
+            loaded.context = dagster_internals.workspace_context(self.instance, str(path))
+        except BaseException as exc:
+            if loaded.server is not None:
+                loaded.server.stop()
+            folder.cleanup()
+            if isinstance(exc, _LoadError):
+                raise _unreachable(workspace, str(exc)) from None
             raise
-        finally:
-            if before is None:
-                os.environ.pop(ENV_VAR, None)
-            else:
-                os.environ[ENV_VAR] = before
         self.loads += 1
-        loaded = _Loaded(version=version, context=context, folder=folder)
         try:
-            _location(context.create_request_context())
+            _location(loaded.context.create_request_context())
         except _LoadError as exc:
             loaded.close()
             raise _unreachable(workspace, str(exc)) from None
@@ -190,6 +203,69 @@ class OpenWorkspaces:
 
 class _LoadError(Exception):
     """The workspace's location did not load (its message: Dagster's words, as `dagster job launch` says them)."""
+
+
+def _started_by_dagster(workspace: Path) -> Any:  # -> a ManagedGrpcPythonEnvCodeLocationOrigin | None
+    """The one location of ``workspace`` if it is one whose code server Dagster starts itself (None:
+    a code server started beside the webserver, or a workspace Dagster reports as it loads it)."""
+    try:
+        origins = dagster_internals.workspace_origins(str(workspace))
+    except Exception:  # noqa: BLE001 -- a bad workspace file: Dagster's own load names the problem
+        return None
+    if len(origins) != 1 or isinstance(origins[0], dagster_internals.USER_CODE_SERVER.get()):
+        return None
+    return origins[0]
+
+
+class _CodeServer:
+    """The code server of a location started as Dagster starts one (``dagster api grpc``, the same
+    arguments: its code loaded lazily, it stops after 45 s without a heartbeat), the configuration
+    file in its own environment; this process sends its heartbeat until :meth:`stop`."""
+
+    HEARTBEAT_SECONDS = 5  # the server stops after 45 s without one (Dagster's webserver's setting)
+
+    def __init__(self, instance: dagster.DagsterInstance, origin: Any, config_path: Path, socket: str) -> None:
+        target = origin.loadable_target_origin
+        command = [target.executable_path or sys.executable, "-m", "dagster", "api", "grpc", "--lazy-load-user-code",
+                   "--socket", socket, "--heartbeat", "--heartbeat-timeout", "45", "--log-level", "INFO",
+                   *(["--use-python-environment-entry-point"] if target.executable_path else []),
+                   "--inject-env-vars-from-instance", "--instance-ref", dagster.serialize_value(instance.get_ref()),
+                   "--location-name", origin.location_name, *target.get_cli_args()]
+        env = {**os.environ, ENV_VAR: str(config_path)}
+        env.pop("DAGSTER_GRPC_PORT", None)
+        if target.executable_path:  # a virtualenv's Python finds its own executables first, as Dagster does
+            env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(target.executable_path), env.get("PATH")]))
+        self.process = subprocess.Popen(command, env=env)
+        self._stopped = threading.Event()
+        client = dagster_internals.grpc_client(socket)
+        failure = f'Error loading location "{origin.location_name}": Exception: '
+        timeout = instance.code_server_process_startup_timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            with suppress(Exception):  # not listening yet (whatever the gRPC client raises)
+                client.ping("")
+                break
+            if self.process.poll() is not None:
+                raise _LoadError(f"{failure}gRPC server exited with return code {self.process.returncode} while "
+                                 f'starting up with the command: "{" ".join(command)}"')
+            if time.monotonic() > deadline:
+                self.stop()
+                raise _LoadError(f"{failure}Timed out waiting for gRPC server to start after {timeout}s. To increase "
+                                 "the timeout, add the following to a dagster.yaml file, located in your $DAGSTER_HOME "
+                                 "folder or the folder where you are running `dagster dev`:")
+            self._stopped.wait(0.1)
+        threading.Thread(target=self._beat, args=(client,), name="code-server-heartbeat", daemon=True).start()
+
+    def _beat(self, client: Any) -> None:  # a DagsterGrpcClient
+        while not self._stopped.wait(self.HEARTBEAT_SECONDS):
+            with suppress(Exception):  # a stopped server is seen by the next run's creation
+                client.heartbeat("ping")
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.process.poll() is None:
+            self.process.terminate()
+            threading.Thread(target=self.process.wait, name="code-server-reap", daemon=True).start()
 
 
 def _location(request: Any) -> Any:  # a WorkspaceRequestContext -> its one CodeLocation

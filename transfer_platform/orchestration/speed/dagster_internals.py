@@ -349,10 +349,11 @@ GRPC_CLIENT = Fenced(
     use="`transfer --enqueue` with code servers started beside the webserver (grpc_server entries): "
         "asking each which definitions it serves, to make the run in the one holding the recipient; "
         "the daemon's refresh: a code server's id (get_server_id, a new one when it restarts or reloads "
-        "its code), compared with the one its loaded location recorded",
+        "its code), compared with the one its loaded location recorded; a code server started for an "
+        "enqueue: waiting until it answers (ping), keeping it alive (heartbeat)",
     public="`dagster api grpc-health-check` (says only whether it serves); the workspace's own loading "
            "(fetches every location's whole snapshot to learn the same)",
-    params=("port", "socket", "host"), attributes=("list_repositories", "get_server_id"))
+    params=("port", "socket", "host"), attributes=("list_repositories", "get_server_id", "ping", "heartbeat"))
 WORKSPACE_CONTEXT = Fenced(
     "dagster._core.workspace.context", "WorkspaceProcessContext", ("enqueue",),
     use="creating runs (`transfer --enqueue`, the API's transfer and integrity requests) from a code "
@@ -365,8 +366,9 @@ WORKSPACE_CONTEXT = Fenced(
     attributes=("create_request_context", "__exit__"))
 WORKSPACE_FILE = Fenced(
     "dagster._core.workspace.load_target", "WorkspaceFileTarget", ("enqueue",),
-    use="naming workspace.yaml to WorkspaceProcessContext", public="none (its own argument type)",
-    params=("paths",))
+    use="naming workspace.yaml to WorkspaceProcessContext, and reading its location's origin (a code server to "
+        "start: its target, its location name)", public="none (its own argument type)",
+    params=("paths",), attributes=("create_origins",))
 CREATE_RUN = Fenced(
     "dagster._cli.job", "_create_run", ("enqueue",),
     use="creating a run of a job of a loaded code location exactly as `dagster job launch` does (the "
@@ -405,9 +407,9 @@ WORKSPACE_REFRESH = Fenced(
            "restarts or reloads is seen by Dagster's own watch thread of each location)",
     params=("self",))
 USER_CODE_SERVER = Fenced(
-    "dagster._core.remote_origin", "GrpcServerCodeLocationOrigin", ("workspace_refresh",),
+    "dagster._core.remote_origin", "GrpcServerCodeLocationOrigin", ("workspace_refresh", "enqueue"),
     use="telling a code server started beside the daemon (a grpc_server entry) from one the daemon starts itself "
-        "(python_module: those are restarted by each refresh, as Dagster does)",
+        "(python_module: those are restarted by each refresh, as Dagster does), and from one an enqueue starts",
     public="none (the workspace's entries carry no public kind; the origin's class is the only difference between a"
            " grpc_server and a python_module entry)",
     attributes=("create_client",))
@@ -737,6 +739,16 @@ def served_code_pointers(host: str, port: int | None, socket: str | None) -> lis
     if pointers is None:  # an error answer: the server's code failed to load
         raise RuntimeError(getattr(answer, "message", None) or str(answer)[:300])
     return list(pointers.values())
+
+
+def grpc_client(socket: str) -> Any:  # -> a DagsterGrpcClient
+    """A client of the code server listening on ``socket``."""
+    return GRPC_CLIENT.get()(socket=socket)
+
+
+def workspace_origins(workspace: str) -> list[Any]:  # -> CodeLocationOrigins
+    """The origins of a workspace file's locations, as Dagster reads them (raises on a bad file)."""
+    return list(WORKSPACE_FILE.get()(paths=[workspace]).create_origins())
 
 
 def workspace_context(instance: Any, workspace: str) -> Any:  # -> a WorkspaceProcessContext
