@@ -16,6 +16,7 @@ from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPriv
 if TYPE_CHECKING:
     from google.cloud import bigquery
 
+    from transfer_platform.destinations.bigquery.writer import BigqueryWriter
     from transfer_platform.destinations.sql.dialect import Statement
     from transfer_platform.vendors.bigquery import BigqueryDestination
 
@@ -38,24 +39,19 @@ def make_client(destination: BigqueryDestination) -> bigquery.Client:
     anonymous against ``api_endpoint`` (an emulator), or Application Default Credentials."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import bigquery
+    from google.oauth2 import service_account
 
-    connection = destination.connection
-    where = f"destinations.{destination.name}.connection.credentials"
-    credentials = None
-    if connection.credentials is not None:
-        from google.oauth2 import service_account
-
-        secret = connection.credentials.resolve(where).get_secret_value()
+    c, where = destination.connection, f"destinations.{destination.name}.connection.credentials"
+    credentials = AnonymousCredentials() if c.api_endpoint is not None else None
+    if c.credentials is not None:
+        secret = c.credentials.resolve(where).get_secret_value()
         try:
             credentials = service_account.Credentials.from_service_account_info(json.loads(secret))
         except (ValueError, KeyError, TypeError):  # the message may quote the key: never shown
             raise ConfigError([Problem(where, "is not a service-account key (the JSON file of a key, whole)",
                                        "put the key file's content in the variable")]) from None
-    elif connection.api_endpoint is not None:
-        credentials = AnonymousCredentials()
-    options = {"api_endpoint": connection.api_endpoint} if connection.api_endpoint else None
-    return bigquery.Client(project=connection.project, credentials=credentials, location=connection.location,
-                           client_options=options)
+    return bigquery.Client(project=c.project, credentials=credentials, location=c.location,
+                           client_options={"api_endpoint": c.api_endpoint} if c.api_endpoint else None)
 
 
 class BigquerySession(Session):
@@ -92,32 +88,28 @@ def endpoint(destination: BigqueryDestination) -> tuple[str, int | None]:
     return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
 
 
-def principal(client: bigquery.Client | None) -> str:
-    email = getattr(getattr(client, "_credentials", None), "service_account_email", None)
-    return email if isinstance(email, str) else "the service account"
-
-
-def missing_role(destination: BigqueryDestination, what: str, reason: str, who: str) -> MissingPrivilege:
-    """The role refused named with its grant: the project's to run jobs, else the dataset's."""
-    c = destination.connection
+def missing_role(writer: BigqueryWriter, reason: str) -> MissingPrivilege:
+    """The role refused, named with its grant: the project's to run jobs, else the dataset's."""
+    c = writer.destination.connection
+    email = getattr(getattr(writer._client, "_credentials", None), "service_account_email", None)
+    who = email if isinstance(email, str) else "the service account"
     job = "jobs" in reason.lower() and "create" in reason.lower()  # bigquery.jobs.create
     grant = (f"grant {who} {PROJECT_ROLE} on project {c.project}" if job else
              f"grant {who} {DATASET_ROLE} on dataset {c.project}.{c.dataset}") + (
         f" (a loader needs {DATASET_ROLE} on its dataset and {PROJECT_ROLE} on the project, nothing else)")
-    return MissingPrivilege(what, role=who, reason=reason, grant=grant)
+    return MissingPrivilege(writer.what, role=who, reason=reason, grant=grant)
 
 
 @contextmanager
-def translated_errors(destination: BigqueryDestination, what: str, client: bigquery.Client | None = None
-                      ) -> Iterator[None]:
+def translated_errors(writer: BigqueryWriter) -> Iterator[None]:
     """403: the role missing; 401, a dataset missing, no answer, no credentials: ``ConnectionFailure``
     naming the fix. Never the key."""
     from google.api_core import exceptions as api
     from google.auth import exceptions as auth
     from requests import exceptions as http
 
-    c = destination.connection
-    host, port = endpoint(destination)
+    c, what = writer.destination.connection, writer.what
+    host, port = endpoint(writer.destination)
 
     def failure(reason: str, fix: str) -> ConnectionFailure:
         return ConnectionFailure(what, host=host, port=port, reason=reason, fix=fix)
@@ -125,7 +117,7 @@ def translated_errors(destination: BigqueryDestination, what: str, client: bigqu
     try:
         yield
     except api.Forbidden as exc:
-        raise missing_role(destination, what, first_line(exc), principal(client)) from None
+        raise missing_role(writer, first_line(exc)) from None
     except api.Unauthorized as exc:
         raise failure(first_line(exc), "check the service-account key in connection.credentials (it may be "
                                        "revoked or of another project)") from None

@@ -5,7 +5,7 @@ are literals (:func:`render` substitutes each ``%s``): the emulator the tests us
 parameters, and the text stays the same on BigQuery. BigQuery enforces no key and has no row lock,
 and the emulator has no ``UPDATE`` or ``DELETE``: rows are written by ``MERGE``, one atomic
 statement each. A window is staged as text (every column ``STRING``, strings and JSON as JSON
-string literals, ``load.py``) and read typed through :func:`decoded`.
+string literals: ``load.py``) and read typed through :meth:`BigqueryDialect.decoded`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
 
 #: the table of the models' locks, beside ``_transfer_status``
 LOCKS_TABLE = "_transfer_locks"
-#: how each model data_type is read back from its staged text
-_DECODE = {"string": "JSON_VALUE({x}, '$')", "json": "PARSE_JSON(JSON_VALUE({x}, '$'))",
-           "integer": "CAST({x} AS INT64)", "float": "CAST({x} AS FLOAT64)", "boolean": "CAST({x} AS BOOL)",
-           "timestamp": "CAST({x} AS TIMESTAMP)", "date": "CAST({x} AS DATE)", "decimal": "CAST({x} AS NUMERIC)"}
 #: how a table is read back exactly: JSON as its text, NUMERIC as text
 _READ = {"json": "TO_JSON_STRING({x})", "decimal": "CAST({x} AS STRING)"}
 #: the legacy type names the tables API answers, as GoogleSQL names them
@@ -45,23 +41,19 @@ def string_literal(text: str) -> str:
     return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
 
 
+#: a value's literal by its Python type (a bool before an int, a datetime before a date: subclasses)
+_LITERALS = ((bool, lambda v: "TRUE" if v else "FALSE"), (int, str),
+             (float, lambda v: repr(v) if math.isfinite(v) else f"CAST({string_literal(repr(v))} AS FLOAT64)"),
+             (Decimal, lambda v: f"NUMERIC {string_literal(str(v))}"),
+             (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
+             (date, lambda v: f"DATE {string_literal(v.isoformat())}"))
+
+
 def literal(value: Any) -> str:
     """``value`` as a GoogleSQL literal of its type (a datetime as a UTC ``TIMESTAMP``)."""
     if value is None:
         return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else f"CAST({string_literal(repr(value))} AS FLOAT64)"
-    if isinstance(value, Decimal):
-        return f"NUMERIC {string_literal(str(value))}"
-    if isinstance(value, datetime):
-        return f"TIMESTAMP {string_literal(utc(value).isoformat())}"
-    if isinstance(value, date):
-        return f"DATE {string_literal(value.isoformat())}"
-    return string_literal(str(value))
+    return next((text(value) for kind, text in _LITERALS if isinstance(value, kind)), string_literal(str(value)))
 
 
 def render(text: str, params: Sequence[Any] | None) -> str:
@@ -71,14 +63,7 @@ def render(text: str, params: Sequence[Any] | None) -> str:
     parts = text.split("%s")
     if len(parts) != len(params) + 1:
         raise ValueError(f"{len(parts) - 1} placeholders for {len(params)} parameters")
-    return "".join(part + (literal(params[i]) if i < len(params) else "") for i, part in enumerate(parts))
-
-
-def decoded(raw: str, columns: Sequence[ColumnConfig]) -> str:
-    """The relation of a staged window's typed rows, read from its table of text ``raw``."""
-    cols = ", ".join(f"{_DECODE[c.data_type].format(x=q(c.destination_name))} AS {q(c.destination_name)}"
-                     for c in columns)
-    return f"(SELECT {cols} FROM {raw})"
+    return parts[0] + "".join(literal(value) + part for value, part in zip(params, parts[1:], strict=True))
 
 
 def _same(column: ColumnConfig) -> str:
@@ -130,9 +115,18 @@ class BigqueryDialect(Dialect):
 
     def staging_ddl(self, staging: str, target: str, model: ModelConfig | None,
                     columns: Sequence[ColumnConfig] | None, *, logged: bool) -> str:
-        """Every column ``STRING``: the CSV's text, read typed through :func:`decoded`."""
+        """Every column ``STRING``: the CSV's text, read typed through :meth:`decoded`."""
         chosen = columns or model.columns
         return f"CREATE TABLE {staging} ({', '.join(f'{q(c.destination_name)} STRING' for c in chosen)})"
+
+    def decoded(self, raw: str, columns: Sequence[ColumnConfig]) -> str:
+        """The relation of a staged window's typed rows, read from its table of text ``raw``."""
+        def typed(c: ColumnConfig) -> str:
+            x = q(c.destination_name)
+            text = f"JSON_VALUE({x}, '$')"  # a string or a JSON value is staged as a JSON string literal
+            return {"string": text, "json": f"PARSE_JSON({text})"}.get(c.data_type,
+                                                                      f"CAST({x} AS {self.column_type(c)})")
+        return f"(SELECT {', '.join(f'{typed(c)} AS {q(c.destination_name)}' for c in columns)} FROM {raw})"
 
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
         """Dropped columns by rewriting the table without them (one atomic statement)."""
@@ -147,7 +141,6 @@ class BigqueryDialect(Dialect):
         return f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {source}"
 
     def read_rows(self, table: str, columns: Sequence[ColumnConfig]) -> str:
-        """A table's rows as they are read back exactly (:data:`_READ`)."""
         cols = ", ".join(_READ.get(c.data_type, "{x}").format(x=q(c.destination_name)) for c in columns)
         return f"SELECT {cols} FROM {table}"
 
@@ -190,8 +183,7 @@ class BigqueryDialect(Dialect):
         """The count of the rows the window's one ``MERGE`` removes (:meth:`upsert` deletes them
         with its rows, atomically): a staged row marked deleted, as new or newer."""
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
-        keys = [c.destination_name for c in model.primary_key]
-        return (f"SELECT COUNT(*) FROM {target} AS t JOIN {staging} AS s ON {_on(keys)} WHERE "
+        return (f"SELECT COUNT(*) FROM {target} AS t JOIN {staging} AS s ON {_on(_keys(model))} WHERE "
                 f"{self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm}")
 
     def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
@@ -199,10 +191,9 @@ class BigqueryDialect(Dialect):
         a staged row marked deleted (as new or newer) removes the delivered one; a newer row, or an
         equally new one that differs, replaces it; an older one never does; a new key is inserted
         (an ``is_append_only`` model only inserts)."""
-        keys = [c.destination_name for c in model.primary_key]
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
         names = [q(c.destination_name) for c in model.columns]
-        if skip:  # the base's condition names the staged row unaliased: here it is the ``s`` of the MERGE
+        if skip:  # the base's condition names the staged row unaliased: here it is the MERGE's ``s``
             skip = self.marked(marker.destination_name, marker.data_type, "s")
         not_skipped = f" AND NOT ({skip})" if skip else ""
         clauses = []
@@ -212,11 +203,11 @@ class BigqueryDialect(Dialect):
             compared = [c for c in model.columns if not c.is_primary_key and c.destination_name !=
                         model.last_modified.destination_name]
             differs = f" OR (s.{lm} = t.{lm} AND NOT ({' AND '.join(_same(c) for c in compared)}))" if compared else ""
-            sets = ", ".join(f"{n} = s.{n}" for n in names if n not in {q(k) for k in keys})
+            sets = ", ".join(f"{n} = s.{n}" for n in names if n not in {q(k) for k in _keys(model)})
             clauses.append(f"WHEN MATCHED AND (s.{lm} > t.{lm}{differs}){not_skipped} THEN UPDATE SET {sets}")
         clauses.append(f"WHEN NOT MATCHED BY TARGET{not_skipped} THEN INSERT ({', '.join(names)}) "
                        f"VALUES ({', '.join('s.' + n for n in names)})")
-        return [f"MERGE {target} AS t USING {staging} AS s ON {_on(keys)} " + " ".join(clauses)]
+        return [f"MERGE {target} AS t USING {staging} AS s ON {_on(_keys(model))} " + " ".join(clauses)]
 
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"MERGE {target} AS t USING {staging} AS s ON {_on(columns)} WHEN MATCHED THEN DELETE"
@@ -239,3 +230,7 @@ class BigqueryDialect(Dialect):
     def release_lock(self, locks: str, model_name: str, holder: str) -> Statement:
         return (f"MERGE {locks} AS t USING (SELECT %s AS model_name, %s AS holder) AS s ON t.model_name = "
                 "s.model_name AND t.holder = s.holder WHEN MATCHED THEN DELETE", (model_name, holder))
+
+
+def _keys(model: ModelConfig) -> list[str]:
+    return [c.destination_name for c in model.primary_key]

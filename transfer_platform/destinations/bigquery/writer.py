@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from transfer_platform import errors
 from transfer_platform.config.models import ColumnConfig, ModelConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import base
@@ -26,13 +27,6 @@ from transfer_platform.destinations.bigquery import dialect as sql
 from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
 from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import (
-    ConfigError,
-    ConnectionFailure,
-    DataError,
-    MissingPrivilege,
-    transfer_running,
-)
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.locks import Lock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -97,7 +91,7 @@ class LockRow(Lock):
 
     def renew(self) -> None:
         if not self._claim(None):
-            raise transfer_running(
+            raise errors.transfer_running(
                 self.model, self.writer.name, f"this transfer's lock expired and another transfer holds it "
                 f"({self._row[0] if self._row else 'none'}); nothing of this window was committed",
                 "run the transfer again once the other one ends")
@@ -131,8 +125,7 @@ class BigqueryWriter(SqlWriter):
     def session(self) -> bq.BigquerySession:
         return bq.BigquerySession(self.client)
 
-    def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
-        return bq.translated_errors(self.destination, self.what, self._client)
+    _translated_errors = bq.translated_errors
 
     def check(self) -> None:
         """The dataset must exist (the recipient's): nothing is created."""
@@ -227,7 +220,7 @@ class BigqueryWriter(SqlWriter):
 
     def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
         staging = self._staging_for(load, StagedWindow)
-        staging.raw, staging.table = staging.table, sql.decoded(staging.table, load.model.columns)
+        staging.raw, staging.table = staging.table, self.dialect.decoded(staging.table, load.model.columns)
         self._create_raw(staging.raw, load.model.columns)
         return staging
 
@@ -236,28 +229,27 @@ class BigqueryWriter(SqlWriter):
             self.session.execute(self.dialect.drop_table(raw))
             self.session.execute(self.dialect.staging_ddl(raw, raw, None, columns, logged=False))
 
-    def _stage_frame(self, frame: DataFrame, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
-        staging.loaded_bytes = self._load(staging.name, load.model, load.model.columns, frame=frame)
+    def _stage_frame(self, rows: DataFrame | pa.Table, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
+        staging.loaded_bytes = self._load(staging.name, load.model, load.model.columns, rows)
         return self._staged(staging, load)
 
-    def _stage_arrow(self, batch: pa.Table, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
-        staging.loaded_bytes = self._load(staging.name, load.model, load.model.columns, batch=batch)
-        return self._staged(staging, load)
+    _stage_arrow = _stage_frame
 
-    def _load(self, name: str, model: ModelConfig | None, columns: list[ColumnConfig], *,
-              frame: DataFrame | None = None, batch: pa.Table | None = None) -> int:
-        """The rows as one CSV file (written by Spark's executors, or here) appended to the staging
-        table ``name`` by one load job; its size in bytes."""
+    def _load(self, name: str, model: ModelConfig | None, columns: list[ColumnConfig], rows: DataFrame | pa.Table
+              ) -> int:
+        """The rows (Spark's, written by its executors, or Arrow's) as one CSV file appended to the
+        staging table ``name`` by one load job; its size in bytes."""
+        import pyarrow as pa
         from google.api_core.exceptions import BadRequest
         from google.cloud import bigquery
 
         pairs = [(c.destination_name, c.data_type) for c in columns]
         with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
             path = os.path.join(folder, "window.csv")
-            if frame is not None:
-                size = stage_frame(frame.select(*[f"`{n.replace('`', '``')}`" for n, _ in pairs]), pairs, folder, path)
+            if isinstance(rows, pa.Table):
+                size = write_csv([rows], pairs, path)
             else:
-                size = write_csv([batch], pairs, path)
+                size = stage_frame(rows.select(*[f"`{n.replace('`', '``')}`" for n, _ in pairs]), pairs, folder, path)
             if size == 0:
                 return 0
             config = bigquery.LoadJobConfig(
@@ -268,7 +260,7 @@ class BigqueryWriter(SqlWriter):
                 try:
                     job.result(retry=bq.retry())
                 except BadRequest as exc:
-                    raise DataError(f"the load job into the staging table failed: {bq.first_line(exc)}",
+                    raise errors.DataError(f"the load job into the staging table failed: {bq.first_line(exc)}",
                                     model=model.model_name if model else "(none)", destination=self.name,
                                     fix=TYPES_FIX) from None
         return size
@@ -297,7 +289,7 @@ class BigqueryWriter(SqlWriter):
         try:
             return super()._merge(load, staging)
         except BadRequest as exc:
-            raise DataError(f"BigQuery refused the window's rows: {bq.first_line(exc)}", model=load.model.model_name,
+            raise errors.DataError(f"BigQuery refused the window's rows: {bq.first_line(exc)}", model=load.model.model_name,
                             destination=self.name, fix=f"{TYPES_FIX} (a json column must hold valid JSON text)"
                             ) from None
 
@@ -322,10 +314,10 @@ class BigqueryWriter(SqlWriter):
         self._create_raw(raw, chosen)
         with self._translated_errors():
             try:
-                if self._load(name, model, chosen, frame=frame) == 0:
+                if self._load(name, model, chosen, frame) == 0:
                     return 0
                 return self.session.execute(self.dialect.delete_matching(
-                    self.table(model), sql.decoded(raw, chosen), [c.destination_name for c in chosen]))
+                    self.table(model), self.dialect.decoded(raw, chosen), [c.destination_name for c in chosen]))
             finally:
                 self.session.execute(self.dialect.drop_table(raw))
 
@@ -359,7 +351,7 @@ class BigqueryWriter(SqlWriter):
         steps = {f"create and drop tables ({bq.DATASET_ROLE} on the dataset; queries need {bq.PROJECT_ROLE})":
                  lambda: self.session.execute(self.dialect.staging_ddl(table, table, None, [column], logged=False)),
                  f"load rows with a load job ({bq.PROJECT_ROLE} on the project)":
-                 lambda: self._load(name, None, [column], batch=pa.table({"id": ["probe"]})),
+                 lambda: self._load(name, None, [column], pa.table({"id": ["probe"]})),
                  "merge and delete rows (DML)":
                  lambda: self.session.execute(self.dialect.delete_matching(table, "(SELECT 'probe' AS id)", ["id"]))}
         if not probe.reach(*bq.endpoint(self.destination)):
@@ -367,7 +359,7 @@ class BigqueryWriter(SqlWriter):
             return probe.checks
         try:
             self.check()
-        except (ConnectionFailure, ConfigError, MissingPrivilege) as exc:
+        except (errors.ConnectionFailure, errors.ConfigError, errors.MissingPrivilege) as exc:
             probe.failed(reach, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
                          getattr(exc, "fix", None) or getattr(exc, "grant", None) or bq.CONNECT_FIX)
             probe.skipped(steps, "the dataset cannot be reached")
@@ -377,11 +369,10 @@ class BigqueryWriter(SqlWriter):
             for index, (step, run) in enumerate(steps.items()):
                 try:
                     run()
-                except (api.GoogleAPIError, MissingPrivilege) as exc:
-                    grant = (bq.missing_role(self.destination, self.what, bq.first_line(exc), bq.principal(self._client))
-                             .grant if isinstance(exc, api.Forbidden) else getattr(exc, "grant", "check the job's "
-                                                                                  "error in BigQuery"))
-                    probe.failed(step, bq.first_line(exc), grant)
+                except (api.GoogleAPIError, errors.MissingPrivilege) as exc:
+                    refused = (bq.missing_role(self, bq.first_line(exc))
+                               if isinstance(exc, api.Forbidden) else exc)
+                    probe.failed(step, bq.first_line(exc), getattr(refused, "grant", "check the job's error in BigQuery"))
                     probe.skipped(list(steps)[index + 1:], "the step before failed")
                     break
                 probe.passed(step)
