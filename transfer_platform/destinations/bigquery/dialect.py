@@ -1,12 +1,8 @@
-"""BigQuery's GoogleSQL for the SQL writer, planned without a server (docs/destinations.md).
-
-Tables are ```project`.`dataset`.`table``` (the writer's container is ``project.dataset``). Values
-are literals (:func:`render` substitutes each ``%s``): the emulator the tests use takes no query
-parameters, and the text stays the same on BigQuery. BigQuery enforces no key and has no row lock,
-and the emulator has no ``UPDATE`` or ``DELETE``: rows are written by ``MERGE``, one atomic
-statement each. A window is staged as text (every column ``STRING``, strings and JSON as JSON
-string literals: ``load.py``) and read typed through :meth:`BigqueryDialect.decoded`.
-"""
+"""BigQuery's GoogleSQL for the SQL writer, planned without a server (docs/destinations.md). The
+emulator the tests use takes no query parameters and has no ``UPDATE`` or ``DELETE``: values are
+literals (:func:`render` substitutes each ``%s``) and rows are written by ``MERGE``, one atomic
+statement each, the same text on BigQuery. Tables are ```project`.`dataset`.`table```; a window is
+staged as text and read typed through :meth:`BigqueryDialect.decoded`."""
 
 from __future__ import annotations
 

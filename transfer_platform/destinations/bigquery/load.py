@@ -1,10 +1,7 @@
-"""A window's rows as the CSV text a BigQuery load job reads exactly (imported by Spark's workers).
-
-A string or JSON value is a JSON string literal (a raw newline needs ``allowQuotedNewlines``, which
-the emulator the tests use refuses; the dialect's ``JSON_VALUE(x, '$')`` reads it back exactly), a
-timestamp ISO 8601 in UTC to the microsecond, a boolean ``true``/``false``, a decimal or a float its
-exact text; NULL an empty field (a string is never empty: ``""`` at least).
-"""
+"""A window's rows as the CSV text a BigQuery load job reads exactly (imported by Spark's workers):
+a string or JSON value as a JSON string literal (a raw newline needs ``allowQuotedNewlines``, which
+the emulator the tests use refuses), a timestamp ISO 8601 in UTC to the microsecond, a boolean
+``true``/``false``, a number its exact text; NULL an empty field (a string is never empty: ``""``)."""
 
 from __future__ import annotations
 

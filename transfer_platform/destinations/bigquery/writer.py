@@ -79,11 +79,8 @@ class LockRow(Lock):
         return self._claim(self._takeover, (BadRequest,))  # of two MERGEs at once BigQuery fails one
 
     def take_over(self) -> bool:
-        holder = self._row[0] if self._row else None
-        if holder is not None and self.writer._dead(holder):
-            self._takeover = holder
-            return True
-        return False
+        self._takeover = self._row[0] if self._row and self._row[0] and self.writer._dead(self._row[0]) else None
+        return self._takeover is not None
 
     def holder(self) -> str:
         holder, until = self._row or (None, "?")
