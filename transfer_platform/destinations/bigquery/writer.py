@@ -258,8 +258,8 @@ class BigqueryWriter(SqlWriter):
                     job.result(retry=bq.retry())
                 except BadRequest as exc:
                     raise errors.DataError(f"the load job into the staging table failed: {bq.first_line(exc)}",
-                                    model=model.model_name if model else "(none)", destination=self.name,
-                                    fix=TYPES_FIX) from None
+                                           model=model.model_name if model else "(none)", destination=self.name,
+                                           fix=TYPES_FIX) from None
         return size
 
     def _refuse(self, staging: StagedWindow, load: WindowLoad) -> None:
@@ -286,9 +286,9 @@ class BigqueryWriter(SqlWriter):
         try:
             return super()._merge(load, staging)
         except BadRequest as exc:
-            raise errors.DataError(f"BigQuery refused the window's rows: {bq.first_line(exc)}", model=load.model.model_name,
-                            destination=self.name, fix=f"{TYPES_FIX} (a json column must hold valid JSON text)"
-                            ) from None
+            raise errors.DataError(f"BigQuery refused the window's rows: {bq.first_line(exc)}",
+                                   model=load.model.model_name, destination=self.name,
+                                   fix=f"{TYPES_FIX} (a json column must hold valid JSON text)") from None
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         """The live table replaced by a copy of the one aside (one atomic statement), then the state
@@ -369,7 +369,8 @@ class BigqueryWriter(SqlWriter):
                 except (api.GoogleAPIError, errors.MissingPrivilege) as exc:
                     refused = (bq.missing_role(self, bq.first_line(exc))
                                if isinstance(exc, api.Forbidden) else exc)
-                    probe.failed(step, bq.first_line(exc), getattr(refused, "grant", "check the job's error in BigQuery"))
+                    probe.failed(step, bq.first_line(exc),
+                                 getattr(refused, "grant", "check the job's error in BigQuery"))
                     probe.skipped(list(steps)[index + 1:], "the step before failed")
                     break
                 probe.passed(step)
