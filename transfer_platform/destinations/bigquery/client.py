@@ -1,7 +1,5 @@
-"""The BigQuery client of a destination: made from its connection (a service-account key read
-from its variable, never logged), the SQL writer's :class:`BigquerySession` around it, and what
-the API refuses turned into errors that name the fix (the role a service account lacks, a
-dataset that does not exist, an endpoint that does not answer)."""
+"""A BigQuery destination's client (its service-account key read from its variable, never logged),
+the SQL writer's :class:`BigquerySession` around it, and what the API refuses as errors naming the fix."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPriv
 if TYPE_CHECKING:
     from google.cloud import bigquery
 
+    from transfer_platform.destinations.bigquery.writer import BigqueryWriter
     from transfer_platform.destinations.sql.dialect import Statement
     from transfer_platform.vendors.bigquery import BigqueryDestination
 
@@ -40,45 +39,40 @@ def make_client(destination: BigqueryDestination) -> bigquery.Client:
     anonymous against ``api_endpoint`` (an emulator), or Application Default Credentials."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import bigquery
+    from google.oauth2 import service_account
 
-    connection = destination.connection
-    where = f"destinations.{destination.name}.connection.credentials"
-    credentials = None
-    if connection.credentials is not None:
-        from google.oauth2 import service_account
-
-        secret = connection.credentials.resolve(where).get_secret_value()
+    c, where = destination.connection, f"destinations.{destination.name}.connection.credentials"
+    credentials = AnonymousCredentials() if c.api_endpoint is not None else None
+    if c.credentials is not None:
+        secret = c.credentials.resolve(where).get_secret_value()
         try:
             credentials = service_account.Credentials.from_service_account_info(json.loads(secret))
         except (ValueError, KeyError, TypeError):  # the message may quote the key: never shown
             raise ConfigError([Problem(where, "is not a service-account key (the JSON file of a key, whole)",
                                        "put the key file's content in the variable")]) from None
-    elif connection.api_endpoint is not None:
-        credentials = AnonymousCredentials()
-    options = {"api_endpoint": connection.api_endpoint} if connection.api_endpoint else None
-    return bigquery.Client(project=connection.project, credentials=credentials, location=connection.location,
-                           client_options=options)
+    return bigquery.Client(project=c.project, credentials=credentials, location=c.location,
+                           client_options={"api_endpoint": c.api_endpoint} if c.api_endpoint else None)
 
 
 class BigquerySession(Session):
-    """Each statement one query job (its own commit: BigQuery's emulator has no multi-statement
-    transaction, so :meth:`transaction` groups nothing; the writer's order of statements is what
-    keeps a window whole, see ``writer.py``)."""
+    """Each statement one query job, its own commit: the emulator has no multi-statement
+    transaction, so :meth:`transaction` groups nothing (the writer's order keeps a window whole)."""
 
     def __init__(self, client: bigquery.Client) -> None:
         self.conn = client
 
-    def _run(self, statement: Statement) -> Any:
+    def _run(self, statement: Statement) -> tuple[Any, Any]:
         text, params = _split(statement)
         job = self.conn.query(render(text, params), retry=retry(), job_retry=None)
-        job.result(retry=retry())
-        return job
+        return job, job.result(retry=retry())
 
     def execute(self, statement: Statement) -> int:
-        return int(self._run(statement).num_dml_affected_rows or 0)
+        """The rows a DML statement changed, or the number a query counts (one row, one value)."""
+        job, rows = self._run(statement)
+        return int(next(iter(rows))[0]) if job.statement_type == "SELECT" else int(job.num_dml_affected_rows or 0)
 
     def all(self, statement: Statement) -> list[tuple]:
-        return [tuple(row.values()) for row in self._run(statement).result(retry=retry())]
+        return [tuple(row.values()) for row in self._run(statement)[1]]
 
     def transaction(self):
         return nullcontext()
@@ -94,50 +88,47 @@ def endpoint(destination: BigqueryDestination) -> tuple[str, int | None]:
     return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
 
 
-def principal(client: bigquery.Client | None) -> str:
-    email = getattr(getattr(client, "_credentials", None), "service_account_email", None)
-    return email if isinstance(email, str) else "the service account"
-
-
-def missing_role(destination: BigqueryDestination, what: str, reason: str, who: str) -> MissingPrivilege:
-    c = destination.connection
-    job = "bigquery.jobs.create" in reason or "jobs" in reason.lower() and "create" in reason.lower()
+def missing_role(writer: BigqueryWriter, reason: str) -> MissingPrivilege:
+    """The role refused, named with its grant: the project's to run jobs, else the dataset's."""
+    c = writer.destination.connection
+    email = getattr(getattr(writer._client, "_credentials", None), "service_account_email", None)
+    who = email if isinstance(email, str) else "the service account"
+    job = "jobs" in reason.lower() and "create" in reason.lower()  # bigquery.jobs.create
     grant = (f"grant {who} {PROJECT_ROLE} on project {c.project}" if job else
              f"grant {who} {DATASET_ROLE} on dataset {c.project}.{c.dataset}") + (
         f" (a loader needs {DATASET_ROLE} on its dataset and {PROJECT_ROLE} on the project, nothing else)")
-    return MissingPrivilege(what, role=who, reason=reason, grant=grant)
+    return MissingPrivilege(writer.what, role=who, reason=reason, grant=grant)
 
 
 @contextmanager
-def translated_errors(destination: BigqueryDestination, what: str, client: bigquery.Client | None = None
-                      ) -> Iterator[None]:
-    """403 -> ``MissingPrivilege`` naming the role; 401 -> ``ConnectionFailure`` (credentials);
-    the dataset missing -> ``ConnectionFailure`` naming it; no answer -> ``ConnectionFailure``
-    naming the endpoint. Never the key."""
+def translated_errors(writer: BigqueryWriter) -> Iterator[None]:
+    """403: the role missing; 401, a dataset missing, no answer, no credentials: ``ConnectionFailure``
+    naming the fix. Never the key."""
     from google.api_core import exceptions as api
     from google.auth import exceptions as auth
     from requests import exceptions as http
 
-    c = destination.connection
-    host, port = endpoint(destination)
+    c, what = writer.destination.connection, writer.what
+    host, port = endpoint(writer.destination)
+
+    def failure(reason: str, fix: str) -> ConnectionFailure:
+        return ConnectionFailure(what, host=host, port=port, reason=reason, fix=fix)
+
     try:
         yield
     except api.Forbidden as exc:
-        raise missing_role(destination, what, first_line(exc), principal(client)) from None
+        raise missing_role(writer, first_line(exc)) from None
     except api.Unauthorized as exc:
-        raise ConnectionFailure(what, host=host, port=port, reason=first_line(exc),
-                                fix="check the service-account key in connection.credentials (it may be "
-                                    "revoked or of another project)") from None
+        raise failure(first_line(exc), "check the service-account key in connection.credentials (it may be "
+                                       "revoked or of another project)") from None
     except api.NotFound as exc:
-        if "Dataset" in str(exc) and f"{c.dataset}" in str(exc):
-            raise ConnectionFailure(what, host=host, port=port, reason=f"dataset {c.project}.{c.dataset} not found",
-                                    fix=f"create the dataset {c.dataset} in project {c.project} (the recipient's, "
-                                        "created beforehand) or correct connection.dataset and "
-                                        "connection.project") from None
-        raise
+        if "Dataset" not in str(exc) or c.dataset not in str(exc):
+            raise
+        raise failure(f"dataset {c.project}.{c.dataset} not found", f"create the dataset {c.dataset} in project "
+                      f"{c.project} (the recipient's, created beforehand) or correct connection.dataset and "
+                      "connection.project") from None
     except (http.ConnectionError, http.Timeout, auth.TransportError, api.RetryError) as exc:
-        raise ConnectionFailure(what, host=host, port=port, reason=type(exc).__name__ + ": the endpoint did not "
-                                "answer", fix=CONNECT_FIX) from None
+        raise failure(type(exc).__name__ + ": the endpoint did not answer", CONNECT_FIX) from None
     except auth.DefaultCredentialsError:
         raise ConnectionFailure(what, reason="no credentials: connection.credentials is not set and Application "
                                 "Default Credentials were not found",

@@ -1,19 +1,8 @@
-"""The SQL text of the BigQuery destination, planned without a server: :class:`BigqueryDialect`
-(the statements of the SQL writer's algorithm, in GoogleSQL) and BigQuery's own (the staged
-window's decoding, the one ``MERGE`` of a window, the model's lock row).
-
-Tables are ```project`.`dataset`.`table```: the writer's container is ``project.dataset``. Values
-are literals rendered by :func:`literal` (the session substitutes each ``%s``): the statements stay
-the same text on BigQuery and on the emulator the tests use, which takes no query parameters.
-
-BigQuery has no enforced keys, no row locks and no ``UPDATE`` on the emulator: the status and lock
-rows are written with ``MERGE`` (one statement, atomic), the window's rows and soft deletes with
-one ``MERGE`` on the key with the last-modified tie-break.
-
-A window is staged as CSV text, every column a ``STRING`` (:func:`staging_columns`), strings and
-JSON as JSON string literals (so a newline, a quote or any character travels inside one CSV line),
-and read back typed through :func:`decoded` (``JSON_VALUE(x, '$')``, ``CAST(x AS ...)``).
-"""
+"""BigQuery's GoogleSQL for the SQL writer, planned without a server (docs/destinations.md). The
+emulator the tests use takes no query parameters and has no ``UPDATE`` or ``DELETE``: values are
+literals (:func:`render` substitutes each ``%s``) and rows are written by ``MERGE``, one atomic
+statement each, the same text on BigQuery. Tables are ```project`.`dataset`.`table```; a window is
+staged as text and read typed through :meth:`BigqueryDialect.decoded`."""
 
 from __future__ import annotations
 
@@ -24,19 +13,17 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.timeutil import utc
-from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement, StatusTypes
+from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes, state_column
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
 
 #: the table of the models' locks, beside ``_transfer_status``
 LOCKS_TABLE = "_transfer_locks"
-#: how each model data_type is read back from its staged text
-_DECODE = {"string": "JSON_VALUE({x}, '$')", "json": "PARSE_JSON(JSON_VALUE({x}, '$'))",
-           "integer": "CAST({x} AS INT64)", "float": "CAST({x} AS FLOAT64)", "boolean": "CAST({x} AS BOOL)",
-           "timestamp": "CAST({x} AS TIMESTAMP)", "date": "CAST({x} AS DATE)", "decimal": "CAST({x} AS NUMERIC)"}
+#: how a table is read back exactly: JSON as its text, NUMERIC as text
+_READ = {"json": "TO_JSON_STRING({x})", "decimal": "CAST({x} AS STRING)"}
 #: the legacy type names the tables API answers, as GoogleSQL names them
-_LEGACY = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL", "BIGNUMERIC": "BIGNUMERIC"}
+_LEGACY = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}
 
 
 def q(name: str) -> str:
@@ -50,23 +37,19 @@ def string_literal(text: str) -> str:
     return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
 
 
+#: a value's literal by its Python type (a bool before an int, a datetime before a date: subclasses)
+_LITERALS = ((bool, lambda v: "TRUE" if v else "FALSE"), (int, str),
+             (float, lambda v: repr(v) if math.isfinite(v) else f"CAST({string_literal(repr(v))} AS FLOAT64)"),
+             (Decimal, lambda v: f"NUMERIC {string_literal(str(v))}"),
+             (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
+             (date, lambda v: f"DATE {string_literal(v.isoformat())}"))
+
+
 def literal(value: Any) -> str:
     """``value`` as a GoogleSQL literal of its type (a datetime as a UTC ``TIMESTAMP``)."""
     if value is None:
         return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else f"CAST({string_literal(repr(value))} AS FLOAT64)"
-    if isinstance(value, Decimal):
-        return f"NUMERIC {string_literal(str(value))}"
-    if isinstance(value, datetime):
-        return f"TIMESTAMP {string_literal(utc(value).isoformat())}"
-    if isinstance(value, date):
-        return f"DATE {string_literal(value.isoformat())}"
-    return string_literal(str(value))
+    return next((text(value) for kind, text in _LITERALS if isinstance(value, kind)), string_literal(str(value)))
 
 
 def render(text: str, params: Sequence[Any] | None) -> str:
@@ -76,18 +59,7 @@ def render(text: str, params: Sequence[Any] | None) -> str:
     parts = text.split("%s")
     if len(parts) != len(params) + 1:
         raise ValueError(f"{len(parts) - 1} placeholders for {len(params)} parameters")
-    return "".join(part + (literal(params[i]) if i < len(params) else "") for i, part in enumerate(parts))
-
-
-def staging_columns(columns: Sequence[ColumnConfig]) -> str:
-    return ", ".join(f"{q(c.destination_name)} STRING" for c in columns)
-
-
-def decoded(raw: str, columns: Sequence[ColumnConfig]) -> str:
-    """The relation of a staged window's typed rows, read from its table of text ``raw``."""
-    cols = ", ".join(_DECODE[c.data_type].format(x=q(c.destination_name)) + f" AS {q(c.destination_name)}"
-                     for c in columns)
-    return f"(SELECT {cols} FROM {raw})"
+    return parts[0] + "".join(literal(value) + part for value, part in zip(params, parts[1:], strict=True))
 
 
 def _same(column: ColumnConfig) -> str:
@@ -111,8 +83,7 @@ class BigqueryDialect(Dialect):
         return q(name)
 
     def qualified(self, container: str, name: str) -> str:
-        """``container`` is ``project.dataset`` (a dataset name has no dot, a project id may), or
-        a dataset alone (the client's project)."""
+        """``container``: ``project.dataset`` (a project id may hold a dot, a dataset not)."""
         return ".".join(q(part) for part in (*container.rsplit(".", 1), name))
 
     def matches(self, declared: str, actual: str) -> bool:
@@ -122,24 +93,11 @@ class BigqueryDialect(Dialect):
         ref = (f"{alias}." if alias else "") + q(column)
         return f"COALESCE({ref}, FALSE)" if data_type == "boolean" else f"{ref} IS NOT NULL"
 
-    # -- the catalog: the writer asks the tables API (no query job); these are its SQL twins -----
+    def _catalog(self, container: str, name: str) -> Statement:
+        raise NotImplementedError("the writer reads BigQuery's catalog through the tables API (the emulator "
+                                  "has no INFORMATION_SCHEMA, and the API costs no query job)")
 
-    def _schema(self, container: str) -> str:
-        return ".".join(q(part) for part in container.rsplit(".", 1)) + ".INFORMATION_SCHEMA"
-
-    def table_exists(self, container: str, name: str) -> Statement:
-        return f"SELECT COUNT(*) > 0 FROM {self._schema(container)}.TABLES WHERE table_name = %s", (name,)
-
-    def columns(self, container: str, name: str) -> Statement:
-        return (f"SELECT column_name, data_type FROM {self._schema(container)}.COLUMNS WHERE table_name = %s "
-                "ORDER BY ordinal_position", (name,))
-
-    def primary_key(self, container: str, name: str) -> Statement:
-        return (f"SELECT column_name FROM {self._schema(container)}.KEY_COLUMN_USAGE WHERE table_name = %s "
-                "AND constraint_name LIKE '%pk%' ORDER BY column_name", (name,))
-
-    def tables_starting_with(self, container: str, prefix: str) -> Statement:
-        return f"SELECT table_name FROM {self._schema(container)}.TABLES WHERE STARTS_WITH(table_name, %s)", (prefix,)
+    table_exists = columns = primary_key = tables_starting_with = _catalog
 
     # -- tables ----------------------------------------------------------------------------------
 
@@ -151,14 +109,23 @@ class BigqueryDialect(Dialect):
         columns = ", ".join(f"{q(c.destination_name)} {self.column_type(c)}" for c in model.columns)
         return f"CREATE TABLE IF NOT EXISTS {table} ({columns})"
 
-    def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
-                    *, logged: bool) -> str:
-        """Every column ``STRING``: the CSV's text, read typed through :func:`decoded`."""
-        return f"CREATE TABLE {staging} ({staging_columns(columns or model.columns)})"
+    def staging_ddl(self, staging: str, target: str, model: ModelConfig | None,
+                    columns: Sequence[ColumnConfig] | None, *, logged: bool) -> str:
+        """Every column ``STRING``: the CSV's text, read typed through :meth:`decoded`."""
+        chosen = columns or model.columns
+        return f"CREATE TABLE {staging} ({', '.join(f'{q(c.destination_name)} STRING' for c in chosen)})"
+
+    def decoded(self, raw: str, columns: Sequence[ColumnConfig]) -> str:
+        """The relation of a staged window's typed rows, read from its table of text ``raw``."""
+        def typed(c: ColumnConfig) -> str:
+            x = q(c.destination_name)
+            text = f"JSON_VALUE({x}, '$')"  # a string or a JSON value is staged as a JSON string literal
+            return {"string": text, "json": f"PARSE_JSON({text})"}.get(c.data_type,
+                                                                      f"CAST({x} AS {self.column_type(c)})")
+        return f"(SELECT {', '.join(f'{typed(c)} AS {q(c.destination_name)}' for c in columns)} FROM {raw})"
 
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
-        """Columns added by ``ALTER TABLE``; dropped ones by rewriting the table without them
-        (``CREATE OR REPLACE TABLE ... AS SELECT * EXCEPT``: one atomic statement)."""
+        """Dropped columns by rewriting the table without them (one atomic statement)."""
         statements = [f"ALTER TABLE {table} ADD COLUMN {q(c.destination_name)} {self.column_type(c)}" for c in added]
         if dropped:
             statements.append(f"CREATE OR REPLACE TABLE {table} AS SELECT * EXCEPT "
@@ -169,76 +136,61 @@ class BigqueryDialect(Dialect):
         """``table`` replaced at once by a copy of ``source`` (a full refresh's publish)."""
         return f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {source}"
 
-    # -- the status row: MERGE, one statement each ------------------------------------------------
+    def read_rows(self, table: str, columns: Sequence[ColumnConfig]) -> str:
+        cols = ", ".join(_READ.get(c.data_type, "{x}").format(x=q(c.destination_name)) for c in columns)
+        return f"SELECT {cols} FROM {table}"
 
-    def _status_merge(self, status: str, sets: str) -> str:
+    # -- the status row: one MERGE each (the emulator has no UPDATE) ------------------------------
+
+    def _status_merge(self, status: str, when: str) -> str:
         return (f"MERGE {status} AS t USING (SELECT %s AS data_model_name) AS s "
-                f"ON t.data_model_name = s.data_model_name WHEN MATCHED THEN UPDATE SET {sets}")
+                f"ON t.data_model_name = s.data_model_name {when}")
 
     def ensure_status_row(self, status: str, model_name: str) -> Statement:
-        return (f"MERGE {status} AS t USING (SELECT %s AS data_model_name) AS s ON t.data_model_name = "
-                "s.data_model_name WHEN NOT MATCHED THEN INSERT (data_model_name, updated_at) "
-                f"VALUES (s.data_model_name, {self.now})", (model_name,))
+        return self._status_merge(status, "WHEN NOT MATCHED THEN INSERT (data_model_name, updated_at) "
+                                          f"VALUES (s.data_model_name, {self.now})"), (model_name,)
 
     def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                     transfer_id: str) -> Statement:
-        return self.publish_state(status, model_name, watermark, high_watermark, state_json, transfer_id,
-                                  clear_refresh=False)
-
-    def publish_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                      transfer_id: str, *, clear_refresh: bool = True, primary_key: str | None = None) -> Statement:
-        """The state recorded (and, publishing a refresh, its refresh state cleared and the key of
-        the table it built recorded) at once."""
+                     transfer_id: str, *, published_key: str | None = None) -> Statement:
+        """The state recorded (``published_key``: a refresh published, its state cleared, its key recorded)."""
         sets = ("transfer_last_updated_at = %s, high_watermark = %s, state = %s, last_transfer_id = %s, "
-                f"updated_at = {self.now}" + (", refresh_state = NULL, primary_key = %s" if clear_refresh else ""))
+                f"updated_at = {self.now}" + (", refresh_state = NULL, primary_key = %s" if published_key else ""))
         params = (model_name, watermark, high_watermark, state_json, transfer_id)
-        return self._status_merge(status, sets), params + ((primary_key,) if clear_refresh else ())
+        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {sets}"), (
+            params + ((published_key,) if published_key else ()))
 
     def read_primary_key(self, status: str, model_name: str) -> Statement:
-        """The live table's primary key as recorded (BigQuery keeps no constraint): ``a,b`` (JSON)."""
+        """The live table's key as recorded (BigQuery keeps no constraint): its columns, a JSON list."""
         return f"SELECT primary_key FROM {status} WHERE data_model_name = %s", (model_name,)
 
     def record_primary_key(self, status: str, model_name: str, primary_key: str) -> Statement:
-        return self._status_merge(status, "primary_key = %s"), (model_name, primary_key)
+        return self._status_merge(status, "WHEN MATCHED THEN UPDATE SET primary_key = %s"), (model_name, primary_key)
 
     def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        from transfer_platform.destinations.sql.dialect import state_column
-
-        return self._status_merge(status, f"{state_column(column)} = %s"), (model_name, state_json)
+        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {state_column(column)} = %s"), (
+            model_name, state_json)
 
     # -- a staged window -------------------------------------------------------------------------
 
     def count_where(self, condition: str) -> str:
         return f"COUNTIF({condition})"
 
-    def first_duplicate_key(self, staging: str, keys: Sequence[str]) -> str:
-        key_sql = ", ".join(q(k) for k in keys)
-        return f"SELECT {key_sql}, COUNT(*) FROM {staging} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
-
-    def soft_deleted(self, target: str, staging: str, model: ModelConfig) -> str:
-        """How many target rows the window's merge removes (a staged row marked deleted, as new or
-        newer: at the same last-modified value the delete wins)."""
-        lm, marker = q(model.last_modified.destination_name), model.deletion_marker
-        keys = [c.destination_name for c in model.primary_key]
-        return (f"SELECT COUNT(*) FROM {target} AS t JOIN {staging} AS s ON {_on(keys)} "
-                f"WHERE {self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm}")
-
     def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
-        """Not run alone: the window's one ``MERGE`` (:meth:`upsert`) removes these rows."""
+        """The count of the rows the window's one ``MERGE`` removes (:meth:`upsert` deletes them
+        with its rows, atomically): a staged row marked deleted, as new or newer."""
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
-        keys = [c.destination_name for c in model.primary_key]
-        return (f"MERGE {target} AS t USING {staging} AS s ON {_on(keys)} WHEN MATCHED AND "
-                f"{self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm} THEN DELETE")
+        return (f"SELECT COUNT(*) FROM {target} AS t JOIN {staging} AS s ON {_on(_keys(model))} WHERE "
+                f"{self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm}")
 
     def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
-        """One ``MERGE`` on the key: the soft deletes (``skip`` given: a staged row marked deleted,
-        as new or newer, removes the delivered one), a newer row or an equally new one that
-        differs replaces the delivered one, an older one never does, a new key is inserted (an
-        ``is_append_only`` model only inserts); rows, deletes and all in one atomic statement.
-        ``skip`` is a condition on the staged row, aliased ``s``."""
-        keys = [c.destination_name for c in model.primary_key]
-        lm = q(model.last_modified.destination_name)
+        """One ``MERGE`` on the key, rows and soft deletes in one atomic statement: ``skip`` given,
+        a staged row marked deleted (as new or newer) removes the delivered one; a newer row, or an
+        equally new one that differs, replaces it; an older one never does; a new key is inserted
+        (an ``is_append_only`` model only inserts)."""
+        lm, marker = q(model.last_modified.destination_name), model.deletion_marker
         names = [q(c.destination_name) for c in model.columns]
+        if skip:  # the base's condition names the staged row unaliased: here it is the MERGE's ``s``
+            skip = self.marked(marker.destination_name, marker.data_type, "s")
         not_skipped = f" AND NOT ({skip})" if skip else ""
         clauses = []
         if skip and not model.is_append_only:
@@ -247,14 +199,13 @@ class BigqueryDialect(Dialect):
             compared = [c for c in model.columns if not c.is_primary_key and c.destination_name !=
                         model.last_modified.destination_name]
             differs = f" OR (s.{lm} = t.{lm} AND NOT ({' AND '.join(_same(c) for c in compared)}))" if compared else ""
-            sets = ", ".join(f"{n} = s.{n}" for n in names if n not in {q(k) for k in keys})
+            sets = ", ".join(f"{n} = s.{n}" for n in names if n not in {q(k) for k in _keys(model)})
             clauses.append(f"WHEN MATCHED AND (s.{lm} > t.{lm}{differs}){not_skipped} THEN UPDATE SET {sets}")
         clauses.append(f"WHEN NOT MATCHED BY TARGET{not_skipped} THEN INSERT ({', '.join(names)}) "
                        f"VALUES ({', '.join('s.' + n for n in names)})")
-        return [f"MERGE {target} AS t USING {staging} AS s ON {_on(keys)} " + " ".join(clauses)]
+        return [f"MERGE {target} AS t USING {staging} AS s ON {_on(_keys(model))} " + " ".join(clauses)]
 
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
-        """A ``MERGE ... THEN DELETE`` (the emulator has no ``DELETE`` statement)."""
         return f"MERGE {target} AS t USING {staging} AS s ON {_on(columns)} WHEN MATCHED THEN DELETE"
 
     # -- the model's lock row --------------------------------------------------------------------
@@ -263,12 +214,11 @@ class BigqueryDialect(Dialect):
                    takeover: str | None) -> Statement:
         """The lock row taken when free, expired, already ours, or held by ``takeover`` (a holder
         found dead); one ``MERGE``: two claims never both win."""
+        expiry = f"TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} SECOND)"
         return (f"MERGE {locks} AS t USING (SELECT %s AS model_name) AS s ON t.model_name = s.model_name "
                 "WHEN MATCHED AND (t.holder = %s OR t.expires_at < CURRENT_TIMESTAMP() OR t.holder = %s) THEN "
-                f"UPDATE SET holder = %s, expires_at = TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} "
-                "SECOND) WHEN NOT MATCHED THEN INSERT (model_name, holder, expires_at) VALUES (s.model_name, %s, "
-                f"TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} SECOND))",
-                (model_name, holder, takeover, holder, holder))
+                f"UPDATE SET holder = %s, expires_at = {expiry} WHEN NOT MATCHED THEN INSERT (model_name, holder, "
+                f"expires_at) VALUES (s.model_name, %s, {expiry})", (model_name, holder, takeover, holder, holder))
 
     def lock_holder(self, locks: str, model_name: str) -> Statement:
         return f"SELECT holder, expires_at FROM {locks} WHERE model_name = %s", (model_name,)
@@ -278,4 +228,5 @@ class BigqueryDialect(Dialect):
                 "s.model_name AND t.holder = s.holder WHEN MATCHED THEN DELETE", (model_name, holder))
 
 
-__all__ = ["LOCKS_TABLE", "STATUS_TABLE", "BigqueryDialect", "decoded", "literal", "q", "render"]
+def _keys(model: ModelConfig) -> list[str]:
+    return [c.destination_name for c in model.primary_key]

@@ -1,25 +1,9 @@
-"""BigQuery destination: the SQL writer's algorithm (``destinations/sql/``) with
-:class:`~.dialect.BigqueryDialect`'s statements, in one dataset (``connection.dataset``, the
-recipient's, created beforehand), and what BigQuery does its own way:
-
-- **the load**: a window is one CSV load job into a staging table (every column text, strings and
-  JSON as JSON literals: :mod:`.dialect`), read typed through the dialect's ``decoded`` relation;
-- **the commit** (:meth:`BigqueryWriter._atomically`, the one hook of a window's commit): no
-  multi-statement transaction is used (the emulator the tests prove it on has none), so a window
-  commits as two statements, each atomic, in this order: **one ``MERGE``** of its rows and soft
-  deletes on the key with the last-modified tie-break, then **one ``MERGE`` of the status row**
-  (its watermark). A reader sees the rows of a window at once; a transfer killed between the two
-  leaves the rows merged and the watermark where it was: the next transfer reads the window again,
-  and the merge, idempotent under the tie-break, changes nothing it already holds (re-delivered
-  exactly, never lost, never doubled). Before writing, the hook renews the model's lock and
-  refuses to commit if another transfer took it over;
-- **a full refresh's publish**: ``CREATE OR REPLACE TABLE live AS SELECT * FROM aside`` (one
-  atomic replace), then the state recorded and the refresh forgotten in one ``MERGE``;
-- **the model's lock**: a row of ``_transfer_locks`` claimed with one ``MERGE`` (holder, expiry),
-  renewed at each commit, released at ``close``, taken over when expired or when its holder, a
-  process of this host, is dead;
-- **the catalog**: the tables API (no query job for a table's existence or columns).
-"""
+"""BigQuery destination: the SQL writer with :class:`~.dialect.BigqueryDialect`, in one dataset (the
+recipient's, created beforehand). Its own ways (docs/destinations.md): a window is one CSV load job
+into a staging table of text, read typed through ``decoded``; its commit is one ``MERGE`` of the
+rows, then one of the status row (:meth:`BigqueryWriter._atomically`); a refresh is published by
+``CREATE OR REPLACE TABLE``; a model's lock is a row of ``_transfer_locks``; the catalog is read
+through the tables API."""
 
 from __future__ import annotations
 
@@ -30,29 +14,19 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from transfer_platform.config.models import ModelConfig
-from transfer_platform.destinations.base import (
-    WindowLoad,
-    arrow_schema,
-    empty_frame,
-    staging_suffix,
-)
+from transfer_platform import errors
+from transfer_platform.config.models import ColumnConfig, ModelConfig
+from transfer_platform.core.watermarks import ModelState
+from transfer_platform.destinations import base
+from transfer_platform.destinations.bigquery import client as bq
 from transfer_platform.destinations.bigquery import dialect as sql
-from transfer_platform.destinations.bigquery.client import (
-    BigquerySession,
-    first_line,
-    make_client,
-    retry,
-    translated_errors,
-)
 from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
 from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import DataError, transfer_running
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.locks import Lock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -63,27 +37,27 @@ if TYPE_CHECKING:
     from google.cloud import bigquery
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.core.watermarks import ModelState
+    from transfer_platform.destinations.base import WindowLoad
     from transfer_platform.probes import Check
 
 #: a lock row not renewed for this long is taken over (a window's commit renews it)
 LOCK_TTL_SECONDS = 900
 #: between two claims of a held lock
 LOCK_POLL_SECONDS = 0.5
+TYPES_FIX = "check that each column's data_type matches the source values"
 
 
 @dataclass
 class StagedWindow(StagingTable):
-    """``name`` is the staging table of text; ``table`` the relation of its typed rows."""
+    """``table`` is the relation of the typed rows read from ``raw``, the staging table of text."""
 
     raw: str = ""
     loaded_bytes: int = 0
 
 
 class LockRow(Lock):
-    """A model's lock as its row of ``_transfer_locks``: claimed by one ``MERGE`` when free,
-    expired, ours, or held by a holder found dead (:meth:`BigqueryWriter._dead`); renewed by each
-    commit (:meth:`BigqueryWriter._atomically`)."""
+    """A model's row of ``_transfer_locks``, claimed by one ``MERGE`` when free, expired, ours, or
+    held by a holder found dead (:meth:`BigqueryWriter._dead`); renewed by each commit."""
 
     poll_seconds, then = LOCK_POLL_SECONDS, None  # the refusal ends at "run this one again"
 
@@ -92,32 +66,29 @@ class LockRow(Lock):
         self._takeover: str | None = None  # a dead holder, replaced by the next claim
         self._row: tuple | None = None  # the row as last read: holder, expiry
 
-    def take(self, within: float) -> bool:
-        """Claim the row (one ``MERGE``; of two at once BigQuery fails one), then read it: ours?"""
+    def _claim(self, takeover: str | None, tolerated: tuple[type[Exception], ...] = ()) -> bool:
         w = self.writer
-        with contextlib.suppress(_concurrent_update()):
-            w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, LOCK_TTL_SECONDS,
-                                                   self._takeover))
+        with contextlib.suppress(*tolerated):
+            w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, LOCK_TTL_SECONDS, takeover))
         self._row = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
         return bool(self._row) and self._row[0] == w._holder
 
+    def take(self, within: float) -> bool:
+        from google.api_core.exceptions import BadRequest
+
+        return self._claim(self._takeover, (BadRequest,))  # of two MERGEs at once BigQuery fails one
+
     def take_over(self) -> bool:
-        holder = self._row[0] if self._row else None
-        if holder is not None and self.writer._dead(holder):
-            self._takeover = holder
-            return True
-        return False
+        self._takeover = self._row[0] if self._row and self._row[0] and self.writer._dead(self._row[0]) else None
+        return self._takeover is not None
 
     def holder(self) -> str:
-        return (f"lock row of {sql.LOCKS_TABLE} held by {self._row[0] if self._row else None}, until "
-                f"{self._row[1] if self._row else '?'} unless renewed")
+        holder, until = self._row or (None, "?")
+        return f"lock row of {sql.LOCKS_TABLE} held by {holder}, until {until} unless renewed"
 
     def renew(self) -> None:
-        w = self.writer
-        w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, LOCK_TTL_SECONDS, None))
-        self._row = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
-        if not self._row or self._row[0] != w._holder:
-            raise transfer_running(
+        if not self._claim(None):
+            raise errors.transfer_running(
                 self.model, self.writer.name, f"this transfer's lock expired and another transfer holds it "
                 f"({self._row[0] if self._row else 'none'}); nothing of this window was committed",
                 "run the transfer again once the other one ends")
@@ -137,49 +108,43 @@ class BigqueryWriter(SqlWriter):
         self._client: bigquery.Client | None = None
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._locked = Locks()
-
-    # -- the client ------------------------------------------------------------------------------
+        self._models: dict[str, ModelConfig] = {}  # by table name: the live table's and the one aside
+        self.locks_table = self.dialect.qualified(self.container, sql.LOCKS_TABLE)
 
     @property
     def client(self) -> bigquery.Client:
         if self._client is None:
             with self._translated_errors():
-                self._client = make_client(self.destination)
+                self._client = bq.make_client(self.destination)
         return self._client
 
     @property
-    def session(self) -> BigquerySession:
-        return BigquerySession(self.client)
+    def session(self) -> bq.BigquerySession:
+        return bq.BigquerySession(self.client)
 
-    def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
-        return translated_errors(self.destination, self.what, self._client)
+    _translated_errors = bq.translated_errors
 
     def check(self) -> None:
+        """The dataset must exist (the recipient's): nothing is created."""
         with self._translated_errors():
-            self.client.get_dataset(self.container, retry=retry())
+            self.client.get_dataset(self.container, retry=bq.retry())
+
+    _create_container = check
 
     def close(self) -> None:
-        """Release the models' lock rows, then the client."""
         if self._client is not None:
             self._locked.release_all()  # a row not released now expires
             self._client.close()
             self._client = None
         self._locked.clear()
 
-    @property
-    def locks_table(self) -> str:
-        return self.dialect.qualified(self.container, sql.LOCKS_TABLE)
-
-    # -- the catalog: the tables API -------------------------------------------------------------
-
-    def _table_id(self, name: str) -> str:
-        return f"{self.container}.{name}"
+    # -- the catalog: the tables API (the emulator has no INFORMATION_SCHEMA) -----------------------
 
     def _get_table(self, name: str) -> Any:
         from google.api_core.exceptions import NotFound
 
         try:
-            return self.client.get_table(self._table_id(name), retry=retry())
+            return self.client.get_table(f"{self.container}.{name}", retry=bq.retry())
         except NotFound as exc:
             if "Dataset" in str(exc):
                 raise
@@ -193,40 +158,22 @@ class BigqueryWriter(SqlWriter):
         return {} if table is None else {f.name: f.field_type for f in table.schema}
 
     def _primary_key(self, name: str) -> list[str]:
-        """BigQuery keeps no table constraint: a live table's key is the one recorded in its
-        status row (``primary_key``, recorded when the table is first planned, and by a full
-        refresh's publish); a refresh's table aside has its model's."""
+        """BigQuery keeps no key: a live table's is the one its status row records (when the table
+        is first planned, and by a refresh's publish); a table aside has its model's."""
         model = self._models.get(name)
         if model is None:
             return []
-        wanted = _key_text(model)
         if name == model.model_name:
             self._ensure_status_row(model)
-            row = self.session.one(self.dialect.read_primary_key(self.status_table, model.model_name))
+            row = self.session.one(self.dialect.read_primary_key(self.status_table, name))
             if row is not None and row[0] is not None:
                 return json.loads(row[0])
-            self.session.execute(self.dialect.record_primary_key(self.status_table, model.model_name, wanted))
-        return json.loads(wanted)
-
-    @property
-    def _models(self) -> dict[str, ModelConfig]:
-        return self.__dict__.setdefault("_known_models", {})
-
-    def _remember(self, model: ModelConfig) -> None:
-        self._models[model.model_name] = model
-        self._models[self.refresh_table_name(model)] = model
+            self.session.execute(self.dialect.record_primary_key(self.status_table, name, _key_text(model)))
+        return json.loads(_key_text(model))
 
     # -- prepare's steps -------------------------------------------------------------------------
 
-    def _create_container(self) -> None:
-        """The dataset must exist (the recipient's); the locks' table is created if missing."""
-        self.client.get_dataset(self.container, retry=retry())
-        self.session.execute(self.dialect.locks_ddl(self.locks_table))
-
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
-        """The model's lock row claimed (one ``MERGE``); a held one is waited for up to
-        ``Tuning.lock_wait_seconds``, then refused naming its holder."""
-        self._remember(model)
         if model.model_name in self._locked:
             return
         with self._translated_errors():
@@ -242,25 +189,22 @@ class BigqueryWriter(SqlWriter):
         return pid.isdigit() and process_gone(host, int(pid))
 
     def _clean_staging(self, model: ModelConfig) -> None:
-        prefix = STAGING_PREFIX + staging_suffix(model.model_name, "")
+        prefix = STAGING_PREFIX + base.staging_suffix(model.model_name, "")
         with self._translated_errors():
-            for table in self.client.list_tables(self.container, retry=retry()):
+            for table in self.client.list_tables(self.container, retry=bq.retry()):
                 if table.table_id.startswith(prefix):
                     self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, table.table_id)))
                     log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name,
                               model=model.model_name, staging_table=table.table_id, left_by_a_dead_transfer=True)
 
     def _read_states(self, model: ModelConfig) -> tuple[ModelState, Any]:
-        self._remember(model)
+        self._models.update({model.model_name: model, self.refresh_table_name(model): model})
         return super()._read_states(model)
 
     def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
-        """The old refresh forgotten first (no state ever points at a table emptied), the table
-        aside replaced, then the new progress recorded."""
-        from transfer_platform.core.watermarks import ModelState
-
-        state = ModelState(high_watermark=live.high_watermark)
-        aside = self.refresh_table(model)
+        """The old refresh forgotten first (each statement commits alone: no state may ever point at
+        a table emptied), the table aside made anew, then the new progress recorded."""
+        state, aside = ModelState(high_watermark=live.high_watermark), self.refresh_table(model)
         with self._translated_errors():
             self._ensure_status_row(model)
             self._set_state(model, "refresh_state", None)
@@ -271,136 +215,106 @@ class BigqueryWriter(SqlWriter):
 
     # -- a window: one load job, one MERGE, one status MERGE ---------------------------------------
 
-    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagedWindow:
-        model = load.model
-        target_name = self.refresh_table_name(model) if load.into_refresh else model.model_name
-        name = self.staging_table_name(model, load.transfer_id)
-        raw = self.dialect.qualified(self.container, name)
-        staging = StagedWindow(name, sql.decoded(raw, model.columns), target_name,
-                               self.dialect.qualified(self.container, target_name), raw=raw)
-        with self._translated_errors():
-            self.session.execute(self.dialect.drop_table(raw))
-            self.session.execute(self.dialect.staging_ddl(raw, staging.target, model, None, logged=False))
+    def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
+        staging = self._staging_for(load, StagedWindow)
+        staging.raw, staging.table = staging.table, self.dialect.decoded(staging.table, load.model.columns)
+        self._create_raw(staging.raw, load.model.columns)
         return staging
 
-    def _stage_frame(self, frame: DataFrame, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
-        staging.loaded_bytes = self._load_spark(frame, staging.name, load.model, list(load.model.columns))
+    def _create_raw(self, raw: str, columns: list[ColumnConfig]) -> None:
+        with self._translated_errors():
+            self.session.execute(self.dialect.drop_table(raw))
+            self.session.execute(self.dialect.staging_ddl(raw, raw, None, columns, logged=False))
+
+    def _stage_frame(self, rows: DataFrame | pa.Table, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
+        staging.loaded_bytes = self._load(staging.name, load.model, load.model.columns, rows)
         return self._staged(staging, load)
 
-    def _stage_arrow(self, batch: pa.Table, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
-        columns = list(load.model.columns)
-        with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
-            path = os.path.join(folder, "window.csv")
-            size = write_csv([batch], _pairs(columns), path)
-            staging.loaded_bytes = self._load(path, size, staging.name, load.model, columns)
-        return self._staged(staging, load)
+    _stage_arrow = _stage_frame
 
-    def _load_spark(self, frame: DataFrame, name: str, model: ModelConfig | None, columns: list) -> int:
-        """Spark's executors write the rows as CSV parts (``load.stage_frame``), joined into one
-        file here, appended to ``name`` by one load job."""
-        with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
-            path = os.path.join(folder, "window.csv")
-            selected = frame.select(*["`" + c.destination_name.replace("`", "``") + "`" for c in columns])
-            size = stage_frame(selected, _pairs(columns), folder, path)
-            return self._load(path, size, name, model, columns)
-
-    def _load(self, path: str, size: int, name: str, model: ModelConfig | None, columns: list) -> int:
-        """The CSV file ``path`` appended to the staging table ``name`` by one load job."""
+    def _load(self, name: str, model: ModelConfig | None, columns: list[ColumnConfig], rows: DataFrame | pa.Table
+              ) -> int:
+        """The rows (Spark's, written by its executors, or Arrow's) as one CSV file appended to the
+        staging table ``name`` by one load job; its size in bytes."""
+        import pyarrow as pa
         from google.api_core.exceptions import BadRequest
         from google.cloud import bigquery
 
-        if size == 0:
-            return 0
-        config = bigquery.LoadJobConfig(
-            source_format=bigquery.SourceFormat.CSV, write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
-            schema=[bigquery.SchemaField(c.destination_name, "STRING") for c in columns])
-        with self._translated_errors(), open(path, "rb") as file:
-            job = self.client.load_table_from_file(file, self._table_id(name), job_config=config)
-            try:
-                job.result(retry=retry())
-            except BadRequest as exc:
-                raise DataError(f"the load job into the staging table failed: {first_line(exc)}",
-                                model=model.model_name if model else "(none)", destination=self.name,
-                                fix="check that each column's data_type matches the source values") from None
+        pairs = [(c.destination_name, c.data_type) for c in columns]
+        with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
+            path = os.path.join(folder, "window.csv")
+            if isinstance(rows, pa.Table):
+                size = write_csv([rows], pairs, path)
+            else:
+                size = stage_frame(rows.select(*[f"`{n.replace('`', '``')}`" for n, _ in pairs]), pairs, folder, path)
+            if size == 0:
+                return 0
+            config = bigquery.LoadJobConfig(
+                source_format=bigquery.SourceFormat.CSV, write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+                schema=[bigquery.SchemaField(n, "STRING") for n, _ in pairs])
+            with self._translated_errors(), open(path, "rb") as file:
+                job = self.client.load_table_from_file(file, f"{self.container}.{name}", job_config=config)
+                try:
+                    job.result(retry=bq.retry())
+                except BadRequest as exc:
+                    raise errors.DataError(f"the load job into the staging table failed: {bq.first_line(exc)}",
+                                           model=model.model_name if model else "(none)", destination=self.name,
+                                           fix=TYPES_FIX) from None
         return size
-
-    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        raise NotImplementedError("BigQuery stages through _stage_frame")
-
-    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
-        raise NotImplementedError("BigQuery stages through _stage_arrow")
 
     def _refuse(self, staging: StagedWindow, load: WindowLoad) -> None:
         super()._refuse(staging, load)
         staging.volume = staging.volume or staging.loaded_bytes
 
     def _remove_staging(self, staging: StagedWindow, load: WindowLoad) -> None:
-        with self._translated_errors():
-            self.session.execute(self.dialect.drop_table(staging.raw))
-        log_phase("clean up", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
-                  staging_table=staging.name)
+        super()._remove_staging(StagingTable(staging.name, staging.raw, staging.target_name, staging.target), load)
 
-    @contextmanager
+    @contextlib.contextmanager
     def _atomically(self, load: WindowLoad | None = None) -> Iterator[None]:
-        """The hook of a window's commit (and a refresh's publish). BigQuery's statements each
-        commit alone; the SQL writer's commit runs, in this order, the window's one ``MERGE``
-        (rows and soft deletes at once) and the status row's ``MERGE`` (the watermark): a crash
-        between them re-delivers the window, exactly, on the next run (see the module). Here: the
-        model's lock renewed, and the commit refused if another transfer holds it now."""
-        model = load.model if load is not None else None
-        for name in [model.model_name] if model is not None else list(self._locked):
+        """The hook of a window's commit (and a refresh's publish). Each statement commits alone:
+        the window's one ``MERGE`` (rows and soft deletes), then the status row's (the watermark);
+        killed between them, the next transfer reads the window again and the merge, idempotent
+        under the tie-break, re-delivers it exactly. Here: the model's lock renewed, the commit
+        refused if another transfer holds it now."""
+        for name in [load.model.model_name] if load is not None else list(self._locked):
             LockRow(self, name).renew()
         yield
 
-    def _merge(self, load: WindowLoad, staging: StagedWindow) -> int:
-        """The window's one ``MERGE`` (rows and soft deletes); the rows deleted (counted first)."""
-        model = load.model
-        marker, skip, rows_deleted = model.deletion_marker, None, staging.marked
-        if staging.rows == 0:
-            return 0 if model.removes_deleted_rows else rows_deleted
-        if model.removes_deleted_rows:
-            skip = self.dialect.marked(marker.destination_name, marker.data_type, "s")
-            rows_deleted = int(self.session.one(self.dialect.soft_deleted(staging.target, staging.table, model))[0])
-        try:
-            for statement in self.dialect.upsert(staging.target, staging.table, model, skip):
-                self.session.execute(statement)
-        except _bad_request() as exc:
-            raise DataError(f"BigQuery refused the window's rows: {first_line(exc)}", model=model.model_name,
-                            destination=self.name, fix="check that each column's data_type matches the source "
-                            "values (a json column must hold valid JSON text)") from None
-        return rows_deleted
+    def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
+        from google.api_core.exceptions import BadRequest
 
-    # -- the full refresh's publish --------------------------------------------------------------
+        try:
+            return super()._merge(load, staging)
+        except BadRequest as exc:
+            raise errors.DataError(f"BigQuery refused the window's rows: {bq.first_line(exc)}",
+                                   model=load.model.model_name, destination=self.name,
+                                   fix=f"{TYPES_FIX} (a json column must hold valid JSON text)") from None
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        """The live table replaced by a copy of the one built aside (one atomic statement), then
-        the state recorded and the refresh forgotten (one ``MERGE``), then the aside dropped. Killed
-        before the record, the next transfer finds the refresh complete aside and publishes it again."""
+        """The live table replaced by a copy of the one aside (one atomic statement), then the state
+        recorded and the refresh forgotten (one ``MERGE``), then the aside dropped. Killed before
+        the record, the next transfer finds the refresh complete aside and publishes it again."""
         aside = self.refresh_table(model)
         self.session.execute(self.dialect.replace_table(self.table(model), aside))
-        self.session.execute(self.dialect.publish_state(self.status_table, model.model_name, state.watermark,
-                                                        state.high_watermark, state.to_json(), transfer_id,
-                                                        primary_key=_key_text(model)))
+        self.session.execute(self.dialect.record_state(self.status_table, model.model_name, state.watermark,
+                                                       state.high_watermark, state.to_json(), transfer_id,
+                                                       published_key=_key_text(model)))
         self.session.execute(self.dialect.drop_table(aside))
 
     # -- outside a transfer's windows ------------------------------------------------------------
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
-        """The rows whose key and last-modified value ``frame`` holds removed (one load job, one
-        ``DELETE``)."""
-        self._remember(model)
+        """The rows whose key and last-modified value ``frame`` holds removed (one load job, one ``MERGE``)."""
         chosen = [*model.primary_key, model.last_modified]
-        names = [c.destination_name for c in chosen]
         name = self.staging_table_name(model, transfer_id)
         raw = self.dialect.qualified(self.container, name)
+        self._create_raw(raw, chosen)
         with self._translated_errors():
-            self.session.execute(self.dialect.drop_table(raw))
-            self.session.execute(self.dialect.staging_ddl(raw, self.table(model), model, chosen, logged=False))
             try:
-                if self._load_spark(frame, name, model, chosen) == 0:
+                if self._load(name, model, chosen, frame) == 0:
                     return 0
-                return self.session.execute(self.dialect.delete_matching(self.table(model), sql.decoded(raw, chosen),
-                                                                         names))
+                return self.session.execute(self.dialect.delete_matching(
+                    self.table(model), self.dialect.decoded(raw, chosen), [c.destination_name for c in chosen]))
             finally:
                 self.session.execute(self.dialect.drop_table(raw))
 
@@ -409,38 +323,63 @@ class BigqueryWriter(SqlWriter):
         Spark: fine for millions of rows, not for a table beyond the driver's memory."""
         import pyarrow as pa
 
-        from transfer_platform.destinations.bigquery.load import read_rows
-
         with self._translated_errors():
             if not self._exists(model.model_name):
-                return empty_frame(spark, model)
-            rows = read_rows(self.session, self.table(model), list(model.columns))
-        table = pa.Table.from_pylist(rows, schema=arrow_schema(model))
-        return spark.createDataFrame(table) if table.num_rows else empty_frame(spark, model)
+                return base.empty_frame(spark, model)
+            rows = self.session.all(self.dialect.read_rows(self.table(model), model.columns))
+        table = pa.Table.from_pylist([{c.destination_name: Decimal(v) if c.data_type == "decimal" and v is not None
+                                       else v for c, v in zip(model.columns, row, strict=True)} for row in rows],
+                                     schema=base.arrow_schema(model))
+        return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        from transfer_platform.destinations.bigquery.probe import probe_destination
+        """``test-connection``: the endpoint, the credentials and the dataset, then what a transfer
+        does there, tried on a probe table dropped at once; a refused step names the role."""
+        import pyarrow as pa
+        from google.api_core import exceptions as api
 
-        return probe_destination(self, models, target)
+        from transfer_platform.probes import Probe
+
+        probe, c = Probe(target), self.destination.connection
+        name = "_tp_probe_" + uuid.uuid4().hex[:12]
+        table = self.dialect.qualified(self.container, name)
+        column = ColumnConfig.model_validate({"name_in_source": "id", "data_type": "string"})
+        reach = f"reach dataset {c.project}.{c.dataset} with the configured credentials"
+        steps = {f"create and drop tables ({bq.DATASET_ROLE} on the dataset; queries need {bq.PROJECT_ROLE})":
+                 lambda: self.session.execute(self.dialect.staging_ddl(table, table, None, [column], logged=False)),
+                 f"load rows with a load job ({bq.PROJECT_ROLE} on the project)":
+                 lambda: self._load(name, None, [column], pa.table({"id": ["probe"]})),
+                 "merge and delete rows (DML)":
+                 lambda: self.session.execute(self.dialect.delete_matching(table, "(SELECT 'probe' AS id)", ["id"]))}
+        if not probe.reach(*bq.endpoint(self.destination)):
+            probe.skipped([reach, *steps], "the endpoint cannot be reached")
+            return probe.checks
+        try:
+            self.check()
+        except (errors.ConnectionFailure, errors.ConfigError, errors.MissingPrivilege) as exc:
+            probe.failed(reach, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
+                         getattr(exc, "fix", None) or getattr(exc, "grant", None) or bq.CONNECT_FIX)
+            probe.skipped(steps, "the dataset cannot be reached")
+            return probe.checks
+        probe.passed(reach)
+        try:
+            for index, (step, run) in enumerate(steps.items()):
+                try:
+                    run()
+                except (api.GoogleAPIError, errors.MissingPrivilege) as exc:
+                    refused = (bq.missing_role(self, bq.first_line(exc))
+                               if isinstance(exc, api.Forbidden) else exc)
+                    probe.failed(step, bq.first_line(exc),
+                                 getattr(refused, "grant", "check the job's error in BigQuery"))
+                    probe.skipped(list(steps)[index + 1:], "the step before failed")
+                    break
+                probe.passed(step)
+        finally:
+            with contextlib.suppress(Exception):  # reported by the step that failed
+                self.session.execute(self.dialect.drop_table(table))
+        return probe.checks
 
 
 def _key_text(model: ModelConfig) -> str:
     """The model's primary key as recorded: its columns, sorted, as a JSON list."""
     return json.dumps(sorted(c.destination_name for c in model.primary_key))
-
-
-def _pairs(columns: list) -> list[tuple[str, str]]:
-    return [(c.destination_name, c.data_type) for c in columns]
-
-
-def _bad_request() -> type[Exception]:
-    from google.api_core.exceptions import BadRequest
-
-    return BadRequest
-
-
-def _concurrent_update() -> type[Exception]:
-    """Two ``MERGE``s of one table at once: BigQuery fails one (it is claimed again)."""
-    from google.api_core.exceptions import BadRequest
-
-    return BadRequest
