@@ -10,32 +10,24 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from transfer_platform.destinations.clickhouse.dialect import ClickhouseDialect
-from transfer_platform.destinations.clickhouse.session import (
-    ACCESS_DENIED,
-    ClickhouseSession,
-    connect,
-    error_code,
-    first_line,
-    missing_privilege,
-)
+from transfer_platform.destinations.clickhouse.session import ACCESS_DENIED, error_code, first_line, missing_privilege
 from transfer_platform.errors import ConnectionFailure
 
 if TYPE_CHECKING:
-    from transfer_platform.config.models import ModelConfig
     from transfer_platform.destinations.clickhouse.writer import ClickhouseWriter
     from transfer_platform.probes import Check
 
 _DIALECT = ClickhouseDialect()
+_SUFFIXES = ("", "_c", "_s")  # the probe's model table, its clone, its staging table
 
 
 def probe_steps(database: str, name: str) -> list[tuple[str, list[str]]]:
     """(check, statements), in the order they depend on each other."""
-    q = _DIALECT.qualified
-    table, clone, staging = q(database, name), q(database, name + "_c"), q(database, name + "_s")
-    engine = "ENGINE = ReplacingMergeTree(lm, _tp_deleted) ORDER BY id"
+    table, clone, staging = (_DIALECT.qualified(database, name + suffix) for suffix in _SUFFIXES)
     return [
         ("create tables (model, staging, swap and lock tables)",
-         [f"CREATE TABLE {table} (id Int64, lm Int64, v Nullable(String), _tp_deleted UInt8 DEFAULT 0) {engine}",
+         [f"CREATE TABLE {table} (id Int64, lm Int64, v Nullable(String), _tp_deleted UInt8 DEFAULT 0) "
+          "ENGINE = ReplacingMergeTree(lm, _tp_deleted) ORDER BY id",
           f"CREATE TABLE {staging} (id Nullable(Int64), lm Nullable(Int64), v Nullable(String)) ENGINE = MergeTree "
           "ORDER BY tuple()", f"CREATE TABLE {clone} AS {table} COMMENT '{{}}'"]),
         ("insert and read rows (staging, the window's swap)",
@@ -47,44 +39,40 @@ def probe_steps(database: str, name: str) -> list[tuple[str, list[str]]]:
         ("add and drop columns (schema evolution)",
          [f"ALTER TABLE {table} ADD COLUMN w Nullable(Int64)", f"ALTER TABLE {table} DROP COLUMN w"]),
         ("drop tables (staging, swap, full refresh)",
-         [_DIALECT.drop_table(clone, if_exists=False), _DIALECT.drop_table(staging, if_exists=False),
-          _DIALECT.drop_table(table, if_exists=False)]),
+         [_DIALECT.drop_table(t, if_exists=False) for t in (clone, staging, table)]),
     ]
 
 
-def probe_destination(self: ClickhouseWriter, models: list[ModelConfig], target: str) -> list[Check]:
+def probe_destination(self: ClickhouseWriter, target: str) -> list[Check]:
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
     from transfer_platform.probes import Probe
 
-    probe = Probe(target)
-    connection = self.destination.connection
+    probe, c = Probe(target), self.destination.connection
     name = "_tp_probe_" + uuid.uuid4().hex[:12]
     steps = probe_steps(self.container, name)
     later = [step for step, _ in steps]
-    if connection.path is not None:
-        login = f"open chDB folder {connection.path} (no users: no grant checked)"
+    if c.path is not None:
+        login = f"open chDB folder {c.path} (no users: no grant checked)"
     else:
-        login = f"log in to database {connection.database!r} as {connection.username or 'default'!r}"
-        if not probe.reach(connection.host, connection.server_port):
+        login = f"log in to database {c.database!r} as {c.username or 'default'!r}"
+        if not probe.reach(c.host, c.server_port):
             probe.skipped([login, *later], "the server cannot be reached")
             return probe.checks
+    failure = None
     try:
-        client = connect(self.destination, self.what)
-        session = ClickhouseSession(client)
-        if connection.path is not None:
-            session.execute(f"CREATE DATABASE IF NOT EXISTS {_DIALECT.quote(self.container)}")
-        elif not session.one(("SELECT count() FROM system.databases WHERE name = {db:String}",
-                              {"db": self.container}))[0]:
+        session = self.session
+        self._create_container()
+        if not session.one(_DIALECT.database_exists(self.container))[0]:
             raise ConnectionFailure(self.what, reason=f"database {self.container!r} does not exist or is not visible",
                                     fix=f"create it (CREATE DATABASE {_DIALECT.quote(self.container)}) as an "
                                         "administrator and grant the loader its rights on it (docs/permissions.md)")
     except ConnectionFailure as exc:
-        probe.failed(login, exc.reason or str(exc), exc.fix or "check the connection settings")
-        probe.skipped(later, "cannot log in")
-        return probe.checks
+        failure = (exc.reason or str(exc), exc.fix or "check the connection settings")
     except ClickHouseError as exc:
-        probe.failed(login, first_line(exc), "check the connection settings")
+        failure = (first_line(exc), "check the connection settings")
+    if failure is not None:
+        probe.failed(login, *failure)
         probe.skipped(later, "cannot log in")
         return probe.checks
     probe.passed(login)
@@ -94,18 +82,14 @@ def probe_destination(self: ClickhouseWriter, models: list[ModelConfig], target:
                 for statement in statements:
                     session.execute(statement)
             except ClickHouseError as exc:
-                fix = (missing_privilege(self.destination, self.what, exc).grant
-                       if error_code(exc) == ACCESS_DENIED else
-                       "check the server's log; the loader's grants are in docs/permissions.md")
-                probe.failed(step, first_line(exc), fix)
+                probe.failed(step, first_line(exc), missing_privilege(self.destination, self.what, exc).grant
+                             if error_code(exc) == ACCESS_DENIED else
+                             "check the server's log; the loader's grants are in docs/permissions.md")
                 probe.skipped([s for s, _ in steps[index + 1:]], "the step before failed")
-                return probe.checks
+                break
             probe.passed(step)
     finally:
-        for table in (name, name + "_c", name + "_s"):
+        for suffix in _SUFFIXES:
             with suppress(Exception):
-                session.execute(_DIALECT.drop_table(_DIALECT.qualified(self.container, table)))
-        if connection.path is None:
-            with suppress(Exception):
-                client.close()
+                session.execute(_DIALECT.drop_table(_DIALECT.qualified(self.container, name + suffix)))
     return probe.checks
