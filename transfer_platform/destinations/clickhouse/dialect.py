@@ -194,7 +194,7 @@ class ClickhouseDialect(Dialect):
         names = ", ".join(self.quote(c) for c in columns)
         return f"FROM (SELECT {names} FROM {target} FINAL) AS t INNER JOIN {staging} AS s ON {on}"
 
-    def sweep_insert(self, into: str, staging: str, target: str, model: ModelConfig, columns: Sequence[str]) -> str:
+    def sweep_insert(self, into: str, staging: str, target: str, columns: Sequence[str]) -> str:
         """The delete sweep: a ``_tp_deleted`` row for each delivered row :meth:`_swept` finds."""
         picked = ", ".join(f"t.{self.quote(c)}" for c in columns)
         return (f"INSERT INTO {into} ({', '.join(self.quote(c) for c in columns)}, {self.quote(DELETED)}) "
