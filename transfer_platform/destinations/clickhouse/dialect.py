@@ -1,12 +1,9 @@
-"""The SQL text of the ClickHouse destination, planned without a server: :class:`ClickhouseDialect`.
-
-A model's table is a ``ReplacingMergeTree(<last-modified>, _tp_deleted)`` ordered by its key: read
-with ``FINAL``, per key the row of the greatest last-modified value, at an equal value the last
-inserted (the platform's tie-break), none when that row has ``_tp_deleted = 1``. Key and
-last-modified columns are not Nullable (a sorting key and a version cannot be); the others are, and
-so is every staging column, so that a NULL key or last-modified value is found by the scan and
-refused by name. The model's state is its table's comment (``_transfer_status``: a view of them).
-Values are server-side parameters (``{p0:Type}``); a comment is a quoted literal.
+"""The ClickHouse destination's SQL, planned without a server. A model's table is a
+``ReplacingMergeTree(<last-modified>, _tp_deleted)`` ordered by its key: read with ``FINAL``, per key
+the row of the greatest last-modified value, at an equal one the last inserted (the platform's
+tie-break), none when that row has ``_tp_deleted = 1``. Key and last-modified columns cannot be
+Nullable (a sorting key, a version); every staging column is, so that the scan finds a NULL and
+refuses it by name. The model's state is its table's comment; ``_transfer_status`` is a view of them.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ OWN_PREFIX = "_tp_"
 #: the last-modified types ReplacingMergeTree can order versions by
 VERSION_TYPES = ("timestamp", "date", "integer")
 _IN = "database = {db:String} AND "  # a system table's rows of one database
-
-_NAME = r"`(?:[^`\\]|\\.)*`"
+_NAME = r"`(?:[^`\\]|\\.)*`"  # a quoted name
 
 
 def quote(name: str) -> str:
@@ -36,7 +32,6 @@ def quote(name: str) -> str:
 
 
 def literal(text: str) -> str:
-    """A ClickHouse string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -45,18 +40,14 @@ def split_qualified(qualified: str) -> tuple[str, str]:
     match = re.fullmatch(f"({_NAME})\\.({_NAME})", qualified)
     if match is None:
         raise ValueError(f"not a qualified ClickHouse name: {qualified!r}")
-    return tuple(re.sub(r"\\(.)", r"\1", part[1:-1]) for part in match.groups())  # type: ignore[return-value]
+    database, table = (re.sub(r"\\(.)", r"\1", part[1:-1]) for part in match.groups())
+    return database, table
 
 
 def _bare(type_name: str) -> str:
     """A type without ``Nullable(...)`` and the spaces after commas system.columns may write."""
-    match = re.match(r"^Nullable\((.*)\)$", type_name)
+    match = re.fullmatch(r"Nullable\((.*)\)", type_name)
     return (match.group(1) if match else type_name).replace(", ", ",")
-
-
-def _strict(model: ModelConfig) -> set[str]:
-    """The columns that are not Nullable: the key and the last-modified column."""
-    return {c.destination_name for c in model.primary_key} | {model.last_modified.destination_name}
 
 
 class ClickhouseDialect(Dialect):
@@ -73,7 +64,11 @@ class ClickhouseDialect(Dialect):
         ref = (f"{alias}." if alias else "") + self.quote(column)
         return f"coalesce({ref}, false)" if data_type == "boolean" else f"{ref} IS NOT NULL"
 
-    # -- the catalog -----------------------------------------------------------------------------
+    def _strict(self, model: ModelConfig) -> set[str]:
+        """The columns that are not Nullable: the key and the last-modified column."""
+        return {c.destination_name for c in model.primary_key} | {model.last_modified.destination_name}
+
+    # -- the catalog: system tables ----------------------------------------------------------------
 
     def table_exists(self, container: str, name: str) -> Statement:
         return f"SELECT count() > 0 FROM system.tables WHERE {_IN}name = {{name:String}}", {"db": container, "name": name}
@@ -91,7 +86,6 @@ class ClickhouseDialect(Dialect):
                 {"db": container, "prefix": prefix})
 
     def comment(self, container: str, name: str) -> Statement:
-        """One row, if the table exists: its comment."""
         return f"SELECT comment FROM system.tables WHERE {_IN}name = {{name:String}}", {"db": container, "name": name}
 
     def database_exists(self, container: str) -> Statement:
@@ -121,7 +115,7 @@ class ClickhouseDialect(Dialect):
                 "AND JSONHas(comment, 'state')")
 
     def target_ddl(self, table: str, model: ModelConfig, comment: str | None = None) -> str:
-        strict = _strict(model)
+        strict = self._strict(model)
         columns = ", ".join(f"{self.quote(c.destination_name)} "
                             f"{self.column_type(c) if c.destination_name in strict else self.nullable(c)}"
                             for c in model.columns)
@@ -145,32 +139,28 @@ class ClickhouseDialect(Dialect):
     def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
         return [f"RENAME TABLE {table} TO {self.qualified(container, name)}" for table, name in pairs]
 
-    # -- the swap: a clone with the table's parts (hard links, no row copied) and its comment,
-    # exchanged with the table in one atomic step (rows and comment together)
+    # -- a window's swap: a clone holding the table's parts (hard links), exchanged with it ----------
 
     def clone_ddl(self, clone: str, table: str) -> str:
-        return f"CREATE TABLE {clone} AS {table}"
+        return f"CREATE TABLE {clone} AS {table}"  # its engine, columns and comment
 
     def attach_all(self, clone: str, table: str) -> str:
         return f"ALTER TABLE {clone} ATTACH PARTITION ALL FROM {table}"
 
     def exchange(self, a: str, b: str) -> str:
-        return f"EXCHANGE TABLES {a} AND {b}"
+        return f"EXCHANGE TABLES {a} AND {b}"  # names, rows and comments, in one atomic step
 
     def set_comment(self, table: str, comment: str) -> str:
         return f"ALTER TABLE {table} MODIFY COMMENT {literal(comment)}"
 
-    # -- a staged window -------------------------------------------------------------------------
-
     def watermark_parameter(self, column: ColumnConfig) -> str:
         return f"{{hw:{self.nullable(column)}}}"
 
-    def window_insert(self, into: str, staging: str, target: str, model: ModelConfig,
-                      columns: Sequence[str]) -> str:
-        """The staged rows into ``into`` (the target's clone): a row marked deleted, when the model
-        removes them, as a ``_tp_deleted`` row of its key (hidden unless the delivered row is
-        later); an ``is_append_only`` model's rows only where the target lacks their key."""
-        strict, marker = _strict(model), model.deletion_marker
+    def window_insert(self, into: str, staging: str, target: str, model: ModelConfig, columns: Sequence[str]) -> str:
+        """The staged rows into the clone: a row marked deleted, when the model removes them, as a
+        ``_tp_deleted`` row of its key (hidden unless the delivered row is later); an
+        ``is_append_only`` model's rows only where the target lacks their key."""
+        strict, marker = self._strict(model), model.deletion_marker
         deleted = f"toUInt8({self.marked(marker.destination_name, marker.data_type)})" if model.removes_deleted_rows else "0"
         values = ", ".join(f"assumeNotNull({self.quote(c)})" if c in strict else self.quote(c) for c in columns)
         key = ", ".join(self.quote(c.destination_name) for c in model.primary_key)
@@ -179,8 +169,8 @@ class ClickhouseDialect(Dialect):
                 f"SELECT {values}, {deleted} FROM {staging}{where}")
 
     def removed_count(self, staging: str, target: str, model: ModelConfig) -> str:
-        """The delivered rows a window's soft deletes remove (at an equal last-modified value the
-        delete wins; a later delivered row stays)."""
+        """The delivered rows a window's soft deletes remove (not a later one; at an equal
+        last-modified value the delete wins)."""
         marker = model.deletion_marker
         keys = [self.quote(c.destination_name) for c in model.primary_key]
         lm = self.quote(model.last_modified.destination_name)
@@ -191,14 +181,12 @@ class ClickhouseDialect(Dialect):
     def _swept(self, staging: str, target: str, columns: Sequence[str]) -> str:
         """The delivered rows equal to a staged one on ``columns`` (key and last-modified value)."""
         on = " AND ".join(f"t.{self.quote(c)} = s.{self.quote(c)}" for c in columns)
-        names = ", ".join(self.quote(c) for c in columns)
-        return f"FROM (SELECT {names} FROM {target} FINAL) AS t INNER JOIN {staging} AS s ON {on}"
+        return f"FROM (SELECT {', '.join(map(self.quote, columns))} FROM {target} FINAL) AS t INNER JOIN {staging} AS s ON {on}"
 
     def sweep_insert(self, into: str, staging: str, target: str, columns: Sequence[str]) -> str:
         """The delete sweep: a ``_tp_deleted`` row for each delivered row :meth:`_swept` finds."""
-        picked = ", ".join(f"t.{self.quote(c)}" for c in columns)
-        return (f"INSERT INTO {into} ({', '.join(self.quote(c) for c in columns)}, {self.quote(DELETED)}) "
-                f"SELECT {picked}, 1 {self._swept(staging, target, columns)}")
+        return (f"INSERT INTO {into} ({', '.join(map(self.quote, columns))}, {self.quote(DELETED)}) "
+                f"SELECT {', '.join(f't.{self.quote(c)}' for c in columns)}, 1 {self._swept(staging, target, columns)}")
 
     def sweep_count(self, staging: str, target: str, columns: Sequence[str]) -> str:
         return f"SELECT count() {self._swept(staging, target, columns)}"

@@ -1,6 +1,5 @@
 """The clickhouse-connect client (a server over HTTP(S), or an embedded chDB data folder,
-``chdb://<path>``, imported only then: its wheel is large), its session, and its errors as the
-platform's."""
+``chdb://<path>``), its session, and its errors as the platform's."""
 
 from __future__ import annotations
 
@@ -44,8 +43,8 @@ def first_line(exc: BaseException) -> str:
 
 
 def connect(destination: ClickhouseDestination, what: str) -> Client:
-    """A client of the server (``host``) or of the chDB folder (``path``), the password read from
-    its variable and given to the client only."""
+    """A client of the server (``host``) or of the chDB folder (``path``: chDB, a large wheel, is
+    imported only then); the password read from its variable and given to the client only."""
     import clickhouse_connect
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
@@ -68,8 +67,8 @@ def connect(destination: ClickhouseDestination, what: str) -> Client:
 
 
 def connection_error(destination: ClickhouseDestination, what: str, exc: BaseException) -> ConnectionFailure:
-    """A refused log-in, a missing database, a chDB folder held by another process, or a server not
-    reached: named with host and port (never the password) and the fix."""
+    """A refused log-in, a missing database, a chDB folder another process holds, or a server not
+    reached, with its fix; a server named by host and port, never the password."""
     c, line = destination.connection, first_line(exc)
     reason, fix = {
         **dict.fromkeys(LOGIN_REFUSED, (f"the server refused the log-in of user {c.username or 'default'!r} "
@@ -108,11 +107,17 @@ def translated_errors(destination: ClickhouseDestination, what: str) -> Iterator
         raise
 
 
-def bound(value: Any) -> Any:
-    """A parameter as the server parses it: a moment as UTC text to the microsecond."""
+def _parameter(value: Any) -> Any:
+    """A value as the server parses it: a moment as UTC text to the microsecond."""
     if isinstance(value, datetime):
         return (value.astimezone(UTC) if value.tzinfo else value).strftime("%Y-%m-%d %H:%M:%S.%f")
     return value.isoformat() if isinstance(value, date) else value
+
+
+def _split(statement: Statement) -> tuple[str, dict | None]:
+    if isinstance(statement, str):
+        return statement, None
+    return statement[0], {k: _parameter(v) for k, v in dict(statement[1]).items()}
 
 
 class ClickhouseSession(Session):
@@ -122,20 +127,13 @@ class ClickhouseSession(Session):
     def __init__(self, client: Client) -> None:
         self.conn = client
 
-    @staticmethod
-    def _split(statement: Statement) -> tuple[str, dict | None]:
-        if isinstance(statement, str):
-            return statement, None
-        return statement[0], {k: bound(v) for k, v in dict(statement[1]).items()}
-
     def execute(self, statement: Statement) -> int:
-        return int(getattr(self.conn.command(*self._split(statement)), "written_rows", 0) or 0)
+        return int(getattr(self.conn.command(*_split(statement)), "written_rows", 0) or 0)
 
     def all(self, statement: Statement) -> list[tuple]:
         """The rows, a DateTime64 (read back naive, in UTC) as an aware moment."""
-        rows = self.conn.query(*self._split(statement)).result_rows
         return [tuple(v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v for v in row)
-                for row in rows]
+                for row in self.conn.query(*_split(statement)).result_rows]
 
     def transaction(self):
         return nullcontext()

@@ -1,14 +1,12 @@
 """ClickHouse destination: the SQL writer's algorithm (``destinations/sql/``) with
 :class:`~.dialect.ClickhouseDialect`'s statements, through clickhouse-connect.
 
-**A window becomes visible at once** without multi-statement transactions: its rows are staged
-(``insert_arrow``) and scanned once, then inserted into a clone of the model's table that holds the
-table's parts (hard links, no row copied) and, in its comment, the window's new state; one
-``EXCHANGE TABLES`` swaps rows and state in together (:meth:`ClickhouseWriter._atomically`). A
-reader sees the previous rows and state or the new ones; a transfer killed anywhere leaves the live
-table as it was (its staging table and clone are dropped by the model's next transfer, under its
-lock). A window into an empty table is not staged: held here as Arrow, checked here, inserted
-straight into the clone. A full refresh is built in a table aside whose comment is its progress.
+Without multi-statement transactions, a window still becomes visible at once: its rows go into a
+clone of the model's table holding the table's parts (hard links, no row copied), its new state into
+the clone's comment, and one ``EXCHANGE TABLES`` swaps both in (:meth:`ClickhouseWriter._atomically`).
+A transfer killed anywhere leaves the live table as it was; its staging table and clone are dropped
+by the model's next transfer. A window into an empty table is held here as Arrow, checked here, and
+inserted straight into the clone. A full refresh is built in a table aside, its progress its comment.
 """
 
 from __future__ import annotations
@@ -24,17 +22,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import (
-    arrow_schema,
-    batch_changes,
-    empty_frame,
-    marked_mask,
-    newly_marked,
-    refuse_bad_rows,
-    staging_suffix,
+from transfer_platform.destinations import base
+from transfer_platform.destinations.clickhouse.dialect import (
+    VERSION_TYPES,
+    ClickhouseDialect,
+    literal,
 )
-from transfer_platform.destinations.clickhouse.dialect import VERSION_TYPES, ClickhouseDialect, literal
 from transfer_platform.destinations.clickhouse.session import (
+    ACCESS_DENIED,
     TABLE_EXISTS,
     UNKNOWN_DATABASE,
     UNKNOWN_TABLE,
@@ -42,12 +37,14 @@ from transfer_platform.destinations.clickhouse.session import (
     connect,
     connection_error,
     error_code,
+    first_line,
+    missing_privilege,
     translated_errors,
 )
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import DataError, SchemaMismatch
+from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
 from transfer_platform.storage.locks import Lock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 
@@ -124,16 +121,14 @@ class LockTable(Lock):
         """A gone holder's lock renamed away (one taker wins the rename), then dropped; put back if
         what was renamed is a new holder's."""
         self._held = held = self._holder(self.name)
-        if not held or not (held.get("lease_end_us", 0) < _now_us()
-                            or process_gone(held.get("host"), held.get("pid"))):
+        if not held or not (held.get("lease_end_us", 0) < _now_us() or process_gone(held.get("host"), held.get("pid"))):
             return False
         gone_name = f"{LOCK_PREFIX}gone_{uuid.uuid4().hex[:12]}"
         gone = self.dialect.qualified(self.database, gone_name)
         if not self._run(f"RENAME TABLE {self.table} TO {gone}", UNKNOWN_TABLE):
             return True  # released meanwhile
-        if self._holder(gone_name) != held and self._run(f"RENAME TABLE {gone} TO {self.table}", TABLE_EXISTS):
-            return True
-        self.session.execute(self.dialect.drop_table(gone))
+        if self._holder(gone_name) == held or not self._run(f"RENAME TABLE {gone} TO {self.table}", TABLE_EXISTS):
+            self.session.execute(self.dialect.drop_table(gone))
         return True
 
     def holder(self) -> str:
@@ -158,8 +153,6 @@ class ClickhouseWriter(SqlWriter):
         self._client: Client | None = None
         self._locks = Locks()  # the models' lock tables this writer holds
         self._swap: tuple[str, str] | None = None  # (table, its clone) of the commit under way
-
-    # -- connection ---------------------------------------------------------------------------
 
     @property
     def client(self) -> Client:
@@ -198,11 +191,9 @@ class ClickhouseWriter(SqlWriter):
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         with self._translated_errors():
             self._create_container()
-            name = LOCK_PREFIX + staging_suffix(model.model_name, "").rstrip("_")
+            name = LOCK_PREFIX + base.staging_suffix(model.model_name, "").rstrip("_")
             self._locks.hold(model.model_name, LockTable(self, name, transfer_id), destination=self.name,
                              wait_seconds=self.tuning.lock_wait_seconds)
-
-    # -- the table ---------------------------------------------------------------------------------
 
     def _plan_columns(self, model: ModelConfig):
         if model.last_modified.data_type not in VERSION_TYPES:
@@ -221,27 +212,21 @@ class ClickhouseWriter(SqlWriter):
             self.session.execute(self.dialect.target_ddl(aside, model, TableComments.comment(state, "")))
         return state
 
-    # -- a window: loaded as Arrow (an embedded chDB folder is open in this process only) -----------
-
-    def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        return self._stage_arrow(self._arrow(frame, load.model), staging, load)
-
-    def _stage_arrow(self, batch: pa.Table, staging: ClickhouseStaging, load: WindowLoad) -> StagingTable:
-        if not staging.into_empty:
-            return super()._stage_arrow(batch, staging, load)
-        staging.held = batch
-        return self._staged(staging, load)
-
-    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
-        self._insert_all(batch, staging, load.model)
+    # -- rows: inserted as Arrow from this process (an embedded chDB folder is open in it only) --
 
     def _arrow(self, frame: DataFrame, model: ModelConfig) -> pa.Table:
         """Spark's rows here, whole (``toArrow``), in the model's Arrow types."""
         import pyarrow as pa
 
-        wanted, table = arrow_schema(model), frame.toArrow()
+        wanted, table = base.arrow_schema(model), frame.toArrow()
         return pa.table([table.column(n).cast(wanted.field(n).type) for n in table.column_names],
                         names=table.column_names)
+
+    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        self._insert_all(self._arrow(frame, model), staging, model)
+
+    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
+        self._insert_all(batch, staging, load.model)
 
     def _insert_all(self, table: pa.Table, into: str, model: ModelConfig, rows: int | None = None) -> None:
         rows = rows or self.tuning.batch_rows
@@ -254,71 +239,39 @@ class ClickhouseWriter(SqlWriter):
             with self._translated_errors():
                 self.client.insert_arrow(into, batch)  # a qualified name is taken as it is
 
+    # -- the empty-table load: the window held here, scanned here, inserted into the clone --------
+
+    def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        return self._stage_arrow(self._arrow(frame, load.model), staging, load)
+
+    def _stage_arrow(self, batch: pa.Table, staging: ClickhouseStaging, load: WindowLoad) -> StagingTable:
+        if not staging.into_empty:
+            return super()._stage_arrow(batch, staging, load)
+        staging.held = batch
+        return self._staged(staging, load)
+
     def _refuse(self, staging: ClickhouseStaging, load: WindowLoad) -> None:
-        """A window held here is scanned here: the same refusals, the same counts."""
         if not staging.into_empty:
             return super()._refuse(staging, load)
         model, batch = load.model, staging.held
         _refuse_out_of_range(batch, model, self.name)
-        refuse_bad_rows(batch, model, self.name)
+        base.refuse_bad_rows(batch, model, self.name)
         with self._translated_errors():
             state = self.read_state(model, "refresh_state" if load.into_refresh else "state")
         staging.rows = batch.num_rows
-        staging.max_last_modified, staging.delta_rows = batch_changes(batch, model, state)
-        staging.marked = newly_marked(batch, model, state)
+        staging.max_last_modified, staging.delta_rows = base.batch_changes(batch, model, state)
+        staging.marked = base.newly_marked(batch, model, state)
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
         if not staging.into_empty:  # a window held here staged nothing
             super()._remove_staging(staging, load)
 
-    # -- a window's commit ----------------------------------------------------------------------------
-
-    @contextmanager
-    def _atomically(self, load: WindowLoad | None = None) -> Iterator[None]:
-        """The one hook of a commit: a window's rows go into a clone of its table (:meth:`_clone`),
-        its state into the clone's comment (:meth:`_write_state`), then one ``EXCHANGE TABLES``
-        swaps rows and state in together (a window without rows changes the comment alone); the
-        model's lock is renewed after."""
-        self._swap = None
-        yield
-        if self._swap is not None:
-            table, clone = self._swap
-            self.session.execute(self.dialect.exchange(table, clone))
-            self.session.execute(self.dialect.drop_table(clone))
-        if load is not None:
-            self._locks.renew(load.model.model_name)
-
-    def _clone(self, staging: StagingTable) -> str:
-        """A clone of the window's target, holding its parts and its comment, to be swapped in."""
-        clone = self.dialect.qualified(self.container, f"{staging.name}_swap")
-        for statement in (self.dialect.drop_table(clone), self.dialect.clone_ddl(clone, staging.target),
-                          self.dialect.attach_all(clone, staging.target)):
-            self.session.execute(statement)
-        self._swap = (staging.target, clone)
-        return clone
-
-    def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
-        """The staged rows into the clone (soft deletes as ``_tp_deleted`` rows); the rows deleted."""
-        model, removed = load.model, staging.marked
-        if model.removes_deleted_rows:
-            removed = int(self.session.one(self.dialect.removed_count(staging.table, staging.target, model))[0])
-        self.session.execute(self.dialect.window_insert(self._clone(staging), staging.table, staging.target, model,
-                                                        [c.destination_name for c in model.columns]))
-        return removed
-
-    def _write_state(self, load: WindowLoad, state: ModelState) -> None:
-        """The state in the comment of the clone to be swapped in (without one, of the table)."""
-        table = (self._swap[1] if self._swap else
-                 self.refresh_table(load.model) if load.into_refresh else self.table(load.model))
-        self.session.execute(self.dialect.set_comment(table, TableComments.comment(state, load.transfer_id)))
-
     def _leave_out_marked(self, staging: ClickhouseStaging, load: WindowLoad) -> None:
         import pyarrow.compute as pc
 
-        staging.held = staging.held.filter(pc.invert(marked_mask(staging.held, load.model)))
+        staging.held = staging.held.filter(pc.invert(base.marked_mask(staging.held, load.model)))
 
     def _publish_empty_load(self, staging: ClickhouseStaging, load: WindowLoad) -> ModelState:
-        """The window held here inserted into the clone; its size is the clone's parts."""
         model = load.model
         with self._atomically(load):
             clone = self._clone(staging)
@@ -330,9 +283,54 @@ class ClickhouseWriter(SqlWriter):
             self._write_state(load, state)
         return state
 
+    # -- the commit ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def _atomically(self, load: WindowLoad | None = None) -> Iterator[None]:
+        """The rows go into a clone of the table (:meth:`_clone`), the state into the clone's comment
+        (:meth:`_write_state`), then one ``EXCHANGE TABLES`` swaps both in (a window without rows
+        changes the table's comment alone); the model's lock is renewed after."""
+        self._swap = None
+        yield
+        if self._swap is not None:
+            self.session.execute(self.dialect.exchange(*self._swap))
+            self.session.execute(self.dialect.drop_table(self._swap[1]))
+        if load is not None:
+            self._locks.renew(load.model.model_name)
+
+    def _clone(self, staging: StagingTable) -> str:
+        """A clone of the window's target holding its parts and its comment, to be swapped in."""
+        clone = self.dialect.qualified(self.container, f"{staging.name}_swap")
+        for statement in (self.dialect.drop_table(clone), self.dialect.clone_ddl(clone, staging.target),
+                          self.dialect.attach_all(clone, staging.target)):
+            self.session.execute(statement)
+        self._swap = (staging.target, clone)
+        return clone
+
+    def _merge(self, load: WindowLoad, staging: StagingTable) -> int:
+        model, removed = load.model, staging.marked
+        if model.removes_deleted_rows:
+            removed = int(self.session.one(self.dialect.removed_count(staging.table, staging.target, model))[0])
+        self.session.execute(self.dialect.window_insert(self._clone(staging), staging.table, staging.target, model,
+                                                        [c.destination_name for c in model.columns]))
+        return removed
+
+    def _write_state(self, load: WindowLoad, state: ModelState) -> None:
+        table = (self._swap[1] if self._swap else
+                 self.refresh_table(load.model) if load.into_refresh else self.table(load.model))
+        self.session.execute(self.dialect.set_comment(table, TableComments.comment(state, load.transfer_id)))
+
+    def _delete_staged(self, staging: StagingTable, columns: list[str]) -> int:
+        """A ``_tp_deleted`` row for each delivered row the sweep matches, swapped in like a window."""
+        deleted = int(self.session.one(self.dialect.sweep_count(staging.table, staging.target, columns))[0])
+        if deleted:
+            with self._atomically():
+                self.session.execute(self.dialect.sweep_insert(self._clone(staging), staging.table, staging.target,
+                                                               columns))
+        return deleted
+
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        """The refresh built aside takes the live table's place with its state: one ``EXCHANGE
-        TABLES`` (one ``RENAME`` when there is no live table yet)."""
+        """The refresh built aside exchanged with the live table (renamed, without one)."""
         live, aside = self.table(model), self.refresh_table(model)
         self.session.execute(self.dialect.set_comment(aside, TableComments.comment(state, transfer_id)))
         if not self._exists(model.model_name):
@@ -340,52 +338,91 @@ class ClickhouseWriter(SqlWriter):
         self.session.execute(self.dialect.exchange(live, aside))
         self.session.execute(self.dialect.drop_table(aside))
 
-    # -- outside a transfer's windows ------------------------------------------------------------
-
-    def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
-        """A ``_tp_deleted`` row for each delivered row whose key and last-modified value ``frame``
-        holds (a row changed since is left alone), swapped in like a window (the comment kept)."""
-        columns = [c.destination_name for c in (*model.primary_key, model.last_modified)]
-        name = self.staging_table_name(model, transfer_id)
-        staging = StagingTable(name, self.dialect.qualified(self.container, name), model.model_name, self.table(model))
-        self._create_staging_table(staging, model, [*model.primary_key, model.last_modified], logged=False)
-        try:
-            self._insert_all(self._arrow(frame.select(*columns), model), staging.table, model)
-            with self._translated_errors():
-                deleted = int(self.session.one(self.dialect.sweep_count(staging.table, staging.target, columns))[0])
-                if deleted:
-                    with self._atomically():
-                        self.session.execute(self.dialect.sweep_insert(
-                            self._clone(staging), staging.table, staging.target, columns))
-                return deleted
-        finally:
-            with self._translated_errors():
-                self.session.execute(self.dialect.drop_table(staging.table))
-
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
-        """The table as its readers see it (``FINAL``), read into this process as Arrow, then handed
-        to Spark: fine for millions of rows, not for a table beyond the driver's memory."""
+        """The table as its readers see it (``FINAL``), read here as Arrow, then handed to Spark:
+        fine for millions of rows, not for a table beyond the driver's memory."""
         import pyarrow as pa
 
         with self._translated_errors():
             if not self._exists(model.model_name):
-                return empty_frame(spark, model)
+                return base.empty_frame(spark, model)
             names = ", ".join(self.dialect.quote(n) for n in self._columns(model.model_name))
             table = self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL")
-        wanted = arrow_schema(model)
+        wanted = base.arrow_schema(model)
         table = pa.table([table.column(n).cast(wanted.field(n).type) if n in wanted.names else table.column(n)
                           for n in table.column_names], names=table.column_names)
-        return spark.createDataFrame(table) if table.num_rows else empty_frame(spark, model)
+        return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        from transfer_platform.destinations.clickhouse.probe import probe_destination
+        """Reach the server, log in, find the database, then everything a transfer does in it, on
+        probe tables dropped at once; a refused step names the GRANT ClickHouse says is missing (a
+        chDB folder has no users: no grant is checked)."""
+        from clickhouse_connect.driver.exceptions import ClickHouseError
 
-        return probe_destination(self, target)
+        from transfer_platform.probes import Probe
+
+        probe, c, name = Probe(target), self.destination.connection, "_tp_probe_" + uuid.uuid4().hex[:12]
+        steps = probe_steps(self.dialect, self.container, name)
+        later = [step for step, _ in steps]
+        login = (f"open chDB folder {c.path} (no users: no grant checked)" if c.path is not None else
+                 f"log in to database {c.database!r} as {c.username or 'default'!r}")
+        if c.path is None and not probe.reach(c.host, c.server_port):
+            probe.skipped([login, *later], "the server cannot be reached")
+            return probe.checks
+        try:
+            self._create_container()
+            if not self.session.one(self.dialect.database_exists(self.container))[0]:
+                raise ConnectionFailure(self.what, reason=f"database {self.container!r} does not exist or is not "
+                                        "visible", fix=f"create it (CREATE DATABASE {self.dialect.quote(self.container)}"
+                                        ") as an administrator and grant the loader its rights on it (docs/permissions.md)")
+        except (ConnectionFailure, ClickHouseError) as exc:
+            reason, fix = (exc.reason or str(exc), exc.fix) if isinstance(exc, ConnectionFailure) else (first_line(exc), "")
+            probe.failed(login, reason, fix or "check the connection settings")
+            probe.skipped(later, "cannot log in")
+            return probe.checks
+        probe.passed(login)
+        try:
+            for index, (step, statements) in enumerate(steps):
+                try:
+                    for statement in statements:
+                        self.session.execute(statement)
+                except ClickHouseError as exc:
+                    probe.failed(step, first_line(exc), missing_privilege(self.destination, self.what, exc).grant
+                                 if error_code(exc) == ACCESS_DENIED else
+                                 "check the server's log; the loader's grants are in docs/permissions.md")
+                    probe.skipped(later[index + 1:], "the step before failed")
+                    break
+                probe.passed(step)
+        finally:
+            for suffix in ("", "_c", "_s"):
+                with suppress(ClickHouseError):
+                    self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, name + suffix)))
+        return probe.checks
+
+
+def probe_steps(d: ClickhouseDialect, database: str, name: str) -> list[tuple[str, list[str]]]:
+    """(check, statements) of :meth:`ClickhouseWriter.probe`, in the order they depend on each other."""
+    table, clone, staging = (d.qualified(database, name + suffix) for suffix in ("", "_c", "_s"))
+    return [
+        ("create tables (model, staging, swap and lock tables)",
+         [f"CREATE TABLE {table} (id Int64, lm Int64, v Nullable(String), _tp_deleted UInt8 DEFAULT 0) "
+          "ENGINE = ReplacingMergeTree(lm, _tp_deleted) ORDER BY id",
+          f"CREATE TABLE {staging} (id Nullable(Int64), lm Nullable(Int64), v Nullable(String)) ENGINE = MergeTree "
+          "ORDER BY tuple()", f"CREATE TABLE {clone} AS {table} COMMENT '{{}}'"]),
+        ("insert and read rows (staging, the window's swap)",
+         [f"INSERT INTO {staging} VALUES (1, 1, 'a')",
+          f"INSERT INTO {clone} (id, lm, v) SELECT assumeNotNull(id), assumeNotNull(lm), v FROM {staging}",
+          f"SELECT count() FROM {clone} FINAL"]),
+        ("attach parts, swap tables and set comments (a window's commit, its state)",
+         [d.attach_all(clone, table), d.exchange(table, clone), d.set_comment(table, "{}")]),
+        ("add and drop columns (schema evolution)",
+         [f"ALTER TABLE {table} ADD COLUMN w Nullable(Int64)", f"ALTER TABLE {table} DROP COLUMN w"]),
+        ("drop tables (staging, swap, full refresh)", [d.drop_table(t, if_exists=False) for t in (clone, staging, table)]),
+    ]
 
 
 def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:
-    """A timestamp or date outside ``EARLIEST`` to ``LATEST``, refused by name before any row is
-    written."""
+    """A timestamp or date out of ``EARLIEST`` to ``LATEST``, refused before any row is written."""
     import pyarrow.compute as pc
 
     for c in model.columns:
