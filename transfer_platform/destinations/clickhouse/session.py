@@ -35,8 +35,7 @@ def error_code(exc: BaseException) -> int | None:
 
 
 def first_line(exc: BaseException) -> str:
-    """The server's own sentence (after ``DB::Exception:``), without the client's preamble, the
-    URL, the stack or the version; at most 300 characters."""
+    """The server's own sentence: no client preamble, URL, stack or version; 300 characters at most."""
     head, found, tail = str(exc).partition("DB::Exception:")
     line = ((tail if found else head).strip().splitlines() or [type(exc).__name__])[0].strip()
     return re.sub(r"\s*\(version [^)]*\)\s*$", "", line)[:300]
@@ -44,7 +43,7 @@ def first_line(exc: BaseException) -> str:
 
 def connect(destination: ClickhouseDestination, what: str) -> Client:
     """A client of the server (``host``) or of the chDB folder (``path``: chDB, a large wheel, is
-    imported only then); the password read from its variable and given to the client only."""
+    imported only then); the password given to the client only."""
     import clickhouse_connect
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
@@ -68,7 +67,7 @@ def connect(destination: ClickhouseDestination, what: str) -> Client:
 
 def connection_error(destination: ClickhouseDestination, what: str, exc: BaseException) -> ConnectionFailure:
     """A refused log-in, a missing database, a chDB folder another process holds, or a server not
-    reached, with its fix; a server named by host and port, never the password."""
+    reached, with its fix (a server named by host and port, never the password)."""
     c, line = destination.connection, first_line(exc)
     reason, fix = {
         **dict.fromkeys(LOGIN_REFUSED, (f"the server refused the log-in of user {c.username or 'default'!r} "

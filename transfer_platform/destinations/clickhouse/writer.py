@@ -1,13 +1,8 @@
-"""ClickHouse destination: the SQL writer's algorithm (``destinations/sql/``) with
-:class:`~.dialect.ClickhouseDialect`'s statements, through clickhouse-connect.
-
-Without multi-statement transactions, a window still becomes visible at once: its rows go into a
-clone of the model's table holding the table's parts (hard links, no row copied), its new state into
-the clone's comment, and one ``EXCHANGE TABLES`` swaps both in (:meth:`ClickhouseWriter._atomically`).
-A transfer killed anywhere leaves the live table as it was; its staging table and clone are dropped
-by the model's next transfer. A window into an empty table is held here as Arrow, checked here, and
-inserted straight into the clone. A full refresh is built in a table aside, its progress its comment.
-"""
+"""ClickHouse destination: the SQL writer (``destinations/sql/``) through clickhouse-connect. Without
+transactions, a window's rows go into a clone of the table holding its parts (hard links), its
+state into the clone's comment, and one ``EXCHANGE TABLES`` swaps both in: a transfer killed
+anywhere leaves the table as it was (the next one drops what it left). A window into an empty table
+is held here as Arrow, checked here, and inserted straight into the clone."""
 
 from __future__ import annotations
 
@@ -80,9 +75,8 @@ class ClickhouseStaging(StagingTable):
 
 class LockTable(Lock):
     """A model's lock: the table ``_tp_lock_<model hash>``, created (never ``IF NOT EXISTS``:
-    ClickHouse creates a name once) with its holder in its comment (transfer, host, process, lease
-    end); renewed at each commit, dropped at release; taken over when its holder's process is gone
-    (same host) or its lease ended."""
+    ClickHouse creates a name once) with its holder and lease end in its comment, renewed at each
+    commit; taken over when its holder's process is gone (same host) or its lease ended."""
 
     def __init__(self, writer: ClickhouseWriter, name: str, transfer_id: str) -> None:
         self.session, self.dialect, self.database = writer.session, writer.dialect, writer.container
@@ -95,7 +89,6 @@ class LockTable(Lock):
                            "since_us": now, "lease_end_us": now + LOCK_LEASE_SECONDS * 1_000_000})
 
     def _run(self, statement: str, refused: int) -> bool:
-        """Run ``statement``: False if ClickHouse refuses it with the error code ``refused``."""
         from clickhouse_connect.driver.exceptions import DatabaseError
 
         try:
@@ -214,16 +207,8 @@ class ClickhouseWriter(SqlWriter):
 
     # -- rows: inserted as Arrow from this process (an embedded chDB folder is open in it only) --
 
-    def _arrow(self, frame: DataFrame, model: ModelConfig) -> pa.Table:
-        """Spark's rows here, whole (``toArrow``), in the model's Arrow types."""
-        import pyarrow as pa
-
-        wanted, table = base.arrow_schema(model), frame.toArrow()
-        return pa.table([table.column(n).cast(wanted.field(n).type) for n in table.column_names],
-                        names=table.column_names)
-
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        self._insert_all(self._arrow(frame, model), staging, model)
+        self._insert_all(_typed(frame.toArrow(), model), staging, model)
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
         self._insert_all(batch, staging, load.model)
@@ -242,7 +227,7 @@ class ClickhouseWriter(SqlWriter):
     # -- the empty-table load: the window held here, scanned here, inserted into the clone --------
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        return self._stage_arrow(self._arrow(frame, load.model), staging, load)
+        return self._stage_arrow(_typed(frame.toArrow(), load.model), staging, load)
 
     def _stage_arrow(self, batch: pa.Table, staging: ClickhouseStaging, load: WindowLoad) -> StagingTable:
         if not staging.into_empty:
@@ -341,16 +326,11 @@ class ClickhouseWriter(SqlWriter):
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
         """The table as its readers see it (``FINAL``), read here as Arrow, then handed to Spark:
         fine for millions of rows, not for a table beyond the driver's memory."""
-        import pyarrow as pa
-
         with self._translated_errors():
             if not self._exists(model.model_name):
                 return base.empty_frame(spark, model)
             names = ", ".join(self.dialect.quote(n) for n in self._columns(model.model_name))
-            table = self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL")
-        wanted = base.arrow_schema(model)
-        table = pa.table([table.column(n).cast(wanted.field(n).type) if n in wanted.names else table.column(n)
-                          for n in table.column_names], names=table.column_names)
+            table = _typed(self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL"), model)
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
@@ -419,6 +399,14 @@ def probe_steps(d: ClickhouseDialect, database: str, name: str) -> list[tuple[st
          [f"ALTER TABLE {table} ADD COLUMN w Nullable(Int64)", f"ALTER TABLE {table} DROP COLUMN w"]),
         ("drop tables (staging, swap, full refresh)", [d.drop_table(t, if_exists=False) for t in (clone, staging, table)]),
     ]
+
+
+def _typed(table: pa.Table, model: ModelConfig) -> pa.Table:
+    """``table``'s columns of the model in the model's Arrow types."""
+    import pyarrow as pa
+
+    wanted = base.arrow_schema(model)
+    return table.cast(pa.schema([wanted.field(n) if n in wanted.names else table.field(n) for n in table.column_names]))
 
 
 def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:
