@@ -1,3 +1,1 @@
-"""The ClickHouse destination: :mod:`.dialect` (every statement's text), :mod:`.session` (the
-clickhouse-connect client, its connection and errors), :mod:`.writer` (the SQL writer whose window
-is swapped in by one ``EXCHANGE TABLES``), :mod:`.probe` (test-connection)."""
+"""The ClickHouse destination: :mod:`.writer` (a window swapped in by one ``EXCHANGE TABLES``, the probe), :mod:`.dialect`, :mod:`.session`."""

@@ -1,6 +1,5 @@
-"""The clickhouse-connect client as the SQL writer uses it, its connection, and what its errors
-mean: a server over HTTP(S), or an embedded chDB data folder (``chdb://<path>``, imported only
-then: its wheel is large)."""
+"""The clickhouse-connect client (a server over HTTP(S), or an embedded chDB data folder,
+``chdb://<path>``), its session, and its errors as the platform's."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from contextlib import contextmanager, nullcontext
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
+from transfer_platform.destinations.clickhouse.dialect import quote
 from transfer_platform.destinations.sql.session import Session
 from transfer_platform.errors import ConnectionFailure, MissingPrivilege
 
@@ -22,38 +22,28 @@ if TYPE_CHECKING:
 CONNECT_FIX = ("check that the server is running and accepts HTTP(S) connections, and the host, port, secure, "
                "username and password variable in the configuration")
 LOGIN_FIX = "check connection.username and the environment variable connection.password names"
-#: ClickHouse's error codes: access denied; log-in refused; an unknown database; a table that exists
-ACCESS_DENIED = 497
+CHDB_BUSY_FIX = ("chDB lets one process open a data folder at a time: end the other process using connection.path "
+                 "(a reader, another transfer), then run this one again")
+#: ClickHouse's error codes
+ACCESS_DENIED, UNKNOWN_DATABASE, TABLE_EXISTS, UNKNOWN_TABLE = 497, 81, 57, 60
 LOGIN_REFUSED = (192, 193, 194, 516)
-UNKNOWN_DATABASE = 81
-TABLE_EXISTS = 57
-UNKNOWN_TABLE = 60
-
-_CODE = re.compile(r"Code: (\d+)\.")
-_GRANT = re.compile(r"necessary to have the grant (.+?)(?:\. \(ACCESS_DENIED\)|\.? \(ACCESS_DENIED\)|$)")
 
 
 def error_code(exc: BaseException) -> int | None:
-    match = _CODE.search(str(exc))
+    match = re.search(r"Code: (\d+)\.", str(exc))
     return int(match.group(1)) if match else None
 
 
 def first_line(exc: BaseException) -> str:
-    """The server's own sentence (``DB::Exception: ...``), without the client's preamble, the URL
-    or the stack; cut to 300 characters."""
-    text = str(exc)
-    at = text.find("DB::Exception:")
-    if at >= 0:
-        text = text[at + len("DB::Exception:"):]
-    line = (text.strip().splitlines() or [type(exc).__name__])[0].strip()
-    line = re.sub(r"\s*\(version [^)]*\)\s*$", "", line)
-    return line[:300]
+    """The server's own sentence: no client preamble, URL, stack or version; 300 characters at most."""
+    head, found, tail = str(exc).partition("DB::Exception:")
+    line = ((tail if found else head).strip().splitlines() or [type(exc).__name__])[0].strip()
+    return re.sub(r"\s*\(version [^)]*\)\s*$", "", line)[:300]
 
 
 def connect(destination: ClickhouseDestination, what: str) -> Client:
-    """A client of the server (``host``) or of the embedded chDB folder (``path``); the password
-    read from its variable and given to the client only; ``ConnectionFailure`` naming host and
-    port (never the password) if the server cannot be reached or refuses the log-in."""
+    """A client of the server (``host``) or of the chDB folder (``path``: chDB, a large wheel, is
+    imported only then); the password given to the client only."""
     import clickhouse_connect
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
@@ -76,41 +66,33 @@ def connect(destination: ClickhouseDestination, what: str) -> Client:
 
 
 def connection_error(destination: ClickhouseDestination, what: str, exc: BaseException) -> ConnectionFailure:
-    c = destination.connection
-    code = error_code(exc)
+    """A refused log-in, a missing database, a chDB folder another process holds, or a server not
+    reached, with its fix (a server named by host and port, never the password)."""
+    c, line = destination.connection, first_line(exc)
+    reason, fix = {
+        **dict.fromkeys(LOGIN_REFUSED, (f"the server refused the log-in of user {c.username or 'default'!r} "
+                                        f"({line})", LOGIN_FIX)),
+        UNKNOWN_DATABASE: (f"database {c.database!r} does not exist", f"create it (CREATE DATABASE "
+                           f"{quote(c.database)}) as an administrator, or correct connection.database"),
+    }.get(error_code(exc), (line, CONNECT_FIX if c.path is None else CHDB_BUSY_FIX))
     where = {} if c.path is not None else {"host": c.host, "port": c.server_port}
-    if code in LOGIN_REFUSED:
-        return ConnectionFailure(what, **where, reason=f"the server refused the log-in of user "
-                                 f"{c.username or 'default'!r} ({first_line(exc)})", fix=LOGIN_FIX)
-    if code == UNKNOWN_DATABASE:
-        return ConnectionFailure(what, **where, reason=f"database {c.database!r} does not exist",
-                                 fix=f"create it (CREATE DATABASE {quote(c.database)}) as an administrator, "
-                                     "or correct connection.database")
-    if c.path is not None:
-        return ConnectionFailure(what, reason=first_line(exc),
-                                 fix="chDB lets one process open a data folder at a time: end the other process "
-                                     "using connection.path (a reader, another transfer), then run this one again")
-    return ConnectionFailure(what, **where, reason=first_line(exc), fix=CONNECT_FIX)
-
-
-def quote(name: str) -> str:
-    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+    return ConnectionFailure(what, **where, reason=reason, fix=fix)
 
 
 def missing_privilege(destination: ClickhouseDestination, what: str, exc: BaseException) -> MissingPrivilege:
     """An ACCESS_DENIED, naming the grant ClickHouse says is missing."""
-    c = destination.connection
+    c, line = destination.connection, first_line(exc)
     user = c.username or "default"
-    match = _GRANT.search(first_line(exc))
-    wanted = match.group(1).rstrip(".") if match else f"CREATE TABLE, INSERT, SELECT, ALTER, DROP TABLE, TRUNCATE " \
-                                                       f"ON {quote(c.database)}.*"
-    return MissingPrivilege(what, role=user, reason=first_line(exc), grant=f"GRANT {wanted} TO {quote(user)}")
+    match = re.search(r"necessary to have the grant (.+?)(?:\.? \(ACCESS_DENIED\)|$)", line)
+    wanted = (match.group(1).rstrip(".") if match else
+              f"CREATE TABLE, INSERT, SELECT, ALTER, DROP TABLE, TRUNCATE ON {quote(c.database)}.*")
+    return MissingPrivilege(what, role=user, reason=line, grant=f"GRANT {wanted} TO {quote(user)}")
 
 
 @contextmanager
 def translated_errors(destination: ClickhouseDestination, what: str) -> Iterator[None]:
-    """clickhouse-connect's errors as the platform's: a refused right as ``MissingPrivilege``, the
-    server unreachable or the log-in refused as ``ConnectionFailure``; the rest as they are."""
+    """A refused right as ``MissingPrivilege``; the server unreachable, the log-in refused or the
+    database missing as ``ConnectionFailure``; the rest as they are."""
     from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
 
     try:
@@ -119,49 +101,38 @@ def translated_errors(destination: ClickhouseDestination, what: str) -> Iterator
         code = error_code(exc)
         if code == ACCESS_DENIED:
             raise missing_privilege(destination, what, exc) from None
-        if isinstance(exc, OperationalError) or code in LOGIN_REFUSED or code == UNKNOWN_DATABASE:
+        if isinstance(exc, OperationalError) or code in (*LOGIN_REFUSED, UNKNOWN_DATABASE):
             raise connection_error(destination, what, exc) from None
         raise
 
 
-def bound(value: Any) -> Any:
-    """A parameter as the server parses it: a moment as UTC text to the microsecond."""
+def _parameter(value: Any) -> Any:
+    """A value as the server parses it: a moment as UTC text to the microsecond."""
     if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    if isinstance(value, date):
-        return value.isoformat()
-    return value
+        return (value.astimezone(UTC) if value.tzinfo else value).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value.isoformat() if isinstance(value, date) else value
 
 
-def _aware(value: Any) -> Any:
-    """A DateTime64 read back (naive, in UTC) as an aware moment."""
-    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+def _split(statement: Statement) -> tuple[str, dict | None]:
+    if isinstance(statement, str):
+        return statement, None
+    return statement[0], {k: _parameter(v) for k, v in dict(statement[1]).items()}
 
 
 class ClickhouseSession(Session):
-    """Statements one at a time (ClickHouse has no multi-statement transactions: ``transaction``
-    groups nothing; the writer's window commit says how a window still becomes visible at once)."""
+    """Statements one at a time: ClickHouse has no multi-statement transactions (the writer's
+    ``_atomically`` says how a window still becomes visible at once)."""
 
     def __init__(self, client: Client) -> None:
         self.conn = client
 
-    @staticmethod
-    def _split(statement: Statement) -> tuple[str, dict | None]:
-        if isinstance(statement, str):
-            return statement, None
-        text, params = statement
-        return text, {k: bound(v) for k, v in dict(params).items()}
-
     def execute(self, statement: Statement) -> int:
-        text, params = self._split(statement)
-        summary = self.conn.command(text, parameters=params)
-        return int(getattr(summary, "written_rows", 0) or 0)
+        return int(getattr(self.conn.command(*_split(statement)), "written_rows", 0) or 0)
 
     def all(self, statement: Statement) -> list[tuple]:
-        text, params = self._split(statement)
-        return [tuple(_aware(v) for v in row) for row in self.conn.query(text, parameters=params).result_rows]
+        """The rows, a DateTime64 (read back naive, in UTC) as an aware moment."""
+        return [tuple(v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v for v in row)
+                for row in self.conn.query(*_split(statement)).result_rows]
 
     def transaction(self):
         return nullcontext()

@@ -549,11 +549,17 @@ class SqlWriter(Writer, abstract=True):
         self._create_staging_table(staging, model, chosen, logged=False)
         try:
             self._load_frame(frame.select(*columns), staging.table, model)
-            with self._translated_errors(), self.session.transaction():
-                return self.session.execute(self.dialect.delete_matching(staging.target, staging.table, columns))
+            with self._translated_errors():
+                return self._delete_staged(staging, columns)
         finally:
             with self._translated_errors():
                 self.session.execute(self.dialect.drop_table(staging.table))
+
+    def _delete_staged(self, staging: StagingTable, columns: list[str]) -> int:
+        """The sweep's staged rows deleted from the target (one ``DELETE``, one transaction); the
+        rows deleted."""
+        with self.session.transaction():
+            return self.session.execute(self.dialect.delete_matching(staging.target, staging.table, columns))
 
     def has_table(self, model: ModelConfig) -> bool:
         with self._translated_errors():
