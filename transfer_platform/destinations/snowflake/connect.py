@@ -1,13 +1,12 @@
-"""Connecting to Snowflake with snowflake-connector-python, the session the SQL writer runs its
-statements through, and what the connector raises turned into errors that name the fix (never
-the password or the private key)."""
+"""The connector's connection and session, and its errors as ours, naming the fix (never a secret)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from transfer_platform.core.sql import quote_ident as quote
 from transfer_platform.destinations.sql.session import Session, _split
 from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege
 from transfer_platform.runtime.connections import CONNECT_TIMEOUT_SECONDS
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
     import snowflake.connector
 
     from transfer_platform.destinations.sql.dialect import Statement
-    from transfer_platform.vendors.snowflake import SnowflakeConnection, SnowflakeDestination
+    from transfer_platform.vendors.snowflake import SnowflakeDestination
 
 #: the rights a loader's role needs (docs/permissions.md)
 LOADER_GRANTS = ("USAGE ON WAREHOUSE {warehouse}", "USAGE ON DATABASE {database}",
@@ -36,10 +35,9 @@ def first_line(exc: BaseException) -> str:
 
 
 def connect_kwargs(destination: SnowflakeDestination) -> dict[str, Any]:
-    """``snowflake.connector.connect`` arguments, the secret resolved from its variable. No
-    database or schema is set on the session: every statement names its objects in full."""
-    c: SnowflakeConnection = destination.connection
-    where = f"destinations.{destination.name}.connection"
+    """``snowflake.connector.connect``'s arguments, the secret resolved; no database or schema (every
+    statement names its objects in full)."""
+    c, where = destination.connection, f"destinations.{destination.name}.connection"
     kwargs: dict[str, Any] = {
         "account": c.account, "user": c.user, "warehouse": c.warehouse, "login_timeout": CONNECT_TIMEOUT_SECONDS,
         "application": "transfer_platform", "paramstyle": "pyformat", "autocommit": True,
@@ -48,15 +46,9 @@ def connect_kwargs(destination: SnowflakeDestination) -> dict[str, Any]:
         "session_parameters": {"TIMEZONE": "UTC", "QUERY_TAG": "transfer_platform",
                                "LOCK_TIMEOUT": destination.lock_lease_seconds,
                                "CLIENT_OUT_OF_BAND_TELEMETRY_ENABLED": False},
+        **{name: getattr(c, name) for name in ("role", "host", "port") if getattr(c, name) is not None},
+        **({"protocol": c.protocol} if c.protocol != "https" else {}),
     }
-    if c.role is not None:
-        kwargs["role"] = c.role
-    if c.host is not None:
-        kwargs["host"] = c.host
-    if c.port is not None:
-        kwargs["port"] = c.port
-    if c.protocol != "https":
-        kwargs["protocol"] = c.protocol
     if c.password is not None:
         kwargs["password"] = c.password.resolve(f"{where}.password").get_secret_value()
     if c.private_key is not None:
@@ -78,6 +70,12 @@ def private_key_der(pem: str, where: str) -> bytes:
                              serialization.NoEncryption())
 
 
+def unreachable(destination: SnowflakeDestination, what: str, exc: BaseException) -> ConnectionFailure:
+    c = destination.connection
+    return ConnectionFailure(what, host=c.host or f"{c.account}.snowflakecomputing.com", port=c.port or 443,
+                             reason=first_line(exc), fix=CONNECT_FIX)
+
+
 def connect(destination: SnowflakeDestination, what: str) -> snowflake.connector.SnowflakeConnection:
     import logging
 
@@ -85,72 +83,51 @@ def connect(destination: SnowflakeDestination, what: str) -> snowflake.connector
 
     # the connector's HTTP pool warns at each retry; the failure itself is reported, once
     logging.getLogger("snowflake.connector.vendored.urllib3.connectionpool").setLevel(logging.ERROR)
-    c = destination.connection
     try:
         return snowflake.connector.connect(**connect_kwargs(destination))
     except snowflake.connector.errors.Error as exc:
-        raise ConnectionFailure(what, host=c.host or f"{c.account}.snowflakecomputing.com", port=c.port or 443,
-                                reason=first_line(exc), fix=CONNECT_FIX) from None
+        raise unreachable(destination, what, exc) from None
 
 
 def grants(destination: SnowflakeDestination) -> str:
     c = destination.connection
-    role = c.role or "<the user's role>"
+    role = quote(c.role or "<the user's role>")
     names = {"warehouse": quote(c.warehouse), "database": quote(c.database), "schema": quote(c.schema_)}
-    return "; ".join(f"GRANT {g.format(**names)} TO ROLE {quote(role)}" for g in LOADER_GRANTS)
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return "; ".join(f"GRANT {g.format(**names)} TO ROLE {role}" for g in LOADER_GRANTS)
 
 
 @contextmanager
 def translated_errors(destination: SnowflakeDestination, what: str) -> Iterator[None]:
-    """A refused statement becomes ``MissingPrivilege`` with its grants; a lost connection
-    ``ConnectionFailure``."""
+    """A refused statement as ``MissingPrivilege`` with its grants; a lost connection as ``ConnectionFailure``."""
     import snowflake.connector
 
     try:
         yield
     except snowflake.connector.errors.Error as exc:
-        errno = getattr(exc, "errno", None)
-        c = destination.connection
+        errno, c = getattr(exc, "errno", None), destination.connection
         if errno in (NOT_FOUND, NOT_ALLOWED):
-            raise MissingPrivilege(
-                what, role=c.role or c.user, reason=first_line(exc),
-                grant=f"create the object if it is missing, else {grants(destination)}") from None
-        if errno in UNREACHABLE or errno in LOGIN_FAILED or isinstance(exc, snowflake.connector.errors.OperationalError):
-            raise ConnectionFailure(what, host=c.host or f"{c.account}.snowflakecomputing.com", port=c.port or 443,
-                                    reason=first_line(exc), fix=CONNECT_FIX) from None
+            raise MissingPrivilege(what, role=c.role or c.user, reason=first_line(exc),
+                                   grant=f"create the object if it is missing, else {grants(destination)}") from None
+        if errno in UNREACHABLE | LOGIN_FAILED or isinstance(exc, snowflake.connector.errors.OperationalError):
+            raise unreachable(destination, what, exc) from None
         raise
 
 
 class SnowflakeSession(Session):
-    """Autocommit outside :meth:`transaction`; a transaction is ``BEGIN`` ... ``COMMIT``."""
+    """Autocommit outside :meth:`transaction`, which begins with ``BEGIN``."""
 
     def __init__(self, conn: snowflake.connector.SnowflakeConnection) -> None:
         self.conn = conn
 
     def execute(self, statement: Statement) -> int:
-        text, params = _split(statement)
         with self.conn.cursor() as cursor:
-            cursor.execute(text, params)
-            rows = cursor.rowcount
-        return int(rows or 0)
+            cursor.execute(*_split(statement))
+            return int(cursor.rowcount or 0)
 
     def all(self, statement: Statement) -> list[tuple]:
-        text, params = _split(statement)
         with self.conn.cursor() as cursor:
-            cursor.execute(text, params)
+            cursor.execute(*_split(statement))
             return [tuple(row) for row in cursor.fetchall()]
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def begin(self) -> None:
         self.execute("BEGIN")
-        try:
-            yield
-        except BaseException:
-            with suppress(Exception):  # the connection may be gone: the first error is the one told
-                self.execute("ROLLBACK")
-            raise
-        self.execute("COMMIT")

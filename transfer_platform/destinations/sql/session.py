@@ -39,11 +39,15 @@ class Session:
         rows = self.all(statement)
         return rows[0] if rows else None
 
+    def begin(self) -> None:
+        """Begin a transaction (a driver without ``begin`` runs its statement)."""
+        self.conn.begin()
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One transaction of the driver's ``begin``, ``commit`` and ``rollback`` (psycopg's
+        """One transaction of :meth:`begin` and the driver's ``commit`` and ``rollback`` (psycopg's
         nests, as savepoints)."""
-        self.conn.begin()
+        self.begin()
         try:
             yield
         except BaseException:
