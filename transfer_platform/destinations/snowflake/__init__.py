@@ -1,1 +1,1 @@
-"""The Snowflake destination: its SQL (:mod:`.dialect`), connection (:mod:`.connect`), writer and probe."""
+"""The Snowflake destination: its SQL (:mod:`.dialect`), connection (:mod:`.connect`) and writer."""

@@ -1,28 +1,24 @@
-"""The connector's connection and session, and its errors as ours, naming the fix (never a secret)."""
+"""Connecting through snowflake-connector-python, and what it raises as errors naming the fix (never
+the password or the private key)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from snowflake import connector
+
 from transfer_platform.core.sql import quote_ident as quote
-from transfer_platform.destinations.sql.session import Session, _split
 from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege
 from transfer_platform.runtime.connections import CONNECT_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
-    import snowflake.connector
-
-    from transfer_platform.destinations.sql.dialect import Statement
     from transfer_platform.vendors.snowflake import SnowflakeDestination
 
-#: the rights a loader's role needs (docs/permissions.md)
-LOADER_GRANTS = ("USAGE ON WAREHOUSE {warehouse}", "USAGE ON DATABASE {database}",
-                 "USAGE, CREATE TABLE, CREATE STAGE ON SCHEMA {database}.{schema}")
-#: the connector's errno of a failed login, of a network failure
-LOGIN_FAILED = {390100, 390101, 390102, 390144, 390190, 390318, 390422, 251005, 251006}
-UNREACHABLE = {250001, 250003, 251011, 251012}
+#: the connector's errno of a failed login or of a network failure
+UNREACHABLE = {390100, 390101, 390102, 390144, 390190, 390318, 390422, 251005, 251006, 250001, 250003, 251011, 251012}
 #: "does not exist or not authorized", "insufficient privileges"
 NOT_FOUND, NOT_ALLOWED = 2003, 3001
 CONNECT_FIX = ("check account, host, port and the network path to Snowflake, then user and the password's "
@@ -35,8 +31,7 @@ def first_line(exc: BaseException) -> str:
 
 
 def connect_kwargs(destination: SnowflakeDestination) -> dict[str, Any]:
-    """``snowflake.connector.connect``'s arguments, the secret resolved; no database or schema (every
-    statement names its objects in full)."""
+    """The connector's arguments, the secret resolved; no database or schema: statements name tables in full."""
     c, where = destination.connection, f"destinations.{destination.name}.connection"
     kwargs: dict[str, Any] = {
         "account": c.account, "user": c.user, "warehouse": c.warehouse, "login_timeout": CONNECT_TIMEOUT_SECONDS,
@@ -76,58 +71,29 @@ def unreachable(destination: SnowflakeDestination, what: str, exc: BaseException
                              reason=first_line(exc), fix=CONNECT_FIX)
 
 
-def connect(destination: SnowflakeDestination, what: str) -> snowflake.connector.SnowflakeConnection:
-    import logging
-
-    import snowflake.connector
-
+def connect(destination: SnowflakeDestination, what: str) -> connector.SnowflakeConnection:
     # the connector's HTTP pool warns at each retry; the failure itself is reported, once
     logging.getLogger("snowflake.connector.vendored.urllib3.connectionpool").setLevel(logging.ERROR)
     try:
-        return snowflake.connector.connect(**connect_kwargs(destination))
-    except snowflake.connector.errors.Error as exc:
+        return connector.connect(**connect_kwargs(destination))
+    except connector.Error as exc:
         raise unreachable(destination, what, exc) from None
-
-
-def grants(destination: SnowflakeDestination) -> str:
-    c = destination.connection
-    role = quote(c.role or "<the user's role>")
-    names = {"warehouse": quote(c.warehouse), "database": quote(c.database), "schema": quote(c.schema_)}
-    return "; ".join(f"GRANT {g.format(**names)} TO ROLE {role}" for g in LOADER_GRANTS)
 
 
 @contextmanager
 def translated_errors(destination: SnowflakeDestination, what: str) -> Iterator[None]:
     """A refused statement as ``MissingPrivilege`` with its grants; a lost connection as ``ConnectionFailure``."""
-    import snowflake.connector
-
     try:
         yield
-    except snowflake.connector.errors.Error as exc:
+    except connector.Error as exc:
         errno, c = getattr(exc, "errno", None), destination.connection
-        if errno in (NOT_FOUND, NOT_ALLOWED):
+        if errno in (NOT_FOUND, NOT_ALLOWED):  # named with the rights a loader's role needs (docs/permissions.md)
+            role, database = quote(c.role or "<the user's role>"), quote(c.database)
+            grants = "; ".join(f"GRANT {right} TO ROLE {role}" for right in (
+                f"USAGE ON WAREHOUSE {quote(c.warehouse)}", f"USAGE ON DATABASE {database}",
+                f"USAGE, CREATE TABLE, CREATE STAGE ON SCHEMA {database}.{quote(c.schema_)}"))
             raise MissingPrivilege(what, role=c.role or c.user, reason=first_line(exc),
-                                   grant=f"create the object if it is missing, else {grants(destination)}") from None
-        if errno in UNREACHABLE | LOGIN_FAILED or isinstance(exc, snowflake.connector.errors.OperationalError):
+                                   grant=f"create the object if it is missing, else {grants}") from None
+        if errno in UNREACHABLE or isinstance(exc, connector.OperationalError):
             raise unreachable(destination, what, exc) from None
         raise
-
-
-class SnowflakeSession(Session):
-    """Autocommit outside :meth:`transaction`, which begins with ``BEGIN``."""
-
-    def __init__(self, conn: snowflake.connector.SnowflakeConnection) -> None:
-        self.conn = conn
-
-    def execute(self, statement: Statement) -> int:
-        with self.conn.cursor() as cursor:
-            cursor.execute(*_split(statement))
-            return int(cursor.rowcount or 0)
-
-    def all(self, statement: Statement) -> list[tuple]:
-        with self.conn.cursor() as cursor:
-            cursor.execute(*_split(statement))
-            return [tuple(row) for row in cursor.fetchall()]
-
-    def begin(self) -> None:
-        self.execute("BEGIN")

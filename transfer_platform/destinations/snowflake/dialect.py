@@ -1,8 +1,6 @@
-"""The Snowflake destination's SQL, planned without a database. Every name is quoted (Snowflake
-upper-cases unquoted ones) and every table named in full, ``"<database>"."<schema>"."<table>"``;
-parameters are the connector's client-side ``%s``. Each DDL statement commits, so a window's
-commit holds DML only: the merge is an ``UPDATE ... FROM`` and an ``INSERT ... WHERE NOT EXISTS``
-(what a ``MERGE`` with the same conditions does)."""
+"""The Snowflake destination's SQL, planned without a database: names quoted (Snowflake upper-cases
+unquoted ones), tables named in full, parameters the connector's ``%s``. DDL commits, so a window's
+commit is DML only: the merge is an ``UPDATE ... FROM`` and an ``INSERT ... WHERE NOT EXISTS``."""
 
 from __future__ import annotations
 
@@ -20,7 +18,6 @@ LOCK_TABLE = "_transfer_locks"
 STAGE = "_tp_stage"
 #: what the catalog's ``DATA_TYPE`` (with precision and scale for NUMBER) reads back per declared type
 _READ_BACK = {"VARCHAR": "TEXT", "TIMESTAMP_TZ(6)": "TIMESTAMP_TZ"}
-#: a lease from now, in ``claim_lock`` and ``renew_lock``
 _LEASE = "expires_at = DATEADD(second, {}, CURRENT_TIMESTAMP())"
 
 
@@ -39,8 +36,7 @@ class SnowflakeDialect(Dialect):
     def __init__(self, database: str = "") -> None:
         self.database = database
 
-    def quote(self, name: str) -> str:
-        return q(name)
+    quote = staticmethod(q)
 
     def qualified(self, container: str, name: str) -> str:
         return f"{q(self.database)}.{q(container)}.{q(name)}"
@@ -57,8 +53,7 @@ class SnowflakeDialect(Dialect):
         return f"COALESCE({ref}, FALSE)" if data_type == "boolean" else f"{ref} IS NOT NULL"
 
     def staged_value(self, column: ColumnConfig, alias: str) -> str:
-        """JSON is staged as text (Parquet holds it as a string, which a VARIANT would keep as a
-        JSON string) and parsed in the merge."""
+        """JSON is staged as text (a VARIANT would keep Parquet's string as a JSON string), parsed here."""
         ref = f"{alias}.{q(column.destination_name)}"
         return f"PARSE_JSON({ref})" if column.data_type == "json" else ref
 
@@ -108,8 +103,7 @@ class SnowflakeDialect(Dialect):
                 f"(SELECT 1 FROM {status} WHERE data_model_name = %s)", (model_name, model_name))
 
     def claim_lock(self, locks: str, model_name: str, holder: str, lease_seconds: int) -> Statement:
-        """One UPDATE (Snowflake runs two UPDATEs of one table one after the other) takes the lock
-        when it is free, already ours, or its lease ran out; one row changed: taken."""
+        """Taken (one row changed) if free, ours or expired: one UPDATE, as Snowflake runs two of a table in turn."""
         return (f"UPDATE {locks} SET holder = %s, {_LEASE.format(int(lease_seconds))} WHERE data_model_name = %s "
                 "AND (holder IS NULL OR holder = %s OR expires_at < CURRENT_TIMESTAMP())", (holder, model_name, holder))
 
@@ -140,12 +134,12 @@ class SnowflakeDialect(Dialect):
     def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
         """At the same last-modified value the delete wins."""
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
-        return (f"DELETE FROM {target} AS t USING {staging} AS s WHERE {_join(c.destination_name for c in model.primary_key)} "
+        keys = _join(c.destination_name for c in model.primary_key)
+        return (f"DELETE FROM {target} AS t USING {staging} AS s WHERE {keys} "
                 f"AND {self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm}")
 
     def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
-        """A staged row replaces the delivered one when newer, or as new and different (NULL-safe);
-        an append-only model only inserts new keys; ``skip``: staged rows left out."""
+        """A staged row replaces the delivered one if newer, or as new and different; ``skip``: rows left out."""
         keys = [c.destination_name for c in model.primary_key]
         lm = q(model.last_modified.destination_name)
         source = f"(SELECT * FROM {staging}" + (f" WHERE NOT ({skip}))" if skip else ")")

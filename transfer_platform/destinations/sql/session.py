@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import duckdb
     import psycopg
     import pymysql
+    from snowflake import connector
 
     from transfer_platform.destinations.sql.dialect import Statement
 
@@ -115,3 +116,23 @@ class DuckdbSession(Session):
     def all(self, statement: Statement) -> list[tuple]:
         text, params = _split(statement)
         return self.conn.execute(text, list(params or [])).fetchall()
+
+
+class SnowflakeSession(Session):
+    """Autocommit outside :meth:`transaction`, which begins with ``BEGIN``."""
+
+    def __init__(self, conn: connector.SnowflakeConnection) -> None:
+        self.conn = conn
+
+    def execute(self, statement: Statement) -> int:
+        with self.conn.cursor() as cursor:
+            cursor.execute(*_split(statement))
+            return int(cursor.rowcount or 0)
+
+    def all(self, statement: Statement) -> list[tuple]:
+        with self.conn.cursor() as cursor:
+            cursor.execute(*_split(statement))
+            return [tuple(row) for row in cursor.fetchall()]
+
+    def begin(self) -> None:
+        self.execute("BEGIN")
