@@ -1,6 +1,6 @@
 """One small session per driver: how a :class:`~.writer.SqlWriter` runs a statement, fetches
-its rows and opens a transaction. psycopg, PyMySQL and DuckDB each have theirs; the writer never
-calls a driver itself."""
+its rows and opens a transaction. psycopg, PyMySQL, DuckDB and the Snowflake connector each have
+theirs; the writer never calls a driver itself."""
 
 from __future__ import annotations
 
