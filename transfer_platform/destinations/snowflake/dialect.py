@@ -18,7 +18,7 @@ LOCK_TABLE = "_transfer_locks"
 STAGE = "_tp_stage"
 #: what the catalog's ``DATA_TYPE`` (with precision and scale for NUMBER) reads back per declared type
 _READ_BACK = {"VARCHAR": "TEXT", "TIMESTAMP_TZ(6)": "TIMESTAMP_TZ"}
-_LEASE = "expires_at = DATEADD(second, {}, CURRENT_TIMESTAMP())"
+_LEASE = "expires_at = DATEADD(second, {}, CURRENT_TIMESTAMP())"  # a lease from now (claim_lock, renew_lock)
 
 
 def _join(keys: Iterable[str]) -> str:
@@ -32,11 +32,10 @@ class SnowflakeDialect(Dialect):
     transactional_ddl = False  # each DDL statement commits: a refresh is published between commits
     now = "CURRENT_TIMESTAMP()"
     row_lock = ""  # no SELECT ... FOR UPDATE: the model's lock row keeps writers apart
+    quote = staticmethod(q)
 
     def __init__(self, database: str = "") -> None:
         self.database = database
-
-    quote = staticmethod(q)
 
     def qualified(self, container: str, name: str) -> str:
         return f"{q(self.database)}.{q(container)}.{q(name)}"

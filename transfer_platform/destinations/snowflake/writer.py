@@ -295,7 +295,8 @@ class SnowflakeWriter(SqlWriter):
              f"GRANT USAGE ON DATABASE {database} TO ROLE {role}; GRANT USAGE, CREATE TABLE ON SCHEMA {schema} TO ROLE "
              f"{role}", [f"CREATE TABLE {table} (id NUMBER(38,0), v VARCHAR, PRIMARY KEY (id))",
                          f"CREATE TRANSIENT TABLE {staging} (id NUMBER(38,0), v VARCHAR)"]),
-            ("create the stage _tp_stage", f"GRANT CREATE STAGE ON SCHEMA {schema} TO ROLE {role}", [d.stage_ddl(stage)]),
+            ("create the stage _tp_stage", f"GRANT CREATE STAGE ON SCHEMA {schema} TO ROLE {role}",
+             [d.stage_ddl(stage)]),
             ("insert, read, update and delete rows (merge, state)", "the role owns the tables it creates: check that "
              "no future grant or managed access removes its ownership",
              [f"INSERT INTO {staging} (id, v) VALUES (1, 'a')", f"INSERT INTO {table} (id, v) SELECT id, v FROM {staging}",
@@ -303,7 +304,8 @@ class SnowflakeWriter(SqlWriter):
               f"DELETE FROM {table} AS t USING {staging} AS s WHERE t.id = s.id"]),
             ("add and drop columns (schema evolution)", "the role must own the model's tables",
              [f"ALTER TABLE {table} ADD COLUMN w VARCHAR", f"ALTER TABLE {table} DROP COLUMN w"]),
-            ("drop tables (staging, full refresh)", "the role must own the tables", [d.drop_table(staging, if_exists=False)]),
+            ("drop tables (staging, full refresh)", "the role must own the tables",
+             [d.drop_table(staging, if_exists=False)]),
             ("stage a Parquet file (PUT) and load it (COPY INTO)", f"GRANT READ, WRITE ON STAGE {stage} TO ROLE "
              f"{d.quote(c.role or '<the user role>')} (if another role created the stage)",
              [f"CREATE TRANSIENT TABLE {loaded} (id NUMBER(38,0))", d.put(str(parquet), stage, name),
