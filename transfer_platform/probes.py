@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Outcome = Literal["PASS", "FAIL", "SKIP"]
 
@@ -54,6 +54,21 @@ class Probe:
 
     def skipped(self, names: Iterable[str], because: str) -> None:
         self.checks.extend(Check(self.target, name, "SKIP", because) for name in names)
+
+    def run(self, steps: Sequence[tuple[str, str, Sequence[Any]]], execute: Callable[[Any], object],
+            errors: type[Exception] | tuple[type[Exception], ...], reason: Callable[[Exception], str]) -> bool:
+        """Each step's statements executed in turn: passed, or failed naming its fix (the steps after it
+        skipped); whether every step passed. A step is (its name, its fix, its statements)."""
+        for index, (name, fix, statements) in enumerate(steps):
+            try:
+                for statement in statements:
+                    execute(statement)
+            except errors as exc:
+                self.failed(name, reason(exc), fix)
+                self.skipped([step[0] for step in steps[index + 1:]], "the step before failed")
+                return False
+            self.passed(name)
+        return True
 
     def reach(self, host: str, port: int, timeout: float = 10.0) -> bool:
         """A TCP connection to ``host:port``: the server is there (before any credentials)."""

@@ -1,6 +1,6 @@
 """One small session per driver: how a :class:`~.writer.SqlWriter` runs a statement, fetches
-its rows and opens a transaction. psycopg, PyMySQL and DuckDB each have theirs; the writer never
-calls a driver itself."""
+its rows and opens a transaction. psycopg, PyMySQL, DuckDB and the Snowflake connector each have
+theirs; the writer never calls a driver itself."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import duckdb
     import psycopg
     import pymysql
+    from snowflake import connector
 
     from transfer_platform.destinations.sql.dialect import Statement
 
@@ -39,11 +40,15 @@ class Session:
         rows = self.all(statement)
         return rows[0] if rows else None
 
+    def begin(self) -> None:
+        """Begin a transaction (a driver without ``begin`` runs its statement)."""
+        self.conn.begin()
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One transaction of the driver's ``begin``, ``commit`` and ``rollback`` (psycopg's
+        """One transaction of :meth:`begin` and the driver's ``commit`` and ``rollback`` (psycopg's
         nests, as savepoints)."""
-        self.conn.begin()
+        self.begin()
         try:
             yield
         except BaseException:
@@ -111,3 +116,23 @@ class DuckdbSession(Session):
     def all(self, statement: Statement) -> list[tuple]:
         text, params = _split(statement)
         return self.conn.execute(text, list(params or [])).fetchall()
+
+
+class SnowflakeSession(Session):
+    """Autocommit outside :meth:`transaction`, which begins with ``BEGIN``."""
+
+    def __init__(self, conn: connector.SnowflakeConnection) -> None:
+        self.conn = conn
+
+    def execute(self, statement: Statement) -> int:
+        with self.conn.cursor() as cursor:
+            cursor.execute(*_split(statement))
+            return int(cursor.rowcount or 0)
+
+    def all(self, statement: Statement) -> list[tuple]:
+        with self.conn.cursor() as cursor:
+            cursor.execute(*_split(statement))
+            return [tuple(row) for row in cursor.fetchall()]
+
+    def begin(self) -> None:
+        self.execute("BEGIN")
