@@ -67,11 +67,6 @@ def load_data(staging: str, path: str, columns: list[str]) -> str:
             f"LINES TERMINATED BY '\\n' ({names(columns)})")
 
 
-def insert_values(staging: str, columns: list[str]) -> str:
-    """A multi-row insert's statement (PyMySQL's ``executemany`` folds rows into one VALUES list)."""
-    return f"INSERT INTO {staging} ({names(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
-
-
 def replaced_rows(target: str, staging: str, columns: Sequence[str], keys: Sequence[str],
                   last_modified: str) -> str:
     """Delete the target rows a staged row replaces: a newer one, or an equally new one that

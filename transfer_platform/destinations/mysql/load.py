@@ -1,8 +1,6 @@
-"""Rows into a staging table with ``LOAD DATA LOCAL INFILE``, from Spark's Python workers
-(:func:`load_partition`) or from this process (:func:`load_batches`): each Arrow batch a CSV file
-that MySQL reads exactly (every value as text, timestamps in UTC, booleans 0/1, backslashes
-doubled, NULL as ``\\N``, inner quotes doubled). Measured faster than multi-row inserts
-(:func:`insert_batches`, kept for ``benchmarks/destination_mysql.py --staging inserts``)."""
+"""Rows into a staging table with ``LOAD DATA LOCAL INFILE`` (measured faster than multi-row
+inserts: ``benchmarks/destination_mysql.py``), from Spark's Python workers (:func:`load_partition`)
+or from this process (:func:`load_batches`)."""
 
 from __future__ import annotations
 
@@ -29,7 +27,8 @@ class LoadRefused(Exception):
 
 
 def as_text(batch: pa.RecordBatch | pa.Table) -> pa.Table:
-    """``batch`` with every column as text LOAD DATA reads back exactly (see the module)."""
+    """``batch`` as the text LOAD DATA reads back exactly: timestamps in UTC, booleans 0/1,
+    backslashes doubled (``ESCAPED BY '\\\\'``), NULL as ``\\N`` (pyarrow's CSV quotes the rest)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -76,24 +75,9 @@ def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, fol
     return rows
 
 
-def insert_batches(conn: pymysql.Connection, insert_sql: str, batches: Iterable) -> int:
-    """The same rows as multi-row ``INSERT``s (only for the comparison with :func:`load_batches`)."""
-    from datetime import datetime
-
-    rows = 0
-    with conn.cursor() as cursor:
-        for batch in batches:
-            values = [tuple(v.replace(tzinfo=None) if isinstance(v, datetime) else v for v in row.values())
-                      for row in batch.to_pylist()]
-            if values:
-                cursor.executemany(insert_sql, values)
-            rows += len(values)
-    return rows
-
-
 def load_partition(connect: dict, load_sql: str, batches: Iterator) -> Iterator:
-    """Runs in a Spark Python worker: ``batches`` into the staging table in one connection; a
-    failure raises its first line only (never the connection settings)."""
+    """Runs in a Spark Python worker: ``batches`` loaded in one connection; a failure raises its
+    first line only (never the connection settings)."""
     import pyarrow as pa
     import pymysql
 

@@ -33,16 +33,14 @@ if TYPE_CHECKING:
     import pymysql
     from pyspark.sql import DataFrame, SparkSession
 
-    from transfer_platform.config.connection_settings import DatabaseConnection
     from transfer_platform.destinations.base import WindowLoad
     from transfer_platform.probes import Check
 
 #: every privilege the loader needs, on its own database only (docs/permissions.md)
 LOADER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
-#: the server's "denied" error codes: table, column, database, specific privilege, routine
-DENIED = {1142, 1143, 1044, 1227, 1370}
+#: the server's "denied" error codes (table, column, database, specific privilege, routine);
 #: ER_DUP_ENTRY, ER_LOCK_WAIT_TIMEOUT
-DUPLICATE_ENTRY, LOCK_WAIT_TIMEOUT = 1062, 1205
+DENIED, DUPLICATE_ENTRY, LOCK_WAIT_TIMEOUT = {1142, 1143, 1044, 1227, 1370}, 1062, 1205
 CONNECT_FIX = ("check that the server is running and accepts connections, and the host, port, database "
                "(the recipient's, created beforehand), username and password variable in the configuration")
 _COMMAND = re.compile(r"^(\w+(?: \w+)?) command denied", re.IGNORECASE)
@@ -58,22 +56,6 @@ _PROBE_LOAD = "load rows with LOAD DATA LOCAL INFILE (staging)"
 def code(exc: BaseException) -> int | None:
     """A PyMySQL error's number (client errors, a lost connection among them, are 2000 and above)."""
     return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-
-
-def connect_kwargs(connection: DatabaseConnection, *, what: str) -> dict:
-    """``pymysql.connect`` arguments (the password resolved): UTC, strict, LOCAL INFILE allowed."""
-    from transfer_platform.network.addresses import pinned_host
-
-    # a guarded destination's checked address: Spark's Python workers connect past our resolver
-    return {"host": pinned_host(connection), "port": connection.port, "user": connection.username,
-            "password": connections.password_of(connection, f"{what}.connection.password") or "",
-            "database": connection.database, "connect_timeout": connections.CONNECT_TIMEOUT_SECONDS,
-            "autocommit": True, "charset": "utf8mb4", "local_infile": True, "init_command": sql.SESSION_SETUP}
-
-
-def grant_statement(connection: DatabaseConnection, privileges: tuple[str, ...] = LOADER_PRIVILEGES) -> str:
-    return (f"GRANT {', '.join(privileges)} ON {sql.q(connection.database)}.* TO "
-            f"'{connection.username.replace(chr(39), chr(39) * 2)}'@'%'")
 
 
 class NamedLock(Lock):
@@ -103,17 +85,28 @@ class MysqlWriter(SqlWriter):
         self._locked = Locks()  # the models whose lock this writer's session holds
         self._fresh: set[str] = set()  # the fresh tables being loaded (see _start_empty_load)
 
+    # -- the connection: UTC, strict, LOCAL INFILE allowed; GET_LOCK and what the server refuses --
+
+    def connect_kwargs(self) -> dict:
+        """``pymysql.connect``'s arguments, the password resolved; the host a guarded destination's
+        checked address (Spark's Python workers connect past this process's resolver)."""
+        from transfer_platform.network.addresses import pinned_host
+
+        c = self.destination.connection
+        return {"host": pinned_host(c), "port": c.port, "user": c.username, "database": c.database,
+                "password": connections.password_of(c, f"destinations.{self.name}.connection.password") or "",
+                "connect_timeout": connections.CONNECT_TIMEOUT_SECONDS, "autocommit": True, "charset": "utf8mb4",
+                "local_infile": True, "init_command": sql.SESSION_SETUP}
+
     @property
     def conn(self) -> pymysql.Connection:
         import pymysql
 
         if self._conn is None or not self._conn.open:
-            connection = self.destination.connection
             try:
-                self._conn = pymysql.connect(**connect_kwargs(connection, what=f"destinations.{self.name}"))
+                self._conn = pymysql.connect(**self.connect_kwargs())
             except pymysql.err.OperationalError as exc:
-                raise errors.ConnectionFailure(self.what, host=connection.host, port=connection.port,
-                                               reason=bulk.first_line(exc), fix=CONNECT_FIX) from None
+                raise self._lost(bulk.first_line(exc), fix=CONNECT_FIX) from None
             self._locked.clear()  # a new session holds no lock
         return self._conn
 
@@ -144,8 +137,6 @@ class MysqlWriter(SqlWriter):
             finally:
                 self.conn.rollback()
 
-    # -- what MySQL refuses, told with its fix -----------------------------------------------------
-
     @contextmanager
     def _translated_errors(self) -> Iterator[None]:
         import pymysql
@@ -159,47 +150,21 @@ class MysqlWriter(SqlWriter):
                 raise self._lost(bulk.first_line(exc)) from None
             raise
 
+    def _grant(self, privileges: tuple[str, ...]) -> str:
+        c = self.destination.connection
+        return f"GRANT {', '.join(privileges)} ON {sql.q(c.database)}.* TO '{c.username.replace(chr(39), chr(39) * 2)}'@'%'"
+
     def _missing_privilege(self, reason: str) -> errors.MissingPrivilege:
         """The refused statement's privilege, named with the GRANT that gives it."""
-        connection, found = self.destination.connection, _COMMAND.search(reason)
-        command = found.group(1).upper() if found else None
-        needed = (command,) if command in LOADER_PRIVILEGES else LOADER_PRIVILEGES
-        return errors.MissingPrivilege(
-            self.what, role=connection.username, reason=reason, grant=f"{grant_statement(connection, needed)} (a "
-            f"loader needs {', '.join(LOADER_PRIVILEGES)} on its database {connection.database!r}, nothing else)")
+        found = _COMMAND.search(reason)
+        needed = (found.group(1).upper(),) if found and found.group(1).upper() in LOADER_PRIVILEGES else LOADER_PRIVILEGES
+        return errors.MissingPrivilege(self.what, role=self.destination.connection.username, reason=reason, grant=(
+            f"{self._grant(needed)} (a loader needs {', '.join(LOADER_PRIVILEGES)} on its database "
+            f"{self.container!r}, nothing else)"))
 
-    def _lost(self, reason: str) -> errors.ConnectionFailure:
-        connection = self.destination.connection
-        return errors.ConnectionFailure(self.what, host=connection.host, port=connection.port, reason=reason)
-
-    def _load_error(self, model: ModelConfig, reason: str, staging: str) -> errors.DataError:
-        """What the load refused; a row that broke a fresh table's primary key (only a fresh
-        table has one) is refused by name as the staging checks name it."""
-        keys = [c.destination_name for c in model.primary_key]
-        if found := _DUPLICATE.search(reason):
-            with self._translated_errors():
-                row = self.session.one((self.dialect.key_by_text(staging, keys), (found.group(1),)))
-            values = dict(zip(keys, row, strict=True)) if row else {keys[0]: found.group(1)} if len(keys) == 1 else None
-            shown = offending_key(model, values) if values else f"{'-'.join(keys)}='{found.group(1)}'"
-            return errors.DuplicateKey(
-                f"duplicate primary key in one batch: {shown} appears more than once", model=model.model_name,
-                destination=self.name, key_values={k: (values or {}).get(k) for k in keys},
-                fix="make the primary key unique per tenant in the source, or mark the right columns with "
-                    "is_primary_key")
-        found = _NULL_KEY.search(reason)
-        if found and (column := found.group(1) or found.group(2)) in keys:
-            return null_key_error(model, self.name, column, {column: None})
-        found = _TRUNCATED.search(reason)
-        if found and found.group(1) in [c.destination_name for c in model.primary_key if c.data_type == "string"]:
-            return self._long_key(model, f" ({found.group(1)})", "")
-        return errors.DataError(f"{_LOAD_FAILED}{reason}", model=model.model_name, destination=self.name,
-                                fix="check that each column's data_type matches the source values")
-
-    def _long_key(self, model: ModelConfig, value: str, key: str) -> errors.DataError:
-        return errors.DataError(
-            f"a string primary key value{value} is longer than {sql.KEY_STRING_LENGTH} characters{key}: MySQL "
-            f"key columns are {sql.KEY_STRING_TYPE}; nothing was written", model=model.model_name,
-            destination=self.name, fix="key the model on shorter columns (a hash of the long value, say)")
+    def _lost(self, reason: str, fix: str = "") -> errors.ConnectionFailure:
+        c = self.destination.connection
+        return errors.ConnectionFailure(self.what, host=c.host, port=c.port, reason=reason, fix=fix)
 
     # -- the bulk load: LOAD DATA LOCAL INFILE ----------------------------------------------------
 
@@ -209,9 +174,7 @@ class MysqlWriter(SqlWriter):
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
-        load = partial(bulk.load_partition, connect_kwargs(self.destination.connection,
-                                                           what=f"destinations.{self.name}"),
-                       sql.load_data(staging, "{path}", frame.columns))
+        load = partial(bulk.load_partition, self.connect_kwargs(), sql.load_data(staging, "{path}", frame.columns))
         parts = frame.coalesce(self.destination.max_concurrent_queries_per_transfer)
         if staging in self._fresh:  # InnoDB appends rows that arrive in key order (see _start_empty_load)
             parts = parts.sortWithinPartitions(*[c.destination_name for c in model.primary_key])
@@ -239,7 +202,36 @@ class MysqlWriter(SqlWriter):
                     raise
                 raise self._load_error(load.model, bulk.first_line(exc), staging) from None
 
+    def _load_error(self, model: ModelConfig, reason: str, staging: str) -> errors.DataError:
+        """What the load refused; a row that broke a fresh table's primary key (only a fresh
+        table has one) is refused by name as the staging checks name it."""
+        keys = [c.destination_name for c in model.primary_key]
+        if found := _DUPLICATE.search(reason):
+            with self._translated_errors():
+                row = self.session.one((self.dialect.key_by_text(staging, keys), (found.group(1),)))
+            values = dict(zip(keys, row, strict=True)) if row else {keys[0]: found.group(1)} if len(keys) == 1 else None
+            shown = offending_key(model, values) if values else f"{'-'.join(keys)}='{found.group(1)}'"
+            return errors.DuplicateKey(
+                f"duplicate primary key in one batch: {shown} appears more than once", model=model.model_name,
+                destination=self.name, key_values={k: (values or {}).get(k) for k in keys},
+                fix="make the primary key unique per tenant in the source, or mark the right columns with "
+                    "is_primary_key")
+        found = _NULL_KEY.search(reason)
+        if found and (column := found.group(1) or found.group(2)) in keys:
+            return null_key_error(model, self.name, column, {column: None})
+        found = _TRUNCATED.search(reason)
+        if found and found.group(1) in [c.destination_name for c in model.primary_key if c.data_type == "string"]:
+            return self._long_key(model, f" ({found.group(1)})", "")
+        return errors.DataError(f"{_LOAD_FAILED}{reason}", model=model.model_name, destination=self.name,
+                                fix="check that each column's data_type matches the source values")
+
     # -- the rules of MySQL's types, its duplicate keys ---------------------------------------------
+
+    def _long_key(self, model: ModelConfig, value: str, key: str) -> errors.DataError:
+        return errors.DataError(
+            f"a string primary key value{value} is longer than {sql.KEY_STRING_LENGTH} characters{key}: MySQL "
+            f"key columns are {sql.KEY_STRING_TYPE}; nothing was written", model=model.model_name,
+            destination=self.name, fix="key the model on shorter columns (a hash of the long value, say)")
 
     def _refuse_values(self, load: WindowLoad, staging: StagingTable) -> None:
         """A date or timestamp before 1000-01-01 (MySQL's DATETIME and DATE hold 1000-01-01 to
@@ -372,51 +364,62 @@ class MysqlWriter(SqlWriter):
     # -- outside a transfer's windows -------------------------------------------------------------
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
-        connection = self.destination.connection
+        c = self.destination.connection
         return spark.read.format("jdbc").options(
-            url=connections.mysql_jdbc_url(connection), driver="org.mariadb.jdbc.Driver", dbtable=self.table(model),
+            url=connections.mysql_jdbc_url(c), driver="org.mariadb.jdbc.Driver", dbtable=self.table(model),
             fetchsize="10000", sessionInitStatement="SET time_zone = '+00:00'",
-            **connections.jdbc_properties(connection, f"destinations.{self.name}.connection.password")).load()
+            **connections.jdbc_properties(c, f"destinations.{self.name}.connection.password")).load()
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """Reach, log in, then everything a transfer does in its database, tried on probe tables
-        dropped at once; a refused step names its grant."""
+        """Reach, log in, then each step a transfer takes in its database (privileges it needs,
+        statements), tried on probe tables dropped at once; a refused step names its grant."""
         import pyarrow as pa
         import pymysql
 
         from transfer_platform.probes import Probe
 
-        probe, connection, name = Probe(target), self.destination.connection, "_tp_probe_" + uuid.uuid4().hex[:12]
-        steps = probe_steps(self.container, name)
-        later = [step for step, _, _ in steps] + [_PROBE_LOAD]
-        login = f"log in to database {connection.database!r} as {connection.username!r}"
-        if not probe.reach(connection.host, connection.port):
+        c, name = self.destination.connection, "_tp_probe_" + uuid.uuid4().hex[:12]
+        table, staging, renamed, loaded = (sql.qualified(self.container, name + s) for s in ("", "_s", "_r", "_l"))
+        steps = [
+            ("create tables (model, status and staging tables)", ("CREATE",),
+             [f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v LONGTEXT) {sql.TABLE_OPTIONS}",
+              f"CREATE TABLE {staging} (id BIGINT NULL, v LONGTEXT NULL) {sql.TABLE_OPTIONS}"]),
+            ("insert, read, update and delete rows (merge, state)", ("INSERT", "SELECT", "UPDATE", "DELETE"),
+             [f"INSERT INTO {staging} VALUES (1, 'a')", f"INSERT INTO {table} SELECT * FROM {staging}",
+              f"UPDATE {table} SET v = 'b'", f"DELETE t FROM {table} AS t JOIN {staging} AS s ON t.id = s.id"]),
+            ("add and drop columns (schema evolution)", ("ALTER",),
+             [f"ALTER TABLE {table} ADD COLUMN w LONGTEXT NULL", f"ALTER TABLE {table} DROP COLUMN w"]),
+            ("rename tables (a full refresh's publish)", ("ALTER", "DROP", "CREATE", "INSERT"),
+             self.dialect.rename_tables(self.container, [(table, name + "_r")])),
+            ("drop tables (staging, full refresh)", ("DROP",),
+             [self.dialect.drop_table(renamed, if_exists=False), self.dialect.drop_table(staging, if_exists=False)])]
+        probe, later = Probe(target), [step for step, _, _ in steps] + [_PROBE_LOAD]
+        login = f"log in to database {c.database!r} as {c.username!r}"
+        if not probe.reach(c.host, c.port):
             probe.skipped([login, *later], "the server cannot be reached")
             return probe.checks
         try:
-            conn = self.conn
+            session = PymysqlSession(self.conn)
         except (errors.ConnectionFailure, errors.ConfigError) as exc:
             probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
                          "check username, database (it must exist) and the password's environment variable")
             probe.skipped(later, "cannot log in")
             return probe.checks
         probe.passed(login)
-        loaded = sql.qualified(self.container, name + "_l")
-        session = PymysqlSession(conn)
         try:
             for index, (step, privileges, statements) in enumerate(steps):
                 try:
                     for statement in statements:
                         session.execute(statement)
                 except pymysql.err.MySQLError as exc:
-                    probe.failed(step, bulk.first_line(exc), grant_statement(connection, privileges)
-                                 if code(exc) in DENIED else "check the server's log; the loader's grants are in the docs")
+                    probe.failed(step, bulk.first_line(exc), self._grant(privileges) if code(exc) in DENIED
+                                 else "check the server's log; the loader's grants are in the docs")
                     probe.skipped(later[index + 1:], "the step before failed")
                     return probe.checks
                 probe.passed(step)
             try:
                 session.execute(f"CREATE TABLE {loaded} (id BIGINT NULL) {sql.TABLE_OPTIONS}")
-                load_batches(conn, sql.load_data(loaded, "{path}", ["id"]),
+                load_batches(session.conn, sql.load_data(loaded, "{path}", ["id"]),
                              pa.table({"id": pa.array([1], pa.int64())}).to_batches())
             except pymysql.err.MySQLError as exc:
                 probe.failed(_PROBE_LOAD, bulk.first_line(exc), "enable it on the server (SET GLOBAL local_infile = 1, "
@@ -429,23 +432,3 @@ class MysqlWriter(SqlWriter):
                     session.execute(self.dialect.drop_table(sql.qualified(self.container, name + suffix)))
             self.close()
         return probe.checks
-
-
-def probe_steps(database: str, name: str) -> list[tuple[str, tuple[str, ...], list[str]]]:
-    """(check, the privileges it needs, statements), in the order they depend on each other."""
-    table, staging, renamed = (sql.qualified(database, name + suffix) for suffix in ("", "_s", "_r"))
-    dialect = MysqlWriter.DIALECT
-    return [
-        ("create tables (model, status and staging tables)", ("CREATE",),
-         [f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v LONGTEXT) {sql.TABLE_OPTIONS}",
-          f"CREATE TABLE {staging} (id BIGINT NULL, v LONGTEXT NULL) {sql.TABLE_OPTIONS}"]),
-        ("insert, read, update and delete rows (merge, state)", ("INSERT", "SELECT", "UPDATE", "DELETE"),
-         [f"INSERT INTO {staging} VALUES (1, 'a')", f"INSERT INTO {table} SELECT * FROM {staging}",
-          f"UPDATE {table} SET v = 'b'", f"DELETE t FROM {table} AS t JOIN {staging} AS s ON t.id = s.id"]),
-        ("add and drop columns (schema evolution)", ("ALTER",),
-         [f"ALTER TABLE {table} ADD COLUMN w LONGTEXT NULL", f"ALTER TABLE {table} DROP COLUMN w"]),
-        ("rename tables (a full refresh's publish)", ("ALTER", "DROP", "CREATE", "INSERT"),
-         dialect.rename_tables(database, [(table, name + "_r")])),
-        ("drop tables (staging, full refresh)", ("DROP",),
-         [dialect.drop_table(renamed, if_exists=False), dialect.drop_table(staging, if_exists=False)]),
-    ]
