@@ -29,13 +29,6 @@ SESSION_SETUP = ("SET time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,NO_ZER
 #: the ``COLUMN_TYPE`` a type is read back as, where it differs (MySQL 8 drops the display width
 #: of integers, MariaDB keeps it; MariaDB's JSON is a LONGTEXT with a check)
 _READ_BACK = {"BIGINT": ("bigint", "bigint(20)"), "BOOLEAN": ("tinyint(1)",), "JSON": ("json", "longtext")}
-#: triggers on the table and foreign keys from or to it (parameters: database, table, three
-#: times): a table with any is not replaced by a fresh one (they would be lost)
-DEPENDENTS = ("SELECT (SELECT count(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
-              "AND EVENT_OBJECT_TABLE = %s) + (SELECT count(*) FROM information_schema.REFERENTIAL_CONSTRAINTS "
-              "WHERE (CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s) OR (UNIQUE_CONSTRAINT_SCHEMA = %s "
-              "AND REFERENCED_TABLE_NAME = %s))")
-LOCK_HOLDER = "SELECT p.USER, p.HOST, p.TIME FROM information_schema.PROCESSLIST p WHERE p.ID = IS_USED_LOCK(%s)"
 _IN_TABLE = "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 
 
@@ -112,6 +105,13 @@ class MysqlDialect(Dialect):
     def table_size(self, container: str, name: str) -> Statement:
         return (f"SELECT COALESCE(DATA_LENGTH + INDEX_LENGTH, 0) FROM information_schema.TABLES {_IN_TABLE}",
                 (container, name))
+
+    def dependents(self, container: str, name: str) -> Statement:
+        """The table's triggers and the foreign keys from or to it."""
+        return ("SELECT (SELECT count(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s AND "
+                "EVENT_OBJECT_TABLE = %s) + (SELECT count(*) FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE "
+                "(CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s) OR (UNIQUE_CONSTRAINT_SCHEMA = %s AND "
+                "REFERENCED_TABLE_NAME = %s))", (container, name) * 3)
 
     def target_ddl(self, table: str, model: ModelConfig) -> str:
         return f"{super().target_ddl(table, model)} {TABLE_OPTIONS}"

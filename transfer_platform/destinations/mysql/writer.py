@@ -12,19 +12,15 @@ from typing import TYPE_CHECKING
 
 from transfer_platform import errors
 from transfer_platform.config.models import ModelConfig
-from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import duplicate_key_error, null_key_error, offending_key
 from transfer_platform.destinations.mysql import dialect as sql
 from transfer_platform.destinations.mysql import load as bulk
 from transfer_platform.destinations.mysql.load import load_batches
-from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql import rename_publish
-from transfer_platform.destinations.sql.dialect import STATUS_TABLE
 from transfer_platform.destinations.sql.session import PymysqlSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.phases import log_phase
 from transfer_platform.runtime import connections
-from transfer_platform.storage.locks import Lock, Locks
+from transfer_platform.storage.locks import Locks, NamedLock
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.mysql import MysqlDestination
 
@@ -51,28 +47,13 @@ _NULL_KEY = re.compile(r"NULL supplied to NOT NULL column '([^']+)'|Column '([^'
 _TRUNCATED = re.compile(r"Data (?:too long|truncated) for column '([^']+)'")
 _LOAD_FAILED = "LOAD DATA into the staging table failed: "
 _PROBE_LOAD = "load rows with LOAD DATA LOCAL INFILE (staging)"
+_LOCAL_INFILE_FIX = ("enable it on the server (SET GLOBAL local_infile = 1, or local_infile=ON in its configuration); "
+                     "the loader needs no FILE privilege for it")
 
 
 def code(exc: BaseException) -> int | None:
     """A PyMySQL error's number (client errors, a lost connection among them, are 2000 and above)."""
     return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-
-
-class NamedLock(Lock):
-    """A model's lock as MySQL's ``GET_LOCK(name)``, the session's: released when the writer's
-    connection closes or its process dies (never stale); the server waits for it."""
-
-    poll_seconds = None
-
-    def __init__(self, session: PymysqlSession, name: str) -> None:
-        self.session, self.name = session, name
-
-    def take(self, within: float) -> bool:
-        return self.session.one(("SELECT GET_LOCK(%s, %s)", (self.name, within)))[0] == 1
-
-    def holder(self) -> str:
-        held = self.session.one((sql.LOCK_HOLDER, (self.name,)))
-        return f"session of {held[0]}@{held[1]}, running for {held[2]} s" if held else "another session"
 
 
 class MysqlWriter(SqlWriter):
@@ -216,11 +197,10 @@ class MysqlWriter(SqlWriter):
                 destination=self.name, key_values={k: (values or {}).get(k) for k in keys},
                 fix="make the primary key unique per tenant in the source, or mark the right columns with "
                     "is_primary_key")
-        found = _NULL_KEY.search(reason)
-        if found and (column := found.group(1) or found.group(2)) in keys:
+        if (found := _NULL_KEY.search(reason)) and (column := found.group(1) or found.group(2)) in keys:
             return null_key_error(model, self.name, column, {column: None})
-        found = _TRUNCATED.search(reason)
-        if found and found.group(1) in [c.destination_name for c in model.primary_key if c.data_type == "string"]:
+        if (found := _TRUNCATED.search(reason)) and found.group(1) in (c.destination_name for c in model.primary_key
+                                                                       if c.data_type == "string"):
             return self._long_key(model, f" ({found.group(1)})", "")
         return errors.DataError(f"{_LOAD_FAILED}{reason}", model=model.model_name, destination=self.name,
                                 fix="check that each column's data_type matches the source values")
@@ -271,74 +251,25 @@ class MysqlWriter(SqlWriter):
                 super()._refuse_duplicate_keys(load, staging)
             raise
 
-    # -- the empty-table load: create-and-rename (a fresh keyed table replaces the target) ----------
+    # -- the empty-table load: create-and-rename (rename_publish's), a fresh keyed table replacing the target --
 
     def _start_empty_load(self, load: WindowLoad, staging: StagingTable) -> bool:
-        """The window is loaded into a fresh table of the target's definition, key included (named
-        as a staging table: a dead transfer's is dropped by the next one's clean-up), which then
-        replaces the target. Its rows arrive in key order: InnoDB then appends to its key (measured
-        on MariaDB, 1M rows, the server's CPU-seconds: 12 in key order, 58 in random order, 20-22
-        with the key added after; staged and merged 46, 89 in random order; docs/destinations.md)."""
+        """Its rows are then loaded in key order: InnoDB appends to its key (measured on MariaDB, 1M
+        rows, the server's CPU-seconds: 12 in key order, 58 in random order, 20-22 into a table
+        without a key with the key added after; staged and merged 46, 89 in random order)."""
         self._fresh.discard(staging.table)
-        if load.into_refresh:  # a full refresh's table aside before its first window is committed
-            fits = self.read_state(load.model, "refresh_state").watermark is None
-        else:  # a live table without triggers or foreign keys (they would be lost)
-            fits = not self.session.one((sql.DEPENDENTS, (self.container, staging.target_name) * 3))[0]
-        if fits:
-            self.session.execute(self.dialect.drop_table(staging.table))
-            self.session.execute(f"CREATE TABLE {staging.table} LIKE {staging.target}")
+        if fits := rename_publish.start_fresh(self, load, staging):
             self._fresh.add(staging.table)
         return fits
 
     def _still_empty(self, staging: StagingTable) -> bool:
         return not self._has_rows(staging.target)
 
-    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
-        """The fresh table replaces its target by one atomic ``RENAME TABLE`` between two commits
-        of the status row (:mod:`..sql.rename_publish`); the window's state moves only with it."""
-        model = load.model
-        with self._atomically(load):  # the status row made if missing (the publish updates it)
-            before = self._lock_state(model, "refresh_state" if load.into_refresh else "state")
-        new_state = next_state(before, load, staging.max_last_modified)
-        if load.into_refresh:  # the aside table is no reader's: replaced, then its progress recorded
-            old = self.dialect.qualified(self.container, self.old_table_name(model))
-            self.session.execute(self.dialect.drop_table(old))
-            self._rename(model, [(staging.target, self.old_table_name(model)), (staging.table, staging.target_name)])
-            self.session.execute(self.dialect.drop_table(old))
-            with self._atomically(load):
-                self._lock_state(model, "refresh_state")
-                self._set_state(model, "refresh_state", new_state)
-            return new_state
-        self.session.execute(self.dialect.drop_table(self.refresh_table(model)))  # published as a refresh is
-        self._rename(model, [(staging.table, self.refresh_table_name(model))])
-        try:
-            rename_publish.publish(self, model, new_state, load.transfer_id)
-        except errors.TransferRunning:
-            raise errors.transfer_running(
-                model.model_name, self.name, f"the window was loaded into a new table but could not replace "
-                f"the empty {self.table(model)}: other sessions kept it in use for "
-                f"{max(1, round(self.tuning.lock_wait_seconds))} s. Nothing changed: the table and the watermark "
-                "are as they were", "run the transfer again once the queries or open transactions on the table "
-                "have ended") from None
-        return new_state
+    _publish_empty_load = rename_publish.publish_fresh
 
     def _clean_staging(self, model: ModelConfig) -> None:
-        """Also what a dead fresh-table window left: a table aside no refresh owns (dropped), or a
-        refresh's holding rows though none of its windows was committed (emptied)."""
         super()._clean_staging(model)
-        aside = self.refresh_table(model)
-        with self._translated_errors():
-            if not (self._exists(STATUS_TABLE) and self._exists(self.refresh_table_name(model))):
-                return
-            refresh, published = (self._status_row(model) or (None, None, None))[1:]
-            if published is not None or refresh is not None and (
-                    ModelState.from_json(refresh).watermark is not None or not self._has_rows(aside)):
-                return
-            self.session.execute(self.dialect.drop_table(aside))
-            if refresh is not None:
-                self.session.execute(self.dialect.target_ddl(aside, model))
-        log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name, model=model.model_name,
-                  staging_table=self.refresh_table_name(model), left_by_a_dead_transfer=True)
+        rename_publish.clean_fresh(self, model)
 
     def _rename(self, model: ModelConfig, pairs: list[tuple[str, str]]) -> None:
         """One ``RENAME TABLE``, waiting at most ``Tuning.lock_wait_seconds`` for the live table's
@@ -371,14 +302,14 @@ class MysqlWriter(SqlWriter):
             **connections.jdbc_properties(c, f"destinations.{self.name}.connection.password")).load()
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """Reach, log in, then each step a transfer takes in its database (privileges it needs,
-        statements), tried on probe tables dropped at once; a refused step names its grant."""
+        """Reach, log in, then each step a transfer takes (the privileges it needs, its statements) on
+        probe tables dropped at once; a refused step names its grant."""
         import pyarrow as pa
         import pymysql
 
         from transfer_platform.probes import Probe
 
-        c, name = self.destination.connection, "_tp_probe_" + uuid.uuid4().hex[:12]
+        c, probe, name = self.destination.connection, Probe(target), "_tp_probe_" + uuid.uuid4().hex[:12]
         table, staging, renamed, loaded = (sql.qualified(self.container, name + s) for s in ("", "_s", "_r", "_l"))
         steps = [
             ("create tables (model, status and staging tables)", ("CREATE",),
@@ -392,9 +323,10 @@ class MysqlWriter(SqlWriter):
             ("rename tables (a full refresh's publish)", ("ALTER", "DROP", "CREATE", "INSERT"),
              self.dialect.rename_tables(self.container, [(table, name + "_r")])),
             ("drop tables (staging, full refresh)", ("DROP",),
-             [self.dialect.drop_table(renamed, if_exists=False), self.dialect.drop_table(staging, if_exists=False)])]
-        probe, later = Probe(target), [step for step, _, _ in steps] + [_PROBE_LOAD]
-        login = f"log in to database {c.database!r} as {c.username!r}"
+             [self.dialect.drop_table(renamed, if_exists=False), self.dialect.drop_table(staging, if_exists=False)]),
+            (_PROBE_LOAD, None, [f"CREATE TABLE {loaded} (id BIGINT NULL) {sql.TABLE_OPTIONS}", lambda conn: load_batches(
+                conn, sql.load_data(loaded, "{path}", ["id"]), pa.table({"id": pa.array([1], pa.int64())}).to_batches())])]
+        login, later = f"log in to database {c.database!r} as {c.username!r}", [step for step, _, _ in steps]
         if not probe.reach(c.host, c.port):
             probe.skipped([login, *later], "the server cannot be reached")
             return probe.checks
@@ -410,22 +342,17 @@ class MysqlWriter(SqlWriter):
             for index, (step, privileges, statements) in enumerate(steps):
                 try:
                     for statement in statements:
-                        session.execute(statement)
+                        if callable(statement):
+                            statement(session.conn)
+                        else:
+                            session.execute(statement)
                 except pymysql.err.MySQLError as exc:
-                    probe.failed(step, bulk.first_line(exc), self._grant(privileges) if code(exc) in DENIED
-                                 else "check the server's log; the loader's grants are in the docs")
+                    probe.failed(step, bulk.first_line(exc), _LOCAL_INFILE_FIX if privileges is None else
+                                 self._grant(privileges) if code(exc) in DENIED else
+                                 "check the server's log; the loader's grants are in the docs")
                     probe.skipped(later[index + 1:], "the step before failed")
                     return probe.checks
                 probe.passed(step)
-            try:
-                session.execute(f"CREATE TABLE {loaded} (id BIGINT NULL) {sql.TABLE_OPTIONS}")
-                load_batches(session.conn, sql.load_data(loaded, "{path}", ["id"]),
-                             pa.table({"id": pa.array([1], pa.int64())}).to_batches())
-            except pymysql.err.MySQLError as exc:
-                probe.failed(_PROBE_LOAD, bulk.first_line(exc), "enable it on the server (SET GLOBAL local_infile = 1, "
-                             "or local_infile=ON in its configuration); the loader needs no FILE privilege for it")
-            else:
-                probe.passed(_PROBE_LOAD)
         finally:
             for suffix in ("", "_s", "_r", "_l"):
                 with suppress(pymysql.err.MySQLError):  # reported by the step that failed

@@ -171,6 +171,15 @@ class Dialect:
     def drop_table(self, table: str, *, if_exists: bool = True) -> str:
         return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
 
+    def create_like(self, table: str, like: str) -> str:
+        """A new empty table of ``like``'s definition, key included (``create-and-rename``'s fresh table)."""
+        return f"CREATE TABLE {table} LIKE {like}"
+
+    def dependents(self, container: str, name: str) -> Statement:
+        """One row: the objects a replaced table would lose, such as triggers and foreign keys
+        (``create-and-rename`` replaces only a table that has none)."""
+        raise NotImplementedError
+
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
         """The statements that add ``added`` and drop ``dropped`` (run in one transaction)."""
         return ([f"ALTER TABLE {table} ADD COLUMN {self.quote(c.destination_name)} {self.column_type(c)}"
