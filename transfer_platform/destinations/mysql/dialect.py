@@ -1,5 +1,4 @@
-"""The MySQL / MariaDB destination's SQL text, planned without a database: :class:`MysqlDialect`,
-the SQL writer's statements and MySQL's own (LOAD DATA, the value checks, the fresh table)."""
+"""The MySQL / MariaDB destination's SQL text, planned without a database: :class:`MysqlDialect`."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from transfer_platform.vendors.mysql import SQL_TEXT
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
 
-#: MySQL cannot index a LONGTEXT without a prefix: a string key column is a VARCHAR (a longer
-#: value is refused by name)
+#: MySQL cannot index a LONGTEXT without a prefix: a string key column is a VARCHAR
 KEY_STRING_LENGTH = 255
 KEY_STRING_TYPE = f"VARCHAR({KEY_STRING_LENGTH})"
 #: every table's character set and collation: UTF-8 in full, keys compared byte for byte
@@ -26,8 +24,7 @@ EARLIEST = "1000-01-01"
 #: the session's settings: UTC, and values a column cannot hold refused rather than bent
 SESSION_SETUP = ("SET time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
                  "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'")
-#: the ``COLUMN_TYPE`` a type is read back as, where it differs (MySQL 8 drops the display width
-#: of integers, MariaDB keeps it; MariaDB's JSON is a LONGTEXT with a check)
+#: a type's ``COLUMN_TYPE`` where it differs (MariaDB keeps integers' display width; its JSON is a LONGTEXT)
 _READ_BACK = {"BIGINT": ("bigint", "bigint(20)"), "BOOLEAN": ("tinyint(1)",), "JSON": ("json", "longtext")}
 _IN_TABLE = "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 
@@ -54,7 +51,6 @@ def model_lock_name(database: str, model: str) -> str:
 
 
 def load_data(staging: str, path: str, columns: list[str]) -> str:
-    """``LOAD DATA LOCAL INFILE`` of a CSV file of :mod:`.load` (every field quoted, ``\\N`` NULL)."""
     return (f"LOAD DATA LOCAL INFILE '{path}' INTO TABLE {staging} CHARACTER SET utf8mb4 "
             "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' ESCAPED BY '\\\\' "
             f"LINES TERMINATED BY '\\n' ({names(columns)})")
@@ -62,8 +58,7 @@ def load_data(staging: str, path: str, columns: list[str]) -> str:
 
 def replaced_rows(target: str, staging: str, columns: Sequence[str], keys: Sequence[str],
                   last_modified: str) -> str:
-    """Delete the target rows a staged row replaces: a newer one, or an equally new one that
-    differs (NULL-safe); an older staged version never replaces a newer delivered one."""
+    """Delete the target rows a newer staged row replaces, or an equally new one that differs."""
     lm = q(last_modified)
     same = " AND ".join(f"t.{q(c)} <=> s.{q(c)}" for c in columns if c not in keys and c != last_modified)
     condition = f"s.{lm} > t.{lm}" + (f" OR (s.{lm} = t.{lm} AND NOT ({same}))" if same else "")
@@ -107,7 +102,6 @@ class MysqlDialect(Dialect):
                 (container, name))
 
     def dependents(self, container: str, name: str) -> Statement:
-        """The table's triggers and the foreign keys from or to it."""
         return ("SELECT (SELECT count(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s AND "
                 "EVENT_OBJECT_TABLE = %s) + (SELECT count(*) FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE "
                 "(CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s) OR (UNIQUE_CONSTRAINT_SCHEMA = %s AND "
@@ -118,20 +112,18 @@ class MysqlDialect(Dialect):
 
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:
-        """Every column nullable, no key; a string key unbounded (``LONGTEXT``), so that a value
-        too long for the target's key column is seen whole and refused by name."""
+        """Nullable, no key; a string key a ``LONGTEXT``, so that a key too long is refused by name."""
         types = DESTINATIONS["mysql"].column_types
         cols = ", ".join(f"{q(c.destination_name)} {types[c.data_type]} NULL" for c in (columns or model.columns))
         return f"CREATE TABLE {staging} ({cols}) {TABLE_OPTIONS}"
 
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
-        """One ``ALTER TABLE`` (DDL is not transactional: one statement makes all its changes or none)."""
+        """One ``ALTER TABLE``: DDL is not transactional, one statement makes all its changes or none."""
         clauses = [f"ADD COLUMN {q(c.destination_name)} {self.column_type(c)} NULL" for c in added]
         clauses += [f"DROP COLUMN {q(name)}" for name in dropped]
         return [f"ALTER TABLE {table} {', '.join(clauses)}"] if clauses else []
 
     def rename_tables(self, container: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
-        """One atomic ``RENAME TABLE`` of every pair, in order."""
         return ["RENAME TABLE " + ", ".join(f"{a} TO {qualified(container, b)}" for a, b in pairs)]
 
     def ensure_status_row(self, status: str, model_name: str) -> Statement:
@@ -141,7 +133,6 @@ class MysqlDialect(Dialect):
         return f"COALESCE(SUM({condition}), 0)"
 
     def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
-        """At the same last-modified value the delete wins."""
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
         keys = [c.destination_name for c in model.primary_key]
         return (f"DELETE t FROM {target} AS t JOIN {staging} AS s ON {_join(keys)} "
@@ -162,25 +153,21 @@ class MysqlDialect(Dialect):
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"DELETE t FROM {target} AS t JOIN {staging} AS s ON {_join(columns)}"
 
-    # -- MySQL's own steps -------------------------------------------------------------------------
+    # -- MySQL's own: a held key staged twice, a value out of range, the key of a duplicate entry ----
 
     def first_duplicate_held_key(self, staging: str, target: str, keys: list[str]) -> str:
-        """One key staged more than once that ``target`` already holds, with its count."""
         return (f"SELECT {names(keys, 's.')}, count(*) FROM {staging} AS s JOIN {target} AS t ON {_join(keys)} "
                 f"GROUP BY {names(keys, 's.')} HAVING count(*) > 1 LIMIT 1")
 
     def first_out_of_range(self, staging: str, keys: list[str], columns: list[str]) -> str:
-        """A staged row with a date or timestamp before year 1000: its key and ``columns``' values."""
         where = " OR ".join(f"{q(c)} < '{EARLIEST}'" for c in columns)
         return f"SELECT {names(keys)}, {names(columns)} FROM {staging} WHERE {where} LIMIT 1"
 
     def first_long_key(self, staging: str, keys: list[str], string_keys: list[str]) -> str:
-        """A staged row whose string key is longer than a key column holds (its key's start)."""
         where = " OR ".join(f"CHAR_LENGTH({q(k)}) > {KEY_STRING_LENGTH}" for k in string_keys)
         return f"SELECT {', '.join(f'LEFT({q(k)}, 40)' for k in keys)} FROM {staging} WHERE {where} LIMIT 1"
 
     def key_by_text(self, table: str, keys: list[str]) -> str:
-        """The key whose text is the server's ``Duplicate entry '...'`` (key columns joined by ``-``)."""
         return f"SELECT {names(keys)} FROM {table} WHERE CONCAT_WS('-', {names(keys)}) = %s LIMIT 1"
 
 

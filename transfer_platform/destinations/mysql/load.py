@@ -1,6 +1,5 @@
-"""Rows into a staging table with ``LOAD DATA LOCAL INFILE`` (measured faster than multi-row
-inserts: ``benchmarks/destination_mysql.py``), from Spark's Python workers (:func:`load_partition`)
-or from this process (:func:`load_batches`)."""
+"""Rows into a staging table by ``LOAD DATA LOCAL INFILE`` (faster than multi-row inserts, measured by
+``benchmarks/destination_mysql.py``), from Spark's workers or this process: one CSV file per batch."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ class LoadRefused(Exception):
 
 
 def as_text(batch: pa.RecordBatch | pa.Table) -> pa.Table:
-    """``batch`` as the text LOAD DATA reads back exactly: timestamps in UTC, booleans 0/1,
-    backslashes doubled (``ESCAPED BY '\\\\'``), NULL as ``\\N`` (pyarrow's CSV quotes the rest)."""
+    """Every value as text LOAD DATA reads back exactly: UTC, 0/1, backslashes doubled, NULL ``\\N``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -44,9 +42,7 @@ def as_text(batch: pa.RecordBatch | pa.Table) -> pa.Table:
 
 
 def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, folder: str | None = None) -> int:
-    """Arrow record batches into the staging table on ``conn``, each a CSV file of its own in
-    ``folder`` (a temporary one), loaded and removed; the rows loaded. ``load_sql`` is
-    :func:`..dialect.load_data` with ``{path}`` where the file's name goes."""
+    """Arrow batches loaded on ``conn`` by ``load_sql`` (``{path}``: the file's name); the rows loaded."""
     import pyarrow.csv as pa_csv
     import pymysql
 
@@ -59,15 +55,13 @@ def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, fol
             try:
                 cursor.execute(load_sql.replace("{path}", path.replace("\\", "\\\\").replace("'", "''")))
             except AttributeError:
-                # PyMySQL, the connection lost while it sends the file: it closes the socket, then
-                # writes the file's last packet to it (None): report the lost connection
+                # PyMySQL, the connection lost while it sends the file, writes to the closed socket (None)
                 if conn.open:
                     raise
                 raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during "
                                                          "LOAD DATA LOCAL") from None
             os.unlink(path)
-            # LOAD DATA LOCAL turns what strict mode refuses into warnings (a value truncated,
-            # bent): the first one refuses the batch
+            # LOAD DATA LOCAL turns what strict mode refuses into warnings: the first refuses the batch
             cursor.execute("SHOW WARNINGS LIMIT 1")
             warning = cursor.fetchone()
             if warning is not None:
@@ -76,8 +70,7 @@ def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, fol
 
 
 def load_partition(connect: dict, load_sql: str, batches: Iterator) -> Iterator:
-    """Runs in a Spark Python worker: ``batches`` loaded in one connection; a failure raises its
-    first line only (never the connection settings)."""
+    """In a Spark Python worker: ``batches`` loaded in one connection; a failure told by its first line."""
     import pyarrow as pa
     import pymysql
 

@@ -1,5 +1,5 @@
 """MySQL / MariaDB destination: the SQL writer (``destinations/sql/``) with :mod:`.dialect`'s
-statements, the bulk load of :mod:`.load`, and what MySQL does its own way (each step says why)."""
+statements, the bulk load of :mod:`.load`, and what MySQL does its own way."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ _LOCAL_INFILE_FIX = ("enable it on the server (SET GLOBAL local_infile = 1, or l
 
 
 def code(exc: BaseException) -> int | None:
-    """A PyMySQL error's number (client errors, a lost connection among them, are 2000 and above)."""
+    """A PyMySQL error's number (a client's, such as a lost connection, 2000 and above)."""
     return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
 
 
@@ -136,7 +136,6 @@ class MysqlWriter(SqlWriter):
         return f"GRANT {', '.join(privileges)} ON {sql.q(c.database)}.* TO '{c.username.replace(chr(39), chr(39) * 2)}'@'%'"
 
     def _missing_privilege(self, reason: str) -> errors.MissingPrivilege:
-        """The refused statement's privilege, named with the GRANT that gives it."""
         found = _COMMAND.search(reason)
         needed = (found.group(1).upper(),) if found and found.group(1).upper() in LOADER_PRIVILEGES else LOADER_PRIVILEGES
         return errors.MissingPrivilege(self.what, role=self.destination.connection.username, reason=reason, grant=(
@@ -150,8 +149,7 @@ class MysqlWriter(SqlWriter):
     # -- the bulk load: LOAD DATA LOCAL INFILE ----------------------------------------------------
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        """Each Spark partition's Arrow batches (``mapInArrow``: memory stays flat) loaded by its
-        Python worker in a connection of its own, ``max_concurrent_queries_per_transfer`` at once."""
+        """Each partition loaded by its Spark Python worker (``mapInArrow``: memory stays flat)."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
@@ -302,8 +300,7 @@ class MysqlWriter(SqlWriter):
             **connections.jdbc_properties(c, f"destinations.{self.name}.connection.password")).load()
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """Reach, log in, then each step a transfer takes (the privileges it needs, its statements) on
-        probe tables dropped at once; a refused step names its grant."""
+        """Reach, log in, then each step a transfer takes on probe tables; a refused one names its grant."""
         import pyarrow as pa
         import pymysql
 

@@ -73,11 +73,10 @@ def finish_publish(writer: SqlWriter, model: ModelConfig) -> None:
 # -- the empty-table load ``create-and-rename`` (``Vendor.empty_table_load``): a writer's hooks -------
 
 def start_fresh(writer: SqlWriter, load: WindowLoad, staging: StagingTable) -> bool:
-    """A window into an empty target (a backfill's, a full refresh's first) is loaded into a fresh
-    table of the target's definition, key included (``Dialect.create_like``; named as a staging
-    table: a dead transfer's is dropped by the next one's clean-up), which then replaces the target
-    (:func:`publish_fresh`): no merge, each row written once. It fits a refresh's table aside before
-    its first window is committed, or a live table nothing depends on (``Dialect.dependents``)."""
+    """The window into an empty target is loaded into a fresh table of its definition, key included
+    (named as a staging table: a dead transfer's is dropped by the next one's clean-up), which then
+    replaces it (:func:`publish_fresh`). It fits a refresh's table aside before its first window is
+    committed, or a live table nothing depends on."""
     if load.into_refresh:
         fits = writer.read_state(load.model, "refresh_state").watermark is None
     else:
@@ -89,24 +88,20 @@ def start_fresh(writer: SqlWriter, load: WindowLoad, staging: StagingTable) -> b
 
 
 def publish_fresh(writer: SqlWriter, staging: StagingTable, load: WindowLoad) -> ModelState:
-    """The fresh table replaces its target by one atomic rename between two commits of the status
-    row; the window's state moves only with it. A refresh's table aside (no reader's, empty) is
-    renamed away; the live table is published as a refresh is, the fresh table as the one aside."""
-    model, session, dialect = load.model, writer.session, writer.dialect
+    """The fresh table replaces its target, and the window's state moves with it: a refresh's
+    table aside (no reader's, empty) is dropped for it; the live table is replaced as a full
+    refresh's publish replaces it (:func:`publish`), the fresh table as the one aside."""
+    model, column = load.model, "refresh_state" if load.into_refresh else "state"
     with writer._atomically(load):  # the status row made if missing (the publish updates it)
-        before = writer._lock_state(model, "refresh_state" if load.into_refresh else "state")
-    new_state = next_state(before, load, staging.max_last_modified)
-    if load.into_refresh:
-        old = dialect.qualified(writer.container, writer.old_table_name(model))
-        session.execute(dialect.drop_table(old))
-        writer._rename(model, [(staging.target, writer.old_table_name(model)), (staging.table, staging.target_name)])
-        session.execute(dialect.drop_table(old))
-        with writer._atomically(load):
-            writer._lock_state(model, "refresh_state")
-            writer._set_state(model, "refresh_state", new_state)
-        return new_state
-    session.execute(dialect.drop_table(writer.refresh_table(model)))
+        new_state = next_state(writer._lock_state(model, column), load, staging.max_last_modified)
+    aside = staging.target if load.into_refresh else writer.refresh_table(model)
+    writer.session.execute(writer.dialect.drop_table(aside))
     writer._rename(model, [(staging.table, writer.refresh_table_name(model))])
+    if load.into_refresh:
+        with writer._atomically(load):
+            writer._lock_state(model, column)
+            writer._set_state(model, column, new_state)
+        return new_state
     try:
         publish(writer, model, new_state, load.transfer_id)
     except TransferRunning:
@@ -120,9 +115,9 @@ def publish_fresh(writer: SqlWriter, staging: StagingTable, load: WindowLoad) ->
 
 
 def clean_fresh(writer: SqlWriter, model: ModelConfig) -> None:
-    """What a dead fresh-table window left (the model's lock held): a table aside no refresh owns
-    (its window died before its publish) dropped; a refresh's table aside holding rows though none
-    of its windows was committed (its first died between its rename and its commit) emptied."""
+    """What a dead fresh-table window left: a table aside no refresh owns (its window died before
+    its publish) dropped; a refresh's holding rows though none of its windows was committed (its
+    first died between its rename and its commit) emptied."""
     aside = writer.refresh_table(model)
     if not writer._exists(writer.refresh_table_name(model)):
         return
