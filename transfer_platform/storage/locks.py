@@ -264,6 +264,6 @@ class NamedLock(Lock):
         return self.session.one(("SELECT GET_LOCK(%s, %s)", (self.name, within)))[0] == 1
 
     def holder(self) -> str:
-        held = self.session.one(("SELECT p.USER, p.HOST, p.TIME FROM information_schema.PROCESSLIST p "
-                                 "WHERE p.ID = IS_USED_LOCK(%s)", (self.name,)))
+        held = self.session.one(("SELECT USER, HOST, TIME FROM information_schema.PROCESSLIST WHERE ID = IS_USED_LOCK(%s)",
+                                 (self.name,)))
         return f"session of {held[0]}@{held[1]}, running for {held[2]} s" if held else "another session"

@@ -12,8 +12,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pymysql
 
-NULL = "\\N"
-
 
 def first_line(exc: BaseException) -> str:
     """The first line of a PyMySQL error's message (its ``str`` is the tuple of its arguments)."""
@@ -38,7 +36,7 @@ def as_text(batch: pa.RecordBatch | pa.Table) -> pa.Table:
             return pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%d %H:%M:%S")
         return column.cast(pa.int8()).cast(pa.string()) if pa.types.is_boolean(kind) else column.cast(pa.string())
 
-    return pa.Table.from_arrays([pc.fill_null(text(c), NULL) for c in batch.columns], names=batch.schema.names)
+    return pa.Table.from_arrays([pc.fill_null(text(c), "\\N") for c in batch.columns], names=batch.schema.names)
 
 
 def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, folder: str | None = None) -> int:

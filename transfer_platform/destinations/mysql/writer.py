@@ -34,21 +34,16 @@ if TYPE_CHECKING:
 
 #: every privilege the loader needs, on its own database only (docs/permissions.md)
 LOADER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
-#: the server's "denied" error codes (table, column, database, specific privilege, routine);
-#: ER_DUP_ENTRY, ER_LOCK_WAIT_TIMEOUT
+#: the server's "denied" codes (table, column, database, privilege, routine), ER_DUP_ENTRY, ER_LOCK_WAIT_TIMEOUT
 DENIED, DUPLICATE_ENTRY, LOCK_WAIT_TIMEOUT = {1142, 1143, 1044, 1227, 1370}, 1062, 1205
 CONNECT_FIX = ("check that the server is running and accepts connections, and the host, port, database "
                "(the recipient's, created beforehand), username and password variable in the configuration")
 _COMMAND = re.compile(r"^(\w+(?: \w+)?) command denied", re.IGNORECASE)
-#: what LOAD DATA LOCAL reports (as a warning) when a row breaks the fresh table's key: a key
-#: twice, a NULL key column, a string key longer than its column
+#: LOAD DATA LOCAL's warnings when a row breaks the fresh table's key: a key twice, a NULL, a key too long
 _DUPLICATE = re.compile(r"Duplicate entry '(.*)' for key '?PRIMARY'?")
 _NULL_KEY = re.compile(r"NULL supplied to NOT NULL column '([^']+)'|Column '([^']+)' cannot be null")
 _TRUNCATED = re.compile(r"Data (?:too long|truncated) for column '([^']+)'")
 _LOAD_FAILED = "LOAD DATA into the staging table failed: "
-_PROBE_LOAD = "load rows with LOAD DATA LOCAL INFILE (staging)"
-_LOCAL_INFILE_FIX = ("enable it on the server (SET GLOBAL local_infile = 1, or local_infile=ON in its configuration); "
-                     "the loader needs no FILE privilege for it")
 
 
 def code(exc: BaseException) -> int | None:
@@ -69,15 +64,8 @@ class MysqlWriter(SqlWriter):
     # -- the connection: UTC, strict, LOCAL INFILE allowed; GET_LOCK and what the server refuses --
 
     def connect_kwargs(self) -> dict:
-        """``pymysql.connect``'s arguments, the password resolved; the host a guarded destination's
-        checked address (Spark's Python workers connect past this process's resolver)."""
-        from transfer_platform.network.addresses import pinned_host
-
-        c = self.destination.connection
-        return {"host": pinned_host(c), "port": c.port, "user": c.username, "database": c.database,
-                "password": connections.password_of(c, f"destinations.{self.name}.connection.password") or "",
-                "connect_timeout": connections.CONNECT_TIMEOUT_SECONDS, "autocommit": True, "charset": "utf8mb4",
-                "local_infile": True, "init_command": sql.SESSION_SETUP}
+        return connections.mysql_connect_kwargs(self.destination.connection, what=f"destinations.{self.name}",
+                                                local_infile=True, init_command=sql.SESSION_SETUP)
 
     @property
     def conn(self) -> pymysql.Connection:
@@ -182,8 +170,7 @@ class MysqlWriter(SqlWriter):
                 raise self._load_error(load.model, bulk.first_line(exc), staging) from None
 
     def _load_error(self, model: ModelConfig, reason: str, staging: str) -> errors.DataError:
-        """What the load refused; a row that broke a fresh table's primary key (only a fresh
-        table has one) is refused by name as the staging checks name it."""
+        """What the load refused: a row breaking a fresh table's key named as the staging checks name it."""
         keys = [c.destination_name for c in model.primary_key]
         if found := _DUPLICATE.search(reason):
             with self._translated_errors():
@@ -212,8 +199,7 @@ class MysqlWriter(SqlWriter):
             destination=self.name, fix="key the model on shorter columns (a hash of the long value, say)")
 
     def _refuse_values(self, load: WindowLoad, staging: StagingTable) -> None:
-        """A date or timestamp before 1000-01-01 (MySQL's DATETIME and DATE hold 1000-01-01 to
-        9999-12-31), or a string key longer than its VARCHAR column: refused by name."""
+        """A date before 1000-01-01 (DATETIME and DATE hold 1000-01-01 to 9999-12-31), a key too long."""
         model = load.model
         keys = [c.destination_name for c in model.primary_key]
         dated = [c.destination_name for c in model.columns if c.data_type in ("timestamp", "date")]
@@ -321,8 +307,10 @@ class MysqlWriter(SqlWriter):
              self.dialect.rename_tables(self.container, [(table, name + "_r")])),
             ("drop tables (staging, full refresh)", ("DROP",),
              [self.dialect.drop_table(renamed, if_exists=False), self.dialect.drop_table(staging, if_exists=False)]),
-            (_PROBE_LOAD, None, [f"CREATE TABLE {loaded} (id BIGINT NULL) {sql.TABLE_OPTIONS}", lambda conn: load_batches(
-                conn, sql.load_data(loaded, "{path}", ["id"]), pa.table({"id": pa.array([1], pa.int64())}).to_batches())])]
+            ("load rows with LOAD DATA LOCAL INFILE (staging)", "enable it on the server (SET GLOBAL local_infile = 1, "
+             "or local_infile=ON in its configuration); the loader needs no FILE privilege for it",
+             [f"CREATE TABLE {loaded} (id BIGINT NULL) {sql.TABLE_OPTIONS}", lambda conn: load_batches(
+                 conn, sql.load_data(loaded, "{path}", ["id"]), pa.table({"id": pa.array([1], pa.int64())}).to_batches())])]
         login, later = f"log in to database {c.database!r} as {c.username!r}", [step for step, _, _ in steps]
         if not probe.reach(c.host, c.port):
             probe.skipped([login, *later], "the server cannot be reached")
@@ -336,7 +324,7 @@ class MysqlWriter(SqlWriter):
             return probe.checks
         probe.passed(login)
         try:
-            for index, (step, privileges, statements) in enumerate(steps):
+            for index, (step, needs, statements) in enumerate(steps):
                 try:
                     for statement in statements:
                         if callable(statement):
@@ -344,9 +332,8 @@ class MysqlWriter(SqlWriter):
                         else:
                             session.execute(statement)
                 except pymysql.err.MySQLError as exc:
-                    probe.failed(step, bulk.first_line(exc), _LOCAL_INFILE_FIX if privileges is None else
-                                 self._grant(privileges) if code(exc) in DENIED else
-                                 "check the server's log; the loader's grants are in the docs")
+                    probe.failed(step, bulk.first_line(exc), needs if isinstance(needs, str) else self._grant(needs)
+                                 if code(exc) in DENIED else "check the server's log; the loader's grants are in the docs")
                     probe.skipped(later[index + 1:], "the step before failed")
                     return probe.checks
                 probe.passed(step)

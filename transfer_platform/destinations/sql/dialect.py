@@ -176,8 +176,7 @@ class Dialect:
         return f"CREATE TABLE {table} LIKE {like}"
 
     def dependents(self, container: str, name: str) -> Statement:
-        """One row: the objects a replaced table would lose, such as triggers and foreign keys
-        (``create-and-rename`` replaces only a table that has none)."""
+        """One row: how many objects (triggers, foreign keys) a table replaced by ``create-and-rename`` would lose."""
         raise NotImplementedError
 
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:

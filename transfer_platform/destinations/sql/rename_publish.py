@@ -70,13 +70,10 @@ def finish_publish(writer: SqlWriter, model: ModelConfig) -> None:
         writer._set_state(model, "published_state", None)
 
 
-# -- the empty-table load ``create-and-rename`` (``Vendor.empty_table_load``): a writer's hooks -------
-
 def start_fresh(writer: SqlWriter, load: WindowLoad, staging: StagingTable) -> bool:
-    """The window into an empty target is loaded into a fresh table of its definition, key included
-    (named as a staging table: a dead transfer's is dropped by the next one's clean-up), which then
-    replaces it (:func:`publish_fresh`). It fits a refresh's table aside before its first window is
-    committed, or a live table nothing depends on."""
+    """A window into an empty target loaded into a fresh table of its definition, key included (a
+    staging table's name: a dead transfer's is dropped by the next), fits a refresh's table aside
+    before its first window is committed, or a live table nothing depends on."""
     if load.into_refresh:
         fits = writer.read_state(load.model, "refresh_state").watermark is None
     else:
@@ -88,9 +85,8 @@ def start_fresh(writer: SqlWriter, load: WindowLoad, staging: StagingTable) -> b
 
 
 def publish_fresh(writer: SqlWriter, staging: StagingTable, load: WindowLoad) -> ModelState:
-    """The fresh table replaces its target, and the window's state moves with it: a refresh's
-    table aside (no reader's, empty) is dropped for it; the live table is replaced as a full
-    refresh's publish replaces it (:func:`publish`), the fresh table as the one aside."""
+    """The fresh table replaces its target with the window's state: a refresh's table aside (no
+    reader's, empty) dropped for it, or the live table as a refresh's :func:`publish` replaces it."""
     model, column = load.model, "refresh_state" if load.into_refresh else "state"
     with writer._atomically(load):  # the status row made if missing (the publish updates it)
         new_state = next_state(writer._lock_state(model, column), load, staging.max_last_modified)
@@ -115,9 +111,8 @@ def publish_fresh(writer: SqlWriter, staging: StagingTable, load: WindowLoad) ->
 
 
 def clean_fresh(writer: SqlWriter, model: ModelConfig) -> None:
-    """What a dead fresh-table window left: a table aside no refresh owns (its window died before
-    its publish) dropped; a refresh's holding rows though none of its windows was committed (its
-    first died between its rename and its commit) emptied."""
+    """What a dead fresh-table window left: a table aside no refresh owns dropped, a refresh's
+    holding rows though none of its windows was committed (died before its commit) emptied."""
     aside = writer.refresh_table(model)
     if not writer._exists(writer.refresh_table_name(model)):
         return
