@@ -17,7 +17,7 @@ Cases, each checked by counting what MariaDB holds (a wrong count voids the case
   a fresh table; skipped if no ``mysql`` client is installed);
 - ``staging_load_data`` / ``staging_inserts``: the same rows (at most ``--staging-rows``) already
   in this process as Arrow, into a staging table by the writer's LOAD DATA path and by multi-row
-  INSERTs (the choice ``destinations/mysql/load.py`` made).
+  INSERTs (:func:`insert_batches`; the choice ``destinations/mysql/load.py`` made).
 
 Prints seconds (and, when the server runs on this machine, the CPU-seconds its process spent in
 each case, so that a busy machine cannot hide the cost) and the ratios backfill / floor, backfill /
@@ -228,13 +228,29 @@ def floor_mysql_client(path: Path, rows: int) -> dict | None:
     return _floor_checked("floor_mysql_client", seconds, rows, cpu)
 
 
+def insert_batches(conn: pymysql.Connection, insert_sql: str, batches) -> int:
+    """The rows as multi-row ``INSERT``s (PyMySQL folds ``executemany`` into statements of up to
+    1 MB): what LOAD DATA is compared with."""
+    from datetime import datetime
+
+    rows = 0
+    with conn.cursor() as cursor:
+        for batch in batches:
+            values = [tuple(v.replace(tzinfo=None) if isinstance(v, datetime) else v for v in row.values())
+                      for row in batch.to_pylist()]
+            if values:
+                cursor.executemany(insert_sql, values)
+            rows += len(values)
+    return rows
+
+
 def staging_comparison(path: Path, rows: int) -> dict:
     """The writer's two ways of staging rows already here as Arrow, on the same rows."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
     from transfer_platform.destinations.mysql import dialect as sql
-    from transfer_platform.destinations.mysql.load import insert_batches, load_batches
+    from transfer_platform.destinations.mysql.load import load_batches
 
     arrow = {"integer": pa.int64(), "string": pa.string(), "timestamp": pa.timestamp("us"),
              "float": pa.float64()}
@@ -253,7 +269,8 @@ def staging_comparison(path: Path, rows: int) -> dict:
             if how == "load":
                 load_batches(conn, sql.load_data("stg", "{path}", COLUMNS), table.to_batches(max_chunksize=65536))
             else:
-                insert_batches(conn, sql.insert_values("stg", COLUMNS), table.to_batches(max_chunksize=65536))
+                insert_batches(conn, f"INSERT INTO stg ({', '.join(f'`{c}`' for c in COLUMNS)}) VALUES "
+                               f"({', '.join(['%s'] * len(COLUMNS))})", table.to_batches(max_chunksize=65536))
             seconds = time.perf_counter() - start
         finally:
             conn.close()

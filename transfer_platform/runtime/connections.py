@@ -55,6 +55,17 @@ def connect_postgres(connection: DatabaseConnection, *, what: str, autocommit: b
     return conn
 
 
+def mysql_connect_kwargs(connection: DatabaseConnection, *, what: str, **settings: object) -> dict:
+    """``pymysql.connect`` arguments (the password resolved, a guarded destination's checked address:
+    Spark's workers connect past our resolver): UTC, autocommit on; ``settings`` added or replacing."""
+    from transfer_platform.network.addresses import pinned_host
+
+    return {"host": pinned_host(connection), "port": connection.port, "user": connection.username,
+            "password": password_of(connection, f"{what}.connection.password") or "", "database": connection.database,
+            "connect_timeout": CONNECT_TIMEOUT_SECONDS, "autocommit": True, "charset": "utf8mb4",
+            "init_command": "SET time_zone = '+00:00'", **settings}
+
+
 def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | None = None,
                   read_timeout: int | None = None) -> pymysql.Connection:
     """A PyMySQL connection in UTC (``time_zone = '+00:00'``), autocommit on; ``ConnectionFailure``
@@ -62,21 +73,9 @@ def connect_mysql(connection: DatabaseConnection, *, what: str, database: str | 
     ``read_timeout``: the longest a call waits for the server (a source's ``read_timeout_seconds``)."""
     import pymysql
 
-    from transfer_platform.network.addresses import pinned_host
-
     try:
-        return pymysql.connect(
-            host=pinned_host(connection),
-            port=connection.port,
-            user=connection.username,
-            password=password_of(connection, f"{what}.connection.password") or "",
-            database=database or connection.database,
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            read_timeout=read_timeout,
-            autocommit=True,
-            charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'",
-        )
+        return pymysql.connect(**mysql_connect_kwargs(connection, what=what, database=database or connection.database,
+                                                      read_timeout=read_timeout))
     except pymysql.err.OperationalError as exc:
         raise ConnectionFailure(
             what, host=connection.host, port=connection.port,

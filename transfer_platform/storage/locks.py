@@ -6,9 +6,9 @@ its holder is gone (its process dead, its lease run out); else ask again until `
 have passed, then refuse naming the holder (:func:`running`). What differs per store is a small
 backend (:class:`Lock`), a compare-and-set of the store's own: a file's ``flock`` (:class:`FileLock`),
 PostgreSQL's session advisory lock (:class:`AdvisoryLock`, the PostgreSQL destination's and
-Iceberg's catalog's), and beside their stores an object written only if absent (S3, Azure), a
-generation precondition (GCS), a file created exclusively (SFTP), MySQL's ``GET_LOCK``, a lock
-row (Snowflake, BigQuery), a lock table (ClickHouse). :class:`Locks` holds one writer's locks.
+Iceberg's catalog's), MySQL's ``GET_LOCK`` (:class:`NamedLock`), and beside their stores an object
+written only if absent (S3, Azure), a generation precondition (GCS), a file created exclusively
+(SFTP), a lock row (Snowflake, BigQuery), a lock table (ClickHouse). :class:`Locks` holds one writer's locks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from transfer_platform.errors import TransferRunning, transfer_running
 
@@ -249,3 +249,21 @@ class AdvisoryLock(Lock):
         held = self.session()
         return (f"{held[0] or 'a session'}, connected since {held[1]:%Y-%m-%d %H:%M:%S}" if held
                 else "a session that has just ended")
+
+
+class NamedLock(Lock):
+    """MySQL's ``GET_LOCK(name)`` on ``session`` (a MySQL destination's): the session's, released
+    when its connection closes or its process dies (never stale); the server waits for it."""
+
+    poll_seconds = None
+
+    def __init__(self, session: Any, name: str) -> None:
+        self.session, self.name = session, name
+
+    def take(self, within: float) -> bool:
+        return self.session.one(("SELECT GET_LOCK(%s, %s)", (self.name, within)))[0] == 1
+
+    def holder(self) -> str:
+        held = self.session.one(("SELECT USER, HOST, TIME FROM information_schema.PROCESSLIST WHERE ID = IS_USED_LOCK(%s)",
+                                 (self.name,)))
+        return f"session of {held[0]}@{held[1]}, running for {held[2]} s" if held else "another session"

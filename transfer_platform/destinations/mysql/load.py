@@ -1,13 +1,5 @@
-"""Rows into a staging table with ``LOAD DATA LOCAL INFILE``: from Spark's Python workers
-(:func:`load_partition`) or from this process (:func:`load_batches`).
-
-Each Arrow batch becomes a CSV file that MySQL reads exactly: every value is written as text
-(timestamps as ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, booleans as 0/1), backslashes doubled
-(``ESCAPED BY '\\\\'``), NULL as ``\\N``, every field quoted with inner quotes doubled (pyarrow's
-CSV writer). Measured against multi-row inserts (PyMySQL's ``executemany``) on this machine,
-LOAD DATA was the faster (docs/destinations.md); :func:`insert_batches` is kept for
-that comparison (``benchmarks/destination_mysql.py --staging inserts``).
-"""
+"""Rows into a staging table by ``LOAD DATA LOCAL INFILE`` (faster than multi-row inserts, measured by
+``benchmarks/destination_mysql.py``), from Spark's workers or this process: one CSV file per batch."""
 
 from __future__ import annotations
 
@@ -20,7 +12,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pymysql
 
-NULL = "\\N"
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a PyMySQL error's message (its ``str`` is the tuple of its arguments)."""
+    reason = exc.args[-1] if getattr(exc, "args", None) else exc
+    return (str(reason).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class LoadRefused(Exception):
@@ -28,96 +24,57 @@ class LoadRefused(Exception):
 
 
 def as_text(batch: pa.RecordBatch | pa.Table) -> pa.Table:
-    """``batch`` with every column as text LOAD DATA reads back exactly (see the module)."""
+    """Every value as text LOAD DATA reads back exactly: UTC, 0/1, backslashes doubled, NULL ``\\N``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    columns = []
-    for column in batch.columns:
+    def text(column: pa.Array) -> pa.Array:
         kind = column.type
         if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            text = pc.replace_substring(column, "\\", "\\\\")
-        elif pa.types.is_timestamp(kind):
-            text = pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%d %H:%M:%S")
-        elif pa.types.is_boolean(kind):
-            text = column.cast(pa.int8()).cast(pa.string())
-        else:
-            text = column.cast(pa.string())
-        columns.append(pc.fill_null(text, NULL))
-    return pa.Table.from_arrays(columns, names=batch.schema.names)
+            return pc.replace_substring(column, "\\", "\\\\")
+        if pa.types.is_timestamp(kind):
+            return pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%d %H:%M:%S")
+        return column.cast(pa.int8()).cast(pa.string()) if pa.types.is_boolean(kind) else column.cast(pa.string())
 
-
-def _write_csv(batch: pa.RecordBatch | pa.Table, path: str) -> int:
-    import pyarrow.csv as pa_csv
-
-    pa_csv.write_csv(as_text(batch), path, pa_csv.WriteOptions(include_header=False, quoting_style="needed"))
-    return batch.num_rows
+    return pa.Table.from_arrays([pc.fill_null(text(c), "\\N") for c in batch.columns], names=batch.schema.names)
 
 
 def load_batches(conn: pymysql.Connection, load_sql: str, batches: Iterable, folder: str | None = None) -> int:
-    """Arrow record batches into the staging table on ``conn`` (``local_infile`` on), each batch
-    a CSV file of its own in ``folder`` (a temporary one), loaded and removed; the rows loaded.
-    ``load_sql`` is :func:`..sql.load_data` with ``{path}`` where the file's name goes."""
+    """Arrow batches loaded on ``conn`` by ``load_sql`` (``{path}``: the file's name); the rows loaded."""
+    import pyarrow.csv as pa_csv
+    import pymysql
+
     rows = 0
-    with tempfile.TemporaryDirectory(prefix="tp_mysql_", dir=folder) as where:
+    with tempfile.TemporaryDirectory(prefix="tp_mysql_", dir=folder) as where, conn.cursor() as cursor:
         path = os.path.join(where, "batch.csv")
-        with conn.cursor() as cursor:
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                rows += _write_csv(batch, path)
-                try:
-                    cursor.execute(load_sql.replace("{path}", path.replace("\\", "\\\\").replace("'", "''")))
-                except AttributeError:
-                    import pymysql
-
-                    # PyMySQL, the connection lost while it sends the file: it closes the socket,
-                    # then writes the file's last packet to it (None): report the lost connection
-                    if conn.open:
-                        raise
-                    raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during "
-                                                             "LOAD DATA LOCAL") from None
-                os.unlink(path)
-                # LOAD DATA LOCAL turns what strict mode refuses into warnings (a value truncated,
-                # bent): the first one refuses the batch
-                cursor.execute("SHOW WARNINGS LIMIT 1")
-                warning = cursor.fetchone()
-                if warning is not None:
-                    raise LoadRefused(f"{warning[2]} ({warning[0]} {warning[1]})")
-    return rows
-
-
-def insert_batches(conn: pymysql.Connection, insert_sql: str, batches: Iterable) -> int:
-    """The same rows as multi-row ``INSERT``s (PyMySQL folds ``executemany`` into statements of
-    up to 1 MB); only for the comparison with :func:`load_batches`."""
-    from datetime import datetime
-
-    rows = 0
-    with conn.cursor() as cursor:
-        for batch in batches:
-            values = [tuple(v.replace(tzinfo=None) if isinstance(v, datetime) else v for v in row.values())
-                      for row in batch.to_pylist()]
-            if values:
-                cursor.executemany(insert_sql, values)
-            rows += len(values)
+        for batch in (b for b in batches if b.num_rows):
+            pa_csv.write_csv(as_text(batch), path, pa_csv.WriteOptions(include_header=False, quoting_style="needed"))
+            rows += batch.num_rows
+            try:
+                cursor.execute(load_sql.replace("{path}", path.replace("\\", "\\\\").replace("'", "''")))
+            except AttributeError:
+                # PyMySQL, the connection lost while it sends the file, writes to the closed socket (None)
+                if conn.open:
+                    raise
+                raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during "
+                                                         "LOAD DATA LOCAL") from None
+            os.unlink(path)
+            # LOAD DATA LOCAL turns what strict mode refuses into warnings: the first refuses the batch
+            cursor.execute("SHOW WARNINGS LIMIT 1")
+            warning = cursor.fetchone()
+            if warning is not None:
+                raise LoadRefused(f"{warning[2]} ({warning[0]} {warning[1]})")
     return rows
 
 
 def load_partition(connect: dict, load_sql: str, batches: Iterator) -> Iterator:
-    """Runs in a Spark Python worker: ``batches`` into the staging table in one connection; a
-    failure raises its first line only (never the connection settings)."""
+    """In a Spark Python worker: ``batches`` loaded in one connection; a failure told by its first line."""
     import pyarrow as pa
     import pymysql
 
     try:
-        conn = pymysql.connect(**connect)
-        try:
+        with pymysql.connect(**connect) as conn:
             rows = load_batches(conn, load_sql, batches)
-        finally:
-            conn.close()
-    except LoadRefused as exc:
-        raise RuntimeError(f"LOAD DATA into the staging table failed: {exc}") from None
-    except pymysql.err.MySQLError as exc:
-        reason = exc.args[-1] if exc.args else str(exc)
-        raise RuntimeError(f"LOAD DATA into the staging table failed: {str(reason).strip().splitlines()[0]}") from None
+    except (LoadRefused, pymysql.err.MySQLError) as exc:
+        raise RuntimeError(f"LOAD DATA into the staging table failed: {first_line(exc)}") from None
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))

@@ -171,6 +171,14 @@ class Dialect:
     def drop_table(self, table: str, *, if_exists: bool = True) -> str:
         return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table}"
 
+    def create_like(self, table: str, like: str) -> str:
+        """A new empty table of ``like``'s definition, key included (``create-and-rename``'s fresh table)."""
+        return f"CREATE TABLE {table} LIKE {like}"
+
+    def dependents(self, container: str, name: str) -> Statement:
+        """One row: how many objects (triggers, foreign keys) a table replaced by ``create-and-rename`` would lose."""
+        raise NotImplementedError
+
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
         """The statements that add ``added`` and drop ``dropped`` (run in one transaction)."""
         return ([f"ALTER TABLE {table} ADD COLUMN {self.quote(c.destination_name)} {self.column_type(c)}"
