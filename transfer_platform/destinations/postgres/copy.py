@@ -1,5 +1,6 @@
-"""Rows into a staging table with ``COPY ... FROM STDIN (FORMAT csv)``: from Spark's Python
-workers (:func:`copy_partition`) or from this process (:func:`copy_batches`)."""
+"""Rows into a staging table with ``COPY ... FROM STDIN (FORMAT csv)``, from Spark's Python workers
+(:func:`copy_partition`) or from this process (:func:`copy_batches`); a module of its own, light to
+import in a worker."""
 
 from __future__ import annotations
 
@@ -11,11 +12,7 @@ if TYPE_CHECKING:
 
 
 def copy_partition(connect: dict, copy_sql: str, batches: Iterator) -> Iterator:
-    """Runs in a Spark Python worker: ``batches`` (Arrow record batches) into ``copy_sql`` as CSV.
-
-    pyarrow's CSV quotes every string and leaves NULLs bare (PostgreSQL's CSV reads a bare empty
-    field as NULL, ``""`` as an empty string) and writes timestamps with microseconds and ``Z``.
-    """
+    """In a Spark Python worker: ``batches`` (Arrow) into ``copy_sql``; one batch: the rows written."""
     import psycopg
     import pyarrow as pa
 
@@ -29,15 +26,14 @@ def copy_partition(connect: dict, copy_sql: str, batches: Iterator) -> Iterator:
 
 
 def copy_batches(conn: psycopg.Connection, copy_sql: str, batches: Iterable) -> int:
-    """Arrow record batches into ``copy_sql`` (``COPY ... FROM STDIN (FORMAT csv)``) on ``conn``,
-    one batch of CSV at a time; the rows written. In a Spark Python worker (``copy_partition``)
-    or in this process (a window read with others, already here as Arrow)."""
+    """Arrow record batches into ``copy_sql`` on ``conn``, one batch of CSV at a time; the rows
+    written. pyarrow's CSV quotes every string and leaves NULLs bare (PostgreSQL's CSV reads a bare
+    empty field as NULL, ``""`` as an empty string) and writes timestamps with microseconds and ``Z``."""
     import io
 
     import pyarrow.csv as pa_csv
 
-    options = pa_csv.WriteOptions(include_header=False)
-    rows = 0
+    options, rows = pa_csv.WriteOptions(include_header=False), 0
     with conn.cursor().copy(copy_sql) as copy:
         for batch in batches:
             buffer = io.BytesIO()
