@@ -1,7 +1,6 @@
-"""The PostgreSQL destination's SQL text, tested without a database: :class:`PostgresDialect` and the
-statements of PostgreSQL's own steps (the empty-target swap, a refresh's publish, the probe). Tables
-arrive qualified and quoted (``core.sql.qualified``); columns and schemas are quoted here; values are
-always parameters."""
+"""The PostgreSQL destination's SQL, tested as text: :class:`PostgresDialect` and PostgreSQL's own steps (the
+swap, a refresh's publish, the probe). Tables come quoted, columns and schemas are quoted here; values are
+parameters."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ model_lock_key = advisory_key
 
 
 def probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
-    """What a transfer does in its schema, as (check, statements) in the order they depend on each
-    other, on a probe table ``name``."""
+    """What a transfer does in its schema, as (check, statements) in the order they depend on each other."""
     table, staging, renamed = (qualified(schema, n) for n in (name, name + "_s", name + "_r"))
     return [
         (f"create schema {quote_ident(schema)}", [create_schema(schema)]),
@@ -103,8 +101,7 @@ REFERENCED_BY_ANOTHER_TABLE = ("SELECT EXISTS (SELECT FROM pg_constraint WHERE c
 
 
 def not_owned(count: int) -> str:
-    """Which of ``count`` tables (parameters, qualified names) exist and are not the current
-    role's: (schema, table) rows."""
+    """(schema, table) of each of ``count`` tables (parameters) that exists and is not the current role's."""
     return ("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             f"WHERE c.oid = ANY(ARRAY[{', '.join(['to_regclass(%s)'] * count)}]) "
             "AND NOT pg_has_role(current_user, c.relowner, 'USAGE')")
@@ -130,23 +127,19 @@ def copy_csv(staging: str, columns: list[str], fmt: str = "csv") -> str:
 
 
 def copy_into_live(live: str, aside: str, columns: list[str]) -> list[str]:
-    """Publish a refresh into a live table whose columns match by copying its rows (its identity
-    kept: views, foreign keys, grants, triggers); used when something depends on that identity."""
+    """A refresh copied into the live table, whose identity something depends on (views, foreign keys, ...)."""
     return [f"TRUNCATE {live}", f"INSERT INTO {live} ({_names(columns)}) SELECT {_names(columns)} FROM {aside}",
             f"DROP TABLE {aside}"]
 
 
 def merge_into_live(live: str, aside: str, columns: list[str], key: list[str]) -> list[str]:
-    """Publish a refresh into a live table that another table's foreign key references (which
-    ``TRUNCATE`` refuses), its identity kept: delete the rows whose key the aside table lacks (the
-    foreign key's ``ON DELETE`` applies), insert the new rows, update the changed ones."""
-    q, names = quote_ident, _names(columns)
+    """A refresh merged into a live table that a foreign key references (``TRUNCATE`` refuses it): the rows
+    the aside table lacks deleted (the key's ``ON DELETE`` applies), the new ones inserted, the changed updated."""
+    q, names, rest = quote_ident, _names(columns), [c for c in columns if c not in key]
     match = " AND ".join(f"a.{q(k)} = t.{q(k)}" for k in key)
-    rest = [c for c in columns if c not in key]
-    conflict = "DO NOTHING"
-    if rest:
-        conflict = (f"DO UPDATE SET {', '.join(f'{q(c)} = EXCLUDED.{q(c)}' for c in rest)} WHERE ROW("
-                    f"{', '.join(f't.{q(c)}' for c in rest)}) IS DISTINCT FROM ROW({', '.join(f'EXCLUDED.{q(c)}' for c in rest)})")
+    before, after = (", ".join(f"{row}.{q(c)}" for c in rest) for row in ("t", "EXCLUDED"))
+    conflict = (f"DO UPDATE SET {', '.join(f'{q(c)} = EXCLUDED.{q(c)}' for c in rest)} "
+                f"WHERE ROW({before}) IS DISTINCT FROM ROW({after})") if rest else "DO NOTHING"
     return [f"DELETE FROM {live} AS t WHERE NOT EXISTS (SELECT FROM {aside} AS a WHERE {match})",
             f"INSERT INTO {live} AS t ({names}) SELECT {names} FROM {aside} ON CONFLICT ({_names(key)}) {conflict}",
             f"DROP TABLE {aside}"]
@@ -183,7 +176,8 @@ class PostgresDialect(Dialect):
 
     def columns(self, container: str, name: str) -> Statement:
         return ("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a WHERE a.attrelid = "
-                "to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (qualified(container, name),))
+                "to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                (qualified(container, name),))
 
     def primary_key(self, container: str, name: str) -> Statement:
         return ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = "
@@ -191,12 +185,12 @@ class PostgresDialect(Dialect):
                 (qualified(container, name),))
 
     def tables_starting_with(self, container: str, prefix: str) -> Statement:
-        return "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)", (container, prefix)
+        return ("SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
+                (container, prefix))
 
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:
-        """The target's columns (all, or ``columns``), no constraints; unlogged unless it may
-        become the target."""
+        """The target's columns (all, or ``columns``), no constraints; unlogged unless it may become the target."""
         names = "*" if columns is None else _names([c.destination_name for c in columns])
         return f"CREATE {'' if logged else 'UNLOGGED '}TABLE {staging} AS SELECT {names} FROM {target} WITH NO DATA"
 

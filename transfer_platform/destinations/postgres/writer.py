@@ -1,13 +1,12 @@
-"""PostgreSQL destination: the SQL writer's algorithm (``destinations/sql/``) with
-:class:`~.dialect.PostgresDialect`'s statements, and PostgreSQL's own ways: ``COPY`` into an
-UNLOGGED staging table (:mod:`.copy`); the model's lock, a session advisory lock (gone with its
-connection or process); the empty-table load, a swap (the loaded staging table becomes the empty
-target: each row written once); a full refresh published in one transaction, the aside table
-swapped in when nothing depends on the live table's identity, else the live table refilled in place
-(merged into when a foreign key references it), or replaced when its columns changed."""
+"""PostgreSQL destination: the SQL writer with :class:`~.dialect.PostgresDialect`, and PostgreSQL's own
+ways: ``COPY`` into an UNLOGGED staging table; the model's lock, a session advisory lock; the empty-table
+load, a swap (the loaded staging table becomes the empty target: each row written once); a refresh
+published in one transaction, swapped in when nothing depends on the live table's identity, else refilled
+in place (merged into when a foreign key references it), or replaced when its columns changed."""
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -16,26 +15,16 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from transfer_platform import errors
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.routes import Rows
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
-from transfer_platform.destinations.postgres.copy import copy_batches, copy_partition
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.dialect import STATUS_TABLE
 from transfer_platform.destinations.sql.session import PsycopgSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import (
-    ConfigError,
-    ConnectionFailure,
-    DataError,
-    MissingPrivilege,
-    SchemaMismatch,
-    Translations,
-    first_line,
-    transfer_running,
-    translated,
-)
+from transfer_platform.errors import first_line, translated
 from transfer_platform.probes import Probe
 from transfer_platform.runtime import connections
 from transfer_platform.sources.relay import relay_partition
@@ -53,6 +42,33 @@ if TYPE_CHECKING:
     from transfer_platform.sources.relay import RelayRead
 
 
+def copy_partition(connect: dict, copy_sql: str, batches: Iterator) -> Iterator:
+    """In a Spark Python worker: ``batches`` (Arrow) into ``copy_sql``; one batch: the rows written."""
+    import pyarrow as pa
+
+    try:
+        with psycopg.connect(**connect) as conn:
+            rows = copy_batches(conn, copy_sql, batches)
+    except psycopg.Error as exc:  # the first line only: a clear reason, never the connection settings
+        raise RuntimeError(f"COPY into the staging table failed: {first_line(exc)}") from None
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+def copy_batches(conn: psycopg.Connection, copy_sql: str, batches: Iterable) -> int:
+    """Arrow batches into ``copy_sql`` as CSV, one at a time; the rows written. pyarrow's CSV quotes every string,
+    leaves NULLs bare (PostgreSQL's NULL; ``""`` is an empty string), writes timestamps with microseconds and ``Z``."""
+    import pyarrow.csv as pa_csv
+
+    options, rows = pa_csv.WriteOptions(include_header=False), 0
+    with conn.cursor().copy(copy_sql) as copy:
+        for batch in batches:
+            buffer = io.BytesIO()
+            pa_csv.write_csv(batch, buffer, options)
+            copy.write(buffer.getvalue())
+            rows += batch.num_rows
+    return rows
+
+
 class PostgresWriter(SqlWriter):
     DIALECT = sql.PostgresDialect()
     accepts = frozenset({Rows.SPARK, Rows.ARROW, Rows.COPY_STREAM})  # a PostgreSQL source's relay
@@ -64,7 +80,7 @@ class PostgresWriter(SqlWriter):
         self._conn: psycopg.Connection | None = None
         self._locked = Locks()  # the models whose lock this writer's session holds
 
-    # -- connection and errors ------------------------------------------------------------------
+    # -- connection, errors, bookkeeping, the lock ---------------------------------------------
 
     @property
     def conn(self) -> psycopg.Connection:
@@ -84,24 +100,22 @@ class PostgresWriter(SqlWriter):
         self._locked.clear()
 
     def _translated_errors(self, *, lost: bool = True) -> AbstractContextManager[None]:
-        """A refused statement as ``MissingPrivilege`` with the grant a loader needs; a lost
-        connection as ``ConnectionFailure`` (not in ``prepare``'s own frame: ``lost`` false)."""
+        """A refused statement as ``MissingPrivilege`` (the grant named); a lost connection as ``ConnectionFailure``,
+        but in ``prepare``'s own frame (``lost`` false)."""
         c = self.destination.connection
         role = quote_ident(c.username)
         grant = (f"GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO {role} (the loader creates, alters, "
                  "drops and renames its tables there; tables created by another role must be owned by it: "
                  f"ALTER TABLE ... OWNER TO {role})")
-        table: Translations = [(psycopg.errors.InsufficientPrivilege, lambda exc: MissingPrivilege(
-            self.what, role=c.username, reason=first_line(exc), grant=grant))]
-        if lost:
-            table.append((psycopg.OperationalError, lambda exc: ConnectionFailure(
-                self.what, host=c.host, port=c.port, reason=first_line(exc))))
-        return translated(table)
+        lost_connection = psycopg.OperationalError if lost else ()  # () matches nothing
+        return translated([
+            (psycopg.errors.InsufficientPrivilege,
+             lambda exc: errors.MissingPrivilege(self.what, role=c.username, reason=first_line(exc), grant=grant)),
+            (lost_connection,
+             lambda exc: errors.ConnectionFailure(self.what, host=c.host, port=c.port, reason=first_line(exc)))])
 
     def _preparing(self) -> AbstractContextManager[None]:
         return self._translated_errors(lost=False)
-
-    # -- bookkeeping and the lock -----------------------------------------------------------------
 
     def _create_container(self) -> None:
         """The schema, created only when missing: PostgreSQL checks ``CREATE SCHEMA IF NOT EXISTS``
@@ -115,15 +129,14 @@ class PostgresWriter(SqlWriter):
                    f"or GRANT CREATE ON DATABASE {quote_ident(c.database)} TO {role}")
         # another transfer may create it meanwhile (a race shows as either error)
         with suppress(psycopg.errors.DuplicateSchema, psycopg.errors.UniqueViolation), translated([(
-                psycopg.errors.InsufficientPrivilege, lambda exc: MissingPrivilege(
+                psycopg.errors.InsufficientPrivilege, lambda exc: errors.MissingPrivilege(
                     f"{self.what}: schema {self.schema!r} does not exist and cannot be created",
                     role=c.username, reason=first_line(exc), grant=refused))]):
             self.conn.execute(sql.create_schema(self.schema))
 
     def _reach(self) -> None:
-        """The base's, where two transfers creating the status table at once is no error (PostgreSQL
-        refuses the second with a duplicate type or key: the table is there); ``refresh_state``
-        added to a status table of an older version."""
+        """The base's, ``refresh_state`` added to an older status table; two transfers creating that table at once:
+        PostgreSQL refuses the second with a duplicate type or key, and the table is there."""
         with self._translated_errors():
             with suppress(psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable,
                           psycopg.errors.UniqueViolation):
@@ -141,12 +154,12 @@ class PostgresWriter(SqlWriter):
     def _status_row(self, model: ModelConfig) -> tuple | None:
         if "refresh_state" in self._columns(STATUS_TABLE):
             return super()._status_row(model)
-        row = self.session.one(self.dialect.read_state(self.status_table, "state", model.model_name))  # older
+        # a status table of an older version
+        row = self.session.one(self.dialect.read_state(self.status_table, "state", model.model_name))
         return None if row is None else (row[0], None, None)
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
-        """A session advisory lock: two transfers of one model never interleave, however started,
-        and the model's staging tables left behind can only be a dead transfer's."""
+        """A session advisory lock: the model's staging tables left behind can only be a dead transfer's."""
         key = sql.model_lock_key(self.destination.connection.database, self.schema, model.model_name)
         self._locked.hold(model.model_name, AdvisoryLock(self.conn, key, transfer_id), destination=self.name,
                           wait_seconds=self.tuning.lock_wait_seconds)
@@ -154,8 +167,8 @@ class PostgresWriter(SqlWriter):
     # -- the bulk load: COPY ----------------------------------------------------------------------
 
     def _run_tasks(self, frame: DataFrame, task: Callable, *args: object) -> None:
-        """``task(connect, *args, batches)`` over ``frame``'s partitions in Spark's Python workers, as
-        Arrow batches (``mapInArrow``: memory stays flat); a refused connection is ``ConnectionFailure``."""
+        """``task(connect, *args, batches)`` on each partition's Arrow batches in Spark's Python workers
+        (``mapInArrow``: memory stays flat); a refused connection is ``ConnectionFailure``."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
@@ -166,19 +179,17 @@ class PostgresWriter(SqlWriter):
         except (Py4JJavaError, PySparkException) as exc:
             reason = connections.spark_error_reason(exc)
             if "Connection" in reason and "refused" in reason:
-                raise ConnectionFailure(self.what, host=c.host, port=c.port, reason=reason) from None
+                raise errors.ConnectionFailure(self.what, host=c.host, port=c.port, reason=reason) from None
             raise
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        """Each partition as CSV into one ``COPY`` in its own transaction (a failed one commits
-        nothing), at most ``max_concurrent_queries_per_transfer`` at once."""
+        """Each partition into one ``COPY`` of its own, ``max_concurrent_queries_per_transfer`` at once."""
         self._run_tasks(frame.coalesce(self.destination.max_concurrent_queries_per_transfer), copy_partition,
                         sql.copy_csv(staging, frame.columns))
 
     def write_relayed(self, relay: RelayRead, spark: SparkSession, load: WindowLoad) -> WindowResult:
-        """:meth:`write_window` for a window relayed from a PostgreSQL source (``sources/relay.py``):
-        its slices spread over at most ``max_concurrent_queries_per_transfer`` Spark tasks, each in
-        its own transaction, each value cast on the source to the staging column's type."""
+        """:meth:`write_window` for a window relayed from a PostgreSQL source (``sources/relay.py``): its slices over
+        ``max_concurrent_queries_per_transfer`` Spark tasks at most, each value cast to the staging column's type."""
         def stage(staging: StagingTable) -> StagingTable:
             names = [dest for _, dest in relay.columns]
             with self._translated_errors():
@@ -190,9 +201,8 @@ class PostgresWriter(SqlWriter):
         return self._write(load, stage, in_memory=False)
 
     def write_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], load: WindowLoad) -> WindowResult:
-        """:meth:`write_arrow` for a small window streamed from a PostgreSQL source in binary COPY
-        format in this process (``stream(types)``: its chunks, each value cast to the staging
-        table's column types; ``DirectReads.copy_out``), each chunk written as it comes."""
+        """:meth:`write_arrow` for a small window streamed from a PostgreSQL source by this process in binary COPY
+        format (``stream(types)``: ``DirectReads.copy_out``'s chunks, cast to the staging columns' types)."""
         def stage(staging: StagingTable) -> StagingTable:
             names = [c.destination_name for c in load.model.columns]
             with self._translated_errors(), self._refused_values(load):
@@ -212,7 +222,7 @@ class PostgresWriter(SqlWriter):
 
     def _refused_values(self, load: WindowLoad) -> AbstractContextManager[None]:
         """Around a ``COPY`` into the staging table: a value a column cannot hold, named."""
-        return translated([((psycopg.DataError, psycopg.IntegrityError), lambda exc: DataError(
+        return translated([((psycopg.DataError, psycopg.IntegrityError), lambda exc: errors.DataError(
             f"COPY into the staging table failed: {first_line(exc)}", model=load.model.model_name,
             destination=self.name, fix="check that each column's data_type matches the source values"))])
 
@@ -224,17 +234,17 @@ class PostgresWriter(SqlWriter):
         return self._replaceable(staging.target, staging.table)
 
     def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState | None:
-        """In one transaction: the status row locked, the staging table swapped in (its primary key
-        built: a duplicate key refused by name), the state recorded; ``None``, nothing changed, if
-        the target got rows or an object came to depend on it meanwhile (then merged)."""
+        """In one transaction: the status row locked, the staging table keyed (a key twice refused by name) and
+        swapped in, the state recorded; ``None`` if the target got rows or a dependent meanwhile (then merged)."""
         with self._atomically(load):
             before = self._lock_state(load.model, "refresh_state" if load.into_refresh else "state")
             self.conn.execute(sql.lock_exclusive(staging.target))
             if self._has_rows(staging.target):
                 return None
+            keys = [c.destination_name for c in load.model.primary_key]
             try:
                 with self.conn.transaction():
-                    self.conn.execute(sql.add_primary_key(staging.table, [c.destination_name for c in load.model.primary_key]))
+                    self.conn.execute(sql.add_primary_key(staging.table, keys))
             except psycopg.errors.UniqueViolation:
                 self._refuse_duplicate_keys(load, staging)
                 raise  # not reached: the check above names the duplicate
@@ -245,15 +255,13 @@ class PostgresWriter(SqlWriter):
         return new_state
 
     def _replaceable(self, target: str, staging: str, *, key: bool = False) -> bool:
-        """Nothing would be lost by replacing ``target`` with ``staging``: nothing depends on it but
-        its key, the same owner, grants, options and columns (and ``key``) as :mod:`.dialect` says."""
+        """Nothing lost by replacing ``target`` with ``staging``: no dependent, alike as :mod:`.dialect` says."""
         alike = [sql.SAME_OWNER_GRANTS_AND_OPTIONS, sql.SAME_COLUMNS] + ([sql.SAME_PRIMARY_KEY] if key else [])
         return (not self.conn.execute(sql.DEPENDENTS_BUT_THE_KEY, {"t": target}).fetchone()[0]
                 and all(self.conn.execute(same, (target, staging)).fetchone()[0] for same in alike))
 
     def _replace(self, target: str, table: str, name: str) -> bool:
-        """``target`` dropped, ``table`` renamed ``name`` in its place; False, nothing changed, if an
-        object came to depend on ``target`` meanwhile."""
+        """``target`` dropped, ``table`` renamed ``name``; False, nothing changed, if ``target`` got a dependent."""
         try:
             with self.conn.transaction():
                 self.conn.execute(self.dialect.drop_table(target, if_exists=False))
@@ -275,7 +283,7 @@ class PostgresWriter(SqlWriter):
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         live, aside = self.table(model), self.refresh_table(model)
         if not self._columns_match(model, model.model_name):  # a new shape, or no live table yet
-            with translated([(psycopg.errors.DependentObjectsStillExist, lambda exc: SchemaMismatch(
+            with translated([(psycopg.errors.DependentObjectsStillExist, lambda exc: errors.SchemaMismatch(
                     f"model '{model.model_name}' -> destination '{self.name}': the full refresh changes the columns "
                     f"of {live}, which must be replaced, but views or other objects depend on it. Fix: drop them, "
                     "run the transfer again (the refresh built so far is kept), then recreate them"))]):
@@ -287,13 +295,12 @@ class PostgresWriter(SqlWriter):
         self._set_state(model, "refresh_state", None)
 
     def _swap_refresh(self, model: ModelConfig, live: str, aside: str) -> bool:
-        """The aside table analyzed, both tables locked (waiting at most ``Tuning.lock_wait_seconds``
-        for the live table's readers, else refused, nothing changed), checked again and swapped.
-        False if something came to depend on the live table meanwhile: it is refilled instead."""
+        """Both tables locked (waiting ``Tuning.lock_wait_seconds`` at most for the live table's readers, else
+        refused), checked again and swapped; False if the live table got a dependent (then refilled)."""
         wait = self.tuning.lock_wait_seconds
         self.conn.execute(sql.analyze(aside))  # before the lock: readers are not kept waiting for it
         self.conn.execute(lock_timeout(wait))
-        with translated([(psycopg.errors.LockNotAvailable, lambda exc: transfer_running(
+        with translated([(psycopg.errors.LockNotAvailable, lambda exc: errors.transfer_running(
                 model.model_name, self.name, f"the full refresh is complete but was not published: other sessions "
                 f"kept {live} in use for {wait:g} s (publishing needs it alone for a moment). Nothing changed: readers "
                 "still see the old table, and the refresh built aside is kept", "run the transfer again once the long "
@@ -302,15 +309,14 @@ class PostgresWriter(SqlWriter):
         return self._replaceable(live, aside, key=True) and self._replace(live, aside, model.model_name)
 
     def _refill_live_table(self, model: ModelConfig, live: str, aside: str) -> None:
-        """Truncated and refilled; merged when another table's foreign key references it (``TRUNCATE``
-        refuses that): a row the refresh removes but a referencing row still needs is refused by
-        the key (nothing published), or follows its ``ON DELETE``."""
+        """Truncated and refilled, or merged into when a foreign key references it: a row the refresh removes but
+        a referencing row needs is refused by the key (nothing published), or follows its ``ON DELETE``."""
         columns = [c.destination_name for c in model.columns]
         if not self.conn.execute(sql.REFERENCED_BY_ANOTHER_TABLE, (live,)).fetchone()[0]:
             for statement in sql.copy_into_live(live, aside, columns):
                 self.conn.execute(statement)
             return
-        with translated([(psycopg.errors.ForeignKeyViolation, lambda exc: DataError(
+        with translated([(psycopg.errors.ForeignKeyViolation, lambda exc: errors.DataError(
                 f"the full refresh removes rows of {live} that another table's foreign key still references "
                 f"({exc.diag.message_detail or exc.diag.message_primary}); nothing was published, the refresh "
                 "built aside is kept", model=model.model_name, destination=self.name,
@@ -322,7 +328,7 @@ class PostgresWriter(SqlWriter):
     # -- outside a transfer's windows ---------------------------------------------------------
 
     def has_table(self, model: ModelConfig) -> bool:
-        with translated([(psycopg.Error, lambda exc: DataError(
+        with translated([(psycopg.Error, lambda exc: errors.DataError(
                 f"reading the state of PostgreSQL destination '{self.name}' failed: {first_line(exc)}",
                 model=model.model_name, destination=self.name,
                 fix="check that the destination's user may read its schema and _transfer_status"))]):
@@ -336,9 +342,8 @@ class PostgresWriter(SqlWriter):
             **connections.jdbc_properties(c, f"destinations.{self.name}.connection.password")).load()
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """``test-connection``: reach, log in, then everything a transfer does in the schema, tried in
-        one transaction that is rolled back (PostgreSQL's DDL is transactional: nothing is left
-        behind, not even a schema created for the probe); the models' tables must be the loader's."""
+        """Reach, log in, then everything a transfer does in the schema, in one transaction rolled back (the DDL is
+        transactional: nothing is left, not even a schema created for it); the models' tables must be the loader's."""
         probe, c = Probe(target), self.destination.connection
         role, schema = quote_ident(c.username), quote_ident(self.schema)
         steps = sql.probe_steps(self.schema, "_tp_probe_" + uuid.uuid4().hex[:12])
@@ -350,7 +355,7 @@ class PostgresWriter(SqlWriter):
             return probe.checks
         try:
             conn = connections.connect_postgres(c, what=self.what)
-        except (ConnectionFailure, ConfigError) as exc:
+        except (errors.ConnectionFailure, errors.ConfigError) as exc:
             probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
                          "check username, database and the password's environment variable")
             probe.skipped([*names, owned], "cannot log in")
