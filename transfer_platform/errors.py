@@ -14,6 +14,8 @@ Messages name the model, destination and value involved and say how to fix the p
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -154,3 +156,20 @@ def first_line(exc: BaseException) -> str:
     """The first line of what ``exc`` says (its type's name if it says nothing): a driver's
     reason without the detail lines that follow it."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+#: (what a driver raises, the maker of the platform's error for it), for :func:`translated`
+Translations = list[tuple[type[BaseException] | tuple[type[BaseException], ...], Callable[[Exception], Exception]]]
+
+
+@contextmanager
+def translated(table: Translations) -> Iterator[None]:
+    """What is raised inside, as the first row of ``table`` that matches makes it (``from None``:
+    the driver's text only through the maker); anything else raised as it is."""
+    try:
+        yield
+    except Exception as exc:
+        for kinds, make in table:
+            if isinstance(exc, kinds):
+                raise make(exc) from None
+        raise

@@ -1,48 +1,28 @@
-"""The SQL text of the PostgreSQL destination, planned without a database (tested as text):
-:class:`PostgresDialect` (the statements of the SQL writer's algorithm) and the catalog look-ups of
-PostgreSQL's own steps (the model's advisory lock, the empty-target swap, a refresh's publish,
-the probe).
-
-Table arguments are qualified names already quoted (``core.sql.qualified``); column and schema
-names are quoted here; values are always parameters.
-"""
+"""The PostgreSQL destination's SQL, tested as text: :class:`PostgresDialect` and PostgreSQL's own steps (the
+swap, a refresh's publish, the probe). Tables come quoted, columns and schemas are quoted here; values are
+parameters."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from transfer_platform.core.sql import (
-    qualified,
-    quote_ident,
-)
-from transfer_platform.destinations.sql.dialect import (
-    REFRESH_PREFIX,
-    STAGING_PREFIX,
-    STATUS_TABLE,
-    Dialect,
-    Statement,
-    StatusTypes,
-)
-from transfer_platform.storage.locks import advisory_key, lock_timeout
+from transfer_platform.core.sql import qualified, quote_ident
+from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes
+from transfer_platform.storage.locks import advisory_key
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
 
-__all__ = ["REFRESH_PREFIX", "STAGING_PREFIX", "STATUS_TABLE", "PostgresDialect", "lock_timeout"]
-
-
-def model_lock_key(database: str, schema: str, model: str) -> int:
-    """The advisory lock key of one model in one destination schema (a signed 64-bit integer)."""
-    return advisory_key(database, schema, model)
+#: the advisory lock key (a signed 64-bit integer) of one model: ``(database, schema, model)``
+model_lock_key = advisory_key
 
 
 def probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
-    """What a transfer does in its schema, as (check, statements) in the order they depend on each
-    other, on a probe table ``name``."""
+    """What a transfer does in its schema, as (check, statements) in the order they depend on each other."""
     table, staging, renamed = (qualified(schema, n) for n in (name, name + "_s", name + "_r"))
     return [
-        (f"create schema {quote_ident(schema)}", [f"CREATE SCHEMA {quote_ident(schema)}"]),
+        (f"create schema {quote_ident(schema)}", [create_schema(schema)]),
         (f"create tables in schema {quote_ident(schema)} (model, status and staging tables)",
          [f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)",
           f"CREATE UNLOGGED TABLE {staging} AS SELECT * FROM {table} WITH NO DATA"]),
@@ -53,7 +33,7 @@ def probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
          [f"ALTER TABLE {table} ADD COLUMN w text", f"ALTER TABLE {table} DROP COLUMN w"]),
         ("rename tables and constraints (a backfill into an empty table, a full refresh)",
          [f"ALTER TABLE {table} RENAME TO {quote_ident(name + '_r')}",
-          f"ALTER TABLE {renamed} RENAME CONSTRAINT {quote_ident(name + '_pkey')} TO {quote_ident(name + '_k')}"]),
+          rename_constraint(renamed, name + "_pkey", name + "_k")]),
         ("drop tables (staging, full refresh)", [f"DROP TABLE {renamed}", f"DROP TABLE {staging}"]),
     ]
 
@@ -61,13 +41,6 @@ def probe_steps(schema: str, name: str) -> list[tuple[str, list[str]]]:
 # -- catalog look-ups (parameters only) -----------------------------------------------------------
 
 SCHEMA_EXISTS = "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)"
-TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"  # creates nothing, needs no right on the table
-#: column name -> type as format_type writes it (nothing if the table does not exist)
-COLUMNS = ("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-           "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum")
-PRIMARY_KEY = ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-               "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
-               "ORDER BY a.attname")
 PRIMARY_KEY_NAME = "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'"
 #: objects depending on table %(t)s other than its row type and its primary key (index, trigger,
 #: view, policy, publication, foreign key, check, default, ...), or on its row type (a function
@@ -125,20 +98,20 @@ SAME_PRIMARY_KEY = (
 #: whether another table's foreign key references table %s (``TRUNCATE`` refuses such a table)
 REFERENCED_BY_ANOTHER_TABLE = ("SELECT EXISTS (SELECT FROM pg_constraint WHERE contype = 'f' "
                                "AND confrelid = %s::regclass AND conrelid <> confrelid)")
-TABLES_STARTING_WITH = "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)"
 
 
 def not_owned(count: int) -> str:
-    """Which of ``count`` tables (parameters, qualified names) exist and are not the current
-    role's: (schema, table) rows."""
+    """(schema, table) of each of ``count`` tables (parameters) that exists and is not the current role's."""
     return ("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             f"WHERE c.oid = ANY(ARRAY[{', '.join(['to_regclass(%s)'] * count)}]) "
             "AND NOT pg_has_role(current_user, c.relowner, 'USAGE')")
 
 
+# -- PostgreSQL's own steps ----------------------------------------------------------------------
 
+def _names(columns: Sequence[str]) -> str:
+    return ", ".join(quote_ident(c) for c in columns)
 
-# -- PostgreSQL's own steps: on already-quoted tables, column and schema names quoted here ----------
 
 def create_schema(schema: str) -> str:
     return f"CREATE SCHEMA {quote_ident(schema)}"
@@ -148,51 +121,28 @@ def add_refresh_state_column(status: str) -> str:
     return f"ALTER TABLE {status} ADD COLUMN IF NOT EXISTS refresh_state jsonb"  # older tables lack it
 
 
-def copy_csv(staging: str, columns: list[str]) -> str:
-    return f"COPY {staging} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN (FORMAT csv)"
-
-
-def copy_binary(staging: str, columns: list[str]) -> str:
-    return f"COPY {staging} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN (FORMAT binary)"
-
-
-#: a table's columns and their types as SQL names them (a cast's target); %s: the qualified table
-COLUMN_TYPES = ("SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute "
-                "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
+def copy_csv(staging: str, columns: list[str], fmt: str = "csv") -> str:
+    """``COPY ... FROM STDIN``: CSV from Arrow, or ``fmt="binary"`` from a PostgreSQL source."""
+    return f"COPY {staging} ({_names(columns)}) FROM STDIN (FORMAT {fmt})"
 
 
 def copy_into_live(live: str, aside: str, columns: list[str]) -> list[str]:
-    """Publish a refresh into a live table whose columns match by copying its rows (its identity
-    kept: views, foreign keys, grants, triggers); used when something depends on that identity."""
-    names = ", ".join(quote_ident(c) for c in columns)
-    return [f"TRUNCATE {live}", f"INSERT INTO {live} ({names}) SELECT {names} FROM {aside}",
-            PostgresDialect().drop_table(aside, if_exists=False)]
+    """A refresh copied into the live table, whose identity something depends on (views, foreign keys, ...)."""
+    return [f"TRUNCATE {live}", f"INSERT INTO {live} ({_names(columns)}) SELECT {_names(columns)} FROM {aside}",
+            f"DROP TABLE {aside}"]
 
 
 def merge_into_live(live: str, aside: str, columns: list[str], key: list[str]) -> list[str]:
-    """Publish a refresh into a live table that another table's foreign key references (which
-    ``TRUNCATE`` refuses), its identity kept: delete the rows whose key the aside table lacks (the
-    foreign key's ``ON DELETE`` applies, as to any delete), insert the new rows, update the changed
-    ones (an unchanged row is not written)."""
-    q = quote_ident
-    names = ", ".join(q(c) for c in columns)
+    """A refresh merged into a live table that a foreign key references (``TRUNCATE`` refuses it): the rows
+    the aside table lacks deleted (the key's ``ON DELETE`` applies), the new ones inserted, the changed updated."""
+    q, names, rest = quote_ident, _names(columns), [c for c in columns if c not in key]
     match = " AND ".join(f"a.{q(k)} = t.{q(k)}" for k in key)
-    rest = [c for c in columns if c not in key]
-    if rest:
-        before = ", ".join(f"t.{q(c)}" for c in rest)
-        after = ", ".join(f"EXCLUDED.{q(c)}" for c in rest)
-        conflict = (f"DO UPDATE SET {', '.join(f'{q(c)} = EXCLUDED.{q(c)}' for c in rest)} "
-                    f"WHERE ROW({before}) IS DISTINCT FROM ROW({after})")
-    else:
-        conflict = "DO NOTHING"
+    before, after = (", ".join(f"{row}.{q(c)}" for c in rest) for row in ("t", "EXCLUDED"))
+    conflict = (f"DO UPDATE SET {', '.join(f'{q(c)} = EXCLUDED.{q(c)}' for c in rest)} "
+                f"WHERE ROW({before}) IS DISTINCT FROM ROW({after})") if rest else "DO NOTHING"
     return [f"DELETE FROM {live} AS t WHERE NOT EXISTS (SELECT FROM {aside} AS a WHERE {match})",
-            f"INSERT INTO {live} AS t ({names}) SELECT {names} FROM {aside} "
-            f"ON CONFLICT ({', '.join(q(k) for k in key)}) {conflict}",
-            PostgresDialect().drop_table(aside, if_exists=False)]
-
-
-def is_empty(table: str) -> str:
-    return f"SELECT NOT EXISTS (SELECT FROM {table})"
+            f"INSERT INTO {live} AS t ({names}) SELECT {names} FROM {aside} ON CONFLICT ({_names(key)}) {conflict}",
+            f"DROP TABLE {aside}"]
 
 
 def lock_exclusive(*tables: str) -> str:
@@ -204,7 +154,7 @@ def analyze(table: str) -> str:
 
 
 def add_primary_key(table: str, columns: list[str]) -> str:
-    return f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(quote_ident(c) for c in columns)})"
+    return f"ALTER TABLE {table} ADD PRIMARY KEY ({_names(columns)})"
 
 
 def rename_constraint(table: str, old: str, new: str) -> str:
@@ -221,22 +171,27 @@ class PostgresDialect(Dialect):
         return quote_ident(name)
 
     def table_exists(self, container: str, name: str) -> Statement:
-        return TABLE_EXISTS, (qualified(container, name),)  # creates nothing, needs no right on it
+        # to_regclass creates nothing and needs no right on the table
+        return "SELECT to_regclass(%s) IS NOT NULL", (qualified(container, name),)
 
     def columns(self, container: str, name: str) -> Statement:
-        return COLUMNS, (qualified(container, name),)
+        return ("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a WHERE a.attrelid = "
+                "to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                (qualified(container, name),))
 
     def primary_key(self, container: str, name: str) -> Statement:
-        return PRIMARY_KEY, (qualified(container, name),)
+        return ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = "
+                "ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY a.attname",
+                (qualified(container, name),))
 
     def tables_starting_with(self, container: str, prefix: str) -> Statement:
-        return TABLES_STARTING_WITH, (container, prefix)
+        return ("SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
+                (container, prefix))
 
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:
-        """The target's columns (all, or ``columns``), no constraints; unlogged unless it may
-        become the target."""
-        names = "*" if columns is None else ", ".join(quote_ident(c.destination_name) for c in columns)
+        """The target's columns (all, or ``columns``), no constraints; unlogged unless it may become the target."""
+        names = "*" if columns is None else _names([c.destination_name for c in columns])
         return f"CREATE {'' if logged else 'UNLOGGED '}TABLE {staging} AS SELECT {names} FROM {target} WITH NO DATA"
 
     def watermark_parameter(self, column: ColumnConfig) -> str:

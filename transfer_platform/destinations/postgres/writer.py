@@ -1,64 +1,38 @@
-"""PostgreSQL destination: the SQL writer's algorithm (``destinations/sql/``) with
-:class:`~.dialect.PostgresDialect`'s statements, and what PostgreSQL does its own way:
-
-- **the bulk load**: ``COPY ... FROM STDIN`` into an UNLOGGED staging table, from Spark's Python
-  workers or from this process (:mod:`.copy`);
-- **the model's lock**: a session advisory lock (released when the connection closes or its process
-  dies);
-- **the empty-table load, a swap** (``empty_table_load="swap"``): when the target is empty and
-  nothing depends on it, the loaded staging table *becomes* it (its primary key built, the empty
-  target dropped, the staging table renamed): every row is written once;
-- **a full refresh's publish**, in one transaction: when nothing depends on the live table's
-  identity (no view, foreign key, trigger, extra index, policy, publication, comment, grant or owner
-  of its own; the aside table's columns and key exactly the live table's), the aside table is
-  analyzed, both tables are locked (waiting at most ``Tuning.lock_wait_seconds`` for the live
-  table's readers, else refused with nothing changed), the live table dropped and the aside table
-  and its key renamed into its place. When something depends on it, the live table is truncated
-  and refilled (merged into, when another table's foreign key references it), its identity kept.
-  When its columns no longer match the model, it is replaced (refused, naming the fix, if a view
-  depends on it). Readers see the old table whole until that commit;
-- **errors**: a refused statement becomes ``MissingPrivilege`` with the grant a loader needs, a lost
-  connection ``ConnectionFailure``.
-"""
+"""PostgreSQL destination: the SQL writer with :class:`~.dialect.PostgresDialect`, and PostgreSQL's own
+ways: ``COPY`` into an UNLOGGED staging table; the model's lock, a session advisory lock; the empty-table
+load, a swap (the loaded staging table becomes the empty target: each row written once); a refresh
+published in one transaction, swapped in when nothing depends on the live table's identity, else refilled
+in place (merged into when a foreign key references it), or replaced when its columns changed."""
 
 from __future__ import annotations
 
+import io
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING
 
+import psycopg
+
+from transfer_platform import errors
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.routes import Rows
 from transfer_platform.core.sql import qualified, quote_ident
 from transfer_platform.destinations.postgres import dialect as sql
-from transfer_platform.destinations.postgres.copy import copy_batches, copy_partition
-from transfer_platform.destinations.postgres.probe import probe_destination
 from transfer_platform.destinations.skeleton import next_state
+from transfer_platform.destinations.sql.dialect import STATUS_TABLE
 from transfer_platform.destinations.sql.session import PsycopgSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.errors import (
-    ConnectionFailure,
-    DataError,
-    MissingPrivilege,
-    SchemaMismatch,
-    first_line,
-    transfer_running,
-)
-from transfer_platform.runtime.connections import (
-    connect_postgres,
-    jdbc_properties,
-    postgres_connect_kwargs,
-    postgres_jdbc_url,
-    spark_error_reason,
-)
+from transfer_platform.errors import first_line, translated
+from transfer_platform.probes import Probe
+from transfer_platform.runtime import connections
 from transfer_platform.sources.relay import relay_partition
-from transfer_platform.storage.locks import AdvisoryLock, Locks
+from transfer_platform.storage.locks import AdvisoryLock, Locks, lock_timeout
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.postgres import PostgresDestination
 
 if TYPE_CHECKING:
-    import psycopg
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
@@ -68,6 +42,31 @@ if TYPE_CHECKING:
     from transfer_platform.sources.relay import RelayRead
 
 
+def copy_partition(connect: dict, copy_sql: str, batches: Iterator) -> Iterator:
+    """In a Spark Python worker: ``batches`` (Arrow) into ``copy_sql``; one batch: the rows written."""
+    import pyarrow as pa
+
+    try:
+        with psycopg.connect(**connect) as conn:
+            rows = copy_batches(conn, copy_sql, batches)
+    except psycopg.Error as exc:  # the first line only: a clear reason, never the connection settings
+        raise RuntimeError(f"COPY into the staging table failed: {first_line(exc)}") from None
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+def copy_batches(conn: psycopg.Connection, copy_sql: str, batches: Iterable) -> int:
+    """Arrow batches into ``copy_sql`` as CSV, one at a time; the rows written. pyarrow's CSV quotes every string,
+    leaves NULLs bare (PostgreSQL's NULL; ``""`` is an empty string), writes timestamps with microseconds and ``Z``."""
+    import pyarrow.csv as pa_csv
+
+    options, rows = pa_csv.WriteOptions(include_header=False), 0
+    with conn.cursor().copy(copy_sql) as copy:
+        for batch in batches:
+            buffer = io.BytesIO()
+            pa_csv.write_csv(batch, buffer, options)
+            copy.write(buffer.getvalue())
+            rows += batch.num_rows
+    return rows
 
 
 class PostgresWriter(SqlWriter):
@@ -81,12 +80,12 @@ class PostgresWriter(SqlWriter):
         self._conn: psycopg.Connection | None = None
         self._locked = Locks()  # the models whose lock this writer's session holds
 
-    # -- connection ---------------------------------------------------------------------------
+    # -- connection, errors, bookkeeping, the lock ---------------------------------------------
 
     @property
     def conn(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = connect_postgres(self.destination.connection, what=self.what, autocommit=True)
+            self._conn = connections.connect_postgres(self.destination.connection, what=self.what, autocommit=True)
         return self._conn
 
     @property
@@ -100,80 +99,49 @@ class PostgresWriter(SqlWriter):
             self._conn = None
         self._locked.clear()
 
-    def check(self) -> None:
-        self.conn.execute("SELECT 1")
-
-    # -- errors ---------------------------------------------------------------------------------
-
-    @contextmanager
-    def _missing_privileges(self) -> Iterator[None]:
-        """A refused statement becomes ``MissingPrivilege`` with the grant a loader needs."""
-        import psycopg
-
-        try:
-            yield
-        except psycopg.errors.InsufficientPrivilege as exc:
-            connection = self.destination.connection
-            schema, role = quote_ident(self.schema), quote_ident(connection.username)
-            raise MissingPrivilege(
-                self.what, role=connection.username, reason=first_line(exc),
-                grant=f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role} (the loader creates, alters, "
-                      "drops and renames its tables there; tables created by another role must be "
-                      f"owned by it: ALTER TABLE ... OWNER TO {role})",
-            ) from None
-
-    @contextmanager
-    def _translated_errors(self) -> Iterator[None]:
-        """:meth:`_missing_privileges`, and a lost connection as ``ConnectionFailure``."""
-        import psycopg
-
-        with self._missing_privileges():
-            try:
-                yield
-            except psycopg.OperationalError as exc:
-                connection = self.destination.connection
-                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
-                                        reason=first_line(exc)) from None
+    def _translated_errors(self, *, lost: bool = True) -> AbstractContextManager[None]:
+        """A refused statement as ``MissingPrivilege`` (the grant named); a lost connection as ``ConnectionFailure``,
+        but in ``prepare``'s own frame (``lost`` false)."""
+        c = self.destination.connection
+        role = quote_ident(c.username)
+        grant = (f"GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO {role} (the loader creates, alters, "
+                 "drops and renames its tables there; tables created by another role must be owned by it: "
+                 f"ALTER TABLE ... OWNER TO {role})")
+        lost_connection = psycopg.OperationalError if lost else ()  # () matches nothing
+        return translated([
+            (psycopg.errors.InsufficientPrivilege,
+             lambda exc: errors.MissingPrivilege(self.what, role=c.username, reason=first_line(exc), grant=grant)),
+            (lost_connection,
+             lambda exc: errors.ConnectionFailure(self.what, host=c.host, port=c.port, reason=first_line(exc)))])
 
     def _preparing(self) -> AbstractContextManager[None]:
-        return self._missing_privileges()
-
-    # -- bookkeeping ----------------------------------------------------------------------------
+        return self._translated_errors(lost=False)
 
     def _create_container(self) -> None:
-        """Create the schema only when it is missing: PostgreSQL checks ``CREATE SCHEMA IF NOT
-        EXISTS`` against the database's ``CREATE`` privilege even when the schema exists, which a
-        loader that only has ``USAGE, CREATE`` on its own schema does not hold."""
-        import psycopg
-
+        """The schema, created only when missing: PostgreSQL checks ``CREATE SCHEMA IF NOT EXISTS``
+        against the database's ``CREATE`` privilege even when the schema exists, which a loader
+        that only has ``USAGE, CREATE`` on its own schema does not hold."""
         if self.conn.execute(sql.SCHEMA_EXISTS, (self.schema,)).fetchone()[0]:
             return
-        try:
+        c = self.destination.connection
+        role = quote_ident(c.username)
+        refused = (f"create it for the loader (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION {role}), "
+                   f"or GRANT CREATE ON DATABASE {quote_ident(c.database)} TO {role}")
+        # another transfer may create it meanwhile (a race shows as either error)
+        with suppress(psycopg.errors.DuplicateSchema, psycopg.errors.UniqueViolation), translated([(
+                psycopg.errors.InsufficientPrivilege, lambda exc: errors.MissingPrivilege(
+                    f"{self.what}: schema {self.schema!r} does not exist and cannot be created",
+                    role=c.username, reason=first_line(exc), grant=refused))]):
             self.conn.execute(sql.create_schema(self.schema))
-        except (psycopg.errors.DuplicateSchema, psycopg.errors.UniqueViolation):
-            pass  # another transfer created it meanwhile (a race shows as either)
-        except psycopg.errors.InsufficientPrivilege as exc:
-            connection = self.destination.connection
-            raise MissingPrivilege(
-                f"{self.what}: schema {self.schema!r} does not exist and cannot be created",
-                role=connection.username, reason=first_line(exc),
-                grant=(f"create it for the loader (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION "
-                       f"{quote_ident(connection.username)}), or GRANT CREATE ON DATABASE "
-                       f"{quote_ident(connection.database)} TO {quote_ident(connection.username)}"),
-            ) from None
 
     def _reach(self) -> None:
-        """The schema and ``_transfer_status`` (with its ``refresh_state``), created if missing;
-        two transfers starting on a new destination at once may both create the status table, and
-        PostgreSQL then refuses the second with a duplicate type or key: the table is there."""
-        import psycopg
-
+        """The base's, ``refresh_state`` added to an older status table; two transfers creating that table at once:
+        PostgreSQL refuses the second with a duplicate type or key, and the table is there."""
         with self._translated_errors():
-            self._create_container()
             with suppress(psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable,
                           psycopg.errors.UniqueViolation):
-                self.conn.execute(self.dialect.status_ddl(self.status_table))
-            if "refresh_state" not in self._columns(sql.STATUS_TABLE):  # a table from an older version
+                super()._reach()
+            if "refresh_state" not in self._columns(STATUS_TABLE):
                 self.conn.execute(sql.add_refresh_state_column(self.status_table))
 
     @contextmanager
@@ -184,173 +152,122 @@ class PostgresWriter(SqlWriter):
             yield
 
     def _status_row(self, model: ModelConfig) -> tuple | None:
-        if "refresh_state" in self._columns(sql.STATUS_TABLE):
+        if "refresh_state" in self._columns(STATUS_TABLE):
             return super()._status_row(model)
-        row = self.conn.execute(f"SELECT state::text FROM {self.status_table} WHERE data_model_name = %s",
-                                (model.model_name,)).fetchone()  # a table from an older version
+        # a status table of an older version
+        row = self.session.one(self.dialect.read_state(self.status_table, "state", model.model_name))
         return None if row is None else (row[0], None, None)
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
-        """Hold the model's lock in the destination itself (a session advisory lock, released when
-        the writer's connection closes, or when its process dies): two transfers of one model to
-        one destination never interleave, however they were started, and the staging tables of
-        the model left behind can only be a dead transfer's. A second transfer waits up to
-        ``Tuning.lock_wait_seconds``, then is refused, naming the first."""
+        """A session advisory lock: the model's staging tables left behind can only be a dead transfer's."""
         key = sql.model_lock_key(self.destination.connection.database, self.schema, model.model_name)
         self._locked.hold(model.model_name, AdvisoryLock(self.conn, key, transfer_id), destination=self.name,
                           wait_seconds=self.tuning.lock_wait_seconds)
 
     # -- the bulk load: COPY ----------------------------------------------------------------------
 
-    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        """Spark hands each partition to a Python worker as Arrow batches (``mapInArrow``, so
-        memory stays flat), which writes them as CSV into one ``COPY ... FROM STDIN`` in its own
-        transaction. A failed partition commits nothing; at most
-        ``max_concurrent_queries_per_transfer`` partitions write at once."""
-        connection = self.destination.connection
-        copy = partial(copy_partition, postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
-                       sql.copy_csv(staging, frame.columns))
-        with self._refused_connections():
-            frame.coalesce(self.destination.max_concurrent_queries_per_transfer).mapInArrow(copy, "rows long").collect()
-
-    @contextmanager
-    def _refused_connections(self) -> Iterator[None]:
-        """Around a Spark job whose tasks write into the destination: a connection its tasks
-        could not open becomes ``ConnectionFailure`` (anything else is raised as it is)."""
+    def _run_tasks(self, frame: DataFrame, task: Callable, *args: object) -> None:
+        """``task(connect, *args, batches)`` on each partition's Arrow batches in Spark's Python workers
+        (``mapInArrow``: memory stays flat); a refused connection is ``ConnectionFailure``."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
+        c = self.destination.connection
+        connect = connections.postgres_connect_kwargs(c, what=f"destinations.{self.name}")
         try:
-            yield
+            frame.mapInArrow(partial(task, connect, *args), "rows long").collect()
         except (Py4JJavaError, PySparkException) as exc:
-            reason = spark_error_reason(exc)
+            reason = connections.spark_error_reason(exc)
             if "Connection" in reason and "refused" in reason:
-                connection = self.destination.connection
-                raise ConnectionFailure(self.what, host=connection.host, port=connection.port,
-                                        reason=reason) from None
+                raise errors.ConnectionFailure(self.what, host=c.host, port=c.port, reason=reason) from None
             raise
 
+    def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
+        """Each partition into one ``COPY`` of its own, ``max_concurrent_queries_per_transfer`` at once."""
+        self._run_tasks(frame.coalesce(self.destination.max_concurrent_queries_per_transfer), copy_partition,
+                        sql.copy_csv(staging, frame.columns))
+
     def write_relayed(self, relay: RelayRead, spark: SparkSession, load: WindowLoad) -> WindowResult:
-        """:meth:`write_window` for a window relayed from a PostgreSQL source
-        (:mod:`transfer_platform.sources.relay`): staged by binary ``COPY`` streamed from the
-        source by Spark's tasks, then scanned, refused and committed as any window."""
-        return self._write(load, lambda staging: self._stage_relayed(relay, spark, staging, load), in_memory=False)
-
-    def _stage_relayed(self, relay: RelayRead, spark: SparkSession, staging: StagingTable,
-                       load: WindowLoad) -> StagingTable:
-        """The window's slices (the source's ``max_concurrent_queries_per_transfer``) spread over
-        at most the destination's ``max_concurrent_queries_per_transfer`` Spark tasks, each slice
-        in its own transaction; each value cast on the source to the staging column's type."""
-
-        with self._translated_errors():
-            types = dict(self.conn.execute(sql.COLUMN_TYPES, (staging.table,)).fetchall())
-        names = [dest for _, dest in relay.columns]
-        connection = self.destination.connection
-        relay_task = partial(relay_partition, relay,
-                             postgres_connect_kwargs(connection, what=f"destinations.{self.name}"),
-                             staging.table, sql.copy_binary(staging.table, names), {n: types[n] for n in names})
-        slices = relay.slices
-        tasks = min(slices, self.destination.max_concurrent_queries_per_transfer)
-        with self._refused_connections():
-            spark.range(slices, numPartitions=tasks).mapInArrow(relay_task, "rows long").collect()
-        return self._staged(staging, load)
+        """:meth:`write_window` for a window relayed from a PostgreSQL source (``sources/relay.py``): its slices over
+        ``max_concurrent_queries_per_transfer`` Spark tasks at most, each value cast to the staging column's type."""
+        def stage(staging: StagingTable) -> StagingTable:
+            names = [dest for _, dest in relay.columns]
+            with self._translated_errors():
+                types = self._columns(staging.name)
+            tasks = min(relay.slices, self.destination.max_concurrent_queries_per_transfer)
+            self._run_tasks(spark.range(relay.slices, numPartitions=tasks), partial(relay_partition, relay),
+                            staging.table, sql.copy_csv(staging.table, names, "binary"), {n: types[n] for n in names})
+            return self._staged(staging, load)
+        return self._write(load, stage, in_memory=False)
 
     def write_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], load: WindowLoad) -> WindowResult:
-        """:meth:`write_arrow` for a small window streamed from a PostgreSQL source in binary COPY
-        format in this process (``stream(types)``: its chunks, each value cast to ``types``, the
-        staging table's column types; :meth:`DirectReads.copy_out
-        <transfer_platform.sources.direct.DirectReads.copy_out>`), each chunk written as it comes;
-        then scanned, refused and committed as any window, but for the duplicate-key check: the
-        stream is one read of a source table holding each key once (its unique index)."""
-        return self._write(load, lambda staging: self._stage_streamed(stream, staging, load), in_memory=True)
-
-    def _stage_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], staging: StagingTable,
-                        load: WindowLoad) -> StagingTable:
-        names = [c.destination_name for c in load.model.columns]
-        with self._translated_errors(), self._refused_values(load):
-            types = dict(self.conn.execute(sql.COLUMN_TYPES, (staging.table,)).fetchall())
-            with self.conn.cursor().copy(sql.copy_binary(staging.table, names)) as into:
-                for chunk in stream({n: types[n] for n in names}):
-                    into.write(chunk)
-        # one read of a source whose unique index holds each key once (the only source streamed),
-        # each key value cast to a type that keeps it distinct: no key twice to look for
-        staging.duplicates_refused = True
-        return self._staged(staging, load)
+        """:meth:`write_arrow` for a small window streamed from a PostgreSQL source by this process in binary COPY
+        format (``stream(types)``: ``DirectReads.copy_out``'s chunks, cast to the staging columns' types)."""
+        def stage(staging: StagingTable) -> StagingTable:
+            names = [c.destination_name for c in load.model.columns]
+            with self._translated_errors(), self._refused_values(load):
+                types = self._columns(staging.name)
+                with self.conn.cursor().copy(sql.copy_csv(staging.table, names, "binary")) as into:
+                    for chunk in stream({n: types[n] for n in names}):
+                        into.write(chunk)
+            # one read of a source whose unique index holds each key once (the only source streamed),
+            # each key value cast to a type that keeps it distinct: no key twice to look for
+            staging.duplicates_refused = True
+            return self._staged(staging, load)
+        return self._write(load, stage, in_memory=True)
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
         with self._translated_errors(), self._refused_values(load):
             copy_batches(self.conn, sql.copy_csv(staging, batch.column_names), batch.to_batches())
 
-    @contextmanager
-    def _refused_values(self, load: WindowLoad) -> Iterator[None]:
+    def _refused_values(self, load: WindowLoad) -> AbstractContextManager[None]:
         """Around a ``COPY`` into the staging table: a value a column cannot hold, named."""
-        import psycopg
-
-        try:
-            yield
-        except (psycopg.DataError, psycopg.IntegrityError) as exc:
-            raise DataError(f"COPY into the staging table failed: {first_line(exc)}",
-                            model=load.model.model_name, destination=self.name,
-                            fix="check that each column's data_type matches the source values") from None
+        return translated([((psycopg.DataError, psycopg.IntegrityError), lambda exc: errors.DataError(
+            f"COPY into the staging table failed: {first_line(exc)}", model=load.model.model_name,
+            destination=self.name, fix="check that each column's data_type matches the source values"))])
 
     # -- the empty-table load: swap (the loaded staging table becomes the table) -----------------
 
     def _start_empty_load(self, load: WindowLoad, staging: StagingTable) -> bool:
-        """The staging table logged, so that it can become the table; the swap fits when nothing
-        depends on the table (:meth:`_replaceable`)."""
+        """The staging table logged, so that it can become the table, if nothing depends on it."""
         self._create_staging_table(staging, load.model, None, logged=True)
         return self._replaceable(staging.target, staging.table)
 
     def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState | None:
-        """In one transaction: the status row locked, the staging table swapped in
-        (:meth:`_swap_in`), the new state recorded."""
+        """In one transaction: the status row locked, the staging table keyed (a key twice refused by name) and
+        swapped in, the state recorded; ``None`` if the target got rows or a dependent meanwhile (then merged)."""
         with self._atomically(load):
             before = self._lock_state(load.model, "refresh_state" if load.into_refresh else "state")
-            if not self._swap_in(load, staging):
+            self.conn.execute(sql.lock_exclusive(staging.target))
+            if self._has_rows(staging.target):
+                return None
+            keys = [c.destination_name for c in load.model.primary_key]
+            try:
+                with self.conn.transaction():
+                    self.conn.execute(sql.add_primary_key(staging.table, keys))
+            except psycopg.errors.UniqueViolation:
+                self._refuse_duplicate_keys(load, staging)
+                raise  # not reached: the check above names the duplicate
+            if not self._replace(staging.target, staging.table, staging.target_name):
                 return None
             new_state = next_state(before, load, staging.max_last_modified)
             self._write_state(load, new_state)
         return new_state
 
-    def _is_empty(self, table: str) -> bool:
-        return self.conn.execute(sql.is_empty(table)).fetchone()[0]
+    def _replaceable(self, target: str, staging: str, *, key: bool = False) -> bool:
+        """Nothing lost by replacing ``target`` with ``staging``: no dependent, alike as :mod:`.dialect` says."""
+        alike = [sql.SAME_OWNER_GRANTS_AND_OPTIONS, sql.SAME_COLUMNS] + ([sql.SAME_PRIMARY_KEY] if key else [])
+        return (not self.conn.execute(sql.DEPENDENTS_BUT_THE_KEY, {"t": target}).fetchone()[0]
+                and all(self.conn.execute(same, (target, staging)).fetchone()[0] for same in alike))
 
-    def _replaceable(self, target: str, staging: str) -> bool:
-        """Nothing would be lost by replacing ``target`` with ``staging`` (the empty-target fast
-        path, a full refresh's publish): no index but the primary key, no trigger, view, foreign
-        key, check, default, policy, publication, rule or comment on it, nothing using its row
-        type; the same owner, grants, storage options, persistence, replica identity and row
-        security as ``staging``; the same columns in the same order (type, collation, NOT NULL,
-        column grants, statistics settings)."""
-        (extra,) = self.conn.execute(sql.DEPENDENTS_BUT_THE_KEY, {"t": target}).fetchone()
-        if extra:
-            return False
-        (alike,) = self.conn.execute(sql.SAME_OWNER_GRANTS_AND_OPTIONS, (target, staging)).fetchone()
-        return bool(alike) and bool(self.conn.execute(sql.SAME_COLUMNS, (target, staging)).fetchone()[0])
-
-    def _swap_in(self, load: WindowLoad, staging: StagingTable) -> bool:
-        """Make the loaded staging table the target, in the current transaction: its primary key
-        is built (a duplicate key is refused by name), the empty target dropped, the staging table
-        renamed. False, with nothing changed, if the target is no longer empty or cannot be
-        dropped (an object came to depend on it): the caller merges instead."""
-        import psycopg
-
-        conn = self.conn
-        conn.execute(sql.lock_exclusive(staging.target))
-        if not self._is_empty(staging.target):
-            return False
+    def _replace(self, target: str, table: str, name: str) -> bool:
+        """``target`` dropped, ``table`` renamed ``name``; False, nothing changed, if ``target`` got a dependent."""
         try:
-            with conn.transaction():
-                conn.execute(sql.add_primary_key(staging.table, [c.destination_name for c in load.model.primary_key]))
-        except psycopg.errors.UniqueViolation:
-            self._refuse_duplicate_keys(load, staging)
-            raise  # not reached: the check above names the duplicate
-        try:
-            with conn.transaction():
-                conn.execute(self.dialect.drop_table(staging.target, if_exists=False))
+            with self.conn.transaction():
+                self.conn.execute(self.dialect.drop_table(target, if_exists=False))
         except psycopg.errors.DependentObjectsStillExist:
             return False
-        self._rename_into(staging.table, staging.target_name)
+        self._rename_into(table, name)
         return True
 
     def _rename_into(self, table: str, name: str) -> None:
@@ -366,112 +283,107 @@ class PostgresWriter(SqlWriter):
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
         live, aside = self.table(model), self.refresh_table(model)
         if not self._columns_match(model, model.model_name):  # a new shape, or no live table yet
-            self._replace_live_table(model)
-        elif not (self._swappable(live, aside) and self._swap_refresh(model)):
-            self._refill_live_table(model)
+            with translated([(psycopg.errors.DependentObjectsStillExist, lambda exc: errors.SchemaMismatch(
+                    f"model '{model.model_name}' -> destination '{self.name}': the full refresh changes the columns "
+                    f"of {live}, which must be replaced, but views or other objects depend on it. Fix: drop them, "
+                    "run the transfer again (the refresh built so far is kept), then recreate them"))]):
+                self.conn.execute(self.dialect.drop_table(live))
+            self._rename_into(aside, model.model_name)
+        elif not (self._replaceable(live, aside, key=True) and self._swap_refresh(model, live, aside)):
+            self._refill_live_table(model, live, aside)
         self._record_state(model, state, transfer_id)
         self._set_state(model, "refresh_state", None)
 
-    def _swappable(self, live: str, aside: str) -> bool:
-        return self._replaceable(live, aside) and bool(self.conn.execute(sql.SAME_PRIMARY_KEY, (live, aside)).fetchone()[0])
-
-    def _swap_refresh(self, model: ModelConfig) -> bool:
-        """The aside table analyzed, both tables locked (waiting at most
-        ``Tuning.lock_wait_seconds``), the check made again under the lock, the live table dropped
-        and the aside table renamed into its place. False if something came to depend on the live
-        table meanwhile: the caller refills it instead."""
-        import psycopg
-
-        conn = self.conn
-        live, aside = self.table(model), self.refresh_table(model)
+    def _swap_refresh(self, model: ModelConfig, live: str, aside: str) -> bool:
+        """Both tables locked (waiting ``Tuning.lock_wait_seconds`` at most for the live table's readers, else
+        refused), checked again and swapped; False if the live table got a dependent (then refilled)."""
         wait = self.tuning.lock_wait_seconds
-        conn.execute(sql.analyze(aside))  # before the lock: readers are not kept waiting for it
-        conn.execute(sql.lock_timeout(wait))
-        try:
-            with conn.transaction():
-                conn.execute(sql.lock_exclusive(live, aside))
-        except psycopg.errors.LockNotAvailable:
-            raise transfer_running(
-                model.model_name, self.name, f"the full refresh is complete but was not published: other "
-                f"sessions kept {live} in use for {wait:g} s (publishing needs it alone for a moment). Nothing "
-                "changed: readers still see the old table, and the refresh built aside is kept",
-                "run the transfer again once the long queries on the table have ended; it publishes the "
-                "refresh") from None
-        if not self._swappable(live, aside):
-            return False
-        try:
-            with conn.transaction():
-                conn.execute(self.dialect.drop_table(live, if_exists=False))
-        except psycopg.errors.DependentObjectsStillExist:
-            return False
-        self._rename_into(aside, model.model_name)
-        return True
+        self.conn.execute(sql.analyze(aside))  # before the lock: readers are not kept waiting for it
+        self.conn.execute(lock_timeout(wait))
+        with translated([(psycopg.errors.LockNotAvailable, lambda exc: errors.transfer_running(
+                model.model_name, self.name, f"the full refresh is complete but was not published: other sessions "
+                f"kept {live} in use for {wait:g} s (publishing needs it alone for a moment). Nothing changed: readers "
+                "still see the old table, and the refresh built aside is kept", "run the transfer again once the long "
+                "queries on the table have ended; it publishes the refresh"))]), self.conn.transaction():
+            self.conn.execute(sql.lock_exclusive(live, aside))
+        return self._replaceable(live, aside, key=True) and self._replace(live, aside, model.model_name)
 
-    def _refill_live_table(self, model: ModelConfig) -> None:
-        """Truncated and refilled; merged (rows deleted, inserted, updated) when another table's
-        foreign key references it, since ``TRUNCATE`` refuses that: a row the refresh removes but
-        a referencing row still needs is refused by the key (nothing published), or follows its
-        ``ON DELETE``."""
-        import psycopg
-
-        conn = self.conn
-        live, aside = self.table(model), self.refresh_table(model)
+    def _refill_live_table(self, model: ModelConfig, live: str, aside: str) -> None:
+        """Truncated and refilled, or merged into when a foreign key references it: a row the refresh removes but
+        a referencing row needs is refused by the key (nothing published), or follows its ``ON DELETE``."""
         columns = [c.destination_name for c in model.columns]
-        (referenced,) = conn.execute(sql.REFERENCED_BY_ANOTHER_TABLE, (live,)).fetchone()
-        if not referenced:
+        if not self.conn.execute(sql.REFERENCED_BY_ANOTHER_TABLE, (live,)).fetchone()[0]:
             for statement in sql.copy_into_live(live, aside, columns):
-                conn.execute(statement)
+                self.conn.execute(statement)
             return
-        try:
+        with translated([(psycopg.errors.ForeignKeyViolation, lambda exc: errors.DataError(
+                f"the full refresh removes rows of {live} that another table's foreign key still references "
+                f"({exc.diag.message_detail or exc.diag.message_primary}); nothing was published, the refresh "
+                "built aside is kept", model=model.model_name, destination=self.name,
+                fix="delete or repoint the referencing rows (or give the foreign key ON DELETE CASCADE or SET "
+                    "NULL), then run the transfer again: it publishes the refresh"))]):
             for statement in sql.merge_into_live(live, aside, columns, [c.destination_name for c in model.primary_key]):
-                conn.execute(statement)
-        except psycopg.errors.ForeignKeyViolation as exc:
-            raise DataError(
-                f"the full refresh removes rows of {live} that another table's foreign key still "
-                f"references ({exc.diag.message_detail or exc.diag.message_primary}); nothing was "
-                "published, the refresh built aside is kept",
-                model=model.model_name, destination=self.name,
-                fix="delete or repoint the referencing rows (or give the foreign key ON DELETE CASCADE "
-                    "or SET NULL), then run the transfer again: it publishes the refresh") from None
-
-    def _replace_live_table(self, model: ModelConfig) -> None:
-        import psycopg
-
-        try:
-            self.conn.execute(self.dialect.drop_table(self.table(model)))
-        except psycopg.errors.DependentObjectsStillExist:
-            raise SchemaMismatch(
-                f"model '{model.model_name}' -> destination '{self.name}': the full refresh changes "
-                f"the columns of {self.table(model)}, which must be replaced, but views or other "
-                "objects depend on it. Fix: drop them, run the transfer again (the refresh built so "
-                "far is kept), then recreate them"
-            ) from None
-        self._rename_into(self.refresh_table(model), model.model_name)
+                self.conn.execute(statement)
 
     # -- outside a transfer's windows ---------------------------------------------------------
 
     def has_table(self, model: ModelConfig) -> bool:
-        import psycopg
-
-        try:
-            return self._exists(model.model_name)
-        except psycopg.Error as exc:
-            raise DataError(
+        with translated([(psycopg.Error, lambda exc: errors.DataError(
                 f"reading the state of PostgreSQL destination '{self.name}' failed: {first_line(exc)}",
                 model=model.model_name, destination=self.name,
-                fix="check that the destination's user may read its schema and _transfer_status",
-            ) from None
+                fix="check that the destination's user may read its schema and _transfer_status"))]):
+            return self._exists(model.model_name)
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
-        connection = self.destination.connection
-        return (
-            spark.read.format("jdbc")
-            .options(url=postgres_jdbc_url(connection), driver="org.postgresql.Driver",
-                     dbtable=self.table(model), fetchsize="10000",
-                     sessionInitStatement="SET TIME ZONE 'UTC'",
-                     **jdbc_properties(connection, f"destinations.{self.name}.connection.password"))
-            .load()
-        )
+        c = self.destination.connection
+        return spark.read.format("jdbc").options(
+            url=connections.postgres_jdbc_url(c), driver="org.postgresql.Driver", dbtable=self.table(model),
+            fetchsize="10000", sessionInitStatement="SET TIME ZONE 'UTC'",
+            **connections.jdbc_properties(c, f"destinations.{self.name}.connection.password")).load()
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        return probe_destination(self, models, target)
+        """Reach, log in, then everything a transfer does in the schema, in one transaction rolled back (the DDL is
+        transactional: nothing is left, not even a schema created for it); the models' tables must be the loader's."""
+        probe, c = Probe(target), self.destination.connection
+        role, schema = quote_ident(c.username), quote_ident(self.schema)
+        steps = sql.probe_steps(self.schema, "_tp_probe_" + uuid.uuid4().hex[:12])
+        names = [name for name, _ in steps]
+        login = f"log in to database {c.database!r} as {c.username!r}"
+        owned = f"own the model tables and {STATUS_TABLE} in schema {schema}"
+        if not probe.reach(c.host, c.port):
+            probe.skipped([login, *names, owned], "the server cannot be reached")
+            return probe.checks
+        try:
+            conn = connections.connect_postgres(c, what=self.what)
+        except (errors.ConnectionFailure, errors.ConfigError) as exc:
+            probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
+                         "check username, database and the password's environment variable")
+            probe.skipped([*names, owned], "cannot log in")
+            return probe.checks
+        probe.passed(login)
+        with conn:
+            (exists,) = conn.execute(sql.SCHEMA_EXISTS, (self.schema,)).fetchone()
+            for index, (name, statements) in enumerate(steps):
+                if index == 0 and exists:
+                    continue  # the schema is there: the loader does not need to create it
+                try:
+                    with conn.transaction():
+                        for statement in statements:
+                            conn.execute(statement)
+                except psycopg.Error as exc:
+                    probe.failed(name, first_line(exc), f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}" if index
+                                 else f"CREATE SCHEMA {schema} AUTHORIZATION {role} (as an administrator), or GRANT "
+                                      f"CREATE ON DATABASE {quote_ident(c.database)} TO {role}")
+                    probe.skipped(names[index + 1:], "the step before failed")
+                    break
+                probe.passed(name, "" if index else "it does not exist yet; the first transfer creates it")
+            # another role's table cannot be altered or dropped by the loader (evolution, full refresh)
+            tables = [self.status_table] + [t for m in models for t in (self.table(m), self.refresh_table(m))]
+            foreign = [qualified(*row) for row in conn.execute(sql.not_owned(len(tables)), tables).fetchall()]
+            if foreign:
+                probe.failed(owned, f"owned by another role: {', '.join(foreign)}",
+                             "; ".join(f"ALTER TABLE {t} OWNER TO {role}" for t in foreign))
+            else:
+                probe.passed(owned)
+            conn.rollback()
+        return probe.checks
