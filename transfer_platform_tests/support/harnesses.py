@@ -140,7 +140,9 @@ def pause_at(pause: Pause, marker: Path) -> None:
 
         return paused
 
-    for cls in {c for c in family(base) if pause.method in vars(c)}:
+    overriding = {c for c in family(base)[1:] if pause.method in vars(c)}
+    setattr(base, pause.method, wrapped(getattr(base, pause.method)))  # defined there or inherited
+    for cls in overriding:
         setattr(cls, pause.method, wrapped(vars(cls)[pause.method]))
 
 
