@@ -490,8 +490,10 @@ EMPTY_TABLE_LOADS: dict[str, EmptyLoadHarness] = {
                                               "column 'born' holds 1850-01-01, outside 1900-01-01 to 2299-12-31"),)),
     # copy-into: the rows copied into the table itself, inside the window's transaction
     "snowflake": EmptyLoadHarness(destinations.snowflake, _marked("straight_into_target"), _snowflake_staging,
-                                  Pause("snowflake.connector.cursor", "SnowflakeCursor", "execute", "^COMMIT$",
-                                        seen="COPY INTO"),
+                                  # after its COPY INTO, its transaction open (the emulator never ends a dead
+                                  # session's transaction: a pause at its COMMIT would hold the lock row forever)
+                                  Pause("snowflake.connector.cursor", "SnowflakeCursor", "execute", "COPY INTO",
+                                        after=True),
                                   settings={"lock_lease_seconds": 2}),  # the killed one's hold, taken over after it
 }
 
