@@ -102,20 +102,18 @@ def killed_when_marked(folder: Path, script: str, *args: str) -> str:
 class Pause:
     """Where a writer is stopped (its process then waits to be killed): at the first call of the
     client library's ``cls.method`` (every subclass's too) whose statement matches ``pattern``,
-    before the call or ``after`` it, once a statement matching ``seen`` (if given) has run."""
+    before the call or ``after`` it."""
 
     module: str
     cls: str
     method: str
     pattern: str
     after: bool = False
-    seen: str | None = None
 
 
 def pause_at(pause: Pause, marker: Path) -> None:
     """Install ``pause`` in this process: write the statement into ``marker``, then wait forever."""
     base = getattr(importlib.import_module(pause.module), pause.cls)
-    seen = [pause.seen is None]
 
     def family(cls: type) -> list[type]:
         return [cls, *(c for sub in cls.__subclasses__() for c in family(sub))]
@@ -128,12 +126,10 @@ def pause_at(pause: Pause, marker: Path) -> None:
     def wrapped(original: Callable) -> Callable:
         def paused(self, *args, **kwargs):
             statement = str(args[0]) if args else ""
-            hit = seen[0] and re.search(pause.pattern, statement) is not None
+            hit = re.search(pause.pattern, statement) is not None
             if hit and not pause.after:
                 stop(statement)
             result = original(self, *args, **kwargs)
-            if pause.seen is not None and re.search(pause.seen, statement):
-                seen[0] = True
             if hit:
                 stop(statement)
             return result
