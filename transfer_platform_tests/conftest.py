@@ -62,8 +62,7 @@ CONNECT_LANE = ("transfer_platform_tests/integration/", "transfer_platform_tests
 #: no Spark (the lane would run them again for nothing)
 OWN_SPARK = ("transfer_platform_tests/integration/test_standalone_cluster.py",
              "transfer_platform_tests/integration/test_spark_connect_death.py",
-             "transfer_platform_tests/integration/test_shared_spark.py",
-             "transfer_platform_tests/integration/test_mysql_fresh_table.py")
+             "transfer_platform_tests/integration/test_shared_spark.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -199,3 +199,53 @@ def test_a_dead_holders_lock_is_taken_over_after_its_lease_and_the_old_holder_ca
     finally:
         first.close()
         second.close()
+
+
+def test_a_model_with_a_json_column_into_an_empty_table_is_staged_and_merged(
+        snowflake_server, tmp_path, monkeypatch, caplog) -> None:
+    """Not copied straight into the empty table (``copy-into``, the contract of
+    contract/test_empty_table_load_contract.py): its JSON values are parsed in the merge."""
+    import logging
+
+    import pyarrow as pa
+
+    from transfer_platform.config.loading import load_config
+    from transfer_platform.core.windows import Window
+    from transfer_platform.destinations.base import WindowLoad, arrow_schema
+
+    database = f"TP_{uuid.uuid4().hex[:10].upper()}"
+    snowflake_server.create_schema(database, "acme")
+    monkeypatch.setenv(PASSWORD_ENV, "snow")
+    start = datetime(2025, 3, 1, tzinfo=UTC)
+    model_entry = {"model_name": MODEL, "source_name": "src", "source_table": "unread.events",
+                   "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
+                   "min_start_time_epoch": int(start.timestamp()),
+                   "columns": [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+                               {"name_in_source": "organization_id", "data_type": "string"},
+                               {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+                               {"name_in_source": "payload", "data_type": "json"}]}
+    path = tmp_path / "transfer_platform.yaml"
+    path.write_text(yaml.safe_dump({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [model_entry],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": "acme"}],
+        "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "snowflake",
+                          "connection": snowflake_server.connection(database, "acme", PASSWORD_ENV)}],
+    }))
+    config = load_config(path)
+    model = config.model(MODEL)
+    batch = pa.Table.from_pylist([{"id": k, "organization_id": "acme", "updated_at": start + timedelta(hours=k),
+                                   "payload": p} for k, p in ((1, '{"a": 1}'), (2, '[true, "x"]'))],
+                                 schema=arrow_schema(model))
+    caplog.set_level(logging.INFO, logger="transfer_platform.phases")
+    writer = writer_for(config.destination(DESTINATION))
+    try:
+        writer.prepare(model, "t1")
+        writer.write_arrow(batch, WindowLoad(model, "t1", Window(start, start + timedelta(days=1)), start))
+    finally:
+        writer.close()
+    stages = [json.loads(r.getMessage()) for r in caplog.records if r.name == "transfer_platform.phases"]
+    assert [r["straight_into_target"] for r in stages if r["phase"] == "stage"] == [False]
+    payloads = [json.loads(r["payload"]) for r in sorted(snowflake_rows(snowflake_server, database, "acme", model),
+                                                         key=lambda r: r["id"])]
+    assert payloads == [{"a": 1}, [True, "x"]]  # parsed, not kept as JSON strings

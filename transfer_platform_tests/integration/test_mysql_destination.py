@@ -418,3 +418,94 @@ def test_a_value_the_server_would_bend_is_refused_with_nothing_written(spark, pg
     assert refused.status == "ERROR"
     assert "LOAD DATA into the staging table failed" in refused.error, refused.error
     assert held(config, database) == before
+
+
+# -- a full refresh whose first window died between its rename and its commit ---------------------
+# (the create-and-rename empty-table load renames outside the window's transaction: MySQL's DDL
+# commits; the contract of every empty-table load is contract/test_empty_table_load_contract.py)
+
+FRESH_COLUMNS = [{"name_in_source": "id", "data_type": "integer", "is_primary_key": True},
+                 {"name_in_source": "organization_id", "data_type": "string"},
+                 {"name_in_source": "updated_at", "data_type": "timestamp", "is_last_modified": True},
+                 {"name_in_source": "payload", "data_type": "string"}]
+
+
+def fresh_config(database: str) -> PlatformConfig:
+    """A MySQL destination in ``database``, its windows written through the writer."""
+    model = {"model_name": MODEL, "source_name": "src", "source_table": "unread.events",
+             "organization_column": "organization_id", "max_transfer_time_window_seconds": 86400,
+             "min_start_time_epoch": int(BASE.timestamp()), "columns": FRESH_COLUMNS}
+    connection = {"host": MYSQL["host"], "port": MYSQL["port"], "database": database, "username": MYSQL["user"]}
+    return parse_config({
+        "sources": [{"name": "src", "vendor": "postgres", "connection": pg_connection_config()}],
+        "models": [model],
+        "recipients": [{"name": "rcpt", "id_in_provider_system": TENANT}],
+        "destinations": [{"name": DESTINATION, "recipient": "rcpt", "vendor": "mysql", "connection": connection}],
+    }, now=datetime(2025, 6, 1, tzinfo=UTC))
+
+
+def fresh_rows(model, ids, payload: str):
+    import pyarrow as pa
+
+    from transfer_platform.destinations.base import arrow_schema
+
+    return pa.Table.from_pylist([{"id": k, "organization_id": TENANT, "updated_at": BASE + timedelta(seconds=k),
+                                  "payload": f"{payload}-{k}"} for k in ids], schema=arrow_schema(model))
+
+
+def first_window(model, transfer_id: str, *, into_refresh: bool = False):
+    from transfer_platform.core.windows import Window
+    from transfer_platform.destinations.base import WindowLoad
+
+    return WindowLoad(model, transfer_id, Window(BASE, BASE + timedelta(days=1)), BASE, into_refresh=into_refresh)
+
+
+def fetched(database: str, statement: str) -> list[tuple]:
+    conn = mysql_connect(database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def test_a_refresh_whose_first_window_died_after_its_rename_is_emptied_by_the_next(database, monkeypatch) -> None:
+    from transfer_platform.destinations.mysql.writer import MysqlWriter
+
+    config = fresh_config(database)
+    model = config.model(MODEL)
+    writer = writer_for(config.destination(DESTINATION))
+    try:
+        writer.prepare(model, "t0")
+        writer.write_arrow(fresh_rows(model, [1, 2], "old"), first_window(model, "t0"))
+        writer.prepare(model, "r1", full_refresh=True)
+        recorded = MysqlWriter._set_state
+
+        def killed(self, model, column, state):  # the process dies between the rename and the commit
+            if column == "refresh_state" and state is not None and state.watermark is not None:
+                raise RuntimeError("killed after the rename")
+            recorded(self, model, column, state)
+
+        monkeypatch.setattr(MysqlWriter, "_set_state", killed)
+        with pytest.raises(RuntimeError, match="killed after the rename"):
+            writer.write_arrow(fresh_rows(model, [3, 4], "lost"), first_window(model, "r1", into_refresh=True))
+        monkeypatch.setattr(MysqlWriter, "_set_state", recorded)
+    finally:
+        writer.close()
+    aside = [r[0] for r in fetched(database, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE "
+                                             f"TABLE_SCHEMA = '{database}' AND TABLE_NAME LIKE '\\_tp\\_refresh\\_%'")]
+    assert aside
+    assert fetched(database, f"SELECT count(*) FROM {mysql_ident(aside[0])}")[0][0] == 2
+
+    writer = writer_for(config.destination(DESTINATION))
+    try:
+        prepared = writer.prepare(model, "r2")  # carries the refresh on, from no window
+        assert prepared.refresh is not None
+        assert prepared.refresh.watermark is None
+        assert fetched(database, f"SELECT count(*) FROM {mysql_ident(aside[0])}")[0][0] == 0  # emptied
+        writer.write_arrow(fresh_rows(model, [3], "new"), first_window(model, "r2", into_refresh=True))
+        writer.publish_refresh(model, "r2")
+    finally:
+        writer.close()
+    assert fetched(database, f"SELECT id, payload FROM {mysql_ident(MODEL)} ORDER BY id") == [(3, "new-3")]

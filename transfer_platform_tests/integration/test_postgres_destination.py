@@ -1,22 +1,19 @@
-"""Crash safety: a transfer killed with SIGKILL in the middle of its load changes nothing visible.
+"""The PostgreSQL destination's own behaviour (the contracts of ``contract/`` hold for it too).
 
-The transfer runs as the real command line (``python -m transfer_platform.cli transfer``) in its own
-process group (its JVM is a child process); the test watches the destination from outside, kills
-the whole group once the window's staging table holds rows (or, were a writer to skip staging, once
-rows reach the destination table), then shows that
+- the empty-target fast path (the ``swap`` empty-table load, see
+  ``contract/test_empty_table_load_contract.py``): the replaced table is logged with the usual key
+  name; anything a user attached to the empty target (a view, an index, a trigger, a grant, a
+  comment) turns it off, and the batch is merged as usual; a bad first batch, read by a transfer,
+  is refused by name and leaves the empty target as it was;
+- a transfer killed with SIGKILL (see ``contract/test_crash_safety_contract.py``) in the third
+  daily window of a backfill keeps the two windows committed before it; in the middle of a full
+  refresh's relay (binary COPY from the source, slice by slice, into the staging table of the
+  refresh's table built aside) or of an incremental window streamed by its own process (one binary
+  ``COPY``, no Spark), it changes neither the live table nor the watermark; the next transfer
+  drops the dead transfer's staging table and delivers the tenant's source rows.
 
-- the destination table holds none of the half-loaded batch (same rows as before the crash) and
-  ``_transfer_status`` did not move (or, in a multi-window backfill, stays at the end of the last
-  committed window, whose rows stay);
-- the dead transfer's staging table is still there, and the next transfer drops it;
-- after that next transfer the destination equals the tenant's source rows.
-
-Reads and writes are split into 4 JDBC queries (``max_concurrent_queries_per_transfer``) so the
-staging table fills partition by partition (Spark commits each partition's inserts at its end):
-the kill lands while some partitions are committed in staging and others are still loading.
-The command line takes its "now" from the wall clock, so data is placed relative to it. An
-incremental's window streamed by the transfer's own process (one binary ``COPY``, no Spark) is
-killed while that ``COPY`` runs, seen from ``pg_stat_activity``.
+The command line takes its "now" from the wall clock, so data is placed relative to it; reads and
+writes are split into 4 JDBC queries so that a staging table fills partition by partition.
 """
 
 from __future__ import annotations
@@ -35,27 +32,142 @@ import psycopg
 import pytest
 
 from transfer_platform.config.loading import load_config
-from transfer_platform.config.models import PlatformConfig
+from transfer_platform.config.models import ModelConfig, PlatformConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.core.windows import Window
-from transfer_platform.destinations.postgres import STAGING_PREFIX
-from transfer_platform_tests.support.cli import (
-    PACKAGE_ROOT,
-    TENANT,
-    add_rows,
-    write_config,
+from transfer_platform.destinations.postgres.dialect import PostgresDialect
+from transfer_platform_tests.support.cli import PACKAGE_ROOT, TENANT, add_rows, write_config
+from transfer_platform_tests.support.config import DESTINATION, pg_config
+from transfer_platform_tests.support.events import (
+    MODEL,
+    create_events,
+    day,
+    insert_rows,
+    make_rows,
+    source_rows,
 )
-from transfer_platform_tests.support.config import DESTINATION
-from transfer_platform_tests.support.events import LOOKBACK, MODEL, create_events, source_rows
-from transfer_platform_tests.support.postgres import (
-    destination_rows,
-    status_row,
-    tables_in,
-)
+from transfer_platform_tests.support.harnesses import STAGING as STAGING_PREFIX
+from transfer_platform_tests.support.postgres import destination_rows, status_row, tables_in
 from transfer_platform_tests.support.processes import group_alive, transfer_killed_when
 from transfer_platform_tests.support.transfers import transfer
 
 pytestmark = pytest.mark.integration
+
+
+# -- the empty-target fast path -------------------------------------------------------------------
+
+DATA_DAYS = [day(3, 1), day(3, 2), day(3, 3)]
+NOW1 = day(3, 4) + timedelta(hours=12)
+NOW2 = day(3, 5) + timedelta(hours=6)
+
+
+@pytest.fixture
+def config(pg_conn, pg_schema, dst_schema):
+    create_events(pg_conn, pg_schema)
+    insert_rows(pg_conn, pg_schema, make_rows([TENANT, "globex"], 30, DATA_DAYS, seed=11))
+    return pg_config(source_schema=pg_schema, dst_schema=dst_schema, tenant=TENANT, min_start=day(3, 1))
+
+
+def precreate_target(pg_conn, config, dst_schema) -> int:
+    """The target as the platform creates it; returns its OID."""
+    model: ModelConfig = config.model(MODEL)
+    pg_conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{dst_schema}"')
+    pg_conn.execute(PostgresDialect().target_ddl(f'"{dst_schema}"."{MODEL}"', model))
+    return oid(pg_conn, dst_schema)
+
+
+def oid(pg_conn, schema: str, table: str = MODEL) -> int:
+    return pg_conn.execute("SELECT %s::regclass::oid", (f'"{schema}"."{table}"',)).fetchone()[0]
+
+
+def table_facts(pg_conn, schema: str) -> tuple:
+    return pg_conn.execute(
+        "SELECT c.relpersistence, k.conname FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid "
+        "AND k.contype = 'p' WHERE c.oid = %s::regclass", (f'"{schema}"."{MODEL}"',)).fetchone()
+
+
+def test_an_empty_target_is_replaced_by_the_loaded_staging_table(spark, pg_conn, pg_schema, dst_schema, config):
+    before = precreate_target(pg_conn, config, dst_schema)
+
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+
+    assert oid(pg_conn, dst_schema) != before  # the fast path ran: the table is the staging table
+    assert table_facts(pg_conn, dst_schema) == ("p", "events_pkey")  # logged, the usual key name
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    assert tables_in(pg_conn, dst_schema) == ["_transfer_status", MODEL]
+    # the replaced table behaves as the original: its key refuses a duplicate, merges go on
+    with pytest.raises(Exception, match="duplicate key value"):
+        pg_conn.execute(f'INSERT INTO "{dst_schema}"."{MODEL}" SELECT * FROM "{dst_schema}"."{MODEL}" LIMIT 1')
+    first = source_rows(pg_conn, pg_schema, TENANT)[0][0]
+    pg_conn.execute(f'UPDATE "{pg_schema}".events SET payload = %s, updated_at = %s WHERE id = %s',
+                    ("changed", NOW1 + timedelta(hours=1), first))
+    replaced = oid(pg_conn, dst_schema)
+    assert transfer(spark, config, NOW2, transfer_id="t2").status == "SUCCESS"
+    assert oid(pg_conn, dst_schema) == replaced  # a non-empty target is merged into, never replaced
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+
+
+ATTACHMENTS = {
+    "view": 'CREATE VIEW "{s}".events_view AS SELECT id FROM "{s}".events',
+    "index": 'CREATE INDEX events_payload ON "{s}".events (payload)',
+    "trigger": ('CREATE FUNCTION "{s}".noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$; '
+                'CREATE TRIGGER events_noop BEFORE INSERT ON "{s}".events FOR EACH ROW EXECUTE FUNCTION "{s}".noop()'),
+    "grant": 'GRANT SELECT ON "{s}".events TO PUBLIC',
+    "comment": "COMMENT ON TABLE \"{s}\".events IS 'delivered by transfer_platform'",
+}
+
+
+@pytest.mark.parametrize("attachment", sorted(ATTACHMENTS))
+def test_an_empty_target_with_something_attached_is_merged_into(
+        spark, pg_conn, pg_schema, dst_schema, config, attachment):
+    before = precreate_target(pg_conn, config, dst_schema)
+    pg_conn.execute(ATTACHMENTS[attachment].format(s=dst_schema))
+
+    assert transfer(spark, config, NOW1).status == "SUCCESS"
+
+    assert oid(pg_conn, dst_schema) == before  # the same table, with what was attached to it
+    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
+    attached = {
+        "view": "SELECT count(*) FROM \"{s}\".events_view",
+        "index": "SELECT count(*) FROM pg_indexes WHERE schemaname = '{s}' AND indexname = 'events_payload'",
+        "trigger": "SELECT count(*) FROM pg_trigger WHERE tgname = 'events_noop'",
+        "grant": "SELECT count(*) FROM information_schema.role_table_grants WHERE table_schema = '{s}' "
+                 "AND grantee = 'PUBLIC'",
+        "comment": "SELECT count(*) FROM pg_description WHERE objoid = '\"{s}\".events'::regclass",
+    }[attachment].format(s=dst_schema)
+    assert pg_conn.execute(attached).fetchone()[0] >= 1
+
+
+@pytest.mark.parametrize("problem", ["duplicate", "null_key", "null_last_modified"])
+def test_a_bad_first_batch_is_refused_by_name_and_leaves_the_empty_target(
+        spark, pg_conn, pg_schema, dst_schema, config, problem):
+    pg_conn.execute(f'ALTER TABLE "{pg_schema}".events DROP CONSTRAINT events_pkey, ALTER id DROP NOT NULL')
+    # in the first window (3-1), so that no earlier window has filled the target
+    key, _, when, _ = next(r for r in source_rows(pg_conn, pg_schema, TENANT) if r[2] < day(3, 2))
+    bad = {
+        "duplicate": (key, TENANT, when, "dup"),  # another version with the same last-modified value
+        "null_key": (None, TENANT, day(3, 1) + timedelta(hours=2), "no key"),
+        "null_last_modified": (4242, TENANT, None, "no time"),
+    }[problem]
+    insert_rows(pg_conn, pg_schema, [bad])
+    before = precreate_target(pg_conn, config, dst_schema)
+
+    summary = transfer(spark, config, NOW1)
+
+    assert summary.status == "ERROR"
+    assert summary.error_type == "DataError"
+    expected = {"duplicate": f"two different versions of key id={key} have the same, latest last-modified value",
+                "null_key": "NULL primary key value (id)",
+                "null_last_modified": "NULL last-modified value (updated_at) at key id=4242"}[problem]
+    assert expected in summary.error
+    assert oid(pg_conn, dst_schema) == before  # the same, still empty, table
+    assert destination_rows(pg_conn, dst_schema) == []
+    assert tables_in(pg_conn, dst_schema) == ["_transfer_status", MODEL]  # no staging table left
+    state = status_row(pg_conn, dst_schema)
+    assert state is None or state["watermark"] is None
+
+
+# -- a transfer killed with SIGKILL --------------------------------------------------------------
 
 OTHER = "globex"
 BATCH = 300_000  # rows in the window that is killed: long enough a load to catch (~seconds)
@@ -174,48 +286,6 @@ def backfilled(spark, pg_conn, pg_schema: str, dst_schema: str, tmp_path: Path) 
     config = load_config(config_path)
     assert transfer(spark, config, backfill_at, transfer_id="backfill").status == "SUCCESS"
     return backfill_at, min_start, config_path, config
-
-
-# -- the tests ------------------------------------------------------------------------------------
-
-
-def test_a_transfer_killed_mid_load_changes_neither_rows_nor_watermark(
-        spark, pg_conn, pg_schema, dst_schema, tmp_path, cli_transfer):
-    backfill_at, min_start, config_path, config = backfilled(spark, pg_conn, pg_schema, dst_schema, tmp_path)
-    before_rows = destination_rows(pg_conn, dst_schema)
-    before_status = status_row(pg_conn, dst_schema)
-    assert len(before_rows) == 500
-    assert before_status["watermark"] == backfill_at
-
-    # the batch: new rows from 25 s before the watermark (late commits) to 9.5 minutes after it,
-    # updates of rows already delivered, and another tenant's rows
-    add_rows(pg_conn, pg_schema, tenant=TENANT, first_id=10_000_000, count=BATCH,
-             start=backfill_at - timedelta(seconds=25), span=timedelta(minutes=9, seconds=30),
-             payload="batch ")
-    pg_conn.execute(f"UPDATE \"{pg_schema}\".events SET updated_at = %s + id * interval '1 microsecond', "
-                    "payload = 'updated' WHERE organization_id = %s AND id <= 200",
-                    (backfill_at + timedelta(minutes=1), TENANT))
-    add_rows(pg_conn, pg_schema, tenant=OTHER, first_id=20_000_000, count=1000,
-             start=backfill_at, span=timedelta(minutes=5), payload="other ")
-
-    proc = cli_transfer(config_path)
-    killed = kill_while_loading(pg_conn, proc, dst_schema, tmp_path, delivered_before=len(before_rows))
-
-    assert destination_rows(pg_conn, dst_schema) == before_rows  # none of the half-loaded batch
-    assert status_row(pg_conn, dst_schema) == before_status  # the watermark did not move
-    batch_rows = BATCH + 200
-    assert 0 < killed.staged_rows < batch_rows  # killed while staging: part of the batch loaded
-
-    summary, now = run_next_transfer(spark, config, dst_schema, pg_conn, killed)
-
-    # it reads from the last delivered row minus the lookback (the seeds' rule): the batch, and the
-    # delivered rows of that last half minute again
-    high = before_status["high_watermark"]
-    reread = [r for r in before_rows if r[2] >= high - LOOKBACK and r[0] > 200]
-    assert 0 < len(reread) < 20
-    assert summary.rows_transferred == batch_rows + len(reread)
-    assert destination_rows(pg_conn, dst_schema) == source_rows(pg_conn, pg_schema, TENANT)
-    assert status_row(pg_conn, dst_schema)["watermark"] == now
 
 
 def test_a_backfill_killed_in_a_later_window_keeps_the_windows_committed_before_it(
