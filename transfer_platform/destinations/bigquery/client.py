@@ -8,9 +8,10 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from transfer_platform import errors
 from transfer_platform.destinations.bigquery.dialect import render
 from transfer_platform.destinations.sql.session import Session, _split
-from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege, Problem, translated
+from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege, Problem
 
 if TYPE_CHECKING:
     from google.cloud import bigquery
@@ -118,7 +119,7 @@ def translated_errors(writer: BigqueryWriter) -> AbstractContextManager[None]:
                        f"{c.project} (the recipient's, created beforehand) or correct connection.dataset and "
                        "connection.project")
 
-    return translated([
+    return errors.translated([
         (api.Forbidden, lambda exc: missing_role(writer, first_line(exc))),
         (api.Unauthorized, lambda exc: failure(first_line(exc), "check the service-account key in "
                                                "connection.credentials (it may be revoked or of another project)")),

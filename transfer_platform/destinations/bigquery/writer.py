@@ -40,10 +40,7 @@ if TYPE_CHECKING:
     from transfer_platform.destinations.base import WindowLoad
     from transfer_platform.probes import Check
 
-#: a lock row not renewed for this long is taken over (a window's commit renews it)
-LOCK_TTL_SECONDS = 900
-#: between two claims of a held lock
-LOCK_POLL_SECONDS = 0.5
+LOCK_TTL_SECONDS = 900  # a lock row not renewed for this long is taken over (a window's commit renews it)
 TYPES_FIX = "check that each column's data_type matches the source values"
 
 
@@ -58,7 +55,7 @@ class StagedWindow(StagingTable):
 class LockRow(Lock):
     """A model's row of ``_transfer_locks``; renewed by each commit."""
 
-    poll_seconds, then = LOCK_POLL_SECONDS, None  # the refusal ends at "run this one again"
+    poll_seconds, then = 0.5, None  # between two claims; the refusal ends at "run this one again"
 
     def __init__(self, writer: BigqueryWriter, model: str) -> None:
         self.writer, self.model = writer, model
@@ -77,10 +74,8 @@ class LockRow(Lock):
 
         return self._claim(self._takeover, (BadRequest,))  # of two MERGEs at once BigQuery fails one
 
-    def take_over(self) -> bool:  # a holder of this host whose process is gone (killed): at once
-        host, _, rest = (self._row[0] if self._row and self._row[0] else "").partition(":")
-        pid = rest.partition(":")[0]
-        self._takeover = self._row[0] if self._row and pid.isdigit() and process_gone(host, int(pid)) else None
+    def take_over(self) -> bool:
+        self._takeover = self._row[0] if self._row and self._row[0] and self.writer._dead(self._row[0]) else None
         return self._takeover is not None
 
     def holder(self) -> str:
@@ -172,6 +167,11 @@ class BigqueryWriter(SqlWriter):
         return json.loads(_key_text(model))
 
     # -- prepare's steps -------------------------------------------------------------------------
+
+    @staticmethod
+    def _dead(holder: str) -> bool:  # a holder of this host whose process is gone (killed): taken over at once
+        host, _, rest = holder.partition(":")
+        return rest.partition(":")[0].isdigit() and process_gone(host, int(rest.partition(":")[0]))
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         if model.model_name in self._locked:
@@ -319,8 +319,7 @@ class BigqueryWriter(SqlWriter):
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """``test-connection``: the endpoint, the credentials and the dataset, then what a transfer
-        does there, tried on a probe table dropped at once; a refused step names the role."""
+        """``test-connection``: a transfer's steps tried on a probe table dropped at once."""
         import pyarrow as pa
         from google.api_core import exceptions as api
 
@@ -353,10 +352,8 @@ class BigqueryWriter(SqlWriter):
                 try:
                     run()
                 except (api.GoogleAPIError, errors.MissingPrivilege) as exc:
-                    refused = (bq.missing_role(self, bq.first_line(exc))
-                               if isinstance(exc, api.Forbidden) else exc)
-                    probe.failed(step, bq.first_line(exc),
-                                 getattr(refused, "grant", "check the job's error in BigQuery"))
+                    refused = bq.missing_role(self, bq.first_line(exc)) if isinstance(exc, api.Forbidden) else exc
+                    probe.failed(step, bq.first_line(exc), getattr(refused, "grant", "check the job's error in BigQuery"))
                     probe.skipped(list(steps)[index + 1:], "the step before failed")
                     break
                 probe.passed(step)
