@@ -62,8 +62,7 @@ class BigquerySession(Session):
         self.conn = client
 
     def _run(self, statement: Statement) -> tuple[Any, Any]:
-        text, params = _split(statement)
-        job = self.conn.query(render(text, params), retry=retry(), job_retry=None)
+        job = self.conn.query(render(*_split(statement)), retry=retry(), job_retry=None)
         return job, job.result(retry=retry())
 
     def execute(self, statement: Statement) -> int:

@@ -166,12 +166,11 @@ class BigqueryWriter(SqlWriter):
             self.session.execute(self.dialect.record_primary_key(self.status_table, name, _key_text(model)))
         return json.loads(_key_text(model))
 
-    # -- prepare's steps -------------------------------------------------------------------------
-
     @staticmethod
     def _dead(holder: str) -> bool:  # a holder of this host whose process is gone (killed): taken over at once
         host, _, rest = holder.partition(":")
-        return rest.partition(":")[0].isdigit() and process_gone(host, int(rest.partition(":")[0]))
+        pid = rest.partition(":")[0]
+        return pid.isdigit() and process_gone(host, int(pid))
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         if model.model_name in self._locked:
@@ -288,8 +287,6 @@ class BigqueryWriter(SqlWriter):
                                                        state.high_watermark, state.to_json(), transfer_id,
                                                        published_key=_key_text(model)))
         self.session.execute(self.dialect.drop_table(aside))
-
-    # -- outside a transfer's windows ------------------------------------------------------------
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
         chosen = [*model.primary_key, model.last_modified]
