@@ -4,11 +4,11 @@ the SQL writer's :class:`BigquerySession` around it, and what the API refuses as
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from transfer_platform import errors
 from transfer_platform.destinations.bigquery.dialect import render
 from transfer_platform.destinations.sql.session import Session, _split
 from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege, Problem
@@ -62,8 +62,7 @@ class BigquerySession(Session):
         self.conn = client
 
     def _run(self, statement: Statement) -> tuple[Any, Any]:
-        text, params = _split(statement)
-        job = self.conn.query(render(text, params), retry=retry(), job_retry=None)
+        job = self.conn.query(render(*_split(statement)), retry=retry(), job_retry=None)
         return job, job.result(retry=retry())
 
     def execute(self, statement: Statement) -> int:
@@ -100,10 +99,8 @@ def missing_role(writer: BigqueryWriter, reason: str) -> MissingPrivilege:
     return MissingPrivilege(writer.what, role=who, reason=reason, grant=grant)
 
 
-@contextmanager
-def translated_errors(writer: BigqueryWriter) -> Iterator[None]:
-    """403: the role missing; 401, a dataset missing, no answer, no credentials: ``ConnectionFailure``
-    naming the fix. Never the key."""
+def translated_errors(writer: BigqueryWriter) -> AbstractContextManager[None]:
+    """Never the key in what is raised."""
     from google.api_core import exceptions as api
     from google.auth import exceptions as auth
     from requests import exceptions as http
@@ -114,22 +111,20 @@ def translated_errors(writer: BigqueryWriter) -> Iterator[None]:
     def failure(reason: str, fix: str) -> ConnectionFailure:
         return ConnectionFailure(what, host=host, port=port, reason=reason, fix=fix)
 
-    try:
-        yield
-    except api.Forbidden as exc:
-        raise missing_role(writer, first_line(exc)) from None
-    except api.Unauthorized as exc:
-        raise failure(first_line(exc), "check the service-account key in connection.credentials (it may be "
-                                       "revoked or of another project)") from None
-    except api.NotFound as exc:
+    def not_found(exc: Exception) -> Exception:  # a table missing is the caller's to handle
         if "Dataset" not in str(exc) or c.dataset not in str(exc):
-            raise
-        raise failure(f"dataset {c.project}.{c.dataset} not found", f"create the dataset {c.dataset} in project "
-                      f"{c.project} (the recipient's, created beforehand) or correct connection.dataset and "
-                      "connection.project") from None
-    except (http.ConnectionError, http.Timeout, auth.TransportError, api.RetryError) as exc:
-        raise failure(type(exc).__name__ + ": the endpoint did not answer", CONNECT_FIX) from None
-    except auth.DefaultCredentialsError:
-        raise ConnectionFailure(what, reason="no credentials: connection.credentials is not set and Application "
-                                "Default Credentials were not found",
-                                fix="set connection.credentials to \"${VAR}\" holding a service-account key") from None
+            return exc
+        return failure(f"dataset {c.project}.{c.dataset} not found", f"create the dataset {c.dataset} in project "
+                       f"{c.project} (the recipient's, created beforehand) or correct connection.dataset and "
+                       "connection.project")
+
+    return errors.translated([
+        (api.Forbidden, lambda exc: missing_role(writer, first_line(exc))),
+        (api.Unauthorized, lambda exc: failure(first_line(exc), "check the service-account key in "
+                                               "connection.credentials (it may be revoked or of another project)")),
+        (api.NotFound, not_found),
+        ((http.ConnectionError, http.Timeout, auth.TransportError, api.RetryError),
+         lambda exc: failure(type(exc).__name__ + ": the endpoint did not answer", CONNECT_FIX)),
+        (auth.DefaultCredentialsError, lambda exc: ConnectionFailure(
+            what, reason="no credentials: connection.credentials is not set and Application Default Credentials "
+            "were not found", fix="set connection.credentials to \"${VAR}\" holding a service-account key"))])

@@ -27,7 +27,6 @@ _LEGACY = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}
 
 
 def q(name: str) -> str:
-    """An identifier quoted with backticks (a backtick or backslash in it escaped)."""
     if "\x00" in name:
         raise ValueError("identifiers cannot contain NUL characters")
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
@@ -46,14 +45,10 @@ _LITERALS = ((bool, lambda v: "TRUE" if v else "FALSE"), (int, str),
 
 
 def literal(value: Any) -> str:
-    """``value`` as a GoogleSQL literal of its type (a datetime as a UTC ``TIMESTAMP``)."""
-    if value is None:
-        return "NULL"
-    return next((text(value) for kind, text in _LITERALS if isinstance(value, kind)), string_literal(str(value)))
+    return "NULL" if value is None else next((text(value) for kind, text in _LITERALS if isinstance(value, kind)), string_literal(str(value)))
 
 
 def render(text: str, params: Sequence[Any] | None) -> str:
-    """``text`` with each ``%s`` replaced by the next parameter's literal."""
     if not params:
         return text
     parts = text.split("%s")
@@ -82,8 +77,7 @@ class BigqueryDialect(Dialect):
     def quote(self, name: str) -> str:
         return q(name)
 
-    def qualified(self, container: str, name: str) -> str:
-        """``container``: ``project.dataset`` (a project id may hold a dot, a dataset not)."""
+    def qualified(self, container: str, name: str) -> str:  # a project id may hold a dot, a dataset not
         return ".".join(q(part) for part in (*container.rsplit(".", 1), name))
 
     def matches(self, declared: str, actual: str) -> bool:
@@ -99,24 +93,19 @@ class BigqueryDialect(Dialect):
 
     table_exists = columns = primary_key = tables_starting_with = _catalog
 
-    # -- tables ----------------------------------------------------------------------------------
-
     def locks_ddl(self, locks: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {locks} (model_name STRING, holder STRING, expires_at TIMESTAMP)"
 
-    def target_ddl(self, table: str, model: ModelConfig) -> str:
-        """No ``PRIMARY KEY``: BigQuery enforces none (the merge keys on the model's)."""
+    def target_ddl(self, table: str, model: ModelConfig) -> str:  # no PRIMARY KEY: BigQuery enforces none
         columns = ", ".join(f"{q(c.destination_name)} {self.column_type(c)}" for c in model.columns)
         return f"CREATE TABLE IF NOT EXISTS {table} ({columns})"
 
     def staging_ddl(self, staging: str, target: str, model: ModelConfig | None,
                     columns: Sequence[ColumnConfig] | None, *, logged: bool) -> str:
-        """Every column ``STRING``: the CSV's text, read typed through :meth:`decoded`."""
-        chosen = columns or model.columns
-        return f"CREATE TABLE {staging} ({', '.join(f'{q(c.destination_name)} STRING' for c in chosen)})"
+        names = [q(c.destination_name) for c in columns or model.columns]  # the CSV's text: read by decoded
+        return f"CREATE TABLE {staging} ({', '.join(f'{n} STRING' for n in names)})"
 
     def decoded(self, raw: str, columns: Sequence[ColumnConfig]) -> str:
-        """The relation of a staged window's typed rows, read from its table of text ``raw``."""
         def typed(c: ColumnConfig) -> str:
             x = q(c.destination_name)
             text = f"JSON_VALUE({x}, '$')"  # a string or a JSON value is staged as a JSON string literal
@@ -125,7 +114,6 @@ class BigqueryDialect(Dialect):
         return f"(SELECT {', '.join(f'{typed(c)} AS {q(c.destination_name)}' for c in columns)} FROM {raw})"
 
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
-        """Dropped columns by rewriting the table without them (one atomic statement)."""
         statements = [f"ALTER TABLE {table} ADD COLUMN {q(c.destination_name)} {self.column_type(c)}" for c in added]
         if dropped:
             statements.append(f"CREATE OR REPLACE TABLE {table} AS SELECT * EXCEPT "
@@ -133,7 +121,6 @@ class BigqueryDialect(Dialect):
         return statements
 
     def replace_table(self, table: str, source: str) -> str:
-        """``table`` replaced at once by a copy of ``source`` (a full refresh's publish)."""
         return f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {source}"
 
     def read_rows(self, table: str, columns: Sequence[ColumnConfig]) -> str:
@@ -152,7 +139,7 @@ class BigqueryDialect(Dialect):
 
     def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
                      transfer_id: str, *, published_key: str | None = None) -> Statement:
-        """The state recorded (``published_key``: a refresh published, its state cleared, its key recorded)."""
+        # published_key: a refresh published, its state cleared, its key recorded
         sets = ("transfer_last_updated_at = %s, high_watermark = %s, state = %s, last_transfer_id = %s, "
                 f"updated_at = {self.now}" + (", refresh_state = NULL, primary_key = %s" if published_key else ""))
         params = (model_name, watermark, high_watermark, state_json, transfer_id)
@@ -160,7 +147,6 @@ class BigqueryDialect(Dialect):
             params + ((published_key,) if published_key else ()))
 
     def read_primary_key(self, status: str, model_name: str) -> Statement:
-        """The live table's key as recorded (BigQuery keeps no constraint): its columns, a JSON list."""
         return f"SELECT primary_key FROM {status} WHERE data_model_name = %s", (model_name,)
 
     def record_primary_key(self, status: str, model_name: str, primary_key: str) -> Statement:
@@ -170,23 +156,18 @@ class BigqueryDialect(Dialect):
         return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {state_column(column)} = %s"), (
             model_name, state_json)
 
-    # -- a staged window -------------------------------------------------------------------------
-
     def count_where(self, condition: str) -> str:
         return f"COUNTIF({condition})"
 
     def soft_delete(self, target: str, staging: str, model: ModelConfig) -> str:
-        """The count of the rows the window's one ``MERGE`` removes (:meth:`upsert` deletes them
-        with its rows, atomically): a staged row marked deleted, as new or newer."""
+        """The count of the rows :meth:`upsert` deletes with its rows, atomically."""
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
         return (f"SELECT COUNT(*) FROM {target} AS t JOIN {staging} AS s ON {_on(_keys(model))} WHERE "
                 f"{self.marked(marker.destination_name, marker.data_type, 's')} AND s.{lm} >= t.{lm}")
 
     def upsert(self, target: str, staging: str, model: ModelConfig, skip: str | None) -> list[str]:
-        """One ``MERGE`` on the key, rows and soft deletes in one atomic statement: ``skip`` given,
-        a staged row marked deleted (as new or newer) removes the delivered one; a newer row, or an
-        equally new one that differs, replaces it; an older one never does; a new key is inserted
-        (an ``is_append_only`` model only inserts)."""
+        """One ``MERGE`` on the key, rows and soft deletes in one atomic statement: a newer row, or an
+        equally new one that differs, replaces the delivered one; an older one never does."""
         lm, marker = q(model.last_modified.destination_name), model.deletion_marker
         names = [q(c.destination_name) for c in model.columns]
         if skip:  # the base's condition names the staged row unaliased: here it is the MERGE's ``s``
@@ -208,12 +189,10 @@ class BigqueryDialect(Dialect):
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"MERGE {target} AS t USING {staging} AS s ON {_on(columns)} WHEN MATCHED THEN DELETE"
 
-    # -- the model's lock row --------------------------------------------------------------------
-
     def claim_lock(self, locks: str, model_name: str, holder: str, ttl_seconds: int,
                    takeover: str | None) -> Statement:
-        """The lock row taken when free, expired, already ours, or held by ``takeover`` (a holder
-        found dead); one ``MERGE``: two claims never both win."""
+        """Taken when free, expired, ours, or held by ``takeover`` (found dead); one ``MERGE``: two
+        claims never both win."""
         expiry = f"TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} SECOND)"
         return (f"MERGE {locks} AS t USING (SELECT %s AS model_name) AS s ON t.model_name = s.model_name "
                 "WHEN MATCHED AND (t.holder = %s OR t.expires_at < CURRENT_TIMESTAMP() OR t.holder = %s) THEN "

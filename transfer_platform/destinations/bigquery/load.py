@@ -34,8 +34,7 @@ def _text(column: pa.ChunkedArray | pa.Array, data_type: str) -> pa.Array:
 
 
 def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[tuple[str, str]], path: str) -> int:
-    """``batches`` written to the CSV file ``path`` (no header) as the text of ``columns`` ((name,
-    data_type)); its size in bytes (0: no row, no file)."""
+    """``batches`` as the CSV file ``path`` (no header) of ``columns``' text; its size (0: no file)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
@@ -55,8 +54,7 @@ def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[tuple[
 
 def write_part(batches: Iterator[pa.RecordBatch], *, folder: str, columns: list[tuple[str, str]]
                ) -> Iterator[pa.RecordBatch]:
-    """In a Spark Python worker: its partition as one CSV part in ``folder`` (Spark runs on this
-    machine); hands back the part's path and size only."""
+    """A Spark worker's partition as one CSV part in ``folder`` (Spark runs on this machine)."""
     import pyarrow as pa
 
     path = os.path.join(folder, f"part-{uuid.uuid4().hex}.csv")

@@ -40,10 +40,7 @@ if TYPE_CHECKING:
     from transfer_platform.destinations.base import WindowLoad
     from transfer_platform.probes import Check
 
-#: a lock row not renewed for this long is taken over (a window's commit renews it)
-LOCK_TTL_SECONDS = 900
-#: between two claims of a held lock
-LOCK_POLL_SECONDS = 0.5
+LOCK_TTL_SECONDS = 900  # a lock row not renewed for this long is taken over (a window's commit renews it)
 TYPES_FIX = "check that each column's data_type matches the source values"
 
 
@@ -56,10 +53,9 @@ class StagedWindow(StagingTable):
 
 
 class LockRow(Lock):
-    """A model's row of ``_transfer_locks``, claimed by one ``MERGE`` when free, expired, ours, or
-    held by a holder found dead (:meth:`BigqueryWriter._dead`); renewed by each commit."""
+    """A model's row of ``_transfer_locks``; renewed by each commit."""
 
-    poll_seconds, then = LOCK_POLL_SECONDS, None  # the refusal ends at "run this one again"
+    poll_seconds, then = 0.5, None  # between two claims; the refusal ends at "run this one again"
 
     def __init__(self, writer: BigqueryWriter, model: str) -> None:
         self.writer, self.model = writer, model
@@ -124,8 +120,7 @@ class BigqueryWriter(SqlWriter):
 
     _translated_errors = bq.translated_errors
 
-    def check(self) -> None:
-        """The dataset must exist (the recipient's): nothing is created."""
+    def check(self) -> None:  # the dataset is the recipient's: nothing is created
         with self._translated_errors():
             self.client.get_dataset(self.container, retry=bq.retry())
 
@@ -158,8 +153,8 @@ class BigqueryWriter(SqlWriter):
         return {} if table is None else {f.name: f.field_type for f in table.schema}
 
     def _primary_key(self, name: str) -> list[str]:
-        """BigQuery keeps no key: a live table's is the one its status row records (when the table
-        is first planned, and by a refresh's publish); a table aside has its model's."""
+        """BigQuery keeps no key: a live table's is its status row's (recorded when first planned and
+        by a refresh's publish); a table aside has its model's."""
         model = self._models.get(name)
         if model is None:
             return []
@@ -171,7 +166,11 @@ class BigqueryWriter(SqlWriter):
             self.session.execute(self.dialect.record_primary_key(self.status_table, name, _key_text(model)))
         return json.loads(_key_text(model))
 
-    # -- prepare's steps -------------------------------------------------------------------------
+    @staticmethod
+    def _dead(holder: str) -> bool:  # a holder of this host whose process is gone (killed): taken over at once
+        host, _, rest = holder.partition(":")
+        pid = rest.partition(":")[0]
+        return pid.isdigit() and process_gone(host, int(pid))
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         if model.model_name in self._locked:
@@ -180,13 +179,6 @@ class BigqueryWriter(SqlWriter):
             self.session.execute(self.dialect.locks_ddl(self.locks_table))
             self._locked.hold(model.model_name, LockRow(self, model.model_name), destination=self.name,
                               wait_seconds=self.tuning.lock_wait_seconds)
-
-    @staticmethod
-    def _dead(holder: str) -> bool:
-        """A holder of this host whose process is gone (killed: its lock is taken over at once)."""
-        host, _, rest = holder.partition(":")
-        pid = rest.partition(":")[0]
-        return pid.isdigit() and process_gone(host, int(pid))
 
     def _clean_staging(self, model: ModelConfig) -> None:
         prefix = STAGING_PREFIX + base.staging_suffix(model.model_name, "")
@@ -202,8 +194,7 @@ class BigqueryWriter(SqlWriter):
         return super()._read_states(model)
 
     def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
-        """The old refresh forgotten first (each statement commits alone: no state may ever point at
-        a table emptied), the table aside made anew, then the new progress recorded."""
+        # the old refresh forgotten first: each statement commits alone, no state may point at a table emptied
         state, aside = ModelState(high_watermark=live.high_watermark), self.refresh_table(model)
         with self._translated_errors():
             self._ensure_status_row(model)
@@ -234,8 +225,7 @@ class BigqueryWriter(SqlWriter):
 
     def _load(self, name: str, model: ModelConfig | None, columns: list[ColumnConfig], rows: DataFrame | pa.Table
               ) -> int:
-        """The rows (Spark's, written by its executors, or Arrow's) as one CSV file appended to the
-        staging table ``name`` by one load job; its size in bytes."""
+        """The rows as one CSV file appended to ``name`` by one load job; its size in bytes."""
         import pyarrow as pa
         from google.api_core.exceptions import BadRequest
         from google.cloud import bigquery
@@ -271,11 +261,9 @@ class BigqueryWriter(SqlWriter):
 
     @contextlib.contextmanager
     def _atomically(self, load: WindowLoad | None = None) -> Iterator[None]:
-        """The hook of a window's commit (and a refresh's publish). Each statement commits alone:
-        the window's one ``MERGE`` (rows and soft deletes), then the status row's (the watermark);
-        killed between them, the next transfer reads the window again and the merge, idempotent
-        under the tie-break, re-delivers it exactly. Here: the model's lock renewed, the commit
-        refused if another transfer holds it now."""
+        """The model's lock renewed. Each statement commits alone: killed between the window's
+        ``MERGE`` and the status row's, the next transfer reads the window again and the merge,
+        idempotent under the tie-break, re-delivers it exactly."""
         for name in [load.model.model_name] if load is not None else list(self._locked):
             LockRow(self, name).renew()
         yield
@@ -291,9 +279,8 @@ class BigqueryWriter(SqlWriter):
                                    fix=f"{TYPES_FIX} (a json column must hold valid JSON text)") from None
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        """The live table replaced by a copy of the one aside (one atomic statement), then the state
-        recorded and the refresh forgotten (one ``MERGE``), then the aside dropped. Killed before
-        the record, the next transfer finds the refresh complete aside and publishes it again."""
+        """Killed before the state's record, the next transfer finds the refresh complete aside and
+        publishes it again."""
         aside = self.refresh_table(model)
         self.session.execute(self.dialect.replace_table(self.table(model), aside))
         self.session.execute(self.dialect.record_state(self.status_table, model.model_name, state.watermark,
@@ -301,10 +288,7 @@ class BigqueryWriter(SqlWriter):
                                                        published_key=_key_text(model)))
         self.session.execute(self.dialect.drop_table(aside))
 
-    # -- outside a transfer's windows ------------------------------------------------------------
-
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
-        """The rows whose key and last-modified value ``frame`` holds removed (one load job, one ``MERGE``)."""
         chosen = [*model.primary_key, model.last_modified]
         name = self.staging_table_name(model, transfer_id)
         raw = self.dialect.qualified(self.container, name)
@@ -319,8 +303,7 @@ class BigqueryWriter(SqlWriter):
                 self.session.execute(self.dialect.drop_table(raw))
 
     def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
-        """The table read into this process (JSON as its text, NUMERIC exactly), then handed to
-        Spark: fine for millions of rows, not for a table beyond the driver's memory."""
+        """Read through this process: fine for millions of rows, not beyond the driver's memory."""
         import pyarrow as pa
 
         with self._translated_errors():
@@ -333,8 +316,7 @@ class BigqueryWriter(SqlWriter):
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """``test-connection``: the endpoint, the credentials and the dataset, then what a transfer
-        does there, tried on a probe table dropped at once; a refused step names the role."""
+        """``test-connection``: a transfer's steps tried on a probe table dropped at once."""
         import pyarrow as pa
         from google.api_core import exceptions as api
 
@@ -367,10 +349,8 @@ class BigqueryWriter(SqlWriter):
                 try:
                     run()
                 except (api.GoogleAPIError, errors.MissingPrivilege) as exc:
-                    refused = (bq.missing_role(self, bq.first_line(exc))
-                               if isinstance(exc, api.Forbidden) else exc)
-                    probe.failed(step, bq.first_line(exc),
-                                 getattr(refused, "grant", "check the job's error in BigQuery"))
+                    refused = bq.missing_role(self, bq.first_line(exc)) if isinstance(exc, api.Forbidden) else exc
+                    probe.failed(step, bq.first_line(exc), getattr(refused, "grant", "check the job's error in BigQuery"))
                     probe.skipped(list(steps)[index + 1:], "the step before failed")
                     break
                 probe.passed(step)
@@ -381,5 +361,4 @@ class BigqueryWriter(SqlWriter):
 
 
 def _key_text(model: ModelConfig) -> str:
-    """The model's primary key as recorded: its columns, sorted, as a JSON list."""
     return json.dumps(sorted(c.destination_name for c in model.primary_key))
