@@ -221,10 +221,7 @@ class ClickhouseWriter(SqlWriter):
     def _insert_all(self, table: pa.Table, into: str, model: ModelConfig, rows: int | None = None) -> None:
         rows = rows or self.tuning.batch_rows
         for start in range(0, table.num_rows, rows):
-            self._insert(table.slice(start, rows), into, model)
-
-    def _insert(self, batch: pa.Table, into: str, model: ModelConfig) -> None:
-        if batch.num_rows:
+            batch = table.slice(start, rows)
             _refuse_out_of_range(batch, model, self.name)
             with self._translated_errors():
                 self.client.insert_arrow(into, batch)  # a qualified name is taken as it is
@@ -336,9 +333,8 @@ class ClickhouseWriter(SqlWriter):
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """Reach the server, log in, find the database, then everything a transfer does in it, on
-        probe tables dropped at once; a refused step names the GRANT ClickHouse says is missing (a
-        chDB folder has no users: no grant is checked)."""
+        """Each step on probe tables dropped at once; a refused one names the GRANT ClickHouse says
+        is missing (a chDB folder has no users: no grant is checked)."""
         from clickhouse_connect.driver.exceptions import ClickHouseError
 
         from transfer_platform.probes import Probe
