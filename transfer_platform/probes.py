@@ -55,16 +55,17 @@ class Probe:
     def skipped(self, names: Iterable[str], because: str) -> None:
         self.checks.extend(Check(self.target, name, "SKIP", because) for name in names)
 
-    def run(self, steps: Sequence[tuple[str, str, Sequence[Any]]], execute: Callable[[Any], object],
-            errors: type[Exception] | tuple[type[Exception], ...], reason: Callable[[Exception], str]) -> bool:
+    def run(self, steps: Sequence[tuple[str, str | Callable[[Exception], str], Sequence[Any]]],
+            execute: Callable[[Any], object], errors: type[Exception] | tuple[type[Exception], ...],
+            reason: Callable[[Exception], str]) -> bool:
         """Each step's statements executed in turn: passed, or failed naming its fix (the steps after it
-        skipped); whether every step passed. A step is (its name, its fix, its statements)."""
+        skipped); whether every step passed. A step is (its name, its fix or its maker, its statements)."""
         for index, (name, fix, statements) in enumerate(steps):
             try:
                 for statement in statements:
                     execute(statement)
             except errors as exc:
-                self.failed(name, reason(exc), fix)
+                self.failed(name, reason(exc), fix if isinstance(fix, str) else fix(exc))
                 self.skipped([step[0] for step in steps[index + 1:]], "the step before failed")
                 return False
             self.passed(name)

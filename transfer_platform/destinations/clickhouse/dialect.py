@@ -65,7 +65,6 @@ class ClickhouseDialect(Dialect):
         return f"coalesce({ref}, false)" if data_type == "boolean" else f"{ref} IS NOT NULL"
 
     def _strict(self, model: ModelConfig) -> set[str]:
-        """The columns that are not Nullable: the key and the last-modified column."""
         return {c.destination_name for c in model.primary_key} | {model.last_modified.destination_name}
 
     # -- the catalog: system tables ----------------------------------------------------------------
@@ -98,7 +97,6 @@ class ClickhouseDialect(Dialect):
     # -- tables ----------------------------------------------------------------------------------
 
     def status_ddl(self, status: str) -> str:
-        """``_transfer_status``: a view of the comments of the model tables that hold a state."""
         database, _ = split_qualified(status)
 
         def us(*path: str) -> str:
@@ -179,12 +177,10 @@ class ClickhouseDialect(Dialect):
                 f"AS t ON {on} WHERE {self.marked(marker.destination_name, marker.data_type, 's')} AND t.{lm} <= s.{lm}")
 
     def _swept(self, staging: str, target: str, columns: Sequence[str]) -> str:
-        """The delivered rows equal to a staged one on ``columns`` (key and last-modified value)."""
         on = " AND ".join(f"t.{self.quote(c)} = s.{self.quote(c)}" for c in columns)
         return f"FROM (SELECT {', '.join(map(self.quote, columns))} FROM {target} FINAL) AS t INNER JOIN {staging} AS s ON {on}"
 
     def sweep_insert(self, into: str, staging: str, target: str, columns: Sequence[str]) -> str:
-        """The delete sweep: a ``_tp_deleted`` row for each delivered row :meth:`_swept` finds."""
         return (f"INSERT INTO {into} ({', '.join(map(self.quote, columns))}, {self.quote(DELETED)}) "
                 f"SELECT {', '.join(f't.{self.quote(c)}' for c in columns)}, 1 {self._swept(staging, target, columns)}")
 

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -66,8 +65,6 @@ def connect(destination: ClickhouseDestination, what: str) -> Client:
 
 
 def connection_error(destination: ClickhouseDestination, what: str, exc: BaseException) -> ConnectionFailure:
-    """A refused log-in, a missing database, a chDB folder another process holds, or a server not
-    reached, with its fix (a server named by host and port, never the password)."""
     c, line = destination.connection, first_line(exc)
     reason, fix = {
         **dict.fromkeys(LOGIN_REFUSED, (f"the server refused the log-in of user {c.username or 'default'!r} "
@@ -80,7 +77,6 @@ def connection_error(destination: ClickhouseDestination, what: str, exc: BaseExc
 
 
 def missing_privilege(destination: ClickhouseDestination, what: str, exc: BaseException) -> MissingPrivilege:
-    """An ACCESS_DENIED, naming the grant ClickHouse says is missing."""
     c, line = destination.connection, first_line(exc)
     user = c.username or "default"
     match = re.search(r"necessary to have the grant (.+?)(?:\.? \(ACCESS_DENIED\)|$)", line)
@@ -89,25 +85,7 @@ def missing_privilege(destination: ClickhouseDestination, what: str, exc: BaseEx
     return MissingPrivilege(what, role=user, reason=line, grant=f"GRANT {wanted} TO {quote(user)}")
 
 
-@contextmanager
-def translated_errors(destination: ClickhouseDestination, what: str) -> Iterator[None]:
-    """A refused right as ``MissingPrivilege``; the server unreachable, the log-in refused or the
-    database missing as ``ConnectionFailure``; the rest as they are."""
-    from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
-
-    try:
-        yield
-    except ClickHouseError as exc:
-        code = error_code(exc)
-        if code == ACCESS_DENIED:
-            raise missing_privilege(destination, what, exc) from None
-        if isinstance(exc, OperationalError) or code in (*LOGIN_REFUSED, UNKNOWN_DATABASE):
-            raise connection_error(destination, what, exc) from None
-        raise
-
-
 def _parameter(value: Any) -> Any:
-    """A value as the server parses it: a moment as UTC text to the microsecond."""
     if isinstance(value, datetime):
         return (value.astimezone(UTC) if value.tzinfo else value).strftime("%Y-%m-%d %H:%M:%S.%f")
     return value.isoformat() if isinstance(value, date) else value

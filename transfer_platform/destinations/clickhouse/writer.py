@@ -11,7 +11,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +25,7 @@ from transfer_platform.destinations.clickhouse.dialect import (
 )
 from transfer_platform.destinations.clickhouse.session import (
     ACCESS_DENIED,
+    LOGIN_REFUSED,
     TABLE_EXISTS,
     UNKNOWN_DATABASE,
     UNKNOWN_TABLE,
@@ -34,7 +35,6 @@ from transfer_platform.destinations.clickhouse.session import (
     error_code,
     first_line,
     missing_privilege,
-    translated_errors,
 )
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.state import TableComments
@@ -64,10 +64,6 @@ CLONE_BLOCK_ROWS = 100_000
 EARLIEST, LATEST = "1900-01-01", "2299-12-31"
 
 
-def _now_us() -> int:
-    return int(time.time() * 1_000_000)
-
-
 @dataclass
 class ClickhouseStaging(StagingTable):
     held: pa.Table | None = None  # a window into an empty table, held here as Arrow until its commit
@@ -84,7 +80,7 @@ class LockTable(Lock):
         self._held: dict | None = None  # the holder's, as last read
 
     def _text(self) -> str:
-        now = _now_us()
+        now = time.time_ns() // 1000
         return json.dumps({"transfer_id": self.transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
                            "since_us": now, "lease_end_us": now + LOCK_LEASE_SECONDS * 1_000_000})
 
@@ -114,7 +110,7 @@ class LockTable(Lock):
         """A gone holder's lock renamed away (one taker wins the rename), then dropped; put back if
         what was renamed is a new holder's."""
         self._held = held = self._holder(self.name)
-        if not held or not (held.get("lease_end_us", 0) < _now_us() or process_gone(held.get("host"), held.get("pid"))):
+        if not held or not (held.get("lease_end_us", 0) < time.time_ns() // 1000 or process_gone(held.get("host"), held.get("pid"))):
             return False
         gone_name = f"{LOCK_PREFIX}gone_{uuid.uuid4().hex[:12]}"
         gone = self.dialect.qualified(self.database, gone_name)
@@ -157,11 +153,21 @@ class ClickhouseWriter(SqlWriter):
     def session(self) -> ClickhouseSession:
         return ClickhouseSession(self.client)
 
-    def _translated_errors(self):
-        return translated_errors(self.destination, self.what)
+    @contextmanager
+    def _translated_errors(self) -> Iterator[None]:
+        from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
+
+        try:
+            yield
+        except ClickHouseError as exc:
+            code = error_code(exc)
+            if code == ACCESS_DENIED:
+                raise missing_privilege(self.destination, self.what, exc) from None
+            if isinstance(exc, OperationalError) or code in (*LOGIN_REFUSED, UNKNOWN_DATABASE):
+                raise connection_error(self.destination, self.what, exc) from None
+            raise
 
     def close(self) -> None:
-        """Release the models' locks (their tables dropped), then the client."""
         if self._client is not None:
             self._locks.release_all()
             with suppress(Exception):
@@ -198,7 +204,6 @@ class ClickhouseWriter(SqlWriter):
         return super()._plan_columns(model)
 
     def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
-        """The table aside created with its progress in its comment, in one statement."""
         state, aside = ModelState(high_watermark=live.high_watermark), self.refresh_table(model)
         with self._translated_errors():
             self.session.execute(self.dialect.drop_table(aside))
@@ -216,10 +221,7 @@ class ClickhouseWriter(SqlWriter):
     def _insert_all(self, table: pa.Table, into: str, model: ModelConfig, rows: int | None = None) -> None:
         rows = rows or self.tuning.batch_rows
         for start in range(0, table.num_rows, rows):
-            self._insert(table.slice(start, rows), into, model)
-
-    def _insert(self, batch: pa.Table, into: str, model: ModelConfig) -> None:
-        if batch.num_rows:
+            batch = table.slice(start, rows)
             _refuse_out_of_range(batch, model, self.name)
             with self._translated_errors():
                 self.client.insert_arrow(into, batch)  # a qualified name is taken as it is
@@ -284,7 +286,6 @@ class ClickhouseWriter(SqlWriter):
             self._locks.renew(load.model.model_name)
 
     def _clone(self, staging: StagingTable) -> str:
-        """A clone of the window's target holding its parts and its comment, to be swapped in."""
         clone = self.dialect.qualified(self.container, f"{staging.name}_swap")
         for statement in (self.dialect.drop_table(clone), self.dialect.clone_ddl(clone, staging.target),
                           self.dialect.attach_all(clone, staging.target)):
@@ -306,7 +307,6 @@ class ClickhouseWriter(SqlWriter):
         self.session.execute(self.dialect.set_comment(table, TableComments.comment(state, load.transfer_id)))
 
     def _delete_staged(self, staging: StagingTable, columns: list[str]) -> int:
-        """A ``_tp_deleted`` row for each delivered row the sweep matches, swapped in like a window."""
         deleted = int(self.session.one(self.dialect.sweep_count(staging.table, staging.target, columns))[0])
         if deleted:
             with self._atomically():
@@ -315,7 +315,6 @@ class ClickhouseWriter(SqlWriter):
         return deleted
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        """The refresh built aside exchanged with the live table (renamed, without one)."""
         live, aside = self.table(model), self.refresh_table(model)
         self.session.execute(self.dialect.set_comment(aside, TableComments.comment(state, transfer_id)))
         if not self._exists(model.model_name):
@@ -334,16 +333,17 @@ class ClickhouseWriter(SqlWriter):
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """Reach the server, log in, find the database, then everything a transfer does in it, on
-        probe tables dropped at once; a refused step names the GRANT ClickHouse says is missing (a
-        chDB folder has no users: no grant is checked)."""
+        """Each step on probe tables dropped at once; a refused one names the GRANT ClickHouse says
+        is missing (a chDB folder has no users: no grant is checked)."""
         from clickhouse_connect.driver.exceptions import ClickHouseError
 
         from transfer_platform.probes import Probe
 
         probe, c, name = Probe(target), self.destination.connection, "_tp_probe_" + uuid.uuid4().hex[:12]
-        steps = probe_steps(self.dialect, self.container, name)
-        later = [step for step, _ in steps]
+        steps = probe_steps(self.dialect, self.container, name, lambda exc: (
+            missing_privilege(self.destination, self.what, exc).grant if error_code(exc) == ACCESS_DENIED else
+            "check the server's log; the loader's grants are in docs/permissions.md"))
+        later = [step for step, _, _ in steps]
         login = (f"open chDB folder {c.path} (no users: no grant checked)" if c.path is not None else
                  f"log in to database {c.database!r} as {c.username or 'default'!r}")
         if c.path is None and not probe.reach(c.host, c.server_port):
@@ -362,17 +362,7 @@ class ClickhouseWriter(SqlWriter):
             return probe.checks
         probe.passed(login)
         try:
-            for index, (step, statements) in enumerate(steps):
-                try:
-                    for statement in statements:
-                        self.session.execute(statement)
-                except ClickHouseError as exc:
-                    probe.failed(step, first_line(exc), missing_privilege(self.destination, self.what, exc).grant
-                                 if error_code(exc) == ACCESS_DENIED else
-                                 "check the server's log; the loader's grants are in docs/permissions.md")
-                    probe.skipped(later[index + 1:], "the step before failed")
-                    break
-                probe.passed(step)
+            probe.run(steps, self.session.execute, ClickHouseError, first_line)
         finally:
             for suffix in ("", "_c", "_s"):
                 with suppress(ClickHouseError):
@@ -380,10 +370,10 @@ class ClickhouseWriter(SqlWriter):
         return probe.checks
 
 
-def probe_steps(d: ClickhouseDialect, database: str, name: str) -> list[tuple[str, list[str]]]:
-    """(check, statements) of :meth:`ClickhouseWriter.probe`, in the order they depend on each other."""
+def probe_steps(d: ClickhouseDialect, database: str, name: str, fix: Callable[[Exception], str]) -> list:
+    """(check, fix, statements) of :meth:`ClickhouseWriter.probe`, in the order they depend on each other."""
     table, clone, staging = (d.qualified(database, name + suffix) for suffix in ("", "_c", "_s"))
-    return [
+    return [(step, fix, statements) for step, statements in [
         ("create tables (model, staging, swap and lock tables)",
          [f"CREATE TABLE {table} (id Int64, lm Int64, v Nullable(String), _tp_deleted UInt8 DEFAULT 0) "
           "ENGINE = ReplacingMergeTree(lm, _tp_deleted) ORDER BY id",
@@ -398,11 +388,10 @@ def probe_steps(d: ClickhouseDialect, database: str, name: str) -> list[tuple[st
         ("add and drop columns (schema evolution)",
          [f"ALTER TABLE {table} ADD COLUMN w Nullable(Int64)", f"ALTER TABLE {table} DROP COLUMN w"]),
         ("drop tables (staging, swap, full refresh)", [d.drop_table(t, if_exists=False) for t in (clone, staging, table)]),
-    ]
+    ]]
 
 
 def _typed(table: pa.Table, model: ModelConfig) -> pa.Table:
-    """``table``'s columns of the model in the model's Arrow types."""
     import pyarrow as pa
 
     wanted = base.arrow_schema(model)
@@ -410,7 +399,6 @@ def _typed(table: pa.Table, model: ModelConfig) -> pa.Table:
 
 
 def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:
-    """A timestamp or date out of ``EARLIEST`` to ``LATEST``, refused before any row is written."""
     import pyarrow.compute as pc
 
     for c in model.columns:
