@@ -162,6 +162,49 @@ def who_holds(text: str) -> str:
         return "a process that has just started"
 
 
+class LeaseLock(Lock):
+    """A lock its holder keeps by renewing a lease, in a store where nothing ends with the holder's
+    process (a row, a table): the holder's record (:meth:`record`: transfer, host, process, lease
+    end) is written by the store's compare-and-set (:meth:`take`) only where no holder is, renewed
+    at each commit; a holder whose process is gone (on this host) or whose lease ended is taken
+    over: :meth:`read`, then :meth:`clear` exactly that holder's lock (another taker may be first)."""
+
+    #: a holder not renewed for this long is taken over (a window's commit renews it)
+    lease_seconds = 900
+    transfer_id = ""  # the holder's, in its record
+    held: Any = None  # the holder's record, as last read
+
+    def record(self) -> str:
+        """This holder's record, its lease running from now."""
+        now = time.time_ns() // 1000
+        return json.dumps({"transfer_id": self.transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
+                           "since_us": now, "lease_end_us": now + self.lease_seconds * 1_000_000})
+
+    def read(self) -> Any:
+        """The holder's record (``{}``: unreadable); None if there is none."""
+        raise NotImplementedError
+
+    def clear(self, held: Any) -> None:
+        """Remove the lock of ``held``, a gone holder, only while it still is theirs."""
+        raise NotImplementedError
+
+    def gone(self, held: Any) -> bool:
+        """Whether ``held``'s holder is gone: its lease ran out, or its process (on this host)."""
+        return held.get("lease_end_us", 0) < time.time_ns() // 1000 or process_gone(held.get("host"), held.get("pid"))
+
+    def take_over(self) -> bool:
+        self.held = held = self.read()
+        if not held or not self.gone(held):
+            return False
+        self.clear(held)
+        return True
+
+    def holder(self) -> str:
+        held = self.held
+        return ("another session" if not held else
+                f"transfer {held.get('transfer_id')!r} on {held.get('host')}, process {held.get('pid')}")
+
+
 class FileLock(Lock):
     """An exclusive ``flock`` on ``<folder>/<model>.lock``, the operating system's: released when
     the writer closes the file, or when its process dies (never stale). The file says who holds it."""

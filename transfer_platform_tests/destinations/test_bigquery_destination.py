@@ -168,7 +168,8 @@ def test_a_transfer_dying_between_the_merge_and_the_watermark_is_redelivered_exa
 
     writer = BigqueryWriter(destination(bigquery_server, dataset))
     try:
-        writer._dead = lambda holder: True  # the holder above was this process's: taken over as a dead one's
+        monkeypatch.setattr("transfer_platform.destinations.bigquery.writer.process_gone",  # the holder above
+                            lambda host, pid: True)  # was this process's: taken over as a dead one's
         write(writer, model, window, "t3")  # the next transfer reads the window again
     finally:
         writer.close()

@@ -28,7 +28,7 @@ from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
 from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.locks import Lock, Locks, process_gone
+from transfer_platform.storage.locks import LeaseLock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.bigquery import BigqueryDestination
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from transfer_platform.destinations.base import WindowLoad
     from transfer_platform.probes import Check
 
-LOCK_TTL_SECONDS = 900  # a lock row not renewed for this long is taken over (a window's commit renews it)
 TYPES_FIX = "check that each column's data_type matches the source values"
 
 
@@ -52,8 +51,9 @@ class StagedWindow(StagingTable):
     loaded_bytes: int = 0
 
 
-class LockRow(Lock):
-    """A model's row of ``_transfer_locks``; renewed by each commit."""
+class LockRow(LeaseLock):
+    """A model's row of ``_transfer_locks`` (holder ``host:pid:writer``, expiry), claimed by one
+    ``MERGE`` and read back; renewed by each commit."""
 
     poll_seconds, then = 0.5, None  # between two claims; the refusal ends at "run this one again"
 
@@ -65,7 +65,7 @@ class LockRow(Lock):
     def _claim(self, takeover: str | None, tolerated: tuple[type[Exception], ...] = ()) -> bool:
         w = self.writer
         with contextlib.suppress(*tolerated):
-            w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, LOCK_TTL_SECONDS, takeover))
+            w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, self.lease_seconds, takeover))
         self._row = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
         return bool(self._row) and self._row[0] == w._holder
 
@@ -74,9 +74,16 @@ class LockRow(Lock):
 
         return self._claim(self._takeover, (BadRequest,))  # of two MERGEs at once BigQuery fails one
 
-    def take_over(self) -> bool:
-        self._takeover = self._row[0] if self._row and self._row[0] and self.writer._dead(self._row[0]) else None
-        return self._takeover is not None
+    def read(self) -> str | None:  # the holder the claim read back
+        return self._row[0] if self._row else None
+
+    def gone(self, held: str) -> bool:  # a process of this host that is gone; an expired row the claim takes
+        host, _, rest = held.partition(":")
+        pid = rest.partition(":")[0]
+        return pid.isdigit() and process_gone(host, int(pid))
+
+    def clear(self, held: str) -> None:
+        self._takeover = held
 
     def holder(self) -> str:
         holder, until = self._row or (None, "?")
@@ -165,12 +172,6 @@ class BigqueryWriter(SqlWriter):
                 return json.loads(row[0])
             self.session.execute(self.dialect.record_primary_key(self.status_table, name, _key_text(model)))
         return json.loads(_key_text(model))
-
-    @staticmethod
-    def _dead(holder: str) -> bool:  # a holder of this host whose process is gone (killed): taken over at once
-        host, _, rest = holder.partition(":")
-        pid = rest.partition(":")[0]
-        return pid.isdigit() and process_gone(host, int(pid))
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         if model.model_name in self._locked:

@@ -7,9 +7,6 @@ is held here as Arrow, checked here, and inserted straight into the clone."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -40,7 +37,7 @@ from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
-from transfer_platform.storage.locks import Lock, Locks, process_gone
+from transfer_platform.storage.locks import LeaseLock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -54,8 +51,6 @@ if TYPE_CHECKING:
     from transfer_platform.vendors.clickhouse import ClickhouseDestination
 
 LOCK_PREFIX = "_tp_lock_"
-#: a model lock's lease: renewed at each commit; a holder silent longer is taken over
-LOCK_LEASE_SECONDS = 900
 #: rows per insert of a window held here into its clone: each insert is a part sorted on the key,
 #: and many small parts of a ReplacingMergeTree cost background merges after the swap (one insert
 #: of a whole 1M-row window was slower still: its Arrow serialization)
@@ -69,20 +64,16 @@ class ClickhouseStaging(StagingTable):
     held: pa.Table | None = None  # a window into an empty table, held here as Arrow until its commit
 
 
-class LockTable(Lock):
+class LockTable(LeaseLock):
     """A model's lock: the table ``_tp_lock_<model hash>``, created (never ``IF NOT EXISTS``:
-    ClickHouse creates a name once) with its holder and lease end in its comment, renewed at each
-    commit; taken over when its holder's process is gone (same host) or its lease ended."""
+    ClickHouse creates a name once) with its holder's record in its comment, renewed at each commit;
+    a gone holder's renamed away (one taker wins the rename), then dropped, or put back if what was
+    renamed is a new holder's."""
 
-    def __init__(self, writer: ClickhouseWriter, name: str, transfer_id: str) -> None:
+    def __init__(self, writer: ClickhouseWriter, model: str, transfer_id: str) -> None:
         self.session, self.dialect, self.database = writer.session, writer.dialect, writer.container
-        self.name, self.table, self.transfer_id = name, writer.dialect.qualified(writer.container, name), transfer_id
-        self._held: dict | None = None  # the holder's, as last read
-
-    def _text(self) -> str:
-        now = time.time_ns() // 1000
-        return json.dumps({"transfer_id": self.transfer_id, "host": socket.gethostname(), "pid": os.getpid(),
-                           "since_us": now, "lease_end_us": now + LOCK_LEASE_SECONDS * 1_000_000})
+        self.name = LOCK_PREFIX + base.staging_suffix(model, "").rstrip("_")
+        self.table, self.transfer_id = self.dialect.qualified(self.database, self.name), transfer_id
 
     def _run(self, statement: str, refused: int) -> bool:
         from clickhouse_connect.driver.exceptions import DatabaseError
@@ -95,38 +86,27 @@ class LockTable(Lock):
             return False
         return True
 
-    def _holder(self, name: str) -> dict | None:
-        row = self.session.one(self.dialect.comment(self.database, name))
+    def read(self, name: str = "") -> dict | None:  # the lock's, or the table ``name``'s
+        row = self.session.one(self.dialect.comment(self.database, name or self.name))
         try:
             return None if row is None else json.loads(row[0])
         except ValueError:
             return {}
 
     def take(self, within: float) -> bool:
-        return self._run(f"CREATE TABLE {self.table} (held UInt8) ENGINE = Memory COMMENT {literal(self._text())}",
+        return self._run(f"CREATE TABLE {self.table} (held UInt8) ENGINE = Memory COMMENT {literal(self.record())}",
                          TABLE_EXISTS)
 
-    def take_over(self) -> bool:
-        """A gone holder's lock renamed away (one taker wins the rename), then dropped; put back if
-        what was renamed is a new holder's."""
-        self._held = held = self._holder(self.name)
-        if not held or not (held.get("lease_end_us", 0) < time.time_ns() // 1000 or process_gone(held.get("host"), held.get("pid"))):
-            return False
+    def clear(self, held: dict) -> None:
         gone_name = f"{LOCK_PREFIX}gone_{uuid.uuid4().hex[:12]}"
         gone = self.dialect.qualified(self.database, gone_name)
         if not self._run(f"RENAME TABLE {self.table} TO {gone}", UNKNOWN_TABLE):
-            return True  # released meanwhile
-        if self._holder(gone_name) == held or not self._run(f"RENAME TABLE {gone} TO {self.table}", TABLE_EXISTS):
+            return  # released meanwhile
+        if self.read(gone_name) == held or not self._run(f"RENAME TABLE {gone} TO {self.table}", TABLE_EXISTS):
             self.session.execute(self.dialect.drop_table(gone))
-        return True
-
-    def holder(self) -> str:
-        held = self._held
-        return ("another session" if not held else
-                f"transfer {held.get('transfer_id')!r} on {held.get('host')}, process {held.get('pid')}")
 
     def renew(self) -> None:
-        self.session.execute(self.dialect.set_comment(self.table, self._text()))
+        self.session.execute(self.dialect.set_comment(self.table, self.record()))
 
     def release(self) -> None:
         self.session.execute(self.dialect.drop_table(self.table))
@@ -190,8 +170,7 @@ class ClickhouseWriter(SqlWriter):
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         with self._translated_errors():
             self._create_container()
-            name = LOCK_PREFIX + base.staging_suffix(model.model_name, "").rstrip("_")
-            self._locks.hold(model.model_name, LockTable(self, name, transfer_id), destination=self.name,
+            self._locks.hold(model.model_name, LockTable(self, model.model_name, transfer_id), destination=self.name,
                              wait_seconds=self.tuning.lock_wait_seconds)
 
     def _plan_columns(self, model: ModelConfig):
