@@ -8,7 +8,9 @@ backend (:class:`Lock`), a compare-and-set of the store's own: a file's ``flock`
 PostgreSQL's session advisory lock (:class:`AdvisoryLock`, the PostgreSQL destination's and
 Iceberg's catalog's), MySQL's ``GET_LOCK`` (:class:`NamedLock`), and beside their stores an object
 written only if absent (S3, Azure), a generation precondition (GCS), a file created exclusively
-(SFTP), a lock row (Snowflake, BigQuery), a lock table (ClickHouse). :class:`Locks` holds one writer's locks.
+(SFTP), a lock row (Snowflake, BigQuery), a lock table (ClickHouse); where nothing ends with the
+holder's process, a lease renewed at each commit (:class:`LeaseLock`: the holder's record and the
+take-over rule once, under BigQuery's and ClickHouse's). :class:`Locks` holds one writer's locks.
 """
 
 from __future__ import annotations
