@@ -52,48 +52,46 @@ class StagedWindow(StagingTable):
 
 
 class LockRow(LeaseLock):
-    """A model's row of ``_transfer_locks`` (holder ``host:pid:writer``, expiry), claimed by one
-    ``MERGE`` and read back; renewed by each commit."""
+    """A model's row of ``_transfer_locks`` (:attr:`held`: holder, expiry); renewed by each commit."""
 
     poll_seconds, then = 0.5, None  # between two claims; the refusal ends at "run this one again"
 
     def __init__(self, writer: BigqueryWriter, model: str) -> None:
         self.writer, self.model = writer, model
         self._takeover: str | None = None  # a dead holder, replaced by the next claim
-        self._row: tuple | None = None  # the row as last read: holder, expiry
 
     def _claim(self, takeover: str | None, tolerated: tuple[type[Exception], ...] = ()) -> bool:
         w = self.writer
         with contextlib.suppress(*tolerated):
             w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, self.lease_seconds, takeover))
-        self._row = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
-        return bool(self._row) and self._row[0] == w._holder
+        self.held = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
+        return bool(self.held) and self.held[0] == w._holder
 
     def take(self, within: float) -> bool:
         from google.api_core.exceptions import BadRequest
 
         return self._claim(self._takeover, (BadRequest,))  # of two MERGEs at once BigQuery fails one
 
-    def read(self) -> str | None:  # the holder the claim read back
-        return self._row[0] if self._row else None
+    def read(self) -> tuple | None:  # the row the claim read back
+        return self.held
 
-    def gone(self, held: str) -> bool:  # a process of this host that is gone; an expired row the claim takes
-        host, _, rest = held.partition(":")
+    def gone(self, held: tuple) -> bool:  # host:pid:writer, a process of this host that is gone (expiry: the claim's)
+        host, _, rest = (held[0] or "").partition(":")
         pid = rest.partition(":")[0]
         return pid.isdigit() and process_gone(host, int(pid))
 
-    def clear(self, held: str) -> None:
-        self._takeover = held
+    def clear(self, held: tuple) -> None:
+        self._takeover = held[0]
 
     def holder(self) -> str:
-        holder, until = self._row or (None, "?")
+        holder, until = self.held or (None, "?")
         return f"lock row of {sql.LOCKS_TABLE} held by {holder}, until {until} unless renewed"
 
     def renew(self) -> None:
         if not self._claim(None):
             raise errors.transfer_running(
                 self.model, self.writer.name, f"this transfer's lock expired and another transfer holds it "
-                f"({self._row[0] if self._row else 'none'}); nothing of this window was committed",
+                f"({self.held[0] if self.held else 'none'}); nothing of this window was committed",
                 "run the transfer again once the other one ends")
 
     def release(self) -> None:
