@@ -13,6 +13,11 @@ once, the refusal's wording per store) run over a compare-and-set in memory.
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +33,7 @@ from transfer_platform.storage.locks import (
     QUEUED,
     AdvisoryLock,
     FileLock,
+    LeaseLock,
     Lock,
     Locks,
     advisory_key,
@@ -215,3 +221,52 @@ def test_a_lock_taken_over_at_renewal_is_no_longer_held() -> None:
         locks.renew(MODEL)
     assert MODEL not in locks
     assert not locks
+
+
+# -- the lease (LeaseLock), over a record in memory ---------------------------------------------
+
+
+class MemoryLease(LeaseLock):
+    """A lease whose store is ``box["record"]``: created only if absent, cleared only if unchanged."""
+
+    poll_seconds = 0.01
+
+    def __init__(self, box: dict, transfer_id: str) -> None:
+        self.box, self.transfer_id = box, transfer_id
+
+    def take(self, within: float) -> bool:
+        if self.box.get("record") is not None:
+            return False
+        self.box["record"] = self.record()
+        return True
+
+    def read(self) -> dict | None:
+        return None if self.box.get("record") is None else json.loads(self.box["record"])
+
+    def clear(self, held: dict) -> None:
+        if self.read() == held:
+            self.box["record"] = None
+
+
+def _dead_pid() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize(("holder", "taken_over"), [
+    pytest.param({"lease_end_us": 2**62, "pid": os.getpid()}, False, id="live"),
+    pytest.param({"lease_end_us": 1, "pid": os.getpid()}, True, id="lease-ended"),
+    pytest.param({"lease_end_us": 2**62, "pid": "dead"}, True, id="process-gone"),
+    pytest.param({"lease_end_us": 2**62, "pid": "dead", "host": "elsewhere"}, False, id="gone-elsewhere-unknown"),
+])
+def test_a_lease_is_taken_over_when_its_holder_is_gone(holder: dict, taken_over: bool) -> None:
+    held = {"transfer_id": "first", "host": socket.gethostname(), **holder}
+    held["pid"] = _dead_pid() if held["pid"] == "dead" else held["pid"]
+    box = {"record": json.dumps(held)}
+    if taken_over:
+        hold(MemoryLease(box, "second"), model=MODEL, destination="dst", wait_seconds=5)
+        assert json.loads(box["record"])["transfer_id"] == "second"
+    else:
+        with pytest.raises(TransferRunning, match=f"transfer 'first' on {held['host']}, process {held['pid']}"):
+            hold(MemoryLease(box, "second"), model=MODEL, destination="dst", wait_seconds=0.05)
+        assert json.loads(box["record"]) == held
