@@ -89,9 +89,9 @@ class Probe:
         self.checks.extend(Check(self.target, name, "SKIP", because) for name in names)
 
     def run(self, steps: Sequence[Step], execute: Callable[[Any], object],
-            errors: type[Exception] | tuple[type[Exception], ...], reason: Callable[[Exception], str]) -> bool:
+            errors: type[Exception] | tuple[type[Exception], ...], reason: Callable[[Exception], str]) -> None:
         """Each step's statements executed in turn (a callable one called): passed, or failed naming its fix
-        (the steps after it skipped); whether every step passed."""
+        (the steps after it skipped)."""
         for index, step in enumerate(steps):
             try:
                 for statement in step.statements:
@@ -102,9 +102,8 @@ class Probe:
             except errors as exc:
                 self.failed(step.name, reason(exc), step.fix if isinstance(step.fix, str) else step.fix(exc))
                 self.skipped([later.name for later in steps[index + 1:]], step.skips)
-                return False
+                return
             self.passed(step.name, step.detail)
-        return True
 
     def reach(self, host: str, port: int, timeout: float = 10.0) -> bool:
         """A TCP connection to ``host:port``: the server is there (before any credentials)."""
