@@ -7,7 +7,9 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
+
+from transfer_platform.errors import ConfigError, ConnectionFailure, first_line
 
 Outcome = Literal["PASS", "FAIL", "SKIP"]
 
@@ -39,6 +41,37 @@ class Check:
                 "detail": self.detail, "fix": self.fix}
 
 
+class Step(NamedTuple):
+    """One step a transfer takes, tried by ``test-connection``: the statements run in turn (a callable one
+    called), the fix a failure prints (or its maker, given the error), what a pass says."""
+
+    name: str
+    fix: str | Callable[[Exception], str]
+    statements: Sequence[Any]
+    detail: str = ""
+    skips: str = "the step before failed"  # why the steps after it skip when it fails
+
+
+@dataclass
+class ProbePlan:
+    """What a SQL vendor's ``test-connection`` tries (``SqlWriter.probe`` runs it): the endpoint reached
+    first (``None``: none to reach), the login, the steps, then the cleanup, each part tried (callables
+    called, statements run)."""
+
+    login: str  # the login's check
+    connect: Callable[[], object]
+    login_fix: str | Callable[[Exception], str]
+    steps: list[Step]
+    errors: type[Exception] | tuple[type[Exception], ...]  # what a refused step raises
+    reason: Callable[[Exception], str] = first_line  # what a refused step's check says
+    cleanup: Sequence[Any] = ()
+    endpoint: tuple[str, int] | None = None
+    login_errors: tuple[type[Exception], ...] = (ConnectionFailure, ConfigError)
+    after: Sequence[str] = ()  # the checks the vendor's run adds after the steps
+    unreachable: str = "the server cannot be reached"
+    no_login: str = "cannot log in"
+
+
 class Probe:
     """Collects the checks of one target; after a failure that later checks need, they skip."""
 
@@ -55,21 +88,22 @@ class Probe:
     def skipped(self, names: Iterable[str], because: str) -> None:
         self.checks.extend(Check(self.target, name, "SKIP", because) for name in names)
 
-    def run(self, steps: Sequence[tuple[str, str | Callable[[Exception], str], Sequence[Any]]],
-            execute: Callable[[Any], object], errors: type[Exception] | tuple[type[Exception], ...],
-            reason: Callable[[Exception], str]) -> bool:
-        """Each step's statements executed in turn: passed, or failed naming its fix (the steps after it
-        skipped); whether every step passed. A step is (its name, its fix or its maker, its statements)."""
-        for index, (name, fix, statements) in enumerate(steps):
+    def run(self, steps: Sequence[Step], execute: Callable[[Any], object],
+            errors: type[Exception] | tuple[type[Exception], ...], reason: Callable[[Exception], str]) -> None:
+        """Each step's statements executed in turn (a callable one called): passed, or failed naming its fix
+        (the steps after it skipped)."""
+        for index, step in enumerate(steps):
             try:
-                for statement in statements:
-                    execute(statement)
+                for statement in step.statements:
+                    if callable(statement):
+                        statement()
+                    else:
+                        execute(statement)
             except errors as exc:
-                self.failed(name, reason(exc), fix if isinstance(fix, str) else fix(exc))
-                self.skipped([step[0] for step in steps[index + 1:]], "the step before failed")
-                return False
-            self.passed(name)
-        return True
+                self.failed(step.name, reason(exc), step.fix if isinstance(step.fix, str) else step.fix(exc))
+                self.skipped([later.name for later in steps[index + 1:]], step.skips)
+                return
+            self.passed(step.name, step.detail)
 
     def reach(self, host: str, port: int, timeout: float = 10.0) -> bool:
         """A TCP connection to ``host:port``: the server is there (before any credentials)."""

@@ -28,6 +28,7 @@ from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
 from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.phases import log_phase
+from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.storage.locks import LeaseLock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.bigquery import BigqueryDestination
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.destinations.base import WindowLoad
-    from transfer_platform.probes import Check
 
 TYPES_FIX = "check that each column's data_type matches the source values"
 
@@ -314,49 +314,31 @@ class BigqueryWriter(SqlWriter):
                                      schema=base.arrow_schema(model))
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
-    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """``test-connection``: a transfer's steps tried on a probe table dropped at once."""
+    def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
+        """A transfer's steps tried on a probe table dropped at once."""
         import pyarrow as pa
         from google.api_core import exceptions as api
 
-        from transfer_platform.probes import Probe
-
-        probe, c = Probe(target), self.destination.connection
-        name = "_tp_probe_" + uuid.uuid4().hex[:12]
-        table = self.dialect.qualified(self.container, name)
+        c, table = self.destination.connection, self.dialect.qualified(self.container, name)
         column = ColumnConfig.model_validate({"name_in_source": "id", "data_type": "string"})
-        reach = f"reach dataset {c.project}.{c.dataset} with the configured credentials"
-        steps = {f"create and drop tables ({bq.DATASET_ROLE} on the dataset; queries need {bq.PROJECT_ROLE})":
-                 lambda: self.session.execute(self.dialect.staging_ddl(table, table, None, [column], logged=False)),
-                 f"load rows with a load job ({bq.PROJECT_ROLE} on the project)":
-                 lambda: self._load(name, None, [column], pa.table({"id": ["probe"]})),
-                 "merge and delete rows (DML)":
-                 lambda: self.session.execute(self.dialect.delete_matching(table, "(SELECT 'probe' AS id)", ["id"]))}
-        if not probe.reach(*bq.endpoint(self.destination)):
-            probe.skipped([reach, *steps], "the endpoint cannot be reached")
-            return probe.checks
-        try:
-            self.check()
-        except (errors.ConnectionFailure, errors.ConfigError, errors.MissingPrivilege) as exc:
-            probe.failed(reach, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
-                         getattr(exc, "fix", None) or getattr(exc, "grant", None) or bq.CONNECT_FIX)
-            probe.skipped(steps, "the dataset cannot be reached")
-            return probe.checks
-        probe.passed(reach)
-        try:
-            for index, (step, run) in enumerate(steps.items()):
-                try:
-                    run()
-                except (api.GoogleAPIError, errors.MissingPrivilege) as exc:
-                    refused = bq.missing_role(self, bq.first_line(exc)) if isinstance(exc, api.Forbidden) else exc
-                    probe.failed(step, bq.first_line(exc), getattr(refused, "grant", "check the job's error in BigQuery"))
-                    probe.skipped(list(steps)[index + 1:], "the step before failed")
-                    break
-                probe.passed(step)
-        finally:
-            with contextlib.suppress(Exception):  # reported by the step that failed
-                self.session.execute(self.dialect.drop_table(table))
-        return probe.checks
+
+        def fix(exc: Exception) -> str:
+            refused = bq.missing_role(self, bq.first_line(exc)) if isinstance(exc, api.Forbidden) else exc
+            return getattr(refused, "grant", "check the job's error in BigQuery")
+
+        steps = [Step(f"create and drop tables ({bq.DATASET_ROLE} on the dataset; queries need {bq.PROJECT_ROLE})", fix,
+                      [self.dialect.staging_ddl(table, table, None, [column], logged=False)]),
+                 Step(f"load rows with a load job ({bq.PROJECT_ROLE} on the project)", fix,
+                      [lambda: self._load(name, None, [column], pa.table({"id": ["probe"]}))]),
+                 Step("merge and delete rows (DML)", fix,
+                      [self.dialect.delete_matching(table, "(SELECT 'probe' AS id)", ["id"])])]
+        return ProbePlan(
+            f"reach dataset {c.project}.{c.dataset} with the configured credentials", self.check,
+            lambda exc: getattr(exc, "fix", None) or getattr(exc, "grant", None) or bq.CONNECT_FIX, steps,
+            (api.GoogleAPIError, errors.MissingPrivilege), bq.first_line, cleanup=[self.dialect.drop_table(table)],
+            endpoint=bq.endpoint(self.destination), unreachable="the endpoint cannot be reached",
+            login_errors=(errors.ConnectionFailure, errors.ConfigError, errors.MissingPrivilege),
+            no_login="the dataset cannot be reached")
 
 
 def _key_text(model: ModelConfig) -> str:

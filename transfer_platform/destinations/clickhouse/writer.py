@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,6 +37,7 @@ from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
+from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.storage.locks import LeaseLock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
     from transfer_platform.config.models import ModelConfig
     from transfer_platform.destinations.base import WindowLoad
-    from transfer_platform.probes import Check
     from transfer_platform.vendors.clickhouse import ClickhouseDestination
 
 LOCK_PREFIX = "_tp_lock_"
@@ -311,63 +311,49 @@ class ClickhouseWriter(SqlWriter):
             table = _typed(self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL"), model)
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
-    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+    def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
         """Each step on probe tables dropped at once; a refused one names the GRANT ClickHouse says
         is missing (a chDB folder has no users: no grant is checked)."""
         from clickhouse_connect.driver.exceptions import ClickHouseError
 
-        from transfer_platform.probes import Probe
+        c, d = self.destination.connection, self.dialect
+        table, clone, staging = (d.qualified(self.container, name + suffix) for suffix in ("", "_c", "_s"))
 
-        probe, c, name = Probe(target), self.destination.connection, "_tp_probe_" + uuid.uuid4().hex[:12]
-        steps = probe_steps(self.dialect, self.container, name, lambda exc: (
-            missing_privilege(self.destination, self.what, exc).grant if error_code(exc) == ACCESS_DENIED else
-            "check the server's log; the loader's grants are in docs/permissions.md"))
-        later = [step for step, _, _ in steps]
-        login = (f"open chDB folder {c.path} (no users: no grant checked)" if c.path is not None else
-                 f"log in to database {c.database!r} as {c.username or 'default'!r}")
-        if c.path is None and not probe.reach(c.host, c.server_port):
-            probe.skipped([login, *later], "the server cannot be reached")
-            return probe.checks
-        try:
-            self._create_container()
-            if not self.session.one(self.dialect.database_exists(self.container))[0]:
-                raise ConnectionFailure(self.what, reason=f"database {self.container!r} does not exist or is not "
-                                        "visible", fix=f"create it (CREATE DATABASE {self.dialect.quote(self.container)}"
-                                        ") as an administrator and grant the loader its rights on it (docs/permissions.md)")
-        except (ConnectionFailure, ClickHouseError) as exc:
-            reason, fix = (exc.reason or str(exc), exc.fix) if isinstance(exc, ConnectionFailure) else (first_line(exc), "")
-            probe.failed(login, reason, fix or "check the connection settings")
-            probe.skipped(later, "cannot log in")
-            return probe.checks
-        probe.passed(login)
-        try:
-            probe.run(steps, self.session.execute, ClickHouseError, first_line)
-        finally:
-            for suffix in ("", "_c", "_s"):
-                with suppress(ClickHouseError):
-                    self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, name + suffix)))
-        return probe.checks
+        def connect() -> None:  # the database created if it is missing, then found
+            try:
+                self._create_container()
+                if not self.session.one(d.database_exists(self.container))[0]:
+                    raise ConnectionFailure(self.what, reason=f"database {self.container!r} does not exist or is not "
+                                            "visible", fix=f"create it (CREATE DATABASE {d.quote(self.container)}) "
+                                            "as an administrator and grant the loader its rights on it (docs/permissions.md)")
+            except ClickHouseError as exc:
+                raise ConnectionFailure(self.what, reason=first_line(exc)) from None
 
+        def fix(exc: Exception) -> str:
+            return (missing_privilege(self.destination, self.what, exc).grant if error_code(exc) == ACCESS_DENIED else
+                    "check the server's log; the loader's grants are in docs/permissions.md")
 
-def probe_steps(d: ClickhouseDialect, database: str, name: str, fix: Callable[[Exception], str]) -> list:
-    """(check, fix, statements) of :meth:`ClickhouseWriter.probe`, in the order they depend on each other."""
-    table, clone, staging = (d.qualified(database, name + suffix) for suffix in ("", "_c", "_s"))
-    return [(step, fix, statements) for step, statements in [
-        ("create tables (model, staging, swap and lock tables)",
-         [f"CREATE TABLE {table} (id Int64, lm Int64, v Nullable(String), _tp_deleted UInt8 DEFAULT 0) "
-          "ENGINE = ReplacingMergeTree(lm, _tp_deleted) ORDER BY id",
-          f"CREATE TABLE {staging} (id Nullable(Int64), lm Nullable(Int64), v Nullable(String)) ENGINE = MergeTree "
-          "ORDER BY tuple()", f"CREATE TABLE {clone} AS {table} COMMENT '{{}}'"]),
-        ("insert and read rows (staging, the window's swap)",
-         [f"INSERT INTO {staging} VALUES (1, 1, 'a')",
-          f"INSERT INTO {clone} (id, lm, v) SELECT assumeNotNull(id), assumeNotNull(lm), v FROM {staging}",
-          f"SELECT count() FROM {clone} FINAL"]),
-        ("attach parts, swap tables and set comments (a window's commit, its state)",
-         [d.attach_all(clone, table), d.exchange(table, clone), d.set_comment(table, "{}")]),
-        ("add and drop columns (schema evolution)",
-         [f"ALTER TABLE {table} ADD COLUMN w Nullable(Int64)", f"ALTER TABLE {table} DROP COLUMN w"]),
-        ("drop tables (staging, swap, full refresh)", [d.drop_table(t, if_exists=False) for t in (clone, staging, table)]),
-    ]]
+        steps = [Step(step, fix, statements) for step, statements in [
+            ("create tables (model, staging, swap and lock tables)",
+             [f"CREATE TABLE {table} (id Int64, lm Int64, v Nullable(String), _tp_deleted UInt8 DEFAULT 0) "
+              "ENGINE = ReplacingMergeTree(lm, _tp_deleted) ORDER BY id",
+              f"CREATE TABLE {staging} (id Nullable(Int64), lm Nullable(Int64), v Nullable(String)) ENGINE = MergeTree "
+              "ORDER BY tuple()", f"CREATE TABLE {clone} AS {table} COMMENT '{{}}'"]),
+            ("insert and read rows (staging, the window's swap)",
+             [f"INSERT INTO {staging} VALUES (1, 1, 'a')",
+              f"INSERT INTO {clone} (id, lm, v) SELECT assumeNotNull(id), assumeNotNull(lm), v FROM {staging}",
+              f"SELECT count() FROM {clone} FINAL"]),
+            ("attach parts, swap tables and set comments (a window's commit, its state)",
+             [d.attach_all(clone, table), d.exchange(table, clone), d.set_comment(table, "{}")]),
+            ("add and drop columns (schema evolution)",
+             [f"ALTER TABLE {table} ADD COLUMN w Nullable(Int64)", f"ALTER TABLE {table} DROP COLUMN w"]),
+            ("drop tables (staging, swap, full refresh)", [d.drop_table(t, if_exists=False) for t in (clone, staging, table)]),
+        ]]
+        return ProbePlan(f"open chDB folder {c.path} (no users: no grant checked)" if c.path is not None else
+                         f"log in to database {c.database!r} as {c.username or 'default'!r}", connect,
+                         lambda exc: getattr(exc, "fix", "") or "check the connection settings", steps, ClickHouseError,
+                         first_line, cleanup=[d.drop_table(t) for t in (table, clone, staging)],
+                         endpoint=None if c.path is not None else (c.host, c.server_port))
 
 
 def _typed(table: pa.Table, model: ModelConfig) -> pa.Table:

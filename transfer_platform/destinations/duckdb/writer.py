@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from transfer_platform.core.sql import quote_ident, quote_literal
+from transfer_platform.core.sql import qualified, quote_ident, quote_literal
 from transfer_platform.destinations import base
 from transfer_platform.destinations.duckdb.dialect import DuckdbDialect
-from transfer_platform.destinations.duckdb.probe import probe_destination
 from transfer_platform.destinations.sql.session import DuckdbSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.destinations.staged_files import Staged, refuse_staged, stage
 from transfer_platform.errors import ConnectionFailure, DataError, first_line
 from transfer_platform.phases import log_phase
-from transfer_platform.storage.folders import folder_fix
+from transfer_platform.probes import Probe, ProbePlan, Step
+from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
 from transfer_platform.storage.locks import FileLock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
 
@@ -45,6 +45,8 @@ NOT_A_DATABASE_FIX = ("the file at connection.path is not a DuckDB database this
 LOCKED_FIX = ("DuckDB lets one process write a file and no other process open it meanwhile: close the other "
               "process's connection to this file (a reader or another transfer: see its PID above; readers "
               "open the file between transfers), then run the transfer again")
+#: what the probe says of a folder or a file that the first transfer creates
+NEW = "it does not exist yet; the first transfer creates it"
 #: what DuckDB's IOException on opening the file says, matched in order -> (reason, fix; None: the folder's)
 IO_ERRORS = (("not a valid duckdb database file", "{}", NOT_A_DATABASE_FIX),
              ("lock", "the file is locked by another process ({})", LOCKED_FIX), ("", "{}", None))
@@ -225,4 +227,46 @@ class DuckdbWriter(SqlWriter):
         return deleted
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        return probe_destination(self, models, target)
+        """The folder (made for the probe if missing, then removed) and files in it (DuckDB's write-ahead
+        log, the staging files, the locks), then the file, as :meth:`_probe_plan` says."""
+        probe, folder, created = Probe(target), self.path.parent, missing_parents(self.path.parent)
+        plan = self._probe_plan(models, "")
+        steps = [f"write, rename and delete files in {folder}", plan.login, *(step.name for step in plan.steps)]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            probe.failed(f"create folder {folder}", exc.strerror or str(exc), folder_fix(created[0] if created else folder))
+            probe.skipped(steps, "no folder")
+            return probe.checks
+        try:
+            probe.passed(f"create folder {folder}", NEW if created else "it exists")
+            if not probe_folder(probe, folder, steps[0]):
+                probe.skipped(steps[1:], "the folder is not writable")
+            elif not self.path.exists():
+                probe.passed(steps[1], NEW)
+                probe.skipped(steps[2:], "no file yet")
+            else:
+                probe.checks.extend(super().probe(models, target))
+        finally:
+            for made in reversed(created):
+                shutil.rmtree(made, ignore_errors=True)
+        return probe.checks
+
+    def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
+        """The file opened read-write (not locked by another process, a DuckDB database), then what a transfer
+        does in its schema, in a transaction rolled back (when the file is closed)."""
+        import duckdb
+
+        def connect() -> None:
+            self._conn = self._open(read_only=False, wait=False)
+
+        table = qualified(self.schema, name)
+        return ProbePlan(f"open {self.path} for writing (not locked by another process)", connect,
+                         lambda exc: getattr(exc, "fix", ""), [Step(
+                             f"create, alter and drop tables in schema {self.schema}", "open the file with the duckdb "
+                             "package and check that it is writable (not attached read-only, enough disk)",
+                             ["BEGIN TRANSACTION", f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}",
+                              f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR)",
+                              f"INSERT INTO {table} VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+                              f"ALTER TABLE {table} ADD COLUMN w BIGINT", f"DROP TABLE {table}"])],
+                         duckdb.Error, first_line, login_errors=(ConnectionFailure,), no_login="the file cannot be opened")

@@ -4,8 +4,7 @@ statements, the bulk load of :mod:`.load`, and what MySQL does its own way."""
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from transfer_platform.destinations.mysql.load import load_batches
 from transfer_platform.destinations.sql import rename_publish
 from transfer_platform.destinations.sql.session import PymysqlSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
+from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.runtime import connections
 from transfer_platform.storage.locks import Locks, NamedLock
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.destinations.base import WindowLoad
-    from transfer_platform.probes import Check
 
 #: every privilege the loader needs, on its own database only (docs/permissions.md)
 LOADER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
@@ -285,61 +284,37 @@ class MysqlWriter(SqlWriter):
             fetchsize="10000", sessionInitStatement="SET time_zone = '+00:00'",
             **connections.jdbc_properties(c, f"destinations.{self.name}.connection.password")).load()
 
-    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """Reach, log in, then each step a transfer takes on probe tables; a refused one names its grant."""
+    def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
+        """Each step a transfer takes on probe tables; a refused one names its grant."""
         import pyarrow as pa
         import pymysql
 
-        from transfer_platform.probes import Probe
-
-        c, probe, name = self.destination.connection, Probe(target), "_tp_probe_" + uuid.uuid4().hex[:12]
+        c = self.destination.connection
         table, staging, renamed, loaded = (sql.qualified(self.container, name + s) for s in ("", "_s", "_r", "_l"))
+
+        def grant(*privileges: str) -> Callable[[Exception], str]:
+            return lambda exc: (self._grant(privileges) if code(exc) in DENIED
+                                else "check the server's log; the loader's grants are in the docs")
+
         steps = [
-            ("create tables (model, status and staging tables)", ("CREATE",),
-             [f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v LONGTEXT) {sql.TABLE_OPTIONS}",
-              f"CREATE TABLE {staging} (id BIGINT NULL, v LONGTEXT NULL) {sql.TABLE_OPTIONS}"]),
-            ("insert, read, update and delete rows (merge, state)", ("INSERT", "SELECT", "UPDATE", "DELETE"),
-             [f"INSERT INTO {staging} VALUES (1, 'a')", f"INSERT INTO {table} SELECT * FROM {staging}",
-              f"UPDATE {table} SET v = 'b'", f"DELETE t FROM {table} AS t JOIN {staging} AS s ON t.id = s.id"]),
-            ("add and drop columns (schema evolution)", ("ALTER",),
-             [f"ALTER TABLE {table} ADD COLUMN w LONGTEXT NULL", f"ALTER TABLE {table} DROP COLUMN w"]),
-            ("rename tables (a full refresh's publish)", ("ALTER", "DROP", "CREATE", "INSERT"),
-             self.dialect.rename_tables(self.container, [(table, name + "_r")])),
-            ("drop tables (staging, full refresh)", ("DROP",),
-             [self.dialect.drop_table(renamed, if_exists=False), self.dialect.drop_table(staging, if_exists=False)]),
-            ("load rows with LOAD DATA LOCAL INFILE (staging)", "enable it on the server (SET GLOBAL local_infile = 1, "
-             "or local_infile=ON in its configuration); the loader needs no FILE privilege for it",
-             [f"CREATE TABLE {loaded} (id BIGINT NULL) {sql.TABLE_OPTIONS}", lambda conn: load_batches(
-                 conn, sql.load_data(loaded, "{path}", ["id"]), pa.table({"id": pa.array([1], pa.int64())}).to_batches())])]
-        login, later = f"log in to database {c.database!r} as {c.username!r}", [step for step, _, _ in steps]
-        if not probe.reach(c.host, c.port):
-            probe.skipped([login, *later], "the server cannot be reached")
-            return probe.checks
-        try:
-            session = PymysqlSession(self.conn)
-        except (errors.ConnectionFailure, errors.ConfigError) as exc:
-            probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
-                         "check username, database (it must exist) and the password's environment variable")
-            probe.skipped(later, "cannot log in")
-            return probe.checks
-        probe.passed(login)
-        try:
-            for index, (step, needs, statements) in enumerate(steps):
-                try:
-                    for statement in statements:
-                        if callable(statement):
-                            statement(session.conn)
-                        else:
-                            session.execute(statement)
-                except pymysql.err.MySQLError as exc:
-                    probe.failed(step, bulk.first_line(exc), needs if isinstance(needs, str) else self._grant(needs)
-                                 if code(exc) in DENIED else "check the server's log; the loader's grants are in the docs")
-                    probe.skipped(later[index + 1:], "the step before failed")
-                    return probe.checks
-                probe.passed(step)
-        finally:
-            for suffix in ("", "_s", "_r", "_l"):
-                with suppress(pymysql.err.MySQLError):  # reported by the step that failed
-                    session.execute(self.dialect.drop_table(sql.qualified(self.container, name + suffix)))
-            self.close()
-        return probe.checks
+            Step("create tables (model, status and staging tables)", grant("CREATE"),
+                 [f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v LONGTEXT) {sql.TABLE_OPTIONS}",
+                  f"CREATE TABLE {staging} (id BIGINT NULL, v LONGTEXT NULL) {sql.TABLE_OPTIONS}"]),
+            Step("insert, read, update and delete rows (merge, state)", grant("INSERT", "SELECT", "UPDATE", "DELETE"),
+                 [f"INSERT INTO {staging} VALUES (1, 'a')", f"INSERT INTO {table} SELECT * FROM {staging}",
+                  f"UPDATE {table} SET v = 'b'", f"DELETE t FROM {table} AS t JOIN {staging} AS s ON t.id = s.id"]),
+            Step("add and drop columns (schema evolution)", grant("ALTER"),
+                 [f"ALTER TABLE {table} ADD COLUMN w LONGTEXT NULL", f"ALTER TABLE {table} DROP COLUMN w"]),
+            Step("rename tables (a full refresh's publish)", grant("ALTER", "DROP", "CREATE", "INSERT"),
+                 self.dialect.rename_tables(self.container, [(table, name + "_r")])),
+            Step("drop tables (staging, full refresh)", grant("DROP"),
+                 [self.dialect.drop_table(renamed, if_exists=False), self.dialect.drop_table(staging, if_exists=False)]),
+            Step("load rows with LOAD DATA LOCAL INFILE (staging)", "enable it on the server (SET GLOBAL local_infile = "
+                 "1, or local_infile=ON in its configuration); the loader needs no FILE privilege for it",
+                 [f"CREATE TABLE {loaded} (id BIGINT NULL) {sql.TABLE_OPTIONS}", lambda: load_batches(
+                     self.conn, sql.load_data(loaded, "{path}", ["id"]),
+                     pa.table({"id": pa.array([1], pa.int64())}).to_batches())])]
+        return ProbePlan(f"log in to database {c.database!r} as {c.username!r}", lambda: self.conn,
+                         "check username, database (it must exist) and the password's environment variable", steps,
+                         pymysql.err.MySQLError, bulk.first_line, endpoint=(c.host, c.port),
+                         cleanup=[self.dialect.drop_table(t) for t in (table, staging, renamed, loaded)])

@@ -7,7 +7,6 @@ in place (merged into when a foreign key references it), or replaced when its co
 from __future__ import annotations
 
 import io
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import partial
@@ -25,7 +24,7 @@ from transfer_platform.destinations.sql.dialect import STATUS_TABLE
 from transfer_platform.destinations.sql.session import PsycopgSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import first_line, translated
-from transfer_platform.probes import Probe
+from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.runtime import connections
 from transfer_platform.sources.relay import relay_partition
 from transfer_platform.storage.locks import AdvisoryLock, Locks, lock_timeout
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 
     from transfer_platform.core.watermarks import ModelState
     from transfer_platform.destinations.base import WindowLoad, WindowResult
-    from transfer_platform.probes import Check
+    from transfer_platform.probes import Probe
     from transfer_platform.sources.relay import RelayRead
 
 
@@ -341,49 +340,40 @@ class PostgresWriter(SqlWriter):
             fetchsize="10000", sessionInitStatement="SET TIME ZONE 'UTC'",
             **connections.jdbc_properties(c, f"destinations.{self.name}.connection.password")).load()
 
-    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
-        """Reach, log in, then everything a transfer does in the schema, in one transaction rolled back (the DDL is
-        transactional: nothing is left, not even a schema created for it); the models' tables must be the loader's."""
-        probe, c = Probe(target), self.destination.connection
+    def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
+        """Everything a transfer does in the schema, in one transaction rolled back (the DDL is transactional:
+        nothing is left, not even a schema created for it); the models' tables must be the loader's."""
+        c = self.destination.connection
         role, schema = quote_ident(c.username), quote_ident(self.schema)
-        steps = sql.probe_steps(self.schema, "_tp_probe_" + uuid.uuid4().hex[:12])
-        names = [name for name, _ in steps]
-        login = f"log in to database {c.database!r} as {c.username!r}"
-        owned = f"own the model tables and {STATUS_TABLE} in schema {schema}"
-        if not probe.reach(c.host, c.port):
-            probe.skipped([login, *names, owned], "the server cannot be reached")
-            return probe.checks
-        try:
-            conn = connections.connect_postgres(c, what=self.what)
-        except (errors.ConnectionFailure, errors.ConfigError) as exc:
-            probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
-                         "check username, database and the password's environment variable")
-            probe.skipped([*names, owned], "cannot log in")
-            return probe.checks
-        probe.passed(login)
-        with conn:
-            (exists,) = conn.execute(sql.SCHEMA_EXISTS, (self.schema,)).fetchone()
-            for index, (name, statements) in enumerate(steps):
-                if index == 0 and exists:
-                    continue  # the schema is there: the loader does not need to create it
-                try:
-                    with conn.transaction():
-                        for statement in statements:
-                            conn.execute(statement)
-                except psycopg.Error as exc:
-                    probe.failed(name, first_line(exc), f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}" if index
-                                 else f"CREATE SCHEMA {schema} AUTHORIZATION {role} (as an administrator), or GRANT "
-                                      f"CREATE ON DATABASE {quote_ident(c.database)} TO {role}")
-                    probe.skipped(names[index + 1:], "the step before failed")
-                    break
-                probe.passed(name, "" if index else "it does not exist yet; the first transfer creates it")
-            # another role's table cannot be altered or dropped by the loader (evolution, full refresh)
-            tables = [self.status_table] + [t for m in models for t in (self.table(m), self.refresh_table(m))]
-            foreign = [qualified(*row) for row in conn.execute(sql.not_owned(len(tables)), tables).fetchall()]
-            if foreign:
-                probe.failed(owned, f"owned by another role: {', '.join(foreign)}",
-                             "; ".join(f"ALTER TABLE {t} OWNER TO {role}" for t in foreign))
-            else:
-                probe.passed(owned)
-            conn.rollback()
-        return probe.checks
+        create_schema = (f"CREATE SCHEMA {schema} AUTHORIZATION {role} (as an administrator), or GRANT CREATE ON "
+                         f"DATABASE {quote_ident(c.database)} TO {role}")
+        steps = [Step(step, f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}" if index else create_schema, statements,
+                      "" if index else "it does not exist yet; the first transfer creates it")
+                 for index, (step, statements) in enumerate(sql.probe_steps(self.schema, name))]
+
+        def connect() -> None:  # not in autocommit: one transaction
+            self._conn = connections.connect_postgres(c, what=self.what)
+
+        return ProbePlan(f"log in to database {c.database!r} as {c.username!r}", connect,
+                         "check username, database and the password's environment variable", steps, psycopg.Error,
+                         cleanup=[lambda: self.conn.rollback()], endpoint=(c.host, c.port),
+                         after=[f"own the model tables and {STATUS_TABLE} in schema {schema}"])
+
+    def _probe_run(self, probe: Probe, plan: ProbePlan, models: list[ModelConfig]) -> None:
+        """The schema's creation tried only where it is missing, each statement in a savepoint; then another role's
+        table, which the loader cannot alter or drop (evolution, full refresh)."""
+        conn, role = self.conn, quote_ident(self.destination.connection.username)
+
+        def execute(statement: str) -> None:
+            with conn.transaction():
+                conn.execute(statement)
+
+        (exists,) = conn.execute(sql.SCHEMA_EXISTS, (self.schema,)).fetchone()
+        probe.run(plan.steps[1:] if exists else plan.steps, execute, plan.errors, plan.reason)
+        tables = [self.status_table] + [t for m in models for t in (self.table(m), self.refresh_table(m))]
+        foreign = [qualified(*row) for row in conn.execute(sql.not_owned(len(tables)), tables).fetchall()]
+        if foreign:
+            probe.failed(plan.after[0], f"owned by another role: {', '.join(foreign)}",
+                         "; ".join(f"ALTER TABLE {t} OWNER TO {role}" for t in foreign))
+        else:
+            probe.passed(plan.after[0])

@@ -28,7 +28,7 @@ from transfer_platform.destinations.snowflake.dialect import LOCK_TABLE, STAGE, 
 from transfer_platform.destinations.sql.session import SnowflakeSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.phases import log_phase
-from transfer_platform.probes import Check, Probe
+from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.runtime.connections import spark_error_reason
 from transfer_platform.storage.locks import Lock, Locks
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -280,59 +280,48 @@ class SnowflakeWriter(SqlWriter):
                           for i, n in enumerate(schema.names)}, schema=schema)
         return spark.createDataFrame(table) if table.num_rows else empty_frame(spark, model)
 
-    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+    def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
         """Log in, find the schema, then each step of a transfer (and the grant it needs) on probe tables."""
-        probe, c, d, stage = Probe(target), self.destination.connection, self.dialect, self.stage
-        name = "_tp_probe_" + uuid.uuid4().hex[:12]
+        c, d, stage = self.destination.connection, self.dialect, self.stage
         table, staging, loaded = (d.qualified(c.schema_, name + suffix) for suffix in ("", "_s", "_l"))
         role, warehouse, database = d.quote(c.role or "<the user's role>"), d.quote(c.warehouse), d.quote(c.database)
         schema, parquet = f"{database}.{d.quote(c.schema_)}", Path(tempfile.gettempdir()) / f"{name}.parquet"
-        login, schema_step = f"log in to account {c.account!r} as {c.user!r}", f"find schema {c.database}.{c.schema_}"
+
+        def connect() -> None:
+            self._conn = sf.connect(self.destination, self.what)
+
+        def reason(exc: Exception) -> str:  # a missing schema's, in the parentheses of its message
+            return str(exc).split(" (", 1)[-1].split(")")[0] if isinstance(exc, errors.MissingPrivilege) else \
+                sf.first_line(exc)
+
         steps = [
-            ("use the warehouse (run queries)", f"GRANT USAGE ON WAREHOUSE {warehouse} TO ROLE {role}",
-             [f"USE WAREHOUSE {warehouse}", "SELECT 1"]),
-            ("create tables (model, status, lock and staging tables)",
-             f"GRANT USAGE ON DATABASE {database} TO ROLE {role}; GRANT USAGE, CREATE TABLE ON SCHEMA {schema} TO ROLE "
-             f"{role}", [f"CREATE TABLE {table} (id NUMBER(38,0), v VARCHAR, PRIMARY KEY (id))",
-                         f"CREATE TRANSIENT TABLE {staging} (id NUMBER(38,0), v VARCHAR)"]),
-            ("create the stage _tp_stage", f"GRANT CREATE STAGE ON SCHEMA {schema} TO ROLE {role}",
-             [d.stage_ddl(stage)]),
-            ("insert, read, update and delete rows (merge, state)", "the role owns the tables it creates: check that "
-             "no future grant or managed access removes its ownership",
-             [f"INSERT INTO {staging} (id, v) VALUES (1, 'a')", f"INSERT INTO {table} (id, v) SELECT id, v FROM {staging}",
-              f"UPDATE {table} AS t SET v = s.v FROM {staging} AS s WHERE t.id = s.id",
-              f"DELETE FROM {table} AS t USING {staging} AS s WHERE t.id = s.id"]),
-            ("add and drop columns (schema evolution)", "the role must own the model's tables",
-             [f"ALTER TABLE {table} ADD COLUMN w VARCHAR", f"ALTER TABLE {table} DROP COLUMN w"]),
-            ("drop tables (staging, full refresh)", "the role must own the tables",
-             [d.drop_table(staging, if_exists=False)]),
-            ("stage a Parquet file (PUT) and load it (COPY INTO)", f"GRANT READ, WRITE ON STAGE {stage} TO ROLE "
-             f"{d.quote(c.role or '<the user role>')} (if another role created the stage)",
-             [f"CREATE TRANSIENT TABLE {loaded} (id NUMBER(38,0))", d.put(str(parquet), stage, name),
-              d.copy_into(loaded, stage, name)]),
+            Step(f"find schema {c.database}.{c.schema_}", lambda exc: getattr(exc, "grant", ""), [self._use_schema],
+                 skips="the schema is not there"),
+            Step("use the warehouse (run queries)", f"GRANT USAGE ON WAREHOUSE {warehouse} TO ROLE {role}",
+                 [f"USE WAREHOUSE {warehouse}", "SELECT 1"]),
+            Step("create tables (model, status, lock and staging tables)",
+                 f"GRANT USAGE ON DATABASE {database} TO ROLE {role}; GRANT USAGE, CREATE TABLE ON SCHEMA {schema} TO "
+                 f"ROLE {role}", [f"CREATE TABLE {table} (id NUMBER(38,0), v VARCHAR, PRIMARY KEY (id))",
+                                  f"CREATE TRANSIENT TABLE {staging} (id NUMBER(38,0), v VARCHAR)"]),
+            Step("create the stage _tp_stage", f"GRANT CREATE STAGE ON SCHEMA {schema} TO ROLE {role}",
+                 [d.stage_ddl(stage)]),
+            Step("insert, read, update and delete rows (merge, state)", "the role owns the tables it creates: check "
+                 "that no future grant or managed access removes its ownership",
+                 [f"INSERT INTO {staging} (id, v) VALUES (1, 'a')",
+                  f"INSERT INTO {table} (id, v) SELECT id, v FROM {staging}",
+                  f"UPDATE {table} AS t SET v = s.v FROM {staging} AS s WHERE t.id = s.id",
+                  f"DELETE FROM {table} AS t USING {staging} AS s WHERE t.id = s.id"]),
+            Step("add and drop columns (schema evolution)", "the role must own the model's tables",
+                 [f"ALTER TABLE {table} ADD COLUMN w VARCHAR", f"ALTER TABLE {table} DROP COLUMN w"]),
+            Step("drop tables (staging, full refresh)", "the role must own the tables",
+                 [d.drop_table(staging, if_exists=False)]),
+            Step("stage a Parquet file (PUT) and load it (COPY INTO)", f"GRANT READ, WRITE ON STAGE {stage} TO ROLE "
+                 f"{d.quote(c.role or '<the user role>')} (if another role created the stage)",
+                 [lambda: pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), parquet),
+                  f"CREATE TRANSIENT TABLE {loaded} (id NUMBER(38,0))", d.put(str(parquet), stage, name),
+                  d.copy_into(loaded, stage, name)]),
         ]
-        try:
-            conn = self._conn = sf.connect(self.destination, self.what)
-        except (errors.ConnectionFailure, errors.ConfigError) as exc:
-            probe.failed(login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
-                         "check account, host, user and the password's (or private_key's) environment variable")
-            probe.skipped([schema_step, *(s for s, _, _ in steps)], "cannot log in")
-            return probe.checks
-        probe.passed(login)
-        try:
-            self._use_schema()
-            probe.passed(schema_step)
-            pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), parquet)
-            with conn.cursor() as cursor:
-                probe.run(steps, cursor.execute, connector.Error, sf.first_line)
-        except errors.MissingPrivilege as exc:
-            probe.failed(schema_step, str(exc).split(" (", 1)[-1].split(")")[0], exc.grant)
-            probe.skipped([s for s, _, _ in steps], "the schema is not there")
-        finally:
-            parquet.unlink(missing_ok=True)
-            with conn.cursor() as cursor:
-                for dropped in (table, staging, loaded):
-                    with suppress(connector.Error):  # reported by the step that failed
-                        cursor.execute(d.drop_table(dropped))
-            self.close()
-        return probe.checks
+        return ProbePlan(f"log in to account {c.account!r} as {c.user!r}", connect,
+                         "check account, host, user and the password's (or private_key's) environment variable",
+                         steps, (connector.Error, errors.MissingPrivilege), reason,
+                         cleanup=[lambda: parquet.unlink(missing_ok=True), *map(d.drop_table, (table, staging, loaded))])

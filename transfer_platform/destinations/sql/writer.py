@@ -14,8 +14,8 @@ between them is finished by the next); the delete sweep, ``has_table``. ``docs/d
 (*Adding a vendor*) walks through a new one.
 
 A vendor writes the rest: its connection and session, its model lock, its bulk load, its
-``read_table`` and ``probe``, its errors' translation; it overrides a step only where its engine
-does better (DuckDB's staging in place).
+``read_table``, what its ``probe`` tries (:meth:`SqlWriter._probe_plan`), its errors' translation;
+it overrides a step only where its engine does better (DuckDB's staging in place).
 
 **A window into an empty table** is loaded by the strategy its vendor record declares
 (``Vendor.empty_table_load``: swap, create-and-rename, clone-and-exchange, copy into), run here by
@@ -34,8 +34,9 @@ selects until the state row naming that version is written last, in one statemen
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -60,6 +61,7 @@ from transfer_platform.destinations.sql.dialect import (
 )
 from transfer_platform.destinations.sql.state import STATE_STORES
 from transfer_platform.phases import log_phase
+from transfer_platform.probes import Probe
 from transfer_platform.vendors import DESTINATIONS
 
 if TYPE_CHECKING:
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
     from transfer_platform.destinations.skeleton import Stale
     from transfer_platform.destinations.sql.session import Session
+    from transfer_platform.probes import Check, ProbePlan
     from transfer_platform.tuning import Tuning
 
 
@@ -564,3 +567,42 @@ class SqlWriter(Writer, abstract=True):
     def has_table(self, model: ModelConfig) -> bool:
         with self._translated_errors():
             return self._exists(model.model_name)
+
+    # -- test-connection: the flow here, what is tried in the vendor's plan ------------------------
+
+    def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
+        """Reach the endpoint, log in, then each step a transfer takes, on probe tables (a step failing skips
+        the later ones, a refused one names its grant), then drop what the steps created: as the vendor's
+        :meth:`_probe_plan` says."""
+        probe, plan = Probe(target), self._probe_plan(models, "_tp_probe_" + uuid.uuid4().hex[:12])
+        later = [*(step.name for step in plan.steps), *plan.after]
+        if plan.endpoint is not None and not probe.reach(*plan.endpoint):
+            probe.skipped([plan.login, *later], plan.unreachable)
+            return probe.checks
+        try:
+            plan.connect()
+        except plan.login_errors as exc:
+            probe.failed(plan.login, getattr(exc, "reason", None) or str(exc).splitlines()[-1].strip(),
+                         plan.login_fix if isinstance(plan.login_fix, str) else plan.login_fix(exc))
+            probe.skipped(later, plan.no_login)
+            return probe.checks
+        probe.passed(plan.login)
+        try:
+            self._probe_run(probe, plan, models)
+        finally:
+            for undo in plan.cleanup:
+                with suppress(Exception):  # reported by the step that failed
+                    if callable(undo):
+                        undo()
+                    else:
+                        self.session.execute(undo)
+            self.close()
+        return probe.checks
+
+    def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
+        """What ``test-connection`` tries, its probe tables named from ``name``."""
+        raise NotImplementedError
+
+    def _probe_run(self, probe: Probe, plan: ProbePlan, models: list[ModelConfig]) -> None:
+        """The plan's steps, each statement run on the session."""
+        probe.run(plan.steps, self.session.execute, plan.errors, plan.reason)
