@@ -162,9 +162,6 @@ class PostgresDialect:
             url += "&currentSchema=" + quote(search_path_value(default_schema), safe="")
         return url
 
-    def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
-        return {}  # the URL carries it
-
     def search_schema(self, connection: DatabaseConnection) -> str | None:
         """Where a multi-tenant source's unqualified names resolve: ``connection.schema``."""
         return connection.schema_
@@ -245,9 +242,6 @@ class MysqlDialect:
         # socketTimeout (milliseconds): the read timeout, in the URL (Spark Connect lower-cases
         # option names, which the driver would not know); a database name holds no '?' (refused)
         return mysql_jdbc_url(connection, default_schema) + f"?socketTimeout={self.read_timeout * 1000}"
-
-    def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
-        return {}  # the URL carries it
 
     def search_schema(self, connection: DatabaseConnection) -> str | None:
         """None: unqualified names resolve in connection.database (``schema`` is refused)."""
@@ -493,15 +487,14 @@ class JdbcReader:
     def connection_options(self, request: ReadRequest) -> dict[str, str]:
         """Where and how to connect: URL, driver, credentials, session set-up."""
         connection = self.source.connection
-        default_schema = self.default_schema_for(request)
         return {
-            "url": self.dialect.url(connection, default_schema),
+            # the default schema in the URL: Spark Connect lower-cases option names
+            "url": self.dialect.url(connection, self.default_schema_for(request)),
             "driver": self.dialect.driver,
             "sessionInitStatement": self.dialect.session_init,
             "fetchsize": str(FETCH_SIZE),
             # our predicates are in the query; filters Spark adds (the exact tenant match) stay in Spark
             "pushDownPredicate": "false",
-            **self.dialect.default_schema_options(default_schema),
             **jdbc_properties(connection, f"sources.{self.source.name}.connection.password"),
         }
 
