@@ -79,6 +79,7 @@ from transfer_platform.runtime.spark_session import server_lost
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
+    SourceReader,
     analyzed,
     check_last_modified_type,
     columns_mismatch,
@@ -94,7 +95,6 @@ from transfer_platform.vendors.postgres import PostgresSource
 
 if TYPE_CHECKING:
     import psycopg
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.probes import Check, Probe
@@ -309,9 +309,8 @@ class MysqlDialect:
                 f"{account or repr(connection.username) + '@<the host transfers connect from>'}")
 
 
-class JdbcReader:
+class JdbcReader(SourceReader):
     counts_without_spark = True  # window_rows: one COUNT query of the database
-    routes = frozenset({Route.SPARK})
 
     def __init__(self, source: PostgresSource | MysqlSource,
                  dialect: PostgresDialect | MysqlDialect) -> None:
@@ -325,9 +324,6 @@ class JdbcReader:
 
     def check(self, destination: str | None = None) -> None:
         self.dialect.ping(self.source.connection, self.what + for_destination(destination))
-
-    def driver_reads(self, request: ReadRequest) -> DirectReads | None:
-        return None  # every read through Spark's JDBC reader
 
     def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
         """Reach, log in, then each model's read exactly as a transfer sends it (columns, tenant
@@ -601,9 +597,6 @@ class JdbcReader:
         # of this read surfaces when it runs, and the windows are then read alone (named errors)
         frame = self._load(spark, requests[0], self.together_sql(requests), {}, proven=True)
         return model_columns(frame, requests[0], self.source.name, keep=(WINDOW_COLUMN,))
-
-    def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
-        return table  # tagged by each window's query
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """``SELECT COUNT(*) FROM (<query_for(request)>)``, run by the database through Spark's

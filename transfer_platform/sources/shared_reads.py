@@ -63,13 +63,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.routes import Route
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, latest_tick
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
+    SourceReader,
     TenantsReader,
     check_last_modified_type,
     in_bounds_tags,
@@ -397,13 +397,12 @@ def peers(config: PlatformConfig, source: str, model: ModelConfig, destination: 
     return found
 
 
-class StagedReader:
+class StagedReader(SourceReader):
     """A tenant's rows of a batch, read as :class:`TenantsReader` reads them from the source (the
     same predicates, applied here; the same Spark types, then the model's casts). Loaded into this
     process once: a batch deleted meanwhile (max age) does not break the transfer."""
 
-    counts_without_spark = True
-    routes = frozenset({Route.SPARK})  # rows in this process already, made a frame for Spark's casts
+    counts_without_spark = True  # rows in this process already, made a frame for Spark's casts
 
     def __init__(self, inner: TenantsReader, batch: Batch, tenant: str) -> None:
         from pyspark.sql.types import StructType
@@ -427,12 +426,6 @@ class StagedReader:
     def check(self, destination: str | None = None) -> None:
         return None  # the source is not read
 
-    def driver_reads(self, request: ReadRequest) -> None:
-        return None  # the source is not read
-
-    def stall_of(self, exc: BaseException) -> None:
-        return None  # rows of a batch, read from no connection
-
     def check_read(self, spark: SparkSession, request: ReadRequest) -> None:
         frame = self._frame(spark, self.table.slice(0, 0))
         check_last_modified_type(frame, request, self.source.name)
@@ -452,12 +445,6 @@ class StagedReader:
         rows = self._inside(requests)
         return model_columns(self._frame(spark, rows, (WINDOW_COLUMN,)), requests[0], self.source.name,
                              keep=(WINDOW_COLUMN,))
-
-    def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
-        return table
-
-    def keys_unique(self, request: ReadRequest) -> bool:
-        return False  # each window's versions are resolved (the source's catalog is not asked)
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         return self._inside([request]).num_rows
