@@ -630,16 +630,9 @@ output: stdout holds the result (JSON, a transfer id, a table); progress, warnin
 to stderr. Exit 0: done; 1: a failure at run time; 2: a configuration or usage error."""
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("transfer-platform")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from transfer_platform.runtime.shared_spark import _package_version
+
     # --config and --verbose are accepted before and after the subcommand (a subcommand's copy
     # leaves the value alone unless it is given there: its default is SUPPRESS)
     def options(target: argparse.ArgumentParser, default: bool) -> None:
@@ -661,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="transfer-platform", description=__doc__, epilog=ENVIRONMENT,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     options(parser, default=True)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
