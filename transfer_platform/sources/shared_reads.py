@@ -106,10 +106,6 @@ def query_hash(model: ModelConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _now_epoch() -> float:
-    return time.time()
-
-
 @dataclass
 class Batch:
     store: Store
@@ -244,7 +240,7 @@ class StagingArea:
 
     def sweep(self) -> None:
         """Delete batches (finished or not) older than ``max_age_hours`` and those nobody needs."""
-        now = _now_epoch()
+        now = time.time()
         for prefix, keys in self._batch_keys().items():
             name = prefix.rstrip("/").rsplit("/", 1)[-1]
             try:
@@ -353,7 +349,7 @@ class StagingArea:
             manifest = {
                 "version": VERSION, "source": self.source.name, "model": self.model.model_name,
                 "query_hash": self.hash, "tick": tick, "lower": isoformat(lower), "upper": isoformat(upper),
-                "created_epoch": _now_epoch(), "spark_schema": schema_json,
+                "created_epoch": time.time(), "spark_schema": schema_json,
                 "arrow_schema": base64.b64encode(table.schema.serialize().to_pybytes()).decode(),
                 "tenants": entries, "pending": dict(sorted(tenants.items())),
                 "lowers": {d: isoformat(v) for d, v in sorted(lowers.items())},
