@@ -67,6 +67,12 @@ def error_lines(exc: TransferPlatformError) -> list[str]:
     return [f"error: {error_text(str(exc))}"]
 
 
+def _failed(message: str, code: int = 1) -> int:
+    """``error: <message>`` on stderr; the exit code ``code``."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check the file; every problem with its path and fix (exit 2). A secret whose variable is
     not set here is a warning only: validate may run where secrets are not set (CI); a transfer
@@ -166,16 +172,14 @@ def _lazy_spark(config, args: argparse.Namespace, order) -> bool:  # a PlatformC
 
 def cmd_transfer(args: argparse.Namespace) -> int:
     if args.enqueue and args.dry_run:
-        print("error: --dry-run plans here, in this process, and cannot be enqueued: drop --enqueue "
-              "(in Dagster, launch the transfer job with dry_run: true in its op config)", file=sys.stderr)
-        return 2
+        return _failed("--dry-run plans here, in this process, and cannot be enqueued: drop --enqueue "
+                       "(in Dagster, launch the transfer job with dry_run: true in its op config)", 2)
     if args.enqueue:
         return _enqueue(args)
     if args.tag:
-        print("error: --tag labels a transfer in the Dagster instance's transfer list, and a transfer run "
-              "here, in this process, is not listed there: add --enqueue to run it through the queue with "
-              "its tags, or drop --tag", file=sys.stderr)
-        return 2
+        return _failed("--tag labels a transfer in the Dagster instance's transfer list, and a transfer "
+                       "run here, in this process, is not listed there: add --enqueue to run it through "
+                       "the queue with its tags, or drop --tag", 2)
     from transfer_platform.console.progress import progress_for
     from transfer_platform.transfers.entry import Transfer, models_of
     from transfer_platform.transfers.preflight import check_before_spark
@@ -244,8 +248,7 @@ def _dry_run(transfer, progress) -> int:  # a Transfer, its Progress
 def _exit_code(failed: list[tuple[str, str | None]]) -> int:
     """1 (the first failed model's error on stderr) if any model failed, else 0."""
     if failed:
-        print(f"error: {failed[0][0]}: {error_text(failed[0][1])}", file=sys.stderr)
-        return 1
+        return _failed(f"{failed[0][0]}: {error_text(failed[0][1])}")
     return 0
 
 
@@ -323,8 +326,7 @@ def cmd_sweep_deletes(args: argparse.Namespace) -> int:
             failed.append(f"{model.model_name}: {exc}")
     print(json.dumps({"sweep_id": sweep_id, "models": reports}, indent=2))
     if failed:
-        print(f"error: {one_line(failed[0])}", file=sys.stderr)
-        return 1
+        return _failed(one_line(failed[0]))
     return 0
 
 
@@ -417,8 +419,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         try:
             status = cancel(instance, args.transfer_id)
         except LookupError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            return _failed(str(exc))
     print(f"{args.transfer_id}: {status}")
     return 0
 
@@ -512,11 +513,9 @@ def cmd_api_key(args: argparse.Namespace) -> int:
         print(key)
         return 0
     if args.scope is not None:
-        print("error: --scope is for api-key create; fix: revoke by name or id alone", file=sys.stderr)
-        return 2
+        return _failed("--scope is for api-key create; fix: revoke by name or id alone", 2)
     if not revoke_key(engine, args.name):
-        print(f"error: no active API key named (or with id) {args.name!r}", file=sys.stderr)
-        return 1
+        return _failed(f"no active API key named (or with id) {args.name!r}")
     print(f"revoked {args.name}")
     return 0
 
@@ -557,8 +556,7 @@ def cmd_magic_link(args: argparse.Namespace) -> int:
     try:
         url = create_link(ResourceStore(args.config), args.recipient, actor="cli", redirect_url=args.redirect_url)
     except NotFound as exc:
-        print(f"error: {exc} (list them: GET /recipients)", file=sys.stderr)
-        return 1
+        return _failed(f"{exc} (list them: GET /recipients)")
     print(url)
     return 0
 
@@ -572,11 +570,9 @@ def cmd_sharing_token(args: argparse.Namespace) -> int:
 
     resources = ResourceStore(args.config)
     if args.action != "list" and not args.recipient:
-        print(f"error: sharing-token {args.action} needs the recipient's name or id", file=sys.stderr)
-        return 2
+        return _failed(f"sharing-token {args.action} needs the recipient's name or id", 2)
     if args.action in ("list", "revoke") and (args.days is not None or args.profile):
-        print("error: --days and --profile are for create and rotate; fix: drop them", file=sys.stderr)
-        return 2
+        return _failed("--days and --profile are for create and rotate; fix: drop them", 2)
     try:
         name = tokens.recipient_name(resources, args.recipient) if args.recipient else None
         if args.action == "list":
@@ -588,14 +584,11 @@ def cmd_sharing_token(args: argparse.Namespace) -> int:
             return 0
         days = tokens.DEFAULT_DAYS if args.days is None else args.days
         if not 0 < days <= tokens.MAX_DAYS:
-            print(f"error: --days {days}: a token lasts more than 0 and at most {tokens.MAX_DAYS} days",
-                  file=sys.stderr)
-            return 2
+            return _failed(f"--days {days}: a token lasts more than 0 and at most {tokens.MAX_DAYS} days", 2)
         shown, token = tokens.issue(resources.engine, name, actor="cli", days=days, rotate=args.action == "rotate")
     except (NotFound, Conflict) as exc:
         fix = f"; fix: {exc.fix}" if getattr(exc, "fix", "") else ""
-        print(f"error: {exc}{fix}", file=sys.stderr)
-        return 1
+        return _failed(f"{exc}{fix}")
     endpoint = api_settings(resources.file_raw).public_url.rstrip("/") + "/delta-sharing"
     document = json.dumps(tokens.profile(endpoint, token, shown["expires_at"]), indent=2)
     if args.profile:
@@ -637,16 +630,9 @@ output: stdout holds the result (JSON, a transfer id, a table); progress, warnin
 to stderr. Exit 0: done; 1: a failure at run time; 2: a configuration or usage error."""
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("transfer-platform")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from transfer_platform.runtime.shared_spark import _package_version
+
     # --config and --verbose are accepted before and after the subcommand (a subcommand's copy
     # leaves the value alone unless it is given there: its default is SUPPRESS)
     def options(target: argparse.ArgumentParser, default: bool) -> None:
@@ -668,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="transfer-platform", description=__doc__, epilog=ENVIRONMENT,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     options(parser, default=True)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
@@ -676,16 +662,20 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=summary, description=text,
                               parents=[common], epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter)
 
+    def of_models(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """A command on a destination's models: the destination, ``--model`` to choose some."""
+        parser.add_argument("destination", help="the destination's name in the configuration")
+        parser.add_argument("--model", action="append", metavar="MODEL", help="only this model (repeatable)")
+        return parser
+
     command("validate", "check the configuration and print every problem with its fix",
             "Exit 2 if there is any. A secret whose environment variable is not set here is a warning "
             "(exit 0): validate may run where secrets are not set, such as CI; a transfer refuses to "
             "start without it.")
-    transfer = command("transfer", "transfer a destination's models now",
-                       "Runs here, in this process (progress on stderr, a JSON summary per model on "
-                       "stdout), or with --enqueue through the Dagster instance's queue. Before Spark "
-                       "starts, the configuration, the secrets' variables and --start/--end are checked.")
-    transfer.add_argument("destination", help="the destination's name in the configuration")
-    transfer.add_argument("--model", action="append", metavar="MODEL", help="only this model (repeatable)")
+    transfer = of_models(command("transfer", "transfer a destination's models now",
+                                 "Runs here, in this process (progress on stderr, a JSON summary per model on "
+                                 "stdout), or with --enqueue through the Dagster instance's queue. Before Spark "
+                                 "starts, the configuration, the secrets' variables and --start/--end are checked."))
     transfer.add_argument("--full-refresh", action="store_true",
                           help="start again from the configured start and reset the watermark")
     transfer.add_argument("--start", type=_moment, metavar="TIME",
@@ -704,17 +694,13 @@ def build_parser() -> argparse.ArgumentParser:
     probe = command("test-connection", "check that a source or destination is reachable and grants every "
                     "right transfers need", "One line per check; exit 1 if any fails; changes nothing.")
     probe.add_argument("name", metavar="SOURCE_OR_DESTINATION", help="a source's or destination's name")
-    integrity = command("integrity", "compare a destination's rows with its sources' (integrity checks)",
-                        "Per model: (primary key, last-modified) of the recipient's source rows against "
-                        "the destination's, as the Dagster asset check does: rows compared, missing, "
-                        "stale, incorrect, orphaned and pending as JSON on stdout, what each failure "
-                        "means and its fix on stderr. Exit 1 unless every model is clean. Changes nothing.")
-    integrity.add_argument("destination", help="the destination's name in the configuration")
-    integrity.add_argument("--model", action="append", metavar="MODEL", help="only this model (repeatable)")
-    sweep = command("sweep-deletes", "remove a destination's rows whose key is gone from the source, now",
-                    "For models with delete_detection: sweep.")
-    sweep.add_argument("destination", help="the destination's name in the configuration")
-    sweep.add_argument("--model", action="append", metavar="MODEL", help="only this model (repeatable)")
+    of_models(command("integrity", "compare a destination's rows with its sources' (integrity checks)",
+                      "Per model: (primary key, last-modified) of the recipient's source rows against "
+                      "the destination's, as the Dagster asset check does: rows compared, missing, "
+                      "stale, incorrect, orphaned and pending as JSON on stdout, what each failure "
+                      "means and its fix on stderr. Exit 1 unless every model is clean. Changes nothing."))
+    of_models(command("sweep-deletes", "remove a destination's rows whose key is gone from the source, now",
+                      "For models with delete_detection: sweep."))
     listing = command("transfers", "list transfers with status and metrics ($DAGSTER_HOME)",
                       "Newest first; times are ISO-8601 with their zone (UTC), duration from start to end.")
     listing.add_argument("--destination", help="only this destination's transfers")
@@ -840,8 +826,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _PARSER.parse_args(argv)
     problem = _configure_logging(args.verbose)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return _failed(problem, 2)
     handlers = {"validate": cmd_validate, "transfer": cmd_transfer, "transfers": cmd_transfers,
                 "cancel": cmd_cancel, "demo": cmd_demo, "test-connection": cmd_test_connection,
                 "sweep-deletes": cmd_sweep_deletes, "signing-key": cmd_signing_key,
@@ -849,9 +834,8 @@ def main(argv: list[str] | None = None) -> int:
                 "api-key": cmd_api_key, "store": cmd_store, "magic-link": cmd_magic_link,
                 "webhooks": cmd_webhooks, "sharing-token": cmd_sharing_token}
     if args.config is not None and args.command in _READS_NO_CONFIG:
-        print(f"error: {args.command} reads no configuration file ({_READS_NO_CONFIG[args.command]}): "
-              "drop --config", file=sys.stderr)
-        return 2
+        return _failed(f"{args.command} reads no configuration file ({_READS_NO_CONFIG[args.command]}): "
+                       "drop --config", 2)
     try:
         return handlers[args.command](args)
     except TransferPlatformError as exc:
@@ -861,15 +845,13 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
     except KeyboardInterrupt:
-        print("error: interrupted (windows committed before the interrupt are kept; run the transfer "
-              "again to continue)", file=sys.stderr)
-        return 130
+        return _failed("interrupted (windows committed before the interrupt are kept; run the transfer "
+                       "again to continue)", 130)
     except Exception as exc:  # the command line ends with one line, not a traceback
         if args.verbose:
             logging.getLogger("transfer_platform").error("traceback", exc_info=True)
-        print(f"error: unexpected {_one_line(exc)}" + ("" if args.verbose else " (run again with --verbose "
-              "for the traceback)"), file=sys.stderr)
-        return 1
+        return _failed(f"unexpected {_one_line(exc)}" + ("" if args.verbose else " (run again with "
+                       "--verbose for the traceback)"))
 
 
 #: the parser, built once per process: a resident command process builds it before it forks

@@ -8,6 +8,7 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -40,8 +41,12 @@ def server_name(host: str) -> str:
     return host
 
 
+#: a server's host, checked as :func:`server_name` says
+Host = Annotated[str, AfterValidator(server_name)]
+
+
 class DatabaseConnection(StrictModel):
-    host: str
+    host: Host
     port: int = Field(gt=0, lt=65536)
     database: str
     username: str
@@ -56,11 +61,6 @@ class DatabaseConnection(StrictModel):
     @property
     def address_guard(self) -> Any:
         return self._address_guard
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, value: str) -> str:
-        return server_name(value)
 
 
 class PathConnection(StrictModel):
@@ -156,12 +156,7 @@ class SFTPConnection(StrictModel):
     """A folder on an SFTP server, reached with a private key (the user's, often chrooted), the
     server known by its public host key (never accepted unseen)."""
 
-    host: str
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, value: str) -> str:
-        return server_name(value)
+    host: Host
     port: int = Field(default=22, gt=0, lt=65536)
     username: str
     private_key: EnvRef  # the private key's text (OpenSSH or PEM), read from this variable

@@ -75,14 +75,31 @@ def server_host(host: str) -> str:
 # -- sources and destinations ----------------------------------------------------------------
 
 
-class SourceBase(StrictModel):
-    """What every source has; a vendor's class adds its ``vendor`` and ``connection``."""
+class VendorEntry(StrictModel):
+    """What every source and destination has: its name and its vendor's record; a vendor's class
+    adds its ``vendor`` and ``connection``."""
 
     RECORD: ClassVar[Vendor]  # set by the registry on each vendor's class
     if TYPE_CHECKING:  # declared by each vendor's class (not fields here: they would come first)
         vendor: str
         connection: Any
     name: Name
+
+    @property
+    def vendor_record(self) -> Vendor:
+        """What the platform knows of this entry's vendor: its record, which the registry
+        (``transfer_platform/vendors/``) sets on its configuration class."""
+        return type(self).RECORD
+
+    def extras(self) -> tuple[Extra, ...]:
+        """The install's extras its vendor's client comes from (``validate`` checks each is
+        installed): its record's, by default."""
+        return (self.vendor_record.extra,) if self.vendor_record.extra else ()
+
+
+class SourceBase(VendorEntry):
+    """What every source has; a vendor's class adds its ``vendor`` and ``connection``."""
+
     max_concurrent_transfers: int = Field(default=10, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
     lookback_window: int | None = Field(
@@ -94,17 +111,6 @@ class SourceBase(StrictModel):
     @classmethod
     def _duration(cls, value: object) -> object:
         return None if value is None else parse_duration_seconds(value)  # type: ignore[arg-type]
-
-    @property
-    def vendor_record(self) -> Vendor:
-        """What the platform knows of this source's vendor: its record, which the registry
-        (``transfer_platform/vendors/``) sets on its configuration class."""
-        return type(self).RECORD
-
-    def extras(self) -> tuple[Extra, ...]:
-        """The install's extras its vendor's client comes from (``validate`` checks each is
-        installed): its record's."""
-        return (self.vendor_record.extra,) if self.vendor_record.extra else ()
 
     @property
     def lookback_seconds(self) -> int:
@@ -124,15 +130,10 @@ class DatabaseSourceBase(SourceBase):
                     "(a source that stops answering); transfer_platform/runtime/read_timeouts.py")
 
 
-class DestinationBase(StrictModel):
+class DestinationBase(VendorEntry):
     """What every destination has; a vendor's class adds its ``vendor`` and ``connection``, and
     says where it writes (:meth:`place`) and what else ``validate`` checks (:meth:`problems`)."""
 
-    RECORD: ClassVar[Vendor]  # set by the registry on each vendor's class
-    if TYPE_CHECKING:  # declared by each vendor's class (not fields here: they would come first)
-        vendor: str
-        connection: Any
-    name: Name
     recipient: str
     is_enabled: bool = True
     frequency_minutes: Literal[0, 15, 60, 360, 720, 1440] = 0
@@ -150,17 +151,6 @@ class DestinationBase(StrictModel):
     @property
     def address_policy(self):  # -> AddressPolicy | None
         return self._address_policy
-
-    @property
-    def vendor_record(self) -> Vendor:
-        """What the platform knows of this destination's vendor: its record, which the registry
-        (``transfer_platform/vendors/``) sets on its configuration class."""
-        return type(self).RECORD
-
-    def extras(self) -> tuple[Extra, ...]:
-        """The install's extras its vendor's client comes from (``validate`` checks each is
-        installed): its record's, by default."""
-        return (self.vendor_record.extra,) if self.vendor_record.extra else ()
 
     def place(self) -> Place:
         raise NotImplementedError

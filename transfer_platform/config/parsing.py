@@ -77,7 +77,7 @@ def parse_config(raw: Any, *, base_dir: Path | None = None, now: datetime | None
     try:
         config = PlatformConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_problems_from_validation(exc), source=source) from None
+        raise ConfigError(problems_from_validation(exc), source=source) from None
     problems = check_config(config, now or datetime.now(UTC))
     if problems:
         raise ConfigError(problems, source=source)
@@ -102,10 +102,6 @@ def _resolve_paths(config: PlatformConfig, base_dir: Path) -> PlatformConfig:
 
 def problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[Problem]:
     """Pydantic's errors as problems, each with its field's path (after ``prefix``) and a fix."""
-    return _problems_from_validation(exc, prefix)
-
-
-def _problems_from_validation(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[Problem]:
     problems = []
     for error in exc.errors(include_url=False):
         path = _format_location(prefix + tuple(error["loc"]))

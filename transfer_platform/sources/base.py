@@ -36,22 +36,27 @@ class ReadRequest:
 
 
 class SourceReader(Protocol):
+    """What every source reader does; a reader class derives from it for the defaults of a
+    source read by Spark alone (no driver route, no connection that stalls, no catalog)."""
+
     #: whether :meth:`window_rows` costs no Spark job (a database's ``COUNT``); else neighbouring
     #: windows are first read together up to a bound, and counted only if that bound is passed
     counts_without_spark: bool
     #: the ways it reads a window (``transfer_platform/core/routes.py``): :attr:`Route.SPARK`
     #: always; :attr:`Route.DRIVER` and :attr:`Route.COPY_RELAY` through :meth:`driver_reads`
-    routes: frozenset[Route]
+    routes: frozenset[Route] = frozenset({Route.SPARK})
 
     def driver_reads(self, request: ReadRequest) -> DriverReads | None:
         """The model's windows read by the database's own driver (:attr:`Route.DRIVER`), proven
         for ``request``'s model (its columns read as they are, asked with no row); ``None`` if
-        the reader offers no such route or the model needs Spark's conversions."""
+        the reader offers no such route (the default) or the model needs Spark's conversions."""
+        return None
 
     def stall_of(self, exc: BaseException) -> ConnectionFailure | None:
         """The error of a source that stopped answering, if ``exc`` (a failed read) is its read
         timeout or the source, asked, does not answer in time; ``None`` for a source not read
-        over a connection (a lake, staged rows)."""
+        over a connection (the default: a lake, staged rows)."""
+        return None
 
     def check(self, destination: str | None = None) -> None:
         """Raise ``ConnectionFailure`` naming host and port (and the destination, when given)
@@ -90,12 +95,16 @@ class SourceReader(Protocol):
 
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
         """What :meth:`read_together`'s frame brought into this process (``requests`` the same),
-        as the model's columns and ``WINDOW_COLUMN`` (and ``ORIGIN_COLUMN``, if it came)."""
+        as the model's columns and ``WINDOW_COLUMN`` (and ``ORIGIN_COLUMN``, if it came); by
+        default the table as it came (each window's read tagged its rows)."""
+        return table
 
     def keys_unique(self, request: ReadRequest) -> bool:
         """Whether the source itself keeps the model's primary key unique (a database's unique
         index on the table): one version per key then costs a window that Spark stages nothing.
-        ``False`` when it cannot tell."""
+        ``False`` when it cannot tell (the default: a lake is append-only, each version of a row in
+        a file of its own; staged rows are resolved in each window)."""
+        return False
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """How many rows :meth:`read` would return for ``request``, counted where the rows are

@@ -79,6 +79,7 @@ from transfer_platform.runtime.spark_session import server_lost
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
+    SourceReader,
     analyzed,
     check_last_modified_type,
     columns_mismatch,
@@ -94,7 +95,6 @@ from transfer_platform.vendors.postgres import PostgresSource
 
 if TYPE_CHECKING:
     import psycopg
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.probes import Check, Probe
@@ -161,9 +161,6 @@ class PostgresDialect:
         if default_schema is not None:  # in the URL: Spark Connect lower-cases option names
             url += "&currentSchema=" + quote(search_path_value(default_schema), safe="")
         return url
-
-    def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
-        return {}  # the URL carries it
 
     def search_schema(self, connection: DatabaseConnection) -> str | None:
         """Where a multi-tenant source's unqualified names resolve: ``connection.schema``."""
@@ -246,9 +243,6 @@ class MysqlDialect:
         # option names, which the driver would not know); a database name holds no '?' (refused)
         return mysql_jdbc_url(connection, default_schema) + f"?socketTimeout={self.read_timeout * 1000}"
 
-    def default_schema_options(self, default_schema: str | None) -> dict[str, str]:
-        return {}  # the URL carries it
-
     def search_schema(self, connection: DatabaseConnection) -> str | None:
         """None: unqualified names resolve in connection.database (``schema`` is refused)."""
         return None
@@ -315,9 +309,8 @@ class MysqlDialect:
                 f"{account or repr(connection.username) + '@<the host transfers connect from>'}")
 
 
-class JdbcReader:
+class JdbcReader(SourceReader):
     counts_without_spark = True  # window_rows: one COUNT query of the database
-    routes = frozenset({Route.SPARK})
 
     def __init__(self, source: PostgresSource | MysqlSource,
                  dialect: PostgresDialect | MysqlDialect) -> None:
@@ -331,9 +324,6 @@ class JdbcReader:
 
     def check(self, destination: str | None = None) -> None:
         self.dialect.ping(self.source.connection, self.what + for_destination(destination))
-
-    def driver_reads(self, request: ReadRequest) -> DirectReads | None:
-        return None  # every read through Spark's JDBC reader
 
     def probe(self, models: list[ModelConfig], tenants: dict[str, list[str]], target: str) -> list[Check]:
         """Reach, log in, then each model's read exactly as a transfer sends it (columns, tenant
@@ -493,15 +483,14 @@ class JdbcReader:
     def connection_options(self, request: ReadRequest) -> dict[str, str]:
         """Where and how to connect: URL, driver, credentials, session set-up."""
         connection = self.source.connection
-        default_schema = self.default_schema_for(request)
         return {
-            "url": self.dialect.url(connection, default_schema),
+            # the default schema in the URL: Spark Connect lower-cases option names
+            "url": self.dialect.url(connection, self.default_schema_for(request)),
             "driver": self.dialect.driver,
             "sessionInitStatement": self.dialect.session_init,
             "fetchsize": str(FETCH_SIZE),
             # our predicates are in the query; filters Spark adds (the exact tenant match) stay in Spark
             "pushDownPredicate": "false",
-            **self.dialect.default_schema_options(default_schema),
             **jdbc_properties(connection, f"sources.{self.source.name}.connection.password"),
         }
 
@@ -608,9 +597,6 @@ class JdbcReader:
         # of this read surfaces when it runs, and the windows are then read alone (named errors)
         frame = self._load(spark, requests[0], self.together_sql(requests), {}, proven=True)
         return model_columns(frame, requests[0], self.source.name, keep=(WINDOW_COLUMN,))
-
-    def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
-        return table  # tagged by each window's query
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         """``SELECT COUNT(*) FROM (<query_for(request)>)``, run by the database through Spark's

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from transfer_platform.config.connection_settings import PathConnection
 from transfer_platform.config.models import ModelConfig
-from transfer_platform.core.routes import Route
 from transfer_platform.core.timeutil import EPOCH
 from transfer_platform.core.windows import ReadBounds, Window
 from transfer_platform.errors import ConfigError, ConnectionFailure, DataError, Problem
@@ -35,6 +34,7 @@ from transfer_platform.runtime.connections import spark_error_reason
 from transfer_platform.sources.base import (
     ORIGIN_COLUMN,
     ReadRequest,
+    SourceReader,
     check_last_modified_type,
     columns_mismatch,
     for_destination,
@@ -56,9 +56,8 @@ T = TypeVar("T")
 _GLOB_CHARACTERS = frozenset("\\*?[]{}")
 
 
-class ParquetLakeReader:
+class ParquetLakeReader(SourceReader):
     counts_without_spark = False  # window_rows: a Spark job over the files
-    routes = frozenset({Route.SPARK})
 
     def __init__(self, source: ParquetSource) -> None:
         self.source = source
@@ -69,12 +68,6 @@ class ParquetLakeReader:
     @property
     def multi_tenant(self) -> bool:
         return self.source.tenancy == "multi_tenant"
-
-    def driver_reads(self, request: ReadRequest) -> None:
-        return None  # files are read by Spark's scan
-
-    def stall_of(self, exc: BaseException) -> None:
-        return None  # no connection to a database stalls
 
     def check(self, destination: str | None = None) -> None:
         if not self.lake.is_dir(self.lake.root):
@@ -179,10 +172,6 @@ class ParquetLakeReader:
         whole = replace(requests[0], bounds=ReadBounds(lower, upper, Window(lower, upper)))
         frame = self._source_rows(spark, whole, origin=True).withColumn(_SOURCE_LAST_MODIFIED, _last_modified(model))
         return model_columns(frame, whole, self.source.name, keep=(_SOURCE_LAST_MODIFIED, *_origin_of(frame)))
-
-    def keys_unique(self, request: ReadRequest) -> bool:
-        """Never known: a lake is append-only, each version of a row in a file of its own."""
-        return False
 
     def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
         """Each row with every window whose bounds hold its last-modified value (a row in a

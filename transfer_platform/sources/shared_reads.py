@@ -63,13 +63,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transfer_platform.config.models import ModelConfig, PlatformConfig
-from transfer_platform.core.routes import Route
 from transfer_platform.core.schedule import DEFAULT_FREQUENCY_MINUTES, latest_tick
 from transfer_platform.core.timeutil import isoformat
 from transfer_platform.errors import ConfigError, ConnectionFailure, TransferRunning
 from transfer_platform.sources.base import (
     WINDOW_COLUMN,
     ReadRequest,
+    SourceReader,
     TenantsReader,
     check_last_modified_type,
     in_bounds_tags,
@@ -104,10 +104,6 @@ def query_hash(model: ModelConfig) -> str:
                        "org": model.organization_column,
                        "columns": [c.model_dump(mode="json") for c in model.columns]}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _now_epoch() -> float:
-    return time.time()
 
 
 @dataclass
@@ -244,7 +240,7 @@ class StagingArea:
 
     def sweep(self) -> None:
         """Delete batches (finished or not) older than ``max_age_hours`` and those nobody needs."""
-        now = _now_epoch()
+        now = time.time()
         for prefix, keys in self._batch_keys().items():
             name = prefix.rstrip("/").rsplit("/", 1)[-1]
             try:
@@ -353,7 +349,7 @@ class StagingArea:
             manifest = {
                 "version": VERSION, "source": self.source.name, "model": self.model.model_name,
                 "query_hash": self.hash, "tick": tick, "lower": isoformat(lower), "upper": isoformat(upper),
-                "created_epoch": _now_epoch(), "spark_schema": schema_json,
+                "created_epoch": time.time(), "spark_schema": schema_json,
                 "arrow_schema": base64.b64encode(table.schema.serialize().to_pybytes()).decode(),
                 "tenants": entries, "pending": dict(sorted(tenants.items())),
                 "lowers": {d: isoformat(v) for d, v in sorted(lowers.items())},
@@ -397,13 +393,12 @@ def peers(config: PlatformConfig, source: str, model: ModelConfig, destination: 
     return found
 
 
-class StagedReader:
+class StagedReader(SourceReader):
     """A tenant's rows of a batch, read as :class:`TenantsReader` reads them from the source (the
     same predicates, applied here; the same Spark types, then the model's casts). Loaded into this
     process once: a batch deleted meanwhile (max age) does not break the transfer."""
 
-    counts_without_spark = True
-    routes = frozenset({Route.SPARK})  # rows in this process already, made a frame for Spark's casts
+    counts_without_spark = True  # rows in this process already, made a frame for Spark's casts
 
     def __init__(self, inner: TenantsReader, batch: Batch, tenant: str) -> None:
         from pyspark.sql.types import StructType
@@ -427,12 +422,6 @@ class StagedReader:
     def check(self, destination: str | None = None) -> None:
         return None  # the source is not read
 
-    def driver_reads(self, request: ReadRequest) -> None:
-        return None  # the source is not read
-
-    def stall_of(self, exc: BaseException) -> None:
-        return None  # rows of a batch, read from no connection
-
     def check_read(self, spark: SparkSession, request: ReadRequest) -> None:
         frame = self._frame(spark, self.table.slice(0, 0))
         check_last_modified_type(frame, request, self.source.name)
@@ -452,12 +441,6 @@ class StagedReader:
         rows = self._inside(requests)
         return model_columns(self._frame(spark, rows, (WINDOW_COLUMN,)), requests[0], self.source.name,
                              keep=(WINDOW_COLUMN,))
-
-    def tagged(self, table: pa.Table, requests: list[ReadRequest]) -> pa.Table:
-        return table
-
-    def keys_unique(self, request: ReadRequest) -> bool:
-        return False  # each window's versions are resolved (the source's catalog is not asked)
 
     def count(self, spark: SparkSession, request: ReadRequest) -> int:
         return self._inside([request]).num_rows

@@ -246,7 +246,7 @@ class WindowMover:
             lost = server_lost(self.request.spark, exc)
             if lost is not None:
                 raise lost from None
-            stall = self._stalled_source(exc)
+            stall = self.reader.stall_of(exc)  # a database source that stopped answering
             if stall is not None:
                 raise stall from None
             raise DataError(
@@ -256,11 +256,6 @@ class WindowMover:
                 fix="check that each column's data_type matches the source values, that the "
                     "primary key columns hold no NULLs and that source_query runs",
             ) from None
-
-    def _stalled_source(self, exc: BaseException) -> ConnectionFailure | None:
-        """The error of a database source that stopped answering, if ``exc`` is its read timeout
-        or the source, asked, does not answer in time (``transfer_platform/runtime/read_timeouts.py``)."""
-        return self.reader.stall_of(exc)
 
 
 def _cancelled(exc: BaseException) -> bool:
