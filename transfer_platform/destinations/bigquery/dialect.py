@@ -74,8 +74,7 @@ class BigqueryDialect(Dialect):
     now = "CURRENT_TIMESTAMP()"
     row_lock = ""  # no row locks: the model's lock row keeps writers apart (the writer)
 
-    def quote(self, name: str) -> str:
-        return q(name)
+    quote = staticmethod(q)
 
     def qualified(self, container: str, name: str) -> str:  # a project id may hold a dot, a dataset not
         return ".".join(q(part) for part in (*container.rsplit(".", 1), name))
@@ -114,11 +113,9 @@ class BigqueryDialect(Dialect):
         return f"(SELECT {', '.join(f'{typed(c)} AS {q(c.destination_name)}' for c in columns)} FROM {raw})"
 
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
-        statements = [f"ALTER TABLE {table} ADD COLUMN {q(c.destination_name)} {self.column_type(c)}" for c in added]
-        if dropped:
-            statements.append(f"CREATE OR REPLACE TABLE {table} AS SELECT * EXCEPT "
-                              f"({', '.join(q(n) for n in dropped)}) FROM {table}")
-        return statements
+        """A dropped column removed by rewriting the table (the emulator has no ``DROP COLUMN``)."""
+        drop = f"CREATE OR REPLACE TABLE {table} AS SELECT * EXCEPT ({', '.join(q(n) for n in dropped)}) FROM {table}"
+        return super().alter_columns(table, added, []) + ([drop] if dropped else [])
 
     def replace_table(self, table: str, source: str) -> str:
         return f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {source}"
@@ -150,7 +147,10 @@ class BigqueryDialect(Dialect):
         return f"SELECT primary_key FROM {status} WHERE data_model_name = %s", (model_name,)
 
     def record_primary_key(self, status: str, model_name: str, primary_key: str) -> Statement:
-        return self._status_merge(status, "WHEN MATCHED THEN UPDATE SET primary_key = %s"), (model_name, primary_key)
+        """The model's row made if missing, ``primary_key`` recorded in it unless it holds one."""
+        return self._status_merge(status, "WHEN MATCHED AND t.primary_key IS NULL THEN UPDATE SET primary_key = %s "
+                                  "WHEN NOT MATCHED THEN INSERT (data_model_name, primary_key, updated_at) VALUES "
+                                  f"(s.data_model_name, %s, {self.now})"), (model_name, primary_key, primary_key)
 
     def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
         return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {state_column(column)} = %s"), (

@@ -290,5 +290,9 @@ class Dialect:
         match = " AND ".join(f"t.{self.quote(c)} = s.{self.quote(c)}" for c in columns)
         return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"
 
+    def read_rows(self, table: str, columns: Sequence[ColumnConfig]) -> str:
+        """The table's rows, ``columns`` in order (the writer's ``read_table``)."""
+        return f"SELECT {', '.join(self.quote(c.destination_name) for c in columns)} FROM {table}"
+
 
 Dialect.STATEMENTS = tuple(name for name, value in vars(Dialect).items() if getattr(value, "__statement__", False))
