@@ -82,10 +82,6 @@ class BigqueryDialect(Dialect):
     def matches(self, declared: str, actual: str) -> bool:
         return declared == _LEGACY.get(actual.upper(), actual.upper())
 
-    def marked(self, column: str, data_type: str, alias: str | None = None) -> str:
-        ref = (f"{alias}." if alias else "") + q(column)
-        return f"COALESCE({ref}, FALSE)" if data_type == "boolean" else f"{ref} IS NOT NULL"
-
     def _catalog(self, container: str, name: str) -> Statement:
         raise NotImplementedError("the writer reads BigQuery's catalog through the tables API (the emulator "
                                   "has no INFORMATION_SCHEMA, and the API costs no query job)")
@@ -177,8 +173,7 @@ class BigqueryDialect(Dialect):
         if skip and not model.is_append_only:
             clauses.append(f"WHEN MATCHED AND {skip} AND s.{lm} >= t.{lm} THEN DELETE")
         if not model.is_append_only:
-            compared = [c for c in model.columns if not c.is_primary_key and c.destination_name !=
-                        model.last_modified.destination_name]
+            compared = [c for c in model.columns if not (c.is_primary_key or c.is_last_modified)]
             differs = f" OR (s.{lm} = t.{lm} AND NOT ({' AND '.join(_same(c) for c in compared)}))" if compared else ""
             sets = ", ".join(f"{n} = s.{n}" for n in names if n not in {q(k) for k in _keys(model)})
             clauses.append(f"WHEN MATCHED AND (s.{lm} > t.{lm}{differs}){not_skipped} THEN UPDATE SET {sets}")
