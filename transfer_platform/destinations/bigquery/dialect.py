@@ -6,14 +6,12 @@ staged as text and read typed through :meth:`BigqueryDialect.decoded`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import date, datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.timeutil import utc
-from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes, state_column
+from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -36,11 +34,9 @@ def string_literal(text: str) -> str:
     return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
 
 
-#: a value's literal by its Python type (a bool before an int, a datetime before a date: subclasses)
-_LITERALS = ((bool, lambda v: "TRUE" if v else "FALSE"), (int, str),
-             (float, lambda v: repr(v) if math.isfinite(v) else f"CAST({string_literal(repr(v))} AS FLOAT64)"),
-             (Decimal, lambda v: f"NUMERIC {string_literal(str(v))}"),
-             (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
+#: a parameter's literal by its Python type: the writer's are text, integers (a last-modified epoch),
+#: moments and dates (a datetime before a date: a subclass)
+_LITERALS = ((int, str), (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
              (date, lambda v: f"DATE {string_literal(v.isoformat())}"))
 
 
@@ -51,9 +47,7 @@ def literal(value: Any) -> str:
 def render(text: str, params: Sequence[Any] | None) -> str:
     if not params:
         return text
-    parts = text.split("%s")
-    if len(parts) != len(params) + 1:
-        raise ValueError(f"{len(parts) - 1} placeholders for {len(params)} parameters")
+    parts = text.split("%s")  # one more than the parameters (else zip refuses)
     return parts[0] + "".join(literal(value) + part for value, part in zip(params, parts[1:], strict=True))
 
 
@@ -130,14 +124,8 @@ class BigqueryDialect(Dialect):
         return self._status_merge(status, "WHEN NOT MATCHED THEN INSERT (data_model_name, updated_at) "
                                           f"VALUES (s.data_model_name, {self.now})"), (model_name,)
 
-    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                     transfer_id: str, *, published_key: str | None = None) -> Statement:
-        # published_key: a refresh published, its state cleared, its key recorded
-        sets = ("transfer_last_updated_at = %s, high_watermark = %s, state = %s, last_transfer_id = %s, "
-                f"updated_at = {self.now}" + (", refresh_state = NULL, primary_key = %s" if published_key else ""))
-        params = (model_name, watermark, high_watermark, state_json, transfer_id)
-        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {sets}"), (
-            params + ((published_key,) if published_key else ()))
+    def update_status(self, status: str, model_name: str, sets: str, params: Sequence[Any]) -> Statement:
+        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {sets}"), (model_name, *params)
 
     def read_primary_key(self, status: str, model_name: str) -> Statement:
         return f"SELECT primary_key FROM {status} WHERE data_model_name = %s", (model_name,)
@@ -147,10 +135,6 @@ class BigqueryDialect(Dialect):
         return self._status_merge(status, "WHEN MATCHED AND t.primary_key IS NULL THEN UPDATE SET primary_key = %s "
                                   "WHEN NOT MATCHED THEN INSERT (data_model_name, primary_key, updated_at) VALUES "
                                   f"(s.data_model_name, %s, {self.now})"), (model_name, primary_key, primary_key)
-
-    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {state_column(column)} = %s"), (
-            model_name, state_json)
 
     def count_where(self, condition: str) -> str:
         return f"COUNTIF({condition})"

@@ -224,13 +224,13 @@ class BigqueryWriter(SqlWriter):
                                    fix=f"{TYPES_FIX} (a json column must hold valid JSON text)") from None
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        """Killed before the state's record, the next transfer finds the refresh complete aside and
-        publishes it again."""
+        """The state recorded, then the refresh forgotten and its key recorded: killed before, the next
+        transfer finds the refresh complete aside and publishes it again."""
         aside = self.refresh_table(model)
         self.session.execute(self.dialect.replace_table(self.table(model), aside))
-        self.session.execute(self.dialect.record_state(self.status_table, model.model_name, state.watermark,
-                                                       state.high_watermark, state.to_json(), transfer_id,
-                                                       published_key=_key_text(model)))
+        self._record_state(model, state, transfer_id)
+        self.session.execute(self.dialect.update_status(self.status_table, model.model_name,
+                                                        "refresh_state = NULL, primary_key = %s", (_key_text(model),)))
         self.session.execute(self.dialect.drop_table(aside))
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
