@@ -58,9 +58,6 @@ class BigquerySession(Session):
     """Each statement one query job, its own commit: the emulator has no multi-statement
     transaction, so :meth:`transaction` groups nothing (the writer's order keeps a window whole)."""
 
-    def __init__(self, client: bigquery.Client) -> None:
-        self.conn = client
-
     def _run(self, statement: Statement) -> tuple[Any, Any]:
         job = self.conn.query(render(*_split(statement)), retry=retry(), job_retry=None)
         return job, job.result(retry=retry())

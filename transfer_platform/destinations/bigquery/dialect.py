@@ -6,14 +6,12 @@ staged as text and read typed through :meth:`BigqueryDialect.decoded`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import date, datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.timeutil import utc
-from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes, state_column
+from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -36,11 +34,9 @@ def string_literal(text: str) -> str:
     return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
 
 
-#: a value's literal by its Python type (a bool before an int, a datetime before a date: subclasses)
-_LITERALS = ((bool, lambda v: "TRUE" if v else "FALSE"), (int, str),
-             (float, lambda v: repr(v) if math.isfinite(v) else f"CAST({string_literal(repr(v))} AS FLOAT64)"),
-             (Decimal, lambda v: f"NUMERIC {string_literal(str(v))}"),
-             (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
+#: a parameter's literal by its Python type: the writer's are text, integers (a last-modified epoch),
+#: moments and dates (a datetime before a date: a subclass)
+_LITERALS = ((int, str), (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
              (date, lambda v: f"DATE {string_literal(v.isoformat())}"))
 
 
@@ -51,9 +47,7 @@ def literal(value: Any) -> str:
 def render(text: str, params: Sequence[Any] | None) -> str:
     if not params:
         return text
-    parts = text.split("%s")
-    if len(parts) != len(params) + 1:
-        raise ValueError(f"{len(parts) - 1} placeholders for {len(params)} parameters")
+    parts = text.split("%s")  # one more than the parameters (else zip refuses)
     return parts[0] + "".join(literal(value) + part for value, part in zip(params, parts[1:], strict=True))
 
 
@@ -74,18 +68,13 @@ class BigqueryDialect(Dialect):
     now = "CURRENT_TIMESTAMP()"
     row_lock = ""  # no row locks: the model's lock row keeps writers apart (the writer)
 
-    def quote(self, name: str) -> str:
-        return q(name)
+    quote = staticmethod(q)
 
     def qualified(self, container: str, name: str) -> str:  # a project id may hold a dot, a dataset not
         return ".".join(q(part) for part in (*container.rsplit(".", 1), name))
 
     def matches(self, declared: str, actual: str) -> bool:
         return declared == _LEGACY.get(actual.upper(), actual.upper())
-
-    def marked(self, column: str, data_type: str, alias: str | None = None) -> str:
-        ref = (f"{alias}." if alias else "") + q(column)
-        return f"COALESCE({ref}, FALSE)" if data_type == "boolean" else f"{ref} IS NOT NULL"
 
     def _catalog(self, container: str, name: str) -> Statement:
         raise NotImplementedError("the writer reads BigQuery's catalog through the tables API (the emulator "
@@ -114,11 +103,9 @@ class BigqueryDialect(Dialect):
         return f"(SELECT {', '.join(f'{typed(c)} AS {q(c.destination_name)}' for c in columns)} FROM {raw})"
 
     def alter_columns(self, table: str, added: Sequence[ColumnConfig], dropped: Sequence[str]) -> list[str]:
-        statements = [f"ALTER TABLE {table} ADD COLUMN {q(c.destination_name)} {self.column_type(c)}" for c in added]
-        if dropped:
-            statements.append(f"CREATE OR REPLACE TABLE {table} AS SELECT * EXCEPT "
-                              f"({', '.join(q(n) for n in dropped)}) FROM {table}")
-        return statements
+        """A dropped column removed by rewriting the table (the emulator has no ``DROP COLUMN``)."""
+        drop = f"CREATE OR REPLACE TABLE {table} AS SELECT * EXCEPT ({', '.join(q(n) for n in dropped)}) FROM {table}"
+        return super().alter_columns(table, added, []) + ([drop] if dropped else [])
 
     def replace_table(self, table: str, source: str) -> str:
         return f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {source}"
@@ -137,24 +124,17 @@ class BigqueryDialect(Dialect):
         return self._status_merge(status, "WHEN NOT MATCHED THEN INSERT (data_model_name, updated_at) "
                                           f"VALUES (s.data_model_name, {self.now})"), (model_name,)
 
-    def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
-                     transfer_id: str, *, published_key: str | None = None) -> Statement:
-        # published_key: a refresh published, its state cleared, its key recorded
-        sets = ("transfer_last_updated_at = %s, high_watermark = %s, state = %s, last_transfer_id = %s, "
-                f"updated_at = {self.now}" + (", refresh_state = NULL, primary_key = %s" if published_key else ""))
-        params = (model_name, watermark, high_watermark, state_json, transfer_id)
-        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {sets}"), (
-            params + ((published_key,) if published_key else ()))
+    def update_status(self, status: str, model_name: str, sets: str, params: Sequence[Any]) -> Statement:
+        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {sets}"), (model_name, *params)
 
     def read_primary_key(self, status: str, model_name: str) -> Statement:
         return f"SELECT primary_key FROM {status} WHERE data_model_name = %s", (model_name,)
 
     def record_primary_key(self, status: str, model_name: str, primary_key: str) -> Statement:
-        return self._status_merge(status, "WHEN MATCHED THEN UPDATE SET primary_key = %s"), (model_name, primary_key)
-
-    def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        return self._status_merge(status, f"WHEN MATCHED THEN UPDATE SET {state_column(column)} = %s"), (
-            model_name, state_json)
+        """The model's row made if missing, ``primary_key`` recorded in it unless it holds one."""
+        return self._status_merge(status, "WHEN MATCHED AND t.primary_key IS NULL THEN UPDATE SET primary_key = %s "
+                                  "WHEN NOT MATCHED THEN INSERT (data_model_name, primary_key, updated_at) VALUES "
+                                  f"(s.data_model_name, %s, {self.now})"), (model_name, primary_key, primary_key)
 
     def count_where(self, condition: str) -> str:
         return f"COUNTIF({condition})"
@@ -177,8 +157,7 @@ class BigqueryDialect(Dialect):
         if skip and not model.is_append_only:
             clauses.append(f"WHEN MATCHED AND {skip} AND s.{lm} >= t.{lm} THEN DELETE")
         if not model.is_append_only:
-            compared = [c for c in model.columns if not c.is_primary_key and c.destination_name !=
-                        model.last_modified.destination_name]
+            compared = [c for c in model.columns if not (c.is_primary_key or c.is_last_modified)]
             differs = f" OR (s.{lm} = t.{lm} AND NOT ({' AND '.join(_same(c) for c in compared)}))" if compared else ""
             sets = ", ".join(f"{n} = s.{n}" for n in names if n not in {q(k) for k in _keys(model)})
             clauses.append(f"WHEN MATCHED AND (s.{lm} > t.{lm}{differs}){not_skipped} THEN UPDATE SET {sets}")

@@ -34,22 +34,16 @@ def _text(column: pa.ChunkedArray | pa.Array, data_type: str) -> pa.Array:
 
 
 def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[tuple[str, str]], path: str) -> int:
-    """``batches`` as the CSV file ``path`` (no header) of ``columns``' text; its size (0: no file)."""
+    """``batches`` as the CSV file ``path`` (no header) of ``columns``' text; its size (0: no row)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
     schema = pa.schema([(name, pa.string()) for name, _ in columns])
-    writer = None
-    try:
+    options = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
+    with pa_csv.CSVWriter(path, schema, write_options=options) as writer:
         for batch in (b for b in batches if b.num_rows):
-            if writer is None:
-                options = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
-                writer = pa_csv.CSVWriter(path, schema, write_options=options)
             writer.write_table(pa.Table.from_arrays([_text(batch.column(n), t) for n, t in columns], schema=schema))
-    finally:
-        if writer is not None:
-            writer.close()
-    return os.path.getsize(path) if writer is not None else 0
+    return os.path.getsize(path)
 
 
 def write_part(batches: Iterator[pa.RecordBatch], *, folder: str, columns: list[tuple[str, str]]
@@ -59,7 +53,7 @@ def write_part(batches: Iterator[pa.RecordBatch], *, folder: str, columns: list[
 
     path = os.path.join(folder, f"part-{uuid.uuid4().hex}.csv")
     size = write_csv(batches, columns, path)
-    yield pa.RecordBatch.from_pydict({"path": [path if size else None], "size": [size]},
+    yield pa.RecordBatch.from_pydict({"path": [path], "size": [size]},
                                      schema=pa.schema([("path", pa.string()), ("size", pa.int64())]))
 
 
@@ -68,7 +62,7 @@ def stage_frame(frame: DataFrame, columns: list[tuple[str, str]], folder: str, p
     this process), joined here into the one file ``path``; its size."""
     parts = frame.mapInArrow(partial(write_part, folder=folder, columns=columns), "path string, size long").collect()
     with open(path, "wb") as out:
-        for part in (p for p in parts if p["path"]):
+        for part in parts:
             with open(part["path"], "rb") as file:
                 shutil.copyfileobj(file, out)
             os.unlink(part["path"])

@@ -14,20 +14,15 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transfer_platform import errors
 from transfer_platform.config.models import ColumnConfig, ModelConfig
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations import base
 from transfer_platform.destinations.bigquery import client as bq
 from transfer_platform.destinations.bigquery import dialect as sql
 from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
-from transfer_platform.destinations.sql.dialect import STAGING_PREFIX
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
-from transfer_platform.phases import log_phase
 from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.storage.locks import LeaseLock, Locks, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -36,19 +31,11 @@ from transfer_platform.vendors.bigquery import BigqueryDestination
 if TYPE_CHECKING:
     import pyarrow as pa
     from google.cloud import bigquery
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
     from transfer_platform.destinations.base import WindowLoad
 
 TYPES_FIX = "check that each column's data_type matches the source values"
-
-
-@dataclass
-class StagedWindow(StagingTable):
-    """``table`` is the relation of the typed rows read from ``raw``, the staging table of text."""
-
-    raw: str = ""
-    loaded_bytes: int = 0
 
 
 class LockRow(LeaseLock):
@@ -109,7 +96,6 @@ class BigqueryWriter(SqlWriter):
         self._client: bigquery.Client | None = None
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._locked = Locks()
-        self._models: dict[str, ModelConfig] = {}  # by table name: the live table's and the one aside
         self.locks_table = self.dialect.qualified(self.container, sql.LOCKS_TABLE)
 
     @property
@@ -140,36 +126,32 @@ class BigqueryWriter(SqlWriter):
 
     # -- the catalog: the tables API (the emulator has no INFORMATION_SCHEMA) -----------------------
 
-    def _get_table(self, name: str) -> Any:
+    def _columns(self, name: str) -> dict[str, str]:
         from google.api_core.exceptions import NotFound
 
         try:
-            return self.client.get_table(f"{self.container}.{name}", retry=bq.retry())
+            table = self.client.get_table(f"{self.container}.{name}", retry=bq.retry())
         except NotFound as exc:
             if "Dataset" in str(exc):
                 raise
-            return None
+            return {}
+        return {f.name: f.field_type for f in table.schema}
 
-    def _exists(self, name: str) -> bool:
-        return self._get_table(name) is not None
+    def _exists(self, name: str) -> bool:  # a table has a column at least
+        return bool(self._columns(name))
 
-    def _columns(self, name: str) -> dict[str, str]:
-        table = self._get_table(name)
-        return {} if table is None else {f.name: f.field_type for f in table.schema}
+    def _tables_starting_with(self, prefix: str) -> list[str]:
+        tables = self.client.list_tables(self.container, retry=bq.retry())
+        return [t.table_id for t in tables if t.table_id.startswith(prefix)]
 
-    def _primary_key(self, name: str) -> list[str]:
+    def _primary_key(self, name: str, model: ModelConfig) -> list[str]:
         """BigQuery keeps no key: a live table's is its status row's (recorded when first planned and
         by a refresh's publish); a table aside has its model's."""
-        model = self._models.get(name)
-        if model is None:
-            return []
+        key = _key_text(model)
         if name == model.model_name:
-            self._ensure_status_row(model)
-            row = self.session.one(self.dialect.read_primary_key(self.status_table, name))
-            if row is not None and row[0] is not None:
-                return json.loads(row[0])
-            self.session.execute(self.dialect.record_primary_key(self.status_table, name, _key_text(model)))
-        return json.loads(_key_text(model))
+            self.session.execute(self.dialect.record_primary_key(self.status_table, name, key))  # unless it has one
+            key = (self.session.one(self.dialect.read_primary_key(self.status_table, name)) or (key,))[0]
+        return json.loads(key)
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         if model.model_name in self._locked:
@@ -179,45 +161,15 @@ class BigqueryWriter(SqlWriter):
             self._locked.hold(model.model_name, LockRow(self, model.model_name), destination=self.name,
                               wait_seconds=self.tuning.lock_wait_seconds)
 
-    def _clean_staging(self, model: ModelConfig) -> None:
-        prefix = STAGING_PREFIX + base.staging_suffix(model.model_name, "")
-        with self._translated_errors():
-            for table in self.client.list_tables(self.container, retry=bq.retry()):
-                if table.table_id.startswith(prefix):
-                    self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, table.table_id)))
-                    log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name,
-                              model=model.model_name, staging_table=table.table_id, left_by_a_dead_transfer=True)
-
-    def _read_states(self, model: ModelConfig) -> tuple[ModelState, Any]:
-        self._models.update({model.model_name: model, self.refresh_table_name(model): model})
-        return super()._read_states(model)
-
-    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
-        # the old refresh forgotten first: each statement commits alone, no state may point at a table emptied
-        state, aside = ModelState(high_watermark=live.high_watermark), self.refresh_table(model)
-        with self._translated_errors():
-            self._ensure_status_row(model)
-            self._set_state(model, "refresh_state", None)
-            self.session.execute(self.dialect.drop_table(aside))
-            self.session.execute(self.dialect.target_ddl(aside, model))
-            self._set_state(model, "refresh_state", state)
-        return state
-
     # -- a window: one load job, one MERGE, one status MERGE ---------------------------------------
 
     def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
-        staging = self._staging_for(load, StagedWindow)
-        staging.raw, staging.table = staging.table, self.dialect.decoded(staging.table, load.model.columns)
-        self._create_raw(staging.raw, load.model.columns)
+        staging = super()._create_staging(load, in_memory=in_memory)  # of text: its rows read typed
+        staging.table = self.dialect.decoded(staging.table, load.model.columns)
         return staging
 
-    def _create_raw(self, raw: str, columns: list[ColumnConfig]) -> None:
-        with self._translated_errors():
-            self.session.execute(self.dialect.drop_table(raw))
-            self.session.execute(self.dialect.staging_ddl(raw, raw, None, columns, logged=False))
-
-    def _stage_frame(self, rows: DataFrame | pa.Table, staging: StagedWindow, load: WindowLoad) -> StagedWindow:
-        staging.loaded_bytes = self._load(staging.name, load.model, load.model.columns, rows)
+    def _stage_frame(self, rows: DataFrame | pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        staging.volume = self._load(staging.name, load.model, load.model.columns, rows)
         return self._staged(staging, load)
 
     _stage_arrow = _stage_frame
@@ -251,13 +203,6 @@ class BigqueryWriter(SqlWriter):
                                            fix=TYPES_FIX) from None
         return size
 
-    def _refuse(self, staging: StagedWindow, load: WindowLoad) -> None:
-        super()._refuse(staging, load)
-        staging.volume = staging.volume or staging.loaded_bytes
-
-    def _remove_staging(self, staging: StagedWindow, load: WindowLoad) -> None:
-        super()._remove_staging(StagingTable(staging.name, staging.raw, staging.target_name, staging.target), load)
-
     @contextlib.contextmanager
     def _atomically(self, load: WindowLoad | None = None) -> Iterator[None]:
         """The model's lock renewed. Each statement commits alone: killed between the window's
@@ -278,41 +223,28 @@ class BigqueryWriter(SqlWriter):
                                    fix=f"{TYPES_FIX} (a json column must hold valid JSON text)") from None
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
-        """Killed before the state's record, the next transfer finds the refresh complete aside and
-        publishes it again."""
+        """The state recorded, then the refresh forgotten and its key recorded: killed before, the next
+        transfer finds the refresh complete aside and publishes it again."""
         aside = self.refresh_table(model)
         self.session.execute(self.dialect.replace_table(self.table(model), aside))
-        self.session.execute(self.dialect.record_state(self.status_table, model.model_name, state.watermark,
-                                                       state.high_watermark, state.to_json(), transfer_id,
-                                                       published_key=_key_text(model)))
+        self._record_state(model, state, transfer_id)
+        self.session.execute(self.dialect.update_status(self.status_table, model.model_name,
+                                                        "refresh_state = NULL, primary_key = %s", (_key_text(model),)))
         self.session.execute(self.dialect.drop_table(aside))
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
         chosen = [*model.primary_key, model.last_modified]
         name = self.staging_table_name(model, transfer_id)
-        raw = self.dialect.qualified(self.container, name)
-        self._create_raw(raw, chosen)
+        staging = StagingTable(name, self.dialect.qualified(self.container, name), model.model_name, self.table(model))
+        self._create_staging_table(staging, model, chosen, logged=False)
         with self._translated_errors():
             try:
                 if self._load(name, model, chosen, frame) == 0:
                     return 0
                 return self.session.execute(self.dialect.delete_matching(
-                    self.table(model), self.dialect.decoded(raw, chosen), [c.destination_name for c in chosen]))
+                    staging.target, self.dialect.decoded(staging.table, chosen), [c.destination_name for c in chosen]))
             finally:
-                self.session.execute(self.dialect.drop_table(raw))
-
-    def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
-        """Read through this process: fine for millions of rows, not beyond the driver's memory."""
-        import pyarrow as pa
-
-        with self._translated_errors():
-            if not self._exists(model.model_name):
-                return base.empty_frame(spark, model)
-            rows = self.session.all(self.dialect.read_rows(self.table(model), model.columns))
-        table = pa.Table.from_pylist([{c.destination_name: Decimal(v) if c.data_type == "decimal" and v is not None
-                                       else v for c, v in zip(model.columns, row, strict=True)} for row in rows],
-                                     schema=base.arrow_schema(model))
-        return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
+                self.session.execute(self.dialect.drop_table(staging.table))
 
     def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
         """A transfer's steps tried on a probe table dropped at once."""

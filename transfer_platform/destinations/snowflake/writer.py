@@ -21,7 +21,6 @@ from snowflake import connector
 from transfer_platform import errors
 from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import arrow_schema, empty_frame
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.snowflake import connect as sf
 from transfer_platform.destinations.snowflake.dialect import LOCK_TABLE, STAGE, SnowflakeDialect
@@ -35,7 +34,7 @@ from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.snowflake import SnowflakeDestination
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
     from transfer_platform.destinations.base import WindowLoad
 
@@ -252,7 +251,7 @@ class SnowflakeWriter(SqlWriter):
         with suppress(Exception):  # a straight window that failed: nothing of it stays (committed: a no-op)
             self.session.execute("ROLLBACK")
 
-    def _primary_key(self, name: str) -> list[str]:  # the SQL writer asks only of a table that exists
+    def _primary_key(self, name: str, model: ModelConfig) -> list[str]:  # asked only of a table that exists
         return sorted(row[4] for row in self.session.all(self.dialect.primary_key(self.container, name)))
 
     def _replace_live(self, model: ModelConfig, state: ModelState, transfer_id: str) -> None:
@@ -266,19 +265,6 @@ class SnowflakeWriter(SqlWriter):
             self._record_state(model, state, transfer_id)
             self._set_state(model, "refresh_state", None)
         self.session.execute(self.dialect.drop_table(self.refresh_table(model)))
-
-    def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
-        """Read through the connector, then handed to Spark (not for a table beyond the driver's memory)."""
-        with self._translated_errors():
-            if not self._exists(model.model_name):
-                return empty_frame(spark, model)
-            schema = arrow_schema(model)
-            rows = self.session.all(f"SELECT {', '.join(map(self.dialect.quote, schema.names))} "
-                                    f"FROM {self.table(model)}")
-        texts = {c.destination_name for c in model.columns if c.data_type == "json"}
-        table = pa.table({n: [r[i] if n not in texts or r[i] is None else str(r[i]) for r in rows]
-                          for i, n in enumerate(schema.names)}, schema=schema)
-        return spark.createDataFrame(table) if table.num_rows else empty_frame(spark, model)
 
     def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
         """Log in, find the schema, then each step of a transfer (and the grant it needs) on probe tables."""

@@ -209,14 +209,17 @@ class Dialect:
     def record_state(self, status: str, model_name: str, watermark: Any, high_watermark: Any, state_json: str,
                      transfer_id: str) -> Statement:
         p = self.placeholder
-        return (f"UPDATE {status} SET transfer_last_updated_at = {p}, high_watermark = {p}, state = {p}{self.as_json}, "
-                f"last_transfer_id = {p}, updated_at = {self.now} WHERE data_model_name = {p}",
-                (watermark, high_watermark, state_json, transfer_id, model_name))
+        return self.update_status(status, model_name, f"transfer_last_updated_at = {p}, high_watermark = {p}, state = "
+                                  f"{p}{self.as_json}, last_transfer_id = {p}, updated_at = {self.now}",
+                                  (watermark, high_watermark, state_json, transfer_id))
 
     def set_state_column(self, status: str, column: str, model_name: str, state_json: str | None) -> Statement:
-        p = self.placeholder
-        return (f"UPDATE {status} SET {state_column(column)} = {p}{self.as_json} WHERE data_model_name = {p}",
-                (state_json, model_name))
+        return self.update_status(status, model_name, f"{state_column(column)} = {self.placeholder}{self.as_json}",
+                                  (state_json,))
+
+    def update_status(self, status: str, model_name: str, sets: str, params: Sequence[Any]) -> Statement:
+        """``sets`` (of ``params``) on the model's row: one ``UPDATE`` (BigQuery's emulator: a ``MERGE``)."""
+        return f"UPDATE {status} SET {sets} WHERE data_model_name = {self.placeholder}", (*params, model_name)
 
     # -- a staged window -------------------------------------------------------------------------
 
@@ -289,6 +292,10 @@ class Dialect:
         """Delete the target rows equal to a staged row on every one of ``columns`` (the sweep)."""
         match = " AND ".join(f"t.{self.quote(c)} = s.{self.quote(c)}" for c in columns)
         return f"DELETE FROM {target} AS t USING {staging} AS s WHERE {match}"
+
+    def read_rows(self, table: str, columns: Sequence[ColumnConfig]) -> str:
+        """The table's rows, ``columns`` in order (the writer's ``read_table``)."""
+        return f"SELECT {', '.join(self.quote(c.destination_name) for c in columns)} FROM {table}"
 
 
 Dialect.STATEMENTS = tuple(name for name, value in vars(Dialect).items() if getattr(value, "__statement__", False))

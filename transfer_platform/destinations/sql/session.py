@@ -12,11 +12,6 @@ from typing import TYPE_CHECKING, Any
 from transfer_platform.core.timeutil import utc
 
 if TYPE_CHECKING:
-    import duckdb
-    import psycopg
-    import pymysql
-    from snowflake import connector
-
     from transfer_platform.destinations.sql.dialect import Statement
 
 
@@ -27,7 +22,8 @@ def _split(statement: Statement) -> tuple[str, Any]:
 class Session:
     """A connection as the SQL writer uses it (autocommit outside :meth:`transaction`)."""
 
-    conn: Any  # the driver's connection
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn  # the driver's connection
 
     def execute(self, statement: Statement) -> int:
         """Run ``statement``; the rows it changed."""
@@ -59,9 +55,6 @@ class Session:
 
 
 class PsycopgSession(Session):
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self.conn = conn
-
     def execute(self, statement: Statement) -> int:
         return self.conn.execute(*_split(statement)).rowcount
 
@@ -85,9 +78,6 @@ def mysql_param(value: object) -> object:
 
 
 class PymysqlSession(Session):
-    def __init__(self, conn: pymysql.Connection) -> None:
-        self.conn = conn
-
     def _run(self, cursor: Any, statement: Statement) -> int:
         text, params = _split(statement)
         return cursor.execute(text, None if params is None else tuple(mysql_param(p) for p in params))
@@ -106,9 +96,6 @@ class DuckdbSession(Session):
     """Every result fetched whole (DuckDB takes no other statement on a connection while a result
     is unfinished)."""
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
-        self.conn = conn
-
     def execute(self, statement: Statement) -> int:
         rows = self.all(statement)  # DML answers one row: the rows changed
         return int(rows[0][0]) if rows and len(rows[0]) == 1 and isinstance(rows[0][0], int) else 0
@@ -120,9 +107,6 @@ class DuckdbSession(Session):
 
 class SnowflakeSession(Session):
     """Autocommit outside :meth:`transaction`, which begins with ``BEGIN``."""
-
-    def __init__(self, conn: connector.SnowflakeConnection) -> None:
-        self.conn = conn
 
     def execute(self, statement: Statement) -> int:
         with self.conn.cursor() as cursor:

@@ -13,9 +13,9 @@ atomic rename between two commits: ``published_state`` is written first and a tr
 between them is finished by the next); the delete sweep, ``has_table``. ``docs/design.md``
 (*Adding a vendor*) walks through a new one.
 
-A vendor writes the rest: its connection and session, its model lock, its bulk load, its
-``read_table``, what its ``probe`` tries (:meth:`SqlWriter._probe_plan`), its errors' translation;
-it overrides a step only where its engine does better (DuckDB's staging in place).
+A vendor writes the rest: its connection and session, its model lock, its bulk load, what its
+``probe`` tries (:meth:`SqlWriter._probe_plan`), its errors' translation; it overrides a step only
+where its engine does better (DuckDB's staging in place, a ``read_table`` through Spark's JDBC).
 
 **A window into an empty table** is loaded by the strategy its vendor record declares
 (``Vendor.empty_table_load``: swap, create-and-rename, clone-and-exchange, copy into), run here by
@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from transfer_platform.core.columns import ColumnChanges, change_sentences, plan_columns
@@ -45,7 +46,9 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
+    arrow_schema,
     duplicate_key_error,
+    empty_frame,
     null_key_error,
     null_last_modified_error,
     staging_suffix,
@@ -68,7 +71,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.config.models import ColumnConfig, ModelConfig
     from transfer_platform.destinations.skeleton import Stale
@@ -89,7 +92,7 @@ class StagingTable:
     rows: int = 0
     delta_rows: int = 0
     max_last_modified: datetime | None = None
-    volume: int = 0
+    volume: int = 0  # bytes: the scan's or the catalog's, else what the bulk load counted
     marked: int = 0
     duplicates_refused: bool = False  # the duplicate-key check already ran
 
@@ -223,15 +226,19 @@ class SqlWriter(Writer, abstract=True):
         """Column name -> type as the catalog names it; empty if the table does not exist."""
         return dict(self.session.all(self.dialect.columns(self.container, name)))
 
-    def _primary_key(self, name: str) -> list[str]:
+    def _primary_key(self, name: str, model: ModelConfig) -> list[str]:
+        """The key of table ``name`` (of ``model``: a vendor whose catalog keeps none answers from it)."""
         return [row[0] for row in self.session.all(self.dialect.primary_key(self.container, name))]
+
+    def _tables_starting_with(self, prefix: str) -> list[str]:
+        return [name for (name,) in self.session.all(self.dialect.tables_starting_with(self.container, prefix))]
 
     def _columns_match(self, model: ModelConfig, name: str) -> bool:
         existing = self._columns(name)
         dialect = self.dialect
         return (set(existing) == {c.destination_name for c in model.columns}
                 and all(dialect.matches(dialect.column_type(c), existing[c.destination_name]) for c in model.columns)
-                and self._primary_key(name) == sorted(c.destination_name for c in model.primary_key))
+                and self._primary_key(name, model) == sorted(c.destination_name for c in model.primary_key))
 
     # -- prepare's primitives ----------------------------------------------------------------------
 
@@ -252,7 +259,7 @@ class SqlWriter(Writer, abstract=True):
             prefixes.append(self.old_table_name(model))
         with self._translated_errors():
             for prefix in prefixes:
-                for (name,) in self.session.all(self.dialect.tables_starting_with(self.container, prefix)):
+                for name in self._tables_starting_with(prefix):
                     self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, name)))
                     log_phase("clean up", transfer_id="(a dead transfer)", destination=self.name,
                               model=model.model_name, staging_table=name, left_by_a_dead_transfer=True)
@@ -283,7 +290,8 @@ class SqlWriter(Writer, abstract=True):
 
     def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
         """A new, empty table aside; progress starts over (the live high watermark kept as the
-        reference of ``delta_rows_transferred``)."""
+        reference of ``delta_rows_transferred``), the old forgotten first: no state points at a table
+        emptied, even on a session that commits each statement alone (BigQuery's)."""
         state = ModelState(high_watermark=live.high_watermark)
         aside = self.refresh_table(model)
         ddl = [self.dialect.drop_table(aside), self.dialect.target_ddl(aside, model)]
@@ -292,9 +300,10 @@ class SqlWriter(Writer, abstract=True):
                 rename_publish.begin_refresh(self, model, ddl, state)
                 return state
             with self.session.transaction():
+                self._ensure_status_row(model)
+                self._set_state(model, "refresh_state", None)
                 for statement in ddl:
                     self.session.execute(statement)
-                self._ensure_status_row(model)
                 self._set_state(model, "refresh_state", state)
         return state
 
@@ -305,7 +314,7 @@ class SqlWriter(Writer, abstract=True):
         with self._translated_errors():
             self.session.execute(self.dialect.target_ddl(table, model))
             existing = self._columns(model.model_name)
-            actual_key = self._primary_key(model.model_name)
+            actual_key = self._primary_key(model.model_name, model)
         return plan_columns(model, self.name, self._table_label(table), existing, actual_key,
                             self.dialect.column_type, matches=self.dialect.matches)
 
@@ -395,8 +404,8 @@ class SqlWriter(Writer, abstract=True):
         return staging
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
-        with self._translated_errors():
-            self.session.execute(self.dialect.drop_table(staging.table))
+        with self._translated_errors():  # by its name: ``table`` may be the relation read from it
+            self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, staging.name)))
         log_phase("clean up", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
                   staging_table=staging.name)
 
@@ -418,7 +427,7 @@ class SqlWriter(Writer, abstract=True):
                 self._refuse_duplicate_keys(load, staging)
             if volume is None:
                 size = self.dialect.table_size(self.container, staging.name)
-                volume = (self.session.one(size) or (0,))[0] if size is not None else 0
+                volume = (self.session.one(size) or (0,))[0] if size is not None else staging.volume
         staging.rows, staging.volume, staging.marked = int(rows), int(volume or 0), int(marked or 0)
         staging.delta_rows = int(rows) if state.high_watermark is None else int(delta_rows or 0)
         staging.max_last_modified = None if max_lm is None else model.change_column.moment(max_lm)
@@ -606,3 +615,24 @@ class SqlWriter(Writer, abstract=True):
     def _probe_run(self, probe: Probe, plan: ProbePlan, models: list[ModelConfig]) -> None:
         """The plan's steps, each statement run on the session."""
         probe.run(plan.steps, self.session.execute, plan.errors, plan.reason)
+
+    def read_table(self, spark: SparkSession, model: ModelConfig) -> DataFrame:
+        """Read through the session (:meth:`~.dialect.Dialect.read_rows`), then handed to Spark:
+        fine for millions of rows, not for a table beyond the driver's memory."""
+        import pyarrow as pa
+
+        with self._translated_errors():
+            if not self._exists(model.model_name):
+                return empty_frame(spark, model)
+            rows = self.session.all(self.dialect.read_rows(self.table(model), model.columns))
+        table = pa.table({c.destination_name: [_arrow_value(c, row[i]) for row in rows]
+                          for i, c in enumerate(model.columns)}, schema=arrow_schema(model))
+        return spark.createDataFrame(table) if table.num_rows else empty_frame(spark, model)
+
+
+def _arrow_value(column: ColumnConfig, value: Any) -> Any:
+    """A value read back as Arrow takes it: JSON as its text, a decimal (read as text where that is
+    exact) as a ``Decimal``."""
+    if value is None or column.data_type not in ("json", "decimal"):
+        return value
+    return str(value) if column.data_type == "json" else Decimal(value)
