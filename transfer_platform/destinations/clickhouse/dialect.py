@@ -112,7 +112,7 @@ class ClickhouseDialect(Dialect):
                 f"{literal(OWN_PREFIX)}) AND name != {literal(STATUS_TABLE)} AND isValidJSON(comment) "
                 "AND JSONHas(comment, 'state')")
 
-    def target_ddl(self, table: str, model: ModelConfig, comment: str | None = None) -> str:
+    def target_ddl(self, table: str, model: ModelConfig) -> str:
         strict = self._strict(model)
         columns = ", ".join(f"{self.quote(c.destination_name)} "
                             f"{self.column_type(c) if c.destination_name in strict else self.nullable(c)}"
@@ -120,7 +120,7 @@ class ClickhouseDialect(Dialect):
         key = ", ".join(self.quote(c.destination_name) for c in model.primary_key)
         return (f"CREATE TABLE IF NOT EXISTS {table} ({columns}, {self.quote(DELETED)} UInt8 DEFAULT 0) ENGINE = "
                 f"ReplacingMergeTree({self.quote(model.last_modified.destination_name)}, {self.quote(DELETED)}) "
-                f"ORDER BY ({key})" + ("" if comment is None else f" COMMENT {literal(comment)}"))
+                f"ORDER BY ({key})")
 
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:

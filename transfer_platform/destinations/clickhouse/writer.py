@@ -175,12 +175,6 @@ class ClickhouseWriter(SqlWriter):
             self._client = None
         self._locks.clear()
 
-    def check(self) -> None:
-        with self._translated_errors():
-            self._create_container()
-            if not self.session.one(self.dialect.database_exists(self.container))[0]:
-                raise connection_error(self.destination, self.what, RuntimeError(f"Code: {UNKNOWN_DATABASE}."))
-
     def _create_container(self) -> None:
         """A chDB folder's database is created if missing (the folder is the recipient's own); a
         server's must exist (the loader is granted rights on it, not CREATE DATABASE)."""
@@ -203,17 +197,10 @@ class ClickhouseWriter(SqlWriter):
                 "give the model a last-modified column of one of those types")
         return super()._plan_columns(model)
 
-    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
-        state, aside = ModelState(high_watermark=live.high_watermark), self.refresh_table(model)
-        with self._translated_errors():
-            self.session.execute(self.dialect.drop_table(aside))
-            self.session.execute(self.dialect.target_ddl(aside, model, TableComments.comment(state, "")))
-        return state
-
     # -- rows: inserted as Arrow from this process (an embedded chDB folder is open in it only) --
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        self._insert_all(_typed(frame.toArrow(), model), staging, model)
+        self._insert_all(base.typed(frame.toArrow(), model), staging, model)
 
     def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
         self._insert_all(batch, staging, load.model)
@@ -229,7 +216,7 @@ class ClickhouseWriter(SqlWriter):
     # -- the empty-table load: the window held here, scanned here, inserted into the clone --------
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        return self._stage_arrow(_typed(frame.toArrow(), load.model), staging, load)
+        return self._stage_arrow(base.typed(frame.toArrow(), load.model), staging, load)
 
     def _stage_arrow(self, batch: pa.Table, staging: ClickhouseStaging, load: WindowLoad) -> StagingTable:
         if not staging.into_empty:
@@ -329,7 +316,7 @@ class ClickhouseWriter(SqlWriter):
             if not self._exists(model.model_name):
                 return base.empty_frame(spark, model)
             names = ", ".join(self.dialect.quote(n) for n in self._columns(model.model_name))
-            table = _typed(self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL"), model)
+            table = base.typed(self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL"), model)
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
@@ -389,13 +376,6 @@ def probe_steps(d: ClickhouseDialect, database: str, name: str, fix: Callable[[E
          [f"ALTER TABLE {table} ADD COLUMN w Nullable(Int64)", f"ALTER TABLE {table} DROP COLUMN w"]),
         ("drop tables (staging, swap, full refresh)", [d.drop_table(t, if_exists=False) for t in (clone, staging, table)]),
     ]]
-
-
-def _typed(table: pa.Table, model: ModelConfig) -> pa.Table:
-    import pyarrow as pa
-
-    wanted = base.arrow_schema(model)
-    return table.cast(pa.schema([wanted.field(n) if n in wanted.names else table.field(n) for n in table.column_names]))
 
 
 def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:
