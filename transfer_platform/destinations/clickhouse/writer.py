@@ -29,7 +29,6 @@ from transfer_platform.destinations.clickhouse.session import (
     TABLE_EXISTS,
     UNKNOWN_DATABASE,
     UNKNOWN_TABLE,
-    ClickhouseSession,
     connect,
     connection_error,
     error_code,
@@ -37,6 +36,7 @@ from transfer_platform.destinations.clickhouse.session import (
     missing_privilege,
 )
 from transfer_platform.destinations.skeleton import next_state
+from transfer_platform.destinations.sql.session import ClickhouseSession
 from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
