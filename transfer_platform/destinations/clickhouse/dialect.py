@@ -46,8 +46,7 @@ def split_qualified(qualified: str) -> tuple[str, str]:
 
 def _bare(type_name: str) -> str:
     """A type without ``Nullable(...)`` and the spaces after commas system.columns may write."""
-    match = re.fullmatch(r"Nullable\((.*)\)", type_name)
-    return (match.group(1) if match else type_name).replace(", ", ",")
+    return re.sub(r"^Nullable\((.*)\)$", r"\1", type_name).replace(", ", ",")
 
 
 class ClickhouseDialect(Dialect):

@@ -246,13 +246,11 @@ class ClickhouseWriter(SqlWriter):
         staging.held = staging.held.filter(pc.invert(base.marked_mask(staging.held, load.model)))
 
     def _publish_empty_load(self, staging: ClickhouseStaging, load: WindowLoad) -> ModelState:
-        model = load.model
         with self._atomically(load):
-            clone = self._clone(staging)
-            self._insert_all(staging.held.combine_chunks(), clone, model, CLONE_BLOCK_ROWS)
+            self._insert_all(staging.held.combine_chunks(), self._clone(staging), load.model, CLONE_BLOCK_ROWS)
             size = self.session.one(self.dialect.table_size(self.container, f"{staging.name}_swap"))
             staging.volume = int((size or (0,))[0] or 0)
-            state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
+            state = next_state(self.read_state(load.model, "refresh_state" if load.into_refresh else "state"), load,
                                staging.max_last_modified)
             self._write_state(load, state)
         return state
