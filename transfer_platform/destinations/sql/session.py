@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.timeutil import utc
@@ -143,7 +143,7 @@ class ClickhouseSession(Session):
 
     def all(self, statement: Statement) -> list[tuple]:
         """The rows, a DateTime64 (read back naive, in UTC) as an aware moment."""
-        return [tuple(v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v for v in row)
+        return [tuple(utc(v) if isinstance(v, datetime) else v for v in row)
                 for row in self._run(self.conn.query, statement).result_rows]
 
     @contextmanager
