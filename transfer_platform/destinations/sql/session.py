@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     import duckdb
     import psycopg
     import pymysql
-    from clickhouse_connect.driver.client import Client
     from snowflake import connector
 
     from transfer_platform.destinations.sql.dialect import Statement
@@ -131,8 +130,8 @@ class ClickhouseSession(Session):
     """Statements one at a time: ClickHouse has no multi-statement transactions (the writer's
     ``_atomically`` says how a window still becomes visible at once)."""
 
-    def __init__(self, client: Client) -> None:
-        self.conn = client
+    def __init__(self, client: Any) -> None:
+        self.conn = client  # a clickhouse_connect Client
 
     def _run(self, run: Any, statement: Statement) -> Any:
         text, params = _split(statement)
