@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.watermarks import ModelState
@@ -62,11 +61,6 @@ LOCK_LEASE_SECONDS = 900
 CLONE_BLOCK_ROWS = 100_000
 #: the range of DateTime64 and Date32 (ClickHouse would clamp a value outside it)
 EARLIEST, LATEST = "1900-01-01", "2299-12-31"
-
-
-@dataclass
-class ClickhouseStaging(StagingTable):
-    held: pa.Table | None = None  # a window into an empty table, held here as Arrow until its commit
 
 
 class LockTable(Lock):
@@ -134,7 +128,6 @@ class LockTable(Lock):
 
 class ClickhouseWriter(SqlWriter):
     DIALECT = ClickhouseDialect()
-    STAGING = ClickhouseStaging
 
     def __init__(self, destination: ClickhouseDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.database,
@@ -218,13 +211,13 @@ class ClickhouseWriter(SqlWriter):
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
         return self._stage_arrow(base.typed(frame.toArrow(), load.model), staging, load)
 
-    def _stage_arrow(self, batch: pa.Table, staging: ClickhouseStaging, load: WindowLoad) -> StagingTable:
+    def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
         if not staging.into_empty:
             return super()._stage_arrow(batch, staging, load)
         staging.held = batch
         return self._staged(staging, load)
 
-    def _refuse(self, staging: ClickhouseStaging, load: WindowLoad) -> None:
+    def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
         if not staging.into_empty:
             return super()._refuse(staging, load)
         model, batch = load.model, staging.held
@@ -240,12 +233,12 @@ class ClickhouseWriter(SqlWriter):
         if not staging.into_empty:  # a window held here staged nothing
             super()._remove_staging(staging, load)
 
-    def _leave_out_marked(self, staging: ClickhouseStaging, load: WindowLoad) -> None:
+    def _leave_out_marked(self, staging: StagingTable, load: WindowLoad) -> None:
         import pyarrow.compute as pc
 
         staging.held = staging.held.filter(pc.invert(base.marked_mask(staging.held, load.model)))
 
-    def _publish_empty_load(self, staging: ClickhouseStaging, load: WindowLoad) -> ModelState:
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
         with self._atomically(load):
             self._insert_all(staging.held.combine_chunks(), self._clone(staging), load.model, CLONE_BLOCK_ROWS)
             size = self.session.one(self.dialect.table_size(self.container, f"{staging.name}_swap"))
