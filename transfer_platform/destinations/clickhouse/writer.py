@@ -195,9 +195,6 @@ class ClickhouseWriter(SqlWriter):
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
         self._insert_all(base.typed(frame.toArrow(), model), staging, model)
 
-    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
-        self._insert_all(batch, staging, load.model)
-
     def _insert_all(self, table: pa.Table, into: str, model: ModelConfig, rows: int | None = None) -> None:
         rows = rows or self.tuning.batch_rows
         for start in range(0, table.num_rows, rows):
@@ -212,9 +209,10 @@ class ClickhouseWriter(SqlWriter):
         return self._stage_arrow(base.typed(frame.toArrow(), load.model), staging, load)
 
     def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        if not staging.into_empty:
-            return super()._stage_arrow(batch, staging, load)
-        staging.held = batch
+        if staging.into_empty:
+            staging.held = batch
+        else:
+            self._insert_all(batch, staging.table, load.model)
         return self._staged(staging, load)
 
     def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
