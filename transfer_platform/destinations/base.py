@@ -210,6 +210,12 @@ def arrow_schema(model: ModelConfig) -> pa.Schema:
     return pa.schema([(c.destination_name, _ARROW_TYPES[TYPES[c.data_type].arrow]) for c in model.columns])
 
 
+def typed(table: pa.Table, model: ModelConfig) -> pa.Table:
+    """``table`` with each of the model's columns cast to its :func:`arrow_schema` type (others as they are)."""
+    wanted = arrow_schema(model)
+    return table.cast(pa.schema([wanted.field(f.name) if f.name in wanted.names else f for f in table.schema]))
+
+
 def refuse_bad_rows(batch: pa.Table, model: ModelConfig, destination: str) -> None:
     """Raise ``DataError`` for a NULL key, a NULL last-modified value or a key twice in ``batch``."""
     keys = [c.destination_name for c in model.primary_key]

@@ -46,8 +46,7 @@ def split_qualified(qualified: str) -> tuple[str, str]:
 
 def _bare(type_name: str) -> str:
     """A type without ``Nullable(...)`` and the spaces after commas system.columns may write."""
-    match = re.fullmatch(r"Nullable\((.*)\)", type_name)
-    return (match.group(1) if match else type_name).replace(", ", ",")
+    return re.sub(r"^Nullable\((.*)\)$", r"\1", type_name).replace(", ", ",")
 
 
 class ClickhouseDialect(Dialect):
@@ -112,7 +111,7 @@ class ClickhouseDialect(Dialect):
                 f"{literal(OWN_PREFIX)}) AND name != {literal(STATUS_TABLE)} AND isValidJSON(comment) "
                 "AND JSONHas(comment, 'state')")
 
-    def target_ddl(self, table: str, model: ModelConfig, comment: str | None = None) -> str:
+    def target_ddl(self, table: str, model: ModelConfig) -> str:
         strict = self._strict(model)
         columns = ", ".join(f"{self.quote(c.destination_name)} "
                             f"{self.column_type(c) if c.destination_name in strict else self.nullable(c)}"
@@ -120,7 +119,7 @@ class ClickhouseDialect(Dialect):
         key = ", ".join(self.quote(c.destination_name) for c in model.primary_key)
         return (f"CREATE TABLE IF NOT EXISTS {table} ({columns}, {self.quote(DELETED)} UInt8 DEFAULT 0) ENGINE = "
                 f"ReplacingMergeTree({self.quote(model.last_modified.destination_name)}, {self.quote(DELETED)}) "
-                f"ORDER BY ({key})" + ("" if comment is None else f" COMMENT {literal(comment)}"))
+                f"ORDER BY ({key})")
 
     def staging_ddl(self, staging: str, target: str, model: ModelConfig, columns: Sequence[ColumnConfig] | None,
                     *, logged: bool) -> str:

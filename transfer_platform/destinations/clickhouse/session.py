@@ -1,21 +1,17 @@
 """The clickhouse-connect client (a server over HTTP(S), or an embedded chDB data folder,
-``chdb://<path>``), its session, and its errors as the platform's."""
+``chdb://<path>``) and its errors as the platform's (its session: ``sql.session.ClickhouseSession``)."""
 
 from __future__ import annotations
 
 import re
-from contextlib import nullcontext
-from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transfer_platform.destinations.clickhouse.dialect import quote
-from transfer_platform.destinations.sql.session import Session
 from transfer_platform.errors import ConnectionFailure, MissingPrivilege
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
 
-    from transfer_platform.destinations.sql.dialect import Statement
     from transfer_platform.vendors.clickhouse import ClickhouseDestination
 
 CONNECT_FIX = ("check that the server is running and accepts HTTP(S) connections, and the host, port, secure, "
@@ -83,34 +79,3 @@ def missing_privilege(destination: ClickhouseDestination, what: str, exc: BaseEx
     wanted = (match.group(1).rstrip(".") if match else
               f"CREATE TABLE, INSERT, SELECT, ALTER, DROP TABLE, TRUNCATE ON {quote(c.database)}.*")
     return MissingPrivilege(what, role=user, reason=line, grant=f"GRANT {wanted} TO {quote(user)}")
-
-
-def _parameter(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return (value.astimezone(UTC) if value.tzinfo else value).strftime("%Y-%m-%d %H:%M:%S.%f")
-    return value.isoformat() if isinstance(value, date) else value
-
-
-def _split(statement: Statement) -> tuple[str, dict | None]:
-    if isinstance(statement, str):
-        return statement, None
-    return statement[0], {k: _parameter(v) for k, v in dict(statement[1]).items()}
-
-
-class ClickhouseSession(Session):
-    """Statements one at a time: ClickHouse has no multi-statement transactions (the writer's
-    ``_atomically`` says how a window still becomes visible at once)."""
-
-    def __init__(self, client: Client) -> None:
-        self.conn = client
-
-    def execute(self, statement: Statement) -> int:
-        return int(getattr(self.conn.command(*_split(statement)), "written_rows", 0) or 0)
-
-    def all(self, statement: Statement) -> list[tuple]:
-        """The rows, a DateTime64 (read back naive, in UTC) as an aware moment."""
-        return [tuple(v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v for v in row)
-                for row in self.conn.query(*_split(statement)).result_rows]
-
-    def transaction(self):
-        return nullcontext()

@@ -10,7 +10,6 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.watermarks import ModelState
@@ -26,7 +25,6 @@ from transfer_platform.destinations.clickhouse.session import (
     TABLE_EXISTS,
     UNKNOWN_DATABASE,
     UNKNOWN_TABLE,
-    ClickhouseSession,
     connect,
     connection_error,
     error_code,
@@ -34,6 +32,7 @@ from transfer_platform.destinations.clickhouse.session import (
     missing_privilege,
 )
 from transfer_platform.destinations.skeleton import next_state
+from transfer_platform.destinations.sql.session import ClickhouseSession
 from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
@@ -57,11 +56,6 @@ LOCK_PREFIX = "_tp_lock_"
 CLONE_BLOCK_ROWS = 100_000
 #: the range of DateTime64 and Date32 (ClickHouse would clamp a value outside it)
 EARLIEST, LATEST = "1900-01-01", "2299-12-31"
-
-
-@dataclass
-class ClickhouseStaging(StagingTable):
-    held: pa.Table | None = None  # a window into an empty table, held here as Arrow until its commit
 
 
 class LockTable(LeaseLock):
@@ -114,7 +108,6 @@ class LockTable(LeaseLock):
 
 class ClickhouseWriter(SqlWriter):
     DIALECT = ClickhouseDialect()
-    STAGING = ClickhouseStaging
 
     def __init__(self, destination: ClickhouseDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.database,
@@ -155,12 +148,6 @@ class ClickhouseWriter(SqlWriter):
             self._client = None
         self._locks.clear()
 
-    def check(self) -> None:
-        with self._translated_errors():
-            self._create_container()
-            if not self.session.one(self.dialect.database_exists(self.container))[0]:
-                raise connection_error(self.destination, self.what, RuntimeError(f"Code: {UNKNOWN_DATABASE}."))
-
     def _create_container(self) -> None:
         """A chDB folder's database is created if missing (the folder is the recipient's own); a
         server's must exist (the loader is granted rights on it, not CREATE DATABASE)."""
@@ -182,20 +169,10 @@ class ClickhouseWriter(SqlWriter):
                 "give the model a last-modified column of one of those types")
         return super()._plan_columns(model)
 
-    def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
-        state, aside = ModelState(high_watermark=live.high_watermark), self.refresh_table(model)
-        with self._translated_errors():
-            self.session.execute(self.dialect.drop_table(aside))
-            self.session.execute(self.dialect.target_ddl(aside, model, TableComments.comment(state, "")))
-        return state
-
     # -- rows: inserted as Arrow from this process (an embedded chDB folder is open in it only) --
 
     def _load_frame(self, frame: DataFrame, staging: str, model: ModelConfig) -> None:
-        self._insert_all(_typed(frame.toArrow(), model), staging, model)
-
-    def _load_arrow(self, batch: pa.Table, staging: str, load: WindowLoad) -> None:
-        self._insert_all(batch, staging, load.model)
+        self._insert_all(base.typed(frame.toArrow(), model), staging, model)
 
     def _insert_all(self, table: pa.Table, into: str, model: ModelConfig, rows: int | None = None) -> None:
         rows = rows or self.tuning.batch_rows
@@ -208,15 +185,16 @@ class ClickhouseWriter(SqlWriter):
     # -- the empty-table load: the window held here, scanned here, inserted into the clone --------
 
     def _stage_frame(self, frame: DataFrame, staging: StagingTable, load: WindowLoad) -> StagingTable:
-        return self._stage_arrow(_typed(frame.toArrow(), load.model), staging, load)
+        return self._stage_arrow(base.typed(frame.toArrow(), load.model), staging, load)
 
-    def _stage_arrow(self, batch: pa.Table, staging: ClickhouseStaging, load: WindowLoad) -> StagingTable:
-        if not staging.into_empty:
-            return super()._stage_arrow(batch, staging, load)
-        staging.held = batch
+    def _stage_arrow(self, batch: pa.Table, staging: StagingTable, load: WindowLoad) -> StagingTable:
+        if staging.into_empty:
+            staging.held = batch
+        else:
+            self._insert_all(batch, staging.table, load.model)
         return self._staged(staging, load)
 
-    def _refuse(self, staging: ClickhouseStaging, load: WindowLoad) -> None:
+    def _refuse(self, staging: StagingTable, load: WindowLoad) -> None:
         if not staging.into_empty:
             return super()._refuse(staging, load)
         model, batch = load.model, staging.held
@@ -232,19 +210,17 @@ class ClickhouseWriter(SqlWriter):
         if not staging.into_empty:  # a window held here staged nothing
             super()._remove_staging(staging, load)
 
-    def _leave_out_marked(self, staging: ClickhouseStaging, load: WindowLoad) -> None:
+    def _leave_out_marked(self, staging: StagingTable, load: WindowLoad) -> None:
         import pyarrow.compute as pc
 
         staging.held = staging.held.filter(pc.invert(base.marked_mask(staging.held, load.model)))
 
-    def _publish_empty_load(self, staging: ClickhouseStaging, load: WindowLoad) -> ModelState:
-        model = load.model
+    def _publish_empty_load(self, staging: StagingTable, load: WindowLoad) -> ModelState:
         with self._atomically(load):
-            clone = self._clone(staging)
-            self._insert_all(staging.held.combine_chunks(), clone, model, CLONE_BLOCK_ROWS)
+            self._insert_all(staging.held.combine_chunks(), self._clone(staging), load.model, CLONE_BLOCK_ROWS)
             size = self.session.one(self.dialect.table_size(self.container, f"{staging.name}_swap"))
             staging.volume = int((size or (0,))[0] or 0)
-            state = next_state(self.read_state(model, "refresh_state" if load.into_refresh else "state"), load,
+            state = next_state(self.read_state(load.model, "refresh_state" if load.into_refresh else "state"), load,
                                staging.max_last_modified)
             self._write_state(load, state)
         return state
@@ -308,7 +284,7 @@ class ClickhouseWriter(SqlWriter):
             if not self._exists(model.model_name):
                 return base.empty_frame(spark, model)
             names = ", ".join(self.dialect.quote(n) for n in self._columns(model.model_name))
-            table = _typed(self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL"), model)
+            table = base.typed(self.client.query_arrow(f"SELECT {names} FROM {self.table(model)} FINAL"), model)
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def _probe_plan(self, models: list[ModelConfig], name: str) -> ProbePlan:
@@ -354,13 +330,6 @@ class ClickhouseWriter(SqlWriter):
                          lambda exc: getattr(exc, "fix", "") or "check the connection settings", steps, ClickHouseError,
                          first_line, cleanup=[d.drop_table(t) for t in (table, clone, staging)],
                          endpoint=None if c.path is not None else (c.host, c.server_port))
-
-
-def _typed(table: pa.Table, model: ModelConfig) -> pa.Table:
-    import pyarrow as pa
-
-    wanted = base.arrow_schema(model)
-    return table.cast(pa.schema([wanted.field(n) if n in wanted.names else table.field(n) for n in table.column_names]))
 
 
 def _refuse_out_of_range(batch: pa.Table, model: ModelConfig, destination: str) -> None:

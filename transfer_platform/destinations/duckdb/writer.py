@@ -208,9 +208,7 @@ class DuckdbWriter(SqlWriter):
         with self._reading():
             if not self._exists(model.model_name):
                 return base.empty_frame(spark, model)
-            table = self.session.conn.sql(f"SELECT * FROM {self.table(model)}").to_arrow_table()
-        wanted = base.arrow_schema(model)
-        table = table.cast(pa.schema([wanted.field(f.name) if f.name in wanted.names else f for f in table.schema]))
+            table = base.typed(self.session.conn.sql(f"SELECT * FROM {self.table(model)}").to_arrow_table(), model)
         return spark.createDataFrame(table) if table.num_rows else base.empty_frame(spark, model)
 
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:

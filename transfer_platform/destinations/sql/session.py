@@ -1,12 +1,12 @@
 """One small session per driver: how a :class:`~.writer.SqlWriter` runs a statement, fetches
-its rows and opens a transaction. psycopg, PyMySQL, DuckDB and the Snowflake connector each have
-theirs; the writer never calls a driver itself."""
+its rows and opens a transaction. psycopg, PyMySQL, DuckDB, clickhouse-connect and the Snowflake
+connector each have theirs; the writer never calls a driver itself."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.timeutil import utc
@@ -103,6 +103,38 @@ class DuckdbSession(Session):
     def all(self, statement: Statement) -> list[tuple]:
         text, params = _split(statement)
         return self.conn.execute(text, list(params or [])).fetchall()
+
+
+def clickhouse_param(value: object) -> object:
+    """A parameter as ClickHouse takes it: a moment as UTC text to the microsecond (clickhouse-connect's
+    own binding stops at the second), a date as ISO text."""
+    if isinstance(value, datetime):
+        return utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value.isoformat() if isinstance(value, date) else value
+
+
+class ClickhouseSession(Session):
+    """Statements one at a time: ClickHouse has no multi-statement transactions (the writer's
+    ``_atomically`` says how a window still becomes visible at once)."""
+
+    def __init__(self, client: Any) -> None:
+        self.conn = client  # a clickhouse_connect Client
+
+    def _run(self, run: Any, statement: Statement) -> Any:
+        text, params = _split(statement)
+        return run(text, None if params is None else {k: clickhouse_param(v) for k, v in dict(params).items()})
+
+    def execute(self, statement: Statement) -> int:
+        return int(getattr(self._run(self.conn.command, statement), "written_rows", 0) or 0)
+
+    def all(self, statement: Statement) -> list[tuple]:
+        """The rows, a DateTime64 (read back naive, in UTC) as an aware moment."""
+        return [tuple(utc(v) if isinstance(v, datetime) else v for v in row)
+                for row in self._run(self.conn.query, statement).result_rows]
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        yield
 
 
 class SnowflakeSession(Session):

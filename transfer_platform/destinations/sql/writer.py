@@ -95,6 +95,7 @@ class StagingTable:
     volume: int = 0  # bytes: the scan's or the catalog's, else what the bulk load counted
     marked: int = 0
     duplicates_refused: bool = False  # the duplicate-key check already ran
+    held: pa.Table | None = None  # the window held in this process as Arrow instead (ClickHouse's empty-table load)
 
 
 #: the empty-table loads whose loaded table's own key refuses a key twice (built at the swap, or
@@ -106,8 +107,6 @@ class SqlWriter(Writer, abstract=True):
     """A SQL destination's writer: the algorithm here, the statements in ``DIALECT``."""
 
     DIALECT: ClassVar[Dialect]
-    #: the staging record the vendor's steps fill (a vendor may add its own fields)
-    STAGING: ClassVar[type[StagingTable]] = StagingTable
 
     def __init__(self, destination: Any, tuning: Tuning, *, container: str, what: str) -> None:
         super().__init__(destination, tuning)
@@ -356,7 +355,7 @@ class SqlWriter(Writer, abstract=True):
     def _create_staging(self, load: WindowLoad, *, in_memory: bool) -> StagingTable:
         """The window's staging table; or, into an empty table where the vendor declares an
         empty-table load that fits, what that load writes into (``into_empty``)."""
-        staging = self._staging_for(load, self.STAGING)
+        staging = self._staging_for(load)
         if self.empty_table_load is not None:
             with self._translated_errors():
                 staging.into_empty = not self._has_rows(staging.target) and self._start_empty_load(load, staging)
