@@ -14,23 +14,8 @@ from typing import TYPE_CHECKING
 
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations import base
-from transfer_platform.destinations.clickhouse.dialect import (
-    VERSION_TYPES,
-    ClickhouseDialect,
-    literal,
-)
-from transfer_platform.destinations.clickhouse.session import (
-    ACCESS_DENIED,
-    LOGIN_REFUSED,
-    TABLE_EXISTS,
-    UNKNOWN_DATABASE,
-    UNKNOWN_TABLE,
-    connect,
-    connection_error,
-    error_code,
-    first_line,
-    missing_privilege,
-)
+from transfer_platform.destinations.clickhouse import dialect as sql
+from transfer_platform.destinations.clickhouse import session as ch
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.sql.session import ClickhouseSession
 from transfer_platform.destinations.sql.state import TableComments
@@ -75,7 +60,7 @@ class LockTable(LeaseLock):
         try:
             self.session.execute(statement)
         except DatabaseError as exc:
-            if error_code(exc) != refused:
+            if ch.error_code(exc) != refused:
                 raise
             return False
         return True
@@ -88,15 +73,15 @@ class LockTable(LeaseLock):
             return {}
 
     def take(self, within: float) -> bool:
-        return self._run(f"CREATE TABLE {self.table} (held UInt8) ENGINE = Memory COMMENT {literal(self.record())}",
-                         TABLE_EXISTS)
+        return self._run(f"CREATE TABLE {self.table} (held UInt8) ENGINE = Memory COMMENT {sql.literal(self.record())}",
+                         ch.TABLE_EXISTS)
 
     def clear(self, held: dict) -> None:
         gone_name = f"{LOCK_PREFIX}gone_{uuid.uuid4().hex[:12]}"
         gone = self.dialect.qualified(self.database, gone_name)
-        if not self._run(f"RENAME TABLE {self.table} TO {gone}", UNKNOWN_TABLE):
+        if not self._run(f"RENAME TABLE {self.table} TO {gone}", ch.UNKNOWN_TABLE):
             return  # released meanwhile
-        if self.read(gone_name) == held or not self._run(f"RENAME TABLE {gone} TO {self.table}", TABLE_EXISTS):
+        if self.read(gone_name) == held or not self._run(f"RENAME TABLE {gone} TO {self.table}", ch.TABLE_EXISTS):
             self.session.execute(self.dialect.drop_table(gone))
 
     def renew(self) -> None:
@@ -107,7 +92,7 @@ class LockTable(LeaseLock):
 
 
 class ClickhouseWriter(SqlWriter):
-    DIALECT = ClickhouseDialect()
+    DIALECT = sql.ClickhouseDialect()
 
     def __init__(self, destination: ClickhouseDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.database,
@@ -119,7 +104,7 @@ class ClickhouseWriter(SqlWriter):
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = connect(self.destination, self.what)
+            self._client = ch.connect(self.destination, self.what)
         return self._client
 
     @property
@@ -133,11 +118,11 @@ class ClickhouseWriter(SqlWriter):
         try:
             yield
         except ClickHouseError as exc:
-            code = error_code(exc)
-            if code == ACCESS_DENIED:
-                raise missing_privilege(self.destination, self.what, exc) from None
-            if isinstance(exc, OperationalError) or code in (*LOGIN_REFUSED, UNKNOWN_DATABASE):
-                raise connection_error(self.destination, self.what, exc) from None
+            code = ch.error_code(exc)
+            if code == ch.ACCESS_DENIED:
+                raise ch.missing_privilege(self.destination, self.what, exc) from None
+            if isinstance(exc, OperationalError) or code in (*ch.LOGIN_REFUSED, ch.UNKNOWN_DATABASE):
+                raise ch.connection_error(self.destination, self.what, exc) from None
             raise
 
     def close(self) -> None:
@@ -161,7 +146,7 @@ class ClickhouseWriter(SqlWriter):
                              wait_seconds=self.tuning.lock_wait_seconds)
 
     def _plan_columns(self, model: ModelConfig):
-        if model.last_modified.data_type not in VERSION_TYPES:
+        if model.last_modified.data_type not in sql.VERSION_TYPES:
             raise SchemaMismatch(
                 f"model '{model.model_name}' -> destination '{self.name}': its last-modified column "
                 f"'{model.last_modified.destination_name}' is of type {model.last_modified.data_type}; a "
@@ -205,10 +190,6 @@ class ClickhouseWriter(SqlWriter):
         staging.rows = batch.num_rows
         staging.max_last_modified, staging.delta_rows = base.batch_changes(batch, model, state)
         staging.marked = base.newly_marked(batch, model, state)
-
-    def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
-        if not staging.into_empty:  # a window held here staged nothing
-            super()._remove_staging(staging, load)
 
     def _leave_out_marked(self, staging: StagingTable, load: WindowLoad) -> None:
         import pyarrow.compute as pc
@@ -303,11 +284,12 @@ class ClickhouseWriter(SqlWriter):
                                             "visible", fix=f"create it (CREATE DATABASE {d.quote(self.container)}) "
                                             "as an administrator and grant the loader its rights on it (docs/permissions.md)")
             except ClickHouseError as exc:
-                raise ConnectionFailure(self.what, reason=first_line(exc)) from None
+                raise ConnectionFailure(self.what, reason=ch.first_line(exc)) from None
 
         def fix(exc: Exception) -> str:
-            return (missing_privilege(self.destination, self.what, exc).grant if error_code(exc) == ACCESS_DENIED else
-                    "check the server's log; the loader's grants are in docs/permissions.md")
+            if ch.error_code(exc) == ch.ACCESS_DENIED:
+                return ch.missing_privilege(self.destination, self.what, exc).grant
+            return "check the server's log; the loader's grants are in docs/permissions.md"
 
         steps = [Step(step, fix, statements) for step, statements in [
             ("create tables (model, staging, swap and lock tables)",
@@ -328,7 +310,7 @@ class ClickhouseWriter(SqlWriter):
         return ProbePlan(f"open chDB folder {c.path} (no users: no grant checked)" if c.path is not None else
                          f"log in to database {c.database!r} as {c.username or 'default'!r}", connect,
                          lambda exc: getattr(exc, "fix", "") or "check the connection settings", steps, ClickHouseError,
-                         first_line, cleanup=[d.drop_table(t) for t in (table, clone, staging)],
+                         ch.first_line, cleanup=[d.drop_table(t) for t in (table, clone, staging)],
                          endpoint=None if c.path is not None else (c.host, c.server_port))
 
 

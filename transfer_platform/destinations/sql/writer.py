@@ -403,6 +403,8 @@ class SqlWriter(Writer, abstract=True):
         return staging
 
     def _remove_staging(self, staging: StagingTable, load: WindowLoad) -> None:
+        if staging.held is not None:  # a window held here staged nothing
+            return
         with self._translated_errors():  # by its name: ``table`` may be the relation read from it
             self.session.execute(self.dialect.drop_table(self.dialect.qualified(self.container, staging.name)))
         log_phase("clean up", transfer_id=load.transfer_id, destination=self.name, model=load.model.model_name,
