@@ -486,12 +486,6 @@ def fallback(part: str) -> str | None:
     return _CHECKED[part]
 
 
-def warn_problems(*parts: str) -> None:
-    """:func:`fallback` of each part: one warning per part naming what this Dagster lacks."""
-    for part in parts:
-        fallback(part)
-
-
 def fork_refusal(version: str = DAGSTER_VERSION) -> str | None:
     """Why the preloaded launcher must not fork on Dagster ``version`` (None: it may)."""
     if not proven(version):
