@@ -100,8 +100,7 @@ def transfer_events(instance: DagsterInstance, run_id: str, transfer: Transfer, 
         if replacement is exc:
             raise
         raise replacement from None
-    _, evaluations = ended(instance, run_id, transfer.summaries, names, key_of_model)
-    yield from evaluations
+    yield from ended(instance, run_id, transfer.summaries, names, key_of_model)
 
 
 @contextmanager
