@@ -70,8 +70,6 @@ def masked_path(path: str) -> str:
 class _LinkTokens(logging.Filter):
     """Access logs name paths; a magic link's path holds its token: it is masked."""
 
-    _TOKEN = _TOKEN
-
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args and isinstance(record.args, tuple):
             record.args = tuple(_masked(a) if isinstance(a, str) else a for a in record.args)

@@ -135,10 +135,13 @@ def _transfer_all(config: PlatformConfig, spark, instance, label: str) -> dict[t
     return results
 
 
-def _print_table(title: str, config: PlatformConfig, results: dict, check: bool, public_key: str) -> bool:
-    print(f"\n== {title}")
-    header = f"{'destination':<13} {'model':<9} {'status':<7} {'windows':>7} {'rows':>7} {'delta':>7}  {'watermark':<32}"
-    print(header + ("  equals source" if check else ""))
+def _transfer_and_check(label: str, config: PlatformConfig, spark, instance, public_key: str) -> bool:
+    """Every destination transferred, then a table of the outcomes; whether each equals its source."""
+    t0 = time.perf_counter()
+    results = _transfer_all(config, spark, instance, label)
+    print(f"\n== {label} ({time.perf_counter() - t0:.1f} s)")
+    print(f"{'destination':<13} {'model':<9} {'status':<7} {'windows':>7} {'rows':>7} {'delta':>7}  {'watermark':<32}"
+          "  equals source")
     all_equal = True
     for destination in config.destinations:
         for model in config.models_for(destination):
@@ -149,7 +152,7 @@ def _print_table(title: str, config: PlatformConfig, results: dict, check: bool,
             if summary["status"] != "SUCCESS":
                 all_equal = False
                 line += f"  ERROR: {summary['error']}"
-            elif check:
+            else:
                 equal = tenant_rows_equal(config, destination.name, model.model_name, public_key)
                 all_equal &= equal
                 line += "  yes" if equal else "  NO"
@@ -213,23 +216,15 @@ def run_demo(workdir: Path, *, days: int = sample_data.DAYS, scale: float = 1.0,
         spark = get_spark_session(config.spark, shared=shared, warn=warnings.append)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    backfill = _transfer_all(config, spark, instance, "backfill")
-    ok = _print_table(f"backfill ({time.perf_counter() - t0:.1f} s)", config, backfill, check=True,
-                      public_key=public_key)
+    ok = _transfer_and_check("backfill", config, spark, instance, public_key)
 
     time.sleep(1.0)  # let the clock move past the backfill's "now"
     changes = sample_data.change_lake(lake, datetime.now(UTC))
     print(f"\nchanged the lake: {json.dumps(changes)}")
-    t0 = time.perf_counter()
-    incremental = _transfer_all(config, spark, instance, "incremental")
-    ok &= _print_table(f"incremental ({time.perf_counter() - t0:.1f} s)", config, incremental, check=True,
-                       public_key=public_key)
+    ok &= _transfer_and_check("incremental", config, spark, instance, public_key)
     print("acme_files: every manifest verified with the pinned public key, every file with its SHA-256")
     print("\nresult:", "every destination equals its tenant's source rows" if ok else "MISMATCH (see above)")
     return ok
-
-
 
 
 def _signing_key(workdir: Path) -> str:

@@ -198,12 +198,6 @@ def _refused(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S) -> str | None
     return None if exc is None else exc.strerror or str(exc) or type(exc).__name__
 
 
-def _port_refuses(endpoint: Endpoint) -> bool:
-    """Whether nothing listens at ``endpoint`` any more: its host answers, refusing the connection
-    (a timeout or an unreachable network may be a blip: retried)."""
-    return isinstance(_probe(endpoint, PROBE_TIMEOUT_S), ConnectionRefusedError)
-
-
 def connect_retry_policy(endpoint: Endpoint) -> Any:
     """The retry policy of a client of ``endpoint``: Spark's default policy (what it retries: gRPC
     ``UNAVAILABLE`` and errors the server marks retryable) with the ``_RETRIES`` budget, except
@@ -214,8 +208,8 @@ def connect_retry_policy(endpoint: Endpoint) -> Any:
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     class ServerPolicy(DefaultPolicy):
-        def can_retry(self, e: BaseException) -> bool:
-            return super().can_retry(e) and not _port_refuses(endpoint)
+        def can_retry(self, e: BaseException) -> bool:  # a timeout or an unreachable network may be a blip
+            return super().can_retry(e) and not isinstance(_probe(endpoint, PROBE_TIMEOUT_S), ConnectionRefusedError)
 
     return ServerPolicy(**_RETRIES)
 

@@ -232,7 +232,7 @@ def _refuse_unreadable(table: DeltaTable) -> None:
                            "parquet answers cannot describe")
 
 
-def header_lines(table: DeltaTable, *, with_files: bool = False) -> list[dict[str, Any]]:
+def header_lines(table: DeltaTable) -> list[dict[str, Any]]:
     """The answer's first lines: the protocol and the table's metadata (PROTOCOL.md's parquet format)."""
     _refuse_unreadable(table)
     metadata = table.metadata()

@@ -14,13 +14,13 @@ from typing import Any
 
 from transfer_platform.config.connection_settings import AzureBlobConnection
 from transfer_platform.errors import ConnectionFailure
-from transfer_platform.storage.s3 import LockedBucket, LostRace
+from transfer_platform.storage.s3 import ClientCalls, LockedBucket, LostRace
 
 #: the SDK's HTTP logging policy writes every request at INFO (headers, URLs): not ours to show
 logging.getLogger("azure").setLevel(logging.WARNING)
 
 
-class AzureStore:
+class AzureStore(ClientCalls):
     """Objects in an Azure Blob Storage container; the same methods as :class:`S3Store` (its
     conditional ``IfNoneMatch`` / ``IfMatch`` keywords included), so that :class:`ObjectLock` and
     the writers use either alike."""
@@ -93,12 +93,6 @@ class AzureStore:
                     raise self._failure("delete", key, exc) from None
             except Exception as exc:  # noqa: BLE001 - told apart in _failure
                 raise self._failure("delete", key, exc) from None
-
-    def _call(self, what: str, key: str, call):
-        try:
-            return call()
-        except Exception as exc:  # noqa: BLE001 - the SDK's errors, told apart in _failure
-            raise self._failure(what, key, exc) from None
 
     def _failure(self, what: str, key: str, exc: Exception) -> Exception:
         from azure.core.exceptions import HttpResponseError, ServiceRequestError

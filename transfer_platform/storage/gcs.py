@@ -23,7 +23,7 @@ from transfer_platform.config.connection_settings import GcsConnection
 from transfer_platform.config.secrets import remember_secret
 from transfer_platform.errors import ConnectionFailure, transfer_running
 from transfer_platform.storage.locks import Lock, holder_text, who_holds
-from transfer_platform.storage.s3 import LockedBucket, LostRace
+from transfer_platform.storage.s3 import ClientCalls, LockedBucket, LostRace
 from transfer_platform.storage.s3 import _expired as expired
 
 #: what the service account's access tokens may do: read and write objects
@@ -34,7 +34,7 @@ TOKEN_MARGIN = timedelta(minutes=30)
 ROLE = "roles/storage.objectAdmin"
 
 
-class GcsStore:
+class GcsStore(ClientCalls):
     """Objects in a Google Cloud Storage bucket through the JSON API."""
 
     def __init__(self, c: GcsConnection, owner: str) -> None:
@@ -135,12 +135,6 @@ class GcsStore:
         return credentials.token, expiry
 
     # -- errors -----------------------------------------------------------------------------------
-
-    def _call(self, what: str, key: str, call):
-        try:
-            return call()
-        except Exception as exc:  # noqa: BLE001 - the library's errors, told apart in _failure
-            raise self._failure(what, key, exc) from None
 
     def _failure(self, what: str, key: str, exc: Exception) -> Exception:
         from google.api_core import exceptions as api

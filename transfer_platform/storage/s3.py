@@ -25,7 +25,20 @@ if TYPE_CHECKING:
 S3_LOCK_LEASE_SECONDS = 900
 
 
-class S3Store:
+class ClientCalls:
+    """A bucket store's calls of its client (S3's, Azure's, GCS's), each error told apart by the
+    store's ``_failure`` (the bucket, the endpoint and the fix named, never a secret)."""
+
+    _failure: Callable[[str, str, Exception], Exception]
+
+    def _call(self, what: str, key: str, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the client's errors, told apart in _failure
+            raise self._failure(what, key, exc) from None
+
+
+class S3Store(ClientCalls):
     """Objects in an S3 bucket through boto3 (an S3-compatible store through its endpoint URL)."""
 
     def __init__(self, c: S3Connection, owner: str, *, at: str = "connection") -> None:
@@ -87,12 +100,6 @@ class S3Store:
             chunk = [{"Key": key} for key in keys[start:start + 1000]]
             self._call("delete", chunk[0]["Key"], self.client.delete_objects, Bucket=self.bucket,
                        Delete={"Objects": chunk, "Quiet": True})
-
-    def _call(self, what: str, key: str, call, *args, **kwargs):
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - botocore's errors, told apart in _failure
-            raise self._failure(what, key, exc) from None
 
     def _failure(self, what: str, key: str, exc: Exception) -> Exception:
         from botocore.exceptions import ClientError, EndpointConnectionError

@@ -21,7 +21,7 @@ from transfer_platform.config.connection_settings import (
 )
 from transfer_platform.errors import ConnectionFailure
 from transfer_platform.probes import current_user
-from transfer_platform.storage.locks import FileLock, Locks
+from transfer_platform.storage.locks import FileLock
 from transfer_platform.storage.s3 import LockedBucket, S3Store, storage_options
 from transfer_platform.vendors.object_storage import LocalStorageConnection
 
@@ -84,9 +84,10 @@ def store_for(connection: LocalStorageConnection | S3Connection | AzureBlobConne
     return FolderStore(connection.path)
 
 
-class FolderStore:
+class FolderStore(LockedBucket):
     """Objects as files under a folder; a file is written aside and renamed into place. A
-    model's lock: the ``flock`` of ``<books>/_locks/<model>.lock`` (as Delta's)."""
+    model's lock: the ``flock`` of ``<books>/_locks/<model>.lock`` (as Delta's), which lasts as
+    long as its holder (nothing to renew)."""
 
     options = None
 
@@ -94,7 +95,6 @@ class FolderStore:
         self.root = Path(root)
         self.where = f"folder {self.root}"
         self.bucket_name = str(root)
-        self._locks = Locks()
 
     def put(self, key: str, data: bytes) -> str:
         path = self.root / key
@@ -148,15 +148,6 @@ class FolderStore:
     def lock(self, books: str, model: str, transfer_id: str, *, destination: str, wait_seconds: float) -> None:
         self._locks.hold(model, FileLock(self.root / books / "_locks", model, transfer_id), destination=destination,
                          wait_seconds=wait_seconds)
-
-    def renew(self, model: str, transfer_id: str) -> None:
-        """A ``flock`` lasts as long as its holder: nothing to renew."""
-
-    def release_all(self) -> None:
-        self._locks.release_all()
-
-    def holds_locks(self) -> bool:
-        return bool(self._locks)
 
     def _failure(self, what: str, key: str, exc: OSError) -> ConnectionFailure:
         return ConnectionFailure(f"object storage {self.where} ({what} {key})", reason=exc.strerror or str(exc),

@@ -382,7 +382,7 @@ class ResourceStore:
                            "`transfer-platform store import`, then remove it from the file)")
         return resource
 
-    def update(self, kind: str, key: str, patch: Any, *, actor: str, action: str = "update") -> Resource:
+    def update(self, kind: str, key: str, patch: Any, *, actor: str) -> Resource:
         if not isinstance(patch, dict):
             raise ConfigError([Problem(kind, "expected an object", f"send {{\"{kind}\": {{...}}}}")])
         current = self._stored(kind, key, "change")
@@ -392,7 +392,8 @@ class ResourceStore:
             raise Conflict(f"a {kind}'s name cannot be changed (its tables and state are kept under it)",
                            f"create a new {kind} and delete this one")
         document = validate_entry(kind, merge_patch(current.document, patch))
-        if action == "update" and kind == "destination" and set(patch) == {"is_enabled"}:
+        action = "update"
+        if kind == "destination" and set(patch) == {"is_enabled"}:
             action = "enable" if document.get("is_enabled", True) else "pause"  # the log's words for it
 
         def change(conn: sa.Connection) -> tuple[Resource, list]:

@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -72,7 +72,6 @@ class DeliveryReport:
     delivered: int = 0
     retrying: int = 0
     failed: int = 0
-    errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"{self.fanned_out} new delivery(ies); {self.delivered} delivered, {self.retrying} to retry, "

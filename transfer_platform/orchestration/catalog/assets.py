@@ -157,18 +157,13 @@ def _spec(config: PlatformConfig, destination_name: str, model: ModelConfig, win
     )
 
 
-_UNSET = object()
-
-
 def build_transfer_assets(config: PlatformConfig, destination_name: str,
                           members: list[tuple[ModelConfig, ModelWindowing]], name: str,
-                          partitions_def=_UNSET) -> AssetsDefinition:
+                          partitions_def: TimeWindowPartitionsDefinition | None) -> AssetsDefinition:
     """The assets of ``members`` (models of one destination on one partitioning) behind one op
     named ``name``. A run selecting some of them moves only those, model after model.
-    ``partitions_def``: the partitioning's, when the caller shares one object among destinations
-    (Dagster compares and hashes partitions definitions per asset: one object is cheaper)."""
-    if partitions_def is _UNSET:
-        partitions_def = partitions_for(members[0][1])
+    ``partitions_def``: the partitioning's, one object shared among destinations (Dagster compares
+    and hashes partitions definitions per asset: one object is cheaper)."""
     specs = [_spec(config, destination_name, model, windowing) for model, windowing in members]
     # each asset key's model, in configuration order (a run moves the selected ones in this order)
     model_of_key = {spec.key: model.model_name for spec, (model, _) in zip(specs, members, strict=True)}

@@ -178,16 +178,15 @@ def stopped(instance: DagsterInstance, run_id: str, exc: BaseException, summarie
 
 
 def ended(instance: DagsterInstance, run_id: str, summaries: list[ModelSummary], models: list[str],
-          key_of_model: dict[str, AssetKey]) -> tuple[list[ModelSummary], list[AssetCheckEvaluation]]:
+          key_of_model: dict[str, AssetKey]) -> list[AssetCheckEvaluation]:
     """A transfer step that ended by itself: adds its models' counts and rows to the run's tags;
-    returns the models that failed and each model's outcome (the asset body and the ``transfer``
-    op report them each its own way)."""
+    returns each model's outcome (the asset body and the ``transfer`` op report them each its own way)."""
     from transfer_platform.orchestration.runs.lifecycle import record_model_outcomes
 
     failed = [s for s in summaries if s.status != "SUCCESS"]
     record_model_outcomes(instance, run_id, len(summaries) - len(failed), len(failed),
                           rows=sum(s.rows_transferred for s in summaries))
-    return failed, outcomes(summaries, models, key_of_model, run_id)
+    return outcomes(summaries, models, key_of_model, run_id)
 
 
 def failure_description(failed: list[ModelSummary], total: int) -> str:

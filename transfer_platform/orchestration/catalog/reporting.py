@@ -100,8 +100,7 @@ def transfer_events(instance: DagsterInstance, run_id: str, transfer: Transfer, 
         if replacement is exc:
             raise
         raise replacement from None
-    _, evaluations = ended(instance, run_id, transfer.summaries, names, key_of_model)
-    yield from evaluations
+    yield from ended(instance, run_id, transfer.summaries, names, key_of_model)
 
 
 @contextmanager
@@ -127,26 +126,20 @@ def relay(events: Generator[Event, None, None], handle: Callable[[Event], Iterab
     cancel's interrupt lands wherever the step is, often in writing an event) is thrown into
     ``events`` where it stopped, so that the transfer reports it as its own: the models'
     ``last_transfer`` outcomes of a stopped transfer are recorded whatever the step was doing."""
-    try:
-        event = next(events)
-    except StopIteration:
-        return
+    advance: Callable[[], Event] = partial(next, events)
     while True:
+        try:
+            event = advance()
+        except StopIteration:
+            return
+        advance = partial(next, events)
         try:
             yield from handle(event)
         except GeneratorExit:  # the step's generator was closed: nothing more may be yielded
             events.close()
             raise
         except BaseException as exc:  # noqa: BLE001 - thrown into the transfer, which reports and re-raises it
-            try:
-                event = events.throw(exc)
-            except StopIteration:
-                return
-            continue
-        try:
-            event = next(events)
-        except StopIteration:
-            return
+            advance = partial(events.throw, exc)
 
 
 class RunlessReporter:

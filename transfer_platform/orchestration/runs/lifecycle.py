@@ -48,14 +48,10 @@ from transfer_platform.orchestration.scheduling.run_tags import (
 )
 
 
-def heartbeat_seconds() -> float:
-    return float(os.environ.get("TRANSFER_PLATFORM_HEARTBEAT_SECONDS", "30"))
-
-
 @contextmanager
 def heartbeat(instance: DagsterInstance, run_id: str, every: float | None = None) -> Iterator[None]:
     """Write the run's heartbeat tag now and every ``every`` seconds until the block ends."""
-    interval = heartbeat_seconds() if every is None else every
+    interval = float(os.environ.get("TRANSFER_PLATFORM_HEARTBEAT_SECONDS", "30")) if every is None else every
     stop = threading.Event()
 
     def beat() -> None:

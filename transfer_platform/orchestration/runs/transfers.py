@@ -294,11 +294,8 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
             metadata = {k: v.value for k, v in materialization.metadata.items()}
             model = models.setdefault(materialization.asset_key.path[-1], _no_metrics())
             model["windows"] += 1
-            model["rows_transferred"] += int(metadata.get("rows_transferred", 0))
-            model["delta_rows_transferred"] += int(metadata.get("delta_rows_transferred", 0))
-            model["rows_deleted"] += int(metadata.get("rows_deleted", 0))
-            model["versions_superseded"] += int(metadata.get("versions_superseded", 0))
-            model["volume_transferred_in_mb"] += float(metadata.get("volume_transferred_in_mb", 0.0))
+            for name, kind in _COUNTS.items():
+                model[name] += kind(metadata.get(name, 0))
             latest = metadata.get("most_recent_last_updated_at")
             if latest is not None:
                 model["most_recent_last_updated_at"] = max(model["most_recent_last_updated_at"] or 0, latest)
@@ -311,6 +308,7 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
         for error in errors:
             error.update(error_code=model_errors[0]["error_code"], blame=model_errors[0]["blame"])
     start, end = _window(run)
+    requested = [m for m in run.tags.get(MODELS_TAG, "").split(",") if m]
     full_refresh = run.tags.get(FULL_REFRESH_TAG) == "true" or bool(transfer_op_config(run.run_config).get("full_refresh"))
     return {
         "id": run.run_id,
@@ -319,22 +317,19 @@ def describe(instance: DagsterInstance, record, events: list | None = None) -> d
         "full_refresh": full_refresh,
         "is_full_refresh": full_refresh,  # Prequel's name
         "is_debug_mode": run.tags.get(DRY_RUN_TAG) == "true" or bool(transfer_op_config(run.run_config).get("dry_run")),
-        "requested_models": [m for m in run.tags.get(MODELS_TAG, "").split(",") if m],
+        "requested_models": requested,
         "start_transfer_window_at": start,
         "end_transfer_window_at": end,
         "submitted_at": record.create_timestamp.astimezone(UTC).isoformat(),
         "started_at": _moment(record.start_time),
         "ended_at": _moment(record.end_time),
-        "rows_transferred": sum(m["rows_transferred"] for m in models.values()),
-        "delta_rows_transferred": sum(m["delta_rows_transferred"] for m in models.values()),
-        "rows_deleted": sum(m["rows_deleted"] for m in models.values()),
-        "versions_superseded": sum(m["versions_superseded"] for m in models.values()),
+        **{name: sum(m[name] for m in models.values()) for name in _COUNTS},
         "volume_transferred_in_mb": round(sum(m["volume_transferred_in_mb"] for m in models.values()), 4),
         "tags": user_tags_of(dict(run.tags)),
         "models": models,
         "errors": errors,  # each failed step: its error, code, title (first line) and blame
         "model_errors": model_errors,  # each failed model (its last_transfer outcome): the same
-        "model_metrics": model_metrics(models, model_errors, [m for m in run.tags.get(MODELS_TAG, "").split(",") if m]),
+        "model_metrics": model_metrics(models, model_errors, requested),
     }
 
 
@@ -360,9 +355,13 @@ def model_metrics(models: dict[str, dict[str, Any]], model_errors: list[dict[str
     return entries
 
 
+#: each model's counts, summed over the windows a transfer committed (its materializations' metadata)
+_COUNTS = {"rows_transferred": int, "delta_rows_transferred": int, "rows_deleted": int, "versions_superseded": int,
+           "volume_transferred_in_mb": float}
+
+
 def _no_metrics() -> dict[str, Any]:
-    return {"windows": 0, "rows_transferred": 0, "delta_rows_transferred": 0, "rows_deleted": 0,
-            "versions_superseded": 0, "volume_transferred_in_mb": 0.0, "most_recent_last_updated_at": None}
+    return {"windows": 0, **{name: kind() for name, kind in _COUNTS.items()}, "most_recent_last_updated_at": None}
 
 
 def _status(record, steps_succeeded: int = 0) -> str:

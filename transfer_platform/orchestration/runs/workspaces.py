@@ -91,11 +91,9 @@ class OpenWorkspaces:
         loaded, fresh = self._workspace(slot, workspace, entry)
         try:
             request = self._create(loaded, job_name, run_config, tags, run_id)
-        except _LoadError as exc:  # refreshed since it was loaded, and failed
-            if fresh:
+        except (_LoadError, dagster.DagsterError) as exc:  # a kept one refreshed since it was loaded, and failed
+            if fresh and isinstance(exc, _LoadError):
                 raise _unreachable(workspace, str(exc)) from None
-            request = self._again(slot, loaded, workspace, entry, job_name, run_config, tags, run_id)
-        except dagster.DagsterError:
             if fresh:
                 raise
             request = self._again(slot, loaded, workspace, entry, job_name, run_config, tags, run_id)

@@ -37,7 +37,7 @@ def install() -> None:
     naming what this Dagster lacks of what the sensor uses (its repairs)."""
     collect_less()
     dagster_fixes.install()
-    dagster_internals.warn_problems("repair")
+    dagster_internals.fallback("repair")  # warns once when this Dagster lacks its names
 
 
 def collect_less() -> None:

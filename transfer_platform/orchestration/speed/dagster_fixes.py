@@ -83,7 +83,7 @@ def install_workspace_refresh() -> None:
     workspace), on the proven Dagster versions, once per process."""
     if not _first_look("workspace_refresh") or not dagster_internals.proven():
         return
-    refresh = dagster_internals.workspace_refresh()
+    refresh = dagster_internals.WORKSPACE_REFRESH.get()
     if getattr(refresh, _REFRESH_PATCHED, False):
         return
 
@@ -95,11 +95,11 @@ def install_workspace_refresh() -> None:
         refresh(self)
 
     setattr(refresh_workspace, _REFRESH_PATCHED, True)
-    dagster_internals.replace_workspace_refresh(refresh_workspace)
+    dagster_internals.WORKSPACE_REFRESH.replace(refresh_workspace)
 
 
 def workspace_refresh_installed() -> bool:
-    return getattr(dagster_internals.workspace_refresh(), _REFRESH_PATCHED, False)
+    return getattr(dagster_internals.WORKSPACE_REFRESH.get(), _REFRESH_PATCHED, False)
 
 
 def install() -> None:
@@ -124,7 +124,7 @@ def install_dep_graph_fix() -> None:
     own function, slower but its own."""
     if not _first_look("dep_graph") or not dagster_internals.proven():
         return
-    original = dagster_internals.asset_dep_graph()
+    original = dagster_internals.DEP_GRAPH.get()
     if getattr(original, _DEP_PATCHED, False):
         return
 
@@ -143,11 +143,12 @@ def install_dep_graph_fix() -> None:
 
     setattr(generate_asset_dep_graph, _DEP_PATCHED, True)
     generate_asset_dep_graph.original = original  # type: ignore[attr-defined]
-    dagster_internals.replace_asset_dep_graph(generate_asset_dep_graph)
+    for fenced in (dagster_internals.DEP_GRAPH, dagster_internals.GRAPH_DEP_GRAPH):  # its definition and its import
+        fenced.replace(generate_asset_dep_graph)
 
 
 def dep_graph_fix_installed() -> bool:
-    return getattr(dagster_internals.asset_dep_graph(), _DEP_PATCHED, False)
+    return getattr(dagster_internals.DEP_GRAPH.get(), _DEP_PATCHED, False)
 
 
 def _first_look(fix: str) -> bool:
@@ -163,7 +164,7 @@ def install_epoch_fix() -> None:
     """Restore the cron tick at the Unix epoch (the module's docstring), once per process."""
     if not _first_look("epoch_fix") or not _epoch_tick_is_dropped():
         return
-    original = dagster_internals.hourly_schedule_time()
+    original = dagster_internals.HOURLY_SCHEDULE_TIME.get()
     if getattr(original, _PATCHED, False):
         return
 
@@ -179,12 +180,12 @@ def install_epoch_fix() -> None:
         return found
 
     setattr(find_hourly_schedule_time, _PATCHED, True)
-    dagster_internals.replace_hourly_schedule_time(find_hourly_schedule_time)
+    dagster_internals.HOURLY_SCHEDULE_TIME.replace(find_hourly_schedule_time)
 
 
 def installed() -> bool:
     return not dagster_internals.problems("epoch_fix") and bool(
-        getattr(dagster_internals.hourly_schedule_time(), _PATCHED, False))
+        getattr(dagster_internals.HOURLY_SCHEDULE_TIME.get(), _PATCHED, False))
 
 
 # -- 2. runs left going when `dagster dev` stops ---------------------------------------------------
@@ -234,7 +235,7 @@ def install_dev_stop() -> None:
         original(self)
 
     setattr(check_for_orphaned_runs, _DEV_PATCHED, True)
-    dagster_internals.replace_orphan_check(check_for_orphaned_runs)
+    dagster_internals.ORPHAN_CHECK.replace(check_for_orphaned_runs)
 
 
 def dev_stop_installed() -> bool:
@@ -320,7 +321,7 @@ def install_snapshot_once() -> None:
     cleanup tick), only on the proven Dagster versions, once per process."""
     if not _first_look("snapshot_once") or not dagster_internals.proven():
         return
-    answer = dagster_internals.repository_snapshot_answer()
+    answer = dagster_internals.REPOSITORY_SNAPSHOT.get()
     tick = dagster_internals.orphan_check()
     if tick is None or getattr(answer, _SNAPSHOT_PATCHED, False):
         return
@@ -344,12 +345,12 @@ def install_snapshot_once() -> None:
 
     for function in (serialized_repository, check_for_orphaned_runs):
         setattr(function, _SNAPSHOT_PATCHED, True)
-    dagster_internals.replace_repository_snapshot_answer(serialized_repository)
-    dagster_internals.replace_orphan_check(check_for_orphaned_runs)
+    dagster_internals.REPOSITORY_SNAPSHOT.replace(serialized_repository)
+    dagster_internals.ORPHAN_CHECK.replace(check_for_orphaned_runs)
 
 
 def snapshot_once_installed() -> bool:
-    return bool(getattr(dagster_internals.repository_snapshot_answer(), _SNAPSHOT_PATCHED, False))
+    return bool(getattr(dagster_internals.REPOSITORY_SNAPSHOT.get(), _SNAPSHOT_PATCHED, False))
 
 
 def repository_snapshot(repository: object, defer_snapshots: bool) -> str:

@@ -168,6 +168,15 @@ class Fenced:
         except (ImportError, AttributeError) as exc:
             raise UnsupportedDagsterError(self.problem() or f"{self.path}: {exc}") from exc
 
+    def replace(self, function: Callable[..., Any]) -> None:
+        """Put ``function`` where Dagster holds the name (a module's function, a class's method):
+        what patches Dagster (``dagster_fixes``) replaces, through here."""
+        *owners, attribute = self.name.split(".")
+        holder: Any = importlib.import_module(self.module)
+        for owner in owners:
+            holder = getattr(holder, owner)
+        setattr(holder, attribute, function)
+
     def _resolve(self) -> Any:
         found: Any = importlib.import_module(self.module)
         names = self.name.split(".") if self.name else []
@@ -486,12 +495,6 @@ def fallback(part: str) -> str | None:
     return _CHECKED[part]
 
 
-def warn_problems(*parts: str) -> None:
-    """:func:`fallback` of each part: one warning per part naming what this Dagster lacks."""
-    for part in parts:
-        fallback(part)
-
-
 def fork_refusal(version: str = DAGSTER_VERSION) -> str | None:
     """Why the preloaded launcher must not fork on Dagster ``version`` (None: it may)."""
     if not proven(version):
@@ -621,14 +624,6 @@ def install_prompt_queue_pass() -> bool:
     return True
 
 
-def workspace_refresh() -> Callable[..., Any]:
-    return WORKSPACE_REFRESH.get()
-
-
-def replace_workspace_refresh(function: Callable[..., Any]) -> None:
-    importlib.import_module(WORKSPACE_REFRESH.module).WorkspaceProcessContext.refresh_workspace = function
-
-
 def same_code_servers(context: Any, timeout: int = 10) -> bool:  # a WorkspaceProcessContext
     """Whether the workspace holds what its load target names (workspace.yaml, read again), each
     location loaded from a code server started beside it (a ``grpc_server`` entry) that answers
@@ -662,24 +657,6 @@ def check_ended(record: Any) -> bool:  # an AssetCheckExecutionRecord
     return record.status in (status.SUCCEEDED, status.FAILED)
 
 
-def hourly_schedule_time() -> Callable[..., Any]:
-    return HOURLY_SCHEDULE_TIME.get()
-
-
-def replace_hourly_schedule_time(function: Callable[..., Any]) -> None:
-    module = importlib.import_module(HOURLY_SCHEDULE_TIME.module)
-    setattr(module, HOURLY_SCHEDULE_TIME.name, function)
-
-
-def asset_dep_graph() -> Callable[..., Any]:
-    return DEP_GRAPH.get()
-
-
-def replace_asset_dep_graph(function: Callable[..., Any]) -> None:
-    for fenced in (DEP_GRAPH, GRAPH_DEP_GRAPH):
-        setattr(importlib.import_module(fenced.module), fenced.name, function)
-
-
 def api_server_class() -> type:
     return importlib.import_module(ORPHAN_CHECK.module).DagsterApiServer
 
@@ -687,19 +664,6 @@ def api_server_class() -> type:
 def orphan_check() -> Callable[..., Any] | None:
     """The code server's cleanup tick, None if this Dagster has none."""
     return None if ORPHAN_CHECK.problem() else ORPHAN_CHECK.get()
-
-
-def replace_orphan_check(function: Callable[..., Any]) -> None:
-    api_server_class()._check_for_orphaned_runs = function
-
-
-def repository_snapshot_answer() -> Callable[..., Any]:
-    """The code server's ExternalRepository answer (``DagsterApiServer``'s method)."""
-    return REPOSITORY_SNAPSHOT.get()
-
-
-def replace_repository_snapshot_answer(function: Callable[..., Any]) -> None:
-    api_server_class()._get_serialized_external_repository_data = function
 
 
 def loaded_repositories(server: Any) -> dict[str, Any]:  # a DagsterApiServer -> RepositoryDefinition

@@ -269,8 +269,8 @@ def execute(instance_ref: Any, run_id: str | None, waiting: int | None = None,  
             if waiting is not None:
                 with suppress(Exception):  # a code location without it: its runs build their own
                     internals.build_job(origin, WARM_JOB)
-                run_id = _read_run_id(waiting)
-                if run_id is None:
+                run_id = (Lines(waiting).next(lambda: None) or "").strip()  # "": the pipe ended without one
+                if not run_id:
                     return 0
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a spare ignored it, as the parent
             with internals.capture_interrupts():
@@ -320,18 +320,6 @@ def watch_for_cancel(instance: Any, run_id: str) -> threading.Event:  # a Dagste
 
     threading.Thread(target=watch, name="kill-on-cancel", daemon=True).start()
     return stop
-
-
-def _read_run_id(fd: int) -> str | None:
-    """A spare worker's run id, from its pipe (None: the pipe ended without one)."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return None
-        data += chunk
-    os.close(fd)
-    return data.decode().strip() or None
 
 
 def _watch_dagster_dev(instance: Any, run_id: str) -> None:  # a DagsterInstance
