@@ -22,6 +22,7 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.bigquery import client as bq
 from transfer_platform.destinations.bigquery import dialect as sql
 from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
+from transfer_platform.destinations.sql.session import BigquerySession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.storage.locks import LeaseLock, Locks, process_gone
@@ -106,8 +107,8 @@ class BigqueryWriter(SqlWriter):
         return self._client
 
     @property
-    def session(self) -> bq.BigquerySession:
-        return bq.BigquerySession(self.client)
+    def session(self) -> BigquerySession:
+        return BigquerySession(self.client)
 
     _translated_errors = bq.translated_errors
 

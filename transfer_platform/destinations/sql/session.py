@@ -1,6 +1,6 @@
 """One small session per driver: how a :class:`~.writer.SqlWriter` runs a statement, fetches
-its rows and opens a transaction. psycopg, PyMySQL, DuckDB, clickhouse-connect and the Snowflake
-connector each have theirs; the writer never calls a driver itself."""
+its rows and opens a transaction. psycopg, PyMySQL, DuckDB, clickhouse-connect, the Snowflake
+connector and the BigQuery client each have theirs; the writer never calls a driver itself."""
 
 from __future__ import annotations
 
@@ -152,3 +152,25 @@ class SnowflakeSession(Session):
 
     def begin(self) -> None:
         self.execute("BEGIN")
+
+
+class BigquerySession(Session):
+    """Each statement one query job, its own commit: the emulator has no multi-statement
+    transaction, so :meth:`transaction` groups nothing (the writer's order keeps a window whole)."""
+
+    transaction = ClickhouseSession.transaction
+
+    def _run(self, statement: Statement) -> tuple[Any, Any]:
+        from transfer_platform.destinations.bigquery.client import retry
+        from transfer_platform.destinations.bigquery.dialect import render
+
+        job = self.conn.query(render(*_split(statement)), retry=retry(), job_retry=None)
+        return job, job.result(retry=retry())
+
+    def execute(self, statement: Statement) -> int:
+        """The rows a DML statement changed, or the number a query counts (one row, one value)."""
+        job, rows = self._run(statement)
+        return int(next(iter(rows))[0]) if job.statement_type == "SELECT" else int(job.num_dml_affected_rows or 0)
+
+    def all(self, statement: Statement) -> list[tuple]:
+        return [tuple(row.values()) for row in self._run(statement)[1]]
