@@ -1,16 +1,14 @@
 """BigQuery's GoogleSQL for the SQL writer, planned without a server (docs/destinations.md). The
 emulator the tests use takes no query parameters and has no ``UPDATE`` or ``DELETE``: values are
-literals (:func:`render` substitutes each ``%s``) and rows are written by ``MERGE``, one atomic
+literals (the session substitutes each ``%s``: ``sql/session.py``) and rows are written by ``MERGE``, one atomic
 statement each, the same text on BigQuery. Tables are ```project`.`dataset`.`table```; a window is
 staged as text and read typed through :meth:`BigqueryDialect.decoded`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
-from transfer_platform.core.timeutil import utc
 from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes
 
 if TYPE_CHECKING:
@@ -28,27 +26,6 @@ def q(name: str) -> str:
     if "\x00" in name:
         raise ValueError("identifiers cannot contain NUL characters")
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
-
-
-def string_literal(text: str) -> str:
-    return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
-
-
-#: a parameter's literal by its Python type: the writer's are text, integers (a last-modified epoch),
-#: moments and dates (a datetime before a date: a subclass)
-_LITERALS = ((int, str), (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
-             (date, lambda v: f"DATE {string_literal(v.isoformat())}"))
-
-
-def literal(value: Any) -> str:
-    return "NULL" if value is None else next((text(value) for kind, text in _LITERALS if isinstance(value, kind)), string_literal(str(value)))
-
-
-def render(text: str, params: Sequence[Any] | None) -> str:
-    if not params:
-        return text
-    parts = text.split("%s")  # one more than the parameters (else zip refuses)
-    return parts[0] + "".join(literal(value) + part for value, part in zip(params, parts[1:], strict=True))
 
 
 def _same(column: ColumnConfig) -> str:

@@ -186,9 +186,10 @@ class BigqueryWriter(SqlWriter):
         with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
             path = os.path.join(folder, "window.csv")
             if isinstance(rows, pa.Table):
-                size = write_csv([rows], pairs, path)
+                write_csv([rows], pairs, path)
             else:
-                size = stage_frame(rows.select(*[f"`{n.replace('`', '``')}`" for n, _ in pairs]), pairs, folder, path)
+                stage_frame(rows.select(*[f"`{n.replace('`', '``')}`" for n, _ in pairs]), pairs, folder, path)
+            size = os.path.getsize(path)
             if size == 0:
                 return 0
             config = bigquery.LoadJobConfig(
