@@ -1,6 +1,6 @@
 """BigQuery's GoogleSQL for the SQL writer, planned without a server (docs/destinations.md). The
 emulator the tests use takes no query parameters and has no ``UPDATE`` or ``DELETE``: values are
-literals (the session substitutes each ``%s``: ``sql/session.py``) and rows are written by ``MERGE``, one atomic
+literals (substituted for each ``%s`` by the session) and rows are written by ``MERGE``, one atomic
 statement each, the same text on BigQuery. Tables are ```project`.`dataset`.`table```; a window is
 staged as text and read typed through :meth:`BigqueryDialect.decoded`."""
 
@@ -14,8 +14,6 @@ from transfer_platform.destinations.sql.dialect import Dialect, Statement, Statu
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
 
-#: the table of the models' locks, beside ``_transfer_status``
-LOCKS_TABLE = "_transfer_locks"
 #: how a table is read back exactly: JSON as its text, NUMERIC as text
 _READ = {"json": "TO_JSON_STRING({x})", "decimal": "CAST({x} AS STRING)"}
 #: the legacy type names the tables API answers, as GoogleSQL names them
@@ -145,15 +143,13 @@ class BigqueryDialect(Dialect):
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"MERGE {target} AS t USING {staging} AS s ON {_on(columns)} WHEN MATCHED THEN DELETE"
 
-    def claim_lock(self, locks: str, model_name: str, holder: str, ttl_seconds: int,
-                   takeover: str | None) -> Statement:
-        """Taken when free, expired, ours, or held by ``takeover`` (found dead); one ``MERGE``: two
-        claims never both win."""
+    def claim_lock(self, locks: str, model_name: str, holder: str, ttl_seconds: int) -> Statement:
+        """Taken when free, expired or ours; one ``MERGE``: two claims never both win."""
         expiry = f"TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} SECOND)"
         return (f"MERGE {locks} AS t USING (SELECT %s AS model_name) AS s ON t.model_name = s.model_name "
-                "WHEN MATCHED AND (t.holder = %s OR t.expires_at < CURRENT_TIMESTAMP() OR t.holder = %s) THEN "
+                "WHEN MATCHED AND (t.holder = %s OR t.expires_at < CURRENT_TIMESTAMP()) THEN "
                 f"UPDATE SET holder = %s, expires_at = {expiry} WHEN NOT MATCHED THEN INSERT (model_name, holder, "
-                f"expires_at) VALUES (s.model_name, %s, {expiry})", (model_name, holder, takeover, holder, holder))
+                f"expires_at) VALUES (s.model_name, %s, {expiry})", (model_name, holder, holder, holder))
 
     def lock_holder(self, locks: str, model_name: str) -> Statement:
         return f"SELECT holder, expires_at FROM {locks} WHERE model_name = %s", (model_name,)
