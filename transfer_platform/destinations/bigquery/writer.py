@@ -123,7 +123,6 @@ class BigqueryWriter(SqlWriter):
             self._locked.release_all()  # a row not released now expires
             self._client.close()
             self._client = None
-        self._locked.clear()
 
     # -- the catalog: the tables API (the emulator has no INFORMATION_SCHEMA) -----------------------
 
@@ -155,8 +154,6 @@ class BigqueryWriter(SqlWriter):
         return json.loads(key)
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
-        if model.model_name in self._locked:
-            return
         with self._translated_errors():
             self.session.execute(self.dialect.locks_ddl(self.locks_table))
             self._locked.hold(model.model_name, LockRow(self, model.model_name), destination=self.name,
