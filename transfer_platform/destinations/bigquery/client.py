@@ -1,23 +1,20 @@
 """A BigQuery destination's client (its service-account key read from its variable, never logged),
-the SQL writer's :class:`BigquerySession` around it, and what the API refuses as errors naming the fix."""
+and what the API refuses as errors naming the fix."""
 
 from __future__ import annotations
 
 import json
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from transfer_platform import errors
-from transfer_platform.destinations.bigquery.dialect import render
-from transfer_platform.destinations.sql.session import Session, _split
 from transfer_platform.errors import ConfigError, ConnectionFailure, MissingPrivilege, Problem
 
 if TYPE_CHECKING:
     from google.cloud import bigquery
 
     from transfer_platform.destinations.bigquery.writer import BigqueryWriter
-    from transfer_platform.destinations.sql.dialect import Statement
     from transfer_platform.vendors.bigquery import BigqueryDestination
 
 #: how long one API call may keep retrying a connection that fails (the client's default: 600 s)
@@ -52,26 +49,6 @@ def make_client(destination: BigqueryDestination) -> bigquery.Client:
                                        "put the key file's content in the variable")]) from None
     return bigquery.Client(project=c.project, credentials=credentials, location=c.location,
                            client_options={"api_endpoint": c.api_endpoint} if c.api_endpoint else None)
-
-
-class BigquerySession(Session):
-    """Each statement one query job, its own commit: the emulator has no multi-statement
-    transaction, so :meth:`transaction` groups nothing (the writer's order keeps a window whole)."""
-
-    def _run(self, statement: Statement) -> tuple[Any, Any]:
-        job = self.conn.query(render(*_split(statement)), retry=retry(), job_retry=None)
-        return job, job.result(retry=retry())
-
-    def execute(self, statement: Statement) -> int:
-        """The rows a DML statement changed, or the number a query counts (one row, one value)."""
-        job, rows = self._run(statement)
-        return int(next(iter(rows))[0]) if job.statement_type == "SELECT" else int(job.num_dml_affected_rows or 0)
-
-    def all(self, statement: Statement) -> list[tuple]:
-        return [tuple(row.values()) for row in self._run(statement)[1]]
-
-    def transaction(self):
-        return nullcontext()
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,23 +1,19 @@
 """BigQuery's GoogleSQL for the SQL writer, planned without a server (docs/destinations.md). The
 emulator the tests use takes no query parameters and has no ``UPDATE`` or ``DELETE``: values are
-literals (:func:`render` substitutes each ``%s``) and rows are written by ``MERGE``, one atomic
+literals (substituted for each ``%s`` by the session) and rows are written by ``MERGE``, one atomic
 statement each, the same text on BigQuery. Tables are ```project`.`dataset`.`table```; a window is
 staged as text and read typed through :meth:`BigqueryDialect.decoded`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
-from transfer_platform.core.timeutil import utc
 from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
 
-#: the table of the models' locks, beside ``_transfer_status``
-LOCKS_TABLE = "_transfer_locks"
 #: how a table is read back exactly: JSON as its text, NUMERIC as text
 _READ = {"json": "TO_JSON_STRING({x})", "decimal": "CAST({x} AS STRING)"}
 #: the legacy type names the tables API answers, as GoogleSQL names them
@@ -28,27 +24,6 @@ def q(name: str) -> str:
     if "\x00" in name:
         raise ValueError("identifiers cannot contain NUL characters")
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
-
-
-def string_literal(text: str) -> str:
-    return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
-
-
-#: a parameter's literal by its Python type: the writer's are text, integers (a last-modified epoch),
-#: moments and dates (a datetime before a date: a subclass)
-_LITERALS = ((int, str), (datetime, lambda v: f"TIMESTAMP {string_literal(utc(v).isoformat())}"),
-             (date, lambda v: f"DATE {string_literal(v.isoformat())}"))
-
-
-def literal(value: Any) -> str:
-    return "NULL" if value is None else next((text(value) for kind, text in _LITERALS if isinstance(value, kind)), string_literal(str(value)))
-
-
-def render(text: str, params: Sequence[Any] | None) -> str:
-    if not params:
-        return text
-    parts = text.split("%s")  # one more than the parameters (else zip refuses)
-    return parts[0] + "".join(literal(value) + part for value, part in zip(params, parts[1:], strict=True))
 
 
 def _same(column: ColumnConfig) -> str:
@@ -168,15 +143,13 @@ class BigqueryDialect(Dialect):
     def delete_matching(self, target: str, staging: str, columns: Sequence[str]) -> str:
         return f"MERGE {target} AS t USING {staging} AS s ON {_on(columns)} WHEN MATCHED THEN DELETE"
 
-    def claim_lock(self, locks: str, model_name: str, holder: str, ttl_seconds: int,
-                   takeover: str | None) -> Statement:
-        """Taken when free, expired, ours, or held by ``takeover`` (found dead); one ``MERGE``: two
-        claims never both win."""
+    def claim_lock(self, locks: str, model_name: str, holder: str, ttl_seconds: int) -> Statement:
+        """Taken when free, expired or ours; one ``MERGE``: two claims never both win."""
         expiry = f"TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {int(ttl_seconds)} SECOND)"
         return (f"MERGE {locks} AS t USING (SELECT %s AS model_name) AS s ON t.model_name = s.model_name "
-                "WHEN MATCHED AND (t.holder = %s OR t.expires_at < CURRENT_TIMESTAMP() OR t.holder = %s) THEN "
+                "WHEN MATCHED AND (t.holder = %s OR t.expires_at < CURRENT_TIMESTAMP()) THEN "
                 f"UPDATE SET holder = %s, expires_at = {expiry} WHEN NOT MATCHED THEN INSERT (model_name, holder, "
-                f"expires_at) VALUES (s.model_name, %s, {expiry})", (model_name, holder, takeover, holder, holder))
+                f"expires_at) VALUES (s.model_name, %s, {expiry})", (model_name, holder, holder, holder))
 
     def lock_holder(self, locks: str, model_name: str) -> Statement:
         return f"SELECT holder, expires_at FROM {locks} WHERE model_name = %s", (model_name,)

@@ -33,8 +33,8 @@ def _text(column: pa.ChunkedArray | pa.Array, data_type: str) -> pa.Array:
     return column.cast(pa.string())
 
 
-def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[tuple[str, str]], path: str) -> int:
-    """``batches`` as the CSV file ``path`` (no header) of ``columns``' text; its size (0: no row)."""
+def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[tuple[str, str]], path: str) -> None:
+    """``batches`` as the CSV file ``path`` (no header) of ``columns``' text (empty: no row)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
@@ -43,7 +43,6 @@ def write_csv(batches: Iterable[pa.Table | pa.RecordBatch], columns: list[tuple[
     with pa_csv.CSVWriter(path, schema, write_options=options) as writer:
         for batch in (b for b in batches if b.num_rows):
             writer.write_table(pa.Table.from_arrays([_text(batch.column(n), t) for n, t in columns], schema=schema))
-    return os.path.getsize(path)
 
 
 def write_part(batches: Iterator[pa.RecordBatch], *, folder: str, columns: list[tuple[str, str]]
@@ -52,18 +51,16 @@ def write_part(batches: Iterator[pa.RecordBatch], *, folder: str, columns: list[
     import pyarrow as pa
 
     path = os.path.join(folder, f"part-{uuid.uuid4().hex}.csv")
-    size = write_csv(batches, columns, path)
-    yield pa.RecordBatch.from_pydict({"path": [path], "size": [size]},
-                                     schema=pa.schema([("path", pa.string()), ("size", pa.int64())]))
+    write_csv(batches, columns, path)
+    yield pa.RecordBatch.from_pydict({"path": [path]})
 
 
-def stage_frame(frame: DataFrame, columns: list[tuple[str, str]], folder: str, path: str) -> int:
+def stage_frame(frame: DataFrame, columns: list[tuple[str, str]], folder: str, path: str) -> None:
     """Spark's executors write ``frame`` as CSV parts in ``folder`` (nothing of the window through
-    this process), joined here into the one file ``path``; its size."""
-    parts = frame.mapInArrow(partial(write_part, folder=folder, columns=columns), "path string, size long").collect()
+    this process), joined here into the one file ``path``."""
+    parts = frame.mapInArrow(partial(write_part, folder=folder, columns=columns), "path string").collect()
     with open(path, "wb") as out:
         for part in parts:
             with open(part["path"], "rb") as file:
                 shutil.copyfileobj(file, out)
             os.unlink(part["path"])
-    return sum(part["size"] for part in parts)

@@ -22,6 +22,8 @@ from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.bigquery import client as bq
 from transfer_platform.destinations.bigquery import dialect as sql
 from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
+from transfer_platform.destinations.sql.dialect import LOCKS_TABLE
+from transfer_platform.destinations.sql.session import BigquerySession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.storage.locks import LeaseLock, Locks, process_gone
@@ -45,19 +47,18 @@ class LockRow(LeaseLock):
 
     def __init__(self, writer: BigqueryWriter, model: str) -> None:
         self.writer, self.model = writer, model
-        self._takeover: str | None = None  # a dead holder, replaced by the next claim
 
-    def _claim(self, takeover: str | None, tolerated: tuple[type[Exception], ...] = ()) -> bool:
+    def _claim(self, tolerated: tuple[type[Exception], ...] = ()) -> bool:
         w = self.writer
         with contextlib.suppress(*tolerated):
-            w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, self.lease_seconds, takeover))
+            w.session.execute(w.dialect.claim_lock(w.locks_table, self.model, w._holder, self.lease_seconds))
         self.held = w.session.one(w.dialect.lock_holder(w.locks_table, self.model))
         return bool(self.held) and self.held[0] == w._holder
 
     def take(self, within: float) -> bool:
         from google.api_core.exceptions import BadRequest
 
-        return self._claim(self._takeover, (BadRequest,))  # of two MERGEs at once BigQuery fails one
+        return self._claim((BadRequest,))  # of two MERGEs at once BigQuery fails one
 
     def read(self) -> tuple | None:  # the row the claim read back
         return self.held
@@ -67,23 +68,23 @@ class LockRow(LeaseLock):
         pid = rest.partition(":")[0]
         return pid.isdigit() and process_gone(host, int(pid))
 
-    def clear(self, held: tuple) -> None:
-        self._takeover = held[0]
+    def clear(self, held: tuple) -> None:  # the row deleted only while it is that holder's
+        w = self.writer
+        w.session.execute(w.dialect.release_lock(w.locks_table, self.model, held[0]))
 
     def holder(self) -> str:
         holder, until = self.held or (None, "?")
-        return f"lock row of {sql.LOCKS_TABLE} held by {holder}, until {until} unless renewed"
+        return f"lock row of {LOCKS_TABLE} held by {holder}, until {until} unless renewed"
 
     def renew(self) -> None:
-        if not self._claim(None):
+        if not self._claim():
             raise errors.transfer_running(
                 self.model, self.writer.name, f"this transfer's lock expired and another transfer holds it "
                 f"({self.held[0] if self.held else 'none'}); nothing of this window was committed",
                 "run the transfer again once the other one ends")
 
     def release(self) -> None:
-        w = self.writer
-        w.session.execute(w.dialect.release_lock(w.locks_table, self.model, w._holder))
+        self.clear((self.writer._holder,))
 
 
 class BigqueryWriter(SqlWriter):
@@ -96,7 +97,7 @@ class BigqueryWriter(SqlWriter):
         self._client: bigquery.Client | None = None
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._locked = Locks()
-        self.locks_table = self.dialect.qualified(self.container, sql.LOCKS_TABLE)
+        self.locks_table = self.dialect.qualified(self.container, LOCKS_TABLE)
 
     @property
     def client(self) -> bigquery.Client:
@@ -106,8 +107,8 @@ class BigqueryWriter(SqlWriter):
         return self._client
 
     @property
-    def session(self) -> bq.BigquerySession:
-        return bq.BigquerySession(self.client)
+    def session(self) -> BigquerySession:
+        return BigquerySession(self.client)
 
     _translated_errors = bq.translated_errors
 
@@ -122,7 +123,6 @@ class BigqueryWriter(SqlWriter):
             self._locked.release_all()  # a row not released now expires
             self._client.close()
             self._client = None
-        self._locked.clear()
 
     # -- the catalog: the tables API (the emulator has no INFORMATION_SCHEMA) -----------------------
 
@@ -154,8 +154,6 @@ class BigqueryWriter(SqlWriter):
         return json.loads(key)
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
-        if model.model_name in self._locked:
-            return
         with self._translated_errors():
             self.session.execute(self.dialect.locks_ddl(self.locks_table))
             self._locked.hold(model.model_name, LockRow(self, model.model_name), destination=self.name,
@@ -185,9 +183,10 @@ class BigqueryWriter(SqlWriter):
         with tempfile.TemporaryDirectory(prefix="tp_bigquery_") as folder:
             path = os.path.join(folder, "window.csv")
             if isinstance(rows, pa.Table):
-                size = write_csv([rows], pairs, path)
+                write_csv([rows], pairs, path)
             else:
-                size = stage_frame(rows.select(*[f"`{n.replace('`', '``')}`" for n, _ in pairs]), pairs, folder, path)
+                stage_frame(rows.select(*[f"`{n.replace('`', '``')}`" for n, _ in pairs]), pairs, folder, path)
+            size = os.path.getsize(path)
             if size == 0:
                 return 0
             config = bigquery.LoadJobConfig(

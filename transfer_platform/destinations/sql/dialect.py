@@ -24,6 +24,7 @@ Statement = Union[str, tuple[str, Union[Sequence[Any], Mapping[str, Any]]]]  # n
 
 #: the tables a writer keeps beside the models' in the recipient's schema or database
 STATUS_TABLE = "_transfer_status"
+LOCKS_TABLE = "_transfer_locks"  # the models' lock rows, where the vendor has no lock of its own
 STAGING_PREFIX = "_tp_stg_"
 REFRESH_PREFIX = "_tp_refresh_"
 OLD_PREFIX = "_tp_old_"

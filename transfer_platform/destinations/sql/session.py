@@ -1,6 +1,6 @@
 """One small session per driver: how a :class:`~.writer.SqlWriter` runs a statement, fetches
-its rows and opens a transaction. psycopg, PyMySQL, DuckDB, clickhouse-connect and the Snowflake
-connector each have theirs; the writer never calls a driver itself."""
+its rows and opens a transaction. psycopg, PyMySQL, DuckDB, clickhouse-connect, the Snowflake
+connector and the BigQuery client each have theirs; the writer never calls a driver itself."""
 
 from __future__ import annotations
 
@@ -152,3 +152,45 @@ class SnowflakeSession(Session):
 
     def begin(self) -> None:
         self.execute("BEGIN")
+
+
+def bigquery_string(text: str) -> str:
+    return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
+
+
+#: a parameter's literal by its Python type: the writer's are text, integers (a last-modified epoch),
+#: moments and dates (a datetime before a date: a subclass)
+_BIGQUERY_LITERALS = ((int, str), (datetime, lambda v: f"TIMESTAMP {bigquery_string(utc(v).isoformat())}"),
+                      (date, lambda v: f"DATE {bigquery_string(v.isoformat())}"))
+
+
+def bigquery_literal(value: Any) -> str:
+    """A parameter as BigQuery takes it: a literal in the text (the emulator the tests use takes no
+    query parameters)."""
+    return "NULL" if value is None else next((text(value) for kind, text in _BIGQUERY_LITERALS
+                                              if isinstance(value, kind)), bigquery_string(str(value)))
+
+
+class BigquerySession(Session):
+    """Each statement one query job, its own commit: the emulator has no multi-statement
+    transaction, so :meth:`transaction` groups nothing (the writer's order keeps a window whole)."""
+
+    transaction = ClickhouseSession.transaction
+
+    def _run(self, statement: Statement) -> tuple[Any, Any]:
+        from transfer_platform.destinations.bigquery.client import retry
+
+        text, params = _split(statement)
+        if params:  # one part more than the parameters (else zip refuses)
+            parts = text.split("%s")
+            text = parts[0] + "".join(bigquery_literal(value) + part for value, part in zip(params, parts[1:], strict=True))
+        job = self.conn.query(text, retry=retry(), job_retry=None)
+        return job, job.result(retry=retry())
+
+    def execute(self, statement: Statement) -> int:
+        """The rows a DML statement changed, or the number a query counts (one row, one value)."""
+        job, rows = self._run(statement)
+        return int(next(iter(rows))[0]) if job.statement_type == "SELECT" else int(job.num_dml_affected_rows or 0)
+
+    def all(self, statement: Statement) -> list[tuple]:
+        return [tuple(row.values()) for row in self._run(statement)[1]]
