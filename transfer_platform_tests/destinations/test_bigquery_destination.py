@@ -85,9 +85,9 @@ def _free_port() -> int:
 
 
 def test_an_unreachable_endpoint_is_one_line_naming_it_and_the_fix(bigquery_server, monkeypatch) -> None:
-    # the client retries a refused connection for RETRY_DEADLINE_SECONDS (20 s) before giving up:
+    # the client retries a refused connection for BIGQUERY_RETRY_SECONDS (20 s) before giving up:
     # what this test checks is the message after it, not the length of the retries
-    monkeypatch.setattr("transfer_platform.destinations.bigquery.client.RETRY_DEADLINE_SECONDS", 2.0)
+    monkeypatch.setattr("transfer_platform.destinations.sql.session.BIGQUERY_RETRY_SECONDS", 2.0)
     writer = BigqueryWriter(destination(bigquery_server, "any", api_endpoint=f"http://127.0.0.1:{_free_port()}"))
     try:
         with pytest.raises(ConnectionFailure) as refused:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from transfer_platform import errors
@@ -17,18 +17,10 @@ if TYPE_CHECKING:
     from transfer_platform.destinations.bigquery.writer import BigqueryWriter
     from transfer_platform.vendors.bigquery import BigqueryDestination
 
-#: how long one API call may keep retrying a connection that fails (the client's default: 600 s)
-RETRY_DEADLINE_SECONDS = 20.0
 #: the roles a loader needs (docs/permissions.md)
 DATASET_ROLE, PROJECT_ROLE = "roles/bigquery.dataEditor", "roles/bigquery.jobUser"
 CONNECT_FIX = ("check connection.project, connection.api_endpoint (if set) and the network; the service "
                "account's key is read from connection.credentials")
-
-
-def retry() -> Any:
-    from google.cloud.bigquery import DEFAULT_RETRY
-
-    return DEFAULT_RETRY.with_deadline(RETRY_DEADLINE_SECONDS)
 
 
 def make_client(destination: BigqueryDestination) -> bigquery.Client:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.destinations.sql.dialect import Dialect, Statement, StatusTypes
+from transfer_platform.destinations.sql.dialect import backticked as q
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -18,12 +19,6 @@ if TYPE_CHECKING:
 _READ = {"json": "TO_JSON_STRING({x})", "decimal": "CAST({x} AS STRING)"}
 #: the legacy type names the tables API answers, as GoogleSQL names them
 _LEGACY = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}
-
-
-def q(name: str) -> str:
-    if "\x00" in name:
-        raise ValueError("identifiers cannot contain NUL characters")
-    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
 def _same(column: ColumnConfig) -> str:

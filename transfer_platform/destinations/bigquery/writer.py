@@ -23,7 +23,7 @@ from transfer_platform.destinations.bigquery import client as bq
 from transfer_platform.destinations.bigquery import dialect as sql
 from transfer_platform.destinations.bigquery.load import stage_frame, write_csv
 from transfer_platform.destinations.sql.dialect import LOCKS_TABLE
-from transfer_platform.destinations.sql.session import BigquerySession
+from transfer_platform.destinations.sql.session import BigquerySession, bigquery_retry
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.storage.locks import LeaseLock, Locks, process_gone
@@ -114,7 +114,7 @@ class BigqueryWriter(SqlWriter):
 
     def check(self) -> None:  # the dataset is the recipient's: nothing is created
         with self._translated_errors():
-            self.client.get_dataset(self.container, retry=bq.retry())
+            self.client.get_dataset(self.container, retry=bigquery_retry())
 
     _create_container = check
 
@@ -130,7 +130,7 @@ class BigqueryWriter(SqlWriter):
         from google.api_core.exceptions import NotFound
 
         try:
-            table = self.client.get_table(f"{self.container}.{name}", retry=bq.retry())
+            table = self.client.get_table(f"{self.container}.{name}", retry=bigquery_retry())
         except NotFound as exc:
             if "Dataset" in str(exc):
                 raise
@@ -141,7 +141,7 @@ class BigqueryWriter(SqlWriter):
         return bool(self._columns(name))
 
     def _tables_starting_with(self, prefix: str) -> list[str]:
-        tables = self.client.list_tables(self.container, retry=bq.retry())
+        tables = self.client.list_tables(self.container, retry=bigquery_retry())
         return [t.table_id for t in tables if t.table_id.startswith(prefix)]
 
     def _primary_key(self, name: str, model: ModelConfig) -> list[str]:
@@ -195,7 +195,7 @@ class BigqueryWriter(SqlWriter):
             with self._translated_errors(), open(path, "rb") as file:
                 job = self.client.load_table_from_file(file, f"{self.container}.{name}", job_config=config)
                 try:
-                    job.result(retry=bq.retry())
+                    job.result(retry=bigquery_retry())
                 except BadRequest as exc:
                     raise errors.DataError(f"the load job into the staging table failed: {bq.first_line(exc)}",
                                            model=model.model_name if model else "(none)", destination=self.name,

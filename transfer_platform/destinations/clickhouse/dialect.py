@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from transfer_platform.destinations.sql.dialect import STATUS_TABLE, Dialect, Statement
+from transfer_platform.destinations.sql.dialect import backslashed as literal
+from transfer_platform.destinations.sql.dialect import backticked as quote
 
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
@@ -25,14 +27,6 @@ OWN_PREFIX = "_tp_"
 VERSION_TYPES = ("timestamp", "date", "integer")
 _IN = "database = {db:String} AND "  # a system table's rows of one database
 _NAME = r"`(?:[^`\\]|\\.)*`"  # a quoted name
-
-
-def quote(name: str) -> str:
-    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
-
-
-def literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def split_qualified(qualified: str) -> tuple[str, str]:

@@ -28,9 +28,23 @@ LOCKS_TABLE = "_transfer_locks"  # the models' lock rows, where the vendor has n
 STAGING_PREFIX = "_tp_stg_"
 REFRESH_PREFIX = "_tp_refresh_"
 OLD_PREFIX = "_tp_old_"
+
+
 #: the status table's state columns (``published_state``: a refresh renamed into place whose state
 #: is not recorded yet; only a dialect without transactional DDL has it)
 STATE_COLUMNS = ("state", "refresh_state", "published_state")
+
+
+def backticked(name: str) -> str:
+    """An identifier as BigQuery and ClickHouse quote it: in backticks, a backslash escaping."""
+    if "\x00" in name:
+        raise ValueError("identifiers cannot contain NUL characters")
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def backslashed(text: str) -> str:
+    """A string literal as BigQuery and ClickHouse write it: in quotes, a backslash escaping."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r") + "'"
 
 
 class StatusTypes(NamedTuple):

@@ -10,6 +10,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from transfer_platform.core.timeutil import utc
+from transfer_platform.destinations.sql.dialect import backslashed
 
 if TYPE_CHECKING:
     from transfer_platform.destinations.sql.dialect import Statement
@@ -154,21 +155,27 @@ class SnowflakeSession(Session):
         self.execute("BEGIN")
 
 
-def bigquery_string(text: str) -> str:
-    return "'" + (text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")) + "'"
+#: how long one BigQuery API call may keep retrying a connection that fails (the client's default: 600 s)
+BIGQUERY_RETRY_SECONDS = 20.0
+
+
+def bigquery_retry() -> Any:
+    from google.cloud.bigquery import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_deadline(BIGQUERY_RETRY_SECONDS)
 
 
 #: a parameter's literal by its Python type: the writer's are text, integers (a last-modified epoch),
 #: moments and dates (a datetime before a date: a subclass)
-_BIGQUERY_LITERALS = ((int, str), (datetime, lambda v: f"TIMESTAMP {bigquery_string(utc(v).isoformat())}"),
-                      (date, lambda v: f"DATE {bigquery_string(v.isoformat())}"))
+_BIGQUERY_LITERALS = ((int, str), (datetime, lambda v: f"TIMESTAMP {backslashed(utc(v).isoformat())}"),
+                      (date, lambda v: f"DATE {backslashed(v.isoformat())}"))
 
 
 def bigquery_literal(value: Any) -> str:
     """A parameter as BigQuery takes it: a literal in the text (the emulator the tests use takes no
     query parameters)."""
     return "NULL" if value is None else next((text(value) for kind, text in _BIGQUERY_LITERALS
-                                              if isinstance(value, kind)), bigquery_string(str(value)))
+                                              if isinstance(value, kind)), backslashed(str(value)))
 
 
 class BigquerySession(Session):
@@ -178,14 +185,12 @@ class BigquerySession(Session):
     transaction = ClickhouseSession.transaction
 
     def _run(self, statement: Statement) -> tuple[Any, Any]:
-        from transfer_platform.destinations.bigquery.client import retry
-
         text, params = _split(statement)
         if params:  # one part more than the parameters (else zip refuses)
             parts = text.split("%s")
             text = parts[0] + "".join(bigquery_literal(value) + part for value, part in zip(params, parts[1:], strict=True))
-        job = self.conn.query(text, retry=retry(), job_retry=None)
-        return job, job.result(retry=retry())
+        job = self.conn.query(text, retry=bigquery_retry(), job_retry=None)
+        return job, job.result(retry=bigquery_retry())
 
     def execute(self, statement: Statement) -> int:
         """The rows a DML statement changed, or the number a query counts (one row, one value)."""
