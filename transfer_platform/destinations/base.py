@@ -273,6 +273,13 @@ def empty_frame(spark: SparkSession, model: ModelConfig) -> DataFrame:
     return spark.createDataFrame([], ddl)
 
 
+def conformed(rows: pa.Table | pa.RecordBatch, schema: pa.Schema):  # -> rows' type
+    """``rows`` with ``schema``'s columns and types (a column it lacks is NULL)."""
+    columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+               for f in schema]
+    return type(rows).from_arrays(columns, schema=schema)
+
+
 def frame_batches(frame: DataFrame, schema: pa.Schema, size: int) -> Iterator[pa.Table]:
     """``frame``'s rows as Arrow tables of at most ``size`` rows, one Spark partition at a time."""
     rows = []

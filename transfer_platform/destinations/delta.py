@@ -72,6 +72,7 @@ from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
     arrow_schema,
+    conformed,
     empty_frame,
     frame_batches,
     marked_mask,
@@ -81,6 +82,7 @@ from transfer_platform.destinations.staged_files import (
     Staged,
     StagedFilesWriter,
     StagedWindow,
+    backquoted,
     key_values,
     staging_filesystem,
 )
@@ -108,23 +110,18 @@ _FRAGMENT_READAHEAD = 1
 _BATCH_READAHEAD = 2
 _HISTORY_PAGE = 100
 
-def _sql_name(name: str) -> str:
-    """delta-rs predicates quote identifiers with backticks (double quotes make strings)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def merge_predicates(model: ModelConfig) -> tuple[str, str]:
     """(join on the key, when a matched row may be replaced): newer, or equally new and different."""
-    join = " AND ".join(f"t.{_sql_name(c.destination_name)} = s.{_sql_name(c.destination_name)}"
+    join = " AND ".join(f"t.{backquoted(c.destination_name)} = s.{backquoted(c.destination_name)}"
                         for c in model.primary_key)
-    lm = _sql_name(model.last_modified.destination_name)
+    lm = backquoted(model.last_modified.destination_name)
     compared = [c.destination_name for c in model.columns
                 if not c.is_primary_key and not c.is_last_modified]
     newer = f"s.{lm} > t.{lm}"
     if not compared:
         return join, newer
     # each comparison in its own parentheses: the predicate parser binds OR tighter than IS DISTINCT FROM
-    differs = " OR ".join(f"(s.{_sql_name(c)} IS DISTINCT FROM t.{_sql_name(c)})" for c in compared)
+    differs = " OR ".join(f"(s.{backquoted(c)} IS DISTINCT FROM t.{backquoted(c)})" for c in compared)
     return join, f"{newer} OR (s.{lm} = t.{lm} AND ({differs}))"
 
 
@@ -300,7 +297,7 @@ class DeltaWriter(StagedFilesWriter):
 
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
         schema = pa.schema([arrow_schema(model).field(c) for c in columns])
-        match = " AND ".join(f"t.{_sql_name(c)} = s.{_sql_name(c)}" for c in columns)
+        match = " AND ".join(f"t.{backquoted(c)} = s.{backquoted(c)}" for c in columns)
         deleted = 0
         for batch in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
             table = self._open(self.table_path(model))
@@ -431,53 +428,47 @@ class DeltaWriter(StagedFilesWriter):
         """One commit of ``source`` (the checked window, or ``None``: no row) into the target's
         table, with the model's new state (appended: its keys are known to be new). A failed
         commit makes the table be opened again."""
+        from deltalake import write_deltalake
+
+        model, table = load.model, target.table
+        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
+        new_state = next_state(target.state, load, max_lm)
+        commit = _commit(new_state, load.transfer_id)
+        # kept: those newly marked; removed: counted by the MERGE below
+        rows_deleted = 0 if model.removes_deleted_rows else staged.marked
         try:
-            result = self._commit_window(target.table, target.state, source, staged, load, append=append)
+            before = table.version()
+            if append and isinstance(source, pa.Table):  # what the MERGE below does when no key matches
+                if model.removes_deleted_rows:  # a delete of a row the table does not hold: nothing
+                    source = source.filter(pc.invert(marked_mask(source, model)))
+                write_deltalake(table, source, mode="append", commit_properties=commit)
+            elif source is not None:
+                join, newer = merge_predicates(model)
+                merge = table.merge(source, predicate=join, source_alias="s", target_alias="t",
+                                    commit_properties=commit,
+                                    streamed_exec=isinstance(source, pa.RecordBatchReader))
+                deleted = None
+                if model.removes_deleted_rows:  # removed where the delete is not older; never inserted
+                    marker = model.deletion_marker
+                    deleted = marked_deleted(marker.destination_name, marker.data_type, "s").replace('"', "`")
+                    lm = backquoted(model.last_modified.destination_name)
+                    merge = merge.when_matched_delete(predicate=f"{deleted} AND s.{lm} >= t.{lm}")
+                    newer = f"NOT ({deleted}) AND ({newer})"
+                if not model.is_append_only:  # append-only: a key already delivered is skipped
+                    merge = merge.when_matched_update_all(predicate=newer)
+                metrics = merge.when_not_matched_insert_all(
+                    predicate=None if deleted is None else f"NOT ({deleted})").execute()
+                if model.removes_deleted_rows:
+                    rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
+            if table.version() == before:  # nothing changed: record the state in an empty commit
+                write_deltalake(table, arrow_schema(model).empty_table(), mode="append", commit_properties=commit)
         except BaseException:
             self._tables.pop(path, None)
             raise
-        target.state = result.state
-        return result
-
-    def _commit_window(self, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | pa.Table | None,
-                       staged: Staged, load: WindowLoad, *, append: bool) -> WindowResult:
-        from deltalake import write_deltalake
-
-        model = load.model
-        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
-        new_state = next_state(state, load, max_lm)
-        commit = _commit(new_state, load.transfer_id)
-        before = table.version()
-        marker = model.deletion_marker
-        # kept: those newly marked; removed: counted by the MERGE below
-        rows_deleted = 0 if model.removes_deleted_rows else staged.marked
-        if append and isinstance(source, pa.Table):  # what the MERGE below does when no key matches
-            if model.removes_deleted_rows:  # a delete of a row the table does not hold: nothing
-                source = source.filter(pc.invert(marked_mask(source, model)))
-            write_deltalake(table, source, mode="append", commit_properties=commit)
-        elif source is not None:
-            join, newer = merge_predicates(model)
-            merge = table.merge(source, predicate=join, source_alias="s", target_alias="t",
-                                commit_properties=commit,
-                                streamed_exec=isinstance(source, pa.RecordBatchReader))
-            deleted = None
-            if model.removes_deleted_rows:  # removed where the delete is not older; never inserted
-                deleted = marked_deleted(marker.destination_name, marker.data_type, "s").replace('"', "`")
-                lm = _sql_name(model.last_modified.destination_name)
-                merge = merge.when_matched_delete(predicate=f"{deleted} AND s.{lm} >= t.{lm}")
-                newer = f"NOT ({deleted}) AND ({newer})"
-            if not model.is_append_only:  # append-only: a key already delivered is skipped
-                merge = merge.when_matched_update_all(predicate=newer)
-            metrics = merge.when_not_matched_insert_all(
-                predicate=None if deleted is None else f"NOT ({deleted})").execute()
-            if model.removes_deleted_rows:
-                rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
-        if table.version() == before:  # nothing changed: record the state in an empty commit
-            write_deltalake(table, arrow_schema(model).empty_table(), mode="append", commit_properties=commit)
+        target.state = new_state
         return WindowResult(staged.rows, staged.delta_rows, staged.volume, max_lm, new_state, rows_deleted)
 
     def _current_files(self, model: ModelConfig) -> list[str]:
-
         return self._open(self.table_path(model)).file_uris()
 
 
@@ -500,14 +491,7 @@ def _project(table: DeltaTable, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The table's rows with ``schema``'s columns: columns it lacks come as NULLs."""
     present = [name for name in schema.names if name in _schema_of(table).names]
     dataset = table.to_pyarrow_dataset()  # here, not inside delta-rs's writer (its own runtime)
-    return _projected(dataset, schema, present)
-
-
-def _projected(dataset: pads.Dataset, schema: pa.Schema, present: list[str]) -> Iterator[pa.RecordBatch]:
-    for batch in dataset.to_batches(columns=present):
-        yield pa.RecordBatch.from_arrays(
-            [batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(batch.num_rows, f.type)
-             for f in schema], schema=schema)
+    return (conformed(batch, schema) for batch in dataset.to_batches(columns=present))
 
 
 def read_state(table: DeltaTable) -> ModelState:

@@ -63,10 +63,10 @@ def stage(frame: DataFrame, model: ModelConfig, state: ModelState, folder: str,
     from pyspark.sql import functions as F
 
     schema = arrow_schema(model)
-    keys = [F.col(_spark_name(c.destination_name)) for c in model.primary_key]
+    keys = [F.col(backquoted(c.destination_name)) for c in model.primary_key]
     write = partial(stage_partition, folder=folder, options=options, schema=schema, model=model, state=state,
                     batch_rows=batch_rows, file_prefix=file_prefix, compression=compression, digests=digests)
-    frame = frame.select(*[F.col(_spark_name(name)) for name in schema.names])
+    frame = frame.select(*[F.col(backquoted(name)) for name in schema.names])
     if on_key:
         frame = frame.repartition(*keys).sortWithinPartitions(*keys)
     rows = frame.mapInArrow(write, _SUMMARY_DDL).collect()
@@ -96,13 +96,9 @@ _SUMMARY_DDL = ("file string, rows long, volume long, delta_rows long, marked lo
                 "sha256 string, md5 string, size long")
 
 
-def _spark_name(name: str) -> str:
+def backquoted(name: str) -> str:
+    """A column's name as Spark and delta-rs's predicates quote it (double quotes make strings)."""
     return "`" + name.replace("`", "``") + "`"
-
-
-def _arrow_path(location: str) -> str:
-    """A local path as it is; ``s3://bucket/key`` as pyarrow's S3 filesystem names it."""
-    return location.removeprefix("s3://")
 
 
 def staging_filesystem(options: dict[str, str] | None):  # -> pyarrow.fs.FileSystem

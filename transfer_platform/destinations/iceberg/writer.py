@@ -279,7 +279,7 @@ class IcebergWriter(StagedFilesWriter):
                     else:
                         keys = None
                         deleted = _rewrite(table, rows, model, properties,
-                                           lambda held: _merged(held, rows, model))
+                                           lambda held: merge_rows(held, rows, model))
                         removed = deleted if model.removes_deleted_rows else removed
         except BaseException:
             self._targets.pop(identifier, None)
@@ -411,10 +411,6 @@ def _rewrite(table: Table, window: pa.Table, model: ModelConfig, properties: dic
     data = pa.concat_tables([*kept, merged.rows]).select(names)
     _replace_files(tx, table.io, properties, touched, data)
     return merged.removed
-
-
-def _merged(held: pa.Table, window: pa.Table, model: ModelConfig):
-    return merge_rows(held, window, model)
 
 
 def _columns(table: Table) -> dict[str, str]:
