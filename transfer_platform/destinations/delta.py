@@ -47,7 +47,6 @@ the first commit.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,7 +73,6 @@ from transfer_platform.destinations.base import (
     arrow_schema,
     conformed,
     empty_frame,
-    frame_batches,
     marked_mask,
 )
 from transfer_platform.destinations.skeleton import STALE, next_state
@@ -86,8 +84,8 @@ from transfer_platform.destinations.staged_files import (
     key_values,
     staging_filesystem,
 )
-from transfer_platform.errors import ConnectionFailure, SchemaMismatch
-from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
+from transfer_platform.errors import SchemaMismatch
+from transfer_platform.storage.folders import probe_folder
 from transfer_platform.storage.locks import FileLock, Locks
 from transfer_platform.storage.s3 import ObjectLock, S3Store, probe_objects, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -170,14 +168,7 @@ class DeltaWriter(StagedFilesWriter):
             self.close()
 
     def check(self) -> None:
-        if self.s3 is not None:
-            self.s3.keys(self._key() + "/")  # reach, log in, list: raises ConnectionFailure
-            return
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConnectionFailure(f"Delta destination '{self.name}' (folder {self.root})",
-                                    reason=str(exc), fix="check connection.path and its permissions") from None
+        self._check_root(f"Delta destination '{self.name}'", "connection.path")
 
     def table_path(self, model: ModelConfig) -> str:
         """Where the model's table is: a folder, or an ``s3://`` URI."""
@@ -294,12 +285,10 @@ class DeltaWriter(StagedFilesWriter):
         rows brought from Spark one partition at a time (memory stays flat), each carrying the
         model's current state."""
         self._tables.clear()  # opened again: what follows commits or replaces tables
-
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
-        schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         match = " AND ".join(f"t.{backquoted(c)} = s.{backquoted(c)}" for c in columns)
         deleted = 0
-        for batch in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
+        for batch in self._deleted_batches(frame, model):
             table = self._open(self.table_path(model))
             metrics = (table.merge(batch, predicate=match, source_alias="s", target_alias="t",
                                    commit_properties=_commit(read_state(table), transfer_id))
@@ -344,15 +333,10 @@ class DeltaWriter(StagedFilesWriter):
         if self.s3 is not None:
             key = self._key(LOCK_DIR, f"_tp_probe_{uuid.uuid4().hex[:12]}")
             return probe_objects(probe, self.check, self.s3, key, self.root)
-        created = missing_parents(self.root)
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            probe.failed(f"create folder {self.root}", exc.strerror or str(exc),
-                         folder_fix(created[0] if created else self.root))
-            probe.skipped([f"write, rename, read and delete files in {self.root}"], "no folder")
-            return probe.checks
-        try:
+        with self._probe_root(probe, f"create folder {self.root}") as created:
+            if created is None:
+                probe.skipped([f"write, rename, read and delete files in {self.root}"], "no folder")
+                return probe.checks
             probe.passed(f"create folder {self.root}", "it does not exist yet; the first transfer "
                                                        "creates it" if created else "it exists")
             folders = [self.root] + [p for p in (self.root / LOCK_DIR,) if p.is_dir()]
@@ -361,9 +345,6 @@ class DeltaWriter(StagedFilesWriter):
                     folders += [Path(self.table_path(model)), Path(self.table_path(model)) / "_delta_log"]
             for folder in folders:
                 probe_folder(probe, folder)
-        finally:
-            for folder in reversed(created):
-                shutil.rmtree(folder, ignore_errors=True)
         return probe.checks
 
     # -- full refresh and schema --------------------------------------------------------------

@@ -148,9 +148,6 @@ class ObjectStorageWriter(Writer):
     def _reach(self) -> None:
         self.check()
 
-    def _clean_staging(self, model: ModelConfig) -> None:
-        self._clean_dead_transfers(model)
-
     def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         book = self._books[model.model_name] = self._read_book(model)
         state = ModelState.from_json(book.get("state"))
@@ -165,10 +162,11 @@ class ObjectStorageWriter(Writer):
         """Every transfer announces itself in ``pending/`` before its first file, so that the
         next one knows whose files to look at if it dies before a manifest names them."""
         day = datetime.now(UTC).strftime("%Y-%m-%d")
+        self._started = self._started or _now()  # its first model's prepare (a writer serves one transfer)
         self.store.put(self._book(model.model_name, "pending", f"{_safe(transfer_id)}.json"),
                        json.dumps({"transfer_id": transfer_id, "dt": day}).encode())
         self._transfers[model.model_name] = {"transfer_id": transfer_id, "dt": day, "files": [],
-                                             "start_time": self._start_time(), "settled": True,
+                                             "start_time": self._started, "settled": True,
                                              "book": self._books[model.model_name]}
 
     def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
@@ -430,12 +428,6 @@ class ObjectStorageWriter(Writer):
             self._write_book(model, {**book, "sequence": sequence})
             transfer["sequence"] = sequence
 
-    def _start_time(self) -> str:
-        """When this transfer started: its first model's ``prepare`` (a writer serves one transfer)."""
-        if self._started is None:
-            self._started = _now()
-        return self._started
-
     def _signing_key(self):  # an Ed25519PrivateKey
         if self._key is None:
             ref = self.destination.signing_key
@@ -463,7 +455,7 @@ class ObjectStorageWriter(Writer):
                                     fix="run a full refresh of the model")
         return data
 
-    def _clean_dead_transfers(self, model: ModelConfig) -> None:
+    def _clean_staging(self, model: ModelConfig) -> None:
         """Delete the files of transfers that died before a manifest named them (the model's lock
         is held: no other transfer of it is at work)."""
         name = model.model_name

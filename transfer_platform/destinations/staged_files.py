@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -29,6 +30,7 @@ from transfer_platform.destinations.base import (
     arrow_schema,
     batch_changes,
     duplicate_key_error,
+    frame_batches,
     newly_marked,
     null_key_error,
     null_last_modified_error,
@@ -36,12 +38,15 @@ from transfer_platform.destinations.base import (
     staging_suffix,
 )
 from transfer_platform.destinations.skeleton import Writer
+from transfer_platform.errors import ConnectionFailure
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.folders import folder_fix, missing_parents
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.probes import Probe
     from transfer_platform.storage.s3 import S3Store
 
 #: a window being staged: ``<root>/_tp_staging/[<scope>/]<model>/<window>/part-*.parquet``
@@ -344,6 +349,42 @@ class StagedFilesWriter(Writer, abstract=True):
 
     def _key(self, *parts: str) -> str:
         return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def _check_root(self, what: str, setting: str) -> None:
+        """Reach, log in and list the bucket (its clear errors), or create the folder: else
+        ``ConnectionFailure`` naming ``what`` and ``setting``."""
+        if self.s3 is not None:
+            self.s3.keys(self._key() + "/")
+            return
+        try:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConnectionFailure(f"{what} (folder {self.root})", reason=str(exc),
+                                    fix=f"check {setting} and its permissions") from None
+
+    @contextmanager
+    def _probe_root(self, probe: Probe, name: str) -> Iterator[list[Path] | None]:
+        """``test-connection``'s root folder: created if missing (the folders created are
+        yielded, and removed afterwards); ``None`` (the check ``name`` failed) if it cannot be."""
+        root = Path(self.root)
+        created = missing_parents(root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            probe.failed(name, exc.strerror or str(exc), folder_fix(created[0] if created else root))
+            yield None
+            return
+        try:
+            yield created
+        finally:
+            for folder in reversed(created):
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def _deleted_batches(self, frame: DataFrame, model: ModelConfig) -> Iterator[pa.Table]:
+        """The delete sweep's rows (key and last-modified value), ``Tuning.delete_batch_rows`` at a time."""
+        columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
+        schema = pa.schema([arrow_schema(model).field(c) for c in columns])
+        return frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows)
 
     def _remove(self, location: str) -> None:
         """A folder and what it holds, or every object under a bucket's prefix."""

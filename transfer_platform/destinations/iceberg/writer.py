@@ -65,7 +65,7 @@ from transfer_platform.destinations.staged_files import (
     key_values,
     staging_filesystem,
 )
-from transfer_platform.errors import ConnectionFailure, SchemaMismatch
+from transfer_platform.errors import SchemaMismatch
 from transfer_platform.storage.s3 import S3Store, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.iceberg import IcebergDestination
@@ -120,15 +120,7 @@ class IcebergWriter(StagedFilesWriter):
             self.catalog.close()
 
     def check(self) -> None:
-        if self.s3 is not None:
-            self.s3.keys(self._key() + "/")  # reach, log in, list: S3's clear errors
-        else:
-            try:
-                Path(self.root).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConnectionFailure(f"Iceberg warehouse of destination '{self.name}' (folder {self.root})",
-                                        reason=str(exc), fix="check connection.warehouse.path and its "
-                                                             "permissions") from None
+        self._check_root(f"Iceberg warehouse of destination '{self.name}'", "connection.warehouse.path")
         self.catalog.open(create=True)
 
     # -- names and tables -------------------------------------------------------------------------
@@ -324,13 +316,9 @@ class IcebergWriter(StagedFilesWriter):
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
         """Remove the rows whose key and last-modified value ``frame`` holds (a row changed since
         stays): one overwrite snapshot per ``Tuning.delete_batch_rows`` rows, carrying the state."""
-        from transfer_platform.destinations.base import frame_batches
-
         self._targets.clear()
-        columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
-        schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         removed = 0
-        for gone in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
+        for gone in self._deleted_batches(frame, model):
             table = self._load(self.identifier(model), create=True)
             with self.catalog.errors():
                 removed += _rewrite(table, gone, model, _properties(read_state(table), transfer_id),
