@@ -1,30 +1,24 @@
 """Delta Lake destination, written with the ``deltalake`` package (delta-rs).
 
 Per window, without ever holding the window in the process that transfers: Spark's executors
-stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder,
-or the bucket through ``pyarrow.fs.S3FileSystem``, or an Azure container (``az://``) through
-``pyarrow.fs.AzureFileSystem``: Spark has no S3 or Azure connector here), each Python
-worker writing its partition ``Tuning.batch_rows`` rows at a time (``mapInArrow``, which works in
-a local session and through Spark Connect alike). The window is hash-partitioned and sorted on
-the primary key first, so every copy of a key lands next to the others in one partition: each
-worker finds NULL keys, NULL last-modified values and duplicate keys, and sums what the window
-changes (rows newer than the high watermark, soft deletes, its largest last-modified value), and
-hands back only that summary per file. The batch is refused (same errors as
-``refuse_bad_rows``) before any commit; otherwise one MERGE commit upserts the staged files, read
-back ``Tuning.batch_rows`` rows at a time (a ``pyarrow`` scanner streamed into delta-rs), on the
-primary key (never replacing a row by an older one; an ``is_append_only`` model's MERGE only
-inserts rows whose key is new) with the model's new state in the commit's metadata. When the
-MERGE changes nothing, delta-rs makes no commit, so an empty append records the state instead. A
-window read into this process (small, read with its neighbours) whose keys cannot be in the
-table is appended instead of merged (a fraction of a MERGE's cost: no join with the table's
-files): the table was empty when the transfer first committed to it and no key of the window was
-written by an earlier window of this transfer (the writer remembers them, up to
-``Tuning.append_keys_max`` keys, a Python set of ~100 bytes a key; a MERGE after that). That is
-a backfill's or a full refresh's table, window after window. The window's staging is removed
+stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder, a
+bucket, or an Azure container (``az://``), through pyarrow's file systems: Spark has no S3 or
+Azure connector here), and check and sum it up there (:mod:`.staged_files`). The batch is refused
+(same errors as ``refuse_bad_rows``) before any commit; otherwise one MERGE commit upserts the
+staged files, read back ``Tuning.batch_rows`` rows at a time (a ``pyarrow`` scanner streamed into
+delta-rs), on the primary key (never replacing a row by an older one; an ``is_append_only``
+model's MERGE only inserts rows whose key is new) with the model's new state in the commit's
+metadata. When the MERGE changes nothing, delta-rs makes no commit, so an empty append records
+the state instead. A window read into this process (small, read with its neighbours) whose keys
+cannot be in the table is appended instead of merged (a fraction of a MERGE's cost: no join with
+the table's files): the table was empty when the transfer first committed to it and no key of the
+window was written by an earlier window of this transfer (the writer remembers them, up to
+``Tuning.append_keys_max`` keys, a Python set of ~100 bytes a key; a MERGE after that). That is a
+backfill's or a full refresh's table, window after window. The window's staging is removed
 whatever happens; a crash before the commit changes nothing, and what a killed transfer left in
 ``_tp_staging/<model>/`` is removed by the model's next transfer (under the model's lock).
-(delta-rs's MERGE itself builds its hash join in Rust memory from the source and the target
-files it reads: that part is delta-rs's and is not bounded by ``Tuning.batch_rows``.)
+(delta-rs's MERGE itself builds its hash join in Rust memory from the source and the target files
+it reads: that part is delta-rs's and is not bounded by ``Tuning.batch_rows``.)
 
 The order of ``prepare``, of a window's write and of a refresh's publish is
 ``destinations/skeleton.py``'s; this module implements its primitives.
