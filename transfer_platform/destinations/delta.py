@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,8 +73,8 @@ from transfer_platform.destinations.staged_files import (
     Staged,
     StagedFilesWriter,
     StagedWindow,
+    WindowTarget,
     backquoted,
-    key_values,
     staging_filesystem,
 )
 from transfer_platform.errors import SchemaMismatch
@@ -117,23 +116,10 @@ def merge_predicates(model: ModelConfig) -> tuple[str, str]:
     return join, f"{newer} OR (s.{lm} = t.{lm} AND ({differs}))"
 
 
-@dataclass
-class _WindowTarget:
-    """A table windows commit to in one model's transfer, opened once (opening replays its log,
-    which grows by a commit per window): under the model's lock no one else commits to it, and
-    delta-rs brings the object up to date with each of our commits. ``state``: the model's state
-    in its newest commit; ``keys``: every key in the table, while it is known (see the module's
-    docstring), else ``None``."""
-
-    table: DeltaTable
-    state: ModelState
-    keys: set | None
-
-
 class DeltaWriter(StagedFilesWriter):
     def __init__(self, destination: DeltaDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning)
-        self._tables: dict[str, _WindowTarget] = {}  # see _target
+        self._tables: dict[str, WindowTarget] = {}  # see _target
         connection = destination.connection
         self._locks = Locks()  # the models' locks this writer holds
         if isinstance(connection, S3Connection | AzureBlobConnection):  # s3://<bucket>/<prefix>/, az://...
@@ -221,12 +207,7 @@ class DeltaWriter(StagedFilesWriter):
             return self._merge(path, target, None, Staged.empty(), load)
         staged, batch = window
         if batch is not None:
-            keys = key_values(batch, model) if target.keys is not None and batch.num_rows else None
-            append = keys is not None and target.keys.isdisjoint(keys)
-            if keys is not None:
-                target.keys.update(keys)
-                if len(target.keys) > self.tuning.append_keys_max:
-                    target.keys = None
+            append = self._new_keys(target, batch, model)
             return self._merge(path, target, batch if batch.num_rows else None, staged, load, append=append)
         source = None
         if staged.rows:
@@ -241,14 +222,14 @@ class DeltaWriter(StagedFilesWriter):
                       .to_reader())
         return self._merge(path, target, source, staged, load)
 
-    def _target(self, load: WindowLoad) -> tuple[str, _WindowTarget]:
+    def _target(self, load: WindowLoad) -> tuple[str, WindowTarget]:
         """The table a window commits to (the live one, or the refresh's built aside), opened
-        once per model's transfer (see :class:`_WindowTarget`)."""
+        once per model's transfer (see :class:`WindowTarget`)."""
         path = self.refresh_path(load.model) if load.into_refresh else self.table_path(load.model)
         target = self._tables.get(path)
         if target is None:
             table = self._open(path)
-            target = self._tables[path] = _WindowTarget(table, read_state(table),
+            target = self._tables[path] = WindowTarget(table, read_state(table),
                                                         None if table.file_uris() else set())
         return path, target
 
@@ -398,7 +379,7 @@ class DeltaWriter(StagedFilesWriter):
 
     # -- steps --------------------------------------------------------------------------------
 
-    def _merge(self, path: str, target: _WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
+    def _merge(self, path: str, target: WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
                staged: Staged, load: WindowLoad, *, append: bool = False) -> WindowResult:
         """One commit of ``source`` (the checked window, or ``None``: no row) into the target's
         table, with the model's new state (appended: its keys are known to be new). A failed

@@ -17,6 +17,7 @@ import shutil
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -336,6 +337,19 @@ class StagedWindow(NamedTuple):
     batch: pa.Table | None = None
 
 
+@dataclass
+class WindowTarget:
+    """A table windows commit to in one model's transfer, opened once (opening replays its log,
+    which grows by a commit per window): under the model's lock no one else commits to it, and
+    the table object is brought up to date with each of our commits. ``state``: the model's state
+    in its newest commit; ``keys``: every key in the table while they are all known (it had no row
+    when the transfer first committed to it: see :meth:`StagedFilesWriter._new_keys`), else ``None``."""
+
+    table: Any  # a deltalake DeltaTable, a pyiceberg Table
+    state: ModelState
+    keys: set | None
+
+
 class StagedFilesWriter(Writer, abstract=True):
     """A table format's writer whose windows are staged as files under its root (a folder, or a
     bucket: ``s3`` its store, ``options`` pyarrow's storage options): a window read alone is staged
@@ -423,6 +437,18 @@ class StagedFilesWriter(Writer, abstract=True):
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                   rows=staged.rows, in_memory_bytes=staged.volume, **files)
         return StagedWindow(staged, batch)
+
+    def _new_keys(self, target: WindowTarget, batch: pa.Table, model: ModelConfig) -> bool:
+        """Whether ``batch``'s keys are known to be new to the target's table (then it is appended,
+        not merged); the keys known grow by them, and are forgotten past ``Tuning.append_keys_max``."""
+        if target.keys is None or not batch.num_rows:
+            return False
+        keys = key_values(batch, model)
+        new = target.keys.isdisjoint(keys)
+        target.keys.update(keys)
+        if len(target.keys) > self.tuning.append_keys_max:
+            target.keys = None
+        return new
 
     def _refuse(self, window: StagedWindow, load: WindowLoad) -> None:
         if window.batch is not None:
