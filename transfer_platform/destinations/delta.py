@@ -1,30 +1,24 @@
 """Delta Lake destination, written with the ``deltalake`` package (delta-rs).
 
 Per window, without ever holding the window in the process that transfers: Spark's executors
-stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder,
-or the bucket through ``pyarrow.fs.S3FileSystem``, or an Azure container (``az://``) through
-``pyarrow.fs.AzureFileSystem``: Spark has no S3 or Azure connector here), each Python
-worker writing its partition ``Tuning.batch_rows`` rows at a time (``mapInArrow``, which works in
-a local session and through Spark Connect alike). The window is hash-partitioned and sorted on
-the primary key first, so every copy of a key lands next to the others in one partition: each
-worker finds NULL keys, NULL last-modified values and duplicate keys, and sums what the window
-changes (rows newer than the high watermark, soft deletes, its largest last-modified value), and
-hands back only that summary per file. The batch is refused (same errors as
-``refuse_bad_rows``) before any commit; otherwise one MERGE commit upserts the staged files, read
-back ``Tuning.batch_rows`` rows at a time (a ``pyarrow`` scanner streamed into delta-rs), on the
-primary key (never replacing a row by an older one; an ``is_append_only`` model's MERGE only
-inserts rows whose key is new) with the model's new state in the commit's metadata. When the
-MERGE changes nothing, delta-rs makes no commit, so an empty append records the state instead. A
-window read into this process (small, read with its neighbours) whose keys cannot be in the
-table is appended instead of merged (a fraction of a MERGE's cost: no join with the table's
-files): the table was empty when the transfer first committed to it and no key of the window was
-written by an earlier window of this transfer (the writer remembers them, up to
-``Tuning.append_keys_max`` keys, a Python set of ~100 bytes a key; a MERGE after that). That is
-a backfill's or a full refresh's table, window after window. The window's staging is removed
+stage it as Parquet files under ``_tp_staging/<model>/<window>/`` in the destination (a folder, a
+bucket, or an Azure container (``az://``), through pyarrow's file systems: Spark has no S3 or
+Azure connector here), and check and sum it up there (:mod:`.staged_files`). The batch is refused
+(same errors as ``refuse_bad_rows``) before any commit; otherwise one MERGE commit upserts the
+staged files, read back ``Tuning.batch_rows`` rows at a time (a ``pyarrow`` scanner streamed into
+delta-rs), on the primary key (never replacing a row by an older one; an ``is_append_only``
+model's MERGE only inserts rows whose key is new) with the model's new state in the commit's
+metadata. When the MERGE changes nothing, delta-rs makes no commit, so an empty append records
+the state instead. A window read into this process (small, read with its neighbours) whose keys
+cannot be in the table is appended instead of merged (a fraction of a MERGE's cost: no join with
+the table's files): the table was empty when the transfer first committed to it and no key of the
+window was written by an earlier window of this transfer (the writer remembers them, up to
+``Tuning.append_keys_max`` keys, a Python set of ~100 bytes a key; a MERGE after that). That is a
+backfill's or a full refresh's table, window after window. The window's staging is removed
 whatever happens; a crash before the commit changes nothing, and what a killed transfer left in
 ``_tp_staging/<model>/`` is removed by the model's next transfer (under the model's lock).
-(delta-rs's MERGE itself builds its hash join in Rust memory from the source and the target
-files it reads: that part is delta-rs's and is not bounded by ``Tuning.batch_rows``.)
+(delta-rs's MERGE itself builds its hash join in Rust memory from the source and the target files
+it reads: that part is delta-rs's and is not bounded by ``Tuning.batch_rows``.)
 
 The order of ``prepare``, of a window's write and of a refresh's publish is
 ``destinations/skeleton.py``'s; this module implements its primitives.
@@ -47,10 +41,8 @@ the first commit.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,8 +64,8 @@ from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
     arrow_schema,
+    conformed,
     empty_frame,
-    frame_batches,
     marked_mask,
 )
 from transfer_platform.destinations.skeleton import STALE, next_state
@@ -81,11 +73,12 @@ from transfer_platform.destinations.staged_files import (
     Staged,
     StagedFilesWriter,
     StagedWindow,
-    key_values,
+    WindowTarget,
+    backquoted,
     staging_filesystem,
 )
-from transfer_platform.errors import ConnectionFailure, SchemaMismatch
-from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
+from transfer_platform.errors import SchemaMismatch
+from transfer_platform.storage.folders import probe_folder
 from transfer_platform.storage.locks import FileLock, Locks
 from transfer_platform.storage.s3 import ObjectLock, S3Store, probe_objects, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
@@ -108,43 +101,25 @@ _FRAGMENT_READAHEAD = 1
 _BATCH_READAHEAD = 2
 _HISTORY_PAGE = 100
 
-def _sql_name(name: str) -> str:
-    """delta-rs predicates quote identifiers with backticks (double quotes make strings)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def merge_predicates(model: ModelConfig) -> tuple[str, str]:
     """(join on the key, when a matched row may be replaced): newer, or equally new and different."""
-    join = " AND ".join(f"t.{_sql_name(c.destination_name)} = s.{_sql_name(c.destination_name)}"
+    join = " AND ".join(f"t.{backquoted(c.destination_name)} = s.{backquoted(c.destination_name)}"
                         for c in model.primary_key)
-    lm = _sql_name(model.last_modified.destination_name)
+    lm = backquoted(model.last_modified.destination_name)
     compared = [c.destination_name for c in model.columns
                 if not c.is_primary_key and not c.is_last_modified]
     newer = f"s.{lm} > t.{lm}"
     if not compared:
         return join, newer
     # each comparison in its own parentheses: the predicate parser binds OR tighter than IS DISTINCT FROM
-    differs = " OR ".join(f"(s.{_sql_name(c)} IS DISTINCT FROM t.{_sql_name(c)})" for c in compared)
+    differs = " OR ".join(f"(s.{backquoted(c)} IS DISTINCT FROM t.{backquoted(c)})" for c in compared)
     return join, f"{newer} OR (s.{lm} = t.{lm} AND ({differs}))"
-
-
-@dataclass
-class _WindowTarget:
-    """A table windows commit to in one model's transfer, opened once (opening replays its log,
-    which grows by a commit per window): under the model's lock no one else commits to it, and
-    delta-rs brings the object up to date with each of our commits. ``state``: the model's state
-    in its newest commit; ``keys``: every key in the table, while it is known (see the module's
-    docstring), else ``None``."""
-
-    table: DeltaTable
-    state: ModelState
-    keys: set | None
 
 
 class DeltaWriter(StagedFilesWriter):
     def __init__(self, destination: DeltaDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning)
-        self._tables: dict[str, _WindowTarget] = {}  # see _target
+        self._tables: dict[str, WindowTarget] = {}  # see _target
         connection = destination.connection
         self._locks = Locks()  # the models' locks this writer holds
         if isinstance(connection, S3Connection | AzureBlobConnection):  # s3://<bucket>/<prefix>/, az://...
@@ -173,14 +148,7 @@ class DeltaWriter(StagedFilesWriter):
             self.close()
 
     def check(self) -> None:
-        if self.s3 is not None:
-            self.s3.keys(self._key() + "/")  # reach, log in, list: raises ConnectionFailure
-            return
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConnectionFailure(f"Delta destination '{self.name}' (folder {self.root})",
-                                    reason=str(exc), fix="check connection.path and its permissions") from None
+        self._check_root(f"Delta destination '{self.name}'", "connection.path")
 
     def table_path(self, model: ModelConfig) -> str:
         """Where the model's table is: a folder, or an ``s3://`` URI."""
@@ -239,12 +207,7 @@ class DeltaWriter(StagedFilesWriter):
             return self._merge(path, target, None, Staged.empty(), load)
         staged, batch = window
         if batch is not None:
-            keys = key_values(batch, model) if target.keys is not None and batch.num_rows else None
-            append = keys is not None and target.keys.isdisjoint(keys)
-            if keys is not None:
-                target.keys.update(keys)
-                if len(target.keys) > self.tuning.append_keys_max:
-                    target.keys = None
+            append = self._new_keys(target, batch, model)
             return self._merge(path, target, batch if batch.num_rows else None, staged, load, append=append)
         source = None
         if staged.rows:
@@ -259,14 +222,14 @@ class DeltaWriter(StagedFilesWriter):
                       .to_reader())
         return self._merge(path, target, source, staged, load)
 
-    def _target(self, load: WindowLoad) -> tuple[str, _WindowTarget]:
+    def _target(self, load: WindowLoad) -> tuple[str, WindowTarget]:
         """The table a window commits to (the live one, or the refresh's built aside), opened
-        once per model's transfer (see :class:`_WindowTarget`)."""
+        once per model's transfer (see :class:`WindowTarget`)."""
         path = self.refresh_path(load.model) if load.into_refresh else self.table_path(load.model)
         target = self._tables.get(path)
         if target is None:
             table = self._open(path)
-            target = self._tables[path] = _WindowTarget(table, read_state(table),
+            target = self._tables[path] = WindowTarget(table, read_state(table),
                                                         None if table.file_uris() else set())
         return path, target
 
@@ -297,12 +260,10 @@ class DeltaWriter(StagedFilesWriter):
         rows brought from Spark one partition at a time (memory stays flat), each carrying the
         model's current state."""
         self._tables.clear()  # opened again: what follows commits or replaces tables
-
         columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
-        schema = pa.schema([arrow_schema(model).field(c) for c in columns])
-        match = " AND ".join(f"t.{_sql_name(c)} = s.{_sql_name(c)}" for c in columns)
+        match = " AND ".join(f"t.{backquoted(c)} = s.{backquoted(c)}" for c in columns)
         deleted = 0
-        for batch in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
+        for batch in self._deleted_batches(frame, model):
             table = self._open(self.table_path(model))
             metrics = (table.merge(batch, predicate=match, source_alias="s", target_alias="t",
                                    commit_properties=_commit(read_state(table), transfer_id))
@@ -347,15 +308,10 @@ class DeltaWriter(StagedFilesWriter):
         if self.s3 is not None:
             key = self._key(LOCK_DIR, f"_tp_probe_{uuid.uuid4().hex[:12]}")
             return probe_objects(probe, self.check, self.s3, key, self.root)
-        created = missing_parents(self.root)
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            probe.failed(f"create folder {self.root}", exc.strerror or str(exc),
-                         folder_fix(created[0] if created else self.root))
-            probe.skipped([f"write, rename, read and delete files in {self.root}"], "no folder")
-            return probe.checks
-        try:
+        with self._probe_root(probe, f"create folder {self.root}") as created:
+            if created is None:
+                probe.skipped([f"write, rename, read and delete files in {self.root}"], "no folder")
+                return probe.checks
             probe.passed(f"create folder {self.root}", "it does not exist yet; the first transfer "
                                                        "creates it" if created else "it exists")
             folders = [self.root] + [p for p in (self.root / LOCK_DIR,) if p.is_dir()]
@@ -364,9 +320,6 @@ class DeltaWriter(StagedFilesWriter):
                     folders += [Path(self.table_path(model)), Path(self.table_path(model)) / "_delta_log"]
             for folder in folders:
                 probe_folder(probe, folder)
-        finally:
-            for folder in reversed(created):
-                shutil.rmtree(folder, ignore_errors=True)
         return probe.checks
 
     # -- full refresh and schema --------------------------------------------------------------
@@ -426,58 +379,52 @@ class DeltaWriter(StagedFilesWriter):
 
     # -- steps --------------------------------------------------------------------------------
 
-    def _merge(self, path: str, target: _WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
+    def _merge(self, path: str, target: WindowTarget, source: pa.RecordBatchReader | pa.Table | None,
                staged: Staged, load: WindowLoad, *, append: bool = False) -> WindowResult:
         """One commit of ``source`` (the checked window, or ``None``: no row) into the target's
         table, with the model's new state (appended: its keys are known to be new). A failed
         commit makes the table be opened again."""
+        from deltalake import write_deltalake
+
+        model, table = load.model, target.table
+        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
+        new_state = next_state(target.state, load, max_lm)
+        commit = _commit(new_state, load.transfer_id)
+        # kept: those newly marked; removed: counted by the MERGE below
+        rows_deleted = 0 if model.removes_deleted_rows else staged.marked
         try:
-            result = self._commit_window(target.table, target.state, source, staged, load, append=append)
+            before = table.version()
+            if append and isinstance(source, pa.Table):  # what the MERGE below does when no key matches
+                if model.removes_deleted_rows:  # a delete of a row the table does not hold: nothing
+                    source = source.filter(pc.invert(marked_mask(source, model)))
+                write_deltalake(table, source, mode="append", commit_properties=commit)
+            elif source is not None:
+                join, newer = merge_predicates(model)
+                merge = table.merge(source, predicate=join, source_alias="s", target_alias="t",
+                                    commit_properties=commit,
+                                    streamed_exec=isinstance(source, pa.RecordBatchReader))
+                deleted = None
+                if model.removes_deleted_rows:  # removed where the delete is not older; never inserted
+                    marker = model.deletion_marker
+                    deleted = marked_deleted(marker.destination_name, marker.data_type, "s").replace('"', "`")
+                    lm = backquoted(model.last_modified.destination_name)
+                    merge = merge.when_matched_delete(predicate=f"{deleted} AND s.{lm} >= t.{lm}")
+                    newer = f"NOT ({deleted}) AND ({newer})"
+                if not model.is_append_only:  # append-only: a key already delivered is skipped
+                    merge = merge.when_matched_update_all(predicate=newer)
+                metrics = merge.when_not_matched_insert_all(
+                    predicate=None if deleted is None else f"NOT ({deleted})").execute()
+                if model.removes_deleted_rows:
+                    rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
+            if table.version() == before:  # nothing changed: record the state in an empty commit
+                write_deltalake(table, arrow_schema(model).empty_table(), mode="append", commit_properties=commit)
         except BaseException:
             self._tables.pop(path, None)
             raise
-        target.state = result.state
-        return result
-
-    def _commit_window(self, table: DeltaTable, state: ModelState, source: pa.RecordBatchReader | pa.Table | None,
-                       staged: Staged, load: WindowLoad, *, append: bool) -> WindowResult:
-        from deltalake import write_deltalake
-
-        model = load.model
-        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
-        new_state = next_state(state, load, max_lm)
-        commit = _commit(new_state, load.transfer_id)
-        before = table.version()
-        marker = model.deletion_marker
-        # kept: those newly marked; removed: counted by the MERGE below
-        rows_deleted = 0 if model.removes_deleted_rows else staged.marked
-        if append and isinstance(source, pa.Table):  # what the MERGE below does when no key matches
-            if model.removes_deleted_rows:  # a delete of a row the table does not hold: nothing
-                source = source.filter(pc.invert(marked_mask(source, model)))
-            write_deltalake(table, source, mode="append", commit_properties=commit)
-        elif source is not None:
-            join, newer = merge_predicates(model)
-            merge = table.merge(source, predicate=join, source_alias="s", target_alias="t",
-                                commit_properties=commit,
-                                streamed_exec=isinstance(source, pa.RecordBatchReader))
-            deleted = None
-            if model.removes_deleted_rows:  # removed where the delete is not older; never inserted
-                deleted = marked_deleted(marker.destination_name, marker.data_type, "s").replace('"', "`")
-                lm = _sql_name(model.last_modified.destination_name)
-                merge = merge.when_matched_delete(predicate=f"{deleted} AND s.{lm} >= t.{lm}")
-                newer = f"NOT ({deleted}) AND ({newer})"
-            if not model.is_append_only:  # append-only: a key already delivered is skipped
-                merge = merge.when_matched_update_all(predicate=newer)
-            metrics = merge.when_not_matched_insert_all(
-                predicate=None if deleted is None else f"NOT ({deleted})").execute()
-            if model.removes_deleted_rows:
-                rows_deleted = int(metrics.get("num_target_rows_deleted", 0))
-        if table.version() == before:  # nothing changed: record the state in an empty commit
-            write_deltalake(table, arrow_schema(model).empty_table(), mode="append", commit_properties=commit)
+        target.state = new_state
         return WindowResult(staged.rows, staged.delta_rows, staged.volume, max_lm, new_state, rows_deleted)
 
     def _current_files(self, model: ModelConfig) -> list[str]:
-
         return self._open(self.table_path(model)).file_uris()
 
 
@@ -500,14 +447,7 @@ def _project(table: DeltaTable, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The table's rows with ``schema``'s columns: columns it lacks come as NULLs."""
     present = [name for name in schema.names if name in _schema_of(table).names]
     dataset = table.to_pyarrow_dataset()  # here, not inside delta-rs's writer (its own runtime)
-    return _projected(dataset, schema, present)
-
-
-def _projected(dataset: pads.Dataset, schema: pa.Schema, present: list[str]) -> Iterator[pa.RecordBatch]:
-    for batch in dataset.to_batches(columns=present):
-        yield pa.RecordBatch.from_arrays(
-            [batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(batch.num_rows, f.type)
-             for f in schema], schema=schema)
+    return (conformed(batch, schema) for batch in dataset.to_batches(columns=present))
 
 
 def read_state(table: DeltaTable) -> ModelState:

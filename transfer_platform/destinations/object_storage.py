@@ -63,13 +63,13 @@ from transfer_platform.destinations.base import (
     WindowLoad,
     WindowResult,
     arrow_schema,
-    batch_changes,
+    conformed,
     empty_frame,
-    newly_marked,
+    marked_mask,
     refuse_bad_rows,
 )
 from transfer_platform.destinations.skeleton import STALE, Writer, next_state
-from transfer_platform.destinations.staged_files import Staged, refuse_staged, stage
+from transfer_platform.destinations.staged_files import Staged, backquoted, refuse_staged, stage
 from transfer_platform.errors import ConfigError, ConnectionFailure, SchemaMismatch
 from transfer_platform.phases import log_phase
 from transfer_platform.storage.s3 import probe_objects
@@ -148,9 +148,6 @@ class ObjectStorageWriter(Writer):
     def _reach(self) -> None:
         self.check()
 
-    def _clean_staging(self, model: ModelConfig) -> None:
-        self._clean_dead_transfers(model)
-
     def _read_states(self, model: ModelConfig) -> tuple[ModelState, ModelState | Stale | None]:
         book = self._books[model.model_name] = self._read_book(model)
         state = ModelState.from_json(book.get("state"))
@@ -165,10 +162,11 @@ class ObjectStorageWriter(Writer):
         """Every transfer announces itself in ``pending/`` before its first file, so that the
         next one knows whose files to look at if it dies before a manifest names them."""
         day = datetime.now(UTC).strftime("%Y-%m-%d")
+        self._started = self._started or _now()  # its first model's prepare (a writer serves one transfer)
         self.store.put(self._book(model.model_name, "pending", f"{_safe(transfer_id)}.json"),
                        json.dumps({"transfer_id": transfer_id, "dt": day}).encode())
         self._transfers[model.model_name] = {"transfer_id": transfer_id, "dt": day, "files": [],
-                                             "start_time": self._start_time(), "settled": True,
+                                             "start_time": self._started, "settled": True,
                                              "book": self._books[model.model_name]}
 
     def _begin_refresh(self, model: ModelConfig, live: ModelState) -> ModelState:
@@ -271,11 +269,10 @@ class ObjectStorageWriter(Writer):
         if window.batch is not None:
             return self._commit_batch(window.batch, window.before, load)
         staged = window.staged
-        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=name,
-                  rows=staged.rows, files=len(window.keys), bytes=sum(size for _, _, size in staged.digests))
         staged.volume = sum(size for _, _, size in staged.digests)  # the files' bytes, as a window here
-        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
-        return self._commit_window(load, window.before, window.entries, max_lm, staged)
+        log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=name,
+                  rows=staged.rows, files=len(window.keys), bytes=staged.volume)
+        return self._commit_window(load, window.before, window.entries, staged)
 
     def _remove_staging(self, staging: None, load: WindowLoad) -> None:
         """Nothing was staged aside (see :meth:`_create_staging`)."""
@@ -297,21 +294,22 @@ class ObjectStorageWriter(Writer):
             entries.append({"data_file_key": key, "sha256_checksum": hashlib.sha256(data).hexdigest(), "etag": etag})
             log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=name,
                       rows=batch.num_rows, file=key, bytes=volume)
-        max_lm, delta_rows = batch_changes(batch, model, before)
-        staged = Staged([], batch.num_rows, volume, delta_rows, newly_marked(batch, model, before), None, None)
-        return self._commit_window(load, before, entries, max_lm, staged)
+        staged = Staged.of_batch(batch, model, before)
+        staged.volume = volume  # the file's bytes, as a staged window's
+        return self._commit_window(load, before, entries, staged)
 
     def _state_before(self, load: WindowLoad) -> ModelState:
         book = self._transfers[load.model.model_name]["book"]  # ours, under the lock
         return ModelState.from_json((book["refresh"] if load.into_refresh else book).get("state"))
 
     def _commit_window(self, load: WindowLoad, before: ModelState, entries: list[dict[str, str]],
-                       max_lm: datetime | None, staged: Staged) -> WindowResult:
+                       staged: Staged) -> WindowResult:
         """Name the window's files (written) in the transfer's manifest, then record the state;
         a full refresh's files are only listed in its book until it is published."""
         model, name = load.model, load.model.model_name
         transfer = self._transfers[name]
         book = transfer["book"]
+        max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
         state = next_state(before, load, max_lm)
         (book["refresh"]["files"] if load.into_refresh else transfer["files"]).extend(entries)
         if load.into_refresh:  # progress of a refresh: its files, not yet delivered
@@ -359,7 +357,7 @@ class ObjectStorageWriter(Writer):
 
     def delivered_rows(self, model: ModelConfig) -> pa.Table:
         schema = arrow_schema(model)
-        tables = [_conform(pq.read_table(io.BytesIO(self._file(entry))), schema)
+        tables = [conformed(pq.read_table(io.BytesIO(self._file(entry))), schema)  # the columns now
                   for entry in self._current_files(model)]
         rows = pa.concat_tables(tables) if tables else schema.empty_table()
         return latest_per_key(rows, model)
@@ -430,12 +428,6 @@ class ObjectStorageWriter(Writer):
             self._write_book(model, {**book, "sequence": sequence})
             transfer["sequence"] = sequence
 
-    def _start_time(self) -> str:
-        """When this transfer started: its first model's ``prepare`` (a writer serves one transfer)."""
-        if self._started is None:
-            self._started = _now()
-        return self._started
-
     def _signing_key(self):  # an Ed25519PrivateKey
         if self._key is None:
             ref = self.destination.signing_key
@@ -463,7 +455,7 @@ class ObjectStorageWriter(Writer):
                                     fix="run a full refresh of the model")
         return data
 
-    def _clean_dead_transfers(self, model: ModelConfig) -> None:
+    def _clean_staging(self, model: ModelConfig) -> None:
         """Delete the files of transfers that died before a manifest named them (the model's lock
         is held: no other transfer of it is at work)."""
         name = model.model_name
@@ -498,9 +490,7 @@ def latest_per_key(rows: pa.Table, model: ModelConfig) -> pa.Table:
         rows = rows.take(first.column("_row_min"))
     marker = model.deletion_marker
     if marker is not None and model.removes_deleted_rows and rows.num_rows:
-        marks = rows.column(marker.destination_name)
-        gone = pc.fill_null(marks, False) if marker.data_type == "boolean" else pc.is_valid(marks)
-        rows = rows.filter(pc.invert(gone))
+        rows = rows.filter(pc.invert(marked_mask(rows, model)))
     return rows
 
 
@@ -509,14 +499,8 @@ def _arrow_of(frame: DataFrame, model: ModelConfig) -> pa.Table:
     from pyspark.sql import functions as F
 
     schema = arrow_schema(model)
-    names = [F.col("`" + name.replace("`", "``") + "`") for name in schema.names]
+    names = [F.col(backquoted(name)) for name in schema.names]
     return frame.select(*names).toArrow().select(schema.names).cast(schema)
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A file's rows with the model's columns now (a column it lacks is NULL)."""
-    return pa.table({f.name: table.column(f.name).cast(f.type) if f.name in table.column_names
-                     else pa.nulls(table.num_rows, f.type) for f in schema}, schema=schema)
 
 
 def _widened(holder: dict[str, Any], load: WindowLoad) -> dict[str, str]:

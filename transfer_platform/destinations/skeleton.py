@@ -36,12 +36,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from transfer_platform.core.columns import ColumnChanges
 from transfer_platform.core.routes import Rows
 from transfer_platform.core.watermarks import ModelState
-from transfer_platform.destinations.base import Prepared, WindowLoad, WindowResult
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -51,8 +51,45 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transfer_platform.config.models import ModelConfig
+    from transfer_platform.core.windows import Window
     from transfer_platform.probes import Check
     from transfer_platform.sources.relay import RelayRead
+
+
+@dataclass(frozen=True)
+class WindowLoad:
+    """One window's batch and what its commit must record."""
+
+    model: ModelConfig
+    transfer_id: str
+    progress: Window  # the part of the configured range this batch completes
+    configured_start: datetime
+    into_refresh: bool = False  # a full refresh: load the table being built aside, not the live one
+    read_from: datetime | None = None  # where the batch's read began (the lookback below progress included)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a destination holds for a model when a transfer starts."""
+
+    state: ModelState  # committed with the live table
+    refresh: ModelState | None = None  # a full refresh being built aside (new or unfinished)
+    schema_changes: tuple[str, ...] = ()  # columns added to or dropped from the live table
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    rows_transferred: int
+    delta_rows_transferred: int
+    volume_bytes: int
+    max_last_modified: datetime | None
+    state: ModelState  # the state committed with the data
+    # rows the window removed because the source marks them deleted (or, with keep_deleted_rows,
+    # rows it delivered newly marked deleted: newer than the previous high watermark)
+    rows_deleted: int = 0
+    # rows read but not delivered: a key's older versions and identical copies of the one delivered
+    # (set by the transfer, which chooses one version per key before the writer sees the window)
+    versions_superseded: int = 0
 
 
 class Stale:
@@ -85,7 +122,8 @@ class Writer:
 
     #: the primitives, found at class creation (methods marked :func:`primitive`)
     PRIMITIVES: ClassVar[tuple[str, ...]] = ()
-    #: the forms of rows it takes; a COPY stream is written by methods of its own
+    #: the forms of rows it takes (``transfer_platform/core/routes.py``); a COPY stream is written
+    #: by methods of its own
     accepts: frozenset[Rows] = frozenset({Rows.SPARK, Rows.ARROW})
     _WRITES_OF: ClassVar[dict[Rows, tuple[str, ...]]] = {Rows.COPY_STREAM: ("write_relayed", "write_streamed")}
 
@@ -160,16 +198,20 @@ class Writer:
         return self._write(load, lambda staging: self._stage_arrow(batch, staging, load), in_memory=True)
 
     def write_relayed(self, relay: RelayRead, spark: SparkSession, load: WindowLoad) -> WindowResult:
-        """A window relayed as a COPY stream by Spark's tasks: a writer that accepts one."""
+        """:meth:`write_window` for a window relayed as a COPY stream by Spark's tasks
+        (:mod:`transfer_platform.sources.relay`): a writer that accepts :attr:`Rows.COPY_STREAM`."""
         raise NotImplementedError(f"destination {self.name!r} accepts no COPY stream")
 
     def write_streamed(self, stream: Callable[[dict[str, str]], Iterable[bytes]], load: WindowLoad) -> WindowResult:
-        """A small window streamed as a COPY stream by this process: a writer that accepts one."""
+        """:meth:`write_arrow` for a small window streamed as a COPY stream by this process
+        (``stream(types)``: its chunks, each value cast to the staging column's type in
+        ``types``): a writer that accepts :attr:`Rows.COPY_STREAM`."""
         raise NotImplementedError(f"destination {self.name!r} accepts no COPY stream")
 
     def write_empty(self, load: WindowLoad) -> WindowResult:
-        """Record a window in which the source holds no row: the state moves on in one commit, as
-        :meth:`write_window` of no rows would, with no Spark job and no staging."""
+        """Record a window in which the source holds no row (asked before it was read): the state
+        moves on in one commit, as :meth:`write_window` of no rows would, with no Spark job and
+        no staging."""
         return self._commit(None, load)
 
     def _write(self, load: WindowLoad, stage: Callable[[Any], Any], *, in_memory: bool) -> WindowResult:
@@ -312,7 +354,8 @@ class Writer:
 
     @primitive
     def has_table(self, model: ModelConfig) -> bool:
-        """Whether :meth:`read_table` has a delivered table to read, found without side effects."""
+        """Whether :meth:`read_table` has a delivered table to read, found without side effects
+        (integrity checks and the delete sweep treat a destination without one as empty)."""
         raise NotImplementedError
 
     @primitive
@@ -324,7 +367,8 @@ class Writer:
     @primitive
     def probe(self, models: list[ModelConfig], target: str) -> list[Check]:
         """``test-connection``: reach, log in, then try everything a transfer of ``models`` does
-        here, undoing each at once; one ``Check`` per step."""
+        here (create, write, alter, rename, drop; or write, rename, delete files), undoing each at
+        once; one ``Check`` per step, a failure with its grant or setting."""
         raise NotImplementedError
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -29,6 +31,7 @@ from transfer_platform.destinations.base import (
     arrow_schema,
     batch_changes,
     duplicate_key_error,
+    frame_batches,
     newly_marked,
     null_key_error,
     null_last_modified_error,
@@ -36,12 +39,15 @@ from transfer_platform.destinations.base import (
     staging_suffix,
 )
 from transfer_platform.destinations.skeleton import Writer
+from transfer_platform.errors import ConnectionFailure
 from transfer_platform.phases import log_phase
+from transfer_platform.storage.folders import folder_fix, missing_parents
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from transfer_platform.destinations.base import WindowLoad
+    from transfer_platform.probes import Probe
     from transfer_platform.storage.s3 import S3Store
 
 #: a window being staged: ``<root>/_tp_staging/[<scope>/]<model>/<window>/part-*.parquet``
@@ -63,10 +69,10 @@ def stage(frame: DataFrame, model: ModelConfig, state: ModelState, folder: str,
     from pyspark.sql import functions as F
 
     schema = arrow_schema(model)
-    keys = [F.col(_spark_name(c.destination_name)) for c in model.primary_key]
+    keys = [F.col(backquoted(c.destination_name)) for c in model.primary_key]
     write = partial(stage_partition, folder=folder, options=options, schema=schema, model=model, state=state,
                     batch_rows=batch_rows, file_prefix=file_prefix, compression=compression, digests=digests)
-    frame = frame.select(*[F.col(_spark_name(name)) for name in schema.names])
+    frame = frame.select(*[F.col(backquoted(name)) for name in schema.names])
     if on_key:
         frame = frame.repartition(*keys).sortWithinPartitions(*keys)
     rows = frame.mapInArrow(write, _SUMMARY_DDL).collect()
@@ -96,13 +102,9 @@ _SUMMARY_DDL = ("file string, rows long, volume long, delta_rows long, marked lo
                 "sha256 string, md5 string, size long")
 
 
-def _spark_name(name: str) -> str:
+def backquoted(name: str) -> str:
+    """A column's name as Spark and delta-rs's predicates quote it (double quotes make strings)."""
     return "`" + name.replace("`", "``") + "`"
-
-
-def _arrow_path(location: str) -> str:
-    """A local path as it is; ``s3://bucket/key`` as pyarrow's S3 filesystem names it."""
-    return location.removeprefix("s3://")
 
 
 def staging_filesystem(options: dict[str, str] | None):  # -> pyarrow.fs.FileSystem
@@ -335,6 +337,19 @@ class StagedWindow(NamedTuple):
     batch: pa.Table | None = None
 
 
+@dataclass
+class WindowTarget:
+    """A table windows commit to in one model's transfer, opened once (opening replays its log,
+    which grows by a commit per window): under the model's lock no one else commits to it, and
+    the table object is brought up to date with each of our commits. ``state``: the model's state
+    in its newest commit; ``keys``: every key in the table while they are all known (it had no row
+    when the transfer first committed to it: see :meth:`StagedFilesWriter._new_keys`), else ``None``."""
+
+    table: Any  # a deltalake DeltaTable, a pyiceberg Table
+    state: ModelState
+    keys: set | None
+
+
 class StagedFilesWriter(Writer, abstract=True):
     """A table format's writer whose windows are staged as files under its root (a folder, or a
     bucket: ``s3`` its store, ``options`` pyarrow's storage options): a window read alone is staged
@@ -348,6 +363,42 @@ class StagedFilesWriter(Writer, abstract=True):
 
     def _key(self, *parts: str) -> str:
         return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def _check_root(self, what: str, setting: str) -> None:
+        """Reach, log in and list the bucket (its clear errors), or create the folder: else
+        ``ConnectionFailure`` naming ``what`` and ``setting``."""
+        if self.s3 is not None:
+            self.s3.keys(self._key() + "/")
+            return
+        try:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConnectionFailure(f"{what} (folder {self.root})", reason=str(exc),
+                                    fix=f"check {setting} and its permissions") from None
+
+    @contextmanager
+    def _probe_root(self, probe: Probe, name: str) -> Iterator[list[Path] | None]:
+        """``test-connection``'s root folder: created if missing (the folders created are
+        yielded, and removed afterwards); ``None`` (the check ``name`` failed) if it cannot be."""
+        root = Path(self.root)
+        created = missing_parents(root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            probe.failed(name, exc.strerror or str(exc), folder_fix(created[0] if created else root))
+            yield None
+            return
+        try:
+            yield created
+        finally:
+            for folder in reversed(created):
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def _deleted_batches(self, frame: DataFrame, model: ModelConfig) -> Iterator[pa.Table]:
+        """The delete sweep's rows (key and last-modified value), ``Tuning.delete_batch_rows`` at a time."""
+        columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
+        schema = pa.schema([arrow_schema(model).field(c) for c in columns])
+        return frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows)
 
     def _remove(self, location: str) -> None:
         """A folder and what it holds, or every object under a bucket's prefix."""
@@ -386,6 +437,18 @@ class StagedFilesWriter(Writer, abstract=True):
         log_phase("stage", transfer_id=load.transfer_id, destination=self.name, model=model.model_name,
                   rows=staged.rows, in_memory_bytes=staged.volume, **files)
         return StagedWindow(staged, batch)
+
+    def _new_keys(self, target: WindowTarget, batch: pa.Table, model: ModelConfig) -> bool:
+        """Whether ``batch``'s keys are known to be new to the target's table (then it is appended,
+        not merged); the keys known grow by them, and are forgotten past ``Tuning.append_keys_max``."""
+        if target.keys is None or not batch.num_rows:
+            return False
+        keys = key_values(batch, model)
+        new = target.keys.isdisjoint(keys)
+        target.keys.update(keys)
+        if len(target.keys) > self.tuning.append_keys_max:
+            target.keys = None
+        return new
 
     def _refuse(self, window: StagedWindow, load: WindowLoad) -> None:
         if window.batch is not None:

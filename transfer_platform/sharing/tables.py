@@ -81,7 +81,6 @@ class Location:
     destination: DeltaDestination
     root: str  # a folder, or s3://bucket/prefix, az://container/prefix
     options: dict[str, str] | None
-    store: Any  # S3Store | AzureStore | None (a folder)
     prefix: str
     _s3_presigner: Any = field(default=None, init=False, repr=False)
 
@@ -91,7 +90,7 @@ class Location:
 
         writer = DeltaWriter(destination)
         try:
-            return cls(destination, str(writer.root), writer.options, writer.s3, getattr(writer, "prefix", ""))
+            return cls(destination, str(writer.root), writer.options, getattr(writer, "prefix", ""))
         finally:
             writer.close()
 
@@ -217,8 +216,6 @@ def snapshot(table: DeltaTable, version: int | None = None, timestamp: str | Non
             table.load_as_version(version)
         elif timestamp is not None:
             table.load_as_version(_moment(timestamp, "timestamp"))
-    except SharingError:
-        raise
     except (DeltaError, ValueError, OSError) as exc:  # delta-rs: a version vacuumed, a time before the first commit
         raise bad_parameter(f"cannot read that version of the table: {str(exc).splitlines()[0]}") from None
     return table

@@ -150,9 +150,6 @@ class Catalog:
             self._locked.hold(str(key), CatalogLock(self.conn, key, transfer_id), destination=destination,
                               wait_seconds=wait_seconds)
 
-    def __bool__(self) -> bool:
-        return bool(self._locked)
-
 
 class CatalogLock(AdvisoryLock):
     """A model's advisory lock on the catalog's database, its holder named as a transfer's."""

@@ -69,26 +69,15 @@ def _probe_catalog(conn, probe, name: str, schema: str, catalog_name: str, names
 
 
 def _probe_warehouse(writer: IcebergWriter, probe, name: str) -> None:
-    from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
+    from transfer_platform.storage.folders import probe_folder
     from transfer_platform.storage.s3 import probe_objects
 
     if writer.s3 is not None:
         key = writer._key("_tp_probe_" + uuid.uuid4().hex[:12])
         probe_objects(probe, lambda: writer.s3.keys(writer._key() + "/"), writer.s3, key, writer.root)
         return
-    root = Path(writer.root)
-    created = missing_parents(root)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        probe.failed(name, exc.strerror or str(exc), folder_fix(created[0] if created else root))
-        return
-    try:
-        probe_folder(probe, root)
-    finally:
-        import shutil
-
-        for folder in reversed(created):
-            shutil.rmtree(folder, ignore_errors=True)
+    with writer._probe_root(probe, name) as created:
+        if created is not None:
+            probe_folder(probe, Path(writer.root))
 
 

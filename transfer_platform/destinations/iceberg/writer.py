@@ -62,10 +62,10 @@ from transfer_platform.destinations.staged_files import (
     Staged,
     StagedFilesWriter,
     StagedWindow,
-    key_values,
+    WindowTarget,
     staging_filesystem,
 )
-from transfer_platform.errors import ConnectionFailure, SchemaMismatch
+from transfer_platform.errors import SchemaMismatch
 from transfer_platform.storage.s3 import S3Store, storage_options
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.iceberg import IcebergDestination
@@ -109,7 +109,7 @@ class IcebergWriter(StagedFilesWriter):
         self.catalog = Catalog(c, connection.catalog_name, f"Iceberg catalog '{connection.catalog_name}' of "
                                f"destination '{destination.name}' (PostgreSQL database {c.database})",
                                file_io, location)
-        self._targets: dict[str, tuple[Table, ModelState, set | None]] = {}
+        self._targets: dict[str, WindowTarget] = {}
 
     def close(self) -> None:
         self._targets.clear()
@@ -120,15 +120,7 @@ class IcebergWriter(StagedFilesWriter):
             self.catalog.close()
 
     def check(self) -> None:
-        if self.s3 is not None:
-            self.s3.keys(self._key() + "/")  # reach, log in, list: S3's clear errors
-        else:
-            try:
-                Path(self.root).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConnectionFailure(f"Iceberg warehouse of destination '{self.name}' (folder {self.root})",
-                                        reason=str(exc), fix="check connection.warehouse.path and its "
-                                                             "permissions") from None
+        self._check_root(f"Iceberg warehouse of destination '{self.name}'", "connection.warehouse.path")
         self.catalog.open(create=True)
 
     # -- names and tables -------------------------------------------------------------------------
@@ -235,56 +227,50 @@ class IcebergWriter(StagedFilesWriter):
     # -- a window -----------------------------------------------------------------------------------
 
     def _stage_frame(self, frame: DataFrame, folder: str, load: WindowLoad) -> StagedWindow:
-        return self._staged(frame, None, folder, load, self._target(load)[1])
+        return self._staged(frame, None, folder, load, self._target(load).state)
 
     def _stage_arrow(self, batch: pa.Table, folder: None, load: WindowLoad) -> StagedWindow:
-        return self._staged(None, batch, folder, load, self._target(load)[1])
+        return self._staged(None, batch, folder, load, self._target(load).state)
 
-    def _target(self, load: WindowLoad) -> tuple[Table, ModelState, set | None]:
-        """The table a window commits to, its state, and its keys while they are all known (the
-        table had no row when the transfer first committed to it), opened once per transfer."""
+    def _target(self, load: WindowLoad) -> WindowTarget:
+        """The table a window commits to (the live one, or the refresh's built aside), opened
+        once per model's transfer."""
         identifier = self.identifier(load.model, aside=load.into_refresh)
         if identifier not in self._targets:
             table = self._load(identifier, create=True)
             snapshot = table.current_snapshot()
             empty = snapshot is None or int(snapshot.summary.get("total-records", "0") or 0) == 0
-            self._targets[identifier] = (table, read_state(table), set() if empty else None)
+            self._targets[identifier] = WindowTarget(table, read_state(table), set() if empty else None)
         return self._targets[identifier]
 
     def _commit(self, window: StagedWindow | None, load: WindowLoad) -> WindowResult:
         model = load.model
         identifier = self.identifier(model, aside=load.into_refresh)
-        table, state, keys = self._target(load)
+        target = self._target(load)
         staged, rows = window if window is not None else (Staged.empty(), None)
         if rows is None and staged.rows:
             rows = (pads.dataset(staged.files, schema=arrow_schema(model), format="parquet",
                                  filesystem=staging_filesystem(self.options)).to_table())
         max_lm = None if staged.max_last_modified is None else model.change_column.moment(staged.max_last_modified)
-        new_state = next_state(state, load, max_lm)
+        new_state = next_state(target.state, load, max_lm)
         properties = _properties(new_state, load.transfer_id)
         removed = 0 if model.removes_deleted_rows else staged.marked
         try:
             with self.catalog.errors():
                 if rows is None or not rows.num_rows:
-                    _state_only(table, properties)
+                    _state_only(target.table, properties)
+                elif self._new_keys(target, rows, model):
+                    if model.removes_deleted_rows:
+                        rows = rows.filter(pc.invert(marked_mask(rows, model)))
+                    target.table.append(rows, snapshot_properties=properties)
                 else:
-                    window_keys = key_values(rows, model) if keys is not None else None
-                    if window_keys is not None and keys.isdisjoint(window_keys):
-                        keys.update(window_keys)
-                        if model.removes_deleted_rows:
-                            rows = rows.filter(pc.invert(marked_mask(rows, model)))
-                        if len(keys) > self.tuning.append_keys_max:
-                            keys = None
-                        table.append(rows, snapshot_properties=properties)
-                    else:
-                        keys = None
-                        deleted = _rewrite(table, rows, model, properties,
-                                           lambda held: _merged(held, rows, model))
-                        removed = deleted if model.removes_deleted_rows else removed
+                    deleted = _rewrite(target.table, rows, model, properties,
+                                       lambda held: merge_rows(held, rows, model))
+                    removed = deleted if model.removes_deleted_rows else removed
         except BaseException:
             self._targets.pop(identifier, None)
             raise
-        self._targets[identifier] = (table, new_state, keys)
+        target.state = new_state
         return WindowResult(staged.rows, staged.delta_rows, staged.volume, max_lm, new_state, removed)
 
     # -- the full refresh's publish ---------------------------------------------------------------
@@ -324,13 +310,9 @@ class IcebergWriter(StagedFilesWriter):
     def delete_rows(self, frame: DataFrame, model: ModelConfig, transfer_id: str) -> int:
         """Remove the rows whose key and last-modified value ``frame`` holds (a row changed since
         stays): one overwrite snapshot per ``Tuning.delete_batch_rows`` rows, carrying the state."""
-        from transfer_platform.destinations.base import frame_batches
-
         self._targets.clear()
-        columns = [c.destination_name for c in model.primary_key] + [model.last_modified.destination_name]
-        schema = pa.schema([arrow_schema(model).field(c) for c in columns])
         removed = 0
-        for gone in frame_batches(frame.select(*columns), schema, self.tuning.delete_batch_rows):
+        for gone in self._deleted_batches(frame, model):
             table = self._load(self.identifier(model), create=True)
             with self.catalog.errors():
                 removed += _rewrite(table, gone, model, _properties(read_state(table), transfer_id),
@@ -411,10 +393,6 @@ def _rewrite(table: Table, window: pa.Table, model: ModelConfig, properties: dic
     data = pa.concat_tables([*kept, merged.rows]).select(names)
     _replace_files(tx, table.io, properties, touched, data)
     return merged.removed
-
-
-def _merged(held: pa.Table, window: pa.Table, model: ModelConfig):
-    return merge_rows(held, window, model)
 
 
 def _columns(table: Table) -> dict[str, str]:
