@@ -161,7 +161,7 @@ def test_a_transfer_dying_between_the_merge_and_the_watermark_is_redelivered_exa
     with pytest.raises(Died):
         write(writer, model, window, "t2")
     writer._locked.clear()  # a dead process releases nothing: its lock row stays
-    writer._client.close()
+    writer._conn.close()
     merged = bigquery_rows(bigquery_server, dataset, "typed", columns)
     assert len(merged) == 3  # the rows of the one MERGE, all of them
     assert bigquery_watermark(bigquery_server, dataset, "typed") == before  # the watermark did not move

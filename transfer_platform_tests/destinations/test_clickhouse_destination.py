@@ -129,10 +129,10 @@ def test_one_transfer_of_a_model_at_a_time_and_a_dead_holders_lock_is_taken_over
         second.lock_model(model, "second-transfer")  # released at close
         dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True, check=True)
-        lock = second._locks[MODEL].table
+        lock = second._locked[MODEL].table
         second.session.execute(second.dialect.set_comment(lock, json.dumps(  # the holder's process is gone
             {"transfer_id": "dead", "host": socket.gethostname(), "pid": int(dead.stdout), "lease_end_us": 2**62})))
-        second._locks.clear()
+        second._locked.clear()
         third = writer_for(config.destination(DESTINATION), Tuning(lock_wait_seconds=0.5))
         third.lock_model(model, "third-transfer")
         third.close()

@@ -56,7 +56,7 @@ def endpoint(destination: BigqueryDestination) -> tuple[str, int | None]:
 def missing_role(writer: BigqueryWriter, reason: str) -> MissingPrivilege:
     """The role refused, named with its grant: the project's to run jobs, else the dataset's."""
     c = writer.destination.connection
-    email = getattr(getattr(writer._client, "_credentials", None), "service_account_email", None)
+    email = getattr(getattr(writer._conn, "_credentials", None), "service_account_email", None)
     who = email if isinstance(email, str) else "the service account"
     job = "jobs" in reason.lower() and "create" in reason.lower()  # bigquery.jobs.create
     grant = (f"grant {who} {PROJECT_ROLE} on project {c.project}" if job else

@@ -26,7 +26,7 @@ from transfer_platform.destinations.sql.dialect import LOCKS_TABLE
 from transfer_platform.destinations.sql.session import BigquerySession, bigquery_retry
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.probes import ProbePlan, Step
-from transfer_platform.storage.locks import LeaseLock, Locks, process_gone
+from transfer_platform.storage.locks import LeaseLock, process_gone
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.bigquery import BigqueryDestination
 
@@ -94,17 +94,15 @@ class BigqueryWriter(SqlWriter):
         c = destination.connection
         super().__init__(destination, tuning, container=f"{c.project}.{c.dataset}",
                          what=f"BigQuery destination '{destination.name}' (project {c.project}, dataset {c.dataset})")
-        self._client: bigquery.Client | None = None
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self._locked = Locks()
         self.locks_table = self.dialect.qualified(self.container, LOCKS_TABLE)
 
     @property
     def client(self) -> bigquery.Client:
-        if self._client is None:
+        if self._conn is None:
             with self._translated_errors():
-                self._client = bq.make_client(self.destination)
-        return self._client
+                self._conn = bq.make_client(self.destination)
+        return self._conn
 
     @property
     def session(self) -> BigquerySession:
@@ -117,12 +115,6 @@ class BigqueryWriter(SqlWriter):
             self.client.get_dataset(self.container, retry=bigquery_retry())
 
     _create_container = check
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._locked.release_all()  # a row not released now expires
-            self._client.close()
-            self._client = None
 
     # -- the catalog: the tables API (the emulator has no INFORMATION_SCHEMA) -----------------------
 

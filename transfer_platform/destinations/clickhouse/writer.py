@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from transfer_platform.core.watermarks import ModelState
@@ -22,7 +22,7 @@ from transfer_platform.destinations.sql.state import TableComments
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.errors import ConnectionFailure, DataError, SchemaMismatch
 from transfer_platform.probes import ProbePlan, Step
-from transfer_platform.storage.locks import LeaseLock, Locks
+from transfer_platform.storage.locks import LeaseLock
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -97,15 +97,13 @@ class ClickhouseWriter(SqlWriter):
     def __init__(self, destination: ClickhouseDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.database,
                          what=f"ClickHouse destination '{destination.name}'")
-        self._client: Client | None = None
-        self._locks = Locks()  # the models' lock tables this writer holds
         self._swap: tuple[str, str] | None = None  # (table, its clone) of the commit under way
 
     @property
     def client(self) -> Client:
-        if self._client is None:
-            self._client = ch.connect(self.destination, self.what)
-        return self._client
+        if self._conn is None:
+            self._conn = ch.connect(self.destination, self.what)
+        return self._conn
 
     @property
     def session(self) -> ClickhouseSession:
@@ -125,14 +123,6 @@ class ClickhouseWriter(SqlWriter):
                 raise ch.connection_error(self.destination, self.what, exc) from None
             raise
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._locks.release_all()
-            with suppress(Exception):
-                self._client.close()
-            self._client = None
-        self._locks.clear()
-
     def _create_container(self) -> None:
         """A chDB folder's database is created if missing (the folder is the recipient's own); a
         server's must exist (the loader is granted rights on it, not CREATE DATABASE)."""
@@ -142,7 +132,7 @@ class ClickhouseWriter(SqlWriter):
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         with self._translated_errors():
             self._create_container()
-            self._locks.hold(model.model_name, LockTable(self, model.model_name, transfer_id), destination=self.name,
+            self._locked.hold(model.model_name, LockTable(self, model.model_name, transfer_id), destination=self.name,
                              wait_seconds=self.tuning.lock_wait_seconds)
 
     def _plan_columns(self, model: ModelConfig):
@@ -219,7 +209,7 @@ class ClickhouseWriter(SqlWriter):
             self.session.execute(self.dialect.exchange(*self._swap))
             self.session.execute(self.dialect.drop_table(self._swap[1]))
         if load is not None:
-            self._locks.renew(load.model.model_name)
+            self._locked.renew(load.model.model_name)
 
     def _clone(self, staging: StagingTable) -> str:
         clone = self.dialect.qualified(self.container, f"{staging.name}_swap")

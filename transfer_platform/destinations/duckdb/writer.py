@@ -26,7 +26,7 @@ from transfer_platform.errors import ConnectionFailure, DataError, first_line
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import Probe, ProbePlan, Step
 from transfer_platform.storage.folders import folder_fix, missing_parents, probe_folder
-from transfer_platform.storage.locks import FileLock, Locks
+from transfer_platform.storage.locks import FileLock
 from transfer_platform.tuning import DEFAULT, Tuning
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class DuckdbWriter(SqlWriter):
         super().__init__(destination, tuning, container=destination.connection.schema_ or "main",
                          what=f"DuckDB destination '{destination.name}' (file {path})")
         self.schema, self.path, self.work = self.container, path, path.with_name(path.name + ".tp")
-        self._locks, self._conn, self._read = Locks(), None, None  # the file held; a read's connection
+        self._read: duckdb.DuckDBPyConnection | None = None  # a read's connection (the file held: _conn)
 
     # -- the file --------------------------------------------------------------------------------
 
@@ -120,10 +120,10 @@ class DuckdbWriter(SqlWriter):
             with suppress(Exception):
                 self._conn.close()
             self._conn = None
-        self._locks.release_all()
+        self._locked.release_all()
 
     def __del__(self) -> None:  # a writer dropped without close() still releases the file
-        if getattr(self, "_locks", None) is not None:
+        if getattr(self, "_locked", None) is not None:
             self.close()
 
     def _table_label(self, table: str) -> str:
@@ -134,7 +134,7 @@ class DuckdbWriter(SqlWriter):
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         """An exclusive ``flock``, released when the writer closes or its process dies."""
-        self._locks.hold(model.model_name, FileLock(self.work / "locks", model.model_name, transfer_id),
+        self._locked.hold(model.model_name, FileLock(self.work / "locks", model.model_name, transfer_id),
                          destination=self.name, wait_seconds=self.tuning.lock_wait_seconds)
 
     def _staging_folder(self, model: ModelConfig, window: str = "") -> Path:

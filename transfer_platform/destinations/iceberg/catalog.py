@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     import psycopg
     from pyiceberg.catalog.sql import SqlCatalog
 
-CATALOG_TABLES = ("iceberg_tables", "iceberg_namespace_properties")
 #: PostgreSQL's words for a CREATE whose schema, on the search path, the role has no USAGE on
 NO_SCHEMA = "no schema has been selected to create in"
 _FIX = ("check that the catalog's PostgreSQL is running and accepts connections, and connection.catalog's "

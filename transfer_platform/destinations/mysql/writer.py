@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ from transfer_platform.destinations.sql.session import PymysqlSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.runtime import connections
-from transfer_platform.storage.locks import Locks, NamedLock
+from transfer_platform.storage.locks import NamedLock
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.mysql import MysqlDestination
 
@@ -52,12 +52,11 @@ def code(exc: BaseException) -> int | None:
 
 class MysqlWriter(SqlWriter):
     DIALECT = sql.MysqlDialect()
+    LOCKS_END_WITH_SESSION = True  # GET_LOCK
 
     def __init__(self, destination: MysqlDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.database,
                          what=f"MySQL destination '{destination.name}'")
-        self._conn: pymysql.Connection | None = None
-        self._locked = Locks()  # the models whose lock this writer's session holds
         self._fresh: set[str] = set()  # the fresh tables being loaded (see _start_empty_load)
 
     # -- the connection: UTC, strict, LOCAL INFILE allowed; GET_LOCK and what the server refuses --
@@ -81,14 +80,6 @@ class MysqlWriter(SqlWriter):
     @property
     def session(self) -> PymysqlSession:
         return PymysqlSession(self.conn)
-
-    def close(self) -> None:
-        """Release the connection, and with it the models' locks (``GET_LOCK`` is the session's)."""
-        if self._conn is not None:
-            with suppress(Exception):  # already gone: its locks went with it
-                self._conn.close()
-            self._conn = None
-        self._locked.clear()
 
     def lock_model(self, model: ModelConfig, transfer_id: str) -> None:
         lock = NamedLock(self.session, sql.model_lock_name(self.container, model.model_name))

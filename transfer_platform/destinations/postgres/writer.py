@@ -27,7 +27,7 @@ from transfer_platform.errors import first_line, translated
 from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.runtime import connections
 from transfer_platform.sources.relay import relay_partition
-from transfer_platform.storage.locks import AdvisoryLock, Locks, lock_timeout
+from transfer_platform.storage.locks import AdvisoryLock, lock_timeout
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.postgres import PostgresDestination
 
@@ -71,13 +71,12 @@ def copy_batches(conn: psycopg.Connection, copy_sql: str, batches: Iterable) -> 
 class PostgresWriter(SqlWriter):
     DIALECT = sql.PostgresDialect()
     accepts = frozenset({Rows.SPARK, Rows.ARROW, Rows.COPY_STREAM})  # a PostgreSQL source's relay
+    LOCKS_END_WITH_SESSION = True  # advisory locks
 
     def __init__(self, destination: PostgresDestination, tuning: Tuning = DEFAULT) -> None:
         super().__init__(destination, tuning, container=destination.connection.schema_ or "public",
                          what=f"PostgreSQL destination '{destination.name}'")
         self.schema = self.container
-        self._conn: psycopg.Connection | None = None
-        self._locked = Locks()  # the models whose lock this writer's session holds
 
     # -- connection, errors, bookkeeping, the lock ---------------------------------------------
 
@@ -90,13 +89,6 @@ class PostgresWriter(SqlWriter):
     @property
     def session(self) -> PsycopgSession:
         return PsycopgSession(self.conn)
-
-    def close(self) -> None:
-        """Release the connection, and with it the models' locks (session advisory locks)."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        self._locked.clear()
 
     def _translated_errors(self, *, lost: bool = True) -> AbstractContextManager[None]:
         """A refused statement as ``MissingPrivilege`` (the grant named); a lost connection as ``ConnectionFailure``,

@@ -13,8 +13,7 @@ from transfer_platform.destinations.sql.dialect import Dialect, Statement, Statu
 if TYPE_CHECKING:
     from transfer_platform.config.models import ColumnConfig, ModelConfig
 
-#: the models' lock rows and the named stage the windows' Parquet files pass through
-LOCK_TABLE = "_transfer_locks"
+#: the named stage the windows' Parquet files pass through (the models' lock rows: ``LOCKS_TABLE``)
 STAGE = "_tp_stage"
 #: what the catalog's ``DATA_TYPE`` (with precision and scale for NUMBER) reads back per declared type
 _READ_BACK = {"VARCHAR": "TEXT", "TIMESTAMP_TZ(6)": "TIMESTAMP_TZ"}

@@ -23,13 +23,14 @@ from transfer_platform.config.models import ModelConfig
 from transfer_platform.core.watermarks import ModelState
 from transfer_platform.destinations.skeleton import next_state
 from transfer_platform.destinations.snowflake import connect as sf
-from transfer_platform.destinations.snowflake.dialect import LOCK_TABLE, STAGE, SnowflakeDialect
+from transfer_platform.destinations.snowflake.dialect import STAGE, SnowflakeDialect
+from transfer_platform.destinations.sql.dialect import LOCKS_TABLE
 from transfer_platform.destinations.sql.session import SnowflakeSession
 from transfer_platform.destinations.sql.writer import SqlWriter, StagingTable
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import ProbePlan, Step
 from transfer_platform.runtime.connections import spark_error_reason
-from transfer_platform.storage.locks import Lock, Locks
+from transfer_platform.storage.locks import Lock
 from transfer_platform.tuning import DEFAULT, Tuning
 from transfer_platform.vendors.snowflake import SnowflakeDestination
 
@@ -110,10 +111,8 @@ class SnowflakeWriter(SqlWriter):
         super().__init__(destination, tuning, container=c.schema_,
                          what=f"Snowflake destination '{destination.name}' (schema {c.database}.{c.schema_})")
         self.dialect = SnowflakeDialect(c.database)
-        self.stage, self.locks = (self.dialect.qualified(self.container, name) for name in (STAGE, LOCK_TABLE))
+        self.stage, self.locks = (self.dialect.qualified(self.container, name) for name in (STAGE, LOCKS_TABLE))
         self.holder, self.lease = uuid.uuid4().hex, destination.lock_lease_seconds  # this writer in the lock rows
-        self._conn: connector.SnowflakeConnection | None = None
-        self._locked = Locks()
 
     @property
     def conn(self) -> connector.SnowflakeConnection:
@@ -126,13 +125,6 @@ class SnowflakeWriter(SqlWriter):
     @property
     def session(self) -> SnowflakeSession:
         return SnowflakeSession(self.conn)
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._locked.release_all()  # gone: the locks expire by themselves
-            with suppress(Exception):
-                self._conn.close()
-            self._conn = None
 
     def _translated_errors(self) -> AbstractContextManager[None]:
         return sf.translated_errors(self.destination, self.what)

@@ -118,9 +118,6 @@ class ClickhouseSession(Session):
     """Statements one at a time: ClickHouse has no multi-statement transactions (the writer's
     ``_atomically`` says how a window still becomes visible at once)."""
 
-    def __init__(self, client: Any) -> None:
-        self.conn = client  # a clickhouse_connect Client
-
     def _run(self, run: Any, statement: Statement) -> Any:
         text, params = _split(statement)
         return run(text, None if params is None else {k: clickhouse_param(v) for k, v in dict(params).items()})

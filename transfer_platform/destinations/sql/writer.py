@@ -65,6 +65,7 @@ from transfer_platform.destinations.sql.dialect import (
 from transfer_platform.destinations.sql.state import STATE_STORES
 from transfer_platform.phases import log_phase
 from transfer_platform.probes import Probe
+from transfer_platform.storage.locks import Locks
 from transfer_platform.vendors import DESTINATIONS
 
 if TYPE_CHECKING:
@@ -117,6 +118,22 @@ class SqlWriter(Writer, abstract=True):
         self.what = what
         #: where each model's state is kept: the store the vendor record chooses
         self.states = STATE_STORES[DESTINATIONS[self.dialect.vendor].state_store or "status row"](self)
+        #: the driver's connection or client (opened on first use), and the models' locks held
+        self._conn: Any = None
+        self._locked = Locks()
+
+    #: the models' locks end with the session (advisory locks, ``GET_LOCK``): closing it releases them
+    LOCKS_END_WITH_SESSION: ClassVar[bool] = False
+
+    def close(self) -> None:
+        """Release the models' locks (one not released now expires), then the connection."""
+        if self._conn is not None:
+            if not self.LOCKS_END_WITH_SESSION:
+                self._locked.release_all()
+            with suppress(Exception):  # already gone: what it held went with it
+                self._conn.close()
+            self._conn = None
+        self._locked.clear()
 
     # -- what the vendor provides ----------------------------------------------------------------
 
